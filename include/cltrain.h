@@ -1,0 +1,197 @@
+/*
+ * cltrain.h: the core public API of libcltrain, a portable multi-vendor GPU
+ * training runtime. This header includes neither CL/cl.h nor mpi.h; OpenCL and
+ * MPI interop live in cltrain/opencl.h and cltrain/mpi.h.
+ *
+ * Conventions
+ *   - Every function that can fail returns 0 (CLT_OK) or a negative CLT_E* code
+ *     and hands results back through out-parameters. Nothing in the library
+ *     exits, aborts or calls MPI_Abort: the caller decides how to die.
+ *   - After a failure, clt_last_error() gives a sentence saying what failed,
+ *     where and, when we know, what to do about it.
+ *   - Objects are opaque, made by *_create / *_discover and released by
+ *     *_destroy; destroy(NULL) is a no-op.
+ *
+ * Thread safety
+ *   - clt_last_error() is per thread: each thread sees the detail of its own
+ *     last failure.
+ *   - clt_log_set() and clt_log_set_level() may be called at any time; the
+ *     callback may be called from any thread that uses the library.
+ *   - A clt_devices list is immutable once made and may be shared freely.
+ *   - A clt_context (one device's context, queue and program cache) must be
+ *     used by one thread at a time. Different contexts may be used from
+ *     different threads concurrently.
+ */
+#ifndef CLTRAIN_H
+#define CLTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cltrain/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  define CLT_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#  define CLT_API __attribute__((visibility("default")))
+#else
+#  define CLT_API
+#endif
+
+/* ---- status codes ------------------------------------------------------- */
+
+/* X(name, value, message): the one list that makes the enum, clt_strerror()
+ * and clt_status_name(). Values never change once released. */
+#define CLT_STATUS_MAP(X)                                                     \
+  X(OK,          0,  "success")                                               \
+  X(EINVAL,     -1,  "invalid argument")                                      \
+  X(ENOMEM,     -2,  "out of host memory")                                    \
+  X(ENOICD,     -3,  "no OpenCL platform (is an ICD installed?)")            \
+  X(ENODEV,     -4,  "no OpenCL device")                                      \
+  X(ENOMATCH,   -5,  "device spec matches no device")                         \
+  X(ECL,        -6,  "OpenCL call failed")                                    \
+  X(EBUILD,     -7,  "OpenCL program failed to build")                        \
+  X(EDEVMEM,    -8,  "out of device memory")                                  \
+  X(EUNSUPPORTED, -9, "device lacks a needed feature")                        \
+  X(ESHAPE,    -10,  "shapes do not fit")                                     \
+  X(EBLAS,     -11,  "CLBlast call failed")                                   \
+  X(EMPI,      -12,  "MPI call failed")                                       \
+  X(ETIMEDOUT, -13,  "timed out waiting for a peer")                          \
+  X(EMISMATCH, -14,  "ranks disagree")                                        \
+  X(EIO,       -15,  "input/output error")                                    \
+  X(EFORMAT,   -16,  "malformed file or text")                                \
+  X(ENOTFOUND, -17,  "not found")                                             \
+  X(ENONFINITE, -18, "non-finite value")                                      \
+  X(EINTERNAL, -19,  "internal error (a bug in cltrain)")
+
+typedef enum clt_status {
+#define CLT__STATUS_ENUM(name, value, msg) CLT_##name = value,
+  CLT_STATUS_MAP(CLT__STATUS_ENUM)
+#undef CLT__STATUS_ENUM
+} clt_status;
+
+/* A short sentence for a status code ("out of device memory"). */
+CLT_API const char *clt_strerror(int status);
+/* The code's name ("CLT_EDEVMEM"); "CLT_UNKNOWN" for codes not in the list. */
+CLT_API const char *clt_status_name(int status);
+/* The detail of this thread's last failure: what failed, where, what to do.
+ * Empty when nothing has failed. Valid until this thread's next call. */
+CLT_API const char *clt_last_error(void);
+/* Forget this thread's last error. */
+CLT_API void clt_clear_error(void);
+
+/* ---- version ------------------------------------------------------------- */
+
+/* The library's version, which may differ from the headers' (CLT_VERSION_*). */
+CLT_API const char *clt_version(void);
+CLT_API int clt_version_hex(void);
+
+/* ---- logging ------------------------------------------------------------- */
+
+typedef enum clt_log_level {
+  CLT_LOG_NONE = 0,
+  CLT_LOG_ERROR = 1,
+  CLT_LOG_WARN = 2,
+  CLT_LOG_INFO = 3,
+  CLT_LOG_DEBUG = 4,
+  CLT_LOG_TRACE = 5
+} clt_log_level;
+
+typedef void (*clt_log_fn)(clt_log_level level, const char *msg, void *user);
+
+/* Route library messages to fn (NULL restores the default: stderr). */
+CLT_API void clt_log_set(clt_log_fn fn, void *user);
+/* Messages above this level are dropped. The default comes from the
+ * environment variable CLT_LOG_LEVEL (none|error|warn|info|debug|trace or
+ * 0..5) and is warn when that is unset. */
+CLT_API void clt_log_set_level(clt_log_level level);
+CLT_API clt_log_level clt_log_get_level(void);
+/* Parse "warn", "3", ... into a level; -1 when the text is no level. */
+CLT_API int clt_log_level_parse(const char *text);
+CLT_API const char *clt_log_level_name(clt_log_level level);
+
+/* ---- data types ---------------------------------------------------------- */
+
+typedef enum clt_dtype { CLT_F32 = 0, CLT_F16 = 1, CLT_I32 = 2, CLT_U8 = 3 } clt_dtype;
+
+CLT_API size_t clt_dtype_size(clt_dtype dtype);
+CLT_API const char *clt_dtype_name(clt_dtype dtype);
+
+/* ---- devices ------------------------------------------------------------- */
+
+typedef enum clt_device_type {
+  CLT_DEVICE_CPU = 1,
+  CLT_DEVICE_GPU = 2,
+  CLT_DEVICE_ACCELERATOR = 4,
+  CLT_DEVICE_OTHER = 8
+} clt_device_type;
+
+/* What we know of one device. Strings are NUL-terminated and may be cut. */
+typedef struct clt_device_info {
+  int index;                  /* position in the discovered list (cltrain devices) */
+  int platform_index;         /* P in "P:D" */
+  int device_index;           /* D in "P:D": position within its platform */
+  clt_device_type type;
+  char name[128];
+  char vendor[128];
+  char platform_name[128];
+  char platform_vendor[128];
+  char driver_version[64];
+  char device_version[64];    /* "OpenCL 3.0 PoCL ..." */
+  char opencl_c_version[64];  /* "OpenCL C 1.2 ..." */
+  int opencl_c_major, opencl_c_minor;
+  unsigned compute_units;
+  unsigned clock_mhz;
+  uint64_t global_mem_bytes;
+  uint64_t max_alloc_bytes;
+  uint64_t local_mem_bytes;
+  size_t max_work_group_size;
+  int fp16;                   /* cl_khr_fp16 */
+  int fp64;                   /* cl_khr_fp64 or a double fp config */
+  int unified_memory;         /* host and device share memory */
+  char pci_bus_id[32];        /* "0000:3b:00.0" where the vendor exposes it, else "" */
+} clt_device_info;
+
+typedef struct clt_devices clt_devices;
+
+/* Every device of every OpenCL platform, in platform order. No ICD at all is
+ * CLT_ENOICD; platforms without devices give an empty list and CLT_OK. */
+CLT_API int clt_devices_discover(clt_devices **out);
+CLT_API void clt_devices_destroy(clt_devices *devs);
+CLT_API int clt_devices_count(const clt_devices *devs);
+/* NULL when i is out of range. */
+CLT_API const clt_device_info *clt_devices_info(const clt_devices *devs, int i);
+CLT_API const char *clt_device_type_name(clt_device_type type);
+
+/* Choose devices by a spec: a comma-separated list of terms, each one of
+ *   all | gpu | cpu | accelerator     every device (of that type)
+ *   P:D                               device D of platform P
+ *   N                                 the N-th device of the list
+ *   TEXT                              devices whose platform, vendor or name
+ *                                     contains TEXT (case-insensitive):
+ *                                     pocl, rusticl, nvidia, amd, intel, ...
+ *   TERM:N                            the N-th device that TERM chooses
+ * The result keeps the order of the terms, without repeats. NULL or "" means
+ * the environment variable CLT_DEVICES, and "all" when that is unset.
+ * A term that matches nothing is CLT_ENOMATCH; the error lists what exists. */
+CLT_API int clt_devices_select(const clt_devices *all, const char *spec, clt_devices **out);
+
+/* ---- runtime: one device's context, queue and programs ------------------ */
+
+typedef struct clt_context clt_context;
+
+/* Make a context and an in-order queue on device i of devs. */
+CLT_API int clt_context_create(const clt_devices *devs, int i, clt_context **out);
+CLT_API void clt_context_destroy(clt_context *ctx);
+CLT_API const clt_device_info *clt_context_device(const clt_context *ctx);
+/* Wait for everything queued on the context's queue. */
+CLT_API int clt_context_finish(clt_context *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLTRAIN_H */

@@ -1,0 +1,142 @@
+/*
+ * cltrain/opencl.h: OpenCL interop (opt-in; includes CL/cl.h).
+ *
+ * The OpenCL handles behind cltrain's objects, device buffers and tensor
+ * views, pinned host staging, the elementwise and reduction kernels, and GEMM.
+ * Everything here is enqueued on the context's in-order queue and returns
+ * without waiting, except where a result comes back to the host (clt_sum,
+ * downloads), which waits.
+ */
+#ifndef CLTRAIN_OPENCL_H
+#define CLTRAIN_OPENCL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#  define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#include <cltrain.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- handles --------------------------------------------------------------- */
+
+CLT_API cl_platform_id clt_devices_cl_platform(const clt_devices *devs, int i);
+CLT_API cl_device_id clt_devices_cl_device(const clt_devices *devs, int i);
+CLT_API cl_context clt_context_cl(const clt_context *ctx);
+CLT_API cl_command_queue clt_context_queue(const clt_context *ctx);
+CLT_API cl_device_id clt_context_cl_device(const clt_context *ctx);
+
+/* ---- programs and kernels ------------------------------------------------ */
+
+/* A kernel from one of the library's embedded sources (cl/NAME.cl), built with
+ * the given options ("-DWGS=64"; NULL for none). Programs are cached per
+ * (context, source, options) and kernels per program; the kernel belongs to
+ * the context, do not release it. With CLT_KERNEL_DIR set, sources are read
+ * from that directory instead of the embedded copies. */
+CLT_API int clt_context_kernel(clt_context *ctx, const char *source_name,
+                               const char *kernel_name, const char *options,
+                               cl_kernel *out);
+/* Build a program from the caller's own source text, cached like the
+ * embedded ones under the given name. A build failure is CLT_EBUILD and
+ * clt_last_error() carries the compiler's log. */
+CLT_API int clt_context_build(clt_context *ctx, const char *name, const char *source,
+                              const char *options, cl_program *out);
+/* Names of the embedded kernel sources, NULL-terminated. */
+CLT_API const char *const *clt_kernel_sources(void);
+
+/* Launch a 1-D kernel over n work-items with work-group size at most wgs
+ * (0: the kernel's preferred size), clamped to what the kernel and device
+ * allow; the global size is rounded up, so kernels check their bound. */
+CLT_API int clt_launch_1d(clt_context *ctx, cl_kernel k, size_t n, size_t wgs);
+
+/* ---- buffers --------------------------------------------------------------- */
+
+/* A device buffer of `bytes`. Running out is CLT_EDEVMEM with what was asked
+ * and what the device has. */
+CLT_API int clt_buffer_create(clt_context *ctx, size_t bytes, cl_mem *out);
+CLT_API void clt_buffer_release(cl_mem buf);
+CLT_API size_t clt_buffer_size(cl_mem buf);
+
+/* Pinned (page-locked where the driver can) host memory for staging copies. */
+typedef struct clt_pinned clt_pinned;
+CLT_API int clt_pinned_create(clt_context *ctx, size_t bytes, clt_pinned **out);
+CLT_API void clt_pinned_destroy(clt_pinned *p);
+CLT_API void *clt_pinned_ptr(const clt_pinned *p);
+CLT_API size_t clt_pinned_size(const clt_pinned *p);
+
+/* ---- tensor views -------------------------------------------------------- */
+
+#define CLT_MAX_DIMS 6
+
+/* A view of a flat buffer: (cl_mem, byte offset, shape, dtype), row-major and
+ * contiguous. Views do not own their buffer. */
+typedef struct clt_tensor {
+  cl_mem buf;
+  size_t offset;            /* bytes from the start of buf */
+  clt_dtype dtype;
+  int ndim;
+  int64_t shape[CLT_MAX_DIMS];
+} clt_tensor;
+
+/* Make a view; the shape must be positive and fit inside buf from offset,
+ * and offset must be a multiple of the element size (else CLT_ESHAPE). */
+CLT_API int clt_tensor_view(cl_mem buf, size_t offset, clt_dtype dtype, int ndim,
+                            const int64_t *shape, clt_tensor *out);
+CLT_API int64_t clt_tensor_numel(const clt_tensor *t);
+CLT_API size_t clt_tensor_bytes(const clt_tensor *t);
+/* "(64, 784) f32" into buf. */
+CLT_API const char *clt_tensor_shape_str(const clt_tensor *t, char *buf, size_t len);
+
+/* Copy the whole view from or to host memory; `bytes` must equal the view's
+ * size. Uploads do not wait (the host memory must stay valid until the queue
+ * passes them; use clt_context_finish or a pinned buffer); downloads wait. */
+CLT_API int clt_tensor_upload(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes);
+CLT_API int clt_tensor_download(clt_context *ctx, const clt_tensor *t, void *host, size_t bytes);
+
+/* ---- elementwise kernels and reductions (float32) ------------------------ */
+
+CLT_API int clt_fill(clt_context *ctx, const clt_tensor *x, float value);          /* x = value */
+CLT_API int clt_scale(clt_context *ctx, const clt_tensor *x, float alpha);         /* x *= alpha */
+CLT_API int clt_axpy(clt_context *ctx, float alpha, const clt_tensor *x,
+                     const clt_tensor *y);                                         /* y += alpha x */
+CLT_API int clt_add(clt_context *ctx, const clt_tensor *a, const clt_tensor *b,
+                    const clt_tensor *out);                                        /* out = a + b */
+CLT_API int clt_mul(clt_context *ctx, const clt_tensor *a, const clt_tensor *b,
+                    const clt_tensor *out);                                        /* out = a * b */
+/* Sum and sum of squares, in a fixed order (the same bits every run on a
+ * device), returned to the host. */
+CLT_API int clt_sum(clt_context *ctx, const clt_tensor *x, float *out);
+CLT_API int clt_sumsq(clt_context *ctx, const clt_tensor *x, float *out);
+
+/* ---- GEMM (CLBlast) ------------------------------------------------------- */
+
+typedef enum clt_transpose { CLT_NO_TRANS = 0, CLT_TRANS = 1 } clt_transpose;
+
+/* A row-major matrix operand: element (i, j) is at buf[offset + i*ld + j],
+ * offset and ld counted in floats. */
+typedef struct clt_matrix {
+  cl_mem buf;
+  size_t offset;
+  size_t ld;
+} clt_matrix;
+
+/* C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C. Shapes, leading
+ * dimensions and buffer bounds are checked first (CLT_ESHAPE); a CLBlast
+ * failure is CLT_EBLAS naming the routine and the shapes. */
+CLT_API int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb,
+                      size_t m, size_t n, size_t k, float alpha,
+                      clt_matrix a, clt_matrix b, float beta, clt_matrix c);
+/* `batch` GEMMs of one shape whose operands sit a fixed stride apart (in
+ * floats) in the same buffers: C_i = alpha op(A_i) op(B_i) + beta C_i. */
+CLT_API int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb,
+                              size_t m, size_t n, size_t k, float alpha,
+                              clt_matrix a, size_t a_stride, clt_matrix b, size_t b_stride,
+                              float beta, clt_matrix c, size_t c_stride, size_t batch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLTRAIN_OPENCL_H */

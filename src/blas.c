@@ -1,0 +1,108 @@
+/*
+ * blas.c: the only caller of CLBlast. Row-major SGEMM and strided batched
+ * SGEMM on (cl_mem, offset, ld) operands, with shapes and buffer bounds
+ * checked before CLBlast sees them, and CLBlast failures turned into errors
+ * that name the routine and the shapes.
+ */
+#include "internal.h"
+
+#include <clblast_c.h>
+#include <stdio.h>
+
+static const char *clblast_status_name(CLBlastStatusCode s) {
+  switch (s) {
+  case CLBlastNotImplemented: return "not implemented";
+  case CLBlastInvalidDimension: return "invalid dimension";
+  case CLBlastInvalidLeadDimA: return "leading dimension of A too small";
+  case CLBlastInvalidLeadDimB: return "leading dimension of B too small";
+  case CLBlastInvalidLeadDimC: return "leading dimension of C too small";
+  case CLBlastInsufficientMemoryA: return "buffer of A too small";
+  case CLBlastInsufficientMemoryB: return "buffer of B too small";
+  case CLBlastInsufficientMemoryC: return "buffer of C too small";
+  case CLBlastInsufficientMemoryTemp: return "temporary buffer too small";
+  case CLBlastInvalidBatchCount: return "invalid batch count";
+  case CLBlastInvalidLocalMemUsage: return "not enough local memory on this device";
+  case CLBlastDatabaseError: return "no tuning database entry for this device";
+  case CLBlastUnknownError: return "unknown error";
+  case CLBlastUnexpectedError: return "unexpected error";
+  default: break;
+  }
+  if ((int)s > -1000) return clt__cl_error_name((cl_int)s); /* codes shared with OpenCL */
+  return "CLBlast error";
+}
+
+static int blas_error(clt_context *ctx, CLBlastStatusCode s, const char *routine, size_t m, size_t n, size_t k,
+                      size_t batch) {
+  int status = (s == CLBlastTempBufferAllocFailure || s == CLBlastOpenCLOutOfResources) ? CLT_EDEVMEM : CLT_EBLAS;
+  return clt__error(status, "%s(m=%zu, n=%zu, k=%zu, batch=%zu) on %s (%s) failed: %s (CLBlast status %d)", routine,
+                    m, n, k, batch, ctx->info.name, ctx->info.platform_name, clblast_status_name(s), (int)s);
+}
+
+/* Is operand X, `rows` x `cols` as stored (after deciding transposition),
+ * with `batch` copies `stride` floats apart, inside its buffer? */
+static int check_operand(const char *routine, char name, clt_matrix x, size_t rows, size_t cols, size_t stride,
+                         size_t batch, size_t m, size_t n, size_t k) {
+  if (!x.buf) return clt__error(CLT_EINVAL, "%s: matrix %c has no buffer", routine, name);
+  if (x.ld < cols)
+    return clt__error(CLT_ESHAPE, "%s(m=%zu, n=%zu, k=%zu): matrix %c is stored %zu x %zu, so its leading dimension "
+                      "must be at least %zu, not %zu", routine, m, n, k, name, rows, cols, cols, x.ld);
+  if (rows == 0 || cols == 0) return CLT_OK;
+  size_t last = x.offset + (batch - 1) * stride + (rows - 1) * x.ld + cols; /* one past the last float */
+  size_t have = clt_buffer_size(x.buf) / sizeof(float);
+  if (last > have)
+    return clt__error(CLT_ESHAPE, "%s(m=%zu, n=%zu, k=%zu, batch=%zu): matrix %c (%zu x %zu, offset %zu, ld %zu) "
+                      "reaches float %zu but its buffer holds %zu floats", routine, m, n, k, batch, name, rows, cols,
+                      x.offset, x.ld, last, have);
+  return CLT_OK;
+}
+
+static int check_gemm(const char *routine, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k,
+                      clt_matrix a, size_t as, clt_matrix b, size_t bs, clt_matrix c, size_t cs, size_t batch) {
+  int rc;
+  if ((rc = check_operand(routine, 'A', a, ta ? k : m, ta ? m : k, as, batch, m, n, k)) < 0) return rc;
+  if ((rc = check_operand(routine, 'B', b, tb ? n : k, tb ? k : n, bs, batch, m, n, k)) < 0) return rc;
+  return check_operand(routine, 'C', c, m, n, cs, batch, m, n, k);
+}
+
+static CLBlastTranspose trans(clt_transpose t) { return t == CLT_TRANS ? CLBlastTransposeYes : CLBlastTransposeNo; }
+
+/* C = beta C when k == 0 or alpha == 0 (CLBlast rejects k == 0). */
+static int scale_only(clt_context *ctx, size_t m, size_t n, float beta, clt_matrix c, size_t stride, size_t batch) {
+  int rc = CLT_OK;
+  for (size_t i = 0; i < batch; i++)
+    for (size_t r = 0; r < m; r++) {
+      clt_tensor row;
+      int64_t len = (int64_t)n;
+      CLT_TRY(clt_tensor_view(c.buf, (c.offset + i * stride + r * c.ld) * sizeof(float), CLT_F32, 1, &len, &row));
+      CLT_TRY(beta == 0.0f ? clt_fill(ctx, &row, 0.0f) : clt_scale(ctx, &row, beta));
+    }
+fail:
+  return rc;
+}
+
+int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
+              clt_matrix a, clt_matrix b, float beta, clt_matrix c) {
+  int rc = check_gemm("sgemm", ta, tb, m, n, k, a, 0, b, 0, c, 0, 1);
+  if (rc < 0) return rc;
+  if (m == 0 || n == 0) return CLT_OK;
+  if (k == 0) return scale_only(ctx, m, n, beta, c, 0, 1);
+  CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, trans(ta), trans(tb), m, n, k, alpha, a.buf, a.offset,
+                                     a.ld, b.buf, b.offset, b.ld, beta, c.buf, c.offset, c.ld, &ctx->queue, NULL);
+  if (s != CLBlastSuccess) return blas_error(ctx, s, "CLBlastSgemm", m, n, k, 1);
+  return CLT_OK;
+}
+
+int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k,
+                      float alpha, clt_matrix a, size_t a_stride, clt_matrix b, size_t b_stride, float beta,
+                      clt_matrix c, size_t c_stride, size_t batch) {
+  if (batch == 0) return CLT_OK;
+  int rc = check_gemm("sgemm_batched", ta, tb, m, n, k, a, a_stride, b, b_stride, c, c_stride, batch);
+  if (rc < 0) return rc;
+  if (m == 0 || n == 0) return CLT_OK;
+  if (k == 0) return scale_only(ctx, m, n, beta, c, c_stride, batch);
+  CLBlastStatusCode s = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, trans(ta), trans(tb), m, n, k, alpha, a.buf,
+                                                   a.offset, a.ld, a_stride, b.buf, b.offset, b.ld, b_stride, beta,
+                                                   c.buf, c.offset, c.ld, c_stride, batch, &ctx->queue, NULL);
+  if (s != CLBlastSuccess) return blas_error(ctx, s, "CLBlastSgemmStridedBatched", m, n, k, batch);
+  return CLT_OK;
+}

@@ -1,0 +1,30 @@
+/*
+ * cli.h: what the cltrain tool's commands share. The tool is a thin shell
+ * over the public API: it parses options, calls the library and decides how
+ * to die.
+ */
+#ifndef CLT_CLI_H
+#define CLT_CLI_H
+
+#include <cltrain.h>
+
+/* Exit codes of the cltrain tool. */
+enum {
+  CLI_EXIT_OK = 0,
+  CLI_EXIT_ERROR = 1,     /* the operation failed */
+  CLI_EXIT_USAGE = 2,     /* bad command line */
+  CLI_EXIT_NODEVICE = 3,  /* no OpenCL platform or device, or the spec matched none */
+  CLI_EXIT_CHECK = 4      /* a self-check found wrong results */
+};
+
+/* Print "cltrain: <what>: <library detail>" to stderr and give the exit
+ * code that fits the status. */
+int cli_fail(int status, const char *what);
+
+/* Discover devices and apply the spec (NULL: CLT_DEVICES, else all). */
+int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
+
+int cmd_devices(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * main.c: the cltrain tool's entry point: dispatch to a command.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "usage: cltrain COMMAND [OPTIONS]\n"
+          "\n"
+          "Portable multi-vendor GPU training runtime (OpenCL + MPI).\n"
+          "\n"
+          "commands:\n"
+          "  devices      list every OpenCL device (--json for machines)\n"
+          "  bench gemm   check GEMM and the elementwise kernels against plain C,\n"
+          "               then measure GEMM throughput on each selected device\n"
+          "  version      print the version\n"
+          "  help         this text\n"
+          "\n"
+          "'cltrain COMMAND --help' shows a command's options.\n"
+          "\n"
+          "environment:\n"
+          "  CLT_DEVICES      default device spec (all, gpu, cpu, pocl, rusticl:0, 0:1, ...)\n"
+          "  CLT_LOG_LEVEL    none|error|warn|info|debug|trace (default warn)\n"
+          "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n");
+}
+
+int cli_fail(int status, const char *what) {
+  const char *detail = clt_last_error();
+  fprintf(stderr, "cltrain: %s: %s\n", what, detail && *detail ? detail : clt_strerror(status));
+  switch (status) {
+  case CLT_ENOICD:
+  case CLT_ENODEV:
+  case CLT_ENOMATCH:
+    return CLI_EXIT_NODEVICE;
+  case CLT_EINVAL:
+    return CLI_EXIT_USAGE;
+  default:
+    return CLI_EXIT_ERROR;
+  }
+}
+
+int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel) {
+  int rc;
+  *sel = NULL;
+  if ((rc = clt_devices_discover(all)) < 0) return cli_fail(rc, "device discovery");
+  if (clt_devices_count(*all) == 0) {
+    fprintf(stderr, "cltrain: no OpenCL device found: the installed platforms list no devices "
+                    "(for rusticl set RUSTICL_ENABLE=llvmpipe or your GPU driver's name)\n");
+    return CLI_EXIT_NODEVICE;
+  }
+  if ((rc = clt_devices_select(*all, spec, sel)) < 0) return cli_fail(rc, "--devices");
+  return CLI_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
+  if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("cltrain %s\n", clt_version());
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  fprintf(stderr, "cltrain: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,119 @@
+/*
+ * internal.h: what the library's sources share and users never see: error
+ * recording, the check macros used at every boundary, and the layouts of the
+ * opaque objects.
+ */
+#ifndef CLT_INTERNAL_H
+#define CLT_INTERNAL_H
+
+#include "config.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cltrain.h>
+#include <cltrain/opencl.h>
+
+#if defined(__GNUC__)
+#  define CLT__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#  define CLT__PRINTF(a, b)
+#endif
+
+/* ---- errors --------------------------------------------------------------- */
+
+/* Record this thread's last error (printf-style detail) and return status,
+ * so callers write `return clt__error(CLT_EINVAL, "...", ...)`. */
+int clt__error(int status, const char *fmt, ...) CLT__PRINTF(2, 3);
+/* Put context in front of the current detail: "while X: <old detail>". */
+int clt__error_prefix(int status, const char *fmt, ...) CLT__PRINTF(2, 3);
+/* "CL_OUT_OF_RESOURCES" for an OpenCL error code. */
+const char *clt__cl_error_name(cl_int err);
+/* Map an OpenCL error to our status (allocation failures to CLT_EDEVMEM). */
+int clt__cl_status(cl_int err);
+
+/* Check an OpenCL call: record the expression, the decoded code and
+ * file:line, set `rc` and jump to the function's single `fail` label. */
+#define CLT_CL_TRY(expr)                                                        \
+  do {                                                                          \
+    cl_int clt__e = (expr);                                                     \
+    if (clt__e != CL_SUCCESS) {                                                 \
+      rc = clt__error(clt__cl_status(clt__e), "%s failed with %s (%d) at %s:%d", \
+                      #expr, clt__cl_error_name(clt__e), (int)clt__e,           \
+                      __FILE__, __LINE__);                                      \
+      goto fail;                                                                \
+    }                                                                           \
+  } while (0)
+
+/* Check one of our own calls: keep its detail, set rc, jump to fail. */
+#define CLT_TRY(expr)                                                           \
+  do {                                                                          \
+    rc = (expr);                                                                \
+    if (rc < 0) goto fail;                                                      \
+  } while (0)
+
+/* ---- logging -------------------------------------------------------------- */
+
+void clt__log(clt_log_level level, const char *fmt, ...) CLT__PRINTF(2, 3);
+
+/* Clamp a wanted work-group size to a power of two the kernel and device allow. */
+size_t clt__clamp_wgs(clt_context *ctx, cl_kernel k, size_t want);
+
+/* ---- small helpers -------------------------------------------------------- */
+
+void *clt__calloc(size_t n, size_t size);  /* records CLT_ENOMEM on failure */
+char *clt__strdup(const char *s);          /* likewise */
+/* Copy with truncation, always NUL-terminated. */
+void clt__strlcpy(char *dst, const char *src, size_t size);
+/* Case-insensitive substring test. */
+int clt__contains_nocase(const char *haystack, const char *needle);
+/* "1.5 GiB" into buf. */
+const char *clt__fmt_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* ---- object layouts ------------------------------------------------------- */
+
+struct clt_device_entry {
+  clt_device_info info;
+  cl_platform_id platform;
+  cl_device_id device;
+};
+
+struct clt_devices {
+  int count;
+  struct clt_device_entry *entries;
+};
+
+/* One cached program: (source name, options) -> program, with its kernels. */
+struct clt_program_entry {
+  char *source_name;
+  char *options;
+  cl_program program;
+  struct clt_kernel_entry *kernels;
+  struct clt_program_entry *next;
+};
+
+struct clt_kernel_entry {
+  char *name;
+  cl_kernel kernel;
+  struct clt_kernel_entry *next;
+};
+
+struct clt_context {
+  clt_device_info info;
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context context;
+  cl_command_queue queue;
+  struct clt_program_entry *programs;
+  cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
+};
+
+/* The embedded kernel sources (generated from cl/ at build time). */
+struct clt_kernel_source {
+  const char *name;
+  const char *text;
+};
+extern const struct clt_kernel_source clt__kernel_sources[];
+extern const char *const clt__kernel_source_names[];
+
+#endif /* CLT_INTERNAL_H */

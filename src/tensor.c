@@ -1,0 +1,83 @@
+/*
+ * tensor.c: tensor views (cl_mem, byte offset, shape, dtype) over flat
+ * buffers, with bounds checked once when the view is made, and host uploads
+ * and downloads.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int64_t clt_tensor_numel(const clt_tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+size_t clt_tensor_bytes(const clt_tensor *t) { return (size_t)clt_tensor_numel(t) * clt_dtype_size(t->dtype); }
+
+const char *clt_tensor_shape_str(const clt_tensor *t, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "(");
+  for (int i = 0; i < t->ndim && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+  if (used < len) snprintf(buf + used, len - used, ") %s", clt_dtype_name(t->dtype));
+  return buf;
+}
+
+int clt_tensor_view(cl_mem buf, size_t offset, clt_dtype dtype, int ndim, const int64_t *shape,
+                    clt_tensor *out) {
+  memset(out, 0, sizeof *out);
+  if (!buf) return clt__error(CLT_EINVAL, "tensor view: no buffer given");
+  if (ndim < 1 || ndim > CLT_MAX_DIMS)
+    return clt__error(CLT_ESHAPE, "tensor view: %d dimensions (1 to %d are allowed)", ndim, CLT_MAX_DIMS);
+  size_t esize = clt_dtype_size(dtype);
+  if (esize == 0) return clt__error(CLT_EINVAL, "tensor view: unknown dtype %d", (int)dtype);
+  out->buf = buf;
+  out->offset = offset;
+  out->dtype = dtype;
+  out->ndim = ndim;
+  for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
+
+  char s[128];
+  int64_t numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] <= 0 || numel > INT64_MAX / shape[i])
+      return clt__error(CLT_ESHAPE, "tensor view %s: dimension %d is %lld; dimensions must be positive",
+                        clt_tensor_shape_str(out, s, sizeof s), i, (long long)shape[i]);
+    numel *= shape[i];
+  }
+  if (offset % esize)
+    return clt__error(CLT_ESHAPE, "tensor view %s: byte offset %zu is not a multiple of the element size %zu",
+                      clt_tensor_shape_str(out, s, sizeof s), offset, esize);
+  size_t size = clt_buffer_size(buf);
+  if ((uint64_t)numel > (size / esize) || offset > size - (size_t)numel * esize)
+    return clt__error(CLT_ESHAPE, "tensor view %s at byte offset %zu needs %llu bytes but the buffer holds %zu",
+                      clt_tensor_shape_str(out, s, sizeof s), offset,
+                      (unsigned long long)(offset + (uint64_t)numel * esize), size);
+  return CLT_OK;
+}
+
+static int check_host_size(const clt_tensor *t, size_t bytes, const char *what) {
+  if (bytes == clt_tensor_bytes(t)) return CLT_OK;
+  char s[128];
+  return clt__error(CLT_ESHAPE, "%s of tensor %s: %zu host bytes given, the tensor holds %zu", what,
+                    clt_tensor_shape_str(t, s, sizeof s), bytes, clt_tensor_bytes(t));
+}
+
+int clt_tensor_upload(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes) {
+  int rc = CLT_OK;
+  CLT_TRY(check_host_size(t, bytes, "upload"));
+  CLT_CL_TRY(clEnqueueWriteBuffer(ctx->queue, t->buf, CL_FALSE, t->offset, bytes, host, 0, NULL, NULL));
+  return CLT_OK;
+fail:
+  return rc;
+}
+
+int clt_tensor_download(clt_context *ctx, const clt_tensor *t, void *host, size_t bytes) {
+  int rc = CLT_OK;
+  CLT_TRY(check_host_size(t, bytes, "download"));
+  CLT_CL_TRY(clEnqueueReadBuffer(ctx->queue, t->buf, CL_TRUE, t->offset, bytes, host, 0, NULL, NULL));
+  return CLT_OK;
+fail:
+  return rc;
+}

@@ -1,0 +1,64 @@
+#!/bin/sh
+# cli.sh: the cltrain tool as a user meets it: the device table and JSON, a
+# spec that matches nothing, bad flags and commands, and the GEMM self-check.
+# Exits 77 (skipped) when no OpenCL device exists.
+CLTRAIN=${CLTRAIN:-./cltrain}
+fail=0
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+
+# expect CODE DESCRIPTION -- ARGS: run cltrain and check its exit code.
+expect() {
+  want=$1 what=$2
+  shift 3
+  "$CLTRAIN" "$@" >"$out" 2>"$err"
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: $what: 'cltrain $*' exited $got, expected $want"
+    sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
+    fail=1
+    return 1
+  fi
+  echo "ok: $what"
+}
+
+# has FILE PATTERN DESCRIPTION
+has() {
+  if ! grep -q -- "$2" "$1"; then
+    echo "FAIL: $3: no '$2' in:"; sed 's/^/  /' "$1"; fail=1
+  fi
+}
+
+"$CLTRAIN" devices >"$out" 2>"$err"
+case $? in
+  3) echo "SKIP: no OpenCL device: $(cat "$err")"; exit 77 ;;
+esac
+
+expect 0 "devices table" -- devices
+has "$out" "P:D" "devices table header"
+if [ -f /etc/OpenCL/vendors/pocl.icd ]; then has "$out" "Portable Computing" "PoCL is listed"; fi
+if [ -f /etc/OpenCL/vendors/rusticl.icd ] && [ -n "$RUSTICL_ENABLE" ]; then has "$out" "rusticl" "rusticl is listed"; fi
+expect 0 "devices --json" -- devices --json
+has "$out" '"devices"' "JSON devices key"
+has "$out" '"max_work_group_size"' "JSON properties"
+expect 0 "devices --devices 0:0" -- devices --devices 0:0
+expect 3 "a spec that matches nothing" -- devices --devices no-such-vendor
+has "$err" "no-such-vendor" "the bad term is named"
+has "$err" "devices that exist" "what exists is listed"
+CLT_DEVICES=no-such-vendor "$CLTRAIN" devices >"$out" 2>"$err"
+[ $? -eq 3 ] && echo "ok: CLT_DEVICES is read" || { echo "FAIL: CLT_DEVICES=no-such-vendor did not exit 3"; fail=1; }
+expect 2 "a malformed spec" -- devices --devices pocl:x
+has "$err" "pocl:x" "the malformed term is named"
+expect 2 "an unknown option" -- devices --frobnicate
+expect 2 "an unknown command" -- frobnicate
+has "$err" "unknown command 'frobnicate'" "unknown command named"
+expect 2 "no command" --
+expect 0 "help" -- --help
+expect 0 "version" -- version
+expect 2 "bad --size" -- bench gemm --size 0
+has "$err" "--size" "the bad option is named"
+expect 2 "unknown benchmark" -- bench frobnicate
+expect 0 "GEMM self-check on the first device" -- bench gemm --devices 0 --check-only
+has "$out" " ok " "self-check passes"
+
+exit $fail
