@@ -43,10 +43,10 @@ static int blas_error(clt_context *ctx, CLBlastStatusCode s, const char *routine
 static int check_operand(const char *routine, char name, clt_matrix x, size_t rows, size_t cols, size_t stride,
                          size_t batch, size_t m, size_t n, size_t k) {
   if (!x.buf) return clt__error(CLT_EINVAL, "%s: matrix %c has no buffer", routine, name);
+  if (rows == 0 || cols == 0) return CLT_OK; /* an empty operand is never read */
   if (x.ld < cols)
     return clt__error(CLT_ESHAPE, "%s(m=%zu, n=%zu, k=%zu): matrix %c is stored %zu x %zu, so its leading dimension "
                       "must be at least %zu, not %zu", routine, m, n, k, name, rows, cols, cols, x.ld);
-  if (rows == 0 || cols == 0) return CLT_OK;
   size_t last = x.offset + (batch - 1) * stride + (rows - 1) * x.ld + cols; /* one past the last float */
   size_t have = clt_buffer_size(x.buf) / sizeof(float);
   if (last > have)

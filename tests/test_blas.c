@@ -1,0 +1,126 @@
+/*
+ * test_blas.c: SGEMM and strided batched SGEMM through CLBlast against the
+ * plain-C reference on every device: all four transpose cases, offsets,
+ * padded leading dimensions, odd shapes, k = 0, and the shape checks.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* (m, n, k, offset in floats) */
+static const size_t shapes[][4] = {{1, 1, 1, 0}, {3, 5, 7, 1}, {16, 16, 16, 0}, {33, 17, 65, 9}, {70, 129, 31, 3}};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+/* Float32 accumulation of k products of values in [-1, 1) errs by about
+ * k * 2^-24 relative to the sum of |products| (<= k); with k <= 129 that is
+ * < 1e-5, while a wrong index or transpose gives errors of order 1. */
+#define GEMM_TOL 1e-5
+
+static void run_case(clt_context *ctx, int ta, int tb, size_t m, size_t n, size_t k, size_t off, size_t batch) {
+  size_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 1;
+  size_t sa = (ta ? k : m) * lda + 1, sb = (tb ? n : k) * ldb + 2, sc = m * ldc + 3; /* strides between batches */
+  size_t na = off + batch * sa, nb = off + batch * sb, nc = off + batch * sc;
+  float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *want = malloc(nc * 4);
+  ref_random(a, na, (unsigned)(m + 3 * n + 7 * k));
+  ref_random(b, nb, (unsigned)(2 * m + n + k));
+  ref_random(c, nc, (unsigned)(m + n + 5 * k));
+  memcpy(want, c, nc * 4);
+  cl_mem da = tu_buffer(ctx, a, na), db = tu_buffer(ctx, b, nb), dc = tu_buffer(ctx, c, nc);
+  clt_matrix ma = {da, off, lda}, mb = {db, off, ldb}, mc = {dc, off, ldc};
+  int rc = batch == 1 ? clt_sgemm(ctx, ta, tb, m, n, k, 1.5f, ma, mb, -0.5f, mc)
+                      : clt_sgemm_batched(ctx, ta, tb, m, n, k, 1.5f, ma, sa, mb, sb, -0.5f, mc, sc, batch);
+  ck_assert_msg(rc == 0, "%s", clt_last_error());
+  tu_read(ctx, dc, 0, c, nc);
+  for (size_t i = 0; i < batch; i++)
+    ref_sgemm(ta, tb, m, n, k, 1.5f, a + off + i * sa, lda, b + off + i * sb, ldb, -0.5f, want + off + i * sc, ldc);
+  double err = ref_max_rel_error(c, want, nc); /* padding between rows must be untouched: compared too */
+  ck_assert_msg(err <= GEMM_TOL, "sgemm%s ta=%d tb=%d m=%zu n=%zu k=%zu off=%zu on %s: error %g",
+                batch > 1 ? "_batched" : "", ta, tb, m, n, k, off, tu_name(ctx), err);
+  clt_buffer_release(da), clt_buffer_release(db), clt_buffer_release(dc);
+  free(a), free(b), free(c), free(want);
+}
+
+START_TEST(sgemm_matches_plain_c) {
+  for (int d = 0; d < tu_ndev; d++)
+    for (size_t s = 0; s < NSHAPES; s++)
+      for (int t = 0; t < 4; t++) run_case(tu_ctx[d], t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 1);
+}
+END_TEST
+
+START_TEST(batched_sgemm_matches_plain_c) {
+  for (int d = 0; d < tu_ndev; d++)
+    for (int t = 0; t < 4; t++) {
+      run_case(tu_ctx[d], t & 1, t >> 1, 9, 14, 25, 2, 3);
+      run_case(tu_ctx[d], t & 1, t >> 1, 32, 8, 16, 0, 5);
+    }
+}
+END_TEST
+
+START_TEST(k_zero_scales_c) {
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_context *ctx = tu_ctx[d];
+    float c[12];
+    for (int i = 0; i < 12; i++) c[i] = (float)i;
+    cl_mem da = tu_buffer(ctx, c, 12), dc = tu_buffer(ctx, c, 12);
+    clt_matrix ma = {da, 0, 1}, mc = {dc, 0, 4};
+    ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 3, 4, 0, 1.0f, ma, ma, 2.0f, mc), 0);
+    tu_read(ctx, dc, 0, c, 12);
+    for (int i = 0; i < 12; i++) ck_assert_float_eq(c[i], 2.0f * i);
+    ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 3, 4, 0, 1.0f, ma, ma, 0.0f, mc), 0);
+    tu_read(ctx, dc, 0, c, 12);
+    for (int i = 0; i < 12; i++) ck_assert_float_eq(c[i], 0.0f);
+    clt_matrix mb = {da, 0, 4}; /* B (3, 4) is read by nobody when m = 0 */
+    ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 0, 4, 3, 1.0f, ma, mb, 0.0f, mc), 0);
+    clt_buffer_release(da), clt_buffer_release(dc);
+  }
+}
+END_TEST
+
+START_TEST(bad_shapes_are_named) {
+  clt_context *ctx = tu_ctx[0];
+  cl_mem buf = tu_buffer(ctx, NULL, 100);
+  clt_matrix a = {buf, 0, 10}, b = {buf, 0, 10}, c = {buf, 0, 10};
+
+  clt_matrix narrow = {buf, 0, 4}; /* A is 10 x 8 but ld 4 */
+  ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 10, 10, 8, 1, narrow, b, 0, c), CLT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "matrix A"));
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "leading dimension"));
+
+  ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 11, 10, 10, 1, a, b, 0, c), CLT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "m=11, n=10, k=10"));
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "buffer holds 100 floats"));
+
+  clt_matrix shifted = {buf, 1, 10};
+  ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 10, 10, 10, 1, a, b, 0, shifted), CLT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "matrix C"));
+
+  /* Transposed B of shape (n, k) = (12, 5) needs ld >= 5 and 12 rows. */
+  clt_matrix bt = {buf, 0, 5}, c21 = {buf, 0, 21};
+  ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, 2, 12, 5, 1, a, bt, 0, c21), 0);
+  ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, 2, 21, 5, 1, a, bt, 0, c21), CLT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "matrix B"));
+
+  ck_assert_int_eq(clt_sgemm_batched(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 5, 5, 5, 1, a, 50, b, 50, 0, c, 50, 3),
+                   CLT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "batch=3"));
+  clt_matrix none = {NULL, 0, 10};
+  ck_assert_int_eq(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, 2, 2, 2, 1, none, b, 0, c), CLT_EINVAL);
+  clt_buffer_release(buf);
+}
+END_TEST
+
+int main(void) {
+  int rc = tu_setup();
+  if (rc) return rc;
+  Suite *s = suite_create("blas");
+  TCase *tc = tcase_create("blas");
+  tcase_add_test(tc, sgemm_matches_plain_c);
+  tcase_add_test(tc, batched_sgemm_matches_plain_c);
+  tcase_add_test(tc, k_zero_scales_c);
+  tcase_add_test(tc, bad_shapes_are_named);
+  suite_add_tcase(s, tc);
+  rc = tu_run(s);
+  tu_teardown();
+  return rc;
+}
