@@ -191,6 +191,71 @@ CLT_API const clt_device_info *clt_context_device(const clt_context *ctx);
 /* Wait for everything queued on the context's queue. */
 CLT_API int clt_context_finish(clt_context *ctx);
 
+
+/* ---- models ---------------------------------------------------------------- */
+
+/* A model as its spec file describes it: layers, shapes, parameter layout.
+ * Host only; training makes the device replicas. Immutable once made, so it
+ * may be shared between threads. */
+typedef struct clt_model clt_model;
+
+/* Read a model spec file (one layer per line, '#' comments; see README).
+ * Mistakes are CLT_EFORMAT with "file:line:col: what" and the offending text. */
+CLT_API int clt_model_load(const char *path, clt_model **out);
+/* The same from text; name is used in messages. */
+CLT_API int clt_model_parse(const char *text, const char *name, clt_model **out);
+CLT_API void clt_model_destroy(clt_model *m);
+CLT_API int clt_model_layer_count(const clt_model *m);   /* the input line included */
+CLT_API int64_t clt_model_param_count(const clt_model *m);
+CLT_API int64_t clt_model_input_size(const clt_model *m); /* floats per sample */
+CLT_API int clt_model_num_classes(const clt_model *m);
+CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written */
+/* A table of layers, output shapes and parameter counts (malloc'd; free it). */
+CLT_API int clt_model_summary(const clt_model *m, char **out);
+
+/* ---- optimizers and learning-rate schedules ------------------------------- */
+
+typedef enum clt_optimizer_kind { CLT_OPT_SGD = 0, CLT_OPT_ADAM = 1, CLT_OPT_ADAMW = 2 } clt_optimizer_kind;
+
+typedef struct clt_optimizer_config {
+  clt_optimizer_kind kind;
+  float momentum;      /* SGD; 0 for none */
+  int nesterov;        /* SGD with momentum */
+  float weight_decay;  /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
+  float beta1, beta2;  /* Adam/AdamW (0.9, 0.999) */
+  float eps;           /* Adam/AdamW (1e-8) */
+} clt_optimizer_config;
+
+/* Defaults for a kind: SGD momentum 0.9, Adam betas (0.9, 0.999), eps 1e-8,
+ * weight decay 0 (AdamW 0.01). */
+CLT_API void clt_optimizer_defaults(clt_optimizer_kind kind, clt_optimizer_config *cfg);
+/* "sgd", "adam", "adamw" -> kind; CLT_EINVAL naming the text otherwise. */
+CLT_API int clt_optimizer_parse(const char *text, clt_optimizer_kind *out);
+CLT_API const char *clt_optimizer_name(clt_optimizer_kind kind);
+/* Floats of optimizer state per parameter: SGD 1 (0 without momentum), Adam 2. */
+CLT_API int clt_optimizer_state_per_param(const clt_optimizer_config *cfg);
+
+typedef enum clt_schedule_kind {
+  CLT_SCHED_CONSTANT = 0,
+  CLT_SCHED_STEP = 1,    /* lr * gamma^(floor(step / step_size)) */
+  CLT_SCHED_COSINE = 2   /* from lr down to min_lr over total_steps */
+} clt_schedule_kind;
+
+typedef struct clt_schedule {
+  clt_schedule_kind kind;
+  float lr;              /* base learning rate */
+  int64_t warmup_steps;  /* linear warm-up from lr/warmup to lr, then the schedule */
+  int64_t total_steps;   /* cosine: length of the whole run, warm-up included */
+  int64_t step_size;     /* step: steps between decays */
+  float gamma;           /* step: decay factor */
+  float min_lr;          /* cosine: final learning rate */
+} clt_schedule;
+
+CLT_API int clt_schedule_parse(const char *text, clt_schedule_kind *out);
+CLT_API const char *clt_schedule_name(clt_schedule_kind kind);
+/* The learning rate for 0-based optimizer step `step`. */
+CLT_API float clt_schedule_lr(const clt_schedule *s, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif

@@ -64,13 +64,21 @@ static int check_host_size(const clt_tensor *t, size_t bytes, const char *what) 
                     clt_tensor_shape_str(t, s, sizeof s), bytes, clt_tensor_bytes(t));
 }
 
-int clt_tensor_upload(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes) {
+static int upload(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes, cl_bool blocking) {
   int rc = CLT_OK;
   CLT_TRY(check_host_size(t, bytes, "upload"));
-  CLT_CL_TRY(clEnqueueWriteBuffer(ctx->queue, t->buf, CL_FALSE, t->offset, bytes, host, 0, NULL, NULL));
+  CLT_CL_TRY(clEnqueueWriteBuffer(ctx->queue, t->buf, blocking, t->offset, bytes, host, 0, NULL, NULL));
   return CLT_OK;
 fail:
   return rc;
+}
+
+int clt_tensor_upload(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes) {
+  return upload(ctx, t, host, bytes, CL_TRUE);
+}
+
+int clt_tensor_upload_async(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes) {
+  return upload(ctx, t, host, bytes, CL_FALSE);
 }
 
 int clt_tensor_download(clt_context *ctx, const clt_tensor *t, void *host, size_t bytes) {

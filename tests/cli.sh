@@ -3,6 +3,7 @@
 # spec that matches nothing, bad flags and commands, and the GEMM self-check.
 # Exits 77 (skipped) when no OpenCL device exists.
 CLTRAIN=${CLTRAIN:-./cltrain}
+srcdir=${srcdir:-.}
 fail=0
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
@@ -60,5 +61,17 @@ has "$err" "--size" "the bad option is named"
 expect 2 "unknown benchmark" -- bench frobnicate
 expect 0 "GEMM self-check on the first device" -- bench gemm --devices 0 --check-only
 has "$out" " ok " "self-check passes"
+
+# Model specs: the summary, and a mistake located as file:line:col.
+expect 0 "summary of the CNN example" -- summary "$srcdir/examples/fashion_cnn.model"
+has "$out" "(64, 7, 7)" "summary shows shapes"
+has "$out" "total parameters: 421642" "summary counts parameters"
+bad=$(mktemp)
+printf 'input 784\nlinear 10 bais=false\n' >"$bad"
+expect 1 "a model spec with a typo" -- summary "$bad"
+has "$err" "$bad:2:11: unknown option 'bais'" "the typo is located"
+rm -f "$bad"
+expect 1 "a missing model spec" -- summary /nonexistent.model
+has "$err" "/nonexistent.model" "the missing file is named"
 
 exit $fail

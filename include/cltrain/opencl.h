@@ -91,9 +91,12 @@ CLT_API size_t clt_tensor_bytes(const clt_tensor *t);
 CLT_API const char *clt_tensor_shape_str(const clt_tensor *t, char *buf, size_t len);
 
 /* Copy the whole view from or to host memory; `bytes` must equal the view's
- * size. Uploads do not wait (the host memory must stay valid until the queue
- * passes them; use clt_context_finish or a pinned buffer); downloads wait. */
+ * size. Both return when the host memory may be reused. */
 CLT_API int clt_tensor_upload(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes);
+/* The same without waiting: the host memory (best a clt_pinned buffer) must
+ * stay untouched until the queue has passed the copy (clt_context_finish, or
+ * a later blocking call on the same context). */
+CLT_API int clt_tensor_upload_async(clt_context *ctx, const clt_tensor *t, const void *host, size_t bytes);
 CLT_API int clt_tensor_download(clt_context *ctx, const clt_tensor *t, void *host, size_t bytes);
 
 /* ---- elementwise kernels and reductions (float32) ------------------------ */
@@ -135,6 +138,19 @@ CLT_API int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose 
                               size_t m, size_t n, size_t k, float alpha,
                               clt_matrix a, size_t a_stride, clt_matrix b, size_t b_stride,
                               float beta, clt_matrix c, size_t c_stride, size_t batch);
+
+
+/* ---- optimizer step -------------------------------------------------------- */
+
+/* One fused optimizer step over n parameters: grads are first multiplied by
+ * grad_scale (1/global batch times the clipping factor), then weight decay
+ * and the update are applied. `state` holds clt_optimizer_state_per_param(cfg)
+ * x n floats (zero at the start of training); `t` is the 1-based step number
+ * (Adam's bias correction; Adam keeps m in the first n state floats and v
+ * in the next n). All three tensors are f32 views of n (or k*n) elements. */
+CLT_API int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
+                               float grad_scale, const clt_tensor *params, const clt_tensor *grads,
+                               const clt_tensor *state);
 
 #ifdef __cplusplus
 }

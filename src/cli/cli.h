@@ -26,5 +26,6 @@ int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 
 int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static void usage(FILE *to) {
           "  devices      list every OpenCL device (--json for machines)\n"
           "  bench gemm   check GEMM and the elementwise kernels against plain C,\n"
           "               then measure GEMM throughput on each selected device\n"
+          "  summary      show a model spec's layers, shapes and parameter counts\n"
           "  version      print the version\n"
           "  help         this text\n"
           "\n"
@@ -65,6 +66,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 1, argv + 1);
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
     printf("cltrain %s\n", clt_version());
     return CLI_EXIT_OK;

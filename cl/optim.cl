@@ -1,0 +1,57 @@
+// optim.cl: fused optimizer steps over the whole parameter arena.
+//
+// Every kernel first forms g = grad * gscale, where gscale folds the
+// division by the global batch size and the gradient-clipping factor into
+// one multiply, then applies weight decay and the update in one pass over
+// parameters, gradients and state.
+
+// SGD with momentum mu (PyTorch semantics, no dampening):
+//   g += wd * p;  buf = mu * buf + g;  g = nesterov ? g + mu * buf : buf;  p -= lr * g
+// With mu == 0 the momentum buffer is neither read nor written.
+// p, grad and buf start at element offsets poff, goff and boff.
+__kernel void sgd_step(__global float *p, const ulong poff, __global const float *grad, const ulong goff,
+                       __global float *buf, const ulong boff, const ulong n, const float lr, const float gscale,
+                       const float mu, const float wd, const int nesterov) {
+  size_t i = get_global_id(0);
+  if (i >= n) return;
+  p += poff;
+  grad += goff;
+  buf += boff;
+  float w = p[i];
+  float g = mad(wd, w, grad[i] * gscale);
+  if (mu != 0.0f) {
+    float b = mad(mu, buf[i], g);
+    buf[i] = b;
+    g = nesterov ? mad(mu, b, g) : b;
+  }
+  p[i] = w - lr * g;
+}
+
+// Adam (decoupled == 0: L2 weight decay added to the gradient) and AdamW
+// (decoupled == 1: p -= lr * wd * p before the update). bc1 = 1 - beta1^t and
+// bc2 = 1 - beta2^t are the bias corrections, computed on the host in double.
+// The state holds m in its first n floats and v in the next n.
+__kernel void adam_step(__global float *p, const ulong poff, __global const float *grad, const ulong goff,
+                        __global float *state, const ulong soff, const ulong n, const float lr, const float gscale,
+                        const float beta1, const float beta2, const float eps, const float wd, const int decoupled,
+                        const float bc1, const float bc2) {
+  size_t i = get_global_id(0);
+  if (i >= n) return;
+  p += poff;
+  grad += goff;
+  __global float *m = state + soff;
+  __global float *v = m + n;
+  float w = p[i];
+  float g = grad[i] * gscale;
+  if (decoupled)
+    w -= lr * wd * w;
+  else
+    g = mad(wd, w, g);
+  float mi = mad(beta1, m[i], (1.0f - beta1) * g);
+  float vi = mad(beta2, v[i], (1.0f - beta2) * g * g);
+  m[i] = mi;
+  v[i] = vi;
+  float mhat = mi / bc1;
+  float vhat = vi / bc2;
+  p[i] = w - lr * mhat / (sqrt(vhat) + eps);
+}

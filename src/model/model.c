@@ -1,0 +1,102 @@
+/*
+ * model.c: the public model object: a parsed spec with its shapes and
+ * parameter layout, loading from a file, and the summary table.
+ */
+#include "internal.h"
+#include "model/model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Model spec files are small; anything this big is not one. */
+#define MAX_SPEC_BYTES (1 << 20)
+
+int clt_model_parse(const char *text, const char *name, clt_model **out) {
+  clt_model *m = clt__calloc(1, sizeof *m);
+  *out = NULL;
+  if (!m) return CLT_ENOMEM;
+  int rc = clt__spec_parse(text, name, &m->spec);
+  if (rc < 0) {
+    free(m);
+    return rc;
+  }
+  *out = m;
+  return CLT_OK;
+}
+
+int clt_model_load(const char *path, clt_model **out) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return clt__error(errno == ENOENT ? CLT_ENOTFOUND : CLT_EIO, "model spec %s: %s", path, strerror(errno));
+  char *buf = clt__calloc(1, MAX_SPEC_BYTES + 1);
+  if (!buf) {
+    fclose(f);
+    return CLT_ENOMEM;
+  }
+  size_t len = fread(buf, 1, MAX_SPEC_BYTES + 1, f);
+  int bad = ferror(f);
+  fclose(f);
+  int rc;
+  if (bad)
+    rc = clt__error(CLT_EIO, "model spec %s: read error", path);
+  else if (len > MAX_SPEC_BYTES)
+    rc = clt__error(CLT_EFORMAT, "model spec %s: larger than %d bytes; is it really a model spec?", path,
+                    MAX_SPEC_BYTES);
+  else if (memchr(buf, '\0', len))
+    rc = clt__error(CLT_EFORMAT, "model spec %s: contains NUL bytes; is it really a model spec?", path);
+  else
+    rc = clt_model_parse(buf, path, out);
+  free(buf);
+  return rc;
+}
+
+void clt_model_destroy(clt_model *m) {
+  if (!m) return;
+  clt__spec_destroy(m->spec);
+  free(m);
+}
+
+int clt_model_layer_count(const clt_model *m) { return m->spec->nlayers; }
+int64_t clt_model_param_count(const clt_model *m) { return m->spec->param_count; }
+int64_t clt_model_input_size(const clt_model *m) { return clt__shape_numel(&m->spec->layers[0].out_shape); }
+int clt_model_num_classes(const clt_model *m) { return m->spec->num_classes; }
+const char *clt_model_text(const clt_model *m) { return m->spec->text; }
+
+/* One layer's description: "conv2d 32 k3 s1 p1". */
+static void describe(const clt_layer_spec *l, char *buf, size_t len) {
+  const char *kw = clt__layer_kind_name(l->kind);
+  switch (l->kind) {
+  case CLT_LAYER_LINEAR: snprintf(buf, len, "%s %d%s", kw, l->out, l->bias ? "" : " no-bias"); break;
+  case CLT_LAYER_CONV2D:
+    snprintf(buf, len, "%s %d k%d s%d p%d%s", kw, l->out, l->kernel, l->stride, l->pad, l->bias ? "" : " no-bias");
+    break;
+  case CLT_LAYER_MAXPOOL:
+  case CLT_LAYER_AVGPOOL: snprintf(buf, len, "%s %d s%d", kw, l->kernel, l->stride); break;
+  case CLT_LAYER_DROPOUT: snprintf(buf, len, "%s %g", kw, l->p); break;
+  case CLT_LAYER_LEAKYRELU: snprintf(buf, len, "%s %g", kw, l->slope); break;
+  default: snprintf(buf, len, "%s", kw); break;
+  }
+}
+
+int clt_model_summary(const clt_model *m, char **out) {
+  const clt_model_spec *s = m->spec;
+  size_t cap = 256 + (size_t)s->nlayers * 100, used = 0;
+  char *buf = clt__calloc(1, cap);
+  *out = NULL;
+  if (!buf) return CLT_ENOMEM;
+  used += snprintf(buf + used, cap - used, "%-5s %-28s %-18s %12s\n", "line", "layer", "output", "parameters");
+  for (int i = 0; i < s->nlayers; i++) {
+    char what[64], shape[64];
+    const clt_layer_spec *l = &s->layers[i];
+    describe(l, what, sizeof what);
+    clt__shape_str(&l->out_shape, shape, sizeof shape);
+    used += snprintf(buf + used, cap - used, "%-5d %-28s %-18s %12lld\n", l->line, what, shape,
+                     (long long)(l->weight_count + l->bias_count));
+  }
+  snprintf(buf + used, cap - used, "total parameters: %lld (%.2f MiB as float32); %d classes\n",
+           (long long)s->param_count, s->param_count * 4.0 / 1048576.0, s->num_classes);
+  *out = buf;
+  return CLT_OK;
+}

@@ -1,0 +1,133 @@
+/*
+ * test_optim.c: the fused optimizer kernels (SGD, momentum, Nesterov,
+ * weight decay, Adam, AdamW) against plain C over several steps on every
+ * device, the learning-rate schedules, and bad arguments.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref/ref_optim.h"
+#include "testutil.h"
+
+#define N 1003
+#define STEPS 5
+
+/* After 5 steps the kernels and the double reference differ only by float
+ * rounding of a few operations per step (~1e-7 relative each); 1e-5 leaves
+ * room for that while a wrong formula (e.g. no bias correction) is ~1e-2. */
+#define OPT_TOL 1e-5
+
+static void check_optimizer(clt_context *ctx, const clt_optimizer_config *cfg, const char *what) {
+  int per = clt_optimizer_state_per_param(cfg);
+  float *p = malloc(N * 4), *g = malloc(N * 4), *st = calloc(2 * N, 4), *got = malloc(N * 4), *gst = malloc(2 * N * 4);
+  ref_random(p, N, 11);
+  cl_mem dp = tu_buffer(ctx, p, N), dg = tu_buffer(ctx, NULL, N), ds = tu_buffer(ctx, NULL, 2 * N);
+  int64_t n1 = N, ns = (int64_t)(per ? per : 1) * N;
+  clt_tensor tp, tg, ts;
+  ck_assert_int_eq(clt_tensor_view(dp, 0, CLT_F32, 1, &n1, &tp), 0);
+  ck_assert_int_eq(clt_tensor_view(dg, 0, CLT_F32, 1, &n1, &tg), 0);
+  ck_assert_int_eq(clt_tensor_view(ds, 0, CLT_F32, 1, &ns, &ts), 0);
+  for (int t = 1; t <= STEPS; t++) {
+    ref_random(g, N, 100 + t);
+    ck_assert_int_eq(clt_tensor_upload(ctx, &tg, g, N * 4), 0);
+    float lr = 0.1f / t, scale = 0.5f;
+    ck_assert_msg(clt_optimizer_step(ctx, cfg, t, lr, scale, &tp, &tg, &ts) == 0, "%s", clt_last_error());
+    ref_optimizer_step(cfg, t, lr, scale, p, g, st, N);
+  }
+  tu_read(ctx, dp, 0, got, N);
+  double err = ref_max_rel_error(got, p, N);
+  ck_assert_msg(err <= OPT_TOL, "%s on %s: parameters differ by %g", what, tu_name(ctx), err);
+  if (per) {
+    tu_read(ctx, ds, 0, gst, per * N);
+    err = ref_max_rel_error(gst, st, per * N);
+    ck_assert_msg(err <= OPT_TOL, "%s on %s: state differs by %g", what, tu_name(ctx), err);
+  }
+  clt_buffer_release(dp), clt_buffer_release(dg), clt_buffer_release(ds);
+  free(p), free(g), free(st), free(got), free(gst);
+}
+
+START_TEST(optimizers_match_plain_c) {
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_optimizer_config cfg;
+    clt_optimizer_defaults(CLT_OPT_SGD, &cfg);
+    cfg.momentum = 0;
+    check_optimizer(tu_ctx[d], &cfg, "sgd");
+    cfg.momentum = 0.9f;
+    cfg.weight_decay = 1e-2f;
+    check_optimizer(tu_ctx[d], &cfg, "sgd momentum + weight decay");
+    cfg.nesterov = 1;
+    check_optimizer(tu_ctx[d], &cfg, "sgd nesterov");
+    clt_optimizer_defaults(CLT_OPT_ADAM, &cfg);
+    cfg.weight_decay = 1e-3f;
+    check_optimizer(tu_ctx[d], &cfg, "adam");
+    clt_optimizer_defaults(CLT_OPT_ADAMW, &cfg);
+    check_optimizer(tu_ctx[d], &cfg, "adamw");
+  }
+}
+END_TEST
+
+START_TEST(bad_arguments) {
+  clt_context *ctx = tu_ctx[0];
+  cl_mem buf = tu_buffer(ctx, NULL, 100);
+  int64_t n10 = 10, n20 = 20, n9 = 9;
+  clt_tensor p, g, s, g9;
+  clt_tensor_view(buf, 0, CLT_F32, 1, &n10, &p);
+  clt_tensor_view(buf, 40, CLT_F32, 1, &n10, &g);
+  clt_tensor_view(buf, 80, CLT_F32, 1, &n20, &s);
+  clt_tensor_view(buf, 0, CLT_F32, 1, &n9, &g9);
+  clt_optimizer_config cfg;
+  clt_optimizer_defaults(CLT_OPT_ADAM, &cfg);
+  ck_assert_int_eq(clt_optimizer_step(ctx, &cfg, 1, 0.1f, 1, &p, &g9, &s), CLT_ESHAPE);
+  ck_assert_int_eq(clt_optimizer_step(ctx, &cfg, 1, 0.1f, 1, &p, &g, &g), CLT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "adam needs 2 x 10 floats of state"));
+  ck_assert_int_eq(clt_optimizer_step(ctx, &cfg, 0, 0.1f, 1, &p, &g, &s), CLT_EINVAL);
+  ck_assert_int_eq(clt_optimizer_step(ctx, &cfg, 1, 0.1f, 1, &p, &g, &s), 0);
+  clt_buffer_release(buf);
+
+  clt_optimizer_kind k;
+  ck_assert_int_eq(clt_optimizer_parse("adamw", &k), 0);
+  ck_assert_int_eq(k, CLT_OPT_ADAMW);
+  ck_assert_int_eq(clt_optimizer_parse("adagrad", &k), CLT_EINVAL);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "'adagrad'"));
+  clt_schedule_kind sk;
+  ck_assert_int_eq(clt_schedule_parse("cosine", &sk), 0);
+  ck_assert_int_eq(clt_schedule_parse("exponential", &sk), CLT_EINVAL);
+}
+END_TEST
+
+START_TEST(schedules) {
+  clt_schedule s = {.kind = CLT_SCHED_CONSTANT, .lr = 0.1f};
+  ck_assert_float_eq(clt_schedule_lr(&s, 0), 0.1f);
+  ck_assert_float_eq(clt_schedule_lr(&s, 1000), 0.1f);
+  s.warmup_steps = 4; /* 0.025, 0.05, 0.075, 0.1, then the schedule */
+  ck_assert_float_eq_tol(clt_schedule_lr(&s, 0), 0.025f, 1e-7);
+  ck_assert_float_eq_tol(clt_schedule_lr(&s, 2), 0.075f, 1e-7);
+  ck_assert_float_eq(clt_schedule_lr(&s, 4), 0.1f);
+
+  clt_schedule st = {.kind = CLT_SCHED_STEP, .lr = 1.0f, .step_size = 10, .gamma = 0.5f};
+  ck_assert_float_eq(clt_schedule_lr(&st, 9), 1.0f);
+  ck_assert_float_eq(clt_schedule_lr(&st, 10), 0.5f);
+  ck_assert_float_eq(clt_schedule_lr(&st, 25), 0.25f);
+
+  clt_schedule c = {.kind = CLT_SCHED_COSINE, .lr = 1.0f, .total_steps = 110, .warmup_steps = 10, .min_lr = 0.0f};
+  ck_assert_float_eq_tol(clt_schedule_lr(&c, 10), 1.0f, 1e-6);
+  ck_assert_float_eq_tol(clt_schedule_lr(&c, 60), 0.5f, 1e-6);
+  ck_assert_float_eq_tol(clt_schedule_lr(&c, 110), 0.0f, 1e-6);
+  ck_assert_float_eq_tol(clt_schedule_lr(&c, 500), 0.0f, 1e-6);
+}
+END_TEST
+
+int main(void) {
+  int rc = tu_setup();
+  if (rc) return rc;
+  Suite *s = suite_create("optim");
+  TCase *tc = tcase_create("optim");
+  tcase_add_test(tc, optimizers_match_plain_c);
+  tcase_add_test(tc, bad_arguments);
+  tcase_add_test(tc, schedules);
+  suite_add_tcase(s, tc);
+  rc = tu_run(s);
+  tu_teardown();
+  return rc;
+}

@@ -1,0 +1,140 @@
+/*
+ * test_spec.c: the model spec parser: the example models, shapes and
+ * parameter counts, and every kind of mistake reported as file:line:col with
+ * the offending text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+#include <cltrain.h>
+
+#ifndef SRCDIR
+#define SRCDIR "."
+#endif
+
+START_TEST(example_models_parse) {
+  clt_model *m;
+  ck_assert_msg(clt_model_load(SRCDIR "/examples/fashion_mlp.model", &m) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_model_layer_count(m), 6);
+  ck_assert_int_eq(clt_model_param_count(m), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  ck_assert_int_eq(clt_model_input_size(m), 784);
+  ck_assert_int_eq(clt_model_num_classes(m), 10);
+  clt_model_destroy(m);
+
+  ck_assert_msg(clt_model_load(SRCDIR "/examples/fashion_cnn.model", &m) == 0, "%s", clt_last_error());
+  int64_t want = (32 * 1 * 9 + 32) + (64 * 32 * 9 + 64) + (64 * 7 * 7 * 128 + 128) + (128 * 10 + 10);
+  ck_assert_int_eq(clt_model_param_count(m), want);
+  ck_assert_int_eq(clt_model_input_size(m), 784);
+  char *summary;
+  ck_assert_int_eq(clt_model_summary(m, &summary), 0);
+  ck_assert_ptr_nonnull(strstr(summary, "(64, 7, 7)"));
+  ck_assert_ptr_nonnull(strstr(summary, "(3136)"));
+  ck_assert_ptr_nonnull(strstr(summary, "conv2d 32 k3 s1 p1"));
+  free(summary);
+  ck_assert_ptr_nonnull(strstr(clt_model_text(m), "conv2d 64 kernel=3 pad=1"));
+  clt_model_destroy(m);
+  clt_model_destroy(NULL);
+}
+END_TEST
+
+START_TEST(options_comments_and_shapes) {
+  clt_model *m;
+  const char *text = "  # leading comment\n"
+                     "INPUT 3 32 32   # case does not matter\n"
+                     "\n"
+                     "conv2d 8 kernel=5 stride=2 pad=2 bias=false init=xavier\n"
+                     "leakyrelu 0.2\n"
+                     "avgpool 2 stride=1\n"
+                     "globalavgpool\n"
+                     "layernorm eps=1e-6\n"
+                     "gelu\n"
+                     "linear 4 bias=no\n";
+  ck_assert_msg(clt_model_parse(text, "t.model", &m) == 0, "%s", clt_last_error());
+  /* conv: (32 + 4 - 5) / 2 + 1 = 16; avgpool 2 stride 1: 15 */
+  char *summary;
+  clt_model_summary(m, &summary);
+  ck_assert_ptr_nonnull(strstr(summary, "(8, 16, 16)"));
+  ck_assert_ptr_nonnull(strstr(summary, "(8, 15, 15)"));
+  free(summary);
+  ck_assert_int_eq(clt_model_param_count(m), 8 * 3 * 25 + 8 + 8 + 8 * 4);
+  clt_model_destroy(m);
+}
+END_TEST
+
+/* Each bad spec, the file:line:col it must report and a fragment of the
+ * message that names the offending text. */
+static const struct {
+  const char *text, *where, *what;
+} bad[] = {
+    {"input 784\nlinar 10\n", "t.model:2:1:", "unknown layer 'linar'"},
+    {"input 784\nlinear\n", "t.model:2:7:", "linear needs the number of output features"},
+    {"input 784\nlinear ten\n", "t.model:2:8:", "not 'ten'"},
+    {"input 784\nlinear 10x\n", "t.model:2:8:", "not '10x'"},
+    {"input 784\nlinear 0\n", "t.model:2:8:", "from 1 to"},
+    {"input 784\nlinear 10 20\n", "t.model:2:11:", "unexpected '20'"},
+    {"input 784\nlinear 10 bais=false\n", "t.model:2:11:", "unknown option 'bais' for linear"},
+    {"input 784\nlinear 10 bias=maybe\n", "t.model:2:16:", "true or false, not 'maybe'"},
+    {"input 1 28 28\nconv2d 8 kernel=x\nflatten\nlinear 10\n", "t.model:2:17:", "not 'x'"},
+    {"input 1 28 28\nconv2d 8 kernel=3 init=lecun\nflatten\nlinear 10\n", "t.model:2:24:", "not 'lecun'"},
+    {"input 784\nconv2d 8 kernel=3\n", "t.model:2:1:", "previous layer gives (784)"},
+    {"input 1 28 28\nlinear 10\n", "t.model:2:1:", "gives (1, 28, 28); add 'flatten'"},
+    {"input 1 4 4\nconv2d 8 kernel=7\nflatten\nlinear 10\n", "t.model:2:1:", "larger than its input (1, 4, 4)"},
+    {"input 1 4 4\nmaxpool 8\nflatten\nlinear 10\n", "t.model:2:1:", "window 8"},
+    {"input 784\ndropout 1.5\nlinear 10\n", "t.model:2:9:", "not '1.5'"},
+    {"input 784\ndropout\nlinear 10\n", "t.model:2:8:", "needs a drop probability"},
+    {"input 784\nlayernorm eps=0\nlinear 10\n", "t.model:2:15:", "above 0"},
+    {"input 28 28\nflatten\nlinear 10\n", "t.model:1:1:", "1 number (features) or 3"},
+    {"input 0\nlinear 10\n", "t.model:1:7:", "from 1 to"},
+    {"linear 10\n", "t.model:1:1:", "first layer must be 'input'"},
+    {"input 784\nlinear 10\ninput 3\n", "t.model:3:1:", "input may only be the first layer"},
+    {"input 784\nrelu\n", "t.model:2:", "one score per class"},
+    {"input 1 28 28\nconv2d 4 kernel=3\n", "t.model:2:", "ends with (4, 26, 26)"},
+    {"input 784\nlinear 1\n", "t.model:2:", "at least 2 classes"},
+    {"# nothing\n\n", "t.model:", "no layers"},
+    {"input 784\nlinear 10 a b c d e f g h i j k l m n o p\n", "t.model:2:1:", "too many words"},
+};
+
+START_TEST(mistakes_are_located) {
+  clt_model *m = (clt_model *)1;
+  int i = _i;
+  ck_assert_int_eq(clt_model_parse(bad[i].text, "t.model", &m), CLT_EFORMAT);
+  ck_assert_ptr_null(m);
+  const char *msg = clt_last_error();
+  ck_assert_msg(strncmp(msg, bad[i].where, strlen(bad[i].where)) == 0, "case %d: '%s' does not start with '%s'", i,
+                msg, bad[i].where);
+  ck_assert_msg(strstr(msg, bad[i].what) != NULL, "case %d: '%s' lacks '%s'", i, msg, bad[i].what);
+}
+END_TEST
+
+START_TEST(file_errors) {
+  clt_model *m;
+  ck_assert_int_eq(clt_model_load("/nonexistent/x.model", &m), CLT_ENOTFOUND);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "/nonexistent/x.model"));
+  char path[] = "/tmp/clt-spec-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "wb");
+  fwrite("input 784\n\0linear 10\n", 1, 21, f);
+  fclose(f);
+  ck_assert_int_eq(clt_model_load(path, &m), CLT_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "NUL"));
+  remove(path);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("spec");
+  TCase *tc = tcase_create("spec");
+  tcase_add_test(tc, example_models_parse);
+  tcase_add_test(tc, options_comments_and_shapes);
+  tcase_add_loop_test(tc, mistakes_are_located, 0, sizeof bad / sizeof bad[0]);
+  tcase_add_test(tc, file_errors);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
