@@ -4,6 +4,13 @@
 // division by the global batch size and the gradient-clipping factor into
 // one multiply, then applies weight decay and the update in one pass over
 // parameters, gradients and state.
+//
+// Replicas on different vendors' devices must stay bitwise identical, so
+// every operation here is a single correctly rounded IEEE operation: no
+// contraction into FMA (the pragma), no mad(), and the host builds this file
+// with -cl-fp32-correctly-rounded-divide-sqrt (devices without it get the
+// same arithmetic from clt__optimizer_step_host in src/optim.c instead).
+#pragma OPENCL FP_CONTRACT OFF
 
 // SGD with momentum mu (PyTorch semantics, no dampening):
 //   g += wd * p;  buf = mu * buf + g;  g = nesterov ? g + mu * buf : buf;  p -= lr * g
@@ -18,11 +25,11 @@ __kernel void sgd_step(__global float *p, const ulong poff, __global const float
   grad += goff;
   buf += boff;
   float w = p[i];
-  float g = mad(wd, w, grad[i] * gscale);
+  float g = grad[i] * gscale + wd * w;
   if (mu != 0.0f) {
-    float b = mad(mu, buf[i], g);
+    float b = mu * buf[i] + g;
     buf[i] = b;
-    g = nesterov ? mad(mu, b, g) : b;
+    g = nesterov ? g + mu * b : b;
   }
   p[i] = w - lr * g;
 }
@@ -46,9 +53,9 @@ __kernel void adam_step(__global float *p, const ulong poff, __global const floa
   if (decoupled)
     w -= lr * wd * w;
   else
-    g = mad(wd, w, g);
-  float mi = mad(beta1, m[i], (1.0f - beta1) * g);
-  float vi = mad(beta2, v[i], (1.0f - beta2) * g * g);
+    g = g + wd * w;
+  float mi = beta1 * m[i] + (1.0f - beta1) * g;
+  float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
   m[i] = mi;
   v[i] = vi;
   float mhat = mi / bc1;

@@ -152,6 +152,7 @@ typedef struct clt_device_info {
   size_t max_work_group_size;
   int fp16;                   /* cl_khr_fp16 */
   int fp64;                   /* cl_khr_fp64 or a double fp config */
+  int fp32_exact_div_sqrt;    /* float divide and sqrt correctly rounded on request */
   int unified_memory;         /* host and device share memory */
   char pci_bus_id[32];        /* "0000:3b:00.0" where the vendor exposes it, else "" */
 } clt_device_info;
@@ -234,6 +235,17 @@ CLT_API int clt_optimizer_parse(const char *text, clt_optimizer_kind *out);
 CLT_API const char *clt_optimizer_name(clt_optimizer_kind kind);
 /* Floats of optimizer state per parameter: SGD 1 (0 without momentum), Adam 2. */
 CLT_API int clt_optimizer_state_per_param(const clt_optimizer_config *cfg);
+
+/* The optimizer step in plain C on host memory (p, grad: n floats; state:
+ * clt_optimizer_state_per_param x n), operation for operation the device
+ * kernels' float arithmetic: bit for bit what a device computes that rounds
+ * divide and sqrt correctly. Replicas on devices that cannot (see
+ * clt_device_info.fp32_exact_div_sqrt and clt_optimizer_needs_host) take
+ * their step from here, so every replica holds the same bits. */
+CLT_API void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
+                                     float *p, const float *grad, float *state, size_t n);
+/* 1 when the device kernel cannot give those bits for this optimizer. */
+CLT_API int clt_optimizer_needs_host(const clt_optimizer_config *cfg, const clt_device_info *dev);
 
 typedef enum clt_schedule_kind {
   CLT_SCHED_CONSTANT = 0,

@@ -175,6 +175,8 @@ static void read_device_info(cl_platform_id plat, cl_device_id dev, clt_device_i
   }
   if (!info->fp64 && clGetDeviceInfo(dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
     info->fp64 = fp != 0;
+  if (clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
+    info->fp32_exact_div_sqrt = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
 }
 
 int clt_devices_discover(clt_devices **out) {

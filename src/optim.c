@@ -73,6 +73,49 @@ float clt_schedule_lr(const clt_schedule *s, int64_t step) {
   }
 }
 
+/* The kernels' arithmetic, operation for operation, in float (the library
+ * is built with -ffp-contract=off): the same bits as a device that rounds
+ * divide and sqrt correctly. Used for devices that cannot. */
+void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float lr, float gscale, float *p,
+                              const float *grad, float *state, size_t n) {
+  const float mu = cfg->momentum, wd = cfg->weight_decay, beta1 = cfg->beta1, beta2 = cfg->beta2, eps = cfg->eps;
+  if (cfg->kind == CLT_OPT_SGD) {
+    for (size_t i = 0; i < n; i++) {
+      float w = p[i];
+      float g = grad[i] * gscale + wd * w;
+      if (mu != 0.0f) {
+        float b = mu * state[i] + g;
+        state[i] = b;
+        g = cfg->nesterov ? g + mu * b : b;
+      }
+      p[i] = w - lr * g;
+    }
+    return;
+  }
+  const float bc1 = (float)(1.0 - pow(beta1, (double)t)), bc2 = (float)(1.0 - pow(beta2, (double)t));
+  float *m = state, *v = state + n;
+  for (size_t i = 0; i < n; i++) {
+    float w = p[i];
+    float g = grad[i] * gscale;
+    if (cfg->kind == CLT_OPT_ADAMW)
+      w -= lr * wd * w;
+    else
+      g = g + wd * w;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1;
+    float vhat = vi / bc2;
+    p[i] = w - lr * mhat / (sqrtf(vhat) + eps);
+  }
+}
+
+/* Does this step need the host (a device that rounds divide or sqrt loosely)? */
+int clt_optimizer_needs_host(const clt_optimizer_config *cfg, const clt_device_info *dev) {
+  return cfg->kind != CLT_OPT_SGD && !dev->fp32_exact_div_sqrt;
+}
+
 int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
                        const clt_tensor *params, const clt_tensor *grads, const clt_tensor *state) {
   int rc = CLT_OK;
@@ -107,7 +150,11 @@ int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_
   } else {
     cl_int decoupled = cfg->kind == CLT_OPT_ADAMW;
     float bc1 = (float)(1.0 - pow(cfg->beta1, (double)t)), bc2 = (float)(1.0 - pow(cfg->beta2, (double)t));
-    CLT_TRY(clt_context_kernel(ctx, "optim", "adam_step", NULL, &k));
+    if (!ctx->info.fp32_exact_div_sqrt)
+      return clt__error(CLT_EUNSUPPORTED, "%s on %s (%s): the device cannot round float divide and sqrt "
+                        "correctly, so its result would differ from other devices'; use the host step",
+                        clt_optimizer_name(cfg->kind), ctx->info.name, ctx->info.platform_name);
+    CLT_TRY(clt_context_kernel(ctx, "optim", "adam_step", "-cl-fp32-correctly-rounded-divide-sqrt", &k));
     CLT_CL_TRY(clSetKernelArg(k, 6, sizeof n, &n));
     CLT_CL_TRY(clSetKernelArg(k, 7, sizeof lr, &lr));
     CLT_CL_TRY(clSetKernelArg(k, 8, sizeof grad_scale, &grad_scale));

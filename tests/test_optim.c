@@ -20,8 +20,11 @@
 
 static void check_optimizer(clt_context *ctx, const clt_optimizer_config *cfg, const char *what) {
   int per = clt_optimizer_state_per_param(cfg);
+  int host = clt_optimizer_needs_host(cfg, clt_context_device(ctx));
+  float *hp = malloc(N * 4), *hst = calloc(2 * N, 4);
   float *p = malloc(N * 4), *g = malloc(N * 4), *st = calloc(2 * N, 4), *got = malloc(N * 4), *gst = malloc(2 * N * 4);
   ref_random(p, N, 11);
+  memcpy(hp, p, N * 4);
   cl_mem dp = tu_buffer(ctx, p, N), dg = tu_buffer(ctx, NULL, N), ds = tu_buffer(ctx, NULL, 2 * N);
   int64_t n1 = N, ns = (int64_t)(per ? per : 1) * N;
   clt_tensor tp, tg, ts;
@@ -32,10 +35,21 @@ static void check_optimizer(clt_context *ctx, const clt_optimizer_config *cfg, c
     ref_random(g, N, 100 + t);
     ck_assert_int_eq(clt_tensor_upload(ctx, &tg, g, N * 4), 0);
     float lr = 0.1f / t, scale = 0.5f;
-    ck_assert_msg(clt_optimizer_step(ctx, cfg, t, lr, scale, &tp, &tg, &ts) == 0, "%s", clt_last_error());
+    clt_optimizer_step_host(cfg, t, lr, scale, hp, g, hst, N);
     ref_optimizer_step(cfg, t, lr, scale, p, g, st, N);
+    if (host) { /* the kernel refuses: it could not give the host's bits */
+      ck_assert_int_eq(clt_optimizer_step(ctx, cfg, t, lr, scale, &tp, &tg, &ts), CLT_EUNSUPPORTED);
+      ck_assert_ptr_nonnull(strstr(clt_last_error(), "correctly"));
+      ck_assert_int_eq(clt_tensor_upload(ctx, &tp, hp, N * 4), 0);
+      if (per) ck_assert_int_eq(clt_tensor_upload(ctx, &ts, hst, per * N * 4), 0);
+    } else {
+      ck_assert_msg(clt_optimizer_step(ctx, cfg, t, lr, scale, &tp, &tg, &ts) == 0, "%s", clt_last_error());
+    }
   }
   tu_read(ctx, dp, 0, got, N);
+  /* Replicas on different devices must agree bit for bit: the kernel and
+   * the host step do the same float operations, each correctly rounded. */
+  ck_assert_msg(memcmp(got, hp, N * 4) == 0, "%s on %s: kernel and host step differ in bits", what, tu_name(ctx));
   double err = ref_max_rel_error(got, p, N);
   ck_assert_msg(err <= OPT_TOL, "%s on %s: parameters differ by %g", what, tu_name(ctx), err);
   if (per) {
@@ -44,7 +58,7 @@ static void check_optimizer(clt_context *ctx, const clt_optimizer_config *cfg, c
     ck_assert_msg(err <= OPT_TOL, "%s on %s: state differs by %g", what, tu_name(ctx), err);
   }
   clt_buffer_release(dp), clt_buffer_release(dg), clt_buffer_release(ds);
-  free(p), free(g), free(st), free(got), free(gst);
+  free(p), free(g), free(st), free(got), free(gst), free(hp), free(hst);
 }
 
 START_TEST(optimizers_match_plain_c) {

@@ -1,0 +1,377 @@
+/*
+ * replica.c: a model replica on one device: arenas, activation layout, and
+ * the forward, loss and backward passes over the layer list, each layer a
+ * call into src/nn.
+ *
+ * Memory: every layer's output for max_batch samples lives in one
+ * activation arena (flatten and evaluation-mode dropout reuse their input),
+ * because backward needs them; gradients of activations ping-pong between
+ * two buffers the size of the largest layer output.
+ */
+#include "model/replica.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn.h"
+
+/* The im2col workspace is capped; conv2d then runs in chunks of samples. */
+#define MAX_WORKSPACE_BYTES (256u << 20)
+
+static int64_t numel(const clt_shape *s) { return clt__shape_numel(s); }
+
+/* Does this layer's output share its input's storage? */
+static int is_view(const clt_layer_spec *l) { return l->kind == CLT_LAYER_FLATTEN; }
+
+static int make_view(cl_mem buf, int64_t off_words, clt_dtype dt, int64_t n, const clt_shape *s, clt_tensor *t) {
+  int64_t shape[4] = {n, 0, 0, 0};
+  for (int i = 0; i < s->ndim; i++) shape[i + 1] = s->dims[i];
+  return clt_tensor_view(buf, (size_t)off_words * 4, dt, s->ndim + 1, shape, t);
+}
+
+static int make_flat(cl_mem buf, int64_t off_words, clt_dtype dt, int64_t count, clt_tensor *t) {
+  return clt_tensor_view(buf, (size_t)off_words * 4, dt, 1, &count, t);
+}
+
+int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                        const float *params, clt__replica **out) {
+  int rc = CLT_OK;
+  clt__replica *r = clt__calloc(1, sizeof *r);
+  *out = NULL;
+  if (!r) return CLT_ENOMEM;
+  r->ctx = ctx;
+  r->spec = spec;
+  r->max_batch = max_batch;
+  r->state_per_param = state_per_param;
+  if (!(r->slots = clt__calloc(spec->nlayers, sizeof *r->slots))) { rc = CLT_ENOMEM; goto fail; }
+
+  /* Lay out activations and saved data. */
+  int64_t act = 0, aux = 0, largest = 0, ws = 0;
+  r->first_trainable = spec->nlayers;
+  for (int i = 0; i < spec->nlayers; i++) {
+    const clt_layer_spec *l = &spec->layers[i];
+    int64_t out_n = numel(&l->out_shape) * max_batch;
+    if (i > 0 && is_view(l)) {
+      r->slots[i].act_offset = r->slots[i - 1].act_offset;
+    } else {
+      r->slots[i].act_offset = act;
+      act += out_n;
+    }
+    if (out_n > largest) largest = out_n;
+    r->slots[i].aux_offset = aux;
+    if (l->kind == CLT_LAYER_MAXPOOL) aux += out_n;
+    if (l->kind == CLT_LAYER_LAYERNORM) aux += 2 * max_batch;
+    if (l->weight_count && i < r->first_trainable) r->first_trainable = i;
+    if (l->kind == CLT_LAYER_CONV2D) {
+      int64_t samples = max_batch;
+      size_t bytes;
+      while ((bytes = clt_nn_conv2d_workspace_bytes(samples, l->in_shape.dims[0], l->out, l->kernel, l->kernel,
+                                                    l->out_shape.dims[1], l->out_shape.dims[2])) > MAX_WORKSPACE_BYTES &&
+             samples > 1)
+        samples = (samples + 1) / 2;
+      if ((int64_t)bytes > ws) ws = (int64_t)bytes;
+    }
+  }
+
+  size_t pbytes = (size_t)spec->param_count * 4;
+  CLT_TRY(clt_buffer_create(ctx, pbytes, &r->params));
+  CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
+  if (state_per_param) CLT_TRY(clt_buffer_create(ctx, pbytes * state_per_param, &r->state));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)act * 4, &r->act));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)largest * 4, &r->dbuf[0]));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)largest * 4, &r->dbuf[1]));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)(aux ? aux : 1) * 4, &r->aux));
+  if (ws) CLT_TRY(clt_buffer_create(ctx, (size_t)ws, &r->workspace));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)max_batch * 4, &r->labels));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)max_batch * 4, &r->losses));
+  CLT_TRY(clt_buffer_create(ctx, 8, &r->scalars));
+
+  clt_tensor p = clt__replica_params(r);
+  CLT_TRY(clt_tensor_upload(ctx, &p, params, pbytes));
+  *out = r;
+  return CLT_OK;
+fail:
+  clt__error_prefix(rc, "making a %lld-parameter replica for batches of %lld on %s", (long long)spec->param_count,
+                    (long long)max_batch, ctx->info.name);
+  clt__replica_destroy(r);
+  return rc;
+}
+
+void clt__replica_destroy(clt__replica *r) {
+  if (!r) return;
+  cl_mem bufs[] = {r->params, r->grads,  r->state,  r->act,    r->dbuf[0], r->dbuf[1],
+                   r->aux,    r->workspace, r->labels, r->losses, r->scalars};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) clt_buffer_release(bufs[i]);
+  free(r->slots);
+  free(r);
+}
+
+clt_tensor clt__replica_params(const clt__replica *r) {
+  clt_tensor t;
+  make_flat(r->params, 0, CLT_F32, r->spec->param_count, &t);
+  return t;
+}
+
+clt_tensor clt__replica_grads(const clt__replica *r) {
+  clt_tensor t;
+  make_flat(r->grads, 0, CLT_F32, r->spec->param_count, &t);
+  return t;
+}
+
+clt_tensor clt__replica_state(const clt__replica *r) {
+  clt_tensor t;
+  memset(&t, 0, sizeof t);
+  if (r->state) make_flat(r->state, 0, CLT_F32, r->spec->param_count * r->state_per_param, &t);
+  return t;
+}
+
+int clt__replica_zero_grads(clt__replica *r) {
+  clt_tensor g = clt__replica_grads(r);
+  return clt_fill(r->ctx, &g, 0.0f);
+}
+
+/* The weight and bias views of a parametric layer in an arena. */
+static int param_views(cl_mem arena, const clt_layer_spec *l, clt_tensor *w, clt_tensor *b, int *has_b) {
+  int rc = CLT_OK;
+  int64_t wshape[4];
+  int wnd;
+  switch (l->kind) {
+  case CLT_LAYER_LINEAR:
+    wnd = 2, wshape[0] = l->out, wshape[1] = l->in_shape.dims[0];
+    break;
+  case CLT_LAYER_CONV2D:
+    wnd = 4, wshape[0] = l->out, wshape[1] = l->in_shape.dims[0], wshape[2] = l->kernel, wshape[3] = l->kernel;
+    break;
+  default: /* layernorm: gamma, beta */
+    wnd = 1, wshape[0] = l->weight_count;
+    break;
+  }
+  CLT_TRY(clt_tensor_view(arena, (size_t)l->param_offset * 4, CLT_F32, wnd, wshape, w));
+  *has_b = l->bias_count > 0;
+  if (*has_b) CLT_TRY(make_flat(arena, l->param_offset + l->weight_count, CLT_F32, l->bias_count, b));
+fail:
+  return rc;
+}
+
+static clt_nn_act act_of(clt_layer_kind k) {
+  switch (k) {
+  case CLT_LAYER_LEAKYRELU: return CLT_NN_LEAKY_RELU;
+  case CLT_LAYER_GELU: return CLT_NN_GELU;
+  case CLT_LAYER_TANH: return CLT_NN_TANH;
+  case CLT_LAYER_SIGMOID: return CLT_NN_SIGMOID;
+  default: return CLT_NN_RELU;
+  }
+}
+
+static clt_nn_pool2d_cfg pool_cfg(const clt_layer_spec *l) {
+  clt_nn_pool2d_cfg c = {l->kernel, l->kernel, l->stride, l->stride, 0, 0};
+  return c;
+}
+
+static clt_nn_conv2d_cfg conv_cfg(const clt_layer_spec *l) {
+  clt_nn_conv2d_cfg c = {l->stride, l->stride, l->pad, l->pad};
+  return c;
+}
+
+static int workspace_view(const clt__replica *r, clt_tensor *t) {
+  return make_flat(r->workspace, 0, CLT_F32, (int64_t)(clt_buffer_size(r->workspace) / 4), t);
+}
+
+/* Forward through layer i: x is its input view, *y receives its output view. */
+static int layer_forward(clt__replica *r, int i, int64_t n, const clt_tensor *x, clt_tensor *y,
+                         const clt__pass *pass) {
+  int rc = CLT_OK;
+  const clt_layer_spec *l = &r->spec->layers[i];
+  clt_tensor w, b, aux, aux2, ws;
+  int has_b;
+  if (l->kind == CLT_LAYER_DROPOUT && !pass->train) { /* the identity: reuse the input */
+    *y = *x;
+    return CLT_OK;
+  }
+  CLT_TRY(make_view(r->act, r->slots[i].act_offset, CLT_F32, n, &l->out_shape, y));
+  switch (l->kind) {
+  case CLT_LAYER_LINEAR:
+    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
+    CLT_TRY(clt_nn_linear_forward(r->ctx, x, &w, has_b ? &b : NULL, y));
+    break;
+  case CLT_LAYER_CONV2D: {
+    clt_nn_conv2d_cfg c = conv_cfg(l);
+    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
+    CLT_TRY(workspace_view(r, &ws));
+    CLT_TRY(clt_nn_conv2d_forward(r->ctx, &c, x, &w, has_b ? &b : NULL, y, &ws));
+    break;
+  }
+  case CLT_LAYER_MAXPOOL: {
+    clt_nn_pool2d_cfg c = pool_cfg(l);
+    CLT_TRY(make_view(r->aux, r->slots[i].aux_offset, CLT_I32, n, &l->out_shape, &aux));
+    CLT_TRY(clt_nn_maxpool2d_forward(r->ctx, &c, x, y, &aux));
+    break;
+  }
+  case CLT_LAYER_AVGPOOL: {
+    clt_nn_pool2d_cfg c = pool_cfg(l);
+    CLT_TRY(clt_nn_avgpool2d_forward(r->ctx, &c, x, y));
+    break;
+  }
+  case CLT_LAYER_GLOBALAVGPOOL:
+    CLT_TRY(clt_nn_global_avgpool_forward(r->ctx, x, y));
+    break;
+  case CLT_LAYER_RELU:
+  case CLT_LAYER_LEAKYRELU:
+  case CLT_LAYER_GELU:
+  case CLT_LAYER_TANH:
+  case CLT_LAYER_SIGMOID:
+    CLT_TRY(clt_nn_act_forward(r->ctx, act_of(l->kind), l->slope, x, y));
+    break;
+  case CLT_LAYER_DROPOUT: {
+    uint64_t base = (uint64_t)pass->global_first * (uint64_t)numel(&l->in_shape);
+    /* Each dropout layer draws its own mask: the layer index keys the seed. */
+    CLT_TRY(clt_nn_dropout_forward(r->ctx, l->p, pass->seed + 0x9e3779b97f4a7c15ull * (uint64_t)i, pass->step, base,
+                                   x, y));
+    break;
+  }
+  case CLT_LAYER_FLATTEN:
+    break; /* y is already the same storage seen flat */
+  case CLT_LAYER_LAYERNORM:
+    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
+    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset, CLT_F32, n, &aux));
+    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset + r->max_batch, CLT_F32, n, &aux2));
+    CLT_TRY(clt_nn_layernorm_forward(r->ctx, l->eps, x, &w, &b, y, &aux, &aux2));
+    break;
+  default:
+    return clt__error(CLT_EINTERNAL, "layer %d (%s) has no forward pass", i, clt__layer_kind_name(l->kind));
+  }
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s:%d: %s forward", r->spec->name, l->line, clt__layer_kind_name(l->kind));
+}
+
+/* Backward through layer i: x, y are its forward input and output, dy the
+ * gradient at its output; dx (shaped like x) receives the input gradient,
+ * or is NULL for the first trainable layer. */
+static int layer_backward(clt__replica *r, int i, int64_t n, const clt_tensor *x, const clt_tensor *y,
+                          const clt_tensor *dy, const clt_tensor *dx, const clt__pass *pass) {
+  int rc = CLT_OK;
+  const clt_layer_spec *l = &r->spec->layers[i];
+  clt_tensor w, b, dw, db, aux, aux2, ws;
+  int has_b;
+  switch (l->kind) {
+  case CLT_LAYER_LINEAR:
+    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
+    CLT_TRY(param_views(r->grads, l, &dw, &db, &has_b));
+    CLT_TRY(clt_nn_linear_backward(r->ctx, x, &w, dy, dx, &dw, has_b ? &db : NULL));
+    break;
+  case CLT_LAYER_CONV2D: {
+    clt_nn_conv2d_cfg c = conv_cfg(l);
+    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
+    CLT_TRY(param_views(r->grads, l, &dw, &db, &has_b));
+    CLT_TRY(workspace_view(r, &ws));
+    CLT_TRY(clt_nn_conv2d_backward(r->ctx, &c, x, &w, dy, dx, &dw, has_b ? &db : NULL, &ws));
+    break;
+  }
+  case CLT_LAYER_MAXPOOL: {
+    clt_nn_pool2d_cfg c = pool_cfg(l);
+    CLT_TRY(make_view(r->aux, r->slots[i].aux_offset, CLT_I32, n, &l->out_shape, &aux));
+    CLT_TRY(clt_nn_maxpool2d_backward(r->ctx, &c, &aux, dy, dx));
+    break;
+  }
+  case CLT_LAYER_AVGPOOL: {
+    clt_nn_pool2d_cfg c = pool_cfg(l);
+    CLT_TRY(clt_nn_avgpool2d_backward(r->ctx, &c, dy, dx));
+    break;
+  }
+  case CLT_LAYER_GLOBALAVGPOOL:
+    CLT_TRY(clt_nn_global_avgpool_backward(r->ctx, dy, dx));
+    break;
+  case CLT_LAYER_RELU:
+  case CLT_LAYER_LEAKYRELU:
+  case CLT_LAYER_GELU:
+  case CLT_LAYER_TANH:
+  case CLT_LAYER_SIGMOID:
+    CLT_TRY(clt_nn_act_backward(r->ctx, act_of(l->kind), l->slope, x, y, dy, dx));
+    break;
+  case CLT_LAYER_DROPOUT: {
+    uint64_t base = (uint64_t)pass->global_first * (uint64_t)numel(&l->in_shape);
+    CLT_TRY(clt_nn_dropout_backward(r->ctx, l->p, pass->seed + 0x9e3779b97f4a7c15ull * (uint64_t)i, pass->step,
+                                    base, dy, dx));
+    break;
+  }
+  case CLT_LAYER_LAYERNORM:
+    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
+    CLT_TRY(param_views(r->grads, l, &dw, &db, &has_b));
+    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset, CLT_F32, n, &aux));
+    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset + r->max_batch, CLT_F32, n, &aux2));
+    CLT_TRY(clt_nn_layernorm_backward(r->ctx, x, &w, &aux, &aux2, dy, dx, &dw, &db));
+    break;
+  default:
+    return clt__error(CLT_EINTERNAL, "layer %d (%s) has no backward pass", i, clt__layer_kind_name(l->kind));
+  }
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s:%d: %s backward", r->spec->name, l->line, clt__layer_kind_name(l->kind));
+}
+
+int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass) {
+  int rc = CLT_OK;
+  const clt_model_spec *s = r->spec;
+  int L = s->nlayers;
+  clt_tensor *outs = NULL, in, labels, losses, loss, correct, dlogits;
+
+  if (n < 1 || n > r->max_batch)
+    return clt__error(CLT_EINVAL, "a batch of %lld samples on a replica made for 1 to %lld", (long long)n,
+                      (long long)r->max_batch);
+  if (!(outs = clt__calloc(L, sizeof *outs))) return CLT_ENOMEM;
+
+  /* Forward. outs[i] is layer i's output; outs[0] the input batch. */
+  CLT_TRY(make_view(r->act, r->slots[0].act_offset, CLT_F32, n, &s->layers[0].out_shape, &in));
+  CLT_TRY(clt_tensor_upload_async(r->ctx, &in, x, (size_t)(n * numel(&s->layers[0].out_shape)) * 4));
+  CLT_TRY(make_flat(r->labels, 0, CLT_I32, n, &labels));
+  CLT_TRY(clt_tensor_upload_async(r->ctx, &labels, y, (size_t)n * 4));
+  outs[0] = in;
+  for (int i = 1; i < L; i++) CLT_TRY(layer_forward(r, i, n, &outs[i - 1], &outs[i], pass));
+
+  /* Loss: the SUM over the slice; dlogits = softmax - onehot, not divided. */
+  int64_t C = s->num_classes;
+  int64_t lshape[2] = {n, C};
+  CLT_TRY(make_flat(r->losses, 0, CLT_F32, n, &losses));
+  CLT_TRY(make_flat(r->scalars, 0, CLT_F32, 1, &loss));
+  CLT_TRY(make_flat(r->scalars, 1, CLT_I32, 1, &correct));
+  CLT_TRY(clt_tensor_view(r->dbuf[0], 0, CLT_F32, 2, lshape, &dlogits));
+  CLT_TRY(clt_nn_softmax_xent(r->ctx, &outs[L - 1], &labels, 1.0f, pass->train ? &dlogits : NULL, &losses, &loss,
+                              &correct));
+
+  /* Backward, into the gradient arena (accumulated). */
+  if (pass->train) {
+    int cur = 0;
+    clt_tensor dy = dlogits, dx;
+    for (int i = L - 1; i >= r->first_trainable && i >= 1; i--) {
+      const clt_layer_spec *l = &s->layers[i];
+      if (is_view(l)) { /* flatten: the same gradient seen in the input's shape */
+        CLT_TRY(make_view(dy.buf, (int64_t)(dy.offset / 4), CLT_F32, n, &l->in_shape, &dy));
+        continue;
+      }
+      int need_dx = i > r->first_trainable;
+      if (need_dx) CLT_TRY(make_view(r->dbuf[1 - cur], 0, CLT_F32, n, &l->in_shape, &dx));
+      CLT_TRY(layer_backward(r, i, n, &outs[i - 1], &outs[i], &dy, need_dx ? &dx : NULL, pass));
+      if (need_dx) {
+        dy = dx;
+        cur = 1 - cur;
+      }
+    }
+  }
+  free(outs);
+  return CLT_OK;
+fail:
+  free(outs);
+  return rc;
+}
+
+int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct) {
+  int rc = CLT_OK;
+  unsigned char both[8];
+  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_TRUE, 0, 8, both, 0, NULL, NULL));
+  memcpy(loss, both, 4);
+  memcpy(correct, both + 4, 4);
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "reading the loss from %s", r->ctx->info.name);
+}

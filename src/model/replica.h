@@ -1,0 +1,67 @@
+/*
+ * replica.h: one copy of a model on one device: the parameter, gradient and
+ * optimizer-state arenas (one flat buffer each, so a bucket of gradients is
+ * a contiguous range), the activations of a batch of up to max_batch
+ * samples, and the forward and backward passes over the layer list.
+ */
+#ifndef CLT_MODEL_REPLICA_H
+#define CLT_MODEL_REPLICA_H
+
+#include "internal.h"
+#include "model/spec.h"
+
+typedef struct clt__replica clt__replica;
+
+/* Per-layer places in the replica's buffers (in floats / 4-byte words). */
+typedef struct clt__layer_slot {
+  int64_t act_offset;  /* this layer's output in the activation arena */
+  int64_t aux_offset;  /* saved data for backward (argmax, mean/rstd) */
+} clt__layer_slot;
+
+struct clt__replica {
+  clt_context *ctx;
+  const clt_model_spec *spec;
+  int64_t max_batch;
+  int state_per_param;
+  cl_mem params, grads, state; /* (P), (P), (k*P) floats; state NULL when k = 0 */
+  cl_mem act;                  /* every layer's output for max_batch samples */
+  cl_mem dbuf[2];              /* gradient ping-pong, the largest layer output */
+  cl_mem aux;                  /* argmax indices, layernorm statistics */
+  cl_mem workspace;            /* conv2d im2col; NULL without conv layers */
+  cl_mem labels;               /* (max_batch) i32 */
+  cl_mem losses;               /* (max_batch) per-sample losses */
+  cl_mem scalars;              /* [0] loss sum (f32), [1] correct count (i32) */
+  clt__layer_slot *slots;      /* one per layer */
+  int first_trainable;         /* backward stops at this layer */
+};
+
+/* Make a replica of spec on ctx for batches of up to max_batch samples.
+ * Parameters are uploaded from params (spec->param_count floats); gradients
+ * and optimizer state start at zero. */
+int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                        const float *params, clt__replica **out);
+void clt__replica_destroy(clt__replica *r);
+
+/* Upload n samples (n, input size) and their labels, run the forward pass
+ * and the loss; with `train`, dropout is active (keyed by seed, step and the
+ * first sample's global index) and the backward pass accumulates the
+ * gradient of the summed loss into the gradient arena. Only enqueues work:
+ * clt__replica_read_loss waits for it. x and y must stay valid until then. */
+typedef struct clt__pass {
+  int train;
+  uint64_t seed, step;
+  int64_t global_first; /* global index of sample 0 of this slice, for dropout masks */
+} clt__pass;
+int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
+/* Wait for the last run and read its summed loss and number correct. */
+int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct);
+
+/* Zero the gradient arena. */
+int clt__replica_zero_grads(clt__replica *r);
+
+/* Tensor views of the whole arenas. */
+clt_tensor clt__replica_params(const clt__replica *r);
+clt_tensor clt__replica_grads(const clt__replica *r);
+clt_tensor clt__replica_state(const clt__replica *r);
+
+#endif
