@@ -268,6 +268,77 @@ CLT_API const char *clt_schedule_name(clt_schedule_kind kind);
 /* The learning rate for 0-based optimizer step `step`. */
 CLT_API float clt_schedule_lr(const clt_schedule *s, int64_t step);
 
+/* ---- training ---------------------------------------------------------------
+ *
+ * A trainer holds one replica of a model per device given to it, on every
+ * rank of a communicator, and trains them data-parallel: each replica takes
+ * its share of every global batch, gradients are summed over all replicas,
+ * divided by the global batch size and applied on every replica, so all
+ * replicas hold the same parameters bit for bit, and the update is the
+ * single-device update on the global batch.
+ */
+
+typedef enum clt_train_event_kind { CLT_EVENT_STEP = 0, CLT_EVENT_EPOCH = 1 } clt_train_event_kind;
+
+/* What a trainer reports as it goes (to the callback, and as JSON Lines to
+ * the metrics file). NaN marks what an event does not carry. */
+typedef struct clt_train_event {
+  clt_train_event_kind kind;
+  int64_t epoch, epochs;            /* 1-based epoch, and how many */
+  int64_t step, steps_total;        /* optimizer steps done, and planned */
+  int64_t step_in_epoch, steps_per_epoch;
+  double loss;                      /* STEP: this step's mean loss; EPOCH: the epoch's mean */
+  double accuracy;                  /* training accuracy (of the step or epoch) */
+  double lr;
+  double samples_per_s;             /* global samples per second (recent) */
+  double elapsed_s, eta_s;
+  double test_loss, test_accuracy;  /* EPOCH with a test set */
+  double grad_norm;                 /* STEP: global gradient norm (when clipping; else NaN) */
+} clt_train_event;
+
+typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
+
+typedef struct clt_train_options {
+  int64_t batch;                  /* global batch per optimizer step (64) */
+  int epochs;                     /* passes over the training set (10) */
+  int64_t max_steps;              /* stop after this many optimizer steps; 0: no limit */
+  int accumulate;                 /* micro-batches per optimizer step (1); batch must divide by it */
+  clt_optimizer_config optimizer; /* SGD momentum 0.9 */
+  clt_schedule schedule;          /* learning rate 0.01, constant */
+  float clip;                     /* global-norm gradient clipping; 0: off */
+  uint64_t seed;                  /* initialisation, shuffling, dropout (42) */
+  int64_t eval_every;             /* also evaluate every N steps; 0: after each epoch only */
+  int64_t log_every;              /* a step event every N steps (50) */
+  const char *metrics_path;       /* JSON Lines written by rank 0; NULL: none */
+  int drop_last;                  /* leave out each epoch's last partial batch */
+  clt_train_callback callback;    /* called on rank 0 for every event; NULL: none */
+  void *callback_user;
+} clt_train_options;
+
+CLT_API void clt_train_options_defaults(clt_train_options *o);
+
+typedef struct clt_comm clt_comm;
+typedef struct clt_dataset clt_dataset;
+typedef struct clt_trainer clt_trainer;
+
+/* Replicas of m on every device of devs (a context each), on this rank of
+ * comm (NULL: this process alone). Collective over comm: every rank calls it
+ * with its own devices, and the model, options and parameter count must
+ * agree across ranks (CLT_EMISMATCH naming the rank and the field).
+ * Parameters are initialised from the seed on rank 0 and broadcast. */
+CLT_API int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *comm,
+                               const clt_train_options *o, clt_trainer **out);
+CLT_API void clt_trainer_destroy(clt_trainer *t);
+/* Train on `train` for the configured epochs (or max_steps), evaluating on
+ * `test` (may be NULL) after each epoch. Collective. */
+CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test);
+/* Mean loss and accuracy over the whole of ds, split across all replicas of
+ * all ranks. Collective. */
+CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy);
+/* A copy of the parameters (count floats = clt_model_param_count). */
+CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
+CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,7 +24,19 @@ int cli_fail(int status, const char *what);
 /* Discover devices and apply the spec (NULL: CLT_DEVICES, else all). */
 int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 
+/* MPI and the communicator (cli_comm.c). */
+int cli_comm_init(int *argc, char ***argv, clt_comm **comm);
+void cli_comm_finalize(clt_comm *comm);
+/* End the whole job: MPI_Abort with several ranks, else exit. */
+void cli_abort_job(clt_comm *comm, int exit_code);
+/* This rank's devices: the spec (or CLT_DEVICES) if given, else one device
+ * per rank by local rank when there are several ranks, else all. */
+int cli_rank_devices(const char *spec, clt_comm *comm, clt_devices **all, clt_devices **sel);
+/* Replicas over all ranks (collective). */
+int cli_total_replicas(clt_comm *comm, const clt_devices *sel);
+
 int cmd_devices(int argc, char **argv);
+int cmd_train(int argc, char **argv, clt_comm *comm);
 int cmd_bench(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 

@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""PyTorch peer for cltrain's Fashion-MNIST training benchmark.
+
+Trains the same model (examples/fashion_mlp.model or fashion_cnn.model,
+rebuilt here as nn.Sequential), on the same data, with the same batch size,
+optimizer, learning rate, epochs and thread count as a cltrain run, and
+prints one JSON line: samples/s over the training steps and the final test
+accuracy. Uses Debian's python3-torch; reads the IDX files itself.
+
+  /usr/bin/python3 bench/pytorch_fashion.py --model mlp --epochs 1 --threads 1
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic, = struct.unpack(">I", data[:4])
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(split):
+    x = read_idx(os.path.join(DATA, f"{split}-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
+    y = read_idx(os.path.join(DATA, f"{split}-labels-idx1-ubyte.gz")).astype(np.int64)
+    return torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+
+
+def model(name):
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default="sgd")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=42)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    xtr, ytr = load("train")
+    xte, yte = load("t10k")
+    mean, std = xtr.mean(), xtr.std(unbiased=False)
+    xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    if a.model == "cnn":
+        xtr, xte = xtr.unsqueeze(1), xte.unsqueeze(1)
+    net = model(a.model)
+    if a.optimizer == "sgd":
+        opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=a.momentum)
+    elif a.optimizer == "adam":
+        opt = torch.optim.Adam(net.parameters(), lr=a.lr)
+    else:
+        opt = torch.optim.AdamW(net.parameters(), lr=a.lr)
+    lossf = nn.CrossEntropyLoss()
+    steps, samples, t_train = 0, 0, 0.0
+    for epoch in range(a.epochs):
+        net.train()
+        perm = torch.randperm(len(xtr))
+        t0 = time.perf_counter()
+        for i in range(0, len(xtr), a.batch):
+            idx = perm[i:i + a.batch]
+            opt.zero_grad()
+            loss = lossf(net(xtr[idx]), ytr[idx])
+            loss.backward()
+            opt.step()
+            loss.item()  # like cltrain, read the loss every step
+            steps += 1
+            samples += len(idx)
+            if a.max_steps and steps >= a.max_steps:
+                break
+        t_train += time.perf_counter() - t0
+        if a.max_steps and steps >= a.max_steps:
+            break
+    net.eval()
+    with torch.no_grad():
+        correct = sum((net(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
+                      for i in range(0, len(xte), 1000))
+    print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": a.model, "threads": a.threads,
+                      "batch": a.batch, "steps": steps, "samples_per_s": samples / t_train,
+                      "test_accuracy": correct / len(xte)}))
+
+
+if __name__ == "__main__":
+    main()

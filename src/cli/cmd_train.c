@@ -1,0 +1,273 @@
+/*
+ * cmd_train.c: `cltrain train MODEL` and `cltrain eval MODEL`: parse the
+ * options, open the data, pick this rank's devices, and hand everything to
+ * the trainer; print progress on rank 0.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+typedef struct train_args {
+  const char *model, *data, *devices, *normalize;
+  int quiet;
+  clt_train_options o;
+} train_args;
+
+static void help(FILE *to) {
+  clt_train_options d;
+  clt_train_options_defaults(&d);
+  fprintf(to,
+          "usage: cltrain train MODEL [OPTIONS]      (under mpirun for several ranks)\n"
+          "\n"
+          "Trains the model spec file MODEL on a labelled dataset, data-parallel over the\n"
+          "selected devices of every rank.\n"
+          "\n"
+          "data\n"
+          "  -D, --data DIR          IDX files (train-*/t10k-*-idx?-ubyte[.gz]) (default: %s\n"
+          "                          when the dataset-fashion-mnist package is installed)\n"
+          "      --normalize MODE    scale (pixels to [0,1]) or standard (training set mean/std)\n"
+          "                          (default standard)\n"
+          "training\n"
+          "  -e, --epochs N          passes over the training set (default %d)\n"
+          "  -b, --batch N           global batch per optimizer step, over all replicas (default %lld)\n"
+          "      --accumulate K      split each batch into K micro-batches (default 1)\n"
+          "      --max-steps N       stop after N optimizer steps (default 0: no limit)\n"
+          "      --seed N            initialisation, shuffling and dropout (default %llu)\n"
+          "      --drop-last         leave out each epoch's last partial batch\n"
+          "optimizer\n"
+          "  -o, --optimizer NAME    sgd, adam or adamw (default sgd)\n"
+          "      --lr X              learning rate (default %g)\n"
+          "      --momentum X        SGD momentum (default 0.9)\n"
+          "      --nesterov          Nesterov momentum\n"
+          "      --weight-decay X    L2 for sgd/adam, decoupled for adamw (default 0; adamw 0.01)\n"
+          "      --schedule NAME     constant, step or cosine (default constant)\n"
+          "      --warmup N          linear warm-up steps (default 0)\n"
+          "      --step-size N       step schedule: steps between decays (default: one epoch)\n"
+          "      --gamma X           step schedule: decay factor (default 0.1)\n"
+          "      --min-lr X          cosine schedule: final learning rate (default 0)\n"
+          "      --clip X            clip the global gradient norm to X (default 0: off)\n"
+          "devices and output\n"
+          "  -d, --devices SPEC      this rank's devices (default: CLT_DEVICES, else one device\n"
+          "                          per rank chosen by local rank, or all devices with one rank)\n"
+          "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
+          "      --log-every N       a progress record every N steps (default %lld)\n"
+          "      --metrics FILE      append JSON Lines metrics to FILE\n"
+          "  -q, --quiet             no progress line\n"
+          "  -h, --help              this text\n",
+          DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr,
+          (long long)d.log_every);
+}
+
+static int parse_long(const char *opt, const char *s, long long lo, long long hi, long long *out) {
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) {
+    fprintf(stderr, "cltrain: %s must be a whole number from %lld to %lld, not '%s'\n", opt, lo, hi, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_real(const char *opt, const char *s, double lo, double hi, float *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "cltrain: %s must be a number from %g to %g, not '%s'\n", opt, lo, hi, s);
+    return -1;
+  }
+  *out = (float)v;
+  return 0;
+}
+
+/* Parse argv into a; returns -1 (after a message) on a bad command line. */
+static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
+  enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
+         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM };
+  static const struct option opts[] = {
+      {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
+      {"epochs", required_argument, 0, 'e'},      {"batch", required_argument, 0, 'b'},
+      {"accumulate", required_argument, 0, O_ACC}, {"max-steps", required_argument, 0, O_MAXSTEPS},
+      {"seed", required_argument, 0, O_SEED},     {"drop-last", no_argument, 0, O_DROPLAST},
+      {"optimizer", required_argument, 0, 'o'},   {"lr", required_argument, 0, O_LR},
+      {"momentum", required_argument, 0, O_MOM},  {"nesterov", no_argument, 0, O_NEST},
+      {"weight-decay", required_argument, 0, O_WD}, {"schedule", required_argument, 0, O_SCHED},
+      {"warmup", required_argument, 0, O_WARM},   {"step-size", required_argument, 0, O_STEPSIZE},
+      {"gamma", required_argument, 0, O_GAMMA},   {"min-lr", required_argument, 0, O_MINLR},
+      {"clip", required_argument, 0, O_CLIP},     {"devices", required_argument, 0, 'd'},
+      {"eval-every", required_argument, 0, O_EVAL}, {"log-every", required_argument, 0, O_LOG},
+      {"metrics", required_argument, 0, O_METRICS}, {"quiet", no_argument, 0, 'q'},
+      {"help", no_argument, 0, 'h'},              {0}};
+  clt_train_options *o = &a->o;
+  long long v;
+  int c, momentum_set = 0, wd_set = 0;
+  float momentum = 0, wd = 0;
+  clt_optimizer_kind kind = CLT_OPT_SGD;
+  *help_asked = 0;
+  clt_train_options_defaults(o);
+  a->normalize = "standard";
+  while ((c = getopt_long(argc, argv, "D:e:b:o:d:qh", opts, NULL)) != -1) {
+    switch (c) {
+    case 'D': a->data = optarg; break;
+    case O_NORM:
+      if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
+        fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
+        return -1;
+      }
+      a->normalize = optarg;
+      break;
+    case 'e': if (parse_long("--epochs", optarg, 1, 1000000, &v)) return -1; o->epochs = (int)v; break;
+    case 'b': if (parse_long("--batch", optarg, 1, 1 << 24, &v)) return -1; o->batch = v; break;
+    case O_ACC: if (parse_long("--accumulate", optarg, 1, 1 << 16, &v)) return -1; o->accumulate = (int)v; break;
+    case O_MAXSTEPS: if (parse_long("--max-steps", optarg, 0, 1LL << 40, &v)) return -1; o->max_steps = v; break;
+    case O_SEED: if (parse_long("--seed", optarg, 0, 1LL << 62, &v)) return -1; o->seed = (uint64_t)v; break;
+    case O_DROPLAST: o->drop_last = 1; break;
+    case 'o':
+      if (clt_optimizer_parse(optarg, &kind) < 0) {
+        fprintf(stderr, "cltrain: --optimizer: %s\n", clt_last_error());
+        return -1;
+      }
+      break;
+    case O_LR: if (parse_real("--lr", optarg, 1e-12, 1e6, &o->schedule.lr)) return -1; break;
+    case O_MOM: if (parse_real("--momentum", optarg, 0, 0.999999, &momentum)) return -1; momentum_set = 1; break;
+    case O_NEST: o->optimizer.nesterov = 1; break;
+    case O_WD: if (parse_real("--weight-decay", optarg, 0, 1e3, &wd)) return -1; wd_set = 1; break;
+    case O_SCHED:
+      if (clt_schedule_parse(optarg, &o->schedule.kind) < 0) {
+        fprintf(stderr, "cltrain: --schedule: %s\n", clt_last_error());
+        return -1;
+      }
+      break;
+    case O_WARM: if (parse_long("--warmup", optarg, 0, 1LL << 40, &v)) return -1; o->schedule.warmup_steps = v; break;
+    case O_STEPSIZE: if (parse_long("--step-size", optarg, 1, 1LL << 40, &v)) return -1; o->schedule.step_size = v; break;
+    case O_GAMMA: if (parse_real("--gamma", optarg, 0, 1, &o->schedule.gamma)) return -1; break;
+    case O_MINLR: if (parse_real("--min-lr", optarg, 0, 1e6, &o->schedule.min_lr)) return -1; break;
+    case O_CLIP: if (parse_real("--clip", optarg, 0, 1e30, &o->clip)) return -1; break;
+    case 'd': a->devices = optarg; break;
+    case O_EVAL: if (parse_long("--eval-every", optarg, 0, 1LL << 40, &v)) return -1; o->eval_every = v; break;
+    case O_LOG: if (parse_long("--log-every", optarg, 0, 1LL << 40, &v)) return -1; o->log_every = v; break;
+    case O_METRICS: o->metrics_path = optarg; break;
+    case 'q': a->quiet = 1; break;
+    case 'h': *help_asked = 1; return 0;
+    default: return -1;
+    }
+  }
+  int nesterov = o->optimizer.nesterov;
+  clt_optimizer_defaults(kind, &o->optimizer);
+  o->optimizer.nesterov = nesterov;
+  if (momentum_set) o->optimizer.momentum = momentum;
+  if (wd_set) o->optimizer.weight_decay = wd;
+  if (nesterov && (kind != CLT_OPT_SGD || o->optimizer.momentum == 0)) {
+    fprintf(stderr, "cltrain: --nesterov needs the sgd optimizer with momentum\n");
+    return -1;
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, optind >= argc ? "cltrain: the MODEL spec file is missing\n"
+                                   : "cltrain: one MODEL spec file is expected, then options; '%s' is extra\n",
+            argv[argc - 1]);
+    return -1;
+  }
+  a->model = argv[optind];
+  return 0;
+}
+
+/* Progress on rank 0: a rewritten line on a terminal, epoch lines always. */
+static void progress(const clt_train_event *ev, void *user) {
+  const train_args *a = user;
+  if (ev->kind == CLT_EVENT_STEP) {
+    if (a->quiet || !isatty(STDERR_FILENO)) return;
+    int eta = (int)(ev->eta_s + 0.5);
+    fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d:%02d   ",
+            (long long)ev->epoch, (long long)ev->epochs, (long long)ev->step_in_epoch,
+            (long long)ev->steps_per_epoch, ev->loss, ev->samples_per_s, eta / 3600, eta / 60 % 60, eta % 60);
+    return;
+  }
+  if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
+  printf("epoch %lld/%lld: train loss %.4f accuracy %.4f", (long long)ev->epoch, (long long)ev->epochs, ev->loss,
+         ev->accuracy);
+  if (isfinite(ev->test_accuracy)) printf(" | test loss %.4f accuracy %.4f", ev->test_loss, ev->test_accuracy);
+  printf(" | %.1f s\n", ev->elapsed_s);
+  fflush(stdout);
+}
+
+/* Open the training and test sets and normalise both alike. */
+static int open_data(const train_args *a, clt_dataset **train, clt_dataset **test) {
+  const char *dir = a->data;
+  int rc;
+  *train = *test = NULL;
+  if (!dir) {
+    if (access(DEFAULT_DATA, R_OK) != 0) {
+      fprintf(stderr, "cltrain: no --data DIR given and %s is not there (install dataset-fashion-mnist)\n",
+              DEFAULT_DATA);
+      return CLT_ENOTFOUND;
+    }
+    dir = DEFAULT_DATA;
+  }
+  if ((rc = clt_dataset_open_idx(dir, "train", train)) < 0) return rc;
+  rc = clt_dataset_open_idx(dir, "test", test);
+  if (rc == CLT_ENOTFOUND) { /* training without a test set is fine */
+    *test = NULL;
+    rc = CLT_OK;
+  }
+  if (rc < 0) return rc;
+  if (strcmp(a->normalize, "standard") == 0) {
+    float mean, std;
+    if ((rc = clt_dataset_stats(*train, &mean, &std)) < 0) return rc;
+    if ((rc = clt_dataset_normalize(*train, mean, std)) < 0) return rc;
+    if (*test && (rc = clt_dataset_normalize(*test, mean, std)) < 0) return rc;
+  }
+  return CLT_OK;
+}
+
+int cmd_train(int argc, char **argv, clt_comm *comm) {
+  train_args a;
+  int help_asked, rc, ec = CLI_EXIT_OK;
+  memset(&a, 0, sizeof a);
+  if (parse_args(argc, argv, &a, &help_asked) < 0) {
+    fprintf(stderr, "(cltrain train --help lists the options)\n");
+    return CLI_EXIT_USAGE;
+  }
+  if (help_asked) {
+    help(stdout);
+    return CLI_EXIT_OK;
+  }
+  clt_model *model = NULL;
+  clt_devices *all = NULL, *sel = NULL;
+  clt_dataset *train = NULL, *test = NULL;
+  clt_trainer *tr = NULL;
+
+  if ((rc = clt_model_load(a.model, &model)) < 0) { ec = cli_fail(rc, "model"); goto out; }
+  if ((rc = open_data(&a, &train, &test)) < 0) { ec = cli_fail(rc, "data"); goto out; }
+  if ((ec = cli_rank_devices(a.devices, comm, &all, &sel)) != CLI_EXIT_OK) goto out;
+  a.o.callback = progress;
+  a.o.callback_user = &a;
+  if (!a.o.schedule.step_size) /* the step schedule decays once an epoch unless told */
+    a.o.schedule.step_size = (clt_dataset_count(train) + a.o.batch - 1) / a.o.batch;
+  a.o.schedule.total_steps = a.o.max_steps > 0 ? a.o.max_steps
+                                               : (clt_dataset_count(train) + a.o.batch - 1) / a.o.batch * a.o.epochs;
+  if ((rc = clt_trainer_create(model, sel, comm, &a.o, &tr)) < 0) { ec = cli_fail(rc, "train"); goto out; }
+  if (clt_comm_rank(comm) == 0) {
+    printf("cltrain: training %s (%lld parameters) on %d replica(s) over %d rank(s); batch %lld, %s lr %g\n",
+           a.model, (long long)clt_model_param_count(model), cli_total_replicas(comm, sel), clt_comm_size(comm),
+           (long long)a.o.batch, clt_optimizer_name(a.o.optimizer.kind), a.o.schedule.lr);
+    fflush(stdout);
+  }
+  if ((rc = clt_trainer_fit(tr, train, test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
+out:
+  clt_trainer_destroy(tr);
+  clt_dataset_destroy(train);
+  clt_dataset_destroy(test);
+  clt_devices_destroy(sel);
+  clt_devices_destroy(all);
+  clt_model_destroy(model);
+  return ec;
+}

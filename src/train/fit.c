@@ -1,0 +1,184 @@
+/*
+ * fit.c: the training loop. Each optimizer step: every local replica takes
+ * its slice of each of `accumulate` micro-batches from its prefetcher and
+ * runs forward, loss and backward (gradients accumulate in its arena); then
+ * the gradients are summed over all replicas and the update is applied
+ * (trainer.c). Evaluation after each epoch, events to the callback and JSON
+ * Lines metrics from rank 0.
+ */
+#include "train/trainer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* NaN becomes JSON null. */
+static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static int emit(clt_trainer *t, FILE *metrics, const clt_train_event *ev) {
+  if (t->rank != 0) return CLT_OK;
+  if (t->opts.callback) t->opts.callback(ev, t->opts.callback_user);
+  if (!metrics) return CLT_OK;
+  json_t *o = json_object();
+  json_object_set_new(o, "event", json_string(ev->kind == CLT_EVENT_STEP ? "step" : "epoch"));
+  json_object_set_new(o, "epoch", json_integer(ev->epoch));
+  json_object_set_new(o, "step", json_integer(ev->step));
+  json_object_set_new(o, "loss", num(ev->loss));
+  json_object_set_new(o, "accuracy", num(ev->accuracy));
+  json_object_set_new(o, "lr", num(ev->lr));
+  json_object_set_new(o, "samples_per_s", num(ev->samples_per_s));
+  json_object_set_new(o, "elapsed_s", num(ev->elapsed_s));
+  if (ev->kind == CLT_EVENT_STEP) {
+    json_object_set_new(o, "grad_norm", num(ev->grad_norm));
+  } else {
+    json_object_set_new(o, "test_loss", num(ev->test_loss));
+    json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
+  }
+  int bad = json_dumpf(o, metrics, JSON_COMPACT) < 0 || fputc('\n', metrics) == EOF || fflush(metrics) == EOF;
+  json_decref(o);
+  return bad ? clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path) : CLT_OK;
+}
+
+int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
+  int rc = CLT_OK;
+  const clt_train_options *o = &t->opts;
+  clt_sampler *smp = NULL;
+  clt_prefetcher **pf = NULL;
+  clt_batch *b = NULL;
+  FILE *metrics = NULL;
+  int64_t *first = NULL; /* per local replica: where its slice starts in a global batch */
+  int64_t in = clt_model_input_size(t->model);
+
+  if (clt_dataset_sample_size(train) != in)
+    return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
+                      clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
+  if (clt_dataset_num_classes(train) > clt_model_num_classes(t->model))
+    return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
+                      clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
+  if (t->rank == 0 && o->metrics_path && !(metrics = fopen(o->metrics_path, "a")))
+    return clt__error(CLT_EIO, "cannot open the metrics file %s for appending", o->metrics_path);
+
+  CLT_TRY(clt_sampler_create(clt_dataset_count(train), t->micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0,
+                             &smp));
+  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, NULL));
+  pf = clt__calloc(t->nlocal, sizeof *pf);
+  b = clt__calloc(t->nlocal, sizeof *b);
+  if (!pf || !b) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < t->nlocal; i++)
+    CLT_TRY(clt_prefetcher_create(train, smp, t->first_replica + i, t->ctx[i], &pf[i]));
+
+  /* Replica i's slice starts at the sum of the shares before it. */
+  if (!(first = clt__calloc(t->nlocal, sizeof *first))) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < t->nlocal; i++)
+    for (int g = 0; g < t->first_replica + i; g++) first[i] += clt_sampler_share(smp, g);
+
+  int64_t micro_per_epoch = clt_sampler_steps_per_epoch(smp);
+  int64_t steps_per_epoch = (micro_per_epoch + o->accumulate - 1) / o->accumulate;
+  int64_t steps_total = steps_per_epoch * o->epochs;
+  if (o->max_steps > 0 && o->max_steps < steps_total) steps_total = o->max_steps;
+  double t0 = now_s(), window_t = t0;
+  int64_t window_samples = 0;
+  clt_train_event ev;
+
+  for (int64_t epoch = 0; epoch < o->epochs && t->steps_done < steps_total; epoch++) {
+    double ep_sums[3] = {0, 0, 0}; /* loss, correct, samples on this rank... summed per step below */
+    int64_t ep_steps = 0;
+    for (int last = 0; !last && t->steps_done < steps_total;) {
+      double sums[3] = {0, 0, 0}; /* loss, correct, samples: this rank, then all */
+      int64_t total_n = 0;
+      for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
+      for (int k = 0; k < o->accumulate && !last; k++) {
+        for (int i = 0; i < t->nlocal; i++) {
+          CLT_TRY(clt_prefetcher_next(pf[i], &b[i]));
+          if (b[i].n == 0) continue; /* a partial last batch can leave a replica nothing */
+          clt__pass pass = {1, o->seed, (uint64_t)t->micro_steps, first[i]};
+          CLT_TRY(clt__replica_run(t->rep[i], b[i].x, b[i].y, b[i].n, &pass));
+        }
+        for (int i = 0; i < t->nlocal; i++) {
+          if (b[i].n == 0) continue;
+          float l;
+          int32_t c;
+          CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
+          sums[0] += l;
+          sums[1] += c;
+        }
+        total_n += b[0].global_n;
+        last = b[0].last_in_epoch;
+        t->micro_steps++;
+      }
+      double grad_norm;
+      CLT_TRY(clt__trainer_apply(t, total_n, &grad_norm));
+      CLT_TRY(clt__trainer_sum(t, sums, 2));
+      if (!isfinite(sums[0])) {
+        rc = clt__error(CLT_ENONFINITE, "the loss is not finite at step %lld (epoch %lld): lower the learning rate "
+                        "(%g) or clip gradients (--clip)", (long long)t->steps_done, (long long)epoch + 1,
+                        clt_schedule_lr(&o->schedule, t->steps_done - 1));
+        goto fail;
+      }
+      ep_sums[0] += sums[0];
+      ep_sums[1] += sums[1];
+      ep_sums[2] += (double)total_n;
+      ep_steps++;
+      window_samples += total_n;
+
+      int log = o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total);
+      if (log) {
+        double tn = now_s();
+        memset(&ev, 0, sizeof ev);
+        ev.kind = CLT_EVENT_STEP;
+        ev.epoch = epoch + 1, ev.epochs = o->epochs;
+        ev.step = t->steps_done, ev.steps_total = steps_total;
+        ev.step_in_epoch = ep_steps, ev.steps_per_epoch = steps_per_epoch;
+        ev.loss = sums[0] / (double)total_n;
+        ev.accuracy = sums[1] / (double)total_n;
+        ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
+        ev.samples_per_s = window_samples / (tn - window_t > 1e-9 ? tn - window_t : 1e-9);
+        ev.elapsed_s = tn - t0;
+        ev.eta_s = (tn - t0) / (double)t->steps_done * (double)(steps_total - t->steps_done);
+        ev.test_loss = ev.test_accuracy = NAN;
+        ev.grad_norm = grad_norm;
+        CLT_TRY(emit(t, metrics, &ev));
+        window_t = tn;
+        window_samples = 0;
+      }
+      if (o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last) {
+        double tl, ta;
+        CLT_TRY(clt_trainer_evaluate(t, test, &tl, &ta));
+        clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, tl, ta);
+      }
+    }
+    /* The epoch's summary; ep_sums already hold all ranks' sums. */
+    memset(&ev, 0, sizeof ev);
+    ev.kind = CLT_EVENT_EPOCH;
+    ev.epoch = epoch + 1, ev.epochs = o->epochs;
+    ev.step = t->steps_done, ev.steps_total = steps_total;
+    ev.step_in_epoch = ep_steps, ev.steps_per_epoch = steps_per_epoch;
+    ev.loss = ep_sums[0] / ep_sums[2];
+    ev.accuracy = ep_sums[1] / ep_sums[2];
+    ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
+    ev.elapsed_s = now_s() - t0;
+    ev.samples_per_s = NAN;
+    ev.grad_norm = NAN;
+    ev.test_loss = ev.test_accuracy = NAN;
+    if (test) CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
+    CLT_TRY(emit(t, metrics, &ev));
+  }
+fail:
+  if (pf)
+    for (int i = 0; i < t->nlocal; i++) clt_prefetcher_destroy(pf[i]);
+  free(pf);
+  free(b);
+  free(first);
+  clt_sampler_destroy(smp);
+  if (metrics) fclose(metrics);
+  return rc;
+}

@@ -1,0 +1,305 @@
+/*
+ * trainer.c: a trainer's replicas (one per device of this rank), the
+ * agreement check across ranks, the parameter broadcast, the optimizer step
+ * applied identically on every replica, and evaluation split across all
+ * replicas.
+ */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include <cltrain/opencl.h>
+
+void clt_train_options_defaults(clt_train_options *o) {
+  memset(o, 0, sizeof *o);
+  o->batch = 64;
+  o->epochs = 10;
+  o->accumulate = 1;
+  clt_optimizer_defaults(CLT_OPT_SGD, &o->optimizer);
+  o->schedule.kind = CLT_SCHED_CONSTANT;
+  o->schedule.lr = 0.01f;
+  o->schedule.gamma = 0.1f;
+  o->seed = 42;
+  o->log_every = 50;
+}
+
+static int check_options(const clt_train_options *o) {
+  if (o->batch < 1) return clt__error(CLT_EINVAL, "the batch size must be at least 1, not %lld", (long long)o->batch);
+  if (o->epochs < 1) return clt__error(CLT_EINVAL, "epochs must be at least 1, not %d", o->epochs);
+  if (o->accumulate < 1 || o->batch % o->accumulate)
+    return clt__error(CLT_EINVAL, "--accumulate %d must be at least 1 and divide the batch size %lld", o->accumulate,
+                      (long long)o->batch);
+  if (!(o->schedule.lr > 0) || !isfinite(o->schedule.lr))
+    return clt__error(CLT_EINVAL, "the learning rate must be a positive number, not %g", o->schedule.lr);
+  if (!(o->clip >= 0)) return clt__error(CLT_EINVAL, "--clip must be 0 (off) or positive, not %g", o->clip);
+  const clt_optimizer_config *c = &o->optimizer;
+  if (!(c->momentum >= 0 && c->momentum < 1)) return clt__error(CLT_EINVAL, "momentum must be in [0, 1), not %g", c->momentum);
+  if (!(c->weight_decay >= 0)) return clt__error(CLT_EINVAL, "weight decay must be at least 0, not %g", c->weight_decay);
+  if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 && c->eps > 0))
+    return clt__error(CLT_EINVAL, "Adam needs betas in [0, 1) and eps > 0");
+  return CLT_OK;
+}
+
+int clt__trainer_sum(clt_trainer *t, double *vals, int n) {
+  if (t->nranks == 1) return CLT_OK;
+  double *all = clt__calloc((size_t)t->nranks * n, sizeof *all);
+  if (!all) return CLT_ENOMEM;
+  int rc = clt_allgather(t->comm, vals, (size_t)n * sizeof *vals, all);
+  if (rc == CLT_OK)
+    for (int i = 0; i < n; i++) {
+      vals[i] = 0;
+      for (int r = 0; r < t->nranks; r++) vals[i] += all[(size_t)r * n + i];
+    }
+  free(all);
+  return rc;
+}
+
+/* What must agree across ranks, compared field by field at start. */
+typedef struct agreement {
+  int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer;
+  uint32_t spec_crc;
+  float lr;
+} agreement;
+
+static int check_agreement(clt_trainer *t) {
+  if (t->nranks == 1) return CLT_OK;
+  const clt_train_options *o = &t->opts;
+  agreement mine = {clt_model_param_count(t->model), o->batch, o->accumulate, o->epochs, o->max_steps,
+                    (int64_t)o->seed, o->optimizer.kind, 0, o->schedule.lr};
+  const char *text = clt_model_text(t->model);
+  mine.spec_crc = (uint32_t)crc32(0, (const Bytef *)text, (uInt)strlen(text));
+  agreement *all = clt__calloc(t->nranks, sizeof *all);
+  if (!all) return CLT_ENOMEM;
+  int rc = clt_allgather(t->comm, &mine, sizeof mine, all);
+  for (int r = 1; rc == CLT_OK && r < t->nranks; r++) {
+    const agreement *a = &all[0], *b = &all[r];
+#define FIELD(f, what)                                                                                            \
+  if (a->f != b->f) {                                                                                             \
+    rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on %s (%lld vs %lld); every rank must run the " \
+                    "same model and options", r, what, (long long)b->f, (long long)a->f);                         \
+    break;                                                                                                         \
+  }
+    FIELD(spec_crc, "the model spec (CRC32 of its text)")
+    FIELD(params, "the parameter count")
+    FIELD(batch, "the batch size")
+    FIELD(accumulate, "--accumulate")
+    FIELD(epochs, "the number of epochs")
+    FIELD(max_steps, "--max-steps")
+    FIELD(seed, "the seed")
+    FIELD(optimizer, "the optimizer")
+#undef FIELD
+    if (a->lr != b->lr) {
+      rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on the learning rate (%g vs %g)", r, b->lr, a->lr);
+      break;
+    }
+  }
+  free(all);
+  return rc;
+}
+
+int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *comm, const clt_train_options *o,
+                       clt_trainer **out) {
+  int rc = CLT_OK;
+  float *params = NULL;
+  clt_trainer *t = NULL;
+  *out = NULL;
+  if (!m || !devs || !o) return clt__error(CLT_EINVAL, "clt_trainer_create: model, devices and options are needed");
+  if (clt_devices_count(devs) < 1) return clt__error(CLT_ENODEV, "clt_trainer_create: no devices given");
+  CLT_TRY(check_options(o));
+  if (!(t = clt__calloc(1, sizeof *t))) return CLT_ENOMEM;
+  t->model = m;
+  t->opts = *o;
+  t->opts.metrics_path = NULL; /* not owned; fit() takes it from o again */
+  t->opts.metrics_path = o->metrics_path;
+  if (comm) {
+    t->comm = comm;
+  } else {
+    CLT_TRY(clt_comm_create_local(&t->comm));
+    t->own_comm = 1;
+  }
+  t->rank = clt_comm_rank(t->comm);
+  t->nranks = clt_comm_size(t->comm);
+  t->nlocal = clt_devices_count(devs);
+  CLT_TRY(check_agreement(t));
+
+  /* Global replica numbering: rank r's replicas follow those of ranks < r. */
+  {
+    int64_t *counts = clt__calloc(t->nranks, sizeof *counts), mine = t->nlocal;
+    if (!counts) { rc = CLT_ENOMEM; goto fail; }
+    rc = t->nranks > 1 ? clt_allgather(t->comm, &mine, sizeof mine, counts) : (counts[0] = mine, CLT_OK);
+    for (int r = 0; rc == CLT_OK && r < t->nranks; r++) {
+      if (r < t->rank) t->first_replica += (int)counts[r];
+      t->nreplicas += (int)counts[r];
+    }
+    free(counts);
+    if (rc < 0) goto fail;
+  }
+  t->micro_batch = o->batch / o->accumulate;
+  if (t->micro_batch < t->nreplicas) {
+    rc = clt__error(CLT_EINVAL, "the batch of %lld (per micro-batch %lld) is smaller than the %d replicas: every "
+                    "replica needs at least one sample", (long long)o->batch, (long long)t->micro_batch, t->nreplicas);
+    goto fail;
+  }
+
+  /* Parameters: initialised from the seed on rank 0, broadcast to all. */
+  int64_t P = clt_model_param_count(m);
+  if (!(params = clt__calloc((size_t)P, sizeof *params))) { rc = CLT_ENOMEM; goto fail; }
+  if (t->rank == 0) clt__model_init_params(m->spec, o->seed, params);
+  if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
+
+  int per = clt_optimizer_state_per_param(&o->optimizer);
+  t->ctx = clt__calloc(t->nlocal, sizeof *t->ctx);
+  t->rep = clt__calloc(t->nlocal, sizeof *t->rep);
+  t->host_params = clt__calloc(t->nlocal, sizeof *t->host_params);
+  t->host_state = clt__calloc(t->nlocal, sizeof *t->host_state);
+  if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < t->nlocal; i++) {
+    CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
+    CLT_TRY(clt__replica_create(t->ctx[i], m->spec, t->micro_batch, per, params, &t->rep[i]));
+    if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
+      clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
+               "replica holds the same bits", clt_context_device(t->ctx[i])->name, clt_optimizer_name(o->optimizer.kind));
+      t->host_params[i] = clt__calloc((size_t)P, sizeof(float));
+      t->host_state[i] = clt__calloc((size_t)P * (per ? per : 1), sizeof(float));
+      if (!t->host_params[i] || !t->host_state[i]) { rc = CLT_ENOMEM; goto fail; }
+      memcpy(t->host_params[i], params, (size_t)P * sizeof(float));
+      if (!t->host_grads && !(t->host_grads = clt__calloc((size_t)P, sizeof(float)))) { rc = CLT_ENOMEM; goto fail; }
+    }
+  }
+  if (t->nreplicas > 1) {
+    clt_allreduce_opts ao = {0, t->nlocal};
+    CLT_TRY(clt_allreduce_plan_create(t->comm, (size_t)P, CLT_F32, CLT_SUM, &ao, &t->plan));
+  }
+  free(params);
+  *out = t;
+  return CLT_OK;
+fail:
+  free(params);
+  clt_trainer_destroy(t);
+  return rc;
+}
+
+void clt_trainer_destroy(clt_trainer *t) {
+  if (!t) return;
+  clt_allreduce_plan_destroy(t->plan);
+  for (int i = 0; i < t->nlocal; i++) {
+    if (t->rep) clt__replica_destroy(t->rep[i]);
+    if (t->ctx) clt_context_destroy(t->ctx[i]);
+    if (t->host_params) free(t->host_params[i]);
+    if (t->host_state) free(t->host_state[i]);
+  }
+  free(t->rep);
+  free(t->ctx);
+  free(t->host_params);
+  free(t->host_state);
+  free(t->host_grads);
+  if (t->own_comm) clt_comm_destroy(t->comm);
+  free(t);
+}
+
+int64_t clt_trainer_steps_done(const clt_trainer *t) { return t->steps_done; }
+
+int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
+  int64_t P = clt_model_param_count(t->model);
+  if (count != P)
+    return clt__error(CLT_EINVAL, "clt_trainer_params: the model has %lld parameters, not %lld", (long long)P,
+                      (long long)count);
+  clt_tensor p = clt__replica_params(t->rep[0]);
+  return clt_tensor_download(t->ctx[0], &p, out, (size_t)P * sizeof(float));
+}
+
+int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  const clt_optimizer_config *cfg = &t->opts.optimizer;
+  float scale = 1.0f / (float)total_n;
+  *grad_norm = NAN;
+
+  /* Sum the gradients of every replica of every rank; all get the same bits. */
+  if (t->plan) {
+    cl_command_queue *q = clt__calloc(t->nlocal, sizeof *q);
+    cl_mem *bufs = clt__calloc(t->nlocal, sizeof *bufs);
+    size_t *offs = clt__calloc(t->nlocal, sizeof *offs);
+    if (q && bufs && offs) {
+      for (int i = 0; i < t->nlocal; i++) q[i] = clt_context_queue(t->ctx[i]), bufs[i] = t->rep[i]->grads;
+      rc = clt_allreduce_run_devices(t->plan, t->nlocal, q, bufs, offs);
+    } else {
+      rc = CLT_ENOMEM;
+    }
+    free(q), free(bufs), free(offs);
+    if (rc < 0) return clt__error_prefix(rc, "summing gradients of step %lld", (long long)t->steps_done + 1);
+  }
+
+  /* Clipping: the norm of the summed gradient / total_n. Devices may sum in
+   * different orders, so rank 0's first replica decides for everyone. */
+  if (t->opts.clip > 0) {
+    float ss = 0;
+    clt_tensor g = clt__replica_grads(t->rep[0]);
+    CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
+    double v[1] = {t->rank == 0 ? sqrt((double)ss) / (double)total_n : 0.0};
+    CLT_TRY(clt__trainer_sum(t, v, 1));
+    *grad_norm = v[0];
+    if (v[0] > t->opts.clip) scale = (float)(scale * (t->opts.clip / (v[0] + 1e-6)));
+  }
+
+  float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
+  int64_t step = t->steps_done + 1;
+  for (int i = 0; i < t->nlocal; i++) {
+    clt__replica *r = t->rep[i];
+    clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r);
+    if (!t->host_params[i]) {
+      CLT_TRY(clt_optimizer_step(t->ctx[i], cfg, step, lr, scale, &p, &g, &s));
+      continue;
+    }
+    CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)P * sizeof(float)));
+    clt_optimizer_step_host(cfg, step, lr, scale, t->host_params[i], t->host_grads, t->host_state[i], (size_t)P);
+    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, t->host_params[i], (size_t)P * sizeof(float)));
+  }
+  t->steps_done = step;
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "optimizer step %lld", (long long)t->steps_done + 1);
+}
+
+int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
+  int rc = CLT_OK;
+  int64_t count = clt_dataset_count(ds), B = t->micro_batch, in = clt_model_input_size(t->model);
+  int64_t *idx = NULL;
+  float *x = NULL;
+  int32_t *y = NULL;
+  double sums[2] = {0, 0}; /* loss, correct */
+  if (clt_dataset_sample_size(ds) != in)
+    return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
+                      clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
+  idx = clt__calloc((size_t)B, sizeof *idx);
+  x = clt__calloc((size_t)(B * in), sizeof *x);
+  y = clt__calloc((size_t)B, sizeof *y);
+  if (!idx || !x || !y) { rc = CLT_ENOMEM; goto fail; }
+  /* Replica g of R takes samples [g*count/R, (g+1)*count/R). */
+  for (int i = 0; i < t->nlocal; i++) {
+    int g = t->first_replica + i;
+    int64_t lo = count * g / t->nreplicas, hi = count * (g + 1) / t->nreplicas;
+    for (int64_t at = lo; at < hi; at += B) {
+      int64_t n = hi - at < B ? hi - at : B;
+      for (int64_t k = 0; k < n; k++) idx[k] = at + k;
+      CLT_TRY(clt_dataset_get_batch(ds, idx, n, x, y));
+      clt__pass pass = {0, 0, 0, at};
+      CLT_TRY(clt__replica_run(t->rep[i], x, y, n, &pass));
+      float l;
+      int32_t c;
+      CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
+      sums[0] += l;
+      sums[1] += c;
+    }
+  }
+  CLT_TRY(clt__trainer_sum(t, sums, 2));
+  *loss = sums[0] / (double)count;
+  *accuracy = sums[1] / (double)count;
+fail:
+  free(idx), free(x), free(y);
+  return rc < 0 ? clt__error_prefix(rc, "evaluating on %s", clt_dataset_path(ds)) : CLT_OK;
+}
