@@ -338,6 +338,15 @@ CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *
 /* A copy of the parameters (count floats = clt_model_param_count). */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);
+/* Save the parameters as a .safetensors file PyTorch loads: tensors named as
+ * nn.Sequential names the same layer list without its input line
+ * ("0.weight", "0.bias", "3.weight", ...), and metadata holding the model
+ * spec. Rank 0 writes, atomically; collective. */
+CLT_API int clt_trainer_save_weights(clt_trainer *t, const char *path);
+/* Load parameters saved by clt_trainer_save_weights (or PyTorch with the
+ * same names and shapes) into every replica; rank 0 reads and broadcasts.
+ * A missing tensor or a shape that does not fit is CLT_ESHAPE naming it. */
+CLT_API int clt_trainer_load_weights(clt_trainer *t, const char *path);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@ int cli_total_replicas(clt_comm *comm, const clt_devices *sel);
 
 int cmd_devices(int argc, char **argv);
 int cmd_train(int argc, char **argv, clt_comm *comm);
+int cmd_eval(int argc, char **argv, clt_comm *comm);
 int cmd_bench(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 

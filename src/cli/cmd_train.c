@@ -17,7 +17,7 @@
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
 typedef struct train_args {
-  const char *model, *data, *devices, *normalize;
+  const char *model, *data, *devices, *normalize, *save, *weights;
   int quiet;
   clt_train_options o;
 } train_args;
@@ -43,6 +43,7 @@ static void help(FILE *to) {
           "      --max-steps N       stop after N optimizer steps (default 0: no limit)\n"
           "      --seed N            initialisation, shuffling and dropout (default %llu)\n"
           "      --drop-last         leave out each epoch's last partial batch\n"
+          "      --weights FILE      start from these weights (.safetensors) instead of the seed's\n"
           "optimizer\n"
           "  -o, --optimizer NAME    sgd, adam or adamw (default sgd)\n"
           "      --lr X              learning rate (default %g)\n"
@@ -61,6 +62,7 @@ static void help(FILE *to) {
           "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
           "      --log-every N       a progress record every N steps (default %lld)\n"
           "      --metrics FILE      append JSON Lines metrics to FILE\n"
+          "  -s, --save FILE         save the trained weights as .safetensors (PyTorch loads it)\n"
           "  -q, --quiet             no progress line\n"
           "  -h, --help              this text\n",
           DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr,
@@ -92,7 +94,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 /* Parse argv into a; returns -1 (after a message) on a bad command line. */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
-         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM };
+         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"epochs", required_argument, 0, 'e'},      {"batch", required_argument, 0, 'b'},
@@ -106,6 +108,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"clip", required_argument, 0, O_CLIP},     {"devices", required_argument, 0, 'd'},
       {"eval-every", required_argument, 0, O_EVAL}, {"log-every", required_argument, 0, O_LOG},
       {"metrics", required_argument, 0, O_METRICS}, {"quiet", no_argument, 0, 'q'},
+      {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -115,7 +118,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   *help_asked = 0;
   clt_train_options_defaults(o);
   a->normalize = "standard";
-  while ((c = getopt_long(argc, argv, "D:e:b:o:d:qh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "D:e:b:o:d:s:qh", opts, NULL)) != -1) {
     switch (c) {
     case 'D': a->data = optarg; break;
     case O_NORM:
@@ -157,6 +160,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case O_LOG: if (parse_long("--log-every", optarg, 0, 1LL << 40, &v)) return -1; o->log_every = v; break;
     case O_METRICS: o->metrics_path = optarg; break;
     case 'q': a->quiet = 1; break;
+    case 's': a->save = optarg; break;
+    case O_WEIGHTS: a->weights = optarg; break;
     case 'h': *help_asked = 1; return 0;
     default: return -1;
     }
@@ -261,7 +266,88 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
            (long long)a.o.batch, clt_optimizer_name(a.o.optimizer.kind), a.o.schedule.lr);
     fflush(stdout);
   }
+  if (a.weights && (rc = clt_trainer_load_weights(tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
   if ((rc = clt_trainer_fit(tr, train, test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
+  if (a.save) {
+    if ((rc = clt_trainer_save_weights(tr, a.save)) < 0) { ec = cli_fail(rc, "--save"); goto out; }
+    if (clt_comm_rank(comm) == 0) printf("cltrain: saved the weights to %s\n", a.save);
+  }
+out:
+  clt_trainer_destroy(tr);
+  clt_dataset_destroy(train);
+  clt_dataset_destroy(test);
+  clt_devices_destroy(sel);
+  clt_devices_destroy(all);
+  clt_model_destroy(model);
+  return ec;
+}
+
+static void eval_help(FILE *to) {
+  fprintf(to, "usage: cltrain eval MODEL --weights FILE [OPTIONS]\n"
+              "\n"
+              "Loss and accuracy of saved weights on the test split of the data, split over\n"
+              "the selected devices of every rank.\n"
+              "\n"
+              "  -w, --weights FILE    weights saved by 'cltrain train --save' (required)\n"
+              "  -D, --data DIR        as for train (default %s)\n"
+              "      --normalize MODE  as for train: scale or standard (default standard)\n"
+              "  -b, --batch N         samples per device batch (default 256)\n"
+              "  -d, --devices SPEC    as for train\n"
+              "  -h, --help            this text\n", DEFAULT_DATA);
+}
+
+int cmd_eval(int argc, char **argv, clt_comm *comm) {
+  static const struct option opts[] = {{"weights", required_argument, 0, 'w'}, {"data", required_argument, 0, 'D'},
+                                       {"normalize", required_argument, 0, 'n'}, {"batch", required_argument, 0, 'b'},
+                                       {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
+                                       {0}};
+  train_args a;
+  long long v;
+  int c, rc, ec = CLI_EXIT_OK;
+  memset(&a, 0, sizeof a);
+  clt_train_options_defaults(&a.o);
+  a.o.batch = 256;
+  a.normalize = "standard";
+  while ((c = getopt_long(argc, argv, "w:D:b:d:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'w': a.weights = optarg; break;
+    case 'D': a.data = optarg; break;
+    case 'n':
+      if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
+        fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
+        return CLI_EXIT_USAGE;
+      }
+      a.normalize = optarg;
+      break;
+    case 'b': if (parse_long("--batch", optarg, 1, 1 << 20, &v)) return CLI_EXIT_USAGE; a.o.batch = v; break;
+    case 'd': a.devices = optarg; break;
+    case 'h': eval_help(stdout); return CLI_EXIT_OK;
+    default: eval_help(stderr); return CLI_EXIT_USAGE;
+    }
+  }
+  if (optind != argc - 1 || !a.weights) {
+    fprintf(stderr, "cltrain eval: one MODEL spec file and --weights FILE are needed\n");
+    return CLI_EXIT_USAGE;
+  }
+  a.model = argv[optind];
+  clt_model *model = NULL;
+  clt_devices *all = NULL, *sel = NULL;
+  clt_dataset *train = NULL, *test = NULL;
+  clt_trainer *tr = NULL;
+  double loss, acc;
+  if ((rc = clt_model_load(a.model, &model)) < 0) { ec = cli_fail(rc, "model"); goto out; }
+  if ((rc = open_data(&a, &train, &test)) < 0) { ec = cli_fail(rc, "data"); goto out; }
+  if (!test) {
+    fprintf(stderr, "cltrain eval: the data has no test split (t10k-*-idx?-ubyte[.gz])\n");
+    ec = CLI_EXIT_ERROR;
+    goto out;
+  }
+  if ((ec = cli_rank_devices(a.devices, comm, &all, &sel)) != CLI_EXIT_OK) goto out;
+  if ((rc = clt_trainer_create(model, sel, comm, &a.o, &tr)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
+  if ((rc = clt_trainer_load_weights(tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
+  if ((rc = clt_trainer_evaluate(tr, test, &loss, &acc)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
+  if (clt_comm_rank(comm) == 0)
+    printf("test loss %.4f accuracy %.4f (%lld samples)\n", loss, acc, (long long)clt_dataset_count(test));
 out:
   clt_trainer_destroy(tr);
   clt_dataset_destroy(train);

@@ -19,6 +19,7 @@ static void usage(FILE *to) {
           "  bench gemm   check GEMM and the elementwise kernels against plain C,\n"
           "               then measure GEMM throughput on each selected device\n"
           "  train        train a model (run under mpirun for several ranks)\n"
+          "  eval         loss and accuracy of saved weights on the test set\n"
           "  summary      show a model spec's layers, shapes and parameter counts\n"
           "  version      print the version\n"
           "  help         this text\n"
@@ -68,11 +69,11 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 1, argv + 1);
-  if (strcmp(cmd, "train") == 0) {
+  if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0) {
     clt_comm *comm = NULL;
     int ec = cli_comm_init(&argc, &argv, &comm);
     if (ec != CLI_EXIT_OK) return ec;
-    ec = cmd_train(argc - 1, argv + 1, comm);
+    ec = (strcmp(cmd, "train") == 0 ? cmd_train : cmd_eval)(argc - 1, argv + 1, comm);
     /* With several ranks a failure on one can leave the others waiting in a
      * collective: end the whole job. */
     if (ec != CLI_EXIT_OK && ec != CLI_EXIT_USAGE) cli_abort_job(comm, ec);

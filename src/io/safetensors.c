@@ -1,0 +1,224 @@
+/*
+ * safetensors.c: the safetensors reader and atomic writer (see
+ * safetensors.h). Only float32 tensors, which is all cltrain stores.
+ */
+#include "internal.h"
+#include "io/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Headers bigger than this are not ours (the Python package allows 100 MB). */
+#define MAX_HEADER (100u << 20)
+
+struct clt__st_file {
+  char *path;
+  FILE *fp;
+  json_t *header;
+  uint64_t data_start, data_len;
+};
+
+static int write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata) {
+  int rc = CLT_OK, fd = -1;
+  char *text = NULL, *tmp = NULL;
+  json_t *h = json_object(), *meta = json_object();
+  uint64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t count = 1;
+    json_t *shape = json_array();
+    for (int d = 0; d < t[i].ndim; d++) {
+      count *= t[i].shape[d];
+      json_array_append_new(shape, json_integer(t[i].shape[d]));
+    }
+    json_object_set_new(h, t[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
+                                                "data_offsets", (json_int_t)off, (json_int_t)(off + count * 4)));
+    off += (uint64_t)count * 4;
+  }
+  for (int i = 0; metadata && metadata[i]; i += 2) json_object_set_new(meta, metadata[i], json_string(metadata[i + 1]));
+  json_object_set_new(h, "__metadata__", meta);
+  text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(h);
+  if (!text) return clt__error(CLT_ENOMEM, "%s: could not make the safetensors header", path);
+  /* Pad the header with spaces to 8 bytes so the data is aligned. */
+  size_t hlen = strlen(text), padded = (hlen + 7) / 8 * 8;
+  char *hdr = clt__calloc(1, padded + 8);
+  if (!hdr || !(tmp = clt__calloc(1, strlen(path) + 32))) { rc = CLT_ENOMEM; goto fail; }
+  uint64_t le = padded;
+  for (int i = 0; i < 8; i++) hdr[i] = (char)(le >> (8 * i));
+  memcpy(hdr + 8, text, hlen);
+  memset(hdr + 8 + hlen, ' ', padded - hlen);
+
+  snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
+  if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) {
+    rc = clt__error(CLT_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    goto fail;
+  }
+  int bad = write_all(fd, hdr, padded + 8);
+  for (int i = 0; !bad && i < n; i++) {
+    int64_t count = 1;
+    for (int d = 0; d < t[i].ndim; d++) count *= t[i].shape[d];
+    bad = write_all(fd, t[i].data, (size_t)count * 4); /* little-endian hosts only, as x86 and arm64 */
+  }
+  if (bad || fsync(fd) != 0) {
+    rc = clt__error(CLT_EIO, "writing %s failed: %s (the previous %s is untouched)", tmp, strerror(errno), path);
+    goto fail;
+  }
+  close(fd);
+  fd = -1;
+  if (rename(tmp, path) != 0) {
+    rc = clt__error(CLT_EIO, "renaming %s to %s failed: %s", tmp, path, strerror(errno));
+    goto fail;
+  }
+  /* Flush the directory so the rename itself survives a crash. */
+  char *dcopy = clt__strdup(path);
+  if (dcopy) {
+    int dfd = open(dirname(dcopy), O_RDONLY);
+    if (dfd >= 0) {
+      fsync(dfd);
+      close(dfd);
+    }
+    free(dcopy);
+  }
+  free(text), free(hdr), free(tmp);
+  return CLT_OK;
+fail:
+  if (fd >= 0) close(fd);
+  if (tmp) unlink(tmp);
+  free(text), free(hdr), free(tmp);
+  return rc;
+}
+
+int clt__st_open(const char *path, clt__st_file **out) {
+  int rc = CLT_OK;
+  unsigned char lenb[8];
+  char *text = NULL;
+  json_error_t jerr;
+  clt__st_file *f = clt__calloc(1, sizeof *f);
+  *out = NULL;
+  if (!f || !(f->path = clt__strdup(path))) { free(f); return CLT_ENOMEM; }
+  if (!(f->fp = fopen(path, "rb"))) {
+    rc = clt__error(errno == ENOENT ? CLT_ENOTFOUND : CLT_EIO, "%s: %s", path, strerror(errno));
+    goto fail;
+  }
+  struct stat st;
+  if (fstat(fileno(f->fp), &st) != 0 || fread(lenb, 1, 8, f->fp) != 8) {
+    rc = clt__error(CLT_EFORMAT, "%s: too short to be a safetensors file", path);
+    goto fail;
+  }
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lenb[i];
+  if (hlen == 0 || hlen > MAX_HEADER || hlen > (uint64_t)st.st_size - 8) {
+    rc = clt__error(CLT_EFORMAT, "%s: header length %llu does not fit a %lld-byte file; not a safetensors file, or "
+                    "truncated", path, (unsigned long long)hlen, (long long)st.st_size);
+    goto fail;
+  }
+  if (!(text = clt__calloc(1, hlen + 1))) { rc = CLT_ENOMEM; goto fail; }
+  if (fread(text, 1, hlen, f->fp) != hlen) {
+    rc = clt__error(CLT_EFORMAT, "%s: truncated in its header", path);
+    goto fail;
+  }
+  if (!(f->header = json_loads(text, 0, &jerr)) || !json_is_object(f->header)) {
+    rc = clt__error(CLT_EFORMAT, "%s: the header is not a JSON object (%s at byte %d)", path,
+                    f->header ? "not an object" : jerr.text, jerr.position);
+    goto fail;
+  }
+  f->data_start = 8 + hlen;
+  f->data_len = (uint64_t)st.st_size - f->data_start;
+  const char *key;
+  json_t *v;
+  json_object_foreach(f->header, key, v) {
+    if (strcmp(key, "__metadata__") == 0) continue;
+    clt__st_tensor t;
+    if ((rc = clt__st_find(f, key, &t)) < 0) goto fail;
+  }
+  free(text);
+  *out = f;
+  return CLT_OK;
+fail:
+  free(text);
+  clt__st_close(f);
+  return rc;
+}
+
+void clt__st_close(clt__st_file *f) {
+  if (!f) return;
+  if (f->fp) fclose(f->fp);
+  json_decref(f->header);
+  free(f->path);
+  free(f);
+}
+
+int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out) {
+  json_t *v = json_object_get(f->header, name);
+  memset(out, 0, sizeof *out);
+  if (!v) return clt__error(CLT_ENOTFOUND, "%s has no tensor '%s'", f->path, name);
+  json_t *dtype = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
+         *offs = json_object_get(v, "data_offsets");
+  if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offs) || json_array_size(offs) != 2)
+    return clt__error(CLT_EFORMAT, "%s: tensor '%s' lacks a dtype, shape or data_offsets", f->path, name);
+  if (strcmp(json_string_value(dtype), "F32") != 0)
+    return clt__error(CLT_EFORMAT, "%s: tensor '%s' is %s; cltrain reads F32 only", f->path, name,
+                      json_string_value(dtype));
+  if (json_array_size(shape) > 6) return clt__error(CLT_EFORMAT, "%s: tensor '%s' has over 6 dimensions", f->path, name);
+  int64_t count = 1;
+  out->ndim = (int)json_array_size(shape);
+  for (int d = 0; d < out->ndim; d++) {
+    json_t *e = json_array_get(shape, (size_t)d);
+    if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > (1LL << 40))
+      return clt__error(CLT_EFORMAT, "%s: tensor '%s' has a bad shape", f->path, name);
+    out->shape[d] = json_integer_value(e);
+    count *= out->shape[d];
+  }
+  json_t *a = json_array_get(offs, 0), *b = json_array_get(offs, 1);
+  if (!json_is_integer(a) || !json_is_integer(b))
+    return clt__error(CLT_EFORMAT, "%s: tensor '%s' has bad data_offsets", f->path, name);
+  int64_t lo = json_integer_value(a), hi = json_integer_value(b);
+  if (lo < 0 || hi < lo || hi - lo != count * 4)
+    return clt__error(CLT_EFORMAT, "%s: tensor '%s' covers bytes [%lld, %lld) but its shape needs %lld", f->path,
+                      name, (long long)lo, (long long)hi, (long long)count * 4);
+  if ((uint64_t)hi > f->data_len)
+    return clt__error(CLT_EFORMAT, "%s: tensor '%s' ends at byte %lld of the data but the file holds %llu; truncated?",
+                      f->path, name, (long long)hi, (unsigned long long)f->data_len);
+  clt__strlcpy(out->name, name, sizeof out->name);
+  out->offset = lo;
+  return CLT_OK;
+}
+
+int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t count) {
+  int64_t have = 1;
+  for (int d = 0; d < t->ndim; d++) have *= t->shape[d];
+  if (have != count)
+    return clt__error(CLT_ESHAPE, "%s: tensor '%s' holds %lld values, %lld expected", f->path, t->name,
+                      (long long)have, (long long)count);
+  if (fseeko(f->fp, (off_t)(f->data_start + (uint64_t)t->offset), SEEK_SET) != 0 ||
+      fread(dst, 4, (size_t)count, f->fp) != (size_t)count)
+    return clt__error(CLT_EIO, "%s: reading tensor '%s' failed", f->path, t->name);
+  return CLT_OK;
+}
+
+const char *clt__st_metadata(clt__st_file *f, const char *key) {
+  json_t *m = json_object_get(f->header, "__metadata__");
+  json_t *v = m ? json_object_get(m, key) : NULL;
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}

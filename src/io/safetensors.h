@@ -1,0 +1,38 @@
+/*
+ * safetensors.h: reading and writing the safetensors format (an 8-byte
+ * little-endian header length, a JSON header naming each tensor's dtype,
+ * shape and byte range, then the raw data), the format PyTorch and the
+ * Python safetensors package load. Writes are atomic: a temporary file is
+ * written, flushed and renamed over the target, then the directory flushed.
+ */
+#ifndef CLT_IO_SAFETENSORS_H
+#define CLT_IO_SAFETENSORS_H
+
+#include <stdint.h>
+
+typedef struct clt__st_tensor {
+  char name[128];
+  int ndim;
+  int64_t shape[6];
+  const float *data;   /* writing: float32 values */
+  int64_t offset;      /* reading: byte offset of the data in the file's data section */
+} clt__st_tensor;
+
+/* Write n float32 tensors and string metadata (key/value pairs, NULL-ended
+ * list of 2*k strings; may be NULL) to path atomically. */
+int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata);
+
+typedef struct clt__st_file clt__st_file;
+/* Open and check a file: header length, JSON, every tensor F32 with a shape
+ * whose size matches its byte range, ranges inside the file. Errors name
+ * the file and the fault. */
+int clt__st_open(const char *path, clt__st_file **out);
+void clt__st_close(clt__st_file *f);
+/* The tensor called name, or CLT_ENOTFOUND naming it and the file. */
+int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out);
+/* Read count floats of tensor t into dst. */
+int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t count);
+/* A metadata value, or NULL. */
+const char *clt__st_metadata(clt__st_file *f, const char *key);
+
+#endif

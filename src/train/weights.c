@@ -1,0 +1,112 @@
+/*
+ * weights.c: a trainer's parameters to and from .safetensors files, named
+ * as PyTorch's nn.Sequential names the same layers.
+ */
+#include "train/trainer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+
+/* The safetensors tensors of a parameter arena: weight and bias per layer. */
+static int arena_tensors(const clt_model_spec *s, const float *params, clt__st_tensor **out, int *n) {
+  clt__st_tensor *t = clt__calloc((size_t)s->nlayers * 2, sizeof *t);
+  *out = t;
+  *n = 0;
+  if (!t) return CLT_ENOMEM;
+  for (int i = 1; i < s->nlayers; i++) {
+    const clt_layer_spec *l = &s->layers[i];
+    if (!l->weight_count) continue;
+    clt__st_tensor *w = &t[(*n)++];
+    snprintf(w->name, sizeof w->name, "%d.weight", i - 1);
+    w->data = params + l->param_offset;
+    if (l->kind == CLT_LAYER_CONV2D) {
+      w->ndim = 4;
+      w->shape[0] = l->out, w->shape[1] = l->in_shape.dims[0], w->shape[2] = w->shape[3] = l->kernel;
+    } else if (l->kind == CLT_LAYER_LINEAR) {
+      w->ndim = 2;
+      w->shape[0] = l->out, w->shape[1] = l->in_shape.dims[0];
+    } else {
+      w->ndim = 1;
+      w->shape[0] = l->weight_count;
+    }
+    if (l->bias_count) {
+      clt__st_tensor *b = &t[(*n)++];
+      snprintf(b->name, sizeof b->name, "%d.bias", i - 1);
+      b->ndim = 1;
+      b->shape[0] = l->bias_count;
+      b->data = params + l->param_offset + l->weight_count;
+    }
+  }
+  return CLT_OK;
+}
+
+int clt_trainer_save_weights(clt_trainer *t, const char *path) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  float *params = NULL;
+  clt__st_tensor *tensors = NULL;
+  int n;
+  if (t->rank != 0) return CLT_OK;
+  if (!(params = clt__calloc((size_t)P, sizeof *params))) return CLT_ENOMEM;
+  CLT_TRY(clt_trainer_params(t, params, P));
+  CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
+  char step[32];
+  snprintf(step, sizeof step, "%lld", (long long)t->steps_done);
+  const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", clt_model_text(t->model),
+                        "step", step, NULL};
+  CLT_TRY(clt__st_write(path, tensors, n, meta));
+fail:
+  free(params);
+  free(tensors);
+  return rc;
+}
+
+int clt_trainer_load_weights(clt_trainer *t, const char *path) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  float *params = clt__calloc((size_t)P, sizeof *params);
+  clt__st_tensor *tensors = NULL;
+  clt__st_file *f = NULL;
+  int n;
+  if (!params) return CLT_ENOMEM;
+  if (t->rank == 0) {
+    CLT_TRY(clt__st_open(path, &f));
+    CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
+    for (int i = 0; i < n; i++) {
+      clt__st_tensor have;
+      int64_t count = 1;
+      for (int d = 0; d < tensors[i].ndim; d++) count *= tensors[i].shape[d];
+      rc = clt__st_find(f, tensors[i].name, &have);
+      if (rc == CLT_ENOTFOUND) {
+        rc = clt__error(CLT_ESHAPE, "%s has no tensor '%s', which the model needs; was it saved from another model?",
+                        path, tensors[i].name);
+        goto fail;
+      }
+      if (rc < 0) goto fail;
+      int same = have.ndim == tensors[i].ndim;
+      for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == tensors[i].shape[d];
+      if (!same) {
+        rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has another shape than the model's; was it saved from another "
+                        "model?", path, tensors[i].name);
+        goto fail;
+      }
+      CLT_TRY(clt__st_read(f, &have, (float *)tensors[i].data, count));
+    }
+  }
+  /* Everyone takes rank 0's bits. A failure on rank 0 above leaves the
+   * others in this broadcast: the caller ends the job. */
+  if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
+  for (int i = 0; i < t->nlocal; i++) {
+    clt_tensor p = clt__replica_params(t->rep[i]);
+    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, params, (size_t)P * sizeof *params));
+    if (t->host_params[i]) memcpy(t->host_params[i], params, (size_t)P * sizeof *params);
+  }
+fail:
+  clt__st_close(f);
+  free(tensors);
+  free(params);
+  return rc;
+}
