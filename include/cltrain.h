@@ -413,7 +413,7 @@ CLT_API int clt_prefetcher_create(const clt_dataset *ds, const clt_sampler *s, i
                                   clt_context *ctx, clt_prefetcher **out);
 /* Wait for the next slice and hand it out; it runs on across epochs. An error
  * of the background thread comes back here, naming the batch it was
- * decoding, and every later call returns it too until a seek. */
+ * decoding, and every later call returns it too until a seek or new shares. */
 CLT_API int clt_prefetcher_next(clt_prefetcher *pf, clt_batch *batch);
 /* The position of the batch the next call of clt_prefetcher_next returns. */
 CLT_API void clt_prefetcher_position(const clt_prefetcher *pf, clt_sampler_pos *pos);
