@@ -21,6 +21,18 @@
  *   - A clt_context (one device's context, queue and program cache) must be
  *     used by one thread at a time. Different contexts may be used from
  *     different threads concurrently.
+ *   - A clt_dataset may be read (counts, shape, clt_dataset_get_batch,
+ *     clt_dataset_stats) from any number of threads at once, and by any number
+ *     of prefetchers. Changing its normalisation (clt_dataset_normalize*)
+ *     must not overlap any other use of it, prefetchers included.
+ *   - A clt_sampler keeps a cache of the current epoch's permutation, so even
+ *     its queries modify it: use one from one thread at a time (clone it,
+ *     cheaply, for another thread). clt_shares_from_weights is pure.
+ *   - A clt_prefetcher is driven by one consumer thread (create, next, seek,
+ *     set_shares, destroy); its own background thread only decodes into
+ *     memory that is already allocated and mapped, and calls no OpenCL or MPI
+ *     function. Creating and destroying one with a clt_context uses that
+ *     context, so the rule for contexts applies to those two calls.
  */
 #ifndef CLTRAIN_H
 #define CLTRAIN_H
@@ -192,6 +204,229 @@ CLT_API const clt_device_info *clt_context_device(const clt_context *ctx);
 /* Wait for everything queued on the context's queue. */
 CLT_API int clt_context_finish(clt_context *ctx);
 
+/* ---- data: datasets, sampler, prefetch ----------------------------------- */
+/*
+ * A training loop on one replica reads like this (error checks left out):
+ *
+ *   clt_dataset *train;
+ *   clt_dataset_open_idx("/usr/share/datasets/fashion-mnist", "train", &train);
+ *   float mean, std;
+ *   clt_dataset_stats(train, &mean, &std);        // of the [0,1]-scaled pixels
+ *   clt_dataset_normalize(train, mean, std);      // and the same for the test set
+ *
+ *   clt_sampler *smp;                             // same seed on every rank
+ *   clt_sampler_create(clt_dataset_count(train), 256, seed, 0, &smp);
+ *   int64_t shares[2] = {160, 96};                // or clt_shares_from_weights
+ *   clt_sampler_set_shares(smp, 2, shares);       // replica r of R takes b_r
+ *
+ *   clt_prefetcher *pf;                           // one per local replica
+ *   clt_prefetcher_create(train, smp, r, ctx, &pf);
+ *   for (;;) {
+ *     clt_batch b;
+ *     clt_prefetcher_next(pf, &b);                // b.x (b.n, sample_size) f32, b.y (b.n) i32
+ *     ... upload b.x, b.y; forward; backward; divide by b.global_n ...
+ *     if (b.last_in_epoch) ... evaluate; stop after the last epoch ...
+ *   }
+ *   clt_prefetcher_destroy(pf); clt_sampler_destroy(smp); clt_dataset_destroy(train);
+ *
+ * doc/data.md describes the file formats, the permutation algorithm (so that
+ * other programs can reproduce it) and the share rules in more detail.
+ */
+
+#define CLT_DATASET_MAX_DIMS 8
+
+/* A labelled dataset held in host memory: samples of a fixed shape (uint8 as
+ * read from IDX files, or float32 from raw files) and int32 class labels in
+ * [0, num_classes). Samples are converted to normalised float32 only when a
+ * batch is taken, so a dataset costs its file's size in memory. */
+typedef struct clt_dataset clt_dataset;
+
+/* The MNIST/Fashion-MNIST files of a split in dir: split "train" reads
+ * train-images-idx3-ubyte and train-labels-idx1-ubyte, "test" (or "t10k")
+ * reads t10k-*; each name is tried as is, then with ".gz". 10 classes.
+ * A missing file is CLT_ENOTFOUND naming the names tried; anything wrong
+ * inside a file is CLT_EFORMAT naming the file and the fault. */
+CLT_API int clt_dataset_open_idx(const char *dir, const char *split, clt_dataset **out);
+/* Explicit IDX image and label files (plain or gzip). Images must be unsigned
+ * bytes (IDX type 0x08) with at least 2 dimensions (count, ...), labels
+ * unsigned bytes with exactly 1. Every label must be below num_classes; 0
+ * means "the largest label + 1". The counts must agree. */
+CLT_API int clt_dataset_open_idx_files(const char *images, const char *labels, int num_classes,
+                                       clt_dataset **out);
+
+/* The raw format, for users' own float data (all integers little-endian,
+ * no padding, the file may be gzip-compressed):
+ *
+ *   offset        size        field
+ *   0             8           magic "CLTRAW1\0"
+ *   8             4           u32 version, 1
+ *   12            8           u64 count: the number of samples (> 0)
+ *   20            4           u32 ndims: dimensions of one sample (1..8)
+ *   24            8 * ndims   u64 dims[ndims], each > 0
+ *   24 + 8*ndims  4           u32 num_classes (> 0)
+ *   28 + 8*ndims  4*count*F   float32 samples, row-major, F = prod(dims)
+ *   ...           4*count     int32 labels, each in [0, num_classes)
+ *
+ * and nothing after. Non-finite sample values are refused (CLT_ENONFINITE). */
+CLT_API int clt_dataset_open_raw(const char *path, clt_dataset **out);
+/* Write count samples x (count, prod(dims)) and labels y (count) in the raw
+ * format (gzip-compressed when path ends in ".gz"). Checks what the reader
+ * checks, so a file it writes always reads back. */
+CLT_API int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int64_t *dims,
+                                  int num_classes, const float *x, const int32_t *y);
+
+CLT_API void clt_dataset_destroy(clt_dataset *ds);
+
+CLT_API int64_t clt_dataset_count(const clt_dataset *ds);
+CLT_API int clt_dataset_num_classes(const clt_dataset *ds);
+/* Dimensions of one sample: (28, 28) for MNIST. Writes up to
+ * CLT_DATASET_MAX_DIMS entries into dims (may be NULL) and returns ndims. */
+CLT_API int clt_dataset_sample_shape(const clt_dataset *ds, int64_t *dims);
+/* Values per sample, the product of the dimensions (784 for MNIST). */
+CLT_API int64_t clt_dataset_sample_size(const clt_dataset *ds);
+/* The sample file's path, for messages. */
+CLT_API const char *clt_dataset_path(const clt_dataset *ds);
+
+/* Normalisation, applied as a batch is taken: x_out = (x / range - mean) / std
+ * in float32, where range is 255 for uint8 data and 1 for float data. A
+ * dataset starts with mean 0, std 1: pixels in [0, 1], raw floats as stored. */
+/* Use mean and std (std > 0, both finite); clt_dataset_normalize(ds, 0, 1)
+ * restores the default. */
+CLT_API int clt_dataset_normalize(clt_dataset *ds, float mean, float std);
+/* The current mean and std. */
+CLT_API void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, float *std);
+/* Mean and (population) standard deviation of x / range over every value of
+ * every sample, summed in double: the statistics to give the training and
+ * test sets alike. 0.2860 and 0.3530 for Fashion-MNIST's training set. */
+CLT_API int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std);
+
+/* Normalised samples indices[0..n) into x (n, sample_size) float32 and their
+ * labels into y (n) int32; either output may be NULL. An index outside
+ * [0, count) is CLT_EINVAL naming it. A non-finite result of normalising
+ * float data is CLT_ENONFINITE naming the sample. */
+CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x,
+                                  int32_t *y);
+
+/* ---- sampler: which samples each replica takes at each step ---- */
+
+/* Every epoch is one permutation of [0, count) drawn from (seed, epoch) alone,
+ * so every rank computes the same one without talking. Global batch `step`
+ * of an epoch is permutation[step*B, step*B + B); replica r takes the
+ * contiguous slice of it at offset b_0 + ... + b_(r-1) of length b_r.
+ *
+ * The last batch of an epoch is partial when B does not divide count. By
+ * default it is kept: its n' < B samples are split over the replicas in
+ * proportion to the shares by the largest-remainder rule (the same rule as
+ * clt_shares_from_weights with min_each 0), so a replica may get 0 samples
+ * there and must cope with an empty slice. With CLT_SAMPLER_DROP_LAST it is
+ * left out and every step has exactly B samples. */
+typedef struct clt_sampler clt_sampler;
+
+enum {
+  CLT_SAMPLER_DROP_LAST = 1,  /* leave out the last partial batch of each epoch */
+  CLT_SAMPLER_NO_SHUFFLE = 2  /* identity order every epoch (evaluation) */
+};
+
+/* Where a sampler is: the next global batch it will give. This pair is all a
+ * checkpoint needs to resume the sample order: the global batches depend only
+ * on (count, global batch, seed, flags, epoch, step), not on the shares. */
+typedef struct clt_sampler_pos {
+  int64_t epoch;
+  int64_t step;  /* within the epoch, 0 .. steps_per_epoch - 1 */
+} clt_sampler_pos;
+
+/* A sampler over count samples with global batch size global_batch
+ * (1 .. min(count, 2^31 - 1)) and one replica taking all of it. flags is a
+ * sum of CLT_SAMPLER_* values. */
+CLT_API int clt_sampler_create(int64_t count, int64_t global_batch, uint64_t seed, unsigned flags,
+                               clt_sampler **out);
+/* An independent copy (configuration, shares, position). */
+CLT_API int clt_sampler_clone(const clt_sampler *s, clt_sampler **out);
+CLT_API void clt_sampler_destroy(clt_sampler *s);
+
+/* Split the global batch over nreplicas replicas: shares[r] >= 1, summing to
+ * the global batch. shares NULL splits it evenly (the first B % R replicas
+ * get one more). Takes effect for every later query; the order of samples
+ * in each global batch is unchanged. */
+CLT_API int clt_sampler_set_shares(clt_sampler *s, int nreplicas, const int64_t *shares);
+CLT_API int clt_sampler_replicas(const clt_sampler *s);
+/* Replica r's share of a full batch, b_r (0 when r is out of range). */
+CLT_API int64_t clt_sampler_share(const clt_sampler *s, int replica);
+CLT_API int64_t clt_sampler_count(const clt_sampler *s);
+CLT_API int64_t clt_sampler_global_batch(const clt_sampler *s);
+CLT_API int64_t clt_sampler_steps_per_epoch(const clt_sampler *s);
+/* Samples in global batch `step` of any epoch: B, or fewer for the last
+ * partial one (0 when step is out of range). The loss is divided by this. */
+CLT_API int64_t clt_sampler_batch_size(const clt_sampler *s, int64_t step);
+
+/* Replica r's indices in global batch (epoch, step): writes its n samples
+ * into indices (room for clt_sampler_share(s, replica) entries always
+ * suffices) and n into *n. Any position may be asked for, in any order;
+ * asking within one epoch reuses its permutation. */
+CLT_API int clt_sampler_slice(clt_sampler *s, int64_t epoch, int64_t step, int replica,
+                              int64_t *indices, int64_t *n);
+
+/* Iterate: the position to process now, and advance past it (the step after
+ * the last of an epoch is step 0 of the next). */
+CLT_API void clt_sampler_next(clt_sampler *s, clt_sampler_pos *pos);
+/* Save and restore the position (for checkpoints). A position whose step is
+ * not below steps_per_epoch, or with negative parts, is CLT_EINVAL. */
+CLT_API void clt_sampler_get_position(const clt_sampler *s, clt_sampler_pos *pos);
+CLT_API int clt_sampler_set_position(clt_sampler *s, clt_sampler_pos pos);
+
+/* Integer shares of total in proportion to weights (finite, >= 0, not all 0),
+ * each at least min_each, summing to total, by the largest-remainder rule:
+ * every replica first gets max(min_each, floor(quota)); then while the sum
+ * is short the one with the largest quota - share gains one, and while it is
+ * over the one above min_each with the smallest quota - share loses one
+ * (ties go to the lower index). The weights are scaled once to integers and
+ * the rest is integer arithmetic, so every rank gets the same shares from
+ * the same weights. n * min_each > total is CLT_EINVAL. */
+CLT_API int clt_shares_from_weights(int n, const double *weights, int64_t total, int64_t min_each,
+                                    int64_t *shares);
+
+/* ---- prefetcher: the next slice decoded in the background ---- */
+
+/* One replica's slice of one global batch, decoded and normalised. The
+ * memory belongs to the prefetcher and stays valid until the next call of
+ * clt_prefetcher_next, _seek, _set_shares or _destroy on it: an upload
+ * from it that does not wait must be complete before then (in a training
+ * step it is, once the step's results have been read back). */
+typedef struct clt_batch {
+  const float *x;         /* (n, sample_size) float32, normalised */
+  const int32_t *y;       /* (n) int32 labels */
+  int64_t n;              /* this replica's samples; may be 0 in a partial batch */
+  int64_t sample_size;    /* values per sample */
+  int64_t global_n;       /* samples in the whole global batch: divide the summed loss by this */
+  int64_t epoch, step;    /* the position of this global batch */
+  int last_in_epoch;      /* 1 for the last step of the epoch */
+} clt_batch;
+
+typedef struct clt_prefetcher clt_prefetcher;
+
+/* A prefetcher of replica `replica`'s slices of ds, in the order of a copy of
+ * sampler s taken now (its shares and position; later changes to s do not
+ * reach it). With ctx, the two batch buffers are pinned host memory of that
+ * context (fast uploads to its device); with ctx NULL, plain aligned host
+ * memory. A background thread decodes the next slice while the caller works
+ * on the current one (double buffering). */
+CLT_API int clt_prefetcher_create(const clt_dataset *ds, const clt_sampler *s, int replica,
+                                  clt_context *ctx, clt_prefetcher **out);
+/* Wait for the next slice and hand it out; it runs on across epochs. An error
+ * of the background thread comes back here, naming the batch it was
+ * decoding, and every later call returns it too until a seek or new shares. */
+CLT_API int clt_prefetcher_next(clt_prefetcher *pf, clt_batch *batch);
+/* The position of the batch the next call of clt_prefetcher_next returns. */
+CLT_API void clt_prefetcher_position(const clt_prefetcher *pf, clt_sampler_pos *pos);
+/* Continue from pos (resume from a checkpoint); what was decoded ahead is
+ * thrown away. */
+CLT_API int clt_prefetcher_seek(clt_prefetcher *pf, clt_sampler_pos pos);
+/* New shares (as clt_sampler_set_shares) from the next batch on, e.g. from
+ * the load balancer; replica must remain in range. Buffers grow if needed. */
+CLT_API int clt_prefetcher_set_shares(clt_prefetcher *pf, int nreplicas, const int64_t *shares);
+/* Stop the thread (it finishes the slice it is decoding, a few ms at most)
+ * and free everything. */
+CLT_API void clt_prefetcher_destroy(clt_prefetcher *pf);
 
 /* ---- models ---------------------------------------------------------------- */
 
@@ -318,7 +553,6 @@ typedef struct clt_train_options {
 CLT_API void clt_train_options_defaults(clt_train_options *o);
 
 typedef struct clt_comm clt_comm;
-typedef struct clt_dataset clt_dataset;
 typedef struct clt_trainer clt_trainer;
 
 /* Replicas of m on every device of devs (a context each), on this rank of

@@ -1,0 +1,74 @@
+/*
+ * data.h: what the data layer's sources share: the dataset's layout, the
+ * checked reading of plain or gzip files that the IDX and raw readers are
+ * built on, and the slice decoder the prefetch thread runs.
+ */
+#ifndef CLT_DATA_H
+#define CLT_DATA_H
+
+#include "internal.h"
+
+#include <stdint.h>
+#include <zlib.h>
+
+struct clt_dataset {
+  char *path;         /* the sample file, for messages */
+  int64_t count;
+  int ndims;
+  int64_t dims[CLT_DATASET_MAX_DIMS];
+  int64_t sample_size;  /* prod(dims) */
+  int num_classes;
+  clt_dtype dtype;    /* CLT_U8 (IDX) or CLT_F32 (raw) */
+  void *x;            /* (count, sample_size) of dtype */
+  int32_t *y;         /* (count) */
+  float range;        /* values are divided by this first: 255 for CLT_U8, 1 for CLT_F32 */
+  float mean, std;
+  float lut[256];     /* CLT_U8: the normalised value of every byte */
+};
+
+/* An empty dataset owning a copy of path (NULL and CLT_ENOMEM on failure). */
+clt_dataset *clt__dataset_alloc(const char *path);
+/* Check every label against num_classes (0: set it to max + 1); errors name
+ * labels_path and the first offending index. */
+int clt__dataset_check_labels(clt_dataset *ds, const char *labels_path);
+
+/* ---- checked reading (gzread reads plain and gzip files alike) ---- */
+
+typedef struct clt__reader {
+  gzFile gz;
+  const char *path;
+  uint64_t offset;    /* uncompressed bytes read so far */
+} clt__reader;
+
+/* Open path: a missing file is CLT_ENOTFOUND, any other failure CLT_EIO,
+ * both naming the file and the system's reason. */
+int clt__reader_open(clt__reader *r, const char *path);
+void clt__reader_close(clt__reader *r);
+/* Read exactly n bytes of `what` ("the magic number", "image data"). A short
+ * read is CLT_EFORMAT "truncated", a broken gzip stream CLT_EFORMAT
+ * "corrupt", a read error CLT_EIO; each names the file, what was being read,
+ * and how far it got. */
+int clt__reader_read(clt__reader *r, void *buf, uint64_t n, const char *what);
+/* Read n bytes into a buffer that grows as data arrives, so that a header
+ * declaring more than the file holds fails as truncated before it can make
+ * us allocate what it declares. *out is malloc'd; free it. */
+int clt__reader_read_alloc(clt__reader *r, uint64_t n, const char *what, void **out);
+/* The file must end here: trailing bytes are CLT_EFORMAT naming how many
+ * (and the offset where they start). */
+int clt__reader_expect_end(clt__reader *r, const char *after);
+
+/* Big- and little-endian integers from bytes. */
+static inline uint32_t clt__be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+static inline uint32_t clt__le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t clt__le64(const unsigned char *p) {
+  return (uint64_t)clt__le32(p) | (uint64_t)clt__le32(p + 4) << 32;
+}
+
+/* "28x28" into buf. */
+const char *clt__dims_str(int ndims, const int64_t *dims, char *buf, size_t len);
+
+#endif /* CLT_DATA_H */
