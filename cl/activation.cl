@@ -1,0 +1,60 @@
+// activation.cl: elementwise activations and their derivatives, float32.
+// `act` is clt_nn_act (src/nn/nn.h); a uniform switch costs nothing next to
+// the memory traffic, and one program serves every activation. Offsets are
+// in elements; kernels check their bound (the launch rounds up).
+
+#define ACT_RELU 0
+#define ACT_LEAKY_RELU 1
+#define ACT_GELU 2
+#define ACT_TANH 3
+#define ACT_SIGMOID 4
+
+// GELU, tanh approximation (as PyTorch's approximate='tanh' and GPT-2).
+// tanh saturates to exactly +-1 from |x| >= 10, where that is the correctly
+// rounded float: PoCL's tanh stops 1 ulp short (0.99999994), and GELU's
+// derivative multiplies 1 - t^2 by ~x^3, which turned that ulp into an
+// error of 6e-3 at x = 100.
+#define GELU_C 0.7978845608028654f // sqrt(2 / pi)
+#define GELU_A 0.044715f
+
+float tanh1(float x) { return fabs(x) >= 10.0f ? copysign(1.0f, x) : tanh(x); }
+
+float act_value(int act, float x, float alpha) {
+  switch (act) {
+  case ACT_RELU: return x > 0.0f ? x : 0.0f;
+  case ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
+  case ACT_GELU: return 0.5f * x * (1.0f + tanh1(GELU_C * (x + GELU_A * x * x * x)));
+  case ACT_TANH: return tanh1(x);
+  default: return 1.0f / (1.0f + exp(-x));
+  }
+}
+
+// The derivative from s, which is the forward's input x for leaky_relu and
+// gelu and its output y for relu, tanh and sigmoid.
+float act_derivative(int act, float s, float alpha) {
+  switch (act) {
+  case ACT_RELU: return s > 0.0f ? 1.0f : 0.0f;
+  case ACT_LEAKY_RELU: return s > 0.0f ? 1.0f : alpha;
+  case ACT_GELU: {
+    float x2 = s * s;
+    float t = tanh1(GELU_C * (s + GELU_A * x2 * s));
+    return 0.5f * (1.0f + t) + 0.5f * s * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * x2);
+  }
+  case ACT_TANH: return 1.0f - s * s;
+  default: return s * (1.0f - s);
+  }
+}
+
+// y = act(x)
+__kernel void act_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
+                          const ulong n, const int act, const float alpha) {
+  size_t i = get_global_id(0);
+  if (i < n) y[yoff + i] = act_value(act, x[xoff + i], alpha);
+}
+
+// dx = dy * act'(s)
+__kernel void act_backward(__global const float *s, const ulong soff, __global const float *dy, const ulong dyoff,
+                           __global float *dx, const ulong dxoff, const ulong n, const int act, const float alpha) {
+  size_t i = get_global_id(0);
+  if (i < n) dx[dxoff + i] = dy[dyoff + i] * act_derivative(act, s[soff + i], alpha);
+}

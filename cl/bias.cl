@@ -1,0 +1,30 @@
+// bias.cl: per-channel bias for tensors seen as (N, C, P): linear layers
+// (P = 1) and convolutions (P = OH*OW).
+
+// y[n, c, p] += b[c]
+__kernel void bias_add(__global float *y, const ulong yoff, __global const float *b, const ulong boff,
+                       const uint C, const uint P, const uint total) {
+  uint i = get_global_id(0);
+  if (i < total) y[yoff + i] += b[boff + (i / P) % C];
+}
+
+// db[c] += sum over n, p of dy[n, c, p]. One work-group per channel; item t
+// sums elements t, t + W, ... of the channel's N*P, then a tree in local
+// memory: a fixed order, so the same bits every run. W is a power of two.
+__kernel void bias_grad(__global const float *dy, const ulong dyoff, __global float *db, const ulong dboff,
+                        const uint N, const uint C, const uint P, __local float *scratch) {
+  const uint c = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
+  const uint count = N * P;
+  float acc = 0.0f;
+  for (uint j = lid; j < count; j += wgs) {
+    uint n = j / P, p = j - n * P;
+    acc += dy[dyoff + ((ulong)n * C + c) * P + p];
+  }
+  scratch[lid] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = wgs / 2; s > 0; s >>= 1) {
+    if (lid < s) scratch[lid] += scratch[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) db[dboff + c] += scratch[0];
+}

@@ -1,0 +1,91 @@
+// loss.cl: softmax cross-entropy over rows of C logits, forward and
+// backward fused, float32. One work-group per row (a power of two); the
+// loss of the batch is then summed by one work-group in a fixed order, so
+// the same logits give the same bits every run.
+
+// Row n: loss = log(sum_j exp(z_j - m)) - (z_label - m) with m the row
+// maximum, which keeps every exp in (0, 1] whatever the logits;
+// dlogits = scale * (softmax - onehot(label)); correct += argmax == label.
+// A label outside [0, C) gives NaN loss and gradient.
+__kernel void xent_rows(__global const float *logits, const ulong loff, __global const int *labels,
+                        const ulong laboff, __global float *dlogits, const ulong doff, const int has_grad,
+                        __global float *losses, const ulong lsoff, __global int *correct, const ulong coff,
+                        const int has_correct, const uint C, const float scale, __local float *fscratch,
+                        __local int *iscratch) {
+  const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
+  const ulong base = (ulong)row * C;
+  const int label = labels[laboff + row];
+  const int valid = label >= 0 && label < (int)C;
+  // Read before the first barrier: with dlogits == logits (in place), the
+  // gradient overwrites the row only after every item has passed it.
+  const float zlabel = valid ? logits[loff + base + label] : 0.0f;
+
+  // Row maximum and its first index: each item scans its own elements in
+  // order, then pairs merge keeping the larger value, the lower index on ties.
+  float best = -INFINITY;
+  int besti = (int)C;
+  for (uint j = lid; j < C; j += wgs) {
+    float v = logits[loff + base + j];
+    if (v > best || besti == (int)C) {
+      best = v;
+      besti = (int)j;
+    }
+  }
+  fscratch[lid] = best;
+  iscratch[lid] = besti;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = wgs / 2; s > 0; s >>= 1) {
+    if (lid < s) {
+      float ov = fscratch[lid + s];
+      int oi = iscratch[lid + s];
+      float mv = fscratch[lid];
+      int mi = iscratch[lid];
+      if (oi < (int)C && (mi == (int)C || ov > mv || (ov == mv && oi < mi))) {
+        fscratch[lid] = ov;
+        iscratch[lid] = oi;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float m = fscratch[0];
+  const int argmax = iscratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  float s = 0.0f;
+  for (uint j = lid; j < C; j += wgs) s += exp(logits[loff + base + j] - m);
+  fscratch[lid] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint t = wgs / 2; t > 0; t >>= 1) {
+    if (lid < t) fscratch[lid] += fscratch[lid + t];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float sum = fscratch[0];
+
+  if (has_grad) {
+    const float inv = 1.0f / sum;
+    for (uint j = lid; j < C; j += wgs) {
+      float p = exp(logits[loff + base + j] - m) * inv;
+      float g = valid ? scale * (p - ((int)j == label ? 1.0f : 0.0f)) : NAN;
+      dlogits[doff + base + j] = g;
+    }
+  }
+  if (lid == 0) {
+    losses[lsoff + row] = valid ? log(sum) - (zlabel - m) : NAN;
+    if (has_correct && valid && argmax == label) atomic_inc(&correct[coff]);
+  }
+}
+
+// loss[0] = the sum of losses[0..N), in a fixed order.
+__kernel void xent_sum(__global const float *losses, const ulong lsoff, const uint N, __global float *loss,
+                       const ulong loff, __local float *scratch) {
+  const uint lid = get_local_id(0), wgs = get_local_size(0);
+  float s = 0.0f;
+  for (uint i = lid; i < N; i += wgs) s += losses[lsoff + i];
+  scratch[lid] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint t = wgs / 2; t > 0; t >>= 1) {
+    if (lid < t) scratch[lid] += scratch[lid + t];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lid == 0) loss[loff] = scratch[0];
+}

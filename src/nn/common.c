@@ -1,0 +1,86 @@
+/*
+ * common.c: shape checks and launch helpers shared by the nn layers
+ * (see common.h).
+ */
+#include "nn/common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+cl_ulong clt__nn_off(const clt_tensor *t) { return (cl_ulong)(t->offset / clt_dtype_size(t->dtype)); }
+
+clt_matrix clt__nn_mat(const clt_tensor *t, int64_t ld) {
+  clt_matrix m = {t->buf, (size_t)clt__nn_off(t), (size_t)ld};
+  return m;
+}
+
+int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dtype dtype, int ndim,
+                  const char *layout) {
+  char s[128];
+  if (!t) return clt__error(CLT_EINVAL, "%s: tensor %s is missing (NULL)", op, name);
+  if (t->dtype != dtype || (ndim && t->ndim != ndim)) {
+    if (ndim)
+      return clt__error(CLT_ESHAPE, "%s: %s must be a %d-D %s tensor %s, got %s", op, name, ndim,
+                        clt_dtype_name(dtype), layout, clt_tensor_shape_str(t, s, sizeof s));
+    return clt__error(CLT_ESHAPE, "%s: %s must be a %s tensor %s, got %s", op, name, clt_dtype_name(dtype), layout,
+                      clt_tensor_shape_str(t, s, sizeof s));
+  }
+  if (clt_tensor_numel(t) > NN_MAX_ELEMS)
+    return clt__error(CLT_ESHAPE, "%s: %s %s has more than 2^31 - 1 elements, which the kernels cannot index", op,
+                      name, clt_tensor_shape_str(t, s, sizeof s));
+  return CLT_OK;
+}
+
+int clt__nn_shape_error(const char *op, const clt__nn_named *ts, int n, const char *fmt, ...) {
+  char msg[1024], s[128];
+  size_t used = (size_t)snprintf(msg, sizeof msg, "%s: ", op);
+  int first = 1;
+  for (int i = 0; i < n && used < sizeof msg; i++) {
+    if (!ts[i].t) continue;
+    used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%s %s", first ? "" : ", ", ts[i].name,
+                             clt_tensor_shape_str(ts[i].t, s, sizeof s));
+    first = 0;
+  }
+  if (used + 2 < sizeof msg) {
+    if (!first) {
+      memcpy(msg + used, ": ", 3);
+      used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + used, sizeof msg - used, fmt, ap);
+    va_end(ap);
+  }
+  return clt__error(CLT_ESHAPE, "%s", msg);
+}
+
+int clt__nn_check_like(const char *op, const char *name, const clt_tensor *t, const char *like_name,
+                       const clt_tensor *like) {
+  if (!t) return clt__error(CLT_EINVAL, "%s: tensor %s is missing (NULL)", op, name);
+  if (t->dtype == like->dtype && clt__nn_same_shape(t, like)) return CLT_OK;
+  clt__nn_named ts[] = {{like_name, like}, {name, t}};
+  return clt__nn_shape_error(op, ts, 2, "%s must have the shape and type of %s", name, like_name);
+}
+
+int clt__nn_same_shape(const clt_tensor *a, const clt_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
+int clt__nn_launch_groups(clt_context *ctx, cl_kernel k, size_t groups, size_t wgs) {
+  int rc = CLT_OK;
+  if (groups == 0) return CLT_OK;
+  size_t global = groups * wgs;
+  CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &wgs, 0, NULL, NULL));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "launching %zu work-groups of %zu on %s", groups, wgs, ctx->info.name);
+}
+
+size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most) {
+  size_t want = 1;
+  while (want < most && (int64_t)want < len) want *= 2;
+  return clt__clamp_wgs(ctx, k, want);
+}

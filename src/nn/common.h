@@ -1,0 +1,61 @@
+/*
+ * common.h: what the src/nn/ sources share: shape checks whose messages
+ * name the op and every tensor involved, kernel argument and launch helpers.
+ */
+#ifndef CLT_NN_COMMON_H
+#define CLT_NN_COMMON_H
+
+#include "nn/nn.h"
+
+/* Set kernel argument i to the value of lvalue v (CLT_CL_TRY, so the caller
+ * needs rc and a fail label). */
+#define NN_ARG(k, i, v) CLT_CL_TRY(clSetKernelArg((k), (cl_uint)(i), sizeof(v), &(v)))
+
+/* The largest element count the nn kernels index with 32-bit integers. */
+#define NN_MAX_ELEMS ((int64_t)0x7fffffff)
+
+/* A tensor and the name an error message calls it by. */
+typedef struct clt__nn_named {
+  const char *name;
+  const clt_tensor *t;
+} clt__nn_named;
+
+/* The view's offset in elements (4-byte f32 and i32 alike). */
+cl_ulong clt__nn_off(const clt_tensor *t);
+
+/* The tensor as a GEMM operand with leading dimension ld (in floats). */
+clt_matrix clt__nn_mat(const clt_tensor *t, int64_t ld);
+
+/* t must exist (else CLT_EINVAL), be of dtype and have ndim dimensions
+ * (ndim 0: any), and hold at most NN_MAX_ELEMS elements (else CLT_ESHAPE).
+ * `layout` describes the expected shape in the message, e.g. "(N, C, H, W)". */
+int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dtype dtype, int ndim,
+                  const char *layout);
+
+/* t must exist and have the dtype and shape of like (else CLT_EINVAL or
+ * CLT_ESHAPE naming both). */
+int clt__nn_check_like(const char *op, const char *name, const clt_tensor *t, const char *like_name,
+                       const clt_tensor *like);
+
+/* CLT_ESHAPE with "OP: name1 (shape), name2 (shape): <fmt ...>"; NULL
+ * tensors in ts are left out. */
+int clt__nn_shape_error(const char *op, const clt__nn_named *ts, int n, const char *fmt, ...) CLT__PRINTF(4, 5);
+
+/* Do a and b have the same shape? */
+int clt__nn_same_shape(const clt_tensor *a, const clt_tensor *b);
+
+/* Launch `groups` work-groups of wgs items each (wgs already clamped). */
+int clt__nn_launch_groups(clt_context *ctx, cl_kernel k, size_t groups, size_t wgs);
+
+/* A power-of-two work-group size for a kernel that reduces rows of `len`
+ * elements: no wider than the row (rounded up), at most `most`, clamped. */
+size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most);
+
+/* y[n, c, p] += b[c], y seen as (N, C, P) (src/nn/bias.c). */
+int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b, int64_t C, int64_t P);
+/* db[c] += the sum over n, p of dy[n, c, p], dy seen as (N, C, P), in a
+ * fixed order. */
+int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C,
+                      int64_t P);
+
+#endif

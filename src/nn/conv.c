@@ -1,0 +1,238 @@
+/*
+ * conv.c: 2-D convolution, NCHW, forward and backward, as im2col + one GEMM
+ * per chunk of samples (cl/conv.cl, src/blas.c).
+ *
+ * For a chunk of B samples, with K = Cin*KH*KW and P = OH*OW:
+ *   forward   col (K, B*P) = im2col(x)
+ *             T (Cout, B*P) = w (Cout, K) col
+ *             y (B, Cout, P) = T reordered, + b
+ *   backward  T (Cout, B*P) = dy reordered        db += sums of dy
+ *             col = im2col(x)                     dw += T col^T
+ *             col = w^T T  (reusing col's space)  dx = col2im(col)
+ * One large GEMM per chunk instead of B small ones: GEMM libraries reach
+ * their speed on large shapes, and CLBlast's batched GEMM would need a
+ * weight copy per sample. The workspace (col and T) is the caller's, sized
+ * by clt_nn_conv2d_workspace_bytes; a smaller one only means more chunks.
+ */
+#include "nn/common.h"
+
+#include <stdio.h>
+
+typedef struct geom {
+  int64_t N, Cin, H, W;   /* x (N, Cin, H, W) */
+  int64_t Cout, KH, KW;   /* w (Cout, Cin, KH, KW) */
+  int64_t OH, OW, K, P;   /* y (N, Cout, OH, OW); K = Cin*KH*KW; P = OH*OW */
+  int sh, sw, ph, pw;
+  int64_t chunk;          /* samples per GEMM */
+  clt_tensor ws;          /* the workspace: col (K, chunk*P) then T (Cout, chunk*P) */
+} geom;
+
+int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad) {
+  if (in < 1 || k < 1 || stride < 1 || pad < 0 || in + 2 * (int64_t)pad < k) return 0;
+  return (in + 2 * (int64_t)pad - k) / stride + 1;
+}
+
+size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw,
+                                     int64_t oh, int64_t ow) {
+  return (size_t)samples * (size_t)(cin * kh * kw + cout) * (size_t)(oh * ow) * sizeof(float);
+}
+
+/* Check every tensor of a conv2d call and work out its geometry.
+ * dy_like is y (forward) or dy (backward); bname names b or db. */
+static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
+                      const clt_tensor *b, const char *bname, const clt_tensor *y, const char *yname,
+                      const clt_tensor *ws, geom *g) {
+  int rc;
+  if (!cfg) return clt__error(CLT_EINVAL, "%s: no configuration (stride, padding) given", op);
+  if (cfg->stride_h < 1 || cfg->stride_w < 1 || cfg->pad_h < 0 || cfg->pad_w < 0)
+    return clt__error(CLT_EINVAL, "%s: stride %dx%d must be at least 1 and padding %dx%d at least 0", op,
+                      cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w);
+  if ((rc = clt__nn_check(op, "x", x, CLT_F32, 4, "(N, Cin, H, W)")) < 0) return rc;
+  if ((rc = clt__nn_check(op, "w", w, CLT_F32, 4, "(Cout, Cin, KH, KW)")) < 0) return rc;
+  if ((rc = clt__nn_check(op, yname, y, CLT_F32, 4, "(N, Cout, OH, OW)")) < 0) return rc;
+  if (b && (rc = clt__nn_check(op, bname, b, CLT_F32, 1, "(Cout)")) < 0) return rc;
+  if ((rc = clt__nn_check(op, "workspace", ws, CLT_F32, 0, "(any shape)")) < 0) return rc;
+  clt__nn_named ts[] = {{"x", x}, {"w", w}, {bname, b}, {yname, y}};
+  g->N = x->shape[0], g->Cin = x->shape[1], g->H = x->shape[2], g->W = x->shape[3];
+  g->Cout = w->shape[0], g->KH = w->shape[2], g->KW = w->shape[3];
+  g->sh = cfg->stride_h, g->sw = cfg->stride_w, g->ph = cfg->pad_h, g->pw = cfg->pad_w;
+  if (w->shape[1] != g->Cin)
+    return clt__nn_shape_error(op, ts, 4, "x has %lld channels, w expects %lld", (long long)g->Cin,
+                               (long long)w->shape[1]);
+  g->OH = clt_nn_out_size(g->H, g->KH, g->sh, g->ph);
+  g->OW = clt_nn_out_size(g->W, g->KW, g->sw, g->pw);
+  if (g->OH < 1 || g->OW < 1)
+    return clt__nn_shape_error(op, ts, 4, "a %lldx%lld kernel does not fit a %lldx%lld input with padding %dx%d",
+                               (long long)g->KH, (long long)g->KW, (long long)g->H, (long long)g->W, g->ph, g->pw);
+  if (y->shape[0] != g->N || y->shape[1] != g->Cout || y->shape[2] != g->OH || y->shape[3] != g->OW)
+    return clt__nn_shape_error(op, ts, 4, "%s must be (%lld, %lld, %lld, %lld) for stride %dx%d, padding %dx%d",
+                               yname, (long long)g->N, (long long)g->Cout, (long long)g->OH, (long long)g->OW, g->sh,
+                               g->sw, g->ph, g->pw);
+  if (b && b->shape[0] != g->Cout)
+    return clt__nn_shape_error(op, ts, 4, "%s must have %lld elements", bname, (long long)g->Cout);
+  g->K = g->Cin * g->KH * g->KW;
+  g->P = g->OH * g->OW;
+  /* As many samples as the workspace holds, but no chunk whose col exceeds
+   * what the kernels index with 32 bits. */
+  int64_t per_sample = (g->K + g->Cout) * g->P;
+  g->chunk = clt_tensor_numel(ws) / per_sample;
+  if (g->chunk > g->N) g->chunk = g->N;
+  if (g->chunk > NN_MAX_ELEMS / (g->K > g->Cout ? g->K * g->P : g->Cout * g->P))
+    g->chunk = NN_MAX_ELEMS / (g->K > g->Cout ? g->K * g->P : g->Cout * g->P);
+  if (g->chunk < 1) {
+    char s[128];
+    return clt__error(CLT_ESHAPE,
+                      "%s: workspace %s holds %zu bytes, but one sample needs %zu "
+                      "(clt_nn_conv2d_workspace_bytes(1, %lld, %lld, %lld, %lld, %lld, %lld))",
+                      op, clt_tensor_shape_str(ws, s, sizeof s), clt_tensor_bytes(ws),
+                      (size_t)per_sample * sizeof(float), (long long)g->Cin, (long long)g->Cout, (long long)g->KH,
+                      (long long)g->KW, (long long)g->OH, (long long)g->OW);
+  }
+  g->ws = *ws;
+  return CLT_OK;
+}
+
+/* The geometry arguments shared by im2col and col2im, from index 4 on. */
+static int geom_args(cl_kernel k, const geom *g, int64_t B) {
+  int rc = CLT_OK;
+  cl_uint v[8] = {(cl_uint)B, (cl_uint)g->Cin, (cl_uint)g->H, (cl_uint)g->W,
+                  (cl_uint)g->KH, (cl_uint)g->KW, (cl_uint)g->OH, (cl_uint)g->OW};
+  cl_int s[4] = {g->sh, g->sw, g->ph, g->pw};
+  for (int i = 0; i < 8; i++) NN_ARG(k, 4 + i, v[i]);
+  for (int i = 0; i < 4; i++) NN_ARG(k, 12 + i, s[i]);
+fail:
+  return rc;
+}
+
+static cl_ulong ws_col(const geom *g) { return clt__nn_off(&g->ws); }
+static cl_ulong ws_t(const geom *g) { return clt__nn_off(&g->ws) + (cl_ulong)(g->K * g->chunk * g->P); }
+
+/* col (K, B*P) = im2col of samples [n0, n0 + B) of x. */
+static int im2col(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W), coff = ws_col(g);
+  CLT_TRY(clt_context_kernel(ctx, "conv", "im2col", NULL, &k));
+  NN_ARG(k, 0, x->buf);
+  NN_ARG(k, 1, xoff);
+  NN_ARG(k, 2, g->ws.buf);
+  NN_ARG(k, 3, coff);
+  CLT_TRY(geom_args(k, g, B));
+  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(g->K * B * g->P), 0));
+fail:
+  return rc;
+}
+
+/* Samples [n0, n0 + B) of dx = col2im(col). */
+static int col2im(clt_context *ctx, const geom *g, const clt_tensor *dx, int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong coff = ws_col(g), dxoff = clt__nn_off(dx) + (cl_ulong)(n0 * g->Cin * g->H * g->W);
+  CLT_TRY(clt_context_kernel(ctx, "conv", "col2im", NULL, &k));
+  NN_ARG(k, 0, g->ws.buf);
+  NN_ARG(k, 1, coff);
+  NN_ARG(k, 2, dx->buf);
+  NN_ARG(k, 3, dxoff);
+  CLT_TRY(geom_args(k, g, B));
+  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cin * g->H * g->W), 0));
+fail:
+  return rc;
+}
+
+/* Samples [n0, n0 + B) of y (N, Cout, P) = T (Cout, B*P) reordered, + b. */
+static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const clt_tensor *y, int64_t n0,
+                  int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong toff = ws_t(g), yoff = clt__nn_off(y) + (cl_ulong)(n0 * g->Cout * g->P);
+  cl_ulong boff = b ? clt__nn_off(b) : 0;
+  cl_mem bbuf = b ? b->buf : g->ws.buf; /* never read without a bias */
+  cl_int has_bias = b != NULL;
+  cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
+  CLT_TRY(clt_context_kernel(ctx, "conv", "cbp_to_bcp", NULL, &k));
+  NN_ARG(k, 0, g->ws.buf);
+  NN_ARG(k, 1, toff);
+  NN_ARG(k, 2, y->buf);
+  NN_ARG(k, 3, yoff);
+  NN_ARG(k, 4, bbuf);
+  NN_ARG(k, 5, boff);
+  NN_ARG(k, 6, has_bias);
+  NN_ARG(k, 7, ub);
+  NN_ARG(k, 8, uc);
+  NN_ARG(k, 9, up);
+  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
+fail:
+  return rc;
+}
+
+/* T (Cout, B*P) = samples [n0, n0 + B) of dy (N, Cout, P) reordered. */
+static int dy_to_t(clt_context *ctx, const geom *g, const clt_tensor *dy, int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), toff = ws_t(g);
+  cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
+  CLT_TRY(clt_context_kernel(ctx, "conv", "bcp_to_cbp", NULL, &k));
+  NN_ARG(k, 0, dy->buf);
+  NN_ARG(k, 1, dyoff);
+  NN_ARG(k, 2, g->ws.buf);
+  NN_ARG(k, 3, toff);
+  NN_ARG(k, 4, ub);
+  NN_ARG(k, 5, uc);
+  NN_ARG(k, 6, up);
+  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
+fail:
+  return rc;
+}
+
+int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
+                          const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
+                          const clt_tensor *workspace) {
+  static const char op[] = "conv2d forward";
+  geom g;
+  int rc = check_conv(op, cfg, x, w, b, "b", y, "y", workspace, &g);
+  if (rc < 0) return rc;
+  clt_matrix mw = clt__nn_mat(w, g.K);
+  for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
+    int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
+    clt_matrix col = {g.ws.buf, (size_t)ws_col(&g), (size_t)BP}, t = {g.ws.buf, (size_t)ws_t(&g), (size_t)BP};
+    CLT_TRY(im2col(ctx, &g, x, n0, B));
+    /* T (Cout, BP) = w (Cout, K) col (K, BP) */
+    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, (size_t)g.Cout, (size_t)BP, (size_t)g.K, 1.0f, mw, col, 0.0f,
+                      t));
+    CLT_TRY(t_to_y(ctx, &g, b, y, n0, B));
+  }
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
+
+int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
+                           const clt_tensor *w, const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw,
+                           const clt_tensor *db, const clt_tensor *workspace) {
+  static const char op[] = "conv2d backward";
+  geom g;
+  int rc = check_conv(op, cfg, x, w, db, "db", dy, "dy", workspace, &g);
+  if (rc < 0) return rc;
+  if ((rc = clt__nn_check_like(op, "dw", dw, "w", w)) < 0) return rc;
+  if (dx && (rc = clt__nn_check_like(op, "dx", dx, "x", x)) < 0) return rc;
+  clt_matrix mw = clt__nn_mat(w, g.K), mdw = clt__nn_mat(dw, g.K);
+  if (db) CLT_TRY(clt__nn_bias_grad(ctx, dy, db, g.N, g.Cout, g.P));
+  for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
+    int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
+    clt_matrix col = {g.ws.buf, (size_t)ws_col(&g), (size_t)BP}, t = {g.ws.buf, (size_t)ws_t(&g), (size_t)BP};
+    CLT_TRY(dy_to_t(ctx, &g, dy, n0, B));
+    CLT_TRY(im2col(ctx, &g, x, n0, B));
+    /* dw (Cout, K) += T (Cout, BP) col^T (BP, K) */
+    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, (size_t)g.Cout, (size_t)g.K, (size_t)BP, 1.0f, t, col, 1.0f,
+                      mdw));
+    if (!dx) continue;
+    /* col (K, BP) = w^T (K, Cout) T (Cout, BP); the queue is in order, so
+     * the GEMM above has read col before this one overwrites it. */
+    CLT_TRY(clt_sgemm(ctx, CLT_TRANS, CLT_NO_TRANS, (size_t)g.K, (size_t)BP, (size_t)g.Cout, 1.0f, mw, t, 0.0f,
+                      col));
+    CLT_TRY(col2im(ctx, &g, dx, n0, B));
+  }
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}

@@ -1,0 +1,178 @@
+/*
+ * nn.h: the layer kernels of cltrain (layer 6 of DESIGN.md) as functional
+ * host wrappers over explicit float32 tensor views: forward and backward of
+ * linear, conv2d, max/average/global-average pooling, elementwise
+ * activations, dropout, layernorm, softmax cross-entropy, and flatten.
+ *
+ * Internal to the library (not installed): the layer structs of the model
+ * layer call these. Each function checks every shape first and returns
+ * CLT_ESHAPE with a message that names the op and the shapes; then it only
+ * enqueues work on the context's in-order queue and returns without waiting.
+ *
+ * Conventions shared by every function here
+ *   - Tensors are row-major views (clt_tensor); images are NCHW.
+ *   - Outputs are overwritten, except parameter gradients (dw, db, dgamma,
+ *     dbeta), which are ACCUMULATED (+=): zero them once per optimizer step
+ *     and several micro-batches' backward passes add up, which is gradient
+ *     accumulation. Input gradients (dx) are always overwritten.
+ *   - Outputs must not overlap inputs unless a function says so.
+ *   - Sizes are limited to what 32-bit indices address (2^31 - 1 elements
+ *     per tensor and per workspace chunk); larger is CLT_ESHAPE.
+ */
+#ifndef CLT_NN_H
+#define CLT_NN_H
+
+#include "internal.h"
+
+/* ---- linear: y = x w^T + b ----------------------------------------------- */
+
+/* x (N, in), w (out, in), b (out) or NULL, y (N, out). */
+int clt_nn_linear_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *w, const clt_tensor *b,
+                          const clt_tensor *y);
+/* dy (N, out). dx (N, in) = dy w is overwritten; NULL skips it (the first
+ * layer needs no input gradient). dw (out, in) += dy^T x and db (out) +=
+ * sum over N of dy are accumulated; db is NULL when the layer has no bias. */
+int clt_nn_linear_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *w, const clt_tensor *dy,
+                           const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db);
+
+/* ---- conv2d: im2col + one GEMM per chunk of samples ---------------------- */
+
+typedef struct clt_nn_conv2d_cfg {
+  int stride_h, stride_w; /* >= 1 */
+  int pad_h, pad_w;       /* >= 0, zero padding on both sides */
+} clt_nn_conv2d_cfg;
+
+/* Output size of a window op along one axis: (in + 2 pad - k) / stride + 1,
+ * or 0 when the window does not fit. */
+int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad);
+
+/* Bytes of workspace that let conv2d forward and backward handle `samples`
+ * samples per GEMM: samples * (cin*kh*kw + cout) * oh*ow floats. Any
+ * workspace that holds at least one sample's share works: the batch is then
+ * processed in chunks of as many samples as fit (more fit, fewer and larger
+ * GEMMs, faster). */
+size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw,
+                                     int64_t oh, int64_t ow);
+
+/* x (N, Cin, H, W), w (Cout, Cin, KH, KW), b (Cout) or NULL,
+ * y (N, Cout, OH, OW), workspace: any f32 view (its size counts, not its
+ * shape; see clt_nn_conv2d_workspace_bytes). */
+int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
+                          const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
+                          const clt_tensor *workspace);
+/* dy (N, Cout, OH, OW). dx (N, Cin, H, W) overwritten, or NULL to skip;
+ * dw (Cout, Cin, KH, KW) and db (Cout, or NULL) accumulated. */
+int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
+                           const clt_tensor *w, const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw,
+                           const clt_tensor *db, const clt_tensor *workspace);
+
+/* ---- pooling -------------------------------------------------------------- */
+
+typedef struct clt_nn_pool2d_cfg {
+  int kernel_h, kernel_w; /* >= 1 */
+  int stride_h, stride_w; /* >= 1 */
+  int pad_h, pad_w;       /* 0 <= pad <= kernel / 2, as in PyTorch */
+} clt_nn_pool2d_cfg;
+
+/* Max pooling. x (N, C, H, W), y (N, C, OH, OW), argmax (N, C, OH, OW) i32:
+ * for each output, the index ih*W + iw in its input plane of the maximum
+ * (the first one on ties; a NaN wins, so NaNs propagate). Padding never
+ * wins. */
+int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
+                             const clt_tensor *y, const clt_tensor *argmax);
+/* dx (N, C, H, W) = the gradient routed back through argmax (overwritten). */
+int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *argmax,
+                              const clt_tensor *dy, const clt_tensor *dx);
+
+/* Average pooling; padding counts as zeros (PyTorch's count_include_pad),
+ * so every window divides by kernel_h * kernel_w. Shapes as for max. */
+int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
+                             const clt_tensor *y);
+int clt_nn_avgpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *dy,
+                              const clt_tensor *dx);
+
+/* Global average pooling: x (N, C, H, W) -> y (N, C) or (N, C, 1, 1). */
+int clt_nn_global_avgpool_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *y);
+int clt_nn_global_avgpool_backward(clt_context *ctx, const clt_tensor *dy, const clt_tensor *dx);
+
+/* ---- elementwise activations ---------------------------------------------- */
+
+typedef enum clt_nn_act {
+  CLT_NN_RELU = 0,       /* max(x, 0) */
+  CLT_NN_LEAKY_RELU = 1, /* x > 0 ? x : alpha x */
+  CLT_NN_GELU = 2,       /* the tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  CLT_NN_TANH = 3,
+  CLT_NN_SIGMOID = 4
+} clt_nn_act;
+
+const char *clt_nn_act_name(clt_nn_act act);
+/* 1 when the backward pass needs the forward's input x (leaky_relu, gelu),
+ * 0 when it needs the output y (relu, tanh, sigmoid). */
+int clt_nn_act_backward_needs_input(clt_nn_act act);
+
+/* y = act(x), same number of elements; alpha is leaky_relu's slope (ignored
+ * by the others). y may be x (in place), but then the input is gone, so only
+ * for acts whose backward needs the output. */
+int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_tensor *x, const clt_tensor *y);
+/* dx = dy act'(.), from the forward's input x or output y as
+ * clt_nn_act_backward_needs_input says (the other may be NULL). dx may be
+ * dy (in place). */
+int clt_nn_act_backward(clt_context *ctx, clt_nn_act act, float alpha, const clt_tensor *x, const clt_tensor *y,
+                        const clt_tensor *dy, const clt_tensor *dx);
+
+/* ---- dropout -------------------------------------------------------------- */
+
+/* Inverted dropout with drop probability p in [0, 1): each element is kept
+ * with probability 1 - p and scaled by 1 / (1 - p). The mask is a pure
+ * function of (seed, step, index_base + i): element e takes word e % 4 of
+ * Philox4x32-10 with key (seed low, seed high) and counter (e/4 low,
+ * e/4 high, step low, step high), and is kept when (word >> 8) >=
+ * round(p * 2^24). So masks are bit-identical on every device and in the
+ * plain-C reference, and nothing is stored between forward and backward.
+ * index_base lets a data-parallel replica use the global position of its
+ * samples (first global sample * features), so R replicas draw the same
+ * mask as one device with the whole batch. For evaluation, do not call it
+ * (the layer is the identity). y may be x. */
+int clt_nn_dropout_forward(clt_context *ctx, float p, uint64_t seed, uint64_t step, uint64_t index_base,
+                           const clt_tensor *x, const clt_tensor *y);
+/* dx = dy * mask / (1 - p), the same mask as the forward with the same
+ * (p, seed, step, index_base). dx may be dy. */
+int clt_nn_dropout_backward(clt_context *ctx, float p, uint64_t seed, uint64_t step, uint64_t index_base,
+                            const clt_tensor *dy, const clt_tensor *dx);
+
+/* ---- layernorm over the last dimension ------------------------------------ */
+
+/* x (..., D) seen as M rows of D; y like x; gamma, beta (D);
+ * mean, rstd (M) saved for backward (rstd = 1 / sqrt(var + eps), with the
+ * biased variance, as PyTorch). */
+int clt_nn_layernorm_forward(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *gamma,
+                             const clt_tensor *beta, const clt_tensor *y, const clt_tensor *mean,
+                             const clt_tensor *rstd);
+/* dx like x (overwritten; may be dy); dgamma, dbeta (D) accumulated. */
+int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *gamma,
+                              const clt_tensor *mean, const clt_tensor *rstd, const clt_tensor *dy,
+                              const clt_tensor *dx, const clt_tensor *dgamma, const clt_tensor *dbeta);
+
+/* ---- softmax cross-entropy (forward and backward fused) ------------------ */
+
+/* logits (N, C), labels (N) i32 in [0, C).
+ *   losses (N): each sample's -log softmax(logits)[label] (overwritten);
+ *   loss (1): the SUM of losses over the batch, summed in a fixed order;
+ *   correct (1) i32 or NULL: how many rows' argmax (first on ties) is the label;
+ *   dlogits (N, C) or NULL: grad_scale * (softmax - onehot(label)), the
+ *     gradient of grad_scale * loss, NOT divided by N: the trainer divides by
+ *     the global batch (grad_scale is for loss scaling; 1 otherwise).
+ * Stable for any finite logits (the row maximum is subtracted). A label
+ * outside [0, C) makes that row's loss and dlogits NaN, which the trainer's
+ * non-finite check reports. dlogits may be logits (in place). */
+int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, float grad_scale,
+                        const clt_tensor *dlogits, const clt_tensor *losses, const clt_tensor *loss,
+                        const clt_tensor *correct);
+
+/* ---- flatten -------------------------------------------------------------- */
+
+/* A view change, no kernel: x (N, ...) as out (N, prod(...)); its backward
+ * is the same view of dy. */
+int clt_nn_flatten(const clt_tensor *x, clt_tensor *out);
+
+#endif /* CLT_NN_H */

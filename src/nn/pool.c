@@ -1,0 +1,167 @@
+/*
+ * pool.c: 2-D max pooling (argmax saved for backward), average pooling and
+ * global average pooling, NCHW, forward and backward (cl/pool.cl).
+ */
+#include "nn/common.h"
+
+typedef struct pool_geom {
+  int64_t N, C, H, W, OH, OW;
+} pool_geom;
+
+/* x_name (N, C, H, W) is the input side (x or dx) and y_name (N, C, OH, OW)
+ * the output side (y, dy or argmax); y2 is a second output-side tensor
+ * (argmax) or NULL. */
+static int check_pool(const char *op, const clt_nn_pool2d_cfg *cfg, const char *x_name, const clt_tensor *x,
+                      const char *y_name, const clt_tensor *y, clt_dtype ydtype, const char *y2_name,
+                      const clt_tensor *y2, pool_geom *g) {
+  int rc;
+  if (!cfg) return clt__error(CLT_EINVAL, "%s: no configuration (kernel, stride, padding) given", op);
+  if (cfg->kernel_h < 1 || cfg->kernel_w < 1 || cfg->stride_h < 1 || cfg->stride_w < 1 || cfg->pad_h < 0 ||
+      cfg->pad_w < 0 || cfg->pad_h > cfg->kernel_h / 2 || cfg->pad_w > cfg->kernel_w / 2)
+    return clt__error(CLT_EINVAL,
+                      "%s: kernel %dx%d, stride %dx%d, padding %dx%d: kernel and stride must be at least 1 and "
+                      "padding between 0 and half the kernel",
+                      op, cfg->kernel_h, cfg->kernel_w, cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w);
+  if ((rc = clt__nn_check(op, x_name, x, CLT_F32, 4, "(N, C, H, W)")) < 0) return rc;
+  if ((rc = clt__nn_check(op, y_name, y, ydtype, 4, "(N, C, OH, OW)")) < 0) return rc;
+  if (y2 && (rc = clt__nn_check(op, y2_name, y2, CLT_F32, 4, "(N, C, OH, OW)")) < 0) return rc;
+  g->N = x->shape[0], g->C = x->shape[1], g->H = x->shape[2], g->W = x->shape[3];
+  g->OH = clt_nn_out_size(g->H, cfg->kernel_h, cfg->stride_h, cfg->pad_h);
+  g->OW = clt_nn_out_size(g->W, cfg->kernel_w, cfg->stride_w, cfg->pad_w);
+  clt__nn_named ts[] = {{x_name, x}, {y_name, y}, {y2_name, y2}};
+  if (g->OH < 1 || g->OW < 1)
+    return clt__nn_shape_error(op, ts, 3, "a %dx%d window does not fit a %lldx%lld input with padding %dx%d",
+                               cfg->kernel_h, cfg->kernel_w, (long long)g->H, (long long)g->W, cfg->pad_h,
+                               cfg->pad_w);
+  const clt_tensor *outs[2] = {y, y2};
+  for (int i = 0; i < 2; i++) {
+    const clt_tensor *t = outs[i];
+    if (t && (t->shape[0] != g->N || t->shape[1] != g->C || t->shape[2] != g->OH || t->shape[3] != g->OW))
+      return clt__nn_shape_error(op, ts, 3,
+                                 "%s must be (%lld, %lld, %lld, %lld) for a %dx%d window, stride %dx%d, padding %dx%d",
+                                 i ? y2_name : y_name, (long long)g->N, (long long)g->C, (long long)g->OH,
+                                 (long long)g->OW, cfg->kernel_h, cfg->kernel_w, cfg->stride_h, cfg->stride_w,
+                                 cfg->pad_h, cfg->pad_w);
+  }
+  return CLT_OK;
+}
+
+/* Set the POOL_ARGS of cl/pool.cl from argument index `first` on. */
+static int pool_args(cl_kernel k, int first, const clt_nn_pool2d_cfg *cfg, const pool_geom *g) {
+  int rc = CLT_OK;
+  cl_uint u[5] = {(cl_uint)(g->N * g->C), (cl_uint)g->H, (cl_uint)g->W, (cl_uint)g->OH, (cl_uint)g->OW};
+  cl_int s[6] = {cfg->kernel_h, cfg->kernel_w, cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w};
+  for (int i = 0; i < 5; i++) NN_ARG(k, first + i, u[i]);
+  for (int i = 0; i < 6; i++) NN_ARG(k, first + 5 + i, s[i]);
+fail:
+  return rc;
+}
+
+/* Run a pool.cl kernel whose first arguments are (buffer, offset) pairs of
+ * the given tensors, then POOL_ARGS, over n work-items. */
+static int run_pool(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *const *ts, int nts,
+                    const clt_nn_pool2d_cfg *cfg, const pool_geom *g, int64_t n) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  CLT_TRY(clt_context_kernel(ctx, "pool", kernel, NULL, &k));
+  for (int i = 0; i < nts; i++) {
+    cl_ulong off = clt__nn_off(ts[i]);
+    NN_ARG(k, 2 * i, ts[i]->buf);
+    NN_ARG(k, 2 * i + 1, off);
+  }
+  CLT_TRY(pool_args(k, 2 * nts, cfg, g));
+  CLT_TRY(clt_launch_1d(ctx, k, (size_t)n, 0));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
+
+int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
+                             const clt_tensor *y, const clt_tensor *argmax) {
+  static const char op[] = "maxpool2d forward";
+  pool_geom g;
+  int rc = check_pool(op, cfg, "x", x, "argmax", argmax, CLT_I32, "y", y, &g);
+  if (rc < 0) return rc;
+  const clt_tensor *ts[] = {x, y, argmax};
+  return run_pool(ctx, op, "maxpool_forward", ts, 3, cfg, &g, g.N * g.C * g.OH * g.OW);
+}
+
+int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *argmax,
+                              const clt_tensor *dy, const clt_tensor *dx) {
+  static const char op[] = "maxpool2d backward";
+  pool_geom g;
+  int rc = check_pool(op, cfg, "dx", dx, "argmax", argmax, CLT_I32, "dy", dy, &g);
+  if (rc < 0) return rc;
+  const clt_tensor *ts[] = {argmax, dy, dx};
+  return run_pool(ctx, op, "maxpool_backward", ts, 3, cfg, &g, g.N * g.C * g.H * g.W);
+}
+
+int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
+                             const clt_tensor *y) {
+  static const char op[] = "avgpool2d forward";
+  pool_geom g;
+  int rc = check_pool(op, cfg, "x", x, "y", y, CLT_F32, NULL, NULL, &g);
+  if (rc < 0) return rc;
+  const clt_tensor *ts[] = {x, y};
+  return run_pool(ctx, op, "avgpool_forward", ts, 2, cfg, &g, g.N * g.C * g.OH * g.OW);
+}
+
+int clt_nn_avgpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *dy,
+                              const clt_tensor *dx) {
+  static const char op[] = "avgpool2d backward";
+  pool_geom g;
+  int rc = check_pool(op, cfg, "dx", dx, "dy", dy, CLT_F32, NULL, NULL, &g);
+  if (rc < 0) return rc;
+  const clt_tensor *ts[] = {dy, dx};
+  return run_pool(ctx, op, "avgpool_backward", ts, 2, cfg, &g, g.N * g.C * g.H * g.W);
+}
+
+/* x_name (N, C, H, W) and y_name (N, C) or (N, C, 1, 1). */
+static int check_global(const char *op, const char *x_name, const clt_tensor *x, const char *y_name,
+                        const clt_tensor *y) {
+  int rc;
+  if ((rc = clt__nn_check(op, x_name, x, CLT_F32, 4, "(N, C, H, W)")) < 0) return rc;
+  if ((rc = clt__nn_check(op, y_name, y, CLT_F32, 0, "(N, C) or (N, C, 1, 1)")) < 0) return rc;
+  int ok = y->shape[0] == x->shape[0] && y->shape[1] == x->shape[1] &&
+           (y->ndim == 2 || (y->ndim == 4 && y->shape[2] == 1 && y->shape[3] == 1));
+  if (!ok) {
+    clt__nn_named ts[] = {{x_name, x}, {y_name, y}};
+    return clt__nn_shape_error(op, ts, 2, "%s must be (%lld, %lld) or (%lld, %lld, 1, 1)", y_name,
+                               (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[0],
+                               (long long)x->shape[1]);
+  }
+  return CLT_OK;
+}
+
+static int run_global(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *in,
+                      const clt_tensor *out, const clt_tensor *x, size_t n) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong ioff = clt__nn_off(in), ooff = clt__nn_off(out);
+  cl_uint nc = (cl_uint)(x->shape[0] * x->shape[1]), hw = (cl_uint)(x->shape[2] * x->shape[3]);
+  CLT_TRY(clt_context_kernel(ctx, "pool", kernel, NULL, &k));
+  NN_ARG(k, 0, in->buf);
+  NN_ARG(k, 1, ioff);
+  NN_ARG(k, 2, out->buf);
+  NN_ARG(k, 3, ooff);
+  NN_ARG(k, 4, nc);
+  NN_ARG(k, 5, hw);
+  CLT_TRY(clt_launch_1d(ctx, k, n, 0));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
+
+int clt_nn_global_avgpool_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *y) {
+  static const char op[] = "global_avgpool forward";
+  int rc = check_global(op, "x", x, "y", y);
+  if (rc < 0) return rc;
+  return run_global(ctx, op, "global_avgpool_forward", x, y, x, (size_t)(x->shape[0] * x->shape[1]));
+}
+
+int clt_nn_global_avgpool_backward(clt_context *ctx, const clt_tensor *dy, const clt_tensor *dx) {
+  static const char op[] = "global_avgpool backward";
+  int rc = check_global(op, "dx", dx, "dy", dy);
+  if (rc < 0) return rc;
+  return run_global(ctx, op, "global_avgpool_backward", dy, dx, dx, (size_t)clt_tensor_numel(dx));
+}

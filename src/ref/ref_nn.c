@@ -1,0 +1,302 @@
+/* ref_nn.c: plain-C references for the nn layer kernels (see ref_nn.h).
+ * Written for clarity, loop by loop as the definitions read, in double. */
+#include "ref_nn.h"
+
+#include <math.h>
+#include <string.h>
+
+void ref_linear_forward(int N, int in, int out, const double *x, const double *w, const double *b, double *y) {
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < out; o++) {
+      double acc = b ? b[o] : 0.0;
+      for (int i = 0; i < in; i++) acc += x[n * in + i] * w[o * in + i];
+      y[n * out + o] = acc;
+    }
+}
+
+void ref_linear_backward(int N, int in, int out, const double *x, const double *w, const double *dy, double *dx,
+                         double *dw, double *db) {
+  if (dx)
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < in; i++) {
+        double acc = 0;
+        for (int o = 0; o < out; o++) acc += dy[n * out + o] * w[o * in + i];
+        dx[n * in + i] = acc;
+      }
+  for (int o = 0; o < out; o++)
+    for (int i = 0; i < in; i++) {
+      double acc = 0;
+      for (int n = 0; n < N; n++) acc += dy[n * out + o] * x[n * in + i];
+      dw[o * in + i] = acc;
+    }
+  if (db)
+    for (int o = 0; o < out; o++) {
+      double acc = 0;
+      for (int n = 0; n < N; n++) acc += dy[n * out + o];
+      db[o] = acc;
+    }
+}
+
+int ref_window_init(ref_window *g) {
+  g->OH = g->OW = 0;
+  if (g->H + 2 * g->ph < g->KH || g->W + 2 * g->pw < g->KW) return 0;
+  g->OH = (g->H + 2 * g->ph - g->KH) / g->sh + 1;
+  g->OW = (g->W + 2 * g->pw - g->KW) / g->sw + 1;
+  return g->OH > 0 && g->OW > 0;
+}
+
+/* Index of x[n, c, ih, iw], or -1 in the padding. */
+static long xidx(const ref_window *g, int n, int c, int ih, int iw) {
+  if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) return -1;
+  return (((long)n * g->C + c) * g->H + ih) * g->W + iw;
+}
+
+void ref_conv2d_forward(const ref_window *g, const double *x, const double *w, const double *b, double *y) {
+  for (int n = 0; n < g->N; n++)
+    for (int co = 0; co < g->Cout; co++)
+      for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+          double acc = b ? b[co] : 0.0;
+          for (int ci = 0; ci < g->C; ci++)
+            for (int kh = 0; kh < g->KH; kh++)
+              for (int kw = 0; kw < g->KW; kw++) {
+                long i = xidx(g, n, ci, oh * g->sh - g->ph + kh, ow * g->sw - g->pw + kw);
+                if (i >= 0) acc += x[i] * w[((co * g->C + ci) * g->KH + kh) * g->KW + kw];
+              }
+          y[(((long)n * g->Cout + co) * g->OH + oh) * g->OW + ow] = acc;
+        }
+}
+
+void ref_conv2d_backward(const ref_window *g, const double *x, const double *w, const double *dy, double *dx,
+                         double *dw, double *db) {
+  size_t nx = (size_t)g->N * g->C * g->H * g->W, nw = (size_t)g->Cout * g->C * g->KH * g->KW;
+  if (dx) memset(dx, 0, nx * sizeof *dx);
+  memset(dw, 0, nw * sizeof *dw);
+  if (db) memset(db, 0, (size_t)g->Cout * sizeof *db);
+  for (int n = 0; n < g->N; n++)
+    for (int co = 0; co < g->Cout; co++)
+      for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+          double d = dy[(((long)n * g->Cout + co) * g->OH + oh) * g->OW + ow];
+          if (db) db[co] += d;
+          for (int ci = 0; ci < g->C; ci++)
+            for (int kh = 0; kh < g->KH; kh++)
+              for (int kw = 0; kw < g->KW; kw++) {
+                long i = xidx(g, n, ci, oh * g->sh - g->ph + kh, ow * g->sw - g->pw + kw);
+                long wi = ((co * g->C + ci) * g->KH + kh) * g->KW + kw;
+                if (i < 0) continue;
+                dw[wi] += d * x[i];
+                if (dx) dx[i] += d * w[wi];
+              }
+        }
+}
+
+void ref_maxpool_forward(const ref_window *g, const double *x, double *y, int32_t *argmax) {
+  for (int n = 0; n < g->N; n++)
+    for (int c = 0; c < g->C; c++)
+      for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+          double best = 0;
+          int besti = -1;
+          for (int kh = 0; kh < g->KH; kh++)
+            for (int kw = 0; kw < g->KW; kw++) {
+              int ih = oh * g->sh - g->ph + kh, iw = ow * g->sw - g->pw + kw;
+              long i = xidx(g, n, c, ih, iw);
+              if (i < 0) continue;
+              if (besti < 0 || x[i] > best || (isnan(x[i]) && !isnan(best))) {
+                best = x[i];
+                besti = ih * g->W + iw;
+              }
+            }
+          long o = (((long)n * g->C + c) * g->OH + oh) * g->OW + ow;
+          y[o] = best;
+          argmax[o] = besti;
+        }
+}
+
+void ref_maxpool_backward(const ref_window *g, const int32_t *argmax, const double *dy, double *dx) {
+  memset(dx, 0, (size_t)g->N * g->C * g->H * g->W * sizeof *dx);
+  for (long plane = 0; plane < (long)g->N * g->C; plane++)
+    for (int o = 0; o < g->OH * g->OW; o++)
+      if (argmax[plane * g->OH * g->OW + o] >= 0)
+        dx[plane * g->H * g->W + argmax[plane * g->OH * g->OW + o]] += dy[plane * g->OH * g->OW + o];
+}
+
+void ref_avgpool_forward(const ref_window *g, const double *x, double *y) {
+  for (int n = 0; n < g->N; n++)
+    for (int c = 0; c < g->C; c++)
+      for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+          double acc = 0;
+          for (int kh = 0; kh < g->KH; kh++)
+            for (int kw = 0; kw < g->KW; kw++) {
+              long i = xidx(g, n, c, oh * g->sh - g->ph + kh, ow * g->sw - g->pw + kw);
+              if (i >= 0) acc += x[i];
+            }
+          y[(((long)n * g->C + c) * g->OH + oh) * g->OW + ow] = acc / (g->KH * g->KW);
+        }
+}
+
+void ref_avgpool_backward(const ref_window *g, const double *dy, double *dx) {
+  memset(dx, 0, (size_t)g->N * g->C * g->H * g->W * sizeof *dx);
+  for (int n = 0; n < g->N; n++)
+    for (int c = 0; c < g->C; c++)
+      for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+          double d = dy[(((long)n * g->C + c) * g->OH + oh) * g->OW + ow] / (g->KH * g->KW);
+          for (int kh = 0; kh < g->KH; kh++)
+            for (int kw = 0; kw < g->KW; kw++) {
+              long i = xidx(g, n, c, oh * g->sh - g->ph + kh, ow * g->sw - g->pw + kw);
+              if (i >= 0) dx[i] += d;
+            }
+        }
+}
+
+void ref_global_avgpool_forward(int NC, int HW, const double *x, double *y) {
+  for (int p = 0; p < NC; p++) {
+    double acc = 0;
+    for (int j = 0; j < HW; j++) acc += x[(long)p * HW + j];
+    y[p] = acc / HW;
+  }
+}
+
+void ref_global_avgpool_backward(int NC, int HW, const double *dy, double *dx) {
+  for (int p = 0; p < NC; p++)
+    for (int j = 0; j < HW; j++) dx[(long)p * HW + j] = dy[p] / HW;
+}
+
+#define GELU_C 0.7978845608028654 /* sqrt(2 / pi) */
+#define GELU_A 0.044715
+
+void ref_act_forward(int act, double alpha, size_t n, const double *x, double *y) {
+  for (size_t i = 0; i < n; i++) {
+    double v = x[i];
+    switch (act) {
+    case 0: y[i] = v > 0 ? v : 0; break;
+    case 1: y[i] = v > 0 ? v : alpha * v; break;
+    case 2: y[i] = 0.5 * v * (1 + tanh(GELU_C * (v + GELU_A * v * v * v))); break;
+    case 3: y[i] = tanh(v); break;
+    default: y[i] = 1 / (1 + exp(-v)); break;
+    }
+  }
+}
+
+void ref_act_backward(int act, double alpha, size_t n, const double *x, const double *dy, double *dx) {
+  for (size_t i = 0; i < n; i++) {
+    double v = x[i], d;
+    switch (act) {
+    case 0: d = v > 0 ? 1 : 0; break;
+    case 1: d = v > 0 ? 1 : alpha; break;
+    case 2: {
+      double t = tanh(GELU_C * (v + GELU_A * v * v * v));
+      d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * GELU_C * (1 + 3 * GELU_A * v * v);
+      break;
+    }
+    case 3: d = 1 - tanh(v) * tanh(v); break;
+    default: {
+      double s = 1 / (1 + exp(-v));
+      d = s * (1 - s);
+      break;
+    }
+    }
+    dx[i] = dy[i] * d;
+  }
+}
+
+void ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+  for (int r = 0; r < 10; r++) {
+    if (r) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+  }
+  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+uint32_t ref_dropout_threshold(float p) { return (uint32_t)llround((double)p * 16777216.0); }
+
+float ref_dropout_scale(float p) { return (float)(1.0 / (1.0 - (double)p)); }
+
+int ref_dropout_keep(uint64_t seed, uint64_t step, uint64_t e, uint32_t threshold) {
+  uint64_t block = e >> 2;
+  uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)step, (uint32_t)(step >> 32)};
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, r[4];
+  ref_philox4x32_10(ctr, key, r);
+  return (r[e & 3] >> 8) >= threshold;
+}
+
+void ref_dropout_f32(float p, uint64_t seed, uint64_t step, uint64_t base, size_t n, const float *x, float *y) {
+  uint32_t t = ref_dropout_threshold(p);
+  float scale = ref_dropout_scale(p);
+  for (size_t i = 0; i < n; i++) y[i] = x[i] * (ref_dropout_keep(seed, step, base + i, t) ? scale : 0.0f);
+}
+
+void ref_dropout(float p, uint64_t seed, uint64_t step, uint64_t base, size_t n, const double *x, double *y) {
+  uint32_t t = ref_dropout_threshold(p);
+  double scale = ref_dropout_scale(p);
+  for (size_t i = 0; i < n; i++) y[i] = x[i] * (ref_dropout_keep(seed, step, base + i, t) ? scale : 0.0);
+}
+
+void ref_layernorm_forward(int M, int D, double eps, const double *x, const double *gamma, const double *beta,
+                           double *y, double *mean, double *rstd) {
+  for (int m = 0; m < M; m++) {
+    const double *r = x + (long)m * D;
+    double mu = 0, var = 0;
+    for (int d = 0; d < D; d++) mu += r[d];
+    mu /= D;
+    for (int d = 0; d < D; d++) var += (r[d] - mu) * (r[d] - mu);
+    var /= D;
+    double s = 1 / sqrt(var + eps);
+    for (int d = 0; d < D; d++) y[(long)m * D + d] = (r[d] - mu) * s * gamma[d] + beta[d];
+    if (mean) mean[m] = mu;
+    if (rstd) rstd[m] = s;
+  }
+}
+
+void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, const double *mean,
+                            const double *rstd, const double *dy, double *dx, double *dgamma, double *dbeta) {
+  memset(dgamma, 0, (size_t)D * sizeof *dgamma);
+  memset(dbeta, 0, (size_t)D * sizeof *dbeta);
+  for (int m = 0; m < M; m++) {
+    const double *r = x + (long)m * D, *g = dy + (long)m * D;
+    double mg = 0, mgx = 0;
+    for (int d = 0; d < D; d++) {
+      double xhat = (r[d] - mean[m]) * rstd[m];
+      mg += gamma[d] * g[d];
+      mgx += gamma[d] * g[d] * xhat;
+      dgamma[d] += g[d] * xhat;
+      dbeta[d] += g[d];
+    }
+    mg /= D;
+    mgx /= D;
+    for (int d = 0; d < D; d++) {
+      double xhat = (r[d] - mean[m]) * rstd[m];
+      dx[(long)m * D + d] = rstd[m] * (gamma[d] * g[d] - mg - xhat * mgx);
+    }
+  }
+}
+
+void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels, double *losses, double *loss,
+                      int *correct, double *dlogits) {
+  *loss = 0;
+  *correct = 0;
+  for (int n = 0; n < N; n++) {
+    const double *z = logits + (long)n * C;
+    int label = labels[n], valid = label >= 0 && label < C, argmax = 0;
+    for (int j = 1; j < C; j++)
+      if (z[j] > z[argmax]) argmax = j;
+    double m = z[argmax], sum = 0;
+    for (int j = 0; j < C; j++) sum += exp(z[j] - m);
+    losses[n] = valid ? log(sum) - (z[label] - m) : NAN;
+    *loss += losses[n];
+    if (valid && argmax == label) ++*correct;
+    if (dlogits)
+      for (int j = 0; j < C; j++)
+        dlogits[(long)n * C + j] = valid ? exp(z[j] - m) / sum - (j == label ? 1.0 : 0.0) : NAN;
+  }
+}

@@ -1,0 +1,73 @@
+/* ref_nn.h: plain-C references for the nn layer kernels (src/nn/), forward
+ * and backward, in double so that the tests can also take finite
+ * differences of them. Not part of libcltrain: compiled into the tests and
+ * benchmarks. Shapes and conventions are those of src/nn/nn.h, except that
+ * every gradient here is OVERWRITTEN (the library accumulates dw, db, ...). */
+#ifndef CLT_REF_NN_H
+#define CLT_REF_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* linear: x (N, in), w (out, in), b (out) or NULL, y (N, out). */
+void ref_linear_forward(int N, int in, int out, const double *x, const double *w, const double *b, double *y);
+/* dx (N, in) or NULL, dw (out, in), db (out) or NULL. */
+void ref_linear_backward(int N, int in, int out, const double *x, const double *w, const double *dy, double *dx,
+                         double *dw, double *db);
+
+/* Geometry of a 2-D window op (conv or pool) on NCHW tensors. */
+typedef struct ref_window {
+  int N, C, H, W;    /* input; C is Cin for conv */
+  int Cout;          /* conv only */
+  int KH, KW, sh, sw, ph, pw;
+  int OH, OW;        /* filled by ref_window_init */
+} ref_window;
+/* Work out OH, OW; 0 when the window does not fit. */
+int ref_window_init(ref_window *g);
+
+/* conv2d: x (N, C, H, W), w (Cout, C, KH, KW), b (Cout) or NULL, y (N, Cout, OH, OW). */
+void ref_conv2d_forward(const ref_window *g, const double *x, const double *w, const double *b, double *y);
+void ref_conv2d_backward(const ref_window *g, const double *x, const double *w, const double *dy, double *dx,
+                         double *dw, double *db);
+
+/* maxpool: argmax (N, C, OH, OW) gets ih*W + iw of each window's maximum
+ * (first on ties, NaN wins), as the kernel. */
+void ref_maxpool_forward(const ref_window *g, const double *x, double *y, int32_t *argmax);
+void ref_maxpool_backward(const ref_window *g, const int32_t *argmax, const double *dy, double *dx);
+/* avgpool, padding counted as zeros. */
+void ref_avgpool_forward(const ref_window *g, const double *x, double *y);
+void ref_avgpool_backward(const ref_window *g, const double *dy, double *dx);
+/* global average pool over planes of HW elements: x (NC, HW), y (NC). */
+void ref_global_avgpool_forward(int NC, int HW, const double *x, double *y);
+void ref_global_avgpool_backward(int NC, int HW, const double *dy, double *dx);
+
+/* Activations, numbered as clt_nn_act: 0 relu, 1 leaky_relu, 2 gelu (tanh
+ * approximation), 3 tanh, 4 sigmoid. Backward from the input x. */
+void ref_act_forward(int act, double alpha, size_t n, const double *x, double *y);
+void ref_act_backward(int act, double alpha, size_t n, const double *x, const double *dy, double *dx);
+
+/* Philox4x32-10 (Random123's philox4x32 with 10 rounds). */
+void ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* The dropout recipe of nn.h: threshold and scale from p, and whether
+ * element e is kept. */
+uint32_t ref_dropout_threshold(float p);
+float ref_dropout_scale(float p);
+int ref_dropout_keep(uint64_t seed, uint64_t step, uint64_t e, uint32_t threshold);
+/* y[i] = x[i] * (keep(base + i) ? scale : 0) in float, bit for bit as the
+ * kernel; and the same in double for finite differences. */
+void ref_dropout_f32(float p, uint64_t seed, uint64_t step, uint64_t base, size_t n, const float *x, float *y);
+void ref_dropout(float p, uint64_t seed, uint64_t step, uint64_t base, size_t n, const double *x, double *y);
+
+/* layernorm over rows of D: x (M, D), gamma, beta (D), mean, rstd (M). */
+void ref_layernorm_forward(int M, int D, double eps, const double *x, const double *gamma, const double *beta,
+                           double *y, double *mean, double *rstd);
+void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, const double *mean,
+                            const double *rstd, const double *dy, double *dx, double *dgamma, double *dbeta);
+
+/* softmax cross-entropy: logits (N, C), labels (N); losses (N), *loss their
+ * sum, *correct the rows whose argmax (first on ties) is the label, dlogits
+ * (N, C) = softmax - onehot, or NULL. Labels outside [0, C) give NaN. */
+void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels, double *losses, double *loss,
+                      int *correct, double *dlogits);
+
+#endif
