@@ -27,4 +27,18 @@ int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
+/* ---- MPI (cli_mpi.c): the tool, not the library, starts and ends MPI --- */
+
+/* MPI_Init_thread with MPI_THREAD_FUNNELED (a no-op without MPI). */
+int cli_mpi_init(int *argc, char ***argv);
+void cli_mpi_finalize(void);
+/* A communicator over MPI_COMM_WORLD (one rank without MPI). */
+int cli_comm_create(clt_comm **out);
+/* Like cli_fail, with the rank in front; in a job of several ranks it then
+ * calls MPI_Abort, since the other ranks would wait for this one forever. */
+int cli_comm_fail(const clt_comm *comm, int status, const char *what);
+/* Seconds from a monotonic clock. */
+double cli_now(void);
+int cmd_bench_allreduce(int argc, char **argv);
+
 #endif

@@ -18,6 +18,8 @@ static void usage(FILE *to) {
           "  devices      list every OpenCL device (--json for machines)\n"
           "  bench gemm   check GEMM and the elementwise kernels against plain C,\n"
           "               then measure GEMM throughput on each selected device\n"
+          "  bench allreduce  (under mpirun) time cltrain's all-reduce on host and device\n"
+          "               buffers against MPI_Allreduce, checking every result\n"
           "  version      print the version\n"
           "  help         this text\n"
           "\n"
@@ -26,7 +28,9 @@ static void usage(FILE *to) {
           "environment:\n"
           "  CLT_DEVICES      default device spec (all, gpu, cpu, pocl, rusticl:0, 0:1, ...)\n"
           "  CLT_LOG_LEVEL    none|error|warn|info|debug|trace (default warn)\n"
-          "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n");
+          "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n"
+          "  CLT_TIMEOUT      seconds a collective waits for a peer before failing (default 300)\n"
+          "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 1M)\n");
 }
 
 int cli_fail(int status, const char *what) {
