@@ -33,6 +33,10 @@
  *     memory that is already allocated and mapped, and calls no OpenCL or MPI
  *     function. Creating and destroying one with a clt_context uses that
  *     context, so the rule for contexts applies to those two calls.
+ *   - A clt_comm and the plans made on it must be used by one thread at a
+ *     time, and every MPI call the library makes is made from that thread, so
+ *     MPI_THREAD_FUNNELED is enough as long as that thread is the one that
+ *     initialised MPI.
  */
 #ifndef CLTRAIN_H
 #define CLTRAIN_H
@@ -204,6 +208,87 @@ CLT_API const clt_device_info *clt_context_device(const clt_context *ctx);
 /* Wait for everything queued on the context's queue. */
 CLT_API int clt_context_finish(clt_context *ctx);
 
+/* ---- communicators and collectives ---------------------------------------
+ *
+ * A clt_comm is a group of ranks that run collectives together: one rank of
+ * an MPI job each (clt_comm_create in cltrain/mpi.h, made from the caller's
+ * MPI_Comm) or a single rank (clt_comm_create_local, which works in builds
+ * without MPI too, for one process driving several devices).
+ *
+ * Every collective is numbered (its operation number) and the number travels
+ * in the tag of each message. Every wait polls with a deadline: CLT_TIMEOUT
+ * seconds (default 300) without progress is CLT_ETIMEDOUT, naming the rank
+ * that waits, the peer it waits for, the operation and the step, and the
+ * ranks that did not answer. After CLT_ETIMEDOUT or CLT_EMPI messages may
+ * still be in flight, so the communicator refuses further collectives (the
+ * same error again); the caller should end the job (the cltrain tool calls
+ * MPI_Abort). A mismatch found when a plan is made (CLT_EMISMATCH) leaves
+ * nothing in flight and the communicator stays usable.
+ *
+ * Environment, read when a communicator is made:
+ *   CLT_TIMEOUT          seconds without progress before a wait fails (300)
+ *   CLT_ALLREDUCE_CHUNK  bytes per pipelined message, e.g. 262144 or 1M (1M)
+ */
+
+typedef struct clt_comm clt_comm;
+
+/* A one-rank communicator (no MPI involved). */
+CLT_API int clt_comm_create_local(clt_comm **out);
+/* Release the communicator (and its duplicate of the MPI communicator).
+ * Plans made on it must be destroyed first. */
+CLT_API void clt_comm_destroy(clt_comm *comm);
+CLT_API int clt_comm_rank(const clt_comm *comm);
+CLT_API int clt_comm_size(const clt_comm *comm);
+/* The rank among the ranks that share this node's memory, and their count. */
+CLT_API int clt_comm_local_rank(const clt_comm *comm);
+CLT_API int clt_comm_local_size(const clt_comm *comm);
+/* The device this rank uses by default: its local rank modulo the number of
+ * devices in devs (CLT_ENODEV when devs is empty). */
+CLT_API int clt_comm_default_device(const clt_comm *comm, const clt_devices *devs);
+/* Seconds without progress before a wait fails (CLT_TIMEOUT by default). */
+CLT_API int clt_comm_set_timeout(clt_comm *comm, double seconds);
+CLT_API double clt_comm_timeout(const clt_comm *comm);
+
+typedef enum clt_reduce_op {
+  CLT_SUM = 0,
+  CLT_AVG = 1 /* the sum divided by the number of buffers in the job */
+} clt_reduce_op;
+
+CLT_API const char *clt_reduce_op_name(clt_reduce_op op);
+
+/* Options of an all-reduce plan; zero-initialise, then set what you need. */
+typedef struct clt_allreduce_opts {
+  size_t chunk_bytes; /* bytes per pipelined message; 0: CLT_ALLREDUCE_CHUNK or 1 MiB */
+  int replicas;       /* buffers this rank gives each run (devices in this process); 0 means 1 */
+} clt_allreduce_opts;
+
+typedef struct clt_allreduce_plan clt_allreduce_plan;
+
+/* Plan an all-reduce of `count` elements. Collective: every rank of comm
+ * calls it, and (count, dtype, op, chunk size) must agree across ranks, or
+ * every rank gets CLT_EMISMATCH naming the ranks and values that differ.
+ * count may be 0 or smaller than the number of ranks. float32 only for now
+ * (CLT_EUNSUPPORTED for the others). opts may be NULL. Host memory for the
+ * schedule is allocated here; pinned staging for device runs on first use. */
+CLT_API int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt_reduce_op op,
+                                      const clt_allreduce_opts *opts, clt_allreduce_plan **out);
+CLT_API void clt_allreduce_plan_destroy(clt_allreduce_plan *plan);
+CLT_API size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan);
+/* "ring" or "recursive-doubling" (the plan picks the latter for small
+ * messages, where the number of steps matters more than bandwidth). */
+CLT_API const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan);
+
+/* All-reduce a host buffer of the plan's count elements in place. Every rank
+ * ends with bitwise-identical results. The plan must have replicas == 1.
+ * Device buffers: clt_allreduce_run_device in cltrain/opencl.h. */
+CLT_API int clt_allreduce_run(clt_allreduce_plan *plan, void *buf);
+
+/* Broadcast `bytes` bytes from root's buf to every rank's buf. Collective;
+ * (bytes, root) must agree across ranks (else CLT_EMISMATCH on every rank). */
+CLT_API int clt_bcast(clt_comm *comm, void *buf, size_t bytes, int root);
+/* Gather `bytes` bytes from every rank: recv receives size x bytes, rank r's
+ * block at r x bytes. Collective; bytes must agree across ranks. */
+CLT_API int clt_allgather(clt_comm *comm, const void *send, size_t bytes, void *recv);
 /* ---- data: datasets, sampler, prefetch ----------------------------------- */
 /*
  * A training loop on one replica reads like this (error checks left out):
@@ -552,7 +637,6 @@ typedef struct clt_train_options {
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);
 
-typedef struct clt_comm clt_comm;
 typedef struct clt_trainer clt_trainer;
 
 /* Replicas of m on every device of devs (a context each), on this rank of

@@ -59,6 +59,10 @@ void clt__log(clt_log_level level, const char *fmt, ...) CLT__PRINTF(2, 3);
 /* Clamp a wanted work-group size to a power of two the kernel and device allow. */
 size_t clt__clamp_wgs(clt_context *ctx, cl_kernel k, size_t want);
 
+/* Pinned host memory for a raw OpenCL context and queue (clt_pinned_create
+ * is this for a clt_context); the queue must outlive it. */
+int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t bytes, clt_pinned **out);
+
 /* ---- small helpers -------------------------------------------------------- */
 
 void *clt__calloc(size_t n, size_t size);  /* records CLT_ENOMEM on failure */

@@ -299,40 +299,45 @@ size_t clt_buffer_size(cl_mem buf) {
 }
 
 struct clt_pinned {
-  clt_context *ctx;
+  cl_command_queue queue; /* not retained: the owner keeps it alive */
   cl_mem buf;
   void *ptr;
   size_t bytes;
 };
 
-int clt_pinned_create(clt_context *ctx, size_t bytes, clt_pinned **out) {
+int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t bytes, clt_pinned **out) {
   int rc = CLT_OK;
   cl_int err = CL_SUCCESS;
   clt_pinned *p = clt__calloc(1, sizeof *p);
   *out = NULL;
   if (!p) return CLT_ENOMEM;
-  p->ctx = ctx;
+  p->queue = queue;
   p->bytes = bytes ? bytes : 1;
   /* ALLOC_HOST_PTR + a persistent map is the portable way to get memory the
    * driver can DMA from directly (pinned on NVIDIA and AMD). */
-  p->buf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, p->bytes, NULL, &err);
+  p->buf = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, p->bytes, NULL, &err);
   CLT_CL_TRY(err);
-  p->ptr = clEnqueueMapBuffer(ctx->queue, p->buf, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, p->bytes, 0, NULL,
+  p->ptr = clEnqueueMapBuffer(queue, p->buf, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, p->bytes, 0, NULL,
                               NULL, &err);
   CLT_CL_TRY(err);
   *out = p;
   return CLT_OK;
 fail:
-  clt__error_prefix(rc, "allocating %zu bytes of pinned host memory for %s", bytes, ctx->info.name);
   clt_pinned_destroy(p);
+  return rc;
+}
+
+int clt_pinned_create(clt_context *ctx, size_t bytes, clt_pinned **out) {
+  int rc = clt__pinned_create_cl(ctx->context, ctx->queue, bytes, out);
+  if (rc < 0) clt__error_prefix(rc, "allocating %zu bytes of pinned host memory for %s", bytes, ctx->info.name);
   return rc;
 }
 
 void clt_pinned_destroy(clt_pinned *p) {
   if (!p) return;
   if (p->ptr) {
-    clEnqueueUnmapMemObject(p->ctx->queue, p->buf, p->ptr, 0, NULL, NULL);
-    clFinish(p->ctx->queue);
+    clEnqueueUnmapMemObject(p->queue, p->buf, p->ptr, 0, NULL, NULL);
+    clFinish(p->queue);
   }
   if (p->buf) clReleaseMemObject(p->buf);
   free(p);

@@ -151,6 +151,28 @@ CLT_API int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose 
 CLT_API int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
                                float grad_scale, const clt_tensor *params, const clt_tensor *grads,
                                const clt_tensor *state);
+/* ---- collectives on device buffers --------------------------------------
+ *
+ * Host-staged: chunks are read into pinned host memory with non-blocking
+ * reads, the ring runs on them while later chunks are still being read, and
+ * finished chunks are written back while the ring goes on. The queue must be
+ * in-order (or everything that produces buf must be finished), and the call
+ * returns when buf holds the result. The first run on a set of queues
+ * allocates count x element size of pinned memory per queue; later runs on
+ * the same queues reuse it. Use clt_context_queue() for a clt_context. */
+
+/* All-reduce count elements of buf from byte offset `offset`, in place. */
+CLT_API int clt_allreduce_run_device(clt_allreduce_plan *plan, cl_command_queue queue, cl_mem buf,
+                                     size_t offset);
+/* Several devices in one process (the plan's `replicas` of them): the
+ * replicas are summed first (in the order given, the same on every run),
+ * then the ring runs across ranks, then every replica gets the result. */
+CLT_API int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                                      const cl_mem *bufs, const size_t *offsets);
+/* Broadcast `bytes` bytes from the root rank's first buffer to every buffer
+ * of every rank (n buffers on this rank, at byte offsets). */
+CLT_API int clt_bcast_devices(clt_comm *comm, int root, size_t bytes, int n, const cl_command_queue *queues,
+                              const cl_mem *bufs, const size_t *offsets);
 
 #ifdef __cplusplus
 }

@@ -24,12 +24,7 @@ int cli_fail(int status, const char *what);
 /* Discover devices and apply the spec (NULL: CLT_DEVICES, else all). */
 int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 
-/* MPI and the communicator (cli_comm.c). */
-int cli_comm_init(int *argc, char ***argv, clt_comm **comm);
-void cli_comm_finalize(clt_comm *comm);
-/* End the whole job: MPI_Abort with several ranks, else exit. */
-void cli_abort_job(clt_comm *comm, int exit_code);
-/* This rank's devices: the spec (or CLT_DEVICES) if given, else one device
+/* This rank's devices (cli_mpi.c): the spec (or CLT_DEVICES) if given, else one device
  * per rank by local rank when there are several ranks, else all. */
 int cli_rank_devices(const char *spec, clt_comm *comm, clt_devices **all, clt_devices **sel);
 /* Replicas over all ranks (collective). */
@@ -40,5 +35,22 @@ int cmd_train(int argc, char **argv, clt_comm *comm);
 int cmd_eval(int argc, char **argv, clt_comm *comm);
 int cmd_bench(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
+
+/* ---- MPI (cli_mpi.c): the tool, not the library, starts and ends MPI --- */
+
+/* MPI_Init_thread with MPI_THREAD_FUNNELED (a no-op without MPI). */
+int cli_mpi_init(int *argc, char ***argv);
+void cli_mpi_finalize(void);
+/* A communicator over MPI_COMM_WORLD (one rank without MPI). */
+int cli_comm_create(clt_comm **out);
+/* Like cli_fail, with the rank in front; in a job of several ranks it then
+ * calls MPI_Abort, since the other ranks would wait for this one forever. */
+int cli_comm_fail(const clt_comm *comm, int status, const char *what);
+/* After a failure already reported: in a job of several ranks, MPI_Abort,
+ * since the others may be waiting in a collective; else nothing. */
+void cli_abort_job(const clt_comm *comm, int exit_code);
+/* Seconds from a monotonic clock. */
+double cli_now(void);
+int cmd_bench_allreduce(int argc, char **argv);
 
 #endif

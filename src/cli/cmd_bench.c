@@ -203,11 +203,12 @@ out:
 
 int cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return bench_gemm(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "allreduce") == 0) return cmd_bench_allreduce(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    printf("usage: cltrain bench gemm [OPTIONS]   (see 'cltrain bench gemm --help')\n");
+    printf("usage: cltrain bench gemm|allreduce [OPTIONS]   (see 'cltrain bench gemm --help')\n");
     return CLI_EXIT_OK;
   }
-  fprintf(stderr, "usage: cltrain bench gemm [OPTIONS]%s%s%s\n", argc >= 2 ? "\ncltrain bench: unknown benchmark '" : "",
-          argc >= 2 ? argv[1] : "", argc >= 2 ? "'" : "");
+  fprintf(stderr, "usage: cltrain bench gemm|allreduce [OPTIONS]%s%s%s\n",
+          argc >= 2 ? "\ncltrain bench: unknown benchmark '" : "", argc >= 2 ? argv[1] : "", argc >= 2 ? "'" : "");
   return CLI_EXIT_USAGE;
 }

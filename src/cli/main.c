@@ -21,6 +21,8 @@ static void usage(FILE *to) {
           "  train        train a model (run under mpirun for several ranks)\n"
           "  eval         loss and accuracy of saved weights on the test set\n"
           "  summary      show a model spec's layers, shapes and parameter counts\n"
+          "  bench allreduce  (under mpirun) time cltrain's all-reduce on host and device\n"
+          "               buffers against MPI_Allreduce, checking every result\n"
           "  version      print the version\n"
           "  help         this text\n"
           "\n"
@@ -29,7 +31,9 @@ static void usage(FILE *to) {
           "environment:\n"
           "  CLT_DEVICES      default device spec (all, gpu, cpu, pocl, rusticl:0, 0:1, ...)\n"
           "  CLT_LOG_LEVEL    none|error|warn|info|debug|trace (default warn)\n"
-          "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n");
+          "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n"
+          "  CLT_TIMEOUT      seconds a collective waits for a peer before failing (default 300)\n"
+          "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 1M)\n");
 }
 
 int cli_fail(int status, const char *what) {
@@ -71,13 +75,19 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0) {
     clt_comm *comm = NULL;
-    int ec = cli_comm_init(&argc, &argv, &comm);
+    int rc, ec = cli_mpi_init(&argc, &argv);
     if (ec != CLI_EXIT_OK) return ec;
+    if ((rc = cli_comm_create(&comm)) < 0) {
+      ec = cli_comm_fail(NULL, rc, "making the communicator");
+      cli_mpi_finalize();
+      return ec;
+    }
     ec = (strcmp(cmd, "train") == 0 ? cmd_train : cmd_eval)(argc - 1, argv + 1, comm);
     /* With several ranks a failure on one can leave the others waiting in a
      * collective: end the whole job. */
     if (ec != CLI_EXIT_OK && ec != CLI_EXIT_USAGE) cli_abort_job(comm, ec);
-    cli_comm_finalize(comm);
+    clt_comm_destroy(comm);
+    cli_mpi_finalize();
     return ec;
   }
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

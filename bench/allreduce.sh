@@ -1,0 +1,28 @@
+#!/bin/sh
+# allreduce.sh [BUILDDIR] [-- extra flags for cltrain bench allreduce]:
+# cltrain's all-reduce against MPI_Allreduce (Open MPI defaults) at 2, 3 and
+# 4 ranks on this machine, host and device buffers, 4 B to 256 MiB.
+#
+#   sh bench/allreduce.sh /path/to/build -- --iters 10 --max-bytes 64M
+#
+# With more ranks than cores the numbers are noisy: compare the ratio
+# columns (MPI's time / cltrain's, measured in the same run) rather than
+# absolute bandwidths. PoCL is limited to one thread per rank.
+builddir=${1:-.}
+[ $# -gt 0 ] && shift
+[ "$1" = "--" ] && shift
+MPIEXEC=${MPIEXEC:-mpiexec}
+RUSTICL_ENABLE=${RUSTICL_ENABLE-llvmpipe}
+POCL_MAX_PTHREAD_COUNT=${POCL_MAX_PTHREAD_COUNT:-1}
+export RUSTICL_ENABLE POCL_MAX_PTHREAD_COUNT
+ompi=
+if "$MPIEXEC" --version 2>&1 | grep -qi -e "Open MPI" -e "OpenRTE"; then
+  ompi="--oversubscribe --bind-to none"
+  [ "$(id -u)" = 0 ] && ompi="$ompi --allow-run-as-root"
+fi
+for np in ${RANKS:-2 3 4}; do
+  echo "## $np ranks: $MPIEXEC -np $np $ompi $builddir/cltrain bench allreduce $*"
+  # shellcheck disable=SC2086
+  "$MPIEXEC" -np "$np" $ompi "$builddir/cltrain" bench allreduce "$@" || exit $?
+  echo
+done

@@ -1,0 +1,33 @@
+/*
+ * cltrain/mpi.h: MPI interop (opt-in; includes mpi.h). Only in builds
+ * configured with MPI (HAVE_MPI in the library's config; the header is
+ * installed either way but the function exists only then).
+ *
+ * cltrain never calls MPI_Init or MPI_Finalize: the application initialises
+ * MPI (MPI_THREAD_FUNNELED is enough), makes communicators from its own
+ * MPI_Comm, destroys them before MPI_Finalize, and decides what to do when a
+ * collective fails (MPI_Abort, usually).
+ */
+#ifndef CLTRAIN_MPI_H
+#define CLTRAIN_MPI_H
+
+#include <mpi.h>
+
+#include <cltrain.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A communicator over the ranks of `comm`, which is duplicated (so cltrain's
+ * messages never meet the application's) and set to return errors instead
+ * of aborting. Collective over comm, with the CLT_TIMEOUT deadline. The
+ * local rank (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED) is computed
+ * here; clt_comm_default_device() uses it. CLT_TIMEOUT and
+ * CLT_ALLREDUCE_CHUNK are read here; junk in them is CLT_EINVAL. */
+CLT_API int clt_comm_create(MPI_Comm comm, clt_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLTRAIN_MPI_H */

@@ -1,0 +1,367 @@
+/*
+ * cmd_bench_allreduce.c: `cltrain bench allreduce`, run under mpirun. For
+ * float32 sums of sizes doubling from --min-bytes to --max-bytes it times
+ * cltrain's all-reduce on host buffers, on device buffers (staging
+ * included) and MPI_Allreduce, in the same run on the same data, and prints
+ * the p50 time, algbw = bytes / time and busbw = algbw * 2 (N - 1) / N (the
+ * nccl-tests definitions: busbw is what each link carries, comparable
+ * across rank counts), and cltrain's speed relative to MPI_Allreduce
+ * (MPI's time / cltrain's: above 1 means cltrain is faster).
+ *
+ * Each iteration starts from the same input after a barrier; its time is
+ * the slowest rank's. The inputs are small integers, so every sum is exact
+ * and every iteration's result is compared bit for bit with the expected
+ * one: a wrong result is exit code 4.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cltrain/opencl.h>
+#ifdef HAVE_MPI
+#  include <cltrain/mpi.h>
+#endif
+
+#include "cli.h"
+
+enum { M_HOST, M_DEVICE, M_MPI, M_COUNT };
+static const char *const method_keys[M_COUNT] = {"host", "device", "mpi"};
+
+typedef struct bench_opts {
+  size_t min_bytes, max_bytes, chunk_bytes;
+  long warmup, iters;
+  int json, no_device;
+  const char *devices;
+} bench_opts;
+
+typedef struct result {
+  int ran, wrong;
+  double p50; /* seconds */
+} result;
+
+static void help(FILE *to) {
+  fprintf(to,
+          "usage: mpirun -np N cltrain bench allreduce [OPTIONS]\n"
+          "\n"
+          "Times cltrain's all-reduce (float32 sum) on host buffers and on device buffers\n"
+          "(staging included) against MPI_Allreduce, for sizes doubling from --min-bytes to\n"
+          "--max-bytes. Every result is checked; a wrong one is exit code 4.\n"
+          "\n"
+          "  -d, --devices SPEC     devices for the device buffers; each rank takes the one\n"
+          "                         matching its local rank (default: CLT_DEVICES, else all)\n"
+          "      --no-device        skip the device-buffer measurement\n"
+          "      --min-bytes N      smallest message (default 4; K, M, G suffixes allowed)\n"
+          "      --max-bytes N      largest message (default 256M)\n"
+          "      --warmup K         untimed runs per size and method (default 3)\n"
+          "  -i, --iters K          timed runs per size and method (default 20)\n"
+          "      --chunk N          bytes per pipelined message (default: CLT_ALLREDUCE_CHUNK, else 1M)\n"
+          "      --json             one JSON document on stdout instead of the table\n"
+          "  -h, --help             this text\n"
+          "\n"
+          "busbw = algbw * 2(N-1)/N as in nccl-tests; x MPI = MPI's time / cltrain's.\n");
+}
+
+/* "4", "64K", "256M", "1G" (binary multiples) into bytes; 0 on junk. */
+static size_t parse_size(const char *text) {
+  char *end;
+  unsigned long long v = strtoull(text, &end, 10);
+  unsigned long long mult = 1;
+  if (end == text || text[0] == '-') return 0;
+  if (*end == 'K' || *end == 'k') mult = 1ull << 10, end++;
+  else if (*end == 'M' || *end == 'm') mult = 1ull << 20, end++;
+  else if (*end == 'G' || *end == 'g') mult = 1ull << 30, end++;
+  if (*end == 'i' && mult > 1) end++;
+  if (*end == 'B' && end[1] == '\0') end++;
+  if (*end || v > (1ull << 40) / mult) return 0;
+  return (size_t)(v * mult);
+}
+
+static int parse_opts(int argc, char **argv, bench_opts *o) {
+  static const struct option opts[] = {
+      {"devices", required_argument, 0, 'd'}, {"no-device", no_argument, 0, 'D'},
+      {"min-bytes", required_argument, 0, 'm'}, {"max-bytes", required_argument, 0, 'M'},
+      {"warmup", required_argument, 0, 'w'},  {"iters", required_argument, 0, 'i'},
+      {"chunk", required_argument, 0, 'c'},   {"json", no_argument, 0, 'j'},
+      {"help", no_argument, 0, 'h'},          {0}};
+  int c;
+  char *end;
+  *o = (bench_opts){.min_bytes = 4, .max_bytes = (size_t)256 << 20, .warmup = 3, .iters = 20};
+  while ((c = getopt_long(argc, argv, "d:i:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'd': o->devices = optarg; break;
+    case 'D': o->no_device = 1; break;
+    case 'm':
+    case 'M':
+    case 'c': {
+      size_t v = parse_size(optarg);
+      const char *name = c == 'm' ? "--min-bytes" : c == 'M' ? "--max-bytes" : "--chunk";
+      if (v == 0 || (c != 'c' && (v % 4 || v > ((size_t)4 << 30)))) {
+        fprintf(stderr, "cltrain bench allreduce: %s must be %s, not '%s'\n", name,
+                c == 'c' ? "a positive size such as 256K or 1M" : "a multiple of 4 bytes from 4 to 4G", optarg);
+        return CLI_EXIT_USAGE;
+      }
+      *(c == 'm' ? &o->min_bytes : c == 'M' ? &o->max_bytes : &o->chunk_bytes) = v;
+      break;
+    }
+    case 'w':
+    case 'i': {
+      long v = strtol(optarg, &end, 10);
+      if (*end || v < (c == 'w' ? 0 : 1) || v > 100000) {
+        fprintf(stderr, "cltrain bench allreduce: --%s must be a whole number from %d to 100000, not '%s'\n",
+                c == 'w' ? "warmup" : "iters", c == 'w' ? 0 : 1, optarg);
+        return CLI_EXIT_USAGE;
+      }
+      *(c == 'w' ? &o->warmup : &o->iters) = v;
+      break;
+    }
+    case 'j': o->json = 1; break;
+    case 'h': help(stdout); return -1;
+    default: help(stderr); return CLI_EXIT_USAGE;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "cltrain bench allreduce: unexpected argument '%s'\n", argv[optind]);
+    return CLI_EXIT_USAGE;
+  }
+  if (o->min_bytes > o->max_bytes) {
+    fprintf(stderr, "cltrain bench allreduce: --min-bytes is larger than --max-bytes\n");
+    return CLI_EXIT_USAGE;
+  }
+  return CLI_EXIT_OK;
+}
+
+/* ---- the pieces of one measurement -------------------------------------- */
+
+/* Small integers: every sum of them is exact in float32, in any order. */
+static float input_value(size_t i, int rank) { return (float)((int)((i * 7 + (size_t)rank * 13) % 31) - 15); }
+
+static void barrier(void) {
+#ifdef HAVE_MPI
+  MPI_Barrier(MPI_COMM_WORLD);
+#endif
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The slowest rank's time of each iteration, then the median of those. */
+static double p50_over_ranks(double *times, long n) {
+#ifdef HAVE_MPI
+  MPI_Allreduce(MPI_IN_PLACE, times, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+#endif
+  qsort(times, (size_t)n, sizeof *times, cmp_double);
+  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+/* Everything one size needs. */
+typedef struct bench_ctx {
+  clt_comm *comm;
+  clt_context *ctx; /* NULL: no device measurement */
+  const bench_opts *o;
+  size_t count, bytes;
+  float *in, *buf, *expected;
+  cl_mem dbuf;
+  double *times;
+} bench_ctx;
+
+/* One method: warm-up and timed runs, each from the input, each checked.
+ * Returns a library status (< 0) or 0. */
+static int run_method(bench_ctx *b, int method, clt_allreduce_plan *plan, result *res) {
+  int rc = CLT_OK;
+  long total = b->o->warmup + b->o->iters;
+  cl_command_queue q = b->ctx ? clt_context_queue(b->ctx) : NULL;
+  res->ran = 1;
+  for (long it = 0; it < total; it++) {
+    if (method == M_DEVICE) {
+      if (b->bytes &&
+          clEnqueueWriteBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->in, 0, NULL, NULL) != CL_SUCCESS)
+        return CLT_ECL;
+    } else {
+      memcpy(b->buf, b->in, b->bytes);
+    }
+    barrier();
+    double t0 = cli_now();
+    if (method == M_HOST) {
+      rc = clt_allreduce_run(plan, b->buf);
+    } else if (method == M_DEVICE) {
+      rc = clt_allreduce_run_device(plan, q, b->dbuf, 0);
+    } else {
+#ifdef HAVE_MPI
+      if (MPI_Allreduce(MPI_IN_PLACE, b->buf, (int)b->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        rc = CLT_EMPI;
+#endif
+    }
+    double dt = cli_now() - t0;
+    if (rc < 0) return rc;
+    if (method == M_DEVICE && b->bytes &&
+        clEnqueueReadBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->buf, 0, NULL, NULL) != CL_SUCCESS)
+      return CLT_ECL;
+    if (memcmp(b->buf, b->expected, b->bytes) != 0) res->wrong++;
+    if (it >= b->o->warmup) b->times[it - b->o->warmup] = dt;
+  }
+  res->p50 = p50_over_ranks(b->times, b->o->iters);
+#ifdef HAVE_MPI
+  MPI_Allreduce(MPI_IN_PLACE, &res->wrong, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+#endif
+  return CLT_OK;
+}
+
+static double busbw_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 1.0; }
+
+static void print_header(const bench_opts *o, int n, const char *device, size_t chunk) {
+  printf("# cltrain bench allreduce: %d rank%s, float32 sum, p50 of %ld iterations after %ld warm-up, chunk %zu B\n",
+         n, n == 1 ? "" : "s", o->iters, o->warmup, chunk);
+  printf("# device buffers: %s; times in us, bandwidths in GB/s; x MPI = MPI time / cltrain time\n",
+         device ? device : "skipped");
+  printf("%10s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s\n", "bytes", "host us", "algbw", "busbw",
+         "device us", "algbw", "busbw", "MPI us", "algbw", "busbw", "host", "device");
+  printf("%10s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s\n", "", "", "", "", "", "", "", "", "", "",
+         "x MPI", "x MPI");
+}
+
+static void print_row(size_t bytes, int n, const result *r) {
+  printf("%10zu |", bytes);
+  for (int m = 0; m < M_COUNT; m++) {
+    if (!r[m].ran)
+      printf(" %9s %8s %8s |", "-", "-", "-");
+    else if (r[m].wrong)
+      printf(" %9s %8s %8s |", "WRONG", "", "");
+    else {
+      double algbw = r[m].p50 > 0 ? bytes / r[m].p50 / 1e9 : 0;
+      printf(" %9.1f %8.3f %8.3f |", r[m].p50 * 1e6, algbw, algbw * busbw_factor(n));
+    }
+  }
+  for (int m = M_HOST; m <= M_DEVICE; m++) {
+    if (r[m].ran && r[M_MPI].ran && r[m].p50 > 0)
+      printf(" %6.2f", r[M_MPI].p50 / r[m].p50);
+    else
+      printf(" %6s", "-");
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+static json_t *json_row(size_t bytes, int n, const result *r) {
+  json_t *row = json_pack("{s:I, s:I}", "bytes", (json_int_t)bytes, "count", (json_int_t)(bytes / 4));
+  for (int m = 0; m < M_COUNT; m++) {
+    if (!r[m].ran) continue;
+    double algbw = r[m].p50 > 0 ? bytes / r[m].p50 / 1e9 : 0;
+    json_object_set_new(row, method_keys[m],
+                        json_pack("{s:f, s:f, s:f, s:b}", "p50_us", r[m].p50 * 1e6, "algbw_GBps", algbw,
+                                  "busbw_GBps", algbw * busbw_factor(n), "correct", !r[m].wrong));
+  }
+  if (r[M_MPI].ran) {
+    if (r[M_HOST].p50 > 0) json_object_set_new(row, "host_x_mpi", json_real(r[M_MPI].p50 / r[M_HOST].p50));
+    if (r[M_DEVICE].ran && r[M_DEVICE].p50 > 0)
+      json_object_set_new(row, "device_x_mpi", json_real(r[M_MPI].p50 / r[M_DEVICE].p50));
+  }
+  return row;
+}
+
+/* The device this rank uses, or NULL (with *ctx NULL) when none exists. */
+static int open_device(clt_comm *comm, const bench_opts *o, clt_devices **all, clt_devices **sel,
+                       clt_context **ctx) {
+  int rc = clt_devices_discover(all);
+  *ctx = NULL;
+  if (rc == CLT_ENOICD || (rc == CLT_OK && clt_devices_count(*all) == 0)) return CLT_OK;
+  if (rc < 0) return rc;
+  if ((rc = clt_devices_select(*all, o->devices, sel)) < 0) return rc;
+  int d = clt_comm_default_device(comm, *sel);
+  if (d < 0) return d;
+  return clt_context_create(*sel, d, ctx);
+}
+
+static int bench_allreduce(const bench_opts *o) {
+  clt_comm *comm = NULL;
+  clt_devices *all = NULL, *sel = NULL;
+  bench_ctx b = {.o = o};
+  json_t *rows = o->json ? json_array() : NULL;
+  int rc, ec = CLI_EXIT_OK, wrong = 0;
+
+  if ((rc = cli_comm_create(&comm)) < 0) return cli_comm_fail(NULL, rc, "making the communicator");
+  int n = clt_comm_size(comm), rank = clt_comm_rank(comm);
+  if (!o->no_device && (rc = open_device(comm, o, &all, &sel, &b.ctx)) < 0)
+    return cli_comm_fail(comm, rc, "choosing the device");
+  b.comm = comm;
+  size_t chunk = o->chunk_bytes;
+  if (!chunk) {
+    /* The library's default, read from a throwaway plan. */
+    chunk = 1 << 20;
+    const char *env = getenv("CLT_ALLREDUCE_CHUNK");
+    if (env && *env) chunk = parse_size(env);
+  }
+  b.in = malloc(o->max_bytes);
+  b.buf = malloc(o->max_bytes);
+  b.expected = malloc(o->max_bytes);
+  b.times = calloc((size_t)o->iters, sizeof *b.times);
+  if (!b.in || !b.buf || !b.expected || !b.times) return cli_comm_fail(comm, CLT_ENOMEM, "allocating buffers");
+  if (b.ctx && (rc = clt_buffer_create(b.ctx, o->max_bytes, &b.dbuf)) < 0)
+    return cli_comm_fail(comm, rc, "allocating the device buffer");
+  if (rank == 0 && !o->json)
+    print_header(o, n, b.ctx ? clt_context_device(b.ctx)->name : NULL, chunk);
+
+  for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
+    result r[M_COUNT] = {{0}};
+    clt_allreduce_plan *plan = NULL;
+    b.bytes = bytes;
+    b.count = bytes / 4;
+    for (size_t i = 0; i < b.count; i++) {
+      float sum = 0;
+      for (int k = 0; k < n; k++) sum += input_value(i, k);
+      b.in[i] = input_value(i, rank);
+      b.expected[i] = sum;
+    }
+    clt_allreduce_opts popts = {.chunk_bytes = o->chunk_bytes};
+    if ((rc = clt_allreduce_plan_create(comm, b.count, CLT_F32, CLT_SUM, &popts, &plan)) < 0)
+      return cli_comm_fail(comm, rc, "making the all-reduce plan");
+    if ((rc = run_method(&b, M_HOST, plan, &r[M_HOST])) < 0) return cli_comm_fail(comm, rc, "all-reduce (host)");
+    if (b.ctx && (rc = run_method(&b, M_DEVICE, plan, &r[M_DEVICE])) < 0)
+      return cli_comm_fail(comm, rc, "all-reduce (device)");
+#ifdef HAVE_MPI
+    if ((rc = run_method(&b, M_MPI, plan, &r[M_MPI])) < 0) return cli_comm_fail(comm, rc, "MPI_Allreduce");
+#endif
+    clt_allreduce_plan_destroy(plan);
+    for (int m = 0; m < M_COUNT; m++) wrong |= r[m].wrong != 0;
+    if (rank == 0 && rows) json_array_append_new(rows, json_row(bytes, n, r));
+    if (rank == 0 && !rows) print_row(bytes, n, r);
+    if (bytes > o->max_bytes / 2) break;
+  }
+
+  if (rank == 0 && rows) {
+    json_t *doc = json_pack("{s:i, s:s, s:s, s:I, s:i, s:i, s:s?, s:o}", "ranks", n, "dtype", "f32", "op", "sum",
+                            "chunk_bytes", (json_int_t)chunk, "warmup", (int)o->warmup, "iters", (int)o->iters,
+                            "device", b.ctx ? clt_context_device(b.ctx)->name : NULL, "results", rows);
+    json_dumpf(doc, stdout, JSON_INDENT(2));
+    printf("\n");
+    json_decref(doc);
+  } else if (rows) {
+    json_decref(rows);
+  }
+  if (wrong) {
+    if (rank == 0) fprintf(stderr, "cltrain bench allreduce: WRONG results (see the table)\n");
+    ec = CLI_EXIT_CHECK;
+  }
+  clt_buffer_release(b.dbuf);
+  clt_context_destroy(b.ctx);
+  clt_devices_destroy(sel);
+  clt_devices_destroy(all);
+  clt_comm_destroy(comm);
+  free(b.in), free(b.buf), free(b.expected), free(b.times);
+  return ec;
+}
+
+int cmd_bench_allreduce(int argc, char **argv) {
+  bench_opts o;
+  int ec = parse_opts(argc, argv, &o);
+  if (ec != CLI_EXIT_OK) return ec < 0 ? CLI_EXIT_OK : ec;
+  if ((ec = cli_mpi_init(&argc, &argv)) != CLI_EXIT_OK) return ec;
+  ec = bench_allreduce(&o);
+  cli_mpi_finalize();
+  return ec;
+}

@@ -1,0 +1,263 @@
+/*
+ * allreduce.c: all-reduce plans: the cross-rank check when a plan is made,
+ * the choice between recursive doubling (small messages) and the pipelined
+ * ring, the element types' reductions, and runs on host buffers. Device
+ * buffers are staged in allreduce_device.c.
+ */
+#include "comm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Up to this many bytes the number of steps matters more than bandwidth:
+ * recursive doubling takes log2 N steps where the ring takes 2 (N - 1).
+ * Measured with `cltrain bench allreduce` (see bench/allreduce.sh). */
+#define CLT__RECDOUBLE_MAX_BYTES ((size_t)32 << 10)
+/* Receive buffers of the reduce-scatter: two, so one chunk is reduced while
+ * the next arrives. */
+#define CLT__RING_SLOTS 2
+#define CLT__MAX_REPLICAS 1024
+
+/* ---- element types ------------------------------------------------------- */
+
+/* The reduction runs at memory speed only when vectorised, which -O2 does
+ * not do for these loops; GCC and Clang vector types do it portably
+ * (memcpy makes the unaligned loads legal). Each element is one addition
+ * either way, so the bits do not depend on it. */
+#if defined(__GNUC__)
+typedef float clt__v4f __attribute__((vector_size(16)));
+#  define CLT__VEC_LOOP(n, i, body4)                                                                        \
+    for (; i + 8 <= n; i += 8) {                                                                         \
+      body4(i);                                                                                          \
+      body4(i + 4);                                                                                      \
+    }
+#else
+#  define CLT__VEC_LOOP(n, i, body4)
+#endif
+
+static void add_f32(void *dst, const void *src, size_t n) {
+  float *restrict d = dst;
+  const float *restrict s = src;
+  size_t i = 0;
+#define ADD4(j)                                                                                            \
+  do {                                                                                                     \
+    clt__v4f a, b;                                                                                         \
+    memcpy(&a, d + (j), sizeof a);                                                                         \
+    memcpy(&b, s + (j), sizeof b);                                                                         \
+    a += b;                                                                                                \
+    memcpy(d + (j), &a, sizeof a);                                                                         \
+  } while (0)
+  CLT__VEC_LOOP(n, i, ADD4)
+#undef ADD4
+  for (; i < n; i++) d[i] += s[i];
+}
+
+static void divide_f32(void *x, size_t n, double by) {
+  float *restrict v = x;
+  const float b = (float)by;
+  size_t i = 0;
+#define DIV4(j)                                                                                            \
+  do {                                                                                                     \
+    clt__v4f a;                                                                                            \
+    memcpy(&a, v + (j), sizeof a);                                                                         \
+    a /= b;                                                                                                \
+    memcpy(v + (j), &a, sizeof a);                                                                         \
+  } while (0)
+  CLT__VEC_LOOP(n, i, DIV4)
+#undef DIV4
+  for (; i < n; i++) v[i] /= b;
+}
+
+static const clt__dtype_ops dtype_ops[] = {
+    {CLT_F32, 4, add_f32, divide_f32},
+};
+
+const clt__dtype_ops *clt__dtype_ops_find(clt_dtype dtype) {
+  for (size_t i = 0; i < sizeof dtype_ops / sizeof dtype_ops[0]; i++)
+    if (dtype_ops[i].dtype == dtype) return &dtype_ops[i];
+  return NULL;
+}
+
+/* ---- plans ------------------------------------------------------------------ */
+
+static int plan_steps(const clt_allreduce_plan *plan) {
+  int n = plan->comm->size;
+  if (n == 1 || plan->count == 0) return 0;
+  return plan->algorithm == CLT__RECDOUBLE ? clt__recdouble_steps(n) : 2 * (n - 1);
+}
+
+int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt_reduce_op op,
+                              const clt_allreduce_opts *opts, clt_allreduce_plan **out) {
+  int rc = CLT_OK;
+  clt_allreduce_plan *plan = NULL;
+  clt__fingerprint *all = NULL;
+  clt__op o;
+
+  if (!out) return clt__error(CLT_EINVAL, "clt_allreduce_plan_create: no place for the plan");
+  *out = NULL;
+  if (!comm) return clt__error(CLT_EINVAL, "clt_allreduce_plan_create: no communicator");
+  size_t chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : comm->chunk_bytes;
+  int replicas = opts && opts->replicas ? opts->replicas : 1;
+
+  /* Compare first, complain later: a rank that returned early on a local
+   * error would leave the others waiting. After the check every rank holds
+   * the same values and fails the same checks below. */
+  CLT_TRY(clt__op_begin(comm, "allreduce plan", comm->size - 1, &o));
+  clt__fingerprint mine = {.kind = CLT__FP_ALLREDUCE_PLAN, .dtype = (int32_t)dtype, .op = (int32_t)op,
+                           .count = count, .chunk = chunk_bytes, .replicas = replicas};
+  if (!(all = clt__calloc((size_t)comm->size, sizeof *all))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  CLT_TRY(clt__fingerprint_check(&o, &mine, all));
+
+  const clt__dtype_ops *ops = clt__dtype_ops_find(dtype);
+  if (!ops) {
+    rc = clt__error(CLT_EUNSUPPORTED, "clt_allreduce_plan_create: %s all-reduce is not implemented yet (f32 is)",
+                    clt_dtype_name(dtype));
+    goto fail;
+  }
+  if (op != CLT_SUM && op != CLT_AVG) {
+    rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: unknown op %d (CLT_SUM or CLT_AVG)", (int)op);
+    goto fail;
+  }
+  if (chunk_bytes < ops->esize || chunk_bytes > ((size_t)1 << 30)) {
+    rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: chunk of %zu bytes (from %zu to 1 GiB)", chunk_bytes,
+                    ops->esize);
+    goto fail;
+  }
+  if (count > SIZE_MAX / ops->esize) {
+    rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: %zu elements do not fit in memory", count);
+    goto fail;
+  }
+  for (int r = 0; r < comm->size; r++)
+    if (all[r].replicas < 1 || all[r].replicas > CLT__MAX_REPLICAS) {
+      rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: rank %d gives %d replicas (1 to %d)", r,
+                      (int)all[r].replicas, CLT__MAX_REPLICAS);
+      goto fail;
+    }
+
+  if (!(plan = clt__calloc(1, sizeof *plan))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  plan->comm = comm;
+  plan->count = count;
+  plan->dtype = dtype;
+  plan->op = op;
+  plan->ops = ops;
+  plan->chunk_bytes = chunk_bytes;
+  plan->chunk_elems = chunk_bytes / ops->esize;
+  plan->replicas = replicas;
+  for (int r = 0; r < comm->size; r++) plan->total_replicas += all[r].replicas;
+  plan->algorithm = comm->size > 1 && count * ops->esize <= CLT__RECDOUBLE_MAX_BYTES ? CLT__RECDOUBLE : CLT__RING;
+
+  if (!(plan->seg_off = clt__calloc((size_t)comm->size + 1, sizeof *plan->seg_off))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  clt__segments(count, comm->size, plan->seg_off);
+  CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_off, plan->chunk_elems, comm->size - 1,
+                                 2 * (comm->size - 1), &plan->sched));
+  if (plan->algorithm == CLT__RECDOUBLE) {
+    plan->slot_bytes = count * ops->esize;
+    plan->nslots = 1;
+  } else {
+    size_t longest = plan->seg_off[1] - plan->seg_off[0]; /* segment 0 is never shorter */
+    plan->slot_bytes = (longest < plan->chunk_elems ? longest : plan->chunk_elems) * ops->esize;
+    plan->nslots = CLT__RING_SLOTS;
+  }
+  if (plan->slot_bytes && !(plan->staging = clt__calloc((size_t)plan->nslots, plan->slot_bytes))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  clt__log(CLT_LOG_DEBUG, "rank %d: allreduce plan #%llu: %zu x %s %s, %s, chunk %zu bytes, %d of %d replicas",
+           comm->rank, (unsigned long long)o.number, count, clt_dtype_name(dtype), clt_reduce_op_name(op),
+           clt_allreduce_plan_algorithm(plan), chunk_bytes, replicas, plan->total_replicas);
+  free(all);
+  *out = plan;
+  return CLT_OK;
+
+fail:
+  free(all);
+  clt_allreduce_plan_destroy(plan);
+  return rc;
+}
+
+void clt_allreduce_plan_destroy(clt_allreduce_plan *plan) {
+  if (!plan) return;
+  clt__dev_staging_free(plan->dev);
+  clt__ring_sched_free(&plan->sched);
+  free(plan->seg_off);
+  free(plan->staging);
+  free(plan);
+}
+
+size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan) { return plan ? plan->count : 0; }
+
+const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan) {
+  if (!plan) return "?";
+  if (plan->comm->size == 1) return "local";
+  return plan->algorithm == CLT__RECDOUBLE ? "recursive-doubling" : "ring";
+}
+
+size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
+  if (plan->count == 0) return 0;
+  if (plan->algorithm == CLT__RECDOUBLE) return 1;
+  const clt__ring_sched *s = &plan->sched;
+  size_t n = s->nown;
+  while (n - s->nown < s->nrecv && s->recv[n - s->nown].step < s->reduce_steps) n++;
+  return n;
+}
+
+void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
+  if (plan->algorithm == CLT__RECDOUBLE) {
+    *off = 0;
+    *n = plan->count;
+    return;
+  }
+  const clt__ring_chunk *c = i < plan->sched.nown ? &plan->sched.own[i] : &plan->sched.recv[i - plan->sched.nown];
+  *off = c->off;
+  *n = c->n;
+}
+
+/* ---- runs ---------------------------------------------------------------------- */
+
+int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base,
+                        int (*ready)(void *, const clt__ring_chunk *, int *),
+                        int (*final)(void *, const clt__ring_chunk *), void *user) {
+  double divisor = plan->op == CLT_AVG ? (double)plan->total_replicas : 1.0;
+  if (plan->count == 0) return CLT_OK;
+  if (plan->comm->size == 1) {
+    if (divisor > 1) plan->ops->divide(base, plan->count, divisor);
+    return CLT_OK;
+  }
+  if (plan->algorithm == CLT__RECDOUBLE)
+    return clt__recdouble_exec(op, base, plan->staging, plan->count, plan->ops, divisor);
+  clt__ring_io io = {.base = base,
+                     .ops = plan->ops,
+                     .divisor = divisor,
+                     .staging = plan->staging,
+                     .nslots = plan->nslots,
+                     .slot_bytes = plan->slot_bytes,
+                     .ready = ready,
+                     .final = final,
+                     .user = user};
+  return clt__ring_exec(op, &plan->sched, &io);
+}
+
+int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op) {
+  return clt__op_begin(plan->comm, "allreduce", plan_steps(plan), op);
+}
+
+int clt_allreduce_run(clt_allreduce_plan *plan, void *buf) {
+  clt__op op;
+  int rc;
+  if (!plan) return clt__error(CLT_EINVAL, "clt_allreduce_run: no plan");
+  if (!buf && plan->count) return clt__error(CLT_EINVAL, "clt_allreduce_run: no buffer");
+  if (plan->replicas != 1)
+    return clt__error(CLT_EINVAL, "clt_allreduce_run: the plan was made for %d replicas per rank; a host run gives "
+                                  "one buffer (use clt_allreduce_run_devices)", plan->replicas);
+  if ((rc = clt__allreduce_begin(plan, &op)) < 0) return rc;
+  return clt__allreduce_exec(plan, &op, buf, NULL, NULL, NULL);
+}

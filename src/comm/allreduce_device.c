@@ -1,0 +1,211 @@
+/*
+ * allreduce_device.c: all-reduce of device buffers, staged through pinned
+ * host memory, one or several devices per process.
+ *
+ * Every chunk is read with a non-blocking read, in the order the ring needs
+ * them (its own segment first, then the segments as they are reduced), each
+ * with an event. The ring polls those events: it works on the chunks that
+ * have arrived while later ones are still being copied. With several
+ * replicas, a chunk is ready when every replica's copy has arrived; they
+ * are then summed into replica 0's staging in the order given, so every run
+ * adds them the same way. As chunks become final (the segment this rank
+ * finishes, then every segment the allgather brings) they are written back
+ * to every replica while the ring goes on.
+ */
+#include "comm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct clt__dev_staging {
+  int n;                      /* replicas */
+  cl_command_queue *queues;   /* retained */
+  clt_pinned **pinned;        /* count x esize per replica; pinned[0] is where the ring runs */
+  size_t nstage;
+  cl_event *events;           /* n x nstage reads of the current run */
+  unsigned char *ready;       /* nstage: chunk read (and replicas summed) */
+  /* the current run */
+  const clt_allreduce_plan *plan;
+  const cl_mem *bufs;
+  const size_t *offs;
+};
+
+static void release_events(struct clt__dev_staging *dev) {
+  for (size_t i = 0; dev->events && i < (size_t)dev->n * dev->nstage; i++)
+    if (dev->events[i]) {
+      clReleaseEvent(dev->events[i]);
+      dev->events[i] = NULL;
+    }
+}
+
+void clt__dev_staging_free(struct clt__dev_staging *dev) {
+  if (!dev) return;
+  release_events(dev);
+  for (int q = 0; q < dev->n; q++) {
+    if (dev->pinned) clt_pinned_destroy(dev->pinned[q]);
+    if (dev->queues && dev->queues[q]) clReleaseCommandQueue(dev->queues[q]);
+  }
+  free(dev->pinned);
+  free(dev->queues);
+  free(dev->events);
+  free(dev->ready);
+  free(dev);
+}
+
+/* The staging of these queues: reused when the plan last ran on them. */
+static int get_staging(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                       struct clt__dev_staging **out) {
+  int rc = CLT_OK;
+  struct clt__dev_staging *dev = plan->dev;
+  if (dev && dev->n == n && memcmp(dev->queues, queues, (size_t)n * sizeof *queues) == 0) {
+    *out = dev;
+    return CLT_OK;
+  }
+  clt__dev_staging_free(dev);
+  plan->dev = NULL;
+  if (!(dev = clt__calloc(1, sizeof *dev))) return CLT_ENOMEM;
+  dev->nstage = clt__plan_nstage(plan);
+  if (!(dev->queues = clt__calloc((size_t)n, sizeof *dev->queues)) ||
+      !(dev->pinned = clt__calloc((size_t)n, sizeof *dev->pinned)) ||
+      !(dev->events = clt__calloc((size_t)n * dev->nstage + 1, sizeof *dev->events)) ||
+      !(dev->ready = clt__calloc(dev->nstage + 1, 1))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  for (int q = 0; q < n; q++, dev->n = q) {
+    cl_context context = NULL;
+    CLT_CL_TRY(clGetCommandQueueInfo(queues[q], CL_QUEUE_CONTEXT, sizeof context, &context, NULL));
+    CLT_CL_TRY(clRetainCommandQueue(queues[q]));
+    dev->queues[q] = queues[q];
+    rc = clt__pinned_create_cl(context, queues[q], plan->count * plan->ops->esize, &dev->pinned[q]);
+    if (rc < 0) {
+      clt__error_prefix(rc, "allocating %zu bytes of pinned staging for replica %d", plan->count * plan->ops->esize,
+                        q);
+      goto fail;
+    }
+  }
+  dev->n = n;
+  plan->dev = dev;
+  *out = dev;
+  return CLT_OK;
+fail:
+  clt__dev_staging_free(dev);
+  return rc;
+}
+
+static unsigned char *staged(const struct clt__dev_staging *dev, int q, size_t elem) {
+  return (unsigned char *)clt_pinned_ptr(dev->pinned[q]) + elem * dev->plan->ops->esize;
+}
+
+/* Chunk id has arrived from every replica (summed when there are several)? */
+static int chunk_ready(struct clt__dev_staging *dev, size_t id, int *ok) {
+  *ok = 0;
+  if (dev->ready[id]) return *ok = 1;
+  for (int q = 0; q < dev->n; q++) {
+    cl_int status = CL_QUEUED;
+    cl_int e = clGetEventInfo(dev->events[(size_t)q * dev->nstage + id], CL_EVENT_COMMAND_EXECUTION_STATUS,
+                              sizeof status, &status, NULL);
+    if (e != CL_SUCCESS || status < 0)
+      return clt__error(CLT_ECL, "reading chunk %zu of replica %d from its device failed: %s", id, q,
+                        clt__cl_error_name(e != CL_SUCCESS ? e : status));
+    if (status != CL_COMPLETE) return CLT_OK;
+  }
+  size_t off, n;
+  clt__plan_stage_chunk(dev->plan, id, &off, &n);
+  for (int q = 1; q < dev->n; q++) dev->plan->ops->add(staged(dev, 0, off), staged(dev, q, off), n);
+  dev->ready[id] = 1;
+  return *ok = 1;
+}
+
+static int ring_ready(void *user, const clt__ring_chunk *c, int *ok) {
+  int rc = chunk_ready(user, c->id, ok);
+  return rc < 0 ? rc : CLT_OK;
+}
+
+/* Write elements [off, off + n) of the result back to every replica. */
+static int write_back(struct clt__dev_staging *dev, size_t off, size_t n) {
+  size_t esize = dev->plan->ops->esize;
+  for (int q = 0; q < dev->n; q++) {
+    cl_int e = clEnqueueWriteBuffer(dev->queues[q], dev->bufs[q], CL_FALSE, dev->offs[q] + off * esize, n * esize,
+                                    staged(dev, 0, off), 0, NULL, NULL);
+    if (e == CL_SUCCESS) e = clFlush(dev->queues[q]);
+    if (e != CL_SUCCESS)
+      return clt__error(clt__cl_status(e), "writing the result back to replica %d (elements %zu to %zu) failed: %s",
+                        q, off, off + n, clt__cl_error_name(e));
+  }
+  return CLT_OK;
+}
+
+static int ring_final(void *user, const clt__ring_chunk *c) { return write_back(user, c->off, c->n); }
+
+static int check_buffer(const clt_allreduce_plan *plan, int q, cl_mem buf, size_t offset) {
+  size_t need = plan->count * plan->ops->esize, size = clt_buffer_size(buf);
+  if (!buf) return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: replica %d has no buffer", q);
+  if (offset > size || size - offset < need)
+    return clt__error(CLT_ESHAPE, "clt_allreduce_run_devices: replica %d: %zu bytes from offset %zu do not fit in "
+                                  "its buffer of %zu bytes", q, need, offset, size);
+  return CLT_OK;
+}
+
+int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues, const cl_mem *bufs,
+                              const size_t *offsets) {
+  int rc = CLT_OK;
+  struct clt__dev_staging *dev = NULL;
+  clt__op op;
+  static const size_t zeros[64];
+
+  if (!plan) return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: no plan");
+  if (n != plan->replicas || !queues || !bufs)
+    return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: %d buffers given, the plan was made for %d replicas", n,
+                      plan->replicas);
+  if (n > 64) return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: %d replicas (at most 64 per process)", n);
+  for (int q = 0; q < n; q++) CLT_TRY(check_buffer(plan, q, bufs[q], offsets ? offsets[q] : 0));
+  CLT_TRY(clt__allreduce_begin(plan, &op));
+  if (plan->count == 0) return CLT_OK;
+  CLT_TRY(get_staging(plan, n, queues, &dev));
+  dev->plan = plan;
+  dev->bufs = bufs;
+  dev->offs = offsets ? offsets : zeros;
+  memset(dev->ready, 0, dev->nstage);
+
+  /* Every read at once, in the order the ring needs them. */
+  size_t esize = plan->ops->esize;
+  for (int q = 0; q < n; q++) {
+    for (size_t i = 0; i < dev->nstage; i++) {
+      size_t off, cnt;
+      clt__plan_stage_chunk(plan, i, &off, &cnt);
+      CLT_CL_TRY(clEnqueueReadBuffer(queues[q], bufs[q], CL_FALSE, dev->offs[q] + off * esize, cnt * esize,
+                                     staged(dev, q, off), 0, NULL, &dev->events[(size_t)q * dev->nstage + i]));
+    }
+    CLT_CL_TRY(clFlush(queues[q]));
+  }
+
+  if (plan->comm->size > 1 && plan->algorithm == CLT__RING) {
+    CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), ring_ready, ring_final, dev));
+  } else {
+    /* Recursive doubling and one rank need the whole buffer at once. */
+    for (int q = 0; q < n; q++) /* events of one context per call */
+      CLT_CL_TRY(clWaitForEvents((cl_uint)dev->nstage, dev->events + (size_t)q * dev->nstage));
+    for (size_t i = 0; i < dev->nstage; i++) {
+      int ok;
+      CLT_TRY(chunk_ready(dev, i, &ok));
+    }
+    CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), NULL, NULL, NULL));
+    CLT_TRY(write_back(dev, 0, plan->count));
+  }
+  for (int q = 0; q < n; q++) CLT_CL_TRY(clFinish(queues[q]));
+  release_events(dev);
+  return CLT_OK;
+
+fail:
+  if (dev) {
+    /* Nothing may still be copying into or out of the staging. */
+    for (int q = 0; q < dev->n; q++) clFinish(dev->queues[q]);
+    release_events(dev);
+  }
+  return rc;
+}
+
+int clt_allreduce_run_device(clt_allreduce_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset) {
+  return clt_allreduce_run_devices(plan, 1, &queue, &buf, &offset);
+}

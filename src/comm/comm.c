@@ -1,0 +1,108 @@
+/*
+ * comm.c: the communicator object: the one-rank communicator, the settings
+ * every communicator reads from the environment (CLT_TIMEOUT,
+ * CLT_ALLREDUCE_CHUNK), accessors, and the default device of a rank.
+ * MPI communicators are made in transport_mpi.c.
+ */
+#include "comm_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLT__DEFAULT_TIMEOUT_S 300.0
+#define CLT__DEFAULT_CHUNK_BYTES ((size_t)1 << 20)
+/* Messages stay well below INT_MAX bytes (MPI counts are int). */
+#define CLT__MAX_CHUNK_BYTES ((size_t)1 << 30)
+
+int clt__parse_bytes(const char *text, size_t max, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (end == text || errno || text[0] == '-') return -1;
+  unsigned long long mult = 1;
+  if (*end == 'k' || *end == 'K') mult = 1ull << 10, end++;
+  else if (*end == 'm' || *end == 'M') mult = 1ull << 20, end++;
+  else if (*end == 'g' || *end == 'G') mult = 1ull << 30, end++;
+  if (*end == 'i' && mult > 1) end++;
+  if ((*end == 'b' || *end == 'B') && end[1] == '\0') end++;
+  if (*end || v == 0 || v > max / mult) return -1;
+  *out = (size_t)(v * mult);
+  return 0;
+}
+
+int clt__comm_init_env(clt_comm *comm) {
+  comm->timeout_s = CLT__DEFAULT_TIMEOUT_S;
+  comm->chunk_bytes = CLT__DEFAULT_CHUNK_BYTES;
+  const char *t = getenv("CLT_TIMEOUT");
+  if (t && *t) {
+    char *end;
+    errno = 0;
+    double v = strtod(t, &end);
+    if (end != t && *end == 's') end++;
+    if (end == t || *end || errno || !isfinite(v) || v <= 0 || v > 1e9)
+      return clt__error(CLT_EINVAL,
+                        "CLT_TIMEOUT='%s' is not a number of seconds: give a positive number such as 300 or 2.5",
+                        t);
+    comm->timeout_s = v;
+  }
+  const char *c = getenv("CLT_ALLREDUCE_CHUNK");
+  if (c && *c && clt__parse_bytes(c, CLT__MAX_CHUNK_BYTES, &comm->chunk_bytes) < 0)
+    return clt__error(CLT_EINVAL,
+                      "CLT_ALLREDUCE_CHUNK='%s' is not a size in bytes from 1 to 1G: give e.g. 262144, 256K or 1M", c);
+  return CLT_OK;
+}
+
+int clt_comm_create_local(clt_comm **out) {
+  int rc;
+  *out = NULL;
+  clt_comm *comm = clt__calloc(1, sizeof *comm);
+  if (!comm) return CLT_ENOMEM;
+  comm->size = comm->local_size = 1;
+  comm->tag_ops = 1;
+  if ((rc = clt__comm_init_env(comm)) < 0) {
+    free(comm);
+    return rc;
+  }
+  *out = comm;
+  return CLT_OK;
+}
+
+void clt_comm_destroy(clt_comm *comm) {
+  if (!comm) return;
+  if (comm->mpi) clt__tp_destroy(comm);
+  free(comm->broken_detail);
+  free(comm->diag_out);
+  free(comm);
+}
+
+int clt_comm_rank(const clt_comm *comm) { return comm ? comm->rank : 0; }
+int clt_comm_size(const clt_comm *comm) { return comm ? comm->size : 0; }
+int clt_comm_local_rank(const clt_comm *comm) { return comm ? comm->local_rank : 0; }
+int clt_comm_local_size(const clt_comm *comm) { return comm ? comm->local_size : 0; }
+double clt_comm_timeout(const clt_comm *comm) { return comm ? comm->timeout_s : 0; }
+
+int clt_comm_set_timeout(clt_comm *comm, double seconds) {
+  if (!comm || !isfinite(seconds) || seconds <= 0 || seconds > 1e9)
+    return clt__error(CLT_EINVAL, "clt_comm_set_timeout: %g is not a positive number of seconds", seconds);
+  comm->timeout_s = seconds;
+  return CLT_OK;
+}
+
+int clt_comm_default_device(const clt_comm *comm, const clt_devices *devs) {
+  int n = clt_devices_count(devs);
+  if (n <= 0) return clt__error(CLT_ENODEV, "rank %d has no device to choose from", comm ? comm->rank : 0);
+  /* Ranks on one node take devices round-robin by local rank, so one rank
+   * per GPU is what `mpirun -np <GPUs per node>` gives without any flag. */
+  return (comm ? comm->local_rank : 0) % n;
+}
+
+const char *clt_reduce_op_name(clt_reduce_op op) {
+  switch (op) {
+  case CLT_SUM: return "sum";
+  case CLT_AVG: return "avg";
+  }
+  return "?";
+}

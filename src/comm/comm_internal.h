@@ -1,0 +1,227 @@
+/*
+ * comm_internal.h: what the communicator's sources share: the clt_comm
+ * layout, the message transport (MPI, or nothing for one rank), operations
+ * with deadlines, the ring engine and the cross-rank fingerprint check.
+ *
+ * Only transport_mpi.c sees mpi.h; everything else talks to the transport
+ * through clt__tp_*, so the one-rank build needs no MPI at all.
+ */
+#ifndef CLT_COMM_INTERNAL_H
+#define CLT_COMM_INTERNAL_H
+
+#include "internal.h"
+
+#include <stdint.h>
+
+/* ---- the communicator ---------------------------------------------------- */
+
+/* Tags: (operation number mod tag_ops) * CLT__TAG_PHASES + phase, so each
+ * collective's messages are told apart from the previous and next ones. */
+enum { CLT__TAG_DATA = 0, CLT__TAG_CHECK = 1, CLT__TAG_SCATTER = 2, CLT__TAG_PHASES = 4 };
+
+struct clt_comm {
+  int rank, size;
+  int local_rank, local_size;
+  double timeout_s;        /* seconds without progress before a wait fails */
+  size_t chunk_bytes;      /* default bytes per pipelined message */
+  uint64_t ops;            /* collectives started so far: the next is ops + 1 */
+  int tag_ops;             /* operation numbers wrap at this in tags */
+  int diag_tag;            /* the tag of timeout diagnoses (outside the op tags) */
+  int yield_when_idle;     /* more ranks than cores here: give the core away while waiting */
+  int broken;              /* status of a failure that left messages in flight, else 0 */
+  char *broken_detail;     /* its clt_last_error() */
+  struct clt__diag *diag_out; /* what we told the others at our last timeout (sends may be in flight) */
+  void *mpi;               /* transport state; NULL for a one-rank communicator */
+};
+
+/* Fill the fields every communicator shares from the environment
+ * (CLT_TIMEOUT, CLT_ALLREDUCE_CHUNK); junk there is CLT_EINVAL. */
+int clt__comm_init_env(clt_comm *comm);
+/* Parse "1048576", "256K", "1M" into bytes (1 <= bytes <= max); -1 on junk. */
+int clt__parse_bytes(const char *text, size_t max, size_t *out);
+
+/* ---- transport ------------------------------------------------------------ */
+
+typedef struct clt__req {
+  union {
+    void *p;
+    int64_t i;
+    unsigned char raw[16];
+  } h;            /* an MPI_Request */
+  int kind;       /* 0 idle, 1 send, 2 receive */
+  int peer;
+} clt__req;
+
+/* Non-blocking point-to-point messages of at most INT_MAX bytes. */
+int clt__tp_isend(clt_comm *comm, const void *buf, size_t bytes, int peer, int tag, clt__req *req);
+int clt__tp_irecv(clt_comm *comm, void *buf, size_t bytes, int peer, int tag, clt__req *req);
+/* 1 when req finished (*got: bytes received, for receives), 0 while it is
+ * pending, a negative status on failure (a message longer than the receive
+ * is CLT_EMISMATCH). */
+int clt__tp_test(clt_comm *comm, clt__req *req, size_t *got);
+/* Give up on a request after a failure: a receive is cancelled, a send is
+ * left to finish on its own. */
+void clt__tp_abandon(clt_comm *comm, clt__req *req);
+/* Release the transport's state (the duplicated MPI communicator). */
+void clt__tp_destroy(clt_comm *comm);
+
+/* ---- operations with deadlines ------------------------------------------- */
+
+/* One collective in progress: its number, name and the deadline clock. */
+typedef struct clt__op {
+  clt_comm *comm;
+  const char *name;        /* "allreduce", "broadcast", ... */
+  uint64_t number;         /* 1, 2, ... on this communicator */
+  int nsteps;              /* for messages: "step 3/6" */
+  double last_progress;    /* monotonic seconds */
+} clt__op;
+
+double clt__now(void);
+/* Start operation `name`: refuse on a broken communicator, number it. */
+int clt__op_begin(clt_comm *comm, const char *name, int nsteps, clt__op *op);
+int clt__op_tag(const clt__op *op, int phase);
+static inline void clt__op_progress(clt__op *op) { op->last_progress = clt__now(); }
+/* A poll made no progress while waiting for `peer` at 0-based `step`. Gives
+ * the core away when oversubscribed; after the deadline, asks the other
+ * ranks what they are waiting for and returns CLT_ETIMEDOUT naming the
+ * peer, the step and the ranks that did not answer. */
+int clt__op_idle(clt__op *op, int peer, int step);
+/* Put "rank R: NAME #N step S/T: " in front of the current error detail. */
+int clt__op_error(clt__op *op, int step, int rc);
+/* After a failure with messages in flight: remember it on the
+ * communicator, which refuses further collectives. Returns rc. */
+int clt__op_break(clt__op *op, int rc);
+/* Wait (polling, with the deadline) until every request in reqs is done;
+ * peers[i] names whom request i waits for. got[i] receives the byte count
+ * when got is not NULL. On failure every request is abandoned. */
+int clt__op_wait(clt__op *op, clt__req *reqs, const int *peers, size_t *got, int n, int step);
+
+/* ---- fingerprints: checking that every rank asks the same ------------------ */
+
+typedef struct clt__fingerprint {
+  int32_t kind;            /* a clt__fp_kind */
+  int32_t dtype, op, root;
+  uint64_t count;          /* elements or bytes */
+  uint64_t chunk;
+  int32_t replicas, pad;
+} clt__fingerprint;
+
+enum clt__fp_kind { CLT__FP_ALLREDUCE_PLAN = 1, CLT__FP_BCAST = 2, CLT__FP_ALLGATHER = 3 };
+
+/* Exchange fingerprints with every rank (the check phase of op) and compare:
+ * a difference is CLT_EMISMATCH on every rank, naming the ranks and values.
+ * all, when not NULL, receives every rank's fingerprint (size entries). */
+int clt__fingerprint_check(clt__op *op, const clt__fingerprint *mine, clt__fingerprint *all);
+
+/* ---- element types -------------------------------------------------------- */
+
+/* What the collectives need to know of an element type. Adding fp16 means
+ * adding one of these (add through float, round once). */
+typedef struct clt__dtype_ops {
+  clt_dtype dtype;
+  size_t esize;
+  void (*add)(void *dst, const void *src, size_t n);   /* dst[i] = dst[i] + src[i] */
+  void (*divide)(void *x, size_t n, double by);       /* x[i] = x[i] / by */
+} clt__dtype_ops;
+
+/* NULL when the type has no reduction yet. */
+const clt__dtype_ops *clt__dtype_ops_find(clt_dtype dtype);
+
+/* ---- the ring engine -------------------------------------------------------- */
+
+/* One chunk of one step: the bytes [off, off + n) elements of segment seg. */
+typedef struct clt__ring_chunk {
+  int step, seg;
+  size_t off, n;           /* elements */
+  size_t id;               /* position in the staging order (see ring.c) */
+  long dep_send;           /* a receive into place waits for this send to finish; -1: none */
+} clt__ring_chunk;
+
+/* The schedule of one rank, made once per plan. */
+typedef struct clt__ring_sched {
+  int size, rank;
+  int reduce_steps, total_steps;
+  size_t nown;             /* chunks of this rank's step-0 segment */
+  clt__ring_chunk *own;
+  size_t nrecv;            /* every receive, in order */
+  clt__ring_chunk *recv;
+  size_t nsend;            /* own chunks, then the receives that are passed on */
+} clt__ring_sched;
+
+/* Segments: seg_off[0..size] element offsets. reduce_steps = size - 1 and
+ * total_steps = 2 (size - 1) for an all-reduce; 0 and size - 1 for an
+ * allgather of blocks (rank r starts with block r). */
+int clt__ring_sched_create(int rank, int size, const size_t *seg_off, size_t chunk_elems, int reduce_steps,
+                           int total_steps, clt__ring_sched *out);
+void clt__ring_sched_free(clt__ring_sched *s);
+
+/* Where the data is and what to do with it. */
+typedef struct clt__ring_io {
+  unsigned char *base;     /* the buffer, reduced in place */
+  const clt__dtype_ops *ops;
+  double divisor;          /* > 1: divide each finished segment by it (average) */
+  unsigned char *staging;  /* nslots x slot_bytes for receives that are reduced */
+  int nslots;
+  size_t slot_bytes;
+  /* Optional (device staging): is the local data of chunk c in place yet?
+   * and: chunk c holds its final value. */
+  int (*ready)(void *user, const clt__ring_chunk *c, int *is_ready);
+  int (*final)(void *user, const clt__ring_chunk *c);
+  void *user;
+  int tag_phase;           /* CLT__TAG_DATA unless this is a fingerprint check */
+} clt__ring_io;
+
+/* Run the schedule; messages carry op's data tag. */
+int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io);
+
+/* Segment offsets for `count` elements over `size` ranks: the first
+ * count % size segments get one element more. */
+void clt__segments(size_t count, int size, size_t *seg_off);
+
+/* ---- recursive doubling (small messages) --------------------------------------- */
+
+/* log2(size) exchanges of the whole buffer (plus one before and one after
+ * on the ranks beyond the largest power of two). tmp holds count elements. */
+int clt__recdouble_exec(clt__op *op, unsigned char *base, unsigned char *tmp, size_t count,
+                        const clt__dtype_ops *ops, double divisor);
+int clt__recdouble_steps(int size);
+
+/* ---- the plan ------------------------------------------------------------------ */
+
+enum clt__algorithm { CLT__RING = 0, CLT__RECDOUBLE = 1 };
+
+struct clt__dev_staging;
+
+struct clt_allreduce_plan {
+  clt_comm *comm;
+  size_t count;
+  clt_dtype dtype;
+  clt_reduce_op op;
+  const clt__dtype_ops *ops;
+  size_t chunk_bytes, chunk_elems;
+  int replicas;            /* buffers this rank gives each run */
+  int total_replicas;      /* over every rank: the divisor of an average */
+  enum clt__algorithm algorithm;
+  size_t *seg_off;         /* size + 1 */
+  clt__ring_sched sched;
+  unsigned char *staging;  /* ring: nslots chunk buffers; recursive doubling: count elements */
+  int nslots;
+  size_t slot_bytes;
+  struct clt__dev_staging *dev; /* pinned staging of device runs, made on first use */
+};
+
+/* Start one run of the plan (numbers it, refuses on a broken communicator). */
+int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op);
+/* Run the plan's algorithm on plan-shaped data at base (host memory), with
+ * optional device hooks (ring only; recursive doubling needs everything in
+ * place first). */
+int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base,
+                        int (*ready)(void *, const clt__ring_chunk *, int *),
+                        int (*final)(void *, const clt__ring_chunk *), void *user);
+/* The staging order: chunk i of it is the i-th to be needed by the ring
+ * (its own segment first, then the segments as they are reduced). */
+size_t clt__plan_nstage(const clt_allreduce_plan *plan);
+void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n);
+void clt__dev_staging_free(struct clt__dev_staging *dev);
+
+#endif /* CLT_COMM_INTERNAL_H */

@@ -1,0 +1,251 @@
+/*
+ * ring.c: the pipelined ring, the engine of the all-reduce and of the
+ * allgather that broadcast and allgather are built on.
+ *
+ * N ranks in a ring; each sends only to its right neighbour and receives
+ * only from its left one. The buffer is cut into N segments (the first
+ * count % N one element longer). N = 4, segments A B C D, rank r starting
+ * with its own segment r:
+ *
+ *   reduce-scatter: in step s rank r sends segment (r - s) mod N to the
+ *   right and adds the segment (r - s - 1) mod N that arrives from the left
+ *   to its own copy.
+ *
+ *            rank 0     rank 1     rank 2     rank 3
+ *   step 1   A ->       B ->       C ->       D ->      (0 gets D, adds)
+ *   step 2   D+ ->      A+ ->      B+ ->      C+ ->
+ *   step 3   C+ ->      D+ ->      A+ ->      B+ ->
+ *   after    owns B*    owns C*    owns D*    owns A*   (* = sum of all 4)
+ *
+ *   allgather: N - 1 more steps pass the finished segments on, each rank
+ *   overwriting its copy with what arrives (received straight into place).
+ *
+ * Every segment is summed in one fixed order (starting at the rank that
+ * owns it, going right) on exactly one rank, and the allgather copies those
+ * bits, so every rank ends with the same bits. An average divides the
+ * finished segment on its owner before it is passed on.
+ *
+ * Cost model (n bytes, bandwidth B per link, latency a per message, c
+ * chunk bytes): each rank sends and receives 2 (N - 1)/N n bytes, the
+ * least any all-reduce can move, in 2 (N - 1) steps:
+ *     T_ring ~ 2 (N - 1) a + 2 (N - 1)/N n/B
+ * plus, without pipelining, the time to reduce each segment. Segments are
+ * therefore cut into chunks that move independently: a chunk is passed on
+ * as soon as it is reduced, receives go to one of nslots staging buffers
+ * (double buffering: one is reduced while the next arrives), so reduction,
+ * transfer and (for device buffers) the device-to-host copy of later chunks
+ * overlap, costing about one chunk's time c/B per step instead of a
+ * segment's. Small messages are latency-bound (2 (N - 1) a), which is why
+ * plans of small messages use recursive doubling (log2 N steps) instead.
+ *
+ * The same engine, started at the allgather half (reduce_steps = 0, rank r
+ * owning block r), is the allgather of broadcast and allgather.
+ */
+#include "comm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+  SEND_WINDOW = 8, /* sends in flight */
+  COPY_WINDOW = 4, /* receives into place in flight */
+  MAX_WINDOW = 16
+};
+
+void clt__segments(size_t count, int size, size_t *seg_off) {
+  size_t base = count / (size_t)size, rem = count % (size_t)size;
+  seg_off[0] = 0;
+  for (int j = 0; j < size; j++) seg_off[j + 1] = seg_off[j] + base + ((size_t)j < rem);
+}
+
+static int ring_mod(int a, int n) { return ((a % n) + n) % n; }
+
+static size_t seg_chunks(const size_t *seg_off, int seg, size_t ce) {
+  size_t len = seg_off[seg + 1] - seg_off[seg];
+  return (len + ce - 1) / ce;
+}
+
+static clt__ring_chunk make_chunk(const size_t *seg_off, int step, int seg, size_t c, size_t ce) {
+  clt__ring_chunk ch;
+  ch.step = step;
+  ch.seg = seg;
+  ch.off = seg_off[seg] + c * ce;
+  ch.n = seg_off[seg + 1] - ch.off < ce ? seg_off[seg + 1] - ch.off : ce;
+  ch.id = 0;
+  ch.dep_send = -1;
+  return ch;
+}
+
+int clt__ring_sched_create(int rank, int size, const size_t *seg_off, size_t ce, int reduce_steps, int total_steps,
+                           clt__ring_sched *out) {
+  memset(out, 0, sizeof *out);
+  out->rank = rank;
+  out->size = size;
+  out->reduce_steps = reduce_steps;
+  out->total_steps = total_steps;
+  out->nown = seg_chunks(seg_off, rank, ce);
+  for (int s = 0; s < total_steps; s++) out->nrecv += seg_chunks(seg_off, ring_mod(rank - s - 1, size), ce);
+  size_t *step_start = clt__calloc((size_t)total_steps + 1, sizeof *step_start);
+  out->own = clt__calloc(out->nown, sizeof *out->own);
+  out->recv = clt__calloc(out->nrecv, sizeof *out->recv);
+  if (!step_start || !out->own || !out->recv) {
+    free(step_start);
+    clt__ring_sched_free(out);
+    return CLT_ENOMEM;
+  }
+  for (size_t c = 0; c < out->nown; c++) {
+    out->own[c] = make_chunk(seg_off, 0, rank, c, ce);
+    out->own[c].id = c;
+  }
+  size_t k = 0;
+  for (int s = 0; s < total_steps; s++) {
+    int seg = ring_mod(rank - s - 1, size);
+    step_start[s] = k;
+    for (size_t c = 0; c < seg_chunks(seg_off, seg, ce); c++, k++) {
+      clt__ring_chunk *ch = &out->recv[k];
+      *ch = make_chunk(seg_off, s, seg, c, ce);
+      /* Staging order (the order device data is needed): own chunks, then
+       * the reduce-scatter receives. A receive into place of step s lands
+       * where segment (r - s - 1) was: received at step s - N, or our own. */
+      if (s < reduce_steps)
+        ch->id = out->nown + k;
+      else if (reduce_steps > 0)
+        ch->id = s - size >= 0 ? out->nown + step_start[s - size] + c : c;
+      else
+        ch->id = k;
+      /* That place was sent from at step s - (N - 1): the send must be done
+       * before new data may land there. */
+      int sent_at = s - (size - 1);
+      if (s >= reduce_steps && sent_at >= 0)
+        ch->dep_send = sent_at == 0 ? (long)c : (long)(out->nown + step_start[sent_at - 1] + c);
+    }
+  }
+  step_start[total_steps] = k;
+  out->nsend = total_steps > 0 ? out->nown + step_start[total_steps - 1] : 0;
+  free(step_start);
+  return CLT_OK;
+}
+
+void clt__ring_sched_free(clt__ring_sched *s) {
+  free(s->own);
+  free(s->recv);
+  memset(s, 0, sizeof *s);
+}
+
+int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io) {
+  int rc = CLT_OK, step = 0;
+  clt_comm *comm = op->comm;
+  if (s->total_steps == 0) return CLT_OK;
+  const int left = ring_mod(s->rank - 1, s->size), right = ring_mod(s->rank + 1, s->size);
+  const int tag = clt__op_tag(op, io->tag_phase);
+  const size_t esize = io->ops ? io->ops->esize : 1;
+  const int rwin = io->nslots > COPY_WINDOW ? io->nslots : COPY_WINDOW;
+  clt__req sreq[SEND_WINDOW], rreq[MAX_WINDOW];
+  size_t sent = 0, sdone = 0, rposted = 0, rdone = 0;
+  memset(sreq, 0, sizeof sreq);
+  memset(rreq, 0, sizeof rreq);
+  if (rwin > MAX_WINDOW) return clt__error(CLT_EINTERNAL, "ring: %d staging slots (at most %d)", io->nslots, MAX_WINDOW);
+
+  while (rdone < s->nrecv || sdone < s->nsend) {
+    int progressed = 0, ok = 1;
+
+    /* Sends: our own chunks when their data is in place, then each received
+     * chunk once it has been reduced (or has arrived, in the allgather). */
+    while (sent < s->nsend && sent - sdone < SEND_WINDOW) {
+      const clt__ring_chunk *c = sent < s->nown ? &s->own[sent] : &s->recv[sent - s->nown];
+      step = c->step;
+      if (sent >= s->nown) {
+        if (sent - s->nown >= rdone) break;
+      } else if (io->ready) {
+        CLT_TRY(io->ready(io->user, c, &ok));
+        if (!ok) break;
+      }
+      CLT_TRY(clt__tp_isend(comm, io->base + c->off * esize, c->n * esize, right, tag, &sreq[sent % SEND_WINDOW]));
+      sent++;
+      progressed = 1;
+    }
+
+    /* Receives: reduce-scatter ones into a free staging slot, allgather ones
+     * straight into place once the data there has been sent on. */
+    while (rposted < s->nrecv && rposted - rdone < (size_t)rwin) {
+      const clt__ring_chunk *c = &s->recv[rposted];
+      unsigned char *dst;
+      step = c->step;
+      if (c->step < s->reduce_steps) {
+        if (rposted - rdone >= (size_t)io->nslots) break;
+        dst = io->staging + (rposted % (size_t)io->nslots) * io->slot_bytes;
+      } else {
+        if (c->dep_send >= 0 && (size_t)c->dep_send >= sdone) break;
+        dst = io->base + c->off * esize;
+      }
+      CLT_TRY(clt__tp_irecv(comm, dst, c->n * esize, left, tag, &rreq[rposted % (size_t)rwin]));
+      rposted++;
+      progressed = 1;
+    }
+
+    /* The oldest receive: check it, reduce it, pass on that it is final. */
+    if (rdone < rposted) {
+      const clt__ring_chunk *c = &s->recv[rdone];
+      clt__req *req = &rreq[rdone % (size_t)rwin];
+      step = c->step;
+      if (req->kind) {
+        size_t got = 0;
+        CLT_TRY(clt__tp_test(comm, req, &got));
+        if (rc == 1) {
+          progressed = 1;
+          if (got != c->n * esize) {
+            rc = clt__error(CLT_EMISMATCH, "rank %d sent %zu bytes where %zu were expected: are the ranks running the "
+                            "same plans in the same order?", left, got, c->n * esize);
+            goto fail;
+          }
+        }
+      }
+      ok = !req->kind;
+      if (ok && c->step < s->reduce_steps && io->ready) CLT_TRY(io->ready(io->user, c, &ok));
+      if (ok) {
+        if (c->step < s->reduce_steps) {
+          unsigned char *dst = io->base + c->off * esize;
+          io->ops->add(dst, io->staging + (rdone % (size_t)io->nslots) * io->slot_bytes, c->n);
+          if (c->step == s->reduce_steps - 1 && io->divisor > 1) io->ops->divide(dst, c->n, io->divisor);
+        }
+        if (io->final && c->step >= s->reduce_steps - 1) CLT_TRY(io->final(io->user, c));
+        rdone++;
+        progressed = 1;
+      }
+    }
+
+    /* Retire finished sends in order (a later one finishing first just
+     * waits to be counted). */
+    while (sdone < sent) {
+      CLT_TRY(clt__tp_test(comm, &sreq[sdone % SEND_WINDOW], NULL));
+      if (rc == 0) break;
+      sdone++;
+      progressed = 1;
+    }
+
+    if (progressed) {
+      clt__op_progress(op);
+    } else {
+      int peer = left;
+      if (rdone < rposted && !rreq[rdone % (size_t)rwin].kind) {
+        peer = -1; /* the data has arrived; our own device is late */
+        step = s->recv[rdone].step;
+      } else if (rdone < rposted) {
+        step = s->recv[rdone].step;
+      } else if (sdone < sent) {
+        peer = right;
+        step = sdone < s->nown ? 0 : s->recv[sdone - s->nown].step + 1;
+      } else {
+        peer = -1;
+      }
+      CLT_TRY(clt__op_idle(op, peer, step));
+    }
+  }
+  return CLT_OK;
+
+fail:
+  for (int i = 0; i < SEND_WINDOW; i++) clt__tp_abandon(comm, &sreq[i]);
+  for (int i = 0; i < MAX_WINDOW; i++) clt__tp_abandon(comm, &rreq[i]);
+  if (rc == CLT_ETIMEDOUT) return rc;
+  return clt__op_break(op, clt__op_error(op, step, rc));
+}

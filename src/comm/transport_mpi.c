@@ -1,0 +1,191 @@
+/*
+ * transport_mpi.c: communicators made from the caller's MPI_Comm, and the
+ * point-to-point messages every collective is built from. The only file
+ * of the library that includes mpi.h. cltrain never initialises or
+ * finalises MPI, works on a duplicate of the caller's communicator with
+ * errors returned rather than fatal, and makes every MPI call from the
+ * caller's thread.
+ */
+#include "comm_internal.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cltrain/mpi.h>
+
+struct clt__mpi {
+  MPI_Comm comm;
+};
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((clt__req *)0)->h), "an MPI_Request must fit in clt__req");
+
+static MPI_Request *mpi_req(clt__req *req) { return (MPI_Request *)(void *)req->h.raw; }
+static MPI_Comm mpi_comm(const clt_comm *comm) { return ((struct clt__mpi *)comm->mpi)->comm; }
+
+/* Record an MPI failure with MPI's own words. A truncated receive means the
+ * ranks disagree on what they are doing. */
+static int mpi_error(int code, const char *what, int peer) {
+  char text[MPI_MAX_ERROR_STRING] = "";
+  int len = 0, cls = 0;
+  MPI_Error_string(code, text, &len);
+  MPI_Error_class(code, &cls);
+  if (cls == MPI_ERR_TRUNCATE)
+    return clt__error(CLT_EMISMATCH, "%s rank %d: a longer message arrived than this rank expects (%s): are the "
+                                     "ranks running the same collectives in the same order?",
+                      what, peer, text);
+  return clt__error(CLT_EMPI, "%s rank %d failed: %s (MPI error %d)", what, peer, text, code);
+}
+
+int clt__tp_isend(clt_comm *comm, const void *buf, size_t bytes, int peer, int tag, clt__req *req) {
+  if (bytes > INT_MAX) return clt__error(CLT_EINTERNAL, "a message of %zu bytes (more than INT_MAX)", bytes);
+  int e = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, mpi_comm(comm), mpi_req(req));
+  if (e != MPI_SUCCESS) return mpi_error(e, "MPI_Isend to", peer);
+  req->kind = 1;
+  req->peer = peer;
+  return CLT_OK;
+}
+
+int clt__tp_irecv(clt_comm *comm, void *buf, size_t bytes, int peer, int tag, clt__req *req) {
+  if (bytes > INT_MAX) return clt__error(CLT_EINTERNAL, "a message of %zu bytes (more than INT_MAX)", bytes);
+  int e = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, mpi_comm(comm), mpi_req(req));
+  if (e != MPI_SUCCESS) return mpi_error(e, "MPI_Irecv from", peer);
+  req->kind = 2;
+  req->peer = peer;
+  return CLT_OK;
+}
+
+int clt__tp_test(clt_comm *comm, clt__req *req, size_t *got) {
+  int flag = 0;
+  MPI_Status st;
+  (void)comm;
+  if (!req->kind) return 1;
+  /* With MPI_ERRORS_RETURN a failed request is the return code (the
+   * status's MPI_ERROR is not set by single-request calls). */
+  int e = MPI_Test(mpi_req(req), &flag, &st);
+  if (e != MPI_SUCCESS) {
+    int kind = req->kind;
+    req->kind = 0;
+    return mpi_error(e, kind == 1 ? "sending to" : "receiving from", req->peer);
+  }
+  if (!flag) return 0;
+  if (req->kind == 2 && got) {
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    *got = n > 0 ? (size_t)n : 0;
+  }
+  req->kind = 0;
+  return 1;
+}
+
+void clt__tp_abandon(clt_comm *comm, clt__req *req) {
+  (void)comm;
+  if (!req->kind) return;
+  if (req->kind == 2) {
+    /* Cancelling a receive is local: it completes at once. */
+    int flag = 0;
+    MPI_Cancel(mpi_req(req));
+    for (int i = 0; i < 1000 && !flag; i++) MPI_Test(mpi_req(req), &flag, MPI_STATUS_IGNORE);
+    if (!flag) MPI_Request_free(mpi_req(req));
+  } else {
+    /* A send cannot be taken back; let it finish whenever the peer takes it. */
+    MPI_Request_free(mpi_req(req));
+  }
+  req->kind = 0;
+}
+
+void clt__tp_destroy(clt_comm *comm) {
+  struct clt__mpi *m = comm->mpi;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+  free(m);
+  comm->mpi = NULL;
+}
+
+/* Wait for the duplicate: every rank must call clt_comm_create, and one that
+ * does not must give an error, not a hang. */
+static int wait_for_dup(clt_comm *comm, MPI_Request *req) {
+  double start = clt__now();
+  int flag = 0;
+  while (!flag) {
+    int e = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS) return mpi_error(e, "MPI_Comm_idup with", comm->rank);
+    if (flag) break;
+    double waited = clt__now() - start;
+    if (waited > comm->timeout_s)
+      return clt__error(CLT_ETIMEDOUT, "rank %d: clt_comm_create waited %.1f s for the other %d ranks of the "
+                                       "communicator to call it too (MPI_Comm_idup); did every rank call it?",
+                        comm->rank, waited, comm->size - 1);
+    if (waited > 0.5) usleep(200);
+  }
+  return CLT_OK;
+}
+
+int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
+  int rc = CLT_OK, e, flag = 0;
+  clt_comm *comm = NULL;
+  struct clt__mpi *m = NULL;
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_Request req = MPI_REQUEST_NULL;
+
+  if (!out) return clt__error(CLT_EINVAL, "clt_comm_create: no place for the result");
+  *out = NULL;
+  MPI_Initialized(&flag);
+  if (!flag)
+    return clt__error(CLT_EINVAL, "clt_comm_create: MPI is not initialised: call MPI_Init_thread (FUNNELED is "
+                                  "enough) first; cltrain never initialises MPI itself");
+  MPI_Finalized(&flag);
+  if (flag) return clt__error(CLT_EINVAL, "clt_comm_create: MPI is already finalised");
+  if (user_comm == MPI_COMM_NULL) return clt__error(CLT_EINVAL, "clt_comm_create: the communicator is MPI_COMM_NULL");
+
+  if (!(comm = clt__calloc(1, sizeof *comm)) || !(m = clt__calloc(1, sizeof *m))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  m->comm = MPI_COMM_NULL;
+  CLT_TRY(clt__comm_init_env(comm));
+  MPI_Comm_rank(user_comm, &comm->rank);
+  MPI_Comm_size(user_comm, &comm->size);
+
+  if ((e = MPI_Comm_idup(user_comm, &m->comm, &req)) != MPI_SUCCESS) {
+    rc = mpi_error(e, "MPI_Comm_idup on", comm->rank);
+    goto fail;
+  }
+  CLT_TRY(wait_for_dup(comm, &req));
+  comm->mpi = m;
+  MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+
+  /* Tags: the top one is for timeout diagnoses, the rest carry operation
+   * numbers. MPI guarantees at least 32767. */
+  int *tag_ub = NULL, ub = 32767;
+  if (MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag) == MPI_SUCCESS && flag && tag_ub) ub = *tag_ub;
+  comm->diag_tag = ub;
+  comm->tag_ops = (ub - 1) / CLT__TAG_PHASES;
+
+  /* Every rank is here now (the duplicate finished), so this blocking split
+   * cannot wait on an absent rank. */
+  if ((e = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS) {
+    rc = mpi_error(e, "MPI_Comm_split_type on", comm->rank);
+    goto fail;
+  }
+  MPI_Comm_rank(local, &comm->local_rank);
+  MPI_Comm_size(local, &comm->local_size);
+  MPI_Comm_free(&local);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  comm->yield_when_idle = cores > 0 && comm->local_size > cores;
+  clt__log(CLT_LOG_DEBUG, "rank %d of %d: local rank %d of %d, timeout %.1f s, chunk %zu bytes%s", comm->rank,
+           comm->size, comm->local_rank, comm->local_size, comm->timeout_s, comm->chunk_bytes,
+           comm->yield_when_idle ? ", oversubscribed: yielding while idle" : "");
+  *out = comm;
+  return CLT_OK;
+
+fail:
+  if (comm && !comm->mpi && m) {
+    if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    free(m);
+  }
+  clt_comm_destroy(comm);
+  return rc;
+}

@@ -1,0 +1,32 @@
+/*
+ * transport_none.c: the transport of a build without MPI. Only one-rank
+ * communicators exist there, and a ring of one rank sends nothing, so these
+ * are never called; they exist so the collectives link.
+ */
+#include "comm_internal.h"
+
+static int no_mpi(void) {
+  return clt__error(CLT_EINTERNAL, "a message between ranks in a build without MPI (reconfigure --with-mpi)");
+}
+
+int clt__tp_isend(clt_comm *comm, const void *buf, size_t bytes, int peer, int tag, clt__req *req) {
+  (void)comm, (void)buf, (void)bytes, (void)peer, (void)tag, (void)req;
+  return no_mpi();
+}
+
+int clt__tp_irecv(clt_comm *comm, void *buf, size_t bytes, int peer, int tag, clt__req *req) {
+  (void)comm, (void)buf, (void)bytes, (void)peer, (void)tag, (void)req;
+  return no_mpi();
+}
+
+int clt__tp_test(clt_comm *comm, clt__req *req, size_t *got) {
+  (void)comm, (void)req, (void)got;
+  return no_mpi();
+}
+
+void clt__tp_abandon(clt_comm *comm, clt__req *req) {
+  (void)comm;
+  req->kind = 0;
+}
+
+void clt__tp_destroy(clt_comm *comm) { comm->mpi = NULL; }

@@ -1,0 +1,180 @@
+/*
+ * test_comm_fail.c: the collectives' failures, under mpirun with 2 to 4
+ * ranks (tests/comm_fail.sh): ranks that disagree get CLT_EMISMATCH on
+ * every rank, naming the ranks and values, without hanging, and the
+ * communicator stays usable; a rank that never joins makes the others fail
+ * with CLT_ETIMEDOUT naming it, within seconds (CLT_TIMEOUT is short here),
+ * after which the communicator refuses further work.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cltrain/mpi.h>
+
+#include "commtest.h"
+#include "testutil.h"
+
+static clt_comm *comm;
+static int rank, nranks;
+
+static void assert_contains(const char *text, const char *want) {
+  ck_assert_msg(strstr(text, want) != NULL, "expected '%s' in: %s", want, text);
+}
+
+START_TEST(count_mismatch) {
+  int odd = nranks - 1; /* this rank asks for one element more */
+  size_t count = rank == odd ? 1001 : 1000;
+  char want[64];
+  clt_allreduce_plan *plan = (clt_allreduce_plan *)&plan; /* must become NULL */
+  int rc = clt_allreduce_plan_create(comm, count, CLT_F32, CLT_SUM, NULL, &plan);
+  ck_assert_int_eq(rc, CLT_EMISMATCH);
+  ck_assert_ptr_null(plan);
+  const char *msg = clt_last_error();
+  assert_contains(msg, "count");
+  snprintf(want, sizeof want, "1001 on rank %d", odd);
+  assert_contains(msg, want);
+  assert_contains(msg, "1000 on rank 0");
+  /* Nothing was left in flight: the communicator still works. */
+  float x = (float)rank;
+  ck_assert_msg(clt_allreduce_plan_create(comm, 1, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_allreduce_run(plan, &x) == 0, "%s", clt_last_error());
+  ck_assert(x == (float)(nranks * (nranks - 1) / 2));
+  clt_allreduce_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(op_and_dtype_mismatch) {
+  clt_allreduce_plan *plan = NULL;
+  clt_reduce_op op = rank == 0 ? CLT_AVG : CLT_SUM;
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, CLT_F32, op, NULL, &plan), CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "op: avg on rank 0 but sum on rank 1");
+  clt_dtype dt = rank == 1 ? CLT_F16 : CLT_F32;
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, dt, CLT_SUM, NULL, &plan), CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "dtype: f32 on rank 0 but f16 on rank 1");
+  /* The same on every rank is fine to compare but not to run: fp16 is
+   * unsupported for now, on every rank alike. */
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, CLT_F16, CLT_SUM, NULL, &plan), CLT_EUNSUPPORTED);
+  /* Chunk sizes must agree too (they shape the messages). */
+  clt_allreduce_opts opts = {.chunk_bytes = rank == 0 ? 4096 : 8192};
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, CLT_F32, CLT_SUM, &opts, &plan), CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "chunk bytes");
+}
+END_TEST
+
+START_TEST(collective_mismatch) {
+  char buf[64] = {0};
+  /* Different roots, different sizes. */
+  ck_assert_int_eq(clt_bcast(comm, buf, 16, rank == 0 ? 0 : 1), CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "root: 0 on rank 0 but 1 on rank 1");
+  ck_assert_int_eq(clt_bcast(comm, buf, rank ? 8 : 16, 0), CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "bytes: 16 on rank 0 but 8 on rank 1");
+  char *all = calloc((size_t)nranks, 64);
+  ck_assert_int_eq(clt_allgather(comm, buf, rank == nranks - 1 ? 12 : 8, all), CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "bytes: 8 on rank 0 but 12 on rank");
+  free(all);
+  /* Different collectives at the same point. */
+  clt_allreduce_plan *plan = NULL;
+  int rc = rank == 0 ? clt_bcast(comm, buf, 16, 0) : clt_allreduce_plan_create(comm, 4, CLT_F32, CLT_SUM, NULL, &plan);
+  ck_assert_int_eq(rc, CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "broadcasting on rank 0 but making an allreduce plan on rank 1");
+  /* And still usable. */
+  ck_assert_msg(clt_bcast(comm, buf, 16, 0) == 0, "%s", clt_last_error());
+}
+END_TEST
+
+/* The last rank never joins operation #k; the others must fail within the
+ * short timeout plus the diagnosis's grace, naming it. */
+static void absent_rank(size_t count, size_t chunk, const char *algorithm) {
+  clt_comm *c = NULL;
+  int absent = nranks - 1;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  ck_assert(clt_comm_timeout(c) > 0 && clt_comm_timeout(c) <= 5); /* CLT_TIMEOUT from comm_fail.sh */
+  clt_allreduce_plan *plan = NULL;
+  clt_allreduce_opts opts = {.chunk_bytes = chunk};
+  ck_assert_msg(clt_allreduce_plan_create(c, count, CLT_F32, CLT_SUM, &opts, &plan) == 0, "%s", clt_last_error());
+  ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), algorithm);
+  float *x = calloc(count, sizeof *x);
+  if (rank != absent) {
+    double t0 = MPI_Wtime();
+    int rc = clt_allreduce_run(plan, x);
+    double waited = MPI_Wtime() - t0;
+    ck_assert_msg(rc == CLT_ETIMEDOUT, "expected CLT_ETIMEDOUT, got %s: %s", clt_status_name(rc), clt_last_error());
+    char want[64];
+    snprintf(want, sizeof want, "is rank %d alive?", absent);
+    fprintf(stderr, "rank %d (after %.1f s): %s\n", rank, waited, clt_last_error());
+    assert_contains(clt_last_error(), want);
+    snprintf(want, sizeof want, "rank %d: allreduce #2 waited", rank);
+    assert_contains(clt_last_error(), want);
+    assert_contains(clt_last_error(), "(step ");
+    ck_assert_msg(waited < clt_comm_timeout(c) + 5, "took %.1f s", waited);
+    /* Messages may be in flight: the communicator refuses more work. */
+    ck_assert_int_eq(clt_allreduce_run(plan, x), CLT_ETIMEDOUT);
+    assert_contains(clt_last_error(), "cannot be used again");
+  } else {
+    /* Stay away until everyone else has given up. */
+    sleep((unsigned)clt_comm_timeout(c) + 3);
+  }
+  free(x);
+  clt_allreduce_plan_destroy(plan);
+  MPI_Barrier(MPI_COMM_WORLD);
+  clt_comm_destroy(c);
+}
+
+START_TEST(absent_rank_small) { absent_rank(10, 0, "recursive-doubling"); }
+END_TEST
+
+START_TEST(absent_rank_ring) { absent_rank(20000, 1024, "ring"); }
+END_TEST
+
+START_TEST(bad_environment) {
+  clt_comm *c = (clt_comm *)&c;
+  setenv("CLT_TIMEOUT", "soon", 1);
+  ck_assert_int_eq(clt_comm_create(MPI_COMM_WORLD, &c), CLT_EINVAL);
+  ck_assert_ptr_null(c);
+  assert_contains(clt_last_error(), "CLT_TIMEOUT='soon'");
+  setenv("CLT_TIMEOUT", "-3", 1);
+  ck_assert_int_eq(clt_comm_create(MPI_COMM_WORLD, &c), CLT_EINVAL);
+  unsetenv("CLT_TIMEOUT");
+  setenv("CLT_ALLREDUCE_CHUNK", "lots", 1);
+  ck_assert_int_eq(clt_comm_create(MPI_COMM_WORLD, &c), CLT_EINVAL);
+  assert_contains(clt_last_error(), "CLT_ALLREDUCE_CHUNK='lots'");
+  unsetenv("CLT_ALLREDUCE_CHUNK");
+  ck_assert_int_eq(clt_comm_create(MPI_COMM_NULL, &c), CLT_EINVAL);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (nranks < 2) {
+    fprintf(stderr, "SKIP: the failure tests need at least 2 ranks\n");
+    MPI_Finalize();
+    return 77;
+  }
+  char *timeout = getenv("CLT_TIMEOUT") ? strdup(getenv("CLT_TIMEOUT")) : NULL;
+  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) {
+    fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  Suite *s = suite_create("comm failures");
+  TCase *tc = tcase_create("failures");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, count_mismatch);
+  tcase_add_test(tc, op_and_dtype_mismatch);
+  tcase_add_test(tc, collective_mismatch);
+  tcase_add_test(tc, absent_rank_small);
+  tcase_add_test(tc, absent_rank_ring);
+  tcase_add_test(tc, bad_environment);
+  suite_add_tcase(s, tc);
+  int rc = tu_run(s);
+  if (timeout) setenv("CLT_TIMEOUT", timeout, 1);
+  free(timeout);
+  clt_comm_destroy(comm);
+  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}

@@ -1,0 +1,173 @@
+/*
+ * test_comm_local.c: the one-rank communicator, which every build has (the
+ * only one without MPI): several devices in one process summed and written
+ * back, averages, broadcast and allgather on one rank, and the argument and
+ * environment errors of the communicator and plans.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commtest.h"
+#include "testutil.h"
+
+static clt_comm *comm;
+
+START_TEST(local_communicator) {
+  ck_assert_int_eq(clt_comm_size(comm), 1);
+  ck_assert_int_eq(clt_comm_rank(comm), 0);
+  ck_assert_int_eq(clt_comm_local_size(comm), 1);
+  ck_assert_int_eq(clt_comm_local_rank(comm), 0);
+  ck_assert(clt_comm_timeout(comm) == 300.0);
+  ck_assert_int_eq(clt_comm_set_timeout(comm, 0), CLT_EINVAL);
+  ck_assert_int_eq(clt_comm_set_timeout(comm, 12.5), 0);
+  ck_assert(clt_comm_timeout(comm) == 12.5);
+  if (tu_ndev) ck_assert_int_eq(clt_comm_default_device(comm, tu_devices), 0);
+  clt_comm_destroy(NULL);
+  clt_allreduce_plan_destroy(NULL);
+}
+END_TEST
+
+START_TEST(host_one_rank) {
+  const size_t sizes[] = {0, 1, 9, 100001};
+  for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+    size_t n = sizes[t];
+    float *x = malloc((n + 1) * sizeof *x), *want = malloc((n + 1) * sizeof *want);
+    clt_allreduce_plan *plan = NULL;
+    ck_assert_int_eq(clt_allreduce_plan_create(comm, n, CLT_F32, CLT_SUM, NULL, &plan), 0);
+    ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), "local");
+    ct_fill(x, n, 0, (int)t);
+    ct_expect(want, n, 1, 1, (int)t, 0);
+    ck_assert_int_eq(clt_allreduce_run(plan, x), 0);
+    ck_assert_int_eq(ct_first_diff(x, want, n), -1);
+    clt_allreduce_plan_destroy(plan);
+    free(x), free(want);
+  }
+}
+END_TEST
+
+/* Every device of the machine as one replica (PoCL and rusticl here), plus
+ * a second buffer on the first device: the process sums them all. */
+START_TEST(several_devices_one_process) {
+  if (tu_ndev == 0) return;
+  int nrep = tu_ndev + 1 > CT_MAX_REPLICAS ? CT_MAX_REPLICAS : tu_ndev + 1;
+  const size_t sizes[] = {1, 1000, 70001};
+  for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+    for (int avg = 0; avg < 2; avg++) {
+      size_t n = sizes[t];
+      cl_mem bufs[CT_MAX_REPLICAS];
+      cl_command_queue queues[CT_MAX_REPLICAS];
+      clt_context *ctx[CT_MAX_REPLICAS];
+      size_t offs[CT_MAX_REPLICAS];
+      float *x = malloc((n + 4) * sizeof *x), *want = malloc(n * sizeof *want);
+      for (int q = 0; q < nrep; q++) {
+        ctx[q] = tu_ctx[q % tu_ndev];
+        offs[q] = (size_t)(q % 3) * sizeof(float);
+        for (size_t i = 0; i < n + 4; i++) x[i] = -99.0f;
+        ct_fill(x + q % 3, n, q, (int)t);
+        bufs[q] = tu_buffer(ctx[q], x, n + 4);
+        queues[q] = clt_context_queue(ctx[q]);
+      }
+      ct_expect(want, n, 1, nrep, (int)t, avg);
+      clt_allreduce_plan *plan = NULL;
+      clt_allreduce_opts opts = {.chunk_bytes = 4096, .replicas = nrep};
+      ck_assert_int_eq(clt_allreduce_plan_create(comm, n, CLT_F32, avg ? CLT_AVG : CLT_SUM, &opts, &plan), 0);
+      for (int run = 0; run < 2; run++) /* the second run reuses the staging */
+        ck_assert_msg(clt_allreduce_run_devices(plan, nrep, queues, bufs, offs) == 0, "%s", clt_last_error());
+      /* Two runs: the second sums the sums (times nrep), then averages. */
+      for (size_t i = 0; i < n; i++) want[i] = avg ? want[i] : want[i] * (float)nrep;
+      for (int q = 0; q < nrep; q++) {
+        tu_read(ctx[q], bufs[q], 0, x, n + 4);
+        long bad = ct_first_diff(x + q % 3, want, n);
+        ck_assert_msg(bad < 0, "replica %d (%s), %zu elements, %s: element %ld is %g, expected %g", q,
+                      tu_name(ctx[q]), n, avg ? "avg" : "sum", bad, bad < 0 ? 0 : x[q % 3 + bad],
+                      bad < 0 ? 0 : want[bad]);
+        ck_assert(x[(q % 3) ? 0 : n] == -99.0f);
+        clReleaseMemObject(bufs[q]);
+      }
+      clt_allreduce_plan_destroy(plan);
+      free(x), free(want);
+    }
+  }
+}
+END_TEST
+
+START_TEST(bcast_allgather_one_rank) {
+  char buf[8] = "abcdefg", all[8] = {0};
+  ck_assert_int_eq(clt_bcast(comm, buf, sizeof buf, 0), 0);
+  ck_assert_str_eq(buf, "abcdefg");
+  ck_assert_int_eq(clt_bcast(comm, buf, sizeof buf, 1), CLT_EINVAL);
+  ck_assert_int_eq(clt_allgather(comm, buf, sizeof buf, all), 0);
+  ck_assert_str_eq(all, "abcdefg");
+}
+END_TEST
+
+START_TEST(argument_errors) {
+  clt_allreduce_plan *plan = NULL;
+  ck_assert_int_eq(clt_allreduce_plan_create(NULL, 4, CLT_F32, CLT_SUM, NULL, &plan), CLT_EINVAL);
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_F16, CLT_SUM, NULL, &plan), CLT_EUNSUPPORTED);
+  ck_assert_msg(strstr(clt_last_error(), "f16") != NULL, "%s", clt_last_error());
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_F32, (clt_reduce_op)7, NULL, &plan), CLT_EINVAL);
+  clt_allreduce_opts opts = {.chunk_bytes = 2};
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_F32, CLT_SUM, &opts, &plan), CLT_EINVAL);
+  opts = (clt_allreduce_opts){.replicas = -1};
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_F32, CLT_SUM, &opts, &plan), CLT_EINVAL);
+  ck_assert_int_eq(clt_allreduce_run(NULL, NULL), CLT_EINVAL);
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 100, CLT_F32, CLT_SUM, NULL, &plan), 0);
+  ck_assert_int_eq(clt_allreduce_run(plan, NULL), CLT_EINVAL);
+  if (tu_ndev) {
+    /* 100 floats from byte 8 do not fit in 100 floats. */
+    cl_mem small = tu_buffer(tu_ctx[0], NULL, 100);
+    ck_assert_int_eq(clt_allreduce_run_device(plan, clt_context_queue(tu_ctx[0]), small, 8), CLT_ESHAPE);
+    ck_assert_msg(strstr(clt_last_error(), "do not fit") != NULL, "%s", clt_last_error());
+    clReleaseMemObject(small);
+  }
+  clt_allreduce_plan_destroy(plan);
+}
+END_TEST
+
+START_TEST(environment) {
+  clt_comm *c = NULL;
+  setenv("CLT_TIMEOUT", "2.5", 1);
+  setenv("CLT_ALLREDUCE_CHUNK", "256K", 1);
+  ck_assert_int_eq(clt_comm_create_local(&c), 0);
+  ck_assert(clt_comm_timeout(c) == 2.5);
+  clt_comm_destroy(c);
+  setenv("CLT_TIMEOUT", "2.5x", 1);
+  ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(clt_last_error(), "CLT_TIMEOUT='2.5x'") != NULL, "%s", clt_last_error());
+  setenv("CLT_TIMEOUT", "0", 1);
+  ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
+  unsetenv("CLT_TIMEOUT");
+  setenv("CLT_ALLREDUCE_CHUNK", "2X", 1);
+  ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
+  ck_assert_msg(strstr(clt_last_error(), "CLT_ALLREDUCE_CHUNK='2X'") != NULL, "%s", clt_last_error());
+  setenv("CLT_ALLREDUCE_CHUNK", "4G", 1);
+  ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
+  unsetenv("CLT_ALLREDUCE_CHUNK");
+}
+END_TEST
+
+int main(void) {
+  unsetenv("CLT_TIMEOUT");
+  unsetenv("CLT_ALLREDUCE_CHUNK");
+  if (tu_setup() == 1) return 1; /* no device: the host tests still run */
+  if (clt_comm_create_local(&comm) < 0) {
+    fprintf(stderr, "clt_comm_create_local: %s\n", clt_last_error());
+    return 1;
+  }
+  Suite *s = suite_create("comm (one rank)");
+  TCase *tc = tcase_create("local");
+  tcase_add_test(tc, local_communicator);
+  tcase_add_test(tc, host_one_rank);
+  tcase_add_test(tc, several_devices_one_process);
+  tcase_add_test(tc, bcast_allgather_one_rank);
+  tcase_add_test(tc, argument_errors);
+  tcase_add_test(tc, environment);
+  suite_add_tcase(s, tc);
+  int rc = tu_run(s);
+  clt_comm_destroy(comm);
+  tu_teardown();
+  return rc;
+}
