@@ -656,6 +656,8 @@ CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *
 /* A copy of the parameters (count floats = clt_model_param_count). */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);
+/* Replicas on all ranks together. */
+CLT_API int clt_trainer_replicas(const clt_trainer *t);
 /* Save the parameters as a .safetensors file PyTorch loads: tensors named as
  * nn.Sequential names the same layer list without its input line
  * ("0.weight", "0.bias", "3.weight", ...), and metadata holding the model

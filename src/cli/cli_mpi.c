@@ -100,13 +100,3 @@ int cli_rank_devices(const char *spec, clt_comm *comm, clt_devices **all, clt_de
   int rc = clt_devices_select(*all, one, sel);
   return rc < 0 ? cli_fail(rc, "devices") : CLI_EXIT_OK;
 }
-
-int cli_total_replicas(clt_comm *comm, const clt_devices *sel) {
-  int n = clt_comm_size(comm);
-  int64_t mine = clt_devices_count(sel), *all = calloc((size_t)n, sizeof *all), total = 0;
-  if (!all) return -1;
-  if (n == 1 || clt_allgather(comm, &mine, sizeof mine, all) < 0) all[0] = mine, n = 1;
-  for (int r = 0; r < n; r++) total += all[r];
-  free(all);
-  return (int)total;
-}

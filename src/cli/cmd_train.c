@@ -262,7 +262,7 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   if ((rc = clt_trainer_create(model, sel, comm, &a.o, &tr)) < 0) { ec = cli_fail(rc, "train"); goto out; }
   if (clt_comm_rank(comm) == 0) {
     printf("cltrain: training %s (%lld parameters) on %d replica(s) over %d rank(s); batch %lld, %s lr %g\n",
-           a.model, (long long)clt_model_param_count(model), cli_total_replicas(comm, sel), clt_comm_size(comm),
+           a.model, (long long)clt_model_param_count(model), clt_trainer_replicas(tr), clt_comm_size(comm),
            (long long)a.o.batch, clt_optimizer_name(a.o.optimizer.kind), a.o.schedule.lr);
     fflush(stdout);
   }

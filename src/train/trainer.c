@@ -202,6 +202,7 @@ void clt_trainer_destroy(clt_trainer *t) {
 }
 
 int64_t clt_trainer_steps_done(const clt_trainer *t) { return t->steps_done; }
+int clt_trainer_replicas(const clt_trainer *t) { return t->nreplicas; }
 
 int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
   int64_t P = clt_model_param_count(t->model);
