@@ -614,9 +614,20 @@ typedef struct clt_train_event {
   double elapsed_s, eta_s;
   double test_loss, test_accuracy;  /* EPOCH with a test set */
   double grad_norm;                 /* STEP: global gradient norm (when clipping; else NaN) */
+  double comm_s;                    /* STEP: seconds in gradient all-reduce since the last event */
+  double comm_hidden;               /* STEP: the fraction of it that ran while backward still computed */
+  int nreplicas;                    /* STEP: replicas of all ranks, and for each: */
+  const int64_t *shares;            /*   its share of the global batch */
+  const double *throughput;         /*   its measured samples per second of device time (0: unknown) */
 } clt_train_event;
 
 typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
+
+typedef enum clt_balance_mode {
+  CLT_BALANCE_EQUAL = 0,   /* the same share for every replica (the first B % R get one more) */
+  CLT_BALANCE_WEIGHTS = 1, /* shares in proportion to given weights */
+  CLT_BALANCE_AUTO = 2     /* shares in proportion to each replica's measured throughput */
+} clt_balance_mode;
 
 typedef struct clt_train_options {
   int64_t batch;                  /* global batch per optimizer step (64) */
@@ -633,6 +644,15 @@ typedef struct clt_train_options {
   int drop_last;                  /* leave out each epoch's last partial batch */
   clt_train_callback callback;    /* called on rank 0 for every event; NULL: none */
   void *callback_user;
+  /* data parallelism */
+  double bucket_mb;               /* gradient bucket size, MiB (1): each bucket is all-reduced as
+                                     soon as its layers' backward is done; 0: one bucket at the end */
+  clt_balance_mode balance;       /* how the global batch is split over replicas (equal) */
+  const double *balance_weights;  /* CLT_BALANCE_WEIGHTS: one weight per replica of all ranks */
+  int balance_nweights;
+  int64_t balance_every;          /* CLT_BALANCE_AUTO: re-split every N steps (10) */
+  int64_t check_every;            /* compare parameter checksums of all replicas every N steps
+                                     (100); 0: never */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);

@@ -65,6 +65,8 @@ int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t byt
 
 /* ---- small helpers -------------------------------------------------------- */
 
+double clt__now(void);                     /* seconds, monotonic */
+
 void *clt__calloc(size_t n, size_t size);  /* records CLT_ENOMEM on failure */
 char *clt__strdup(const char *s);          /* likewise */
 /* Copy with truncation, always NUL-terminated. */
@@ -107,7 +109,8 @@ struct clt_context {
   cl_platform_id platform;
   cl_device_id device;
   cl_context context;
-  cl_command_queue queue;
+  cl_command_queue queue;      /* in-order, profiling on: all compute */
+  cl_command_queue xfer_queue; /* in-order: copies that overtake queued compute */
   struct clt_program_entry *programs;
   cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
 };

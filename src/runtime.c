@@ -30,7 +30,13 @@ int clt_context_create(const clt_devices *devs, int i, clt_context **out) {
   cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
   ctx->context = clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
   CLT_CL_TRY(err);
-  ctx->queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
+  /* Profiling costs next to nothing and gives each replica's device time,
+   * which the load balancer needs. */
+  ctx->queue = clCreateCommandQueue(ctx->context, ctx->device, CL_QUEUE_PROFILING_ENABLE, &err);
+  CLT_CL_TRY(err);
+  /* A second in-order queue for copies that must overtake queued compute:
+   * gradient buckets leave while the backward pass goes on. */
+  ctx->xfer_queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
   CLT_CL_TRY(err);
   *out = ctx;
   return CLT_OK;
@@ -58,6 +64,10 @@ void clt_context_destroy(clt_context *ctx) {
     free(p);
   }
   if (ctx->reduce_scratch) clReleaseMemObject(ctx->reduce_scratch);
+  if (ctx->xfer_queue) {
+    clFinish(ctx->xfer_queue);
+    clReleaseCommandQueue(ctx->xfer_queue);
+  }
   if (ctx->queue) clReleaseCommandQueue(ctx->queue);
   if (ctx->context) clReleaseContext(ctx->context);
   free(ctx);
@@ -66,6 +76,7 @@ void clt_context_destroy(clt_context *ctx) {
 const clt_device_info *clt_context_device(const clt_context *ctx) { return ctx ? &ctx->info : NULL; }
 cl_context clt_context_cl(const clt_context *ctx) { return ctx ? ctx->context : NULL; }
 cl_command_queue clt_context_queue(const clt_context *ctx) { return ctx ? ctx->queue : NULL; }
+cl_command_queue clt_context_transfer_queue(const clt_context *ctx) { return ctx ? ctx->xfer_queue : NULL; }
 cl_device_id clt_context_cl_device(const clt_context *ctx) { return ctx ? ctx->device : NULL; }
 
 int clt_context_finish(clt_context *ctx) {

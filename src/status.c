@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CLT__ERROR_LEN 4096
 
@@ -131,4 +132,10 @@ const char *clt__fmt_bytes(uint64_t bytes, char *buf, size_t len) {
   else
     snprintf(buf, len, "%.1f %s", v, units[u]);
   return buf;
+}
+
+double clt__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -27,6 +27,9 @@ CLT_API cl_platform_id clt_devices_cl_platform(const clt_devices *devs, int i);
 CLT_API cl_device_id clt_devices_cl_device(const clt_devices *devs, int i);
 CLT_API cl_context clt_context_cl(const clt_context *ctx);
 CLT_API cl_command_queue clt_context_queue(const clt_context *ctx);
+/* A second in-order queue on the same device, for copies that should not
+ * wait behind the compute queue (synchronise the two with events). */
+CLT_API cl_command_queue clt_context_transfer_queue(const clt_context *ctx);
 CLT_API cl_device_id clt_context_cl_device(const clt_context *ctx);
 
 /* ---- programs and kernels ------------------------------------------------ */

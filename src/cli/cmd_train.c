@@ -16,11 +16,37 @@
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
+#define MAX_WEIGHTS 1024
+
 typedef struct train_args {
   const char *model, *data, *devices, *normalize, *save, *weights;
   int quiet;
+  double balance_weights[MAX_WEIGHTS];
   clt_train_options o;
 } train_args;
+
+/* --balance auto | equal | W1,W2,... */
+static int parse_balance(const char *s, train_args *a) {
+  if (strcmp(s, "auto") == 0) return a->o.balance = CLT_BALANCE_AUTO, 0;
+  if (strcmp(s, "equal") == 0) return a->o.balance = CLT_BALANCE_EQUAL, 0;
+  int n = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    double w = strtod(p, &end);
+    if (end == p || !(w > 0) || w > 1e12 || (*end && *end != ',') || n == MAX_WEIGHTS) {
+      fprintf(stderr, "cltrain: --balance must be auto, equal or positive weights like 3,1 (one per replica), "
+                      "not '%s'\n", s);
+      return -1;
+    }
+    a->balance_weights[n++] = w;
+    p = *end ? end + 1 : end;
+  }
+  a->o.balance = CLT_BALANCE_WEIGHTS;
+  a->o.balance_weights = a->balance_weights;
+  a->o.balance_nweights = n;
+  return 0;
+}
 
 static void help(FILE *to) {
   clt_train_options d;
@@ -59,6 +85,14 @@ static void help(FILE *to) {
           "devices and output\n"
           "  -d, --devices SPEC      this rank's devices (default: CLT_DEVICES, else one device\n"
           "                          per rank chosen by local rank, or all devices with one rank)\n"
+          "      --balance MODE      split each batch over the replicas: equal, auto (by measured\n"
+          "                          throughput, so unequal devices keep pace) or weights W1,W2,...\n"
+          "                          one per replica, rank by rank (default equal)\n"
+          "      --balance-every N   auto: re-split every N steps (default %lld)\n"
+          "      --bucket-mb X       all-reduce gradients in buckets of X MiB, overlapping the\n"
+          "                          backward pass (default %g; 0: one bucket at the end)\n"
+          "      --check-every N     compare parameter checksums of all replicas every N steps\n"
+          "                          (default %lld; 0: never)\n"
           "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
           "      --log-every N       a progress record every N steps (default %lld)\n"
           "      --metrics FILE      append JSON Lines metrics to FILE\n"
@@ -66,7 +100,7 @@ static void help(FILE *to) {
           "  -q, --quiet             no progress line\n"
           "  -h, --help              this text\n",
           DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr,
-          (long long)d.log_every);
+          (long long)d.balance_every, d.bucket_mb, (long long)d.check_every, (long long)d.log_every);
 }
 
 static int parse_long(const char *opt, const char *s, long long lo, long long hi, long long *out) {
@@ -94,7 +128,8 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 /* Parse argv into a; returns -1 (after a message) on a bad command line. */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
-         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS };
+         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET,
+         O_CHECK };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"epochs", required_argument, 0, 'e'},      {"batch", required_argument, 0, 'b'},
@@ -109,6 +144,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"eval-every", required_argument, 0, O_EVAL}, {"log-every", required_argument, 0, O_LOG},
       {"metrics", required_argument, 0, O_METRICS}, {"quiet", no_argument, 0, 'q'},
       {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
+      {"balance", required_argument, 0, O_BALANCE}, {"balance-every", required_argument, 0, O_BALEVERY},
+      {"bucket-mb", required_argument, 0, O_BUCKET}, {"check-every", required_argument, 0, O_CHECK},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -162,6 +199,17 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case 'q': a->quiet = 1; break;
     case 's': a->save = optarg; break;
     case O_WEIGHTS: a->weights = optarg; break;
+    case O_BALANCE:
+      if (parse_balance(optarg, a) < 0) return -1;
+      break;
+    case O_BALEVERY: if (parse_long("--balance-every", optarg, 1, 1LL << 40, &v)) return -1; o->balance_every = v; break;
+    case O_CHECK: if (parse_long("--check-every", optarg, 0, 1LL << 40, &v)) return -1; o->check_every = v; break;
+    case O_BUCKET: {
+      float mb;
+      if (parse_real("--bucket-mb", optarg, 0, 1e6, &mb)) return -1;
+      o->bucket_mb = mb;
+      break;
+    }
     case 'h': *help_asked = 1; return 0;
     default: return -1;
     }

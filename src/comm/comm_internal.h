@@ -76,7 +76,6 @@ typedef struct clt__op {
   double last_progress;    /* monotonic seconds */
 } clt__op;
 
-double clt__now(void);
 /* Start operation `name`: refuse on a broken communicator, number it. */
 int clt__op_begin(clt_comm *comm, const char *name, int nsteps, clt__op *op);
 int clt__op_tag(const clt__op *op, int phase);

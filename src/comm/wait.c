@@ -15,12 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-double clt__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int clt__op_begin(clt_comm *comm, const char *name, int nsteps, clt__op *op) {
   memset(op, 0, sizeof *op);
   if (!comm) return clt__error(CLT_EINVAL, "%s: no communicator given", name);

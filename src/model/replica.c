@@ -10,6 +10,8 @@
  */
 #include "model/replica.h"
 
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,8 +99,75 @@ fail:
   return rc;
 }
 
+static void release_events(clt__replica *r) {
+  for (int b = 0; b < r->nbuckets; b++)
+    if (r->bucket_ev[b]) clReleaseEvent(r->bucket_ev[b]), r->bucket_ev[b] = NULL;
+  if (r->start_ev) clReleaseEvent(r->start_ev), r->start_ev = NULL;
+  if (r->end_ev) clReleaseEvent(r->end_ev), r->end_ev = NULL;
+}
+
+int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by) {
+  release_events(r);
+  free(r->bucket_ev);
+  free(r->bucket_closed_by);
+  r->nbuckets = 0;
+  r->bucket_ev = clt__calloc(nbuckets, sizeof *r->bucket_ev);
+  r->bucket_closed_by = clt__calloc(r->spec->nlayers, sizeof *r->bucket_closed_by);
+  if (!r->bucket_ev || !r->bucket_closed_by) return CLT_ENOMEM;
+  memcpy(r->bucket_closed_by, closed_by, (size_t)r->spec->nlayers * sizeof *closed_by);
+  r->nbuckets = nbuckets;
+  return CLT_OK;
+}
+
+static int marker(clt__replica *r, cl_event *ev) {
+  int rc = CLT_OK;
+  if (*ev) clReleaseEvent(*ev), *ev = NULL;
+  CLT_CL_TRY(clEnqueueMarkerWithWaitList(r->ctx->queue, 0, NULL, ev));
+fail:
+  return rc;
+}
+
+int clt__replica_record_empty(clt__replica *r) {
+  int rc = CLT_OK;
+  r->run_start_ns = 0;
+  atomic_store(&r->run_end_ns, 0);
+  CLT_TRY(marker(r, &r->start_ev));
+  for (int b = 0; b < r->nbuckets; b++) CLT_TRY(marker(r, &r->bucket_ev[b]));
+  CLT_TRY(marker(r, &r->end_ev));
+fail:
+  return rc;
+}
+
+static int64_t now_ns(void) { return (int64_t)(clt__now() * 1e9); }
+
+static void CL_CALLBACK run_done(cl_event ev, cl_int status, void *user) {
+  clt__replica *r = user;
+  (void)ev;
+  atomic_store(&r->run_end_ns, status == CL_COMPLETE ? now_ns() : -1);
+}
+
+/* Mark the start of a recorded run and arrange to learn when it ends. */
+static int time_run_end(clt__replica *r) {
+  int rc = CLT_OK;
+  CLT_CL_TRY(clSetEventCallback(r->end_ev, CL_COMPLETE, run_done, r));
+fail:
+  return rc;
+}
+
+double clt__replica_run_time(clt__replica *r) {
+  if (!r->end_ev) return 0;
+  clWaitForEvents(1, &r->end_ev);
+  /* The callback follows completion closely, but on its own thread. */
+  for (int spin = 0; spin < 100000 && atomic_load(&r->run_end_ns) == 0; spin++) sched_yield();
+  int64_t end = atomic_load(&r->run_end_ns);
+  return end > r->run_start_ns ? (double)(end - r->run_start_ns) * 1e-9 : 0;
+}
+
 void clt__replica_destroy(clt__replica *r) {
   if (!r) return;
+  release_events(r);
+  free(r->bucket_ev);
+  free(r->bucket_closed_by);
   cl_mem bufs[] = {r->params, r->grads,  r->state,  r->act,    r->dbuf[0], r->dbuf[1],
                    r->aux,    r->workspace, r->labels, r->losses, r->scalars};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) clt_buffer_release(bufs[i]);
@@ -327,6 +396,11 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(make_flat(r->labels, 0, CLT_I32, n, &labels));
   CLT_TRY(clt_tensor_upload_async(r->ctx, &labels, y, (size_t)n * 4));
   outs[0] = in;
+  if (pass->record) {
+    r->run_start_ns = now_ns();
+    atomic_store(&r->run_end_ns, 0);
+    CLT_TRY(marker(r, &r->start_ev));
+  }
   for (int i = 1; i < L; i++) CLT_TRY(layer_forward(r, i, n, &outs[i - 1], &outs[i], pass));
 
   /* Loss: the SUM over the slice; dlogits = softmax - onehot, not divided. */
@@ -352,11 +426,17 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
       int need_dx = i > r->first_trainable;
       if (need_dx) CLT_TRY(make_view(r->dbuf[1 - cur], 0, CLT_F32, n, &l->in_shape, &dx));
       CLT_TRY(layer_backward(r, i, n, &outs[i - 1], &outs[i], &dy, need_dx ? &dx : NULL, pass));
+      if (pass->record && r->bucket_closed_by && r->bucket_closed_by[i] >= 0)
+        CLT_TRY(marker(r, &r->bucket_ev[r->bucket_closed_by[i]]));
       if (need_dx) {
         dy = dx;
         cur = 1 - cur;
       }
     }
+  }
+  if (pass->record) {
+    CLT_TRY(marker(r, &r->end_ev));
+    CLT_TRY(time_run_end(r));
   }
   free(outs);
   return CLT_OK;

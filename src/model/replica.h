@@ -8,6 +8,8 @@
 #define CLT_MODEL_REPLICA_H
 
 #include "internal.h"
+
+#include <stdatomic.h>
 #include "model/spec.h"
 
 typedef struct clt__replica clt__replica;
@@ -33,6 +35,18 @@ struct clt__replica {
   cl_mem scalars;              /* [0] loss sum (f32), [1] correct count (i32) */
   clt__layer_slot *slots;      /* one per layer */
   int first_trainable;         /* backward stops at this layer */
+  /* Gradient buckets: runs with pass->record put a marker on the queue when
+   * the backward of each bucket's lowest layer is done, so its all-reduce
+   * can start while the backward of earlier layers goes on. */
+  int nbuckets;
+  int *bucket_closed_by;       /* per layer: the bucket it completes, or -1 */
+  cl_event *bucket_ev;         /* per bucket, from the last recorded run */
+  cl_event start_ev, end_ev;   /* around the last recorded run */
+  /* Wall time of the last recorded run, from its enqueueing to the end
+   * marker's completion callback (profiling clocks are not reliable on
+   * every driver). Nanoseconds; the callback runs on a driver thread. */
+  int64_t run_start_ns;
+  _Atomic int64_t run_end_ns;
 };
 
 /* Make a replica of spec on ctx for batches of up to max_batch samples.
@@ -49,12 +63,23 @@ void clt__replica_destroy(clt__replica *r);
  * clt__replica_read_loss waits for it. x and y must stay valid until then. */
 typedef struct clt__pass {
   int train;
+  int record;           /* mark bucket completions and the run's device time */
   uint64_t seed, step;
   int64_t global_first; /* global index of sample 0 of this slice, for dropout masks */
 } clt__pass;
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
 /* Wait for the last run and read its summed loss and number correct. */
 int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct);
+
+/* Buckets: closed_by[layer] is the bucket whose last gradient that layer's
+ * backward writes, or -1 (copied). */
+int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by);
+/* A recorded run of no samples: just the markers (a replica can get none of
+ * a partial last batch, and the all-reduce still waits on its events). */
+int clt__replica_record_empty(clt__replica *r);
+/* Seconds the last recorded run took, enqueue to completion (0 if
+ * unknown); waits briefly for the completion callback. */
+double clt__replica_run_time(clt__replica *r);
 
 /* Zero the gradient arena. */
 int clt__replica_zero_grads(clt__replica *r);

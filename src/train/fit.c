@@ -24,6 +24,24 @@ static double now_s(void) {
 /* NaN becomes JSON null. */
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
+/* Where each local replica's slice starts in a full global batch (the
+ * sum of the shares before it): the global index that keys dropout masks. */
+static void slice_starts(const clt_trainer *t, int64_t *first) {
+  for (int i = 0; i < t->nlocal; i++) {
+    first[i] = 0;
+    for (int g = 0; g < t->first_replica + i; g++) first[i] += t->shares[g];
+  }
+}
+
+/* New shares reach the prefetchers from their next batch on. */
+static int apply_shares(clt_trainer *t, clt_prefetcher **pf, int64_t *first) {
+  int rc = CLT_OK;
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], t->nreplicas, t->shares));
+  slice_starts(t, first);
+fail:
+  return rc;
+}
+
 static int emit(clt_trainer *t, FILE *metrics, const clt_train_event *ev) {
   if (t->rank != 0) return CLT_OK;
   if (t->opts.callback) t->opts.callback(ev, t->opts.callback_user);
@@ -39,6 +57,15 @@ static int emit(clt_trainer *t, FILE *metrics, const clt_train_event *ev) {
   json_object_set_new(o, "elapsed_s", num(ev->elapsed_s));
   if (ev->kind == CLT_EVENT_STEP) {
     json_object_set_new(o, "grad_norm", num(ev->grad_norm));
+    json_object_set_new(o, "comm_s", num(ev->comm_s));
+    json_object_set_new(o, "comm_hidden", num(ev->comm_hidden));
+    json_t *sh = json_array(), *tp = json_array();
+    for (int r = 0; r < ev->nreplicas; r++) {
+      json_array_append_new(sh, json_integer(ev->shares[r]));
+      json_array_append_new(tp, num(ev->throughput[r]));
+    }
+    json_object_set_new(o, "shares", sh);
+    json_object_set_new(o, "throughput", tp);
   } else {
     json_object_set_new(o, "test_loss", num(ev->test_loss));
     json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
@@ -69,7 +96,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
 
   CLT_TRY(clt_sampler_create(clt_dataset_count(train), t->micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0,
                              &smp));
-  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, NULL));
+  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, t->shares));
   pf = clt__calloc(t->nlocal, sizeof *pf);
   b = clt__calloc(t->nlocal, sizeof *b);
   if (!pf || !b) { rc = CLT_ENOMEM; goto fail; }
@@ -93,16 +120,25 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     double ep_sums[3] = {0, 0, 0}; /* loss, correct, samples on this rank... summed per step below */
     int64_t ep_steps = 0;
     for (int last = 0; !last && t->steps_done < steps_total;) {
-      double sums[3] = {0, 0, 0}; /* loss, correct, samples: this rank, then all */
+      double sums[2] = {0, 0}; /* loss, correct: this rank, then all */
       int64_t total_n = 0;
       for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
       for (int k = 0; k < o->accumulate && !last; k++) {
+        /* The last micro-batch of a step records bucket markers: its
+         * backward overlaps the all-reduce. Micro-batches end early at an
+         * epoch's end, so "last" is known only once the batch is in hand. */
+        for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_next(pf[i], &b[i]));
+        last = b[0].last_in_epoch;
+        int record = k == o->accumulate - 1 || last;
         for (int i = 0; i < t->nlocal; i++) {
-          CLT_TRY(clt_prefetcher_next(pf[i], &b[i]));
-          if (b[i].n == 0) continue; /* a partial last batch can leave a replica nothing */
-          clt__pass pass = {1, o->seed, (uint64_t)t->micro_steps, first[i]};
-          CLT_TRY(clt__replica_run(t->rep[i], b[i].x, b[i].y, b[i].n, &pass));
+          clt__pass pass = {.train = 1, .record = record, .seed = o->seed, .step = (uint64_t)t->micro_steps,
+                            .global_first = first[i]};
+          if (b[i].n > 0)
+            CLT_TRY(clt__replica_run(t->rep[i], b[i].x, b[i].y, b[i].n, &pass));
+          else if (record) /* a partial last batch can leave a replica nothing */
+            CLT_TRY(clt__replica_record_empty(t->rep[i]));
         }
+        if (record) CLT_TRY(clt__trainer_allreduce(t));
         for (int i = 0; i < t->nlocal; i++) {
           if (b[i].n == 0) continue;
           float l;
@@ -110,9 +146,14 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
           CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
           sums[0] += l;
           sums[1] += c;
+          /* Samples per second of this replica's run, smoothed, for the balancer. */
+          double dev = clt__replica_run_time(t->rep[i]);
+          if (record && dev > 0) {
+            double rate = (double)b[i].n / dev;
+            t->local_rate[i] = t->local_rate[i] > 0 ? 0.7 * t->local_rate[i] + 0.3 * rate : rate;
+          }
         }
         total_n += b[0].global_n;
-        last = b[0].last_in_epoch;
         t->micro_steps++;
       }
       double grad_norm;
@@ -124,6 +165,11 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
                         clt_schedule_lr(&o->schedule, t->steps_done - 1));
         goto fail;
       }
+      if (o->check_every > 0 && t->steps_done % o->check_every == 0) CLT_TRY(clt__trainer_check_replicas(t));
+      if (o->balance == CLT_BALANCE_AUTO && t->steps_done % o->balance_every == 0) {
+        CLT_TRY(clt__trainer_rebalance(t));
+        CLT_TRY(apply_shares(t, pf, first));
+      }
       ep_sums[0] += sums[0];
       ep_sums[1] += sums[1];
       ep_sums[2] += (double)total_n;
@@ -132,6 +178,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
 
       int log = o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total);
       if (log) {
+        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__trainer_gather_rates(t)); /* auto has them fresh */
         double tn = now_s();
         memset(&ev, 0, sizeof ev);
         ev.kind = CLT_EVENT_STEP;
@@ -146,7 +193,13 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         ev.eta_s = (tn - t0) / (double)t->steps_done * (double)(steps_total - t->steps_done);
         ev.test_loss = ev.test_accuracy = NAN;
         ev.grad_norm = grad_norm;
+        ev.comm_s = t->comm_s;
+        ev.comm_hidden = t->comm_s > 0 ? t->comm_hidden_s / t->comm_s : NAN;
+        ev.nreplicas = t->nreplicas;
+        ev.shares = t->shares;
+        ev.throughput = t->throughput;
         CLT_TRY(emit(t, metrics, &ev));
+        t->comm_s = t->comm_hidden_s = 0;
         window_t = tn;
         window_samples = 0;
       }

@@ -25,6 +25,10 @@ void clt_train_options_defaults(clt_train_options *o) {
   o->schedule.gamma = 0.1f;
   o->seed = 42;
   o->log_every = 50;
+  o->bucket_mb = 1.0;
+  o->balance = CLT_BALANCE_EQUAL;
+  o->balance_every = 10;
+  o->check_every = 100;
 }
 
 static int check_options(const clt_train_options *o) {
@@ -36,6 +40,9 @@ static int check_options(const clt_train_options *o) {
   if (!(o->schedule.lr > 0) || !isfinite(o->schedule.lr))
     return clt__error(CLT_EINVAL, "the learning rate must be a positive number, not %g", o->schedule.lr);
   if (!(o->clip >= 0)) return clt__error(CLT_EINVAL, "--clip must be 0 (off) or positive, not %g", o->clip);
+  if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
+  if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
+    return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
   const clt_optimizer_config *c = &o->optimizer;
   if (!(c->momentum >= 0 && c->momentum < 1)) return clt__error(CLT_EINVAL, "momentum must be in [0, 1), not %g", c->momentum);
   if (!(c->weight_decay >= 0)) return clt__error(CLT_EINVAL, "weight decay must be at least 0, not %g", c->weight_decay);
@@ -101,6 +108,81 @@ static int check_agreement(clt_trainer *t) {
   return rc;
 }
 
+/* The first split of the global micro-batch: equal, or by given weights
+ * (auto starts equal and learns). */
+static int initial_shares(clt_trainer *t) {
+  const clt_train_options *o = &t->opts;
+  t->shares = clt__calloc(t->nreplicas, sizeof *t->shares);
+  t->throughput = clt__calloc(t->nreplicas, sizeof *t->throughput);
+  t->local_rate = clt__calloc(t->nlocal, sizeof *t->local_rate);
+  double *w = clt__calloc(t->nreplicas, sizeof *w);
+  if (!t->shares || !t->throughput || !t->local_rate || !w) {
+    free(w);
+    return CLT_ENOMEM;
+  }
+  int rc = CLT_OK;
+  if (o->balance == CLT_BALANCE_WEIGHTS) {
+    if (!o->balance_weights || o->balance_nweights != t->nreplicas)
+      rc = clt__error(CLT_EINVAL, "--balance gives %d weights but the job has %d replicas (one weight per replica, "
+                      "rank by rank)", o->balance_nweights, t->nreplicas);
+    for (int r = 0; rc == CLT_OK && r < t->nreplicas; r++) {
+      w[r] = o->balance_weights[r];
+      if (!(w[r] > 0) || !isfinite(w[r]))
+        rc = clt__error(CLT_EINVAL, "--balance weight %d is %g; weights must be positive numbers", r + 1, w[r]);
+    }
+  } else {
+    for (int r = 0; r < t->nreplicas; r++) w[r] = 1.0;
+  }
+  if (rc == CLT_OK) rc = clt_shares_from_weights(t->nreplicas, w, t->micro_batch, 1, t->shares);
+  free(w);
+  return rc;
+}
+
+/* Buckets in backward order, each at least bucket_mb (the last may be
+ * smaller), cut at layer boundaries; one all-reduce plan each. */
+static int make_buckets(clt_trainer *t) {
+  const clt_model_spec *s = t->model->spec;
+  int L = s->nlayers, rc = CLT_OK;
+  int *closed_by = clt__calloc(L, sizeof *closed_by);
+  t->bucket_lo = clt__calloc(L, sizeof *t->bucket_lo);
+  t->bucket_hi = clt__calloc(L, sizeof *t->bucket_hi);
+  t->plans = clt__calloc(L, sizeof *t->plans);
+  if (!closed_by || !t->bucket_lo || !t->bucket_hi || !t->plans) {
+    free(closed_by);
+    return CLT_ENOMEM;
+  }
+  int64_t limit = (int64_t)(t->opts.bucket_mb * 1048576.0 / 4.0), hi = s->param_count, lo = hi;
+  int last_trainable = -1;
+  for (int i = 0; i < L; i++) {
+    closed_by[i] = -1;
+    if (s->layers[i].weight_count) last_trainable = i;
+  }
+  for (int i = L - 1; i >= 0; i--) {
+    const clt_layer_spec *l = &s->layers[i];
+    if (!l->weight_count) continue;
+    lo = l->param_offset;
+    int first = 1; /* is i the lowest trainable layer? */
+    for (int j = 0; j < i; j++) first &= !s->layers[j].weight_count;
+    if (limit <= 0 ? first : (hi - lo >= limit || first)) {
+      closed_by[i] = t->nbuckets;
+      t->bucket_lo[t->nbuckets] = lo;
+      t->bucket_hi[t->nbuckets] = hi;
+      t->nbuckets++;
+      hi = lo;
+    }
+  }
+  (void)last_trainable;
+  for (int i = 0; rc == CLT_OK && i < t->nlocal; i++) rc = clt__replica_set_buckets(t->rep[i], t->nbuckets, closed_by);
+  free(closed_by);
+  if (t->nreplicas > 1) {
+    clt_allreduce_opts ao = {0, t->nlocal};
+    for (int b = 0; rc == CLT_OK && b < t->nbuckets; b++)
+      rc = clt_allreduce_plan_create(t->comm, (size_t)(t->bucket_hi[b] - t->bucket_lo[b]), CLT_F32, CLT_SUM, &ao,
+                                     &t->plans[b]);
+  }
+  return rc;
+}
+
 int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *comm, const clt_train_options *o,
                        clt_trainer **out) {
   int rc = CLT_OK;
@@ -129,12 +211,17 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   /* Global replica numbering: rank r's replicas follow those of ranks < r. */
   {
     int64_t *counts = clt__calloc(t->nranks, sizeof *counts), mine = t->nlocal;
-    if (!counts) { rc = CLT_ENOMEM; goto fail; }
+    t->rank_first = clt__calloc(t->nranks, sizeof *t->rank_first);
+    t->rank_count = clt__calloc(t->nranks, sizeof *t->rank_count);
+    if (!counts || !t->rank_first || !t->rank_count) { free(counts); rc = CLT_ENOMEM; goto fail; }
     rc = t->nranks > 1 ? clt_allgather(t->comm, &mine, sizeof mine, counts) : (counts[0] = mine, CLT_OK);
     for (int r = 0; rc == CLT_OK && r < t->nranks; r++) {
-      if (r < t->rank) t->first_replica += (int)counts[r];
+      t->rank_first[r] = t->nreplicas;
+      t->rank_count[r] = (int)counts[r];
+      if (counts[r] > t->max_local) t->max_local = (int)counts[r];
       t->nreplicas += (int)counts[r];
     }
+    t->first_replica = t->rank_first[t->rank];
     free(counts);
     if (rc < 0) goto fail;
   }
@@ -144,6 +231,8 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
                     "replica needs at least one sample", (long long)o->batch, (long long)t->micro_batch, t->nreplicas);
     goto fail;
   }
+
+  CLT_TRY(initial_shares(t));
 
   /* Parameters: initialised from the seed on rank 0, broadcast to all. */
   int64_t P = clt_model_param_count(m);
@@ -170,10 +259,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       if (!t->host_grads && !(t->host_grads = clt__calloc((size_t)P, sizeof(float)))) { rc = CLT_ENOMEM; goto fail; }
     }
   }
-  if (t->nreplicas > 1) {
-    clt_allreduce_opts ao = {0, t->nlocal};
-    CLT_TRY(clt_allreduce_plan_create(t->comm, (size_t)P, CLT_F32, CLT_SUM, &ao, &t->plan));
-  }
+  CLT_TRY(make_buckets(t));
   free(params);
   *out = t;
   return CLT_OK;
@@ -185,7 +271,15 @@ fail:
 
 void clt_trainer_destroy(clt_trainer *t) {
   if (!t) return;
-  clt_allreduce_plan_destroy(t->plan);
+  for (int b = 0; t->plans && b < t->nbuckets; b++) clt_allreduce_plan_destroy(t->plans[b]);
+  free(t->plans);
+  free(t->bucket_lo);
+  free(t->bucket_hi);
+  free(t->rank_first);
+  free(t->rank_count);
+  free(t->shares);
+  free(t->throughput);
+  free(t->local_rate);
   for (int i = 0; i < t->nlocal; i++) {
     if (t->rep) clt__replica_destroy(t->rep[i]);
     if (t->ctx) clt_context_destroy(t->ctx[i]);
@@ -220,21 +314,6 @@ int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
   float scale = 1.0f / (float)total_n;
   *grad_norm = NAN;
 
-  /* Sum the gradients of every replica of every rank; all get the same bits. */
-  if (t->plan) {
-    cl_command_queue *q = clt__calloc(t->nlocal, sizeof *q);
-    cl_mem *bufs = clt__calloc(t->nlocal, sizeof *bufs);
-    size_t *offs = clt__calloc(t->nlocal, sizeof *offs);
-    if (q && bufs && offs) {
-      for (int i = 0; i < t->nlocal; i++) q[i] = clt_context_queue(t->ctx[i]), bufs[i] = t->rep[i]->grads;
-      rc = clt_allreduce_run_devices(t->plan, t->nlocal, q, bufs, offs);
-    } else {
-      rc = CLT_ENOMEM;
-    }
-    free(q), free(bufs), free(offs);
-    if (rc < 0) return clt__error_prefix(rc, "summing gradients of step %lld", (long long)t->steps_done + 1);
-  }
-
   /* Clipping: the norm of the summed gradient / total_n. Devices may sum in
    * different orders, so rank 0's first replica decides for everyone. */
   if (t->opts.clip > 0) {
@@ -266,6 +345,100 @@ fail:
   return clt__error_prefix(rc, "optimizer step %lld", (long long)t->steps_done + 1);
 }
 
+int clt__trainer_allreduce(clt_trainer *t) {
+  int rc = CLT_OK, n = t->nlocal;
+  cl_command_queue *q = clt__calloc(n, sizeof *q);
+  cl_mem *bufs = clt__calloc(n, sizeof *bufs);
+  size_t *offs = clt__calloc(n, sizeof *offs);
+  if (!q || !bufs || !offs) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < n; i++) {
+    q[i] = clt_context_transfer_queue(t->ctx[i]), bufs[i] = t->rep[i]->grads;
+    /* Submit the queued backward: the transfer queue waits on its markers,
+     * and a driver may hold unflushed commands back indefinitely. */
+    CLT_CL_TRY(clFlush(clt_context_queue(t->ctx[i])));
+  }
+  for (int b = 0; b < t->nbuckets && t->plans[b]; b++) {
+    /* The copies of bucket b wait (on the transfer queue) only for the
+     * backward of its own layers; earlier layers compute meanwhile. */
+    for (int i = 0; i < n; i++) {
+      CLT_CL_TRY(clEnqueueBarrierWithWaitList(q[i], 1, &t->rep[i]->bucket_ev[b], NULL));
+      offs[i] = (size_t)t->bucket_lo[b] * sizeof(float);
+    }
+    double t0 = clt__now();
+    CLT_TRY(clt_allreduce_run_devices(t->plans[b], n, q, bufs, offs));
+    double dt = clt__now() - t0;
+    t->comm_s += dt;
+    /* Hidden if some replica's backward was still running when it ended. */
+    for (int i = 0; i < n; i++) {
+      cl_int st = CL_COMPLETE;
+      clGetEventInfo(t->rep[i]->end_ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+      if (st != CL_COMPLETE) {
+        t->comm_hidden_s += dt;
+        break;
+      }
+    }
+  }
+fail:
+  free(q), free(bufs), free(offs);
+  return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)t->steps_done + 1) : rc;
+}
+
+int clt__trainer_gather_rates(clt_trainer *t) {
+  int rc = CLT_OK;
+  double *mine = clt__calloc(t->max_local, sizeof *mine), *all = clt__calloc((size_t)t->nranks * t->max_local, sizeof *all);
+  double *w = clt__calloc(t->nreplicas, sizeof *w);
+  if (!mine || !all || !w) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < t->nlocal; i++) mine[i] = t->local_rate[i];
+  if (t->nranks > 1)
+    CLT_TRY(clt_allgather(t->comm, mine, (size_t)t->max_local * sizeof *mine, all));
+  else
+    memcpy(all, mine, (size_t)t->max_local * sizeof *mine);
+  for (int r = 0; r < t->nranks; r++)
+    for (int i = 0; i < t->rank_count[r]; i++) t->throughput[t->rank_first[r] + i] = all[(size_t)r * t->max_local + i];
+fail:
+  free(mine), free(all), free(w);
+  return rc;
+}
+
+int clt__trainer_rebalance(clt_trainer *t) {
+  int rc = clt__trainer_gather_rates(t);
+  if (rc < 0) return rc;
+  for (int r = 0; r < t->nreplicas; r++)
+    if (!(t->throughput[r] > 0) || !isfinite(t->throughput[r])) return CLT_OK; /* not measured yet */
+  /* Every rank has the same rates, so every rank computes the same shares. */
+  return clt_shares_from_weights(t->nreplicas, t->throughput, t->micro_batch, 1, t->shares);
+}
+
+int clt__trainer_check_replicas(clt_trainer *t) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  float *p = clt__calloc((size_t)P, sizeof *p);
+  uint32_t *mine = clt__calloc(t->max_local, sizeof *mine), *all = clt__calloc((size_t)t->nranks * t->max_local, sizeof *all);
+  if (!p || !mine || !all) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < t->nlocal; i++) {
+    clt_tensor pt = clt__replica_params(t->rep[i]);
+    CLT_TRY(clt_tensor_download(t->ctx[i], &pt, p, (size_t)P * sizeof *p));
+    mine[i] = (uint32_t)crc32(0, (const Bytef *)p, (uInt)(P * sizeof *p));
+  }
+  if (t->nranks > 1)
+    CLT_TRY(clt_allgather(t->comm, mine, (size_t)t->max_local * sizeof *mine, all));
+  else
+    memcpy(all, mine, (size_t)t->max_local * sizeof *mine);
+  for (int r = 0; r < t->nranks; r++)
+    for (int i = 0; i < t->rank_count[r]; i++) {
+      uint32_t c = all[(size_t)r * t->max_local + i];
+      if (c != all[0]) {
+        rc = clt__error(CLT_EMISMATCH, "after step %lld the parameters of replica %d (rank %d, device %d there) "
+                        "differ from replica 0's (CRC32 %08x vs %08x): the replicas have diverged",
+                        (long long)t->steps_done, t->rank_first[r] + i, r, i, c, all[0]);
+        goto fail;
+      }
+    }
+fail:
+  free(p), free(mine), free(all);
+  return rc;
+}
+
 int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
   int rc = CLT_OK;
   int64_t count = clt_dataset_count(ds), B = t->micro_batch, in = clt_model_input_size(t->model);
@@ -288,7 +461,7 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
       int64_t n = hi - at < B ? hi - at : B;
       for (int64_t k = 0; k < n; k++) idx[k] = at + k;
       CLT_TRY(clt_dataset_get_batch(ds, idx, n, x, y));
-      clt__pass pass = {0, 0, 0, at};
+      clt__pass pass = {.train = 0, .global_first = at};
       CLT_TRY(clt__replica_run(t->rep[i], x, y, n, &pass));
       float l;
       int32_t c;

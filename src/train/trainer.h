@@ -24,14 +24,41 @@ struct clt_trainer {
   float **host_params;         /* per local replica: host copies for replicas whose */
   float **host_state;          /*   optimizer step runs on the host; else NULL */
   float *host_grads;           /* staging for those */
-  clt_allreduce_plan *plan;    /* gradients over all replicas; NULL with one */
   int64_t micro_batch;         /* global samples per micro-batch */
   int64_t steps_done;          /* optimizer steps */
   int64_t micro_steps;         /* micro-batches done (keys dropout masks) */
+
+  /* Gradient buckets in backward order: bucket b is the arena range
+   * [bucket_lo[b], bucket_hi[b]) floats, all-reduced by plans[b] (NULL
+   * plans with a single replica in the job). */
+  int nbuckets;
+  int64_t *bucket_lo, *bucket_hi;
+  clt_allreduce_plan **plans;
+  int max_local;               /* most replicas any rank has */
+  int *rank_first;             /* per rank: global index of its first replica */
+  int *rank_count;             /* per rank: its replicas */
+
+  /* Load balancing: shares of the global micro-batch, per global replica. */
+  int64_t *shares;
+  double *throughput;          /* per global replica, smoothed samples/s (0: not measured) */
+  double *local_rate;          /* per local replica, smoothed */
+
+  /* Communication accounting since the last step event. */
+  double comm_s, comm_hidden_s;
 };
 
-/* One optimizer step on every local replica after the gradients of total_n
- * samples are summed: scale, clip, update. *grad_norm gets the global norm
+/* Sum the gradients of every replica of every rank into each of them,
+ * bucket by bucket, overlapping the backward pass still running. */
+int clt__trainer_allreduce(clt_trainer *t);
+/* Gather every replica's smoothed throughput into t->throughput (collective). */
+int clt__trainer_gather_rates(clt_trainer *t);
+/* Gather, then recompute the shares from the throughputs (collective). */
+int clt__trainer_rebalance(clt_trainer *t);
+/* Compare a CRC32 of every replica's parameters across all ranks. */
+int clt__trainer_check_replicas(clt_trainer *t);
+
+/* One optimizer step on every local replica once the gradients of total_n
+ * samples are summed (clt__trainer_allreduce): scale, clip, update. *grad_norm gets the global norm
  * (NaN when not clipping). */
 int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm);
 /* Sum small per-rank values over all ranks in rank order (the same bits
