@@ -1,0 +1,198 @@
+/*
+ * test_dp.c: data-parallel training against single-device training, run
+ * under mpirun on 1 to 4 ranks (tests/dp.sh). Rank r trains on device
+ * r % D of this machine (PoCL and rusticl alternate: a mixed-vendor job);
+ * with one rank it takes every device (several replicas in one process).
+ * Every rank also trains the same model alone on one device, with the whole
+ * global batch, as the reference.
+ *
+ *   - equal and unequal shares give the reference's parameters;
+ *   - replicas are bitwise identical after every step (check_every = 1:
+ *     the trainer itself fails otherwise);
+ *   - K accumulated micro-batches equal one batch of the same total;
+ *   - a rank with a different model spec fails on every rank, naming it.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mpi.h>
+#include <cltrain/mpi.h>
+
+#include "testutil.h"
+
+#define FASHION "/usr/share/datasets/fashion-mnist"
+#define NSAMPLES 512
+#define STEPS 6
+
+static clt_comm *comm;
+static int rank, nranks;
+static clt_devices *mine; /* this rank's devices */
+static clt_dataset *data;
+static char data_path[64];
+static const char *mlp = "input 784\nlinear 32\nrelu\nlinear 10\n";
+
+static void options(clt_train_options *o, int64_t batch) {
+  clt_train_options_defaults(o);
+  o->batch = batch;
+  o->epochs = 1;
+  o->max_steps = STEPS;
+  o->check_every = 1;
+  o->log_every = 0;
+  o->schedule.lr = 0.05f;
+  o->bucket_mb = 0.01; /* several buckets even for this small model */
+}
+
+/* Train m for STEPS steps with devs on comm c (NULL: alone); params out. */
+static void train(const char *text, const clt_devices *devs, clt_comm *c, const clt_train_options *o, float *params) {
+  clt_model *m;
+  clt_trainer *t;
+  ck_assert_int_eq(clt_model_parse(text, "dp.model", &m), 0);
+  ck_assert_msg(clt_trainer_create(m, devs, c, o, &t) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_msg(clt_trainer_fit(t, data, NULL) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), STEPS);
+  ck_assert_int_eq(clt_trainer_params(t, params, clt_model_param_count(m)), 0);
+  clt_trainer_destroy(t);
+  clt_model_destroy(m);
+}
+
+/* Float32 sums in another order differ by a few ulps per step; after six
+ * SGD steps with momentum the parameters (of size ~0.1) differ by ~1e-6.
+ * 2e-5 leaves room for that; a wrong division by the batch, a lost or
+ * doubled slice, or a stale share moves them by ~1e-3. */
+#define DP_TOL 2e-5
+
+static void compare(const char *what, const float *a, const float *b, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+  ck_assert_msg(worst <= DP_TOL, "rank %d of %d, %s: parameters differ from one device's by %g", rank, nranks, what,
+                worst);
+}
+
+static void against_reference(const clt_train_options *o, const char *what) {
+  clt_devices *one;
+  clt_model *m;
+  clt_model_parse(mlp, "dp.model", &m);
+  int64_t P = clt_model_param_count(m);
+  clt_model_destroy(m);
+  float *ref = malloc(P * 4), *dp = malloc(P * 4);
+  clt_train_options r = *o;
+  r.accumulate = 1;
+  r.balance = CLT_BALANCE_EQUAL;
+  ck_assert_int_eq(clt_devices_select(tu_devices, "0", &one), 0);
+  train(mlp, one, NULL, &r, ref);
+  train(mlp, mine, comm, o, dp);
+  compare(what, ref, dp, P);
+  clt_devices_destroy(one);
+  free(ref), free(dp);
+}
+
+START_TEST(equal_shares_match_one_device) {
+  clt_train_options o;
+  options(&o, 48);
+  against_reference(&o, "equal shares");
+}
+END_TEST
+
+START_TEST(unequal_shares_match_one_device) {
+  clt_train_options o;
+  options(&o, 48);
+  int R = 0;
+  MPI_Allreduce(&(int){clt_devices_count(mine)}, &R, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  double w[16];
+  for (int i = 0; i < R; i++) w[i] = 1 + 2 * (i % 3); /* 1, 3, 5, 1, ... */
+  o.balance = CLT_BALANCE_WEIGHTS;
+  o.balance_weights = w;
+  o.balance_nweights = R;
+  against_reference(&o, "unequal shares");
+}
+END_TEST
+
+START_TEST(automatic_shares_match_one_device) {
+  clt_train_options o;
+  options(&o, 48);
+  o.balance = CLT_BALANCE_AUTO;
+  o.balance_every = 2; /* the split changes mid-run */
+  against_reference(&o, "auto shares");
+}
+END_TEST
+
+START_TEST(accumulation_matches_one_batch) {
+  clt_train_options o;
+  options(&o, 64);
+  o.accumulate = 4;
+  o.bucket_mb = 0; /* one bucket at the end */
+  against_reference(&o, "4 accumulated micro-batches");
+}
+END_TEST
+
+START_TEST(a_different_model_is_named_on_every_rank) {
+  if (nranks < 2) return;
+  clt_model *m;
+  clt_trainer *t = NULL;
+  clt_train_options o;
+  options(&o, 48);
+  ck_assert_int_eq(clt_model_parse(rank == 1 ? "input 784\nlinear 16\nrelu\nlinear 10\n" : mlp, "dp.model", &m), 0);
+  ck_assert_int_eq(clt_trainer_create(m, mine, comm, &o, &t), CLT_EMISMATCH);
+  ck_assert_ptr_null(t);
+  ck_assert_msg(strstr(clt_last_error(), "rank 1") && strstr(clt_last_error(), "model spec"), "rank %d: %s", rank,
+                clt_last_error());
+  clt_model_destroy(m);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  int provided;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  int rc = access(FASHION "/train-images-idx3-ubyte.gz", R_OK) == 0 ? tu_setup() : TU_SKIP;
+  if (rc) {
+    MPI_Finalize();
+    return rc;
+  }
+  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) {
+    fprintf(stderr, "%s\n", clt_last_error());
+    return 1;
+  }
+  /* One device per rank, alternating vendors; one rank takes them all. */
+  char spec[16];
+  snprintf(spec, sizeof spec, nranks == 1 ? "all" : "%d", rank % tu_ndev);
+  clt_devices_select(tu_devices, spec, &mine);
+
+  /* The first NSAMPLES training images, through the raw format. */
+  clt_dataset *full;
+  int64_t idx[NSAMPLES], dims[1] = {784};
+  static float x[NSAMPLES * 784];
+  static int32_t y[NSAMPLES];
+  snprintf(data_path, sizeof data_path, "/tmp/clt-dp-%d-%ld.raw", rank, (long)getpid());
+  for (int i = 0; i < NSAMPLES; i++) idx[i] = i;
+  if (clt_dataset_open_idx(FASHION, "train", &full) < 0 || clt_dataset_get_batch(full, idx, NSAMPLES, x, y) < 0 ||
+      clt_dataset_write_raw(data_path, NSAMPLES, 1, dims, 10, x, y) < 0 || clt_dataset_open_raw(data_path, &data) < 0) {
+    fprintf(stderr, "%s\n", clt_last_error());
+    return 1;
+  }
+  clt_dataset_destroy(full);
+
+  Suite *s = suite_create("dp");
+  TCase *tc = tcase_create("dp");
+  tcase_add_test(tc, equal_shares_match_one_device);
+  tcase_add_test(tc, unequal_shares_match_one_device);
+  tcase_add_test(tc, automatic_shares_match_one_device);
+  tcase_add_test(tc, accumulation_matches_one_batch);
+  tcase_add_test(tc, a_different_model_is_named_on_every_rank);
+  suite_add_tcase(s, tc);
+  rc = tu_run(s);
+  unlink(data_path);
+  clt_dataset_destroy(data);
+  clt_devices_destroy(mine);
+  clt_comm_destroy(comm);
+  tu_teardown();
+  /* A failure on one rank is a failure of the job. */
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
