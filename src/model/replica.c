@@ -46,6 +46,12 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   r->max_batch = max_batch;
   r->state_per_param = state_per_param;
   if (!(r->slots = clt__calloc(spec->nlayers, sizeof *r->slots))) { rc = CLT_ENOMEM; goto fail; }
+  const char *prof = getenv("CLT_PROFILE");
+  if (prof && *prof && strcmp(prof, "0") != 0) {
+    r->prof_fwd = clt__calloc(spec->nlayers, sizeof *r->prof_fwd);
+    r->prof_bwd = clt__calloc(spec->nlayers, sizeof *r->prof_bwd);
+    if (!r->prof_fwd || !r->prof_bwd) { rc = CLT_ENOMEM; goto fail; }
+  }
 
   /* Lay out activations and saved data. */
   int64_t act = 0, aux = 0, largest = 0, ws = 0;
@@ -163,8 +169,38 @@ double clt__replica_run_time(clt__replica *r) {
   return end > r->run_start_ns ? (double)(end - r->run_start_ns) * 1e-9 : 0;
 }
 
+/* The profile: where a step's time goes, layer by layer. */
+static void report_profile(const clt__replica *r) {
+  const clt_model_spec *s = r->spec;
+  double total = r->prof_loss;
+  for (int i = 0; i < s->nlayers; i++) total += r->prof_fwd[i] + r->prof_bwd[i];
+  if (r->prof_runs == 0 || total <= 0) return;
+  clt__log(CLT_LOG_WARN, "profile of %lld runs on %s (ms per run; forward, backward, share of the total):",
+           (long long)r->prof_runs, r->ctx->info.name);
+  for (int i = 1; i < s->nlayers; i++) {
+    const clt_layer_spec *l = &s->layers[i];
+    double f = r->prof_fwd[i] / r->prof_runs * 1e3, b = r->prof_bwd[i] / r->prof_runs * 1e3;
+    clt__log(CLT_LOG_WARN, "  %s:%d %-14s %8.3f %8.3f  %5.1f%%", s->name, l->line, clt__layer_kind_name(l->kind), f,
+             b, 100 * (r->prof_fwd[i] + r->prof_bwd[i]) / total);
+  }
+  clt__log(CLT_LOG_WARN, "  upload + loss      %8.3f           %5.1f%%", r->prof_loss / r->prof_runs * 1e3,
+           100 * r->prof_loss / total);
+}
+
+/* With profiling on, wait for the queue and charge the time since *t0. */
+static void charge(clt__replica *r, double *slot, double *t0) {
+  if (!r->prof_fwd) return;
+  clFinish(r->ctx->queue);
+  double t = clt__now();
+  *slot += t - *t0;
+  *t0 = t;
+}
+
 void clt__replica_destroy(clt__replica *r) {
   if (!r) return;
+  if (r->prof_fwd) report_profile(r);
+  free(r->prof_fwd);
+  free(r->prof_bwd);
   release_events(r);
   free(r->bucket_ev);
   free(r->bucket_closed_by);
@@ -395,13 +431,19 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(clt_tensor_upload_async(r->ctx, &in, x, (size_t)(n * numel(&s->layers[0].out_shape)) * 4));
   CLT_TRY(make_flat(r->labels, 0, CLT_I32, n, &labels));
   CLT_TRY(clt_tensor_upload_async(r->ctx, &labels, y, (size_t)n * 4));
+  double t0 = clt__now();
+  if (r->prof_fwd) r->prof_runs += pass->train;
   outs[0] = in;
   if (pass->record) {
     r->run_start_ns = now_ns();
     atomic_store(&r->run_end_ns, 0);
     CLT_TRY(marker(r, &r->start_ev));
   }
-  for (int i = 1; i < L; i++) CLT_TRY(layer_forward(r, i, n, &outs[i - 1], &outs[i], pass));
+  charge(r, &r->prof_loss, &t0);
+  for (int i = 1; i < L; i++) {
+    CLT_TRY(layer_forward(r, i, n, &outs[i - 1], &outs[i], pass));
+    if (pass->train) charge(r, &r->prof_fwd[i], &t0);
+  }
 
   /* Loss: the SUM over the slice; dlogits = softmax - onehot, not divided. */
   int64_t C = s->num_classes;
@@ -412,6 +454,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(clt_tensor_view(r->dbuf[0], 0, CLT_F32, 2, lshape, &dlogits));
   CLT_TRY(clt_nn_softmax_xent(r->ctx, &outs[L - 1], &labels, 1.0f, pass->train ? &dlogits : NULL, &losses, &loss,
                               &correct));
+  if (pass->train) charge(r, &r->prof_loss, &t0);
 
   /* Backward, into the gradient arena (accumulated). */
   if (pass->train) {
@@ -426,6 +469,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
       int need_dx = i > r->first_trainable;
       if (need_dx) CLT_TRY(make_view(r->dbuf[1 - cur], 0, CLT_F32, n, &l->in_shape, &dx));
       CLT_TRY(layer_backward(r, i, n, &outs[i - 1], &outs[i], &dy, need_dx ? &dx : NULL, pass));
+      charge(r, &r->prof_bwd[i], &t0);
       if (pass->record && r->bucket_closed_by && r->bucket_closed_by[i] >= 0)
         CLT_TRY(marker(r, &r->bucket_ev[r->bucket_closed_by[i]]));
       if (need_dx) {

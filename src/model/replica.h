@@ -47,6 +47,10 @@ struct clt__replica {
    * every driver). Nanoseconds; the callback runs on a driver thread. */
   int64_t run_start_ns;
   _Atomic int64_t run_end_ns;
+  /* CLT_PROFILE=1: wait after every layer and add up seconds per layer
+   * (forward, backward), reported when the replica is destroyed. */
+  double *prof_fwd, *prof_bwd, prof_loss;
+  int64_t prof_runs;
 };
 
 /* Make a replica of spec on ctx for batches of up to max_batch samples.
