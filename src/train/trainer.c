@@ -353,15 +353,18 @@ int clt__trainer_allreduce(clt_trainer *t) {
   if (!q || !bufs || !offs) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < n; i++) {
     q[i] = clt_context_transfer_queue(t->ctx[i]), bufs[i] = t->rep[i]->grads;
-    /* Submit the queued backward: the transfer queue waits on its markers,
-     * and a driver may hold unflushed commands back indefinitely. */
+    /* Submit the queued backward now: a driver may hold unflushed
+     * commands back until something waits on them. */
     CLT_CL_TRY(clFlush(clt_context_queue(t->ctx[i])));
   }
   for (int b = 0; b < t->nbuckets && t->plans[b]; b++) {
-    /* The copies of bucket b wait (on the transfer queue) only for the
-     * backward of its own layers; earlier layers compute meanwhile. */
+    /* Bucket b is complete once the backward of its layers is; the copies
+     * then go on the transfer queue while earlier layers still compute.
+     * The host waits for the marker rather than making the transfer queue
+     * wait on it: PoCL, for one, serves such cross-queue waits slowly
+     * (~100 ms a step here). */
     for (int i = 0; i < n; i++) {
-      CLT_CL_TRY(clEnqueueBarrierWithWaitList(q[i], 1, &t->rep[i]->bucket_ev[b], NULL));
+      CLT_CL_TRY(clWaitForEvents(1, &t->rep[i]->bucket_ev[b]));
       offs[i] = (size_t)t->bucket_lo[b] * sizeof(float);
     }
     double t0 = clt__now();
