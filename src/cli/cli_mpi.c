@@ -51,8 +51,9 @@ int cli_comm_create(clt_comm **out) {
 
 int cli_comm_fail(const clt_comm *comm, int status, const char *what) {
   char where[160];
-  int size = comm ? clt_comm_size(comm) : 1, rank = comm ? clt_comm_rank(comm) : 0;
+  int rank = comm ? clt_comm_rank(comm) : 0;
 #ifdef HAVE_MPI
+  int size = comm ? clt_comm_size(comm) : 1;
   if (!comm) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
