@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #ifdef HAVE_MPI
@@ -59,7 +60,12 @@ int cli_comm_fail(const clt_comm *comm, int status, const char *what) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   }
 #endif
-  snprintf(where, sizeof where, "rank %d: %s", rank, what);
+  /* The library's communication errors name the rank already. */
+  const char *detail = clt_last_error();
+  if (strncmp(detail, "rank ", 5) == 0)
+    snprintf(where, sizeof where, "%s", what);
+  else
+    snprintf(where, sizeof where, "rank %d: %s", rank, what);
   int code = cli_fail(status, where);
 #ifdef HAVE_MPI
   if (size > 1) {
