@@ -227,7 +227,12 @@ CLT_API int clt_context_finish(clt_context *ctx);
  *
  * Environment, read when a communicator is made:
  *   CLT_TIMEOUT          seconds without progress before a wait fails (300)
- *   CLT_ALLREDUCE_CHUNK  bytes per pipelined message, e.g. 262144 or 1M (1M)
+ *   CLT_ALLREDUCE_CHUNK  bytes per pipelined message, e.g. 262144 or 1M
+ *                        (256K; 1M with 2 ranks)
+ *   CLT_ALLREDUCE_SMALL  all-reduces up to this many bytes use recursive
+ *                        doubling instead of the ring, up to 4 times as many
+ *                        the gather (32K; 0: always the ring)
+ * All ranks must see the same values (plans check that they do).
  */
 
 typedef struct clt_comm clt_comm;
@@ -248,6 +253,8 @@ CLT_API int clt_comm_default_device(const clt_comm *comm, const clt_devices *dev
 /* Seconds without progress before a wait fails (CLT_TIMEOUT by default). */
 CLT_API int clt_comm_set_timeout(clt_comm *comm, double seconds);
 CLT_API double clt_comm_timeout(const clt_comm *comm);
+/* Bytes per pipelined all-reduce message of plans that do not choose. */
+CLT_API size_t clt_comm_chunk_bytes(const clt_comm *comm);
 
 typedef enum clt_reduce_op {
   CLT_SUM = 0,
@@ -258,7 +265,7 @@ CLT_API const char *clt_reduce_op_name(clt_reduce_op op);
 
 /* Options of an all-reduce plan; zero-initialise, then set what you need. */
 typedef struct clt_allreduce_opts {
-  size_t chunk_bytes; /* bytes per pipelined message; 0: CLT_ALLREDUCE_CHUNK or 1 MiB */
+  size_t chunk_bytes; /* bytes per pipelined message; 0: the communicator's (CLT_ALLREDUCE_CHUNK) */
   int replicas;       /* buffers this rank gives each run (devices in this process); 0 means 1 */
 } clt_allreduce_opts;
 
@@ -274,8 +281,9 @@ CLT_API int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dt
                                       const clt_allreduce_opts *opts, clt_allreduce_plan **out);
 CLT_API void clt_allreduce_plan_destroy(clt_allreduce_plan *plan);
 CLT_API size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan);
-/* "ring" or "recursive-doubling" (the plan picks the latter for small
- * messages, where the number of steps matters more than bandwidth). */
+/* "ring"; for small messages, where the number of steps matters more than
+ * bandwidth, "recursive-doubling" or "gather" (to rank 0 and back, for 3
+ * to 8 ranks that are not a power of two); "local" on one rank. */
 CLT_API const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan);
 
 /* All-reduce a host buffer of the plan's count elements in place. Every rank

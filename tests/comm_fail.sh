@@ -16,4 +16,20 @@ for np in 2 3 4; do
     *) echo "FAIL: tests/test_comm_fail on $np ranks exited $rc"; status=1 ;;
   esac
 done
+
+# The tool, not the library, ends the job: ranks that ask for different
+# sizes get the mismatch on stderr and MPI_Abort, and mpirun fails.
+if [ $status -ne 77 ] && [ -n "$CLTRAIN" ]; then
+  echo "== cltrain bench allreduce with ranks that disagree"
+  err=$(mktemp)
+  sh "$srcdir/tests/mpi_run.sh" 1 "$CLTRAIN" bench allreduce --no-device --min-bytes 4 --max-bytes 4 : \
+    -np 1 "$CLTRAIN" bench allreduce --no-device --min-bytes 8 --max-bytes 8 >/dev/null 2>"$err"
+  rc=$?
+  if [ $rc -eq 0 ] || ! grep -q "ranks disagree" "$err" || ! grep -q "MPI_Abort" "$err"; then
+    echo "FAIL: expected a mismatch message and MPI_Abort, got exit $rc and:"; sed 's/^/  /' "$err"; status=1
+  else
+    echo "ok: $(grep -m1 'ranks disagree' "$err")"
+  fi
+  rm -f "$err"
+fi
 exit $status

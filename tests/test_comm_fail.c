@@ -94,7 +94,10 @@ static void absent_rank(size_t count, size_t chunk, const char *algorithm) {
   clt_allreduce_plan *plan = NULL;
   clt_allreduce_opts opts = {.chunk_bytes = chunk};
   ck_assert_msg(clt_allreduce_plan_create(c, count, CLT_F32, CLT_SUM, &opts, &plan) == 0, "%s", clt_last_error());
-  ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), algorithm);
+  if (algorithm)
+    ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), algorithm);
+  else /* the small-message algorithm for this number of ranks */
+    ck_assert_str_ne(clt_allreduce_plan_algorithm(plan), "ring");
   float *x = calloc(count, sizeof *x);
   if (rank != absent) {
     double t0 = MPI_Wtime();
@@ -122,10 +125,10 @@ static void absent_rank(size_t count, size_t chunk, const char *algorithm) {
   clt_comm_destroy(c);
 }
 
-START_TEST(absent_rank_small) { absent_rank(10, 0, "recursive-doubling"); }
+START_TEST(absent_rank_small) { absent_rank(10, 0, NULL); }
 END_TEST
 
-START_TEST(absent_rank_ring) { absent_rank(20000, 1024, "ring"); }
+START_TEST(absent_rank_ring) { absent_rank(50000, 1024, "ring"); }
 END_TEST
 
 START_TEST(bad_environment) {

@@ -132,6 +132,7 @@ START_TEST(environment) {
   setenv("CLT_ALLREDUCE_CHUNK", "256K", 1);
   ck_assert_int_eq(clt_comm_create_local(&c), 0);
   ck_assert(clt_comm_timeout(c) == 2.5);
+  ck_assert_uint_eq(clt_comm_chunk_bytes(c), 256 << 10);
   clt_comm_destroy(c);
   setenv("CLT_TIMEOUT", "2.5x", 1);
   ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
@@ -146,12 +147,20 @@ START_TEST(environment) {
   setenv("CLT_ALLREDUCE_CHUNK", "4G", 1);
   ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
   unsetenv("CLT_ALLREDUCE_CHUNK");
+  setenv("CLT_ALLREDUCE_SMALL", "tiny", 1);
+  ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
+  ck_assert_msg(strstr(clt_last_error(), "CLT_ALLREDUCE_SMALL='tiny'") != NULL, "%s", clt_last_error());
+  setenv("CLT_ALLREDUCE_SMALL", "0", 1);
+  ck_assert_int_eq(clt_comm_create_local(&c), 0);
+  clt_comm_destroy(c);
+  unsetenv("CLT_ALLREDUCE_SMALL");
 }
 END_TEST
 
 int main(void) {
   unsetenv("CLT_TIMEOUT");
   unsetenv("CLT_ALLREDUCE_CHUNK");
+  unsetenv("CLT_ALLREDUCE_SMALL");
   if (tu_setup() == 1) return 1; /* no device: the host tests still run */
   if (clt_comm_create_local(&comm) < 0) {
     fprintf(stderr, "clt_comm_create_local: %s\n", clt_last_error());

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #ifdef HAVE_MPI
@@ -53,14 +54,20 @@ int cli_comm_create(clt_comm **out) {
 
 int cli_comm_fail(const clt_comm *comm, int status, const char *what) {
   char where[160];
-  int size = comm ? clt_comm_size(comm) : 1, rank = comm ? clt_comm_rank(comm) : 0;
+  int rank = comm ? clt_comm_rank(comm) : 0;
 #ifdef HAVE_MPI
+  int size = comm ? clt_comm_size(comm) : 1;
   if (!comm) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   }
 #endif
-  snprintf(where, sizeof where, "rank %d: %s", rank, what);
+  /* The library's communication errors name the rank already. */
+  const char *detail = clt_last_error();
+  if (strncmp(detail, "rank ", 5) == 0)
+    snprintf(where, sizeof where, "%s", what);
+  else
+    snprintf(where, sizeof where, "rank %d: %s", rank, what);
   int code = cli_fail(status, where);
 #ifdef HAVE_MPI
   if (size > 1) {

@@ -9,7 +9,8 @@
  * (MPI's time / cltrain's: above 1 means cltrain is faster).
  *
  * Each iteration starts from the same input after a barrier; its time is
- * the slowest rank's. The inputs are small integers, so every sum is exact
+ * the slowest rank's. Host and MPI runs alternate; device runs are timed
+ * in a pass of their own (see run_methods). The inputs are small integers, so every sum is exact
  * and every iteration's result is compared bit for bit with the expected
  * one: a wrong result is exit code 4.
  */
@@ -58,7 +59,8 @@ static void help(FILE *to) {
           "      --max-bytes N      largest message (default 256M)\n"
           "      --warmup K         untimed runs per size and method (default 3)\n"
           "  -i, --iters K          timed runs per size and method (default 20)\n"
-          "      --chunk N          bytes per pipelined message (default: CLT_ALLREDUCE_CHUNK, else 1M)\n"
+          "      --chunk N          bytes per pipelined message (default: CLT_ALLREDUCE_CHUNK,\n"
+          "                         else 256K, or 1M with 2 ranks)\n"
           "      --json             one JSON document on stdout instead of the table\n"
           "  -h, --help             this text\n"
           "\n"
@@ -170,45 +172,77 @@ typedef struct bench_ctx {
   double *times;
 } bench_ctx;
 
-/* One method: warm-up and timed runs, each from the input, each checked.
- * Returns a library status (< 0) or 0. */
-static int run_method(bench_ctx *b, int method, clt_allreduce_plan *plan, result *res) {
+/* One run of one method from the input, checked. Returns a library status
+ * (< 0) or 0; *dt gets the time of the operation alone. */
+static int run_once(bench_ctx *b, int method, clt_allreduce_plan *plan, double *dt, int *wrong) {
   int rc = CLT_OK;
-  long total = b->o->warmup + b->o->iters;
   cl_command_queue q = b->ctx ? clt_context_queue(b->ctx) : NULL;
-  res->ran = 1;
-  for (long it = 0; it < total; it++) {
-    if (method == M_DEVICE) {
-      if (b->bytes &&
-          clEnqueueWriteBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->in, 0, NULL, NULL) != CL_SUCCESS)
-        return CLT_ECL;
-    } else {
-      memcpy(b->buf, b->in, b->bytes);
-    }
-    barrier();
-    double t0 = cli_now();
-    if (method == M_HOST) {
-      rc = clt_allreduce_run(plan, b->buf);
-    } else if (method == M_DEVICE) {
-      rc = clt_allreduce_run_device(plan, q, b->dbuf, 0);
-    } else {
-#ifdef HAVE_MPI
-      if (MPI_Allreduce(MPI_IN_PLACE, b->buf, (int)b->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-        rc = CLT_EMPI;
-#endif
-    }
-    double dt = cli_now() - t0;
-    if (rc < 0) return rc;
-    if (method == M_DEVICE && b->bytes &&
-        clEnqueueReadBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->buf, 0, NULL, NULL) != CL_SUCCESS)
+  if (method == M_DEVICE) {
+    if (b->bytes && clEnqueueWriteBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->in, 0, NULL, NULL) != CL_SUCCESS)
       return CLT_ECL;
-    if (memcmp(b->buf, b->expected, b->bytes) != 0) res->wrong++;
-    if (it >= b->o->warmup) b->times[it - b->o->warmup] = dt;
+  } else {
+    memcpy(b->buf, b->in, b->bytes);
   }
-  res->p50 = p50_over_ranks(b->times, b->o->iters);
+  barrier();
+  double t0 = cli_now();
+  if (method == M_HOST) {
+    rc = clt_allreduce_run(plan, b->buf);
+  } else if (method == M_DEVICE) {
+    rc = clt_allreduce_run_device(plan, q, b->dbuf, 0);
+  } else {
 #ifdef HAVE_MPI
-  MPI_Allreduce(MPI_IN_PLACE, &res->wrong, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (MPI_Allreduce(MPI_IN_PLACE, b->buf, (int)b->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+      rc = CLT_EMPI;
 #endif
+  }
+  *dt = cli_now() - t0;
+  if (rc < 0) return rc;
+  if (method == M_DEVICE && b->bytes &&
+      clEnqueueReadBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->buf, 0, NULL, NULL) != CL_SUCCESS)
+    return CLT_ECL;
+  if (memcmp(b->buf, b->expected, b->bytes) != 0) (*wrong)++;
+  return CLT_OK;
+}
+
+/* The methods of one pass, in the order of iteration it. */
+static int pass_method(int pass, long it, int k) {
+  if (pass == 1) return M_DEVICE;
+  return (it + k) % 2 ? M_MPI : M_HOST;
+}
+
+/* Warm-up and timed runs. Host and MPI runs alternate, each going first
+ * every other iteration, so whatever else the machine does hits both
+ * alike. Device runs come in a pass of their own: the OpenCL runtime's
+ * threads, woken by the copies, were seen to slow whichever collective ran
+ * two places after a device run, by 2 to 3 times at small sizes.
+ * On failure *failed is the method. */
+static int run_methods(bench_ctx *b, clt_allreduce_plan *plan, result *res, int *failed) {
+  long total = b->o->warmup + b->o->iters;
+  int rc;
+  res[M_HOST].ran = 1;
+  res[M_DEVICE].ran = b->ctx != NULL;
+#ifdef HAVE_MPI
+  res[M_MPI].ran = 1;
+#endif
+  for (int pass = 0; pass < 2; pass++)
+    for (long it = 0; it < total; it++)
+      for (int k = 0; k < (pass == 0 ? 2 : 1); k++) {
+        int m = pass_method(pass, it, k);
+        double dt = 0;
+        if (!res[m].ran) continue;
+        if ((rc = run_once(b, m, plan, &dt, &res[m].wrong)) < 0) {
+          *failed = m;
+          return rc;
+        }
+        if (it >= b->o->warmup) b->times[(size_t)m * (size_t)b->o->iters + (size_t)(it - b->o->warmup)] = dt;
+      }
+  for (int m = 0; m < M_COUNT; m++) {
+    if (!res[m].ran) continue;
+    res[m].p50 = p50_over_ranks(b->times + (size_t)m * (size_t)b->o->iters, b->o->iters);
+#ifdef HAVE_MPI
+    MPI_Allreduce(MPI_IN_PLACE, &res[m].wrong, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+#endif
+  }
   return CLT_OK;
 }
 
@@ -289,17 +323,11 @@ static int bench_allreduce(const bench_opts *o) {
   if (!o->no_device && (rc = open_device(comm, o, &all, &sel, &b.ctx)) < 0)
     return cli_comm_fail(comm, rc, "choosing the device");
   b.comm = comm;
-  size_t chunk = o->chunk_bytes;
-  if (!chunk) {
-    /* The library's default, read from a throwaway plan. */
-    chunk = 1 << 20;
-    const char *env = getenv("CLT_ALLREDUCE_CHUNK");
-    if (env && *env) chunk = parse_size(env);
-  }
+  size_t chunk = o->chunk_bytes ? o->chunk_bytes : clt_comm_chunk_bytes(comm);
   b.in = malloc(o->max_bytes);
   b.buf = malloc(o->max_bytes);
   b.expected = malloc(o->max_bytes);
-  b.times = calloc((size_t)o->iters, sizeof *b.times);
+  b.times = calloc((size_t)M_COUNT * (size_t)o->iters, sizeof *b.times);
   if (!b.in || !b.buf || !b.expected || !b.times) return cli_comm_fail(comm, CLT_ENOMEM, "allocating buffers");
   if (b.ctx && (rc = clt_buffer_create(b.ctx, o->max_bytes, &b.dbuf)) < 0)
     return cli_comm_fail(comm, rc, "allocating the device buffer");
@@ -320,12 +348,11 @@ static int bench_allreduce(const bench_opts *o) {
     clt_allreduce_opts popts = {.chunk_bytes = o->chunk_bytes};
     if ((rc = clt_allreduce_plan_create(comm, b.count, CLT_F32, CLT_SUM, &popts, &plan)) < 0)
       return cli_comm_fail(comm, rc, "making the all-reduce plan");
-    if ((rc = run_method(&b, M_HOST, plan, &r[M_HOST])) < 0) return cli_comm_fail(comm, rc, "all-reduce (host)");
-    if (b.ctx && (rc = run_method(&b, M_DEVICE, plan, &r[M_DEVICE])) < 0)
-      return cli_comm_fail(comm, rc, "all-reduce (device)");
-#ifdef HAVE_MPI
-    if ((rc = run_method(&b, M_MPI, plan, &r[M_MPI])) < 0) return cli_comm_fail(comm, rc, "MPI_Allreduce");
-#endif
+    int failed = 0;
+    if ((rc = run_methods(&b, plan, r, &failed)) < 0) {
+      static const char *const what[M_COUNT] = {"all-reduce (host)", "all-reduce (device)", "MPI_Allreduce"};
+      return cli_comm_fail(comm, rc, what[failed]);
+    }
     clt_allreduce_plan_destroy(plan);
     for (int m = 0; m < M_COUNT; m++) wrong |= r[m].wrong != 0;
     if (rank == 0 && rows) json_array_append_new(rows, json_row(bytes, n, r));

@@ -9,10 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Up to this many bytes the number of steps matters more than bandwidth:
- * recursive doubling takes log2 N steps where the ring takes 2 (N - 1).
- * Measured with `cltrain bench allreduce` (see bench/allreduce.sh). */
-#define CLT__RECDOUBLE_MAX_BYTES ((size_t)32 << 10)
 /* Receive buffers of the reduce-scatter: two, so one chunk is reduced while
  * the next arrives. */
 #define CLT__RING_SLOTS 2
@@ -83,7 +79,7 @@ const clt__dtype_ops *clt__dtype_ops_find(clt_dtype dtype) {
 static int plan_steps(const clt_allreduce_plan *plan) {
   int n = plan->comm->size;
   if (n == 1 || plan->count == 0) return 0;
-  return plan->algorithm == CLT__RECDOUBLE ? clt__recdouble_steps(n) : 2 * (n - 1);
+  return plan->algorithm == CLT__RING ? 2 * (n - 1) : clt__small_steps(n, plan->algorithm);
 }
 
 int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt_reduce_op op,
@@ -104,7 +100,8 @@ int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt
    * the same values and fails the same checks below. */
   CLT_TRY(clt__op_begin(comm, "allreduce plan", comm->size - 1, &o));
   clt__fingerprint mine = {.kind = CLT__FP_ALLREDUCE_PLAN, .dtype = (int32_t)dtype, .op = (int32_t)op,
-                           .count = count, .chunk = chunk_bytes, .replicas = replicas};
+                           .count = count, .chunk = chunk_bytes, .replicas = replicas,
+                           .small = (int32_t)comm->small_bytes};
   if (!(all = clt__calloc((size_t)comm->size, sizeof *all))) {
     rc = CLT_ENOMEM;
     goto fail;
@@ -150,7 +147,15 @@ int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt
   plan->chunk_elems = chunk_bytes / ops->esize;
   plan->replicas = replicas;
   for (int r = 0; r < comm->size; r++) plan->total_replicas += all[r].replicas;
-  plan->algorithm = comm->size > 1 && count * ops->esize <= CLT__RECDOUBLE_MAX_BYTES ? CLT__RECDOUBLE : CLT__RING;
+  plan->algorithm = CLT__RING;
+  if (comm->size > 1) {
+    /* Gathering to rank 0 beats the ring on 3 to 8 ranks up to 4 times
+     * further than recursive doubling does (bench/allreduce.sh, 3 ranks). */
+    enum clt__algorithm small = clt__small_algorithm(comm->size);
+    size_t limit = small == CLT__GATHER && comm->small_bytes <= SIZE_MAX / 4 ? 4 * comm->small_bytes
+                                                                             : comm->small_bytes;
+    if (count * ops->esize <= limit) plan->algorithm = small;
+  }
 
   if (!(plan->seg_off = clt__calloc((size_t)comm->size + 1, sizeof *plan->seg_off))) {
     rc = CLT_ENOMEM;
@@ -159,9 +164,9 @@ int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt
   clt__segments(count, comm->size, plan->seg_off);
   CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_off, plan->chunk_elems, comm->size - 1,
                                  2 * (comm->size - 1), &plan->sched));
-  if (plan->algorithm == CLT__RECDOUBLE) {
+  if (plan->algorithm != CLT__RING) {
     plan->slot_bytes = count * ops->esize;
-    plan->nslots = 1;
+    plan->nslots = plan->algorithm == CLT__GATHER && comm->rank == 0 ? comm->size - 1 : 1;
   } else {
     size_t longest = plan->seg_off[1] - plan->seg_off[0]; /* segment 0 is never shorter */
     plan->slot_bytes = (longest < plan->chunk_elems ? longest : plan->chunk_elems) * ops->esize;
@@ -198,12 +203,17 @@ size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan) { return plan ? 
 const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan) {
   if (!plan) return "?";
   if (plan->comm->size == 1) return "local";
-  return plan->algorithm == CLT__RECDOUBLE ? "recursive-doubling" : "ring";
+  switch (plan->algorithm) {
+  case CLT__RING: return "ring";
+  case CLT__RECDOUBLE: return "recursive-doubling";
+  case CLT__GATHER: return "gather";
+  }
+  return "?";
 }
 
 size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
   if (plan->count == 0) return 0;
-  if (plan->algorithm == CLT__RECDOUBLE) return 1;
+  if (plan->algorithm != CLT__RING) return 1;
   const clt__ring_sched *s = &plan->sched;
   size_t n = s->nown;
   while (n - s->nown < s->nrecv && s->recv[n - s->nown].step < s->reduce_steps) n++;
@@ -211,7 +221,7 @@ size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
 }
 
 void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
-  if (plan->algorithm == CLT__RECDOUBLE) {
+  if (plan->algorithm != CLT__RING) {
     *off = 0;
     *n = plan->count;
     return;
@@ -232,8 +242,8 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
     if (divisor > 1) plan->ops->divide(base, plan->count, divisor);
     return CLT_OK;
   }
-  if (plan->algorithm == CLT__RECDOUBLE)
-    return clt__recdouble_exec(op, base, plan->staging, plan->count, plan->ops, divisor);
+  if (plan->algorithm != CLT__RING)
+    return clt__small_exec(op, plan->algorithm, base, plan->staging, plan->count, plan->ops, divisor);
   clt__ring_io io = {.base = base,
                      .ops = plan->ops,
                      .divisor = divisor,

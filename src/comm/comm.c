@@ -13,7 +13,16 @@
 #include <string.h>
 
 #define CLT__DEFAULT_TIMEOUT_S 300.0
-#define CLT__DEFAULT_CHUNK_BYTES ((size_t)1 << 20)
+/* Chunks: with 3 or more ranks the ring has 4 or more steps and a chunk is
+ * passed on while the next arrives, so smaller chunks pipeline better
+ * (256 KiB stays in L2 while it is reduced and sent on); with 2 ranks there
+ * are only 2 steps and fewer, larger messages win. bench/allreduce.sh. */
+#define CLT__DEFAULT_CHUNK_BYTES ((size_t)256 << 10)
+#define CLT__DEFAULT_CHUNK_BYTES_2 ((size_t)1 << 20)
+/* Up to this many bytes the number of steps matters more than bandwidth:
+ * the small-message algorithms take 1 to log2 N + 2 steps where the ring
+ * takes 2 (N - 1). Measured with bench/allreduce.sh. */
+#define CLT__DEFAULT_SMALL_BYTES ((size_t)32 << 10)
 /* Messages stay well below INT_MAX bytes (MPI counts are int). */
 #define CLT__MAX_CHUNK_BYTES ((size_t)1 << 30)
 
@@ -35,7 +44,8 @@ int clt__parse_bytes(const char *text, size_t max, size_t *out) {
 
 int clt__comm_init_env(clt_comm *comm) {
   comm->timeout_s = CLT__DEFAULT_TIMEOUT_S;
-  comm->chunk_bytes = CLT__DEFAULT_CHUNK_BYTES;
+  comm->chunk_bytes = comm->size == 2 ? CLT__DEFAULT_CHUNK_BYTES_2 : CLT__DEFAULT_CHUNK_BYTES;
+  comm->small_bytes = CLT__DEFAULT_SMALL_BYTES;
   const char *t = getenv("CLT_TIMEOUT");
   if (t && *t) {
     char *end;
@@ -52,6 +62,14 @@ int clt__comm_init_env(clt_comm *comm) {
   if (c && *c && clt__parse_bytes(c, CLT__MAX_CHUNK_BYTES, &comm->chunk_bytes) < 0)
     return clt__error(CLT_EINVAL,
                       "CLT_ALLREDUCE_CHUNK='%s' is not a size in bytes from 1 to 1G: give e.g. 262144, 256K or 1M", c);
+  const char *m = getenv("CLT_ALLREDUCE_SMALL");
+  if (m && *m) {
+    if (strcmp(m, "0") == 0)
+      comm->small_bytes = 0; /* always the ring */
+    else if (clt__parse_bytes(m, (size_t)1 << 30, &comm->small_bytes) < 0)
+      return clt__error(CLT_EINVAL,
+                        "CLT_ALLREDUCE_SMALL='%s' is not a size in bytes from 0 to 1G: give e.g. 0, 32768 or 32K", m);
+  }
   return CLT_OK;
 }
 
@@ -83,6 +101,7 @@ int clt_comm_size(const clt_comm *comm) { return comm ? comm->size : 0; }
 int clt_comm_local_rank(const clt_comm *comm) { return comm ? comm->local_rank : 0; }
 int clt_comm_local_size(const clt_comm *comm) { return comm ? comm->local_size : 0; }
 double clt_comm_timeout(const clt_comm *comm) { return comm ? comm->timeout_s : 0; }
+size_t clt_comm_chunk_bytes(const clt_comm *comm) { return comm ? comm->chunk_bytes : 0; }
 
 int clt_comm_set_timeout(clt_comm *comm, double seconds) {
   if (!comm || !isfinite(seconds) || seconds <= 0 || seconds > 1e9)

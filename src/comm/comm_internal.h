@@ -24,6 +24,7 @@ struct clt_comm {
   int local_rank, local_size;
   double timeout_s;        /* seconds without progress before a wait fails */
   size_t chunk_bytes;      /* default bytes per pipelined message */
+  size_t small_bytes;      /* all-reduces up to this size use a small-message algorithm */
   uint64_t ops;            /* collectives started so far: the next is ops + 1 */
   int tag_ops;             /* operation numbers wrap at this in tags */
   int diag_tag;            /* the tag of timeout diagnoses (outside the op tags) */
@@ -34,8 +35,10 @@ struct clt_comm {
   void *mpi;               /* transport state; NULL for a one-rank communicator */
 };
 
-/* Fill the fields every communicator shares from the environment
- * (CLT_TIMEOUT, CLT_ALLREDUCE_CHUNK); junk there is CLT_EINVAL. */
+/* Fill the fields every communicator shares from the environment, once
+ * size is set
+ * (CLT_TIMEOUT, CLT_ALLREDUCE_CHUNK, CLT_ALLREDUCE_SMALL); junk there is
+ * CLT_EINVAL. */
 int clt__comm_init_env(clt_comm *comm);
 /* Parse "1048576", "256K", "1M" into bytes (1 <= bytes <= max); -1 on junk. */
 int clt__parse_bytes(const char *text, size_t max, size_t *out);
@@ -102,7 +105,8 @@ typedef struct clt__fingerprint {
   int32_t dtype, op, root;
   uint64_t count;          /* elements or bytes */
   uint64_t chunk;
-  int32_t replicas, pad;
+  int32_t replicas;
+  int32_t small;           /* the small-message threshold: it picks the algorithm */
 } clt__fingerprint;
 
 enum clt__fp_kind { CLT__FP_ALLREDUCE_PLAN = 1, CLT__FP_BCAST = 2, CLT__FP_ALLGATHER = 3 };
@@ -177,17 +181,19 @@ int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io
  * count % size segments get one element more. */
 void clt__segments(size_t count, int size, size_t *seg_off);
 
-/* ---- recursive doubling (small messages) --------------------------------------- */
+/* ---- small messages (small.c) ------------------------------------------------- */
 
-/* log2(size) exchanges of the whole buffer (plus one before and one after
- * on the ranks beyond the largest power of two). tmp holds count elements. */
-int clt__recdouble_exec(clt__op *op, unsigned char *base, unsigned char *tmp, size_t count,
-                        const clt__dtype_ops *ops, double divisor);
-int clt__recdouble_steps(int size);
+enum clt__algorithm { CLT__RING = 0, CLT__RECDOUBLE = 1, CLT__GATHER = 2 };
+
+/* The small-message algorithm for this many ranks, and its steps. */
+enum clt__algorithm clt__small_algorithm(int size);
+int clt__small_steps(int size, enum clt__algorithm algorithm);
+/* All-reduce count elements at base. tmp holds count elements, or
+ * (size - 1) x count on rank 0 of CLT__GATHER. */
+int clt__small_exec(clt__op *op, enum clt__algorithm algorithm, unsigned char *base, unsigned char *tmp,
+                    size_t count, const clt__dtype_ops *ops, double divisor);
 
 /* ---- the plan ------------------------------------------------------------------ */
-
-enum clt__algorithm { CLT__RING = 0, CLT__RECDOUBLE = 1 };
 
 struct clt__dev_staging;
 
@@ -203,7 +209,7 @@ struct clt_allreduce_plan {
   enum clt__algorithm algorithm;
   size_t *seg_off;         /* size + 1 */
   clt__ring_sched sched;
-  unsigned char *staging;  /* ring: nslots chunk buffers; recursive doubling: count elements */
+  unsigned char *staging;  /* ring: nslots chunk buffers; small messages: see clt__small_exec */
   int nslots;
   size_t slot_bytes;
   struct clt__dev_staging *dev; /* pinned staging of device runs, made on first use */
@@ -212,8 +218,8 @@ struct clt_allreduce_plan {
 /* Start one run of the plan (numbers it, refuses on a broken communicator). */
 int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op);
 /* Run the plan's algorithm on plan-shaped data at base (host memory), with
- * optional device hooks (ring only; recursive doubling needs everything in
- * place first). */
+ * optional device hooks (ring only; the small-message algorithms need
+ * everything in place first). */
 int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base,
                         int (*ready)(void *, const clt__ring_chunk *, int *),
                         int (*final)(void *, const clt__ring_chunk *), void *user);

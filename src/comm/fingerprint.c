@@ -32,6 +32,7 @@ static void field_text(int f, const clt__fingerprint *p, char *buf, size_t len) 
   case 3: snprintf(buf, len, "%s", clt_reduce_op_name((clt_reduce_op)p->op)); break;
   case 4: snprintf(buf, len, "%d", (int)p->root); break;
   case 5: snprintf(buf, len, "%" PRIu64, p->chunk); break;
+  case 6: snprintf(buf, len, "%d", (int)p->small); break;
   default: buf[0] = '\0';
   }
 }
@@ -44,12 +45,15 @@ static int field_differs(int f, const clt__fingerprint *a, const clt__fingerprin
   case 3: return a->op != b->op;
   case 4: return a->root != b->root;
   case 5: return a->chunk != b->chunk;
+  case 6: return a->small != b->small;
   }
   return 0;
 }
 
 static const char *field_name(int f, int32_t kind) {
-  static const char *names[] = {"what they are doing", "count", "dtype", "op", "root", "chunk bytes"};
+  static const char *names[] = {"what they are doing", "count",       "dtype",
+                                "op",                  "root",        "chunk bytes",
+                                "CLT_ALLREDUCE_SMALL"};
   if (f == 1 && kind != CLT__FP_ALLREDUCE_PLAN) return "bytes";
   return names[f];
 }
@@ -62,7 +66,7 @@ static int mismatch_error(clt__op *op, const clt__fingerprint *all) {
   size_t used = (size_t)snprintf(msg, sizeof msg, "rank %d: %s #%llu: the ranks disagree", comm->rank, op->name,
                                  (unsigned long long)op->number);
   /* A different kind makes the other fields meaningless: report it alone. */
-  int last_field = 5;
+  int last_field = 6;
   for (int r = 1; r < comm->size; r++)
     if (field_differs(0, &all[0], &all[r])) last_field = 0;
   for (int f = 0; f <= last_field && used < sizeof msg; f++) {
@@ -105,7 +109,7 @@ int clt__fingerprint_check(clt__op *op, const clt__fingerprint *mine, clt__finge
   CLT_TRY(clt__ring_exec(op, &sched, &io));
   /* replicas may differ (ranks drive different numbers of devices). */
   for (int r = 1; r < comm->size; r++)
-    for (int f = 0; f <= 5; f++)
+    for (int f = 0; f <= 6; f++)
       if (field_differs(f, &all[0], &all[r])) {
         rc = mismatch_error(op, all);
         goto done;

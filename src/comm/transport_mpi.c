@@ -145,15 +145,20 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
     goto fail;
   }
   m->comm = MPI_COMM_NULL;
-  CLT_TRY(clt__comm_init_env(comm));
   MPI_Comm_rank(user_comm, &comm->rank);
   MPI_Comm_size(user_comm, &comm->size);
+  CLT_TRY(clt__comm_init_env(comm));
 
   if ((e = MPI_Comm_idup(user_comm, &m->comm, &req)) != MPI_SUCCESS) {
     rc = mpi_error(e, "MPI_Comm_idup on", comm->rank);
     goto fail;
   }
-  CLT_TRY(wait_for_dup(comm, &req));
+  if ((rc = wait_for_dup(comm, &req)) < 0) {
+    /* The duplicate is still being made and may not be freed: leave it
+     * (and its state) to MPI_Finalize or MPI_Abort. */
+    m = NULL;
+    goto fail;
+  }
   comm->mpi = m;
   MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
 

@@ -78,9 +78,10 @@ static void exchange_diagnoses(clt__op *op, int peer, int step, struct clt__diag
     clt__tp_isend(comm, out, sizeof *out, k, comm->diag_tag, &sreq[k]);
   }
   /* Ranks that time out on the same operation do so within about the
-   * skew of their start, far below this grace. */
+   * skew of their start, far below this grace (a second at least, for
+   * oversubscribed machines). */
   double grace = comm->timeout_s / 10;
-  grace = grace < 0.5 ? 0.5 : grace > 10 ? 10 : grace;
+  grace = grace < 1 ? 1 : grace > 10 ? 10 : grace;
   double until = clt__now() + grace;
   int pending;
   do {
