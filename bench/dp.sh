@@ -22,22 +22,8 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpi="mpirun --oversubscribe --bind-to none -x POCL_MAX_PTHREAD_COUNT=1 -x RUSTICL_ENABLE"
 
-# rate FILE: mean samples/s of the step records after the first (warm-up).
-rate() {
-  /usr/bin/python3 -c '
-import json, sys
-r = [json.loads(l) for l in open(sys.argv[1]) if "\"step\"" in l[:20]]
-r = [x for x in r if x["event"] == "step"][1:]
-print("%.1f" % (sum(x["samples_per_s"] for x in r) / len(r)))' "$1"
-}
-hidden() {
-  /usr/bin/python3 -c '
-import json, sys
-r = [json.loads(l) for l in open(sys.argv[1])]
-r = [x for x in r if x["event"] == "step" and x.get("comm_s")][1:]
-c = sum(x["comm_s"] for x in r); h = sum(x["comm_s"] * (x["comm_hidden"] or 0) for x in r)
-print("%.1f%% of %.2f s" % (100 * h / c if c else 0, c))' "$1"
-}
+. "$here/lib.sh"
+
 train() { # NAME NP ARGS...
   name=$1 np=$2
   shift 2
@@ -51,10 +37,10 @@ train one 1 --devices pocl --batch $B
 train two 2 --devices pocl --batch $((2 * B))
 r1=$(rate "$tmp/one.jsonl") r2=$(rate "$tmp/two.jsonl")
 echo "1 rank, batch $B:            $r1 samples/s"
-echo "2 ranks, batch $((2 * B)):          $r2 samples/s   weak scaling $(echo "$r2 / (2 * $r1) * 100" | bc -l | cut -c1-5)% of 2x"
+echo "2 ranks, batch $((2 * B)):          $r2 samples/s   weak scaling $(ratio "$r2" "$(ratio "$r1" 0.5)") of 2x"
 ddp=$(/usr/bin/python3 "$here/pytorch_ddp.py" --model "$model" --ranks 2 --batch $((2 * B)) --steps "$steps" |
       /usr/bin/python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["samples_per_s"])')
-echo "PyTorch DDP gloo, 2 ranks:   $ddp samples/s   cltrain/DDP $(echo "$r2 / $ddp" | bc -l | cut -c1-5)"
+echo "PyTorch DDP gloo, 2 ranks:   $ddp samples/s   cltrain/DDP $(ratio "$r2" "$ddp")"
 echo "all-reduce hidden behind backward (2 ranks): $(hidden "$tmp/two.jsonl")"
 
 if [ -n "$(RUSTICL_ENABLE=llvmpipe ./cltrain devices --devices rusticl 2>/dev/null | grep rusticl)" ]; then
@@ -64,7 +50,8 @@ if [ -n "$(RUSTICL_ENABLE=llvmpipe ./cltrain devices --devices rusticl 2>/dev/nu
   train equal 1 --devices pocl,rusticl --batch $B --balance equal
   train auto 1 --devices pocl,rusticl --batch $B --balance auto
   rp=$(rate "$tmp/pocl.jsonl") rr=$(rate "$tmp/rusticl.jsonl") re=$(rate "$tmp/equal.jsonl") ra=$(rate "$tmp/auto.jsonl")
-  echo "PoCL alone $rp, rusticl alone $rr samples/s (sum $(echo "$rp + $rr" | bc -l | cut -c1-8))"
-  echo "PoCL + rusticl, equal split: $re samples/s = $(echo "$re / ($rp + $rr) * 100" | bc -l | cut -c1-5)% of the sum"
-  echo "PoCL + rusticl, auto:        $ra samples/s = $(echo "$ra / ($rp + $rr) * 100" | bc -l | cut -c1-5)% of the sum"
+  sum=$(/usr/bin/python3 -c "print($rp + $rr)")
+  echo "PoCL alone $rp, rusticl alone $rr samples/s (sum $sum)"
+  echo "PoCL + rusticl, equal split: $re samples/s = $(ratio "$re" "$sum") of the sum"
+  echo "PoCL + rusticl, auto:        $ra samples/s = $(ratio "$ra" "$sum") of the sum"
 fi

@@ -1,0 +1,30 @@
+# lib.sh: helpers the benchmark scripts share (sourced, not run).
+
+# rate FILE: mean samples/s of a metrics file's step records after the first
+# (the first includes kernel builds).
+rate() {
+  /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+r = [x for x in r if x["event"] == "step"][1:]
+print("%.1f" % (sum(x["samples_per_s"] for x in r) / len(r)))' "$1"
+}
+
+# hidden FILE: the share of all-reduce time that overlapped the backward pass.
+hidden() {
+  /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+r = [x for x in r if x["event"] == "step" and x.get("comm_s")][1:]
+c = sum(x["comm_s"] for x in r); h = sum(x["comm_s"] * (x["comm_hidden"] or 0) for x in r)
+print("%.1f%% of %.3f s" % (100 * h / c if c else 0, c))' "$1"
+}
+
+# ratio A B: A / B to three decimals.
+ratio() { /usr/bin/python3 -c 'import sys; print("%.3f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$1" "$2"; }
+
+# peer ARGS...: samples/s of bench/pytorch_fashion.py with ARGS.
+peer() {
+  /usr/bin/python3 "$(dirname "$0")/pytorch_fashion.py" "$@" |
+    /usr/bin/python3 -c 'import json, sys; print("%.1f" % json.load(sys.stdin)["samples_per_s"])'
+}
