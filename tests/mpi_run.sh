@@ -5,6 +5,25 @@
 # launcher. Open MPI gets what a container and a small machine need: more
 # ranks than cores, root, no core binding, and no cross-memory-attach
 # single-copy (often forbidden in containers). PoCL gets one thread per rank.
+#
+# mpi_run.sh --each "1 2 4" PROGRAM [ARGS...]: the same for each number of
+# ranks in turn; fails if any fails, skips (77) if all skip.
+if [ "$1" = "--each" ]; then
+  counts=$2
+  shift 2
+  status=77
+  for np in $counts; do
+    echo "== $* on $np rank(s)"
+    sh "$0" "$np" "$@"
+    rc=$?
+    case $rc in
+      0) [ $status -eq 77 ] && status=0 ;;
+      77) ;;
+      *) echo "FAIL: $* on $np rank(s) exited $rc"; status=1 ;;
+    esac
+  done
+  exit $status
+fi
 np=$1
 shift
 MPIEXEC=${MPIEXEC:-mpiexec}

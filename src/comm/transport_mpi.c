@@ -134,8 +134,8 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   *out = NULL;
   MPI_Initialized(&flag);
   if (!flag)
-    return clt__error(CLT_EINVAL, "clt_comm_create: MPI is not initialised: call MPI_Init_thread (FUNNELED is "
-                                  "enough) first; cltrain never initialises MPI itself");
+    return clt__error(CLT_EINVAL, "clt_comm_create: MPI is not initialised: initialise it first (MPI_Init_thread "
+                                  "with MPI_THREAD_FUNNELED is enough); cltrain never initialises MPI itself");
   MPI_Finalized(&flag);
   if (flag) return clt__error(CLT_EINVAL, "clt_comm_create: MPI is already finalised");
   if (user_comm == MPI_COMM_NULL) return clt__error(CLT_EINVAL, "clt_comm_create: the communicator is MPI_COMM_NULL");
