@@ -10,7 +10,8 @@
  *   - replicas are bitwise identical after every step (check_every = 1:
  *     the trainer itself fails otherwise);
  *   - K accumulated micro-batches equal one batch of the same total;
- *   - a rank with a different model spec fails on every rank, naming it.
+ *   - a rank with a different model spec, or other data, fails on every
+ *     rank, naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -143,6 +144,38 @@ START_TEST(a_different_model_is_named_on_every_rank) {
 }
 END_TEST
 
+START_TEST(a_different_dataset_is_named_on_every_rank) {
+  if (nranks < 2) return;
+  clt_model *m;
+  clt_trainer *t;
+  clt_train_options o;
+  options(&o, 48);
+  ck_assert_int_eq(clt_model_parse(mlp, "dp.model", &m), 0);
+  ck_assert_int_eq(clt_trainer_create(m, mine, comm, &o, &t), 0);
+  /* Rank 1 reads only the first half of the samples. */
+  clt_dataset *half = data;
+  char path[80];
+  snprintf(path, sizeof path, "%s.half", data_path);
+  if (rank == 1) {
+    static float x[NSAMPLES / 2 * 784];
+    static int32_t y[NSAMPLES / 2];
+    int64_t idx[NSAMPLES / 2], dims[1] = {784};
+    for (int i = 0; i < NSAMPLES / 2; i++) idx[i] = i;
+    ck_assert_int_eq(clt_dataset_get_batch(data, idx, NSAMPLES / 2, x, y), 0);
+    ck_assert_int_eq(clt_dataset_write_raw(path, NSAMPLES / 2, 1, dims, 10, x, y), 0);
+    ck_assert_int_eq(clt_dataset_open_raw(path, &half), 0);
+  }
+  ck_assert_int_eq(clt_trainer_fit(t, half, NULL), CLT_EMISMATCH);
+  ck_assert_msg(strstr(clt_last_error(), "rank 1 trains on 256 samples"), "rank %d: %s", rank, clt_last_error());
+  if (rank == 1) {
+    clt_dataset_destroy(half);
+    unlink(path);
+  }
+  clt_trainer_destroy(t);
+  clt_model_destroy(m);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -183,6 +216,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, automatic_shares_match_one_device);
   tcase_add_test(tc, accumulation_matches_one_batch);
   tcase_add_test(tc, a_different_model_is_named_on_every_rank);
+  tcase_add_test(tc, a_different_dataset_is_named_on_every_rank);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   unlink(data_path);
