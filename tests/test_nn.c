@@ -197,6 +197,30 @@ START_TEST(activations_match_reference_and_finite_differences) {
 }
 END_TEST
 
+/* At x = 0 the derivatives of relu and leaky_relu are conventions, the
+ * ones PyTorch uses: relu'(0) = 0 (from y > 0), leaky_relu'(0) = alpha
+ * (from x > 0). Exact values, so exact comparisons. */
+START_TEST(activation_derivatives_at_zero_follow_pytorch) {
+  const float x[4] = {0.0f, -0.0f, 2.0f, -2.0f}, dy[4] = {1, 1, 1, 1};
+  const float relu[4] = {0, 0, 1, 0}, leaky[4] = {0.25f, 0.25f, 1, 0.25f};
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_context *ctx = tu_ctx[d];
+    clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(4)), ty = nu_f32(ctx, NULL, NU_SHAPE(4));
+    clt_tensor tdy = nu_f32(ctx, dy, NU_SHAPE(4)), tdx = nu_f32(ctx, NULL, NU_SHAPE(4));
+    float got[4];
+    ck_assert_int_eq(clt_nn_act_forward(ctx, CLT_NN_RELU, 0, &tx, &ty), 0);
+    ck_assert_int_eq(clt_nn_act_backward(ctx, CLT_NN_RELU, 0, NULL, &ty, &tdy, &tdx), 0);
+    nu_get(ctx, &tdx, got);
+    for (int i = 0; i < 4; i++) ck_assert_msg(got[i] == relu[i], "relu'(%g) = %g on %s", x[i], got[i], tu_name(ctx));
+    ck_assert_int_eq(clt_nn_act_backward(ctx, CLT_NN_LEAKY_RELU, 0.25f, &tx, NULL, &tdy, &tdx), 0);
+    nu_get(ctx, &tdx, got);
+    for (int i = 0; i < 4; i++)
+      ck_assert_msg(got[i] == leaky[i], "leaky_relu'(%g) = %g on %s", x[i], got[i], tu_name(ctx));
+    nu_free_all();
+  }
+}
+END_TEST
+
 /* ---- dropout --------------------------------------------------------------- */
 
 /* Random123's tests/kat_vectors, the three philox4x32 10 lines. */
@@ -275,6 +299,37 @@ START_TEST(dropout_masks_are_bitwise_the_reference_on_every_device) {
         }
         free(x), free(dy), free(want), free(want_dx), free(got), free(first);
       }
+}
+END_TEST
+
+/* The keep test is (word >> 8) >= round(p * 2^24): choosing p = k / 2^24
+ * with k the top 24 bits of an element's own word puts that element exactly
+ * on the threshold, where it must be kept (and a > instead of >= would
+ * drop it). */
+START_TEST(dropout_keeps_an_element_exactly_at_the_threshold) {
+  const uint64_t seed = 99, step = 5;
+  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (uint64_t e = 0; e < 8; e++) {
+    uint32_t ctr[4] = {(uint32_t)(e >> 2), 0, (uint32_t)step, 0}, key[2] = {(uint32_t)seed, 0}, r[4];
+    ref_philox4x32_10(ctr, key, r);
+    uint32_t k = r[e & 3] >> 8;
+    if (k == 0 || k >= (1u << 24) - 1) continue; /* p must stay in (0, 1) */
+    float p = (float)k / 16777216.0f;            /* exact: k has at most 24 bits */
+    ck_assert_uint_eq(ref_dropout_threshold(p), k);
+    ck_assert(ref_dropout_keep(seed, step, e, k));
+    float want[8], got[8];
+    ref_dropout_f32(p, seed, step, 0, 8, x, want);
+    ck_assert(want[e] != 0.0f);
+    for (int d = 0; d < tu_ndev; d++) {
+      clt_context *ctx = tu_ctx[d];
+      clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(8)), ty = nu_f32(ctx, NULL, NU_SHAPE(8));
+      ck_assert_int_eq(clt_nn_dropout_forward(ctx, p, seed, step, 0, &tx, &ty), 0);
+      nu_get(ctx, &ty, got);
+      ck_assert_msg(memcmp(got, want, sizeof got) == 0, "element %d at the threshold on %s: %g, want %g", (int)e,
+                    tu_name(ctx), got[e], want[e]);
+      nu_free_all();
+    }
+  }
 }
 END_TEST
 
@@ -604,9 +659,10 @@ int main(void) {
   if (rc) return rc;
   Suite *s = suite_create("nn");
   ADD_CASE(s, "linear", linear_matches_reference_and_finite_differences);
-  ADD_CASE(s, "activation", activations_match_reference_and_finite_differences);
+  ADD_CASE(s, "activation", activations_match_reference_and_finite_differences,
+           activation_derivatives_at_zero_follow_pytorch);
   ADD_CASE(s, "dropout", philox_reference_matches_known_answers, dropout_masks_are_bitwise_the_reference_on_every_device,
-           dropout_split_by_index_base_equals_whole);
+           dropout_keeps_an_element_exactly_at_the_threshold, dropout_split_by_index_base_equals_whole);
   ADD_CASE(s, "layernorm", layernorm_matches_reference_and_finite_differences);
   ADD_CASE(s, "softmax_xent", softmax_xent_matches_reference_and_finite_differences,
            softmax_xent_is_stable_for_extreme_logits);

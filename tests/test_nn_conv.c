@@ -1,7 +1,7 @@
 /*
  * test_nn_conv.c: the window layer kernels of src/nn/ on every device
- * (PoCL and rusticl): conv2d (im2col + GEMM, with whole-batch and chunked
- * workspaces), max pooling, average pooling and global average pooling.
+ * (PoCL and rusticl): conv2d (im2col + GEMM with whole-batch and chunked
+ * workspaces, and the direct forward), max pooling, average pooling and global average pooling.
  * As in test_nn.c: forward against the plain-C reference (double),
  * backward against the reference backward AND central finite differences
  * of f = sum(y * dy) through the reference forward; accumulating gradients
@@ -86,7 +86,7 @@ static void conv_run(clt_context *ctx, const conv_case *c) {
   clt_tensor tdx = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->Cin, c->H, c->W));
   clt_tensor tdw = nu_f32(ctx, dw0, NU_SHAPE(c->Cout, c->Cin, c->KH, c->KW)), tdb = nu_f32(ctx, db0, NU_SHAPE(c->Cout));
   clt_tensor tws = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(ws_bytes / 4)));
-  clt_nn_conv2d_cfg cfg = {c->sh, c->sw, c->ph, c->pw};
+  clt_nn_conv2d_cfg cfg = {c->sh, c->sw, c->ph, c->pw, CLT_NN_CONV_AUTO};
   const clt_tensor *bias = c->bias ? &tb : NULL, *dbias = c->bias ? &tdb : NULL;
 
   ck_assert_msg(clt_nn_conv2d_forward(ctx, &cfg, &tx, &tw, bias, &ty, &tws) == 0, "%s", clt_last_error());
@@ -109,6 +109,15 @@ static void conv_run(clt_context *ctx, const conv_case *c) {
   double e, tol_y = SUM_TOL(c->Cin * c->KH * c->KW), tol_dx = SUM_TOL(c->Cout * c->KH * c->KW);
   double tol_dw = SUM_TOL(c->N * OH * OW);
   ck_assert_msg((e = nu_err(y, ry, ny)) <= tol_y, "%s: forward error %g" NU_AT, what, e, NU_AT_ARGS);
+  for (int algo = CLT_NN_CONV_IM2COL; algo <= CLT_NN_CONV_DIRECT; algo++) { /* both forwards, whatever auto chose */
+    clt_nn_conv2d_cfg forced = cfg;
+    forced.algo = (clt_nn_conv2d_algo)algo;
+    ck_assert_int_eq(clt_fill(ctx, &ty, NAN), 0);
+    ck_assert_msg(clt_nn_conv2d_forward(ctx, &forced, &tx, &tw, bias, &ty, &tws) == 0, "%s", clt_last_error());
+    nu_get(ctx, &ty, y);
+    ck_assert_msg((e = nu_err(y, ry, ny)) <= tol_y, "%s: forward (algo %d) error %g" NU_AT, what, algo, e,
+                  NU_AT_ARGS);
+  }
   ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= tol_dx, "%s: dx error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdw, want_dw, nw)) <= tol_dw, "%s: dw error %g" NU_AT, what, e, NU_AT_ARGS);
   if (c->bias) ck_assert_msg((e = nu_err(gdb, want_db, c->Cout)) <= tol_dw, "%s: db error %g" NU_AT, what, e, NU_AT_ARGS);
@@ -142,9 +151,9 @@ START_TEST(conv2d_matches_reference_and_finite_differences) {
 }
 END_TEST
 
-/* The same inputs give the same bits whatever the chunking: every chunk's
- * GEMM sums the same K terms per output, and outputs never mix chunks.
- * (dw is excluded: it is summed chunk by chunk, a different order.) */
+/* The im2col forward gives the same bits whatever the chunking: every
+ * chunk's GEMM sums the same K terms per output, and outputs never mix
+ * chunks. (dw is excluded: it is summed chunk by chunk, a different order.) */
 START_TEST(conv2d_forward_does_not_depend_on_chunking) {
   const conv_case *c = &conv_cases[3];
   for (int d = 0; d < tu_ndev; d++) {
@@ -157,7 +166,7 @@ START_TEST(conv2d_forward_does_not_depend_on_chunking) {
     size_t all = clt_nn_conv2d_workspace_bytes(c->N, c->Cin, c->Cout, 1, 1, OH, OW);
     size_t one = clt_nn_conv2d_workspace_bytes(1, c->Cin, c->Cout, 1, 1, OH, OW);
     clt_tensor wsa = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(all / 4))), ws1 = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(one / 4 + 3)));
-    clt_nn_conv2d_cfg cfg = {c->sh, c->sw, c->ph, c->pw};
+    clt_nn_conv2d_cfg cfg = {c->sh, c->sw, c->ph, c->pw, CLT_NN_CONV_IM2COL};
     ck_assert_int_eq(clt_nn_conv2d_forward(ctx, &cfg, &tx, &tw, NULL, &ty, &wsa), 0);
     nu_get(ctx, &ty, y1);
     ck_assert_int_eq(clt_nn_conv2d_forward(ctx, &cfg, &tx, &tw, NULL, &ty, &ws1), 0);
@@ -316,7 +325,7 @@ START_TEST(bad_shapes_are_named) {
   clt_tensor tiny = nu_f32(ctx, NULL, NU_SHAPE(10)), big = nu_f32(ctx, NULL, NU_SHAPE(1, 1, 9, 9));
   clt_tensor p4 = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 4, 4)), a4 = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(2, 3, 4, 4));
   clt_tensor p5 = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 5, 4)), g23 = nu_f32(ctx, NULL, NU_SHAPE(2, 3));
-  clt_nn_conv2d_cfg same = {1, 1, 1, 1};
+  clt_nn_conv2d_cfg same = {1, 1, 1, 1, CLT_NN_CONV_AUTO};
 
   EXPECT(clt_nn_conv2d_forward(ctx, &same, &x, &w, NULL, &y, &ws), CLT_ESHAPE, "conv2d forward",
          "x (2, 3, 8, 8) f32", "w (4, 2, 3, 3) f32", "x has 3 channels, w expects 2");
@@ -324,10 +333,11 @@ START_TEST(bad_shapes_are_named) {
          "y (2, 4, 6, 6) f32", "y must be (2, 4, 8, 8) for stride 1x1, padding 1x1");
   EXPECT(clt_nn_conv2d_forward(ctx, &same, &x, &w3, NULL, &y, &tiny), CLT_ESHAPE, "conv2d forward",
          "workspace (10) f32 holds 40 bytes, but one sample needs", "clt_nn_conv2d_workspace_bytes");
-  clt_nn_conv2d_cfg bad = {0, 1, 0, 0};
+  clt_nn_conv2d_cfg bad = {0, 1, 0, 0, CLT_NN_CONV_AUTO}, bad_algo = {1, 1, 1, 1, (clt_nn_conv2d_algo)7};
   EXPECT(clt_nn_conv2d_forward(ctx, &bad, &x, &w3, NULL, &y, &ws), CLT_EINVAL, "conv2d forward", "stride 0x1");
+  EXPECT(clt_nn_conv2d_forward(ctx, &bad_algo, &x, &w3, NULL, &y, &ws), CLT_EINVAL, "unknown algorithm 7");
   EXPECT(clt_nn_conv2d_forward(ctx, NULL, &x, &w3, NULL, &y, &ws), CLT_EINVAL, "conv2d forward");
-  clt_nn_conv2d_cfg valid = {1, 1, 0, 0};
+  clt_nn_conv2d_cfg valid = {1, 1, 0, 0, CLT_NN_CONV_AUTO};
   clt_tensor w9 = nu_f32(ctx, NULL, NU_SHAPE(1, 3, 9, 9));
   EXPECT(clt_nn_conv2d_forward(ctx, &valid, &x, &w9, NULL, &y, &ws), CLT_ESHAPE, "conv2d forward",
          "a 9x9 kernel does not fit a 8x8 input with padding 0x0");

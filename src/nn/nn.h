@@ -37,9 +37,17 @@ int clt_nn_linear_backward(clt_context *ctx, const clt_tensor *x, const clt_tens
 
 /* ---- conv2d: im2col + one GEMM per chunk of samples ---------------------- */
 
+/* How conv2d's forward is computed; the backward is always im2col + GEMM. */
+typedef enum clt_nn_conv2d_algo {
+  CLT_NN_CONV_AUTO = 0,   /* direct when Cin*KH*KW is small, else im2col */
+  CLT_NN_CONV_IM2COL = 1, /* im2col + one GEMM per chunk of samples */
+  CLT_NN_CONV_DIRECT = 2  /* one work-item per output (the workspace is checked but not used) */
+} clt_nn_conv2d_algo;
+
 typedef struct clt_nn_conv2d_cfg {
-  int stride_h, stride_w; /* >= 1 */
-  int pad_h, pad_w;       /* >= 0, zero padding on both sides */
+  int stride_h, stride_w;  /* >= 1 */
+  int pad_h, pad_w;        /* >= 0, zero padding on both sides */
+  clt_nn_conv2d_algo algo; /* forward only; 0 (auto) when left out of an initializer */
 } clt_nn_conv2d_cfg;
 
 /* Output size of a window op along one axis: (in + 2 pad - k) / stride + 1,
