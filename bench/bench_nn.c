@@ -34,12 +34,12 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-#define CHECK(expr)                                                                 \
-  do {                                                                              \
-    if ((rc = (expr)) < 0) {                                                        \
-      fprintf(stderr, "%s failed: %s\n", #expr, clt_last_error());                \
-      goto done;                                                                    \
-    }                                                                               \
+#define CHECK(expr)                                                                                                    \
+  do {                                                                                                                 \
+    if ((rc = (expr)) < 0) {                                                                                           \
+      fprintf(stderr, "%s failed: %s\n", #expr, clt_last_error());                                                     \
+      goto done;                                                                                                       \
+    }                                                                                                                  \
   } while (0)
 
 enum { OP_FORWARD, OP_BACKWARD, OP_FORWARD_1, OP_DIRECT };
@@ -132,9 +132,9 @@ static int bench_layer(clt_context *ctx, const layer *l, int iters) {
   double err_max = ref_max_rel_error(y_direct, y_im2col, ny);
 
   double fwd_flops = 2.0 * l->N * l->Cout * l->H * l->W * l->Cin * l->K * l->K;
-  printf("  %-22s im2col forward %8.2f ms %7.1f GFLOP/s | backward %8.2f ms %7.1f GFLOP/s | fwd+bwd %8.2f ms\n", l->name,
-         ms[OP_FORWARD], fwd_flops / ms[OP_FORWARD] / 1e6, ms[OP_BACKWARD], 2 * fwd_flops / ms[OP_BACKWARD] / 1e6,
-         ms[OP_FORWARD] + ms[OP_BACKWARD]);
+  printf("  %-22s im2col forward %8.2f ms %7.1f GFLOP/s | backward %8.2f ms %7.1f GFLOP/s | fwd+bwd %8.2f ms\n",
+         l->name, ms[OP_FORWARD], fwd_flops / ms[OP_FORWARD] / 1e6, ms[OP_BACKWARD],
+         2 * fwd_flops / ms[OP_BACKWARD] / 1e6, ms[OP_FORWARD] + ms[OP_BACKWARD]);
   printf("  %-22s forward, 1-sample workspace %8.2f ms (x%.2f) | direct forward %8.2f ms: direct/im2col = %.2f "
          "(max difference %.1e)\n",
          "", ms[OP_FORWARD_1], ms[OP_FORWARD_1] / ms[OP_FORWARD], ms[OP_DIRECT], ms[OP_DIRECT] / ms[OP_FORWARD],

@@ -20,7 +20,8 @@ clt_tensor nu_tensor(clt_context *ctx, clt_dtype dtype, const void *host, int nd
   float sentinel = NU_SENTINEL, nan = NAN;
   int32_t fill_i = -7;
   for (size_t i = 0; i < total; i++) memcpy(init + i, &sentinel, 4);
-  if (host) memcpy(init + NU_GUARD, host, n * 4);
+  if (host)
+    memcpy(init + NU_GUARD, host, n * 4);
   else
     for (size_t i = 0; i < n; i++) memcpy(init + NU_GUARD + i, dtype == CLT_I32 ? (void *)&fill_i : (void *)&nan, 4);
   cl_mem buf = tu_buffer(ctx, (const float *)init, total);

@@ -69,37 +69,45 @@ static void linear_case(clt_context *ctx, int N, int in, int out, int bias, int 
   clt_tensor tdw = nu_f32(ctx, dw0, NU_SHAPE(out, in)), tdb = nu_f32(ctx, db0, NU_SHAPE(out));
 
   ck_assert_msg(clt_nn_linear_forward(ctx, &tx, &tw, bias ? &tb : NULL, &ty) == 0, "%s", clt_last_error());
-  ck_assert_msg(clt_nn_linear_backward(ctx, &tx, &tw, &tdy, want_dx ? &tdx : NULL, &tdw, bias ? &tdb : NULL) == 0,
-                "%s", clt_last_error());
+  ck_assert_msg(clt_nn_linear_backward(ctx, &tx, &tw, &tdy, want_dx ? &tdx : NULL, &tdw, bias ? &tdb : NULL) == 0, "%s",
+                clt_last_error());
   float *y = malloc(ny * 4), *gdx = malloc(nx * 4), *gdw = malloc(nw * 4), *gdb = malloc(out * 4);
   nu_get(ctx, &ty, y);
   nu_get(ctx, &tdx, gdx);
   nu_get(ctx, &tdw, gdw);
   nu_get(ctx, &tdb, gdb);
 
-  lin_state s = {N, in, out, nu_to_double(x, nx), nu_to_double(w, nw), bias ? nu_to_double(b, out) : NULL,
-                 nu_to_double(dy, ny), malloc(ny * 8)};
+  lin_state s = {N,
+                 in,
+                 out,
+                 nu_to_double(x, nx),
+                 nu_to_double(w, nw),
+                 bias ? nu_to_double(b, out) : NULL,
+                 nu_to_double(dy, ny),
+                 malloc(ny * 8)};
   double *ry = malloc(ny * 8), *rdx = malloc(nx * 8), *rdw = malloc(nw * 8), *rdb = malloc(out * 8);
   ref_linear_forward(N, in, out, s.x, s.w, s.b, ry);
   ref_linear_backward(N, in, out, s.x, s.w, s.r, rdx, rdw, rdb);
   double *want_dw = plus(dw0, rdw, nw), *want_db = plus(db0, rdb, out);
   char what[160];
-  snprintf(what, sizeof what, "linear N=%d in=%d out=%d bias=%d dx=%d on %s", N, in, out, bias, want_dx,
-           tu_name(ctx));
+  snprintf(what, sizeof what, "linear N=%d in=%d out=%d bias=%d dx=%d on %s", N, in, out, bias, want_dx, tu_name(ctx));
 
   double e;
   ck_assert_msg((e = nu_err(y, ry, ny)) <= SUM_TOL(in), "%s: forward error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdw, want_dw, nw)) <= SUM_TOL(N), "%s: dw error %g" NU_AT, what, e, NU_AT_ARGS);
-  if (bias) ck_assert_msg((e = nu_err(gdb, want_db, out)) <= SUM_TOL(N), "%s: db error %g" NU_AT, what, e, NU_AT_ARGS);
+  if (bias)
+    ck_assert_msg((e = nu_err(gdb, want_db, out)) <= SUM_TOL(N), "%s: db error %g" NU_AT, what, e, NU_AT_ARGS);
   else
     for (int i = 0; i < out; i++) ck_assert_msg(gdb[i] == db0[i], "%s: db touched without a bias", what);
-  if (want_dx) ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= SUM_TOL(out), "%s: dx error %g" NU_AT, what, e, NU_AT_ARGS);
+  if (want_dx)
+    ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= SUM_TOL(out), "%s: dx error %g" NU_AT, what, e, NU_AT_ARGS);
   else
     for (size_t i = 0; i < nx; i++) ck_assert_msg(isnan(gdx[i]), "%s: dx written though NULL", what);
 
   /* finite differences of sum(y * dy) */
   float *g_w = added(gdw, dw0, nw), *g_b = added(gdb, db0, out);
-  ck_assert_msg((e = nu_fd_error(lin_f, &s, s.w, nw, g_w, FD_H, FD_POINTS)) <= SUM_TOL(N), "%s: dw vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(lin_f, &s, s.w, nw, g_w, FD_H, FD_POINTS)) <= SUM_TOL(N), "%s: dw vs fd %g" NU_AT,
+                what, e, NU_AT_ARGS);
   if (bias)
     ck_assert_msg((e = nu_fd_error(lin_f, &s, s.b, out, g_b, FD_H, FD_POINTS)) <= SUM_TOL(N), "%s: db vs fd %g" NU_AT,
                   what, e, NU_AT_ARGS);
@@ -157,8 +165,8 @@ static void act_case(clt_context *ctx, clt_nn_act act, size_t n) {
   clt_tensor tdy = nu_f32(ctx, dy, NU_SHAPE((int64_t)n)), tdx = nu_f32(ctx, NULL, NU_SHAPE((int64_t)n));
   ck_assert_msg(clt_nn_act_forward(ctx, act, alpha, &tx, &ty) == 0, "%s", clt_last_error());
   int need_x = clt_nn_act_backward_needs_input(act);
-  ck_assert_msg(clt_nn_act_backward(ctx, act, alpha, need_x ? &tx : NULL, need_x ? NULL : &ty, &tdy, &tdx) == 0,
-                "%s", clt_last_error());
+  ck_assert_msg(clt_nn_act_backward(ctx, act, alpha, need_x ? &tx : NULL, need_x ? NULL : &ty, &tdy, &tdx) == 0, "%s",
+                clt_last_error());
   float *y = malloc(n * 4), *gdx = malloc(n * 4);
   nu_get(ctx, &ty, y);
   nu_get(ctx, &tdx, gdx);
@@ -172,7 +180,8 @@ static void act_case(clt_context *ctx, clt_nn_act act, size_t n) {
   double e;
   ck_assert_msg((e = nu_err(y, ry, n)) <= ACT_TOL, "%s: forward error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdx, rdx, n)) <= ACT_TOL, "%s: backward error %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_fd_error(act_f, &s, s.x, n, gdx, FD_H, 200)) <= ACT_TOL, "%s: dx vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(act_f, &s, s.x, n, gdx, FD_H, 200)) <= ACT_TOL, "%s: dx vs fd %g" NU_AT, what, e,
+                NU_AT_ARGS);
 
   /* In place: y = act(x) over x, then dx = dy act' over dy. */
   if (!need_x) {
@@ -225,12 +234,11 @@ END_TEST
 
 /* Random123's tests/kat_vectors, the three philox4x32 10 lines. */
 START_TEST(philox_reference_matches_known_answers) {
-  static const uint32_t kat[3][10] = {
-      {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
-      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e, 0xa20bc7c6,
-       0x6d5451fd},
-      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb, 0x5001e420,
-       0x24126ea1}};
+  static const uint32_t kat[3][10] = {{0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+                                      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff,
+                                       0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+                                      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0,
+                                       0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}};
   for (int i = 0; i < 3; i++) {
     uint32_t out[4];
     ref_philox4x32_10(kat[i], kat[i] + 4, out);
@@ -275,10 +283,14 @@ START_TEST(dropout_masks_are_bitwise_the_reference_on_every_device) {
           ck_assert_msg(clt_nn_dropout_forward(ctx, p, seed, step, base, &tx, &ty) == 0, "%s", clt_last_error());
           ck_assert_msg(clt_nn_dropout_backward(ctx, p, seed, step, base, &tdy, &tdx) == 0, "%s", clt_last_error());
           nu_get(ctx, &ty, got);
-          ck_assert_msg(memcmp(got, want, n * 4) == 0, "dropout forward n=%zu p=%g base=%llu on %s differs from the "
-                        "reference", n, (double)p, (unsigned long long)base, tu_name(ctx));
-          if (d == 0) memcpy(first, got, n * 4);
-          else ck_assert_msg(memcmp(got, first, n * 4) == 0, "dropout differs between devices");
+          ck_assert_msg(memcmp(got, want, n * 4) == 0,
+                        "dropout forward n=%zu p=%g base=%llu on %s differs from the "
+                        "reference",
+                        n, (double)p, (unsigned long long)base, tu_name(ctx));
+          if (d == 0)
+            memcpy(first, got, n * 4);
+          else
+            ck_assert_msg(memcmp(got, first, n * 4) == 0, "dropout differs between devices");
           nu_get(ctx, &tdx, got);
           ck_assert_msg(memcmp(got, want_dx, n * 4) == 0, "dropout backward n=%zu p=%g on %s: not the forward's mask",
                         n, (double)p, tu_name(ctx));
@@ -408,8 +420,8 @@ static void layernorm_case(clt_context *ctx, int ndim, const int64_t *shape, flo
   nu_get(ctx, &ty, y), nu_get(ctx, &tmean, mean), nu_get(ctx, &trstd, rstd);
   nu_get(ctx, &tdx, gdx), nu_get(ctx, &tdg, gdg), nu_get(ctx, &tdb, gdb);
 
-  ln_state s = {M, D, eps, nu_to_double(x, n), nu_to_double(g, D), nu_to_double(b, D), nu_to_double(dy, n),
-                malloc(n * 8)};
+  ln_state s = {
+      M, D, eps, nu_to_double(x, n), nu_to_double(g, D), nu_to_double(b, D), nu_to_double(dy, n), malloc(n * 8)};
   double *ry = malloc(n * 8), *rmean = malloc(M * 8), *rrstd = malloc(M * 8), *rdx = malloc(n * 8);
   double *rdg = malloc(D * 8), *rdb = malloc(D * 8);
   ref_layernorm_forward(M, D, eps, s.x, s.g, s.b, ry, rmean, rrstd);
@@ -427,9 +439,12 @@ static void layernorm_case(clt_context *ctx, int ndim, const int64_t *shape, flo
   ck_assert_msg((e = nu_err(gdg, want_dg, D)) <= tol, "%s: dgamma error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdb, want_db, D)) <= tol, "%s: dbeta error %g" NU_AT, what, e, NU_AT_ARGS);
   float *g_g = added(gdg, dg0, D), *g_b = added(gdb, db0, D);
-  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.x, n, gdx, FD_H, FD_POINTS)) <= tol, "%s: dx vs fd %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.g, D, g_g, FD_H, FD_POINTS)) <= tol, "%s: dgamma vs fd %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.b, D, g_b, FD_H, FD_POINTS)) <= tol, "%s: dbeta vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.x, n, gdx, FD_H, FD_POINTS)) <= tol, "%s: dx vs fd %g" NU_AT, what, e,
+                NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.g, D, g_g, FD_H, FD_POINTS)) <= tol, "%s: dgamma vs fd %g" NU_AT, what, e,
+                NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.b, D, g_b, FD_H, FD_POINTS)) <= tol, "%s: dbeta vs fd %g" NU_AT, what, e,
+                NU_AT_ARGS);
   nu_check_guards(ctx, what);
   nu_free_all();
   free(x), free(g), free(b), free(dy), free(dg0), free(db0), free(y), free(mean), free(rstd), free(gdx), free(gdg);
@@ -475,8 +490,7 @@ static void xent_case(clt_context *ctx, int N, int C, const float *z, const int3
   clt_tensor tz = nu_f32(ctx, z, NU_SHAPE(N, C)), tl = nu_tensor(ctx, CLT_I32, labels, NU_SHAPE(N));
   clt_tensor tdz = inplace ? tz : nu_f32(ctx, NULL, NU_SHAPE(N, C)), tls = nu_f32(ctx, NULL, NU_SHAPE(N));
   clt_tensor tloss = nu_f32(ctx, NULL, NU_SHAPE(1)), tcorrect = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(1));
-  ck_assert_msg(clt_nn_softmax_xent(ctx, &tz, &tl, scale, &tdz, &tls, &tloss, &tcorrect) == 0, "%s",
-                clt_last_error());
+  ck_assert_msg(clt_nn_softmax_xent(ctx, &tz, &tl, scale, &tdz, &tls, &tloss, &tcorrect) == 0, "%s", clt_last_error());
   float *dz = malloc(n * 4), *losses = malloc(N * 4), loss, loss2;
   int32_t correct;
   nu_get(ctx, &tdz, dz), nu_get(ctx, &tls, losses), nu_get(ctx, &tloss, &loss), nu_get(ctx, &tcorrect, &correct);
@@ -503,7 +517,8 @@ static void xent_case(clt_context *ctx, int N, int C, const float *z, const int3
     ck_assert_msg((e = nu_err(&loss, &rloss, 1)) <= tol + 1e-6 * N, "%s: loss %g vs %g", what, loss, rloss);
     ck_assert_msg((e = nu_err(dz, rdz, n)) <= tol, "%s: dlogits error %g" NU_AT, what, e, NU_AT_ARGS);
     if (fd && scale == 1.0f)
-      ck_assert_msg((e = nu_fd_error(xent_f, &s, s.z, n, dz, FD_H, 100)) <= tol, "%s: dlogits vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+      ck_assert_msg((e = nu_fd_error(xent_f, &s, s.z, n, dz, FD_H, 100)) <= tol, "%s: dlogits vs fd %g" NU_AT, what, e,
+                    NU_AT_ARGS);
   }
   /* the same logits give the same loss bits (fixed summation order) */
   if (!inplace) {
@@ -544,11 +559,11 @@ END_TEST
  * the row maximum is subtracted before exponentiating. */
 START_TEST(softmax_xent_is_stable_for_extreme_logits) {
   enum { N = 5, C = 4 };
-  const float z[N * C] = {1e30f, -1e30f, 0.0f, 5.0f,       /* label 1: loss 2e30 */
-                          -1e30f, -1e30f, -1e30f, -1e30f,  /* all equal: loss log 4, argmax 0 */
-                          88.0f, -88.0f, 100.0f, 1e4f,     /* exp(1e4) overflows float */
-                          -1e4f, -2e4f, -3e4f, -1e4f,      /* all underflow without the shift */
-                          3e38f, 3e38f, -1e20f, 0.0f};     /* near FLT_MAX */
+  const float z[N * C] = {1e30f,  -1e30f, 0.0f,   5.0f,   /* label 1: loss 2e30 */
+                          -1e30f, -1e30f, -1e30f, -1e30f, /* all equal: loss log 4, argmax 0 */
+                          88.0f,  -88.0f, 100.0f, 1e4f,   /* exp(1e4) overflows float */
+                          -1e4f,  -2e4f,  -3e4f,  -1e4f,  /* all underflow without the shift */
+                          3e38f,  3e38f,  -1e20f, 0.0f};  /* near FLT_MAX */
   const int32_t labels[N] = {1, 0, 3, 2, 0};
   for (int d = 0; d < tu_ndev; d++) {
     clt_context *ctx = tu_ctx[d];
@@ -609,18 +624,17 @@ START_TEST(bad_shapes_are_named) {
   clt_tensor i4 = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(4)), f4 = nu_f32(ctx, NULL, NU_SHAPE(4));
   clt_tensor one = nu_f32(ctx, NULL, NU_SHAPE(1)), i3 = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(3));
 
-  EXPECT(clt_nn_linear_forward(ctx, &x, &w, NULL, &y), CLT_ESHAPE, "linear forward", "x (4, 7) f32",
-         "w (3, 8) f32", "x has 7 features, w expects 8");
+  EXPECT(clt_nn_linear_forward(ctx, &x, &w, NULL, &y), CLT_ESHAPE, "linear forward", "x (4, 7) f32", "w (3, 8) f32",
+         "x has 7 features, w expects 8");
   EXPECT(clt_nn_linear_forward(ctx, &x, &w7, &b2, &y), CLT_ESHAPE, "linear forward", "b (2) f32");
   EXPECT(clt_nn_linear_forward(ctx, &x, &w7, NULL, &y5), CLT_ESHAPE, "y (5, 3) f32", "must be (4, 3)");
-  EXPECT(clt_nn_linear_forward(ctx, &v10, &w7, NULL, &y), CLT_ESHAPE, "x must be a 2-D f32 tensor (N, in)",
-         "(10) f32");
+  EXPECT(clt_nn_linear_forward(ctx, &v10, &w7, NULL, &y), CLT_ESHAPE, "x must be a 2-D f32 tensor (N, in)", "(10) f32");
   EXPECT(clt_nn_linear_backward(ctx, &x, &w7, &y, &y, &w7, NULL), CLT_ESHAPE, "linear backward", "dx (4, 3) f32",
          "x (4, 7) f32");
   EXPECT(clt_nn_linear_backward(ctx, &x, &w7, &y, NULL, NULL, NULL), CLT_EINVAL, "linear backward", "dw");
 
-  EXPECT(clt_nn_act_forward(ctx, CLT_NN_TANH, 0, &v10, &v11), CLT_ESHAPE, "tanh forward", "x (10) f32",
-         "y (11) f32", "differ in size");
+  EXPECT(clt_nn_act_forward(ctx, CLT_NN_TANH, 0, &v10, &v11), CLT_ESHAPE, "tanh forward", "x (10) f32", "y (11) f32",
+         "differ in size");
   EXPECT(clt_nn_act_backward(ctx, CLT_NN_GELU, 0, NULL, &v10, &v10, &v10), CLT_EINVAL, "gelu backward",
          "x (the forward's input)");
   EXPECT(clt_nn_act_forward(ctx, (clt_nn_act)9, 0, &v10, &v10), CLT_EINVAL, "unknown activation 9");
@@ -637,11 +651,10 @@ START_TEST(bad_shapes_are_named) {
 
   EXPECT(clt_nn_softmax_xent(ctx, &y, &f4, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
          "labels must be a 1-D i32 tensor (N), got (4) f32");
-  EXPECT(clt_nn_softmax_xent(ctx, &y, &i3, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
-         "logits (4, 3) f32", "labels (3) i32", "one element per row of logits, 4");
+  EXPECT(clt_nn_softmax_xent(ctx, &y, &i3, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent", "logits (4, 3) f32",
+         "labels (3) i32", "one element per row of logits, 4");
   EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, &x, &f4, &one, NULL), CLT_ESHAPE, "dlogits (4, 7) f32");
-  EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, NULL, &f4, &v10, NULL), CLT_ESHAPE, "loss (10) f32",
-         "hold one element");
+  EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, NULL, &f4, &v10, NULL), CLT_ESHAPE, "loss (10) f32", "hold one element");
   nu_free_all();
 }
 END_TEST
@@ -661,8 +674,9 @@ int main(void) {
   ADD_CASE(s, "linear", linear_matches_reference_and_finite_differences);
   ADD_CASE(s, "activation", activations_match_reference_and_finite_differences,
            activation_derivatives_at_zero_follow_pytorch);
-  ADD_CASE(s, "dropout", philox_reference_matches_known_answers, dropout_masks_are_bitwise_the_reference_on_every_device,
-           dropout_keeps_an_element_exactly_at_the_threshold, dropout_split_by_index_base_equals_whole);
+  ADD_CASE(s, "dropout", philox_reference_matches_known_answers,
+           dropout_masks_are_bitwise_the_reference_on_every_device, dropout_keeps_an_element_exactly_at_the_threshold,
+           dropout_split_by_index_base_equals_whole);
   ADD_CASE(s, "layernorm", layernorm_matches_reference_and_finite_differences);
   ADD_CASE(s, "softmax_xent", softmax_xent_matches_reference_and_finite_differences,
            softmax_xent_is_stable_for_extreme_logits);

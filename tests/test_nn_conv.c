@@ -82,7 +82,8 @@ static void conv_run(clt_context *ctx, const conv_case *c) {
   size_t ws_bytes = clt_nn_conv2d_workspace_bytes(c->ws_samples, c->Cin, c->Cout, c->KH, c->KW, OH, OW);
   clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(c->N, c->Cin, c->H, c->W));
   clt_tensor tw = nu_f32(ctx, w, NU_SHAPE(c->Cout, c->Cin, c->KH, c->KW)), tb = nu_f32(ctx, b, NU_SHAPE(c->Cout));
-  clt_tensor ty = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->Cout, OH, OW)), tdy = nu_f32(ctx, dy, NU_SHAPE(c->N, c->Cout, OH, OW));
+  clt_tensor ty = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->Cout, OH, OW)),
+             tdy = nu_f32(ctx, dy, NU_SHAPE(c->N, c->Cout, OH, OW));
   clt_tensor tdx = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->Cin, c->H, c->W));
   clt_tensor tdw = nu_f32(ctx, dw0, NU_SHAPE(c->Cout, c->Cin, c->KH, c->KW)), tdb = nu_f32(ctx, db0, NU_SHAPE(c->Cout));
   clt_tensor tws = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(ws_bytes / 4)));
@@ -95,16 +96,19 @@ static void conv_run(clt_context *ctx, const conv_case *c) {
   float *y = malloc(ny * 4), *gdx = malloc(nx * 4), *gdw = malloc(nw * 4), *gdb = malloc(c->Cout * 4);
   nu_get(ctx, &ty, y), nu_get(ctx, &tdx, gdx), nu_get(ctx, &tdw, gdw), nu_get(ctx, &tdb, gdb);
 
-  conv_state s = {g, nu_to_double(x, nx), nu_to_double(w, nw), c->bias ? nu_to_double(b, c->Cout) : NULL,
-                  nu_to_double(dy, ny), malloc(ny * 8)};
+  conv_state s = {g,
+                  nu_to_double(x, nx),
+                  nu_to_double(w, nw),
+                  c->bias ? nu_to_double(b, c->Cout) : NULL,
+                  nu_to_double(dy, ny),
+                  malloc(ny * 8)};
   double *ry = malloc(ny * 8), *rdx = malloc(nx * 8), *rdw = malloc(nw * 8), *rdb = malloc(c->Cout * 8);
   ref_conv2d_forward(&g, s.x, s.w, s.b, ry);
   ref_conv2d_backward(&g, s.x, s.w, s.r, rdx, rdw, rdb);
   double *want_dw = plus(dw0, rdw, nw), *want_db = plus(db0, rdb, c->Cout);
   char what[200];
   snprintf(what, sizeof what, "conv2d N=%d Cin=%d %dx%d Cout=%d k=%dx%d s=%dx%d p=%dx%d bias=%d ws=%d on %s", c->N,
-           c->Cin, c->H, c->W, c->Cout, c->KH, c->KW, c->sh, c->sw, c->ph, c->pw, c->bias, c->ws_samples,
-           tu_name(ctx));
+           c->Cin, c->H, c->W, c->Cout, c->KH, c->KW, c->sh, c->sw, c->ph, c->pw, c->bias, c->ws_samples, tu_name(ctx));
   /* terms summed: forward Cin*KH*KW, dx Cout*KH*KW, dw and db N*OH*OW */
   double e, tol_y = SUM_TOL(c->Cin * c->KH * c->KW), tol_dx = SUM_TOL(c->Cout * c->KH * c->KW);
   double tol_dw = SUM_TOL(c->N * OH * OW);
@@ -115,15 +119,17 @@ static void conv_run(clt_context *ctx, const conv_case *c) {
     ck_assert_int_eq(clt_fill(ctx, &ty, NAN), 0);
     ck_assert_msg(clt_nn_conv2d_forward(ctx, &forced, &tx, &tw, bias, &ty, &tws) == 0, "%s", clt_last_error());
     nu_get(ctx, &ty, y);
-    ck_assert_msg((e = nu_err(y, ry, ny)) <= tol_y, "%s: forward (algo %d) error %g" NU_AT, what, algo, e,
-                  NU_AT_ARGS);
+    ck_assert_msg((e = nu_err(y, ry, ny)) <= tol_y, "%s: forward (algo %d) error %g" NU_AT, what, algo, e, NU_AT_ARGS);
   }
   ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= tol_dx, "%s: dx error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdw, want_dw, nw)) <= tol_dw, "%s: dw error %g" NU_AT, what, e, NU_AT_ARGS);
-  if (c->bias) ck_assert_msg((e = nu_err(gdb, want_db, c->Cout)) <= tol_dw, "%s: db error %g" NU_AT, what, e, NU_AT_ARGS);
+  if (c->bias)
+    ck_assert_msg((e = nu_err(gdb, want_db, c->Cout)) <= tol_dw, "%s: db error %g" NU_AT, what, e, NU_AT_ARGS);
   float *g_w = added(gdw, dw0, nw), *g_b = added(gdb, db0, c->Cout);
-  ck_assert_msg((e = nu_fd_error(conv_f, &s, s.x, nx, gdx, FD_H, FD_POINTS)) <= tol_dx, "%s: dx vs fd %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_fd_error(conv_f, &s, s.w, nw, g_w, FD_H, FD_POINTS)) <= tol_dw, "%s: dw vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(conv_f, &s, s.x, nx, gdx, FD_H, FD_POINTS)) <= tol_dx, "%s: dx vs fd %g" NU_AT, what,
+                e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(conv_f, &s, s.w, nw, g_w, FD_H, FD_POINTS)) <= tol_dw, "%s: dw vs fd %g" NU_AT, what,
+                e, NU_AT_ARGS);
   if (c->bias)
     ck_assert_msg((e = nu_fd_error(conv_f, &s, s.b, c->Cout, g_b, FD_H, FD_POINTS)) <= tol_dw, "%s: db vs fd %g" NU_AT,
                   what, e, NU_AT_ARGS);
@@ -161,11 +167,13 @@ START_TEST(conv2d_forward_does_not_depend_on_chunking) {
     int OH = (int)clt_nn_out_size(c->H, c->KH, c->sh, c->ph), OW = (int)clt_nn_out_size(c->W, c->KW, c->sw, c->pw);
     size_t nx = (size_t)c->N * c->Cin * c->H * c->W, ny = (size_t)c->N * c->Cout * OH * OW;
     float *x = nu_random(nx, 1), *w = nu_random(c->Cout * c->Cin, 2), *y1 = malloc(ny * 4), *y2 = malloc(ny * 4);
-    clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(c->N, c->Cin, c->H, c->W)), tw = nu_f32(ctx, w, NU_SHAPE(c->Cout, c->Cin, 1, 1));
+    clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(c->N, c->Cin, c->H, c->W)),
+               tw = nu_f32(ctx, w, NU_SHAPE(c->Cout, c->Cin, 1, 1));
     clt_tensor ty = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->Cout, OH, OW));
     size_t all = clt_nn_conv2d_workspace_bytes(c->N, c->Cin, c->Cout, 1, 1, OH, OW);
     size_t one = clt_nn_conv2d_workspace_bytes(1, c->Cin, c->Cout, 1, 1, OH, OW);
-    clt_tensor wsa = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(all / 4))), ws1 = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(one / 4 + 3)));
+    clt_tensor wsa = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(all / 4))),
+               ws1 = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(one / 4 + 3)));
     clt_nn_conv2d_cfg cfg = {c->sh, c->sw, c->ph, c->pw, CLT_NN_CONV_IM2COL};
     ck_assert_int_eq(clt_nn_conv2d_forward(ctx, &cfg, &tx, &tw, NULL, &ty, &wsa), 0);
     nu_get(ctx, &ty, y1);
@@ -201,8 +209,10 @@ typedef struct pool_state {
 
 static double pool_f(void *p) {
   pool_state *s = p;
-  if (s->max) ref_maxpool_forward(&s->g, s->x, s->y, s->argmax);
-  else ref_avgpool_forward(&s->g, s->x, s->y);
+  if (s->max)
+    ref_maxpool_forward(&s->g, s->x, s->y, s->argmax);
+  else
+    ref_avgpool_forward(&s->g, s->x, s->y);
   return nu_dot(s->y, s->r, (size_t)s->g.N * s->g.C * s->g.OH * s->g.OW);
 }
 
@@ -212,9 +222,11 @@ static void pool_run(clt_context *ctx, const pool_case *c, int max) {
   ck_assert(ref_window_init(&g));
   size_t nx = (size_t)c->N * c->C * c->H * c->W, ny = (size_t)c->N * c->C * g.OH * g.OW;
   float *x = max ? nu_distinct(nx, (unsigned)nx) : nu_random(nx, (unsigned)nx), *dy = nu_random(ny, 9);
-  clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(c->N, c->C, c->H, c->W)), ty = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->C, g.OH, g.OW));
+  clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(c->N, c->C, c->H, c->W)),
+             ty = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->C, g.OH, g.OW));
   clt_tensor targ = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(c->N, c->C, g.OH, g.OW));
-  clt_tensor tdy = nu_f32(ctx, dy, NU_SHAPE(c->N, c->C, g.OH, g.OW)), tdx = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->C, c->H, c->W));
+  clt_tensor tdy = nu_f32(ctx, dy, NU_SHAPE(c->N, c->C, g.OH, g.OW)),
+             tdx = nu_f32(ctx, NULL, NU_SHAPE(c->N, c->C, c->H, c->W));
   clt_nn_pool2d_cfg cfg = {c->KH, c->KW, c->sh, c->sw, c->ph, c->pw};
   if (max) {
     ck_assert_msg(clt_nn_maxpool2d_forward(ctx, &cfg, &tx, &ty, &targ) == 0, "%s", clt_last_error());
@@ -229,8 +241,8 @@ static void pool_run(clt_context *ctx, const pool_case *c, int max) {
   pool_state s = {g, max, nu_to_double(x, nx), nu_to_double(dy, ny), malloc(ny * 8), malloc(ny * 4)};
   double *ry = malloc(ny * 8), *rdx = malloc(nx * 8);
   char what[200];
-  snprintf(what, sizeof what, "%s N=%d C=%d %dx%d k=%dx%d s=%dx%d p=%dx%d on %s", max ? "maxpool2d" : "avgpool2d",
-           c->N, c->C, c->H, c->W, c->KH, c->KW, c->sh, c->sw, c->ph, c->pw, tu_name(ctx));
+  snprintf(what, sizeof what, "%s N=%d C=%d %dx%d k=%dx%d s=%dx%d p=%dx%d on %s", max ? "maxpool2d" : "avgpool2d", c->N,
+           c->C, c->H, c->W, c->KH, c->KW, c->sh, c->sw, c->ph, c->pw, tu_name(ctx));
   double e, tol = max ? 0.0 : SUM_TOL(c->KH * c->KW);
   if (max) {
     nu_get(ctx, &targ, arg);
@@ -298,9 +310,11 @@ START_TEST(global_avgpool_matches_reference_and_finite_differences) {
       ref_global_avgpool_forward(N * C, H * W, xd, ry);
       ref_global_avgpool_backward(N * C, H * W, dyd, rdx);
       double e;
-      ck_assert_msg((e = nu_err(y, ry, ny)) <= SUM_TOL(H * W), "global_avgpool forward on %s: %g" NU_AT, tu_name(ctx), e, NU_AT_ARGS);
+      ck_assert_msg((e = nu_err(y, ry, ny)) <= SUM_TOL(H * W), "global_avgpool forward on %s: %g" NU_AT, tu_name(ctx),
+                    e, NU_AT_ARGS);
       /* dx = dy / HW: linear, so the reference backward is the finite difference up to rounding */
-      ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= 1e-6, "global_avgpool backward on %s: %g" NU_AT, tu_name(ctx), e, NU_AT_ARGS);
+      ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= 1e-6, "global_avgpool backward on %s: %g" NU_AT, tu_name(ctx), e,
+                    NU_AT_ARGS);
       nu_check_guards(ctx, "global_avgpool");
       nu_free_all();
       free(x), free(dy), free(y), free(gdx), free(xd), free(dyd), free(ry), free(rdx);
@@ -327,10 +341,10 @@ START_TEST(bad_shapes_are_named) {
   clt_tensor p5 = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 5, 4)), g23 = nu_f32(ctx, NULL, NU_SHAPE(2, 3));
   clt_nn_conv2d_cfg same = {1, 1, 1, 1, CLT_NN_CONV_AUTO};
 
-  EXPECT(clt_nn_conv2d_forward(ctx, &same, &x, &w, NULL, &y, &ws), CLT_ESHAPE, "conv2d forward",
-         "x (2, 3, 8, 8) f32", "w (4, 2, 3, 3) f32", "x has 3 channels, w expects 2");
-  EXPECT(clt_nn_conv2d_forward(ctx, &same, &x, &w3, NULL, &y6, &ws), CLT_ESHAPE, "conv2d forward",
-         "y (2, 4, 6, 6) f32", "y must be (2, 4, 8, 8) for stride 1x1, padding 1x1");
+  EXPECT(clt_nn_conv2d_forward(ctx, &same, &x, &w, NULL, &y, &ws), CLT_ESHAPE, "conv2d forward", "x (2, 3, 8, 8) f32",
+         "w (4, 2, 3, 3) f32", "x has 3 channels, w expects 2");
+  EXPECT(clt_nn_conv2d_forward(ctx, &same, &x, &w3, NULL, &y6, &ws), CLT_ESHAPE, "conv2d forward", "y (2, 4, 6, 6) f32",
+         "y must be (2, 4, 8, 8) for stride 1x1, padding 1x1");
   EXPECT(clt_nn_conv2d_forward(ctx, &same, &x, &w3, NULL, &y, &tiny), CLT_ESHAPE, "conv2d forward",
          "workspace (10) f32 holds 40 bytes, but one sample needs", "clt_nn_conv2d_workspace_bytes");
   clt_nn_conv2d_cfg bad = {0, 1, 0, 0, CLT_NN_CONV_AUTO}, bad_algo = {1, 1, 1, 1, (clt_nn_conv2d_algo)7};
@@ -351,8 +365,8 @@ START_TEST(bad_shapes_are_named) {
          "y must be (2, 3, 4, 4) for a 2x2 window, stride 2x2, padding 0x0");
   EXPECT(clt_nn_maxpool2d_forward(ctx, &two, &x, &p4, &p4), CLT_ESHAPE, "maxpool2d forward",
          "argmax must be a 4-D i32 tensor");
-  EXPECT(clt_nn_maxpool2d_backward(ctx, &two, &a4, &p4, &p4), CLT_ESHAPE, "maxpool2d backward",
-         "dx (2, 3, 4, 4) f32", "must be (2, 3, 2, 2)");
+  EXPECT(clt_nn_maxpool2d_backward(ctx, &two, &a4, &p4, &p4), CLT_ESHAPE, "maxpool2d backward", "dx (2, 3, 4, 4) f32",
+         "must be (2, 3, 2, 2)");
   clt_nn_pool2d_cfg padded = {2, 2, 2, 2, 2, 0};
   EXPECT(clt_nn_avgpool2d_forward(ctx, &padded, &x, &p4), CLT_EINVAL, "avgpool2d forward", "padding 2x0",
          "half the kernel");

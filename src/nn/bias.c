@@ -25,8 +25,7 @@ fail:
 }
 
 /* db[c] += sum over n, p of dy[n, c, p], dy seen as (N, C, P). */
-int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C,
-                      int64_t P) {
+int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C, int64_t P) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong dyoff = clt__nn_off(dy), dboff = clt__nn_off(db);

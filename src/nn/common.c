@@ -20,14 +20,14 @@ int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dty
   if (!t) return clt__error(CLT_EINVAL, "%s: tensor %s is missing (NULL)", op, name);
   if (t->dtype != dtype || (ndim && t->ndim != ndim)) {
     if (ndim)
-      return clt__error(CLT_ESHAPE, "%s: %s must be a %d-D %s tensor %s, got %s", op, name, ndim,
-                        clt_dtype_name(dtype), layout, clt_tensor_shape_str(t, s, sizeof s));
+      return clt__error(CLT_ESHAPE, "%s: %s must be a %d-D %s tensor %s, got %s", op, name, ndim, clt_dtype_name(dtype),
+                        layout, clt_tensor_shape_str(t, s, sizeof s));
     return clt__error(CLT_ESHAPE, "%s: %s must be a %s tensor %s, got %s", op, name, clt_dtype_name(dtype), layout,
                       clt_tensor_shape_str(t, s, sizeof s));
   }
   if (clt_tensor_numel(t) > NN_MAX_ELEMS)
-    return clt__error(CLT_ESHAPE, "%s: %s %s has more than 2^31 - 1 elements, which the kernels cannot index", op,
-                      name, clt_tensor_shape_str(t, s, sizeof s));
+    return clt__error(CLT_ESHAPE, "%s: %s %s has more than 2^31 - 1 elements, which the kernels cannot index", op, name,
+                      clt_tensor_shape_str(t, s, sizeof s));
   return CLT_OK;
 }
 

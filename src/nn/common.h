@@ -29,8 +29,7 @@ clt_matrix clt__nn_mat(const clt_tensor *t, int64_t ld);
 /* t must exist (else CLT_EINVAL), be of dtype and have ndim dimensions
  * (ndim 0: any), and hold at most NN_MAX_ELEMS elements (else CLT_ESHAPE).
  * `layout` describes the expected shape in the message, e.g. "(N, C, H, W)". */
-int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dtype dtype, int ndim,
-                  const char *layout);
+int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dtype dtype, int ndim, const char *layout);
 
 /* t must exist and have the dtype and shape of like (else CLT_EINVAL or
  * CLT_ESHAPE naming both). */
@@ -55,7 +54,6 @@ size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most);
 int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b, int64_t C, int64_t P);
 /* db[c] += the sum over n, p of dy[n, c, p], dy seen as (N, C, P), in a
  * fixed order. */
-int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C,
-                      int64_t P);
+int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C, int64_t P);
 
 #endif

@@ -33,12 +33,12 @@
 #endif
 
 typedef struct geom {
-  int64_t N, Cin, H, W;   /* x (N, Cin, H, W) */
-  int64_t Cout, KH, KW;   /* w (Cout, Cin, KH, KW) */
-  int64_t OH, OW, K, P;   /* y (N, Cout, OH, OW); K = Cin*KH*KW; P = OH*OW */
+  int64_t N, Cin, H, W; /* x (N, Cin, H, W) */
+  int64_t Cout, KH, KW; /* w (Cout, Cin, KH, KW) */
+  int64_t OH, OW, K, P; /* y (N, Cout, OH, OW); K = Cin*KH*KW; P = OH*OW */
   int sh, sw, ph, pw;
-  int64_t chunk;          /* samples per GEMM */
-  clt_tensor ws;          /* the workspace: col (K, chunk*P) then T (Cout, chunk*P) */
+  int64_t chunk; /* samples per GEMM */
+  clt_tensor ws; /* the workspace: col (K, chunk*P) then T (Cout, chunk*P) */
 } geom;
 
 int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad) {
@@ -46,8 +46,8 @@ int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad) {
   return (in + 2 * (int64_t)pad - k) / stride + 1;
 }
 
-size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw,
-                                     int64_t oh, int64_t ow) {
+size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw, int64_t oh,
+                                     int64_t ow) {
   return (size_t)samples * (size_t)(cin * kh * kw + cout) * (size_t)(oh * ow) * sizeof(float);
 }
 
@@ -59,8 +59,8 @@ static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_te
   int rc;
   if (!cfg) return clt__error(CLT_EINVAL, "%s: no configuration (stride, padding) given", op);
   if (cfg->stride_h < 1 || cfg->stride_w < 1 || cfg->pad_h < 0 || cfg->pad_w < 0)
-    return clt__error(CLT_EINVAL, "%s: stride %dx%d must be at least 1 and padding %dx%d at least 0", op,
-                      cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w);
+    return clt__error(CLT_EINVAL, "%s: stride %dx%d must be at least 1 and padding %dx%d at least 0", op, cfg->stride_h,
+                      cfg->stride_w, cfg->pad_h, cfg->pad_w);
   if ((unsigned)cfg->algo > CLT_NN_CONV_DIRECT)
     return clt__error(CLT_EINVAL, "%s: unknown algorithm %d", op, (int)cfg->algo);
   if ((rc = clt__nn_check(op, "x", x, CLT_F32, 4, "(N, Cin, H, W)")) < 0) return rc;
@@ -81,9 +81,9 @@ static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_te
     return clt__nn_shape_error(op, ts, 4, "a %lldx%lld kernel does not fit a %lldx%lld input with padding %dx%d",
                                (long long)g->KH, (long long)g->KW, (long long)g->H, (long long)g->W, g->ph, g->pw);
   if (y->shape[0] != g->N || y->shape[1] != g->Cout || y->shape[2] != g->OH || y->shape[3] != g->OW)
-    return clt__nn_shape_error(op, ts, 4, "%s must be (%lld, %lld, %lld, %lld) for stride %dx%d, padding %dx%d",
-                               yname, (long long)g->N, (long long)g->Cout, (long long)g->OH, (long long)g->OW, g->sh,
-                               g->sw, g->ph, g->pw);
+    return clt__nn_shape_error(op, ts, 4, "%s must be (%lld, %lld, %lld, %lld) for stride %dx%d, padding %dx%d", yname,
+                               (long long)g->N, (long long)g->Cout, (long long)g->OH, (long long)g->OW, g->sh, g->sw,
+                               g->ph, g->pw);
   if (b && b->shape[0] != g->Cout)
     return clt__nn_shape_error(op, ts, 4, "%s must have %lld elements", bname, (long long)g->Cout);
   g->K = g->Cin * g->KH * g->KW;
@@ -111,8 +111,8 @@ static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_te
 /* The geometry arguments shared by im2col and col2im, from index 4 on. */
 static int geom_args(cl_kernel k, const geom *g, int64_t B) {
   int rc = CLT_OK;
-  cl_uint v[8] = {(cl_uint)B, (cl_uint)g->Cin, (cl_uint)g->H, (cl_uint)g->W,
-                  (cl_uint)g->KH, (cl_uint)g->KW, (cl_uint)g->OH, (cl_uint)g->OW};
+  cl_uint v[8] = {(cl_uint)B,     (cl_uint)g->Cin, (cl_uint)g->H,  (cl_uint)g->W,
+                  (cl_uint)g->KH, (cl_uint)g->KW,  (cl_uint)g->OH, (cl_uint)g->OW};
   cl_int s[4] = {g->sh, g->sw, g->ph, g->pw};
   for (int i = 0; i < 8; i++) NN_ARG(k, 4 + i, v[i]);
   for (int i = 0; i < 4; i++) NN_ARG(k, 12 + i, s[i]);
@@ -156,8 +156,7 @@ fail:
 }
 
 /* Samples [n0, n0 + B) of y (N, Cout, P) = T (Cout, B*P) reordered, + b. */
-static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const clt_tensor *y, int64_t n0,
-                  int64_t B) {
+static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const clt_tensor *y, int64_t n0, int64_t B) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong toff = ws_t(g), yoff = clt__nn_off(y) + (cl_ulong)(n0 * g->Cout * g->P);
@@ -208,8 +207,8 @@ static int direct_forward(clt_context *ctx, const geom *g, const clt_tensor *x, 
   cl_ulong xoff = clt__nn_off(x), woff = clt__nn_off(w), boff = b ? clt__nn_off(b) : 0, yoff = clt__nn_off(y);
   cl_mem bbuf = b ? b->buf : w->buf; /* never read without a bias */
   cl_int has_bias = b != NULL;
-  cl_uint u[9] = {(cl_uint)g->N, (cl_uint)g->Cin, (cl_uint)g->H, (cl_uint)g->W, (cl_uint)g->Cout,
-                  (cl_uint)g->KH, (cl_uint)g->KW, (cl_uint)g->OH, (cl_uint)g->OW};
+  cl_uint u[9] = {(cl_uint)g->N,  (cl_uint)g->Cin, (cl_uint)g->H,  (cl_uint)g->W, (cl_uint)g->Cout,
+                  (cl_uint)g->KH, (cl_uint)g->KW,  (cl_uint)g->OH, (cl_uint)g->OW};
   cl_int s[4] = {g->sh, g->sw, g->ph, g->pw};
   CLT_TRY(clt_context_kernel(ctx, "conv", "conv_direct_forward", NULL, &k));
   NN_ARG(k, 0, x->buf);
@@ -228,9 +227,8 @@ fail:
   return rc;
 }
 
-int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
-                          const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
-                          const clt_tensor *workspace) {
+int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
+                          const clt_tensor *b, const clt_tensor *y, const clt_tensor *workspace) {
   static const char op[] = "conv2d forward";
   geom g;
   int rc = check_conv(op, cfg, x, w, b, "b", y, "y", workspace, &g);
@@ -245,8 +243,8 @@ int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const 
     clt_matrix col = {g.ws.buf, (size_t)ws_col(&g), (size_t)BP}, t = {g.ws.buf, (size_t)ws_t(&g), (size_t)BP};
     CLT_TRY(im2col(ctx, &g, x, n0, B));
     /* T (Cout, BP) = w (Cout, K) col (K, BP) */
-    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, (size_t)g.Cout, (size_t)BP, (size_t)g.K, 1.0f, mw, col, 0.0f,
-                      t));
+    CLT_TRY(
+        clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, (size_t)g.Cout, (size_t)BP, (size_t)g.K, 1.0f, mw, col, 0.0f, t));
     CLT_TRY(t_to_y(ctx, &g, b, y, n0, B));
   }
   return CLT_OK;
@@ -254,9 +252,9 @@ fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
 
-int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
-                           const clt_tensor *w, const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw,
-                           const clt_tensor *db, const clt_tensor *workspace) {
+int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
+                           const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db,
+                           const clt_tensor *workspace) {
   static const char op[] = "conv2d backward";
   geom g;
   int rc = check_conv(op, cfg, x, w, db, "db", dy, "dy", workspace, &g);
@@ -271,13 +269,11 @@ int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const
     CLT_TRY(dy_to_t(ctx, &g, dy, n0, B));
     CLT_TRY(im2col(ctx, &g, x, n0, B));
     /* dw (Cout, K) += T (Cout, BP) col^T (BP, K) */
-    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, (size_t)g.Cout, (size_t)g.K, (size_t)BP, 1.0f, t, col, 1.0f,
-                      mdw));
+    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, (size_t)g.Cout, (size_t)g.K, (size_t)BP, 1.0f, t, col, 1.0f, mdw));
     if (!dx) continue;
     /* col (K, BP) = w^T (K, Cout) T (Cout, BP); the queue is in order, so
      * the GEMM above has read col before this one overwrites it. */
-    CLT_TRY(clt_sgemm(ctx, CLT_TRANS, CLT_NO_TRANS, (size_t)g.K, (size_t)BP, (size_t)g.Cout, 1.0f, mw, t, 0.0f,
-                      col));
+    CLT_TRY(clt_sgemm(ctx, CLT_TRANS, CLT_NO_TRANS, (size_t)g.K, (size_t)BP, (size_t)g.Cout, 1.0f, mw, t, 0.0f, col));
     CLT_TRY(col2im(ctx, &g, dx, n0, B));
   }
   return CLT_OK;

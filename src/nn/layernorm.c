@@ -6,8 +6,7 @@
 
 /* Rows of x (..., D): M = numel / D. gamma and beta (D); mean, rstd (M). */
 static int check_ln(const char *op, const clt_tensor *x, const clt_tensor *gamma, const clt_tensor *beta,
-                    const char *beta_name, const clt_tensor *mean, const clt_tensor *rstd, int64_t *M,
-                    int64_t *D) {
+                    const char *beta_name, const clt_tensor *mean, const clt_tensor *rstd, int64_t *M, int64_t *D) {
   int rc;
   if ((rc = clt__nn_check(op, "x", x, CLT_F32, 0, "(..., D)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "gamma", gamma, CLT_F32, 1, "(D)")) < 0) return rc;
@@ -18,8 +17,7 @@ static int check_ln(const char *op, const clt_tensor *x, const clt_tensor *gamma
   *M = clt_tensor_numel(x) / *D;
   clt__nn_named ts[] = {{"x", x}, {"gamma", gamma}, {beta_name, beta}, {"mean", mean}, {"rstd", rstd}};
   if (gamma->shape[0] != *D || beta->shape[0] != *D)
-    return clt__nn_shape_error(op, ts, 5, "gamma and %s must have x's last dimension, %lld", beta_name,
-                               (long long)*D);
+    return clt__nn_shape_error(op, ts, 5, "gamma and %s must have x's last dimension, %lld", beta_name, (long long)*D);
   if (clt_tensor_numel(mean) != *M || clt_tensor_numel(rstd) != *M)
     return clt__nn_shape_error(op, ts, 5, "mean and rstd must have one element per row of x, %lld", (long long)*M);
   return CLT_OK;
@@ -61,9 +59,9 @@ fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
 
-int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *gamma,
-                              const clt_tensor *mean, const clt_tensor *rstd, const clt_tensor *dy,
-                              const clt_tensor *dx, const clt_tensor *dgamma, const clt_tensor *dbeta) {
+int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *gamma, const clt_tensor *mean,
+                              const clt_tensor *rstd, const clt_tensor *dy, const clt_tensor *dx,
+                              const clt_tensor *dgamma, const clt_tensor *dbeta) {
   static const char op[] = "layernorm backward";
   int64_t M, D;
   int rc = check_ln(op, x, gamma, dbeta, "dbeta", mean, rstd, &M, &D);

@@ -16,8 +16,8 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
   if (correct && (rc = clt__nn_check(op, "correct", correct, CLT_I32, 0, "of 1 element")) < 0) return rc;
   if (dlogits && (rc = clt__nn_check_like(op, "dlogits", dlogits, "logits", logits)) < 0) return rc;
   int64_t N = logits->shape[0], C = logits->shape[1];
-  clt__nn_named ts[] = {{"logits", logits}, {"labels", labels}, {"losses", losses}, {"loss", loss},
-                        {"correct", correct}};
+  clt__nn_named ts[] = {
+      {"logits", logits}, {"labels", labels}, {"losses", losses}, {"loss", loss}, {"correct", correct}};
   if (labels->shape[0] != N || losses->shape[0] != N)
     return clt__nn_shape_error(op, ts, 5, "labels and losses must have one element per row of logits, %lld",
                                (long long)N);
@@ -34,8 +34,8 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
   cl_uint c = (cl_uint)C, n = (cl_uint)N;
   if (correct) {
     static const cl_int zero = 0;
-    CLT_CL_TRY(clEnqueueFillBuffer(ctx->queue, correct->buf, &zero, sizeof zero, correct->offset, sizeof zero, 0,
-                                   NULL, NULL));
+    CLT_CL_TRY(
+        clEnqueueFillBuffer(ctx->queue, correct->buf, &zero, sizeof zero, correct->offset, sizeof zero, 0, NULL, NULL));
   }
   CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", NULL, &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, C, 256);

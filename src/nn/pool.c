@@ -31,17 +31,15 @@ static int check_pool(const char *op, const clt_nn_pool2d_cfg *cfg, const char *
   clt__nn_named ts[] = {{x_name, x}, {y_name, y}, {y2_name, y2}};
   if (g->OH < 1 || g->OW < 1)
     return clt__nn_shape_error(op, ts, 3, "a %dx%d window does not fit a %lldx%lld input with padding %dx%d",
-                               cfg->kernel_h, cfg->kernel_w, (long long)g->H, (long long)g->W, cfg->pad_h,
-                               cfg->pad_w);
+                               cfg->kernel_h, cfg->kernel_w, (long long)g->H, (long long)g->W, cfg->pad_h, cfg->pad_w);
   const clt_tensor *outs[2] = {y, y2};
   for (int i = 0; i < 2; i++) {
     const clt_tensor *t = outs[i];
     if (t && (t->shape[0] != g->N || t->shape[1] != g->C || t->shape[2] != g->OH || t->shape[3] != g->OW))
-      return clt__nn_shape_error(op, ts, 3,
-                                 "%s must be (%lld, %lld, %lld, %lld) for a %dx%d window, stride %dx%d, padding %dx%d",
-                                 i ? y2_name : y_name, (long long)g->N, (long long)g->C, (long long)g->OH,
-                                 (long long)g->OW, cfg->kernel_h, cfg->kernel_w, cfg->stride_h, cfg->stride_w,
-                                 cfg->pad_h, cfg->pad_w);
+      return clt__nn_shape_error(
+          op, ts, 3, "%s must be (%lld, %lld, %lld, %lld) for a %dx%d window, stride %dx%d, padding %dx%d",
+          i ? y2_name : y_name, (long long)g->N, (long long)g->C, (long long)g->OH, (long long)g->OW, cfg->kernel_h,
+          cfg->kernel_w, cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w);
   }
   return CLT_OK;
 }
@@ -76,8 +74,8 @@ fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
 
-int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
-                             const clt_tensor *y, const clt_tensor *argmax) {
+int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x, const clt_tensor *y,
+                             const clt_tensor *argmax) {
   static const char op[] = "maxpool2d forward";
   pool_geom g;
   int rc = check_pool(op, cfg, "x", x, "argmax", argmax, CLT_I32, "y", y, &g);
@@ -96,8 +94,7 @@ int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, co
   return run_pool(ctx, op, "maxpool_backward", ts, 3, cfg, &g, g.N * g.C * g.H * g.W);
 }
 
-int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
-                             const clt_tensor *y) {
+int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x, const clt_tensor *y) {
   static const char op[] = "avgpool2d forward";
   pool_geom g;
   int rc = check_pool(op, cfg, "x", x, "y", y, CLT_F32, NULL, NULL, &g);
@@ -133,8 +130,8 @@ static int check_global(const char *op, const char *x_name, const clt_tensor *x,
   return CLT_OK;
 }
 
-static int run_global(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *in,
-                      const clt_tensor *out, const clt_tensor *x, size_t n) {
+static int run_global(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *in, const clt_tensor *out,
+                      const clt_tensor *x, size_t n) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong ioff = clt__nn_off(in), ooff = clt__nn_off(out);
