@@ -42,7 +42,7 @@ static int cmp_double(const void *a, const void *b) {
     }                                                                                                                  \
   } while (0)
 
-enum { OP_FORWARD, OP_BACKWARD, OP_FORWARD_1, OP_DIRECT };
+enum { OP_FORWARD, OP_BACKWARD, OP_FORWARD_1, OP_DIRECT, OP_BACKWARD_NO_DX, NOPS };
 
 typedef struct layer {
   const char *name;
@@ -58,6 +58,7 @@ static int run_op(clt_context *ctx, bufs *t, int op) {
   clt_nn_conv2d_cfg cfg = {1, 1, t->l->pad, t->l->pad, op == OP_DIRECT ? CLT_NN_CONV_DIRECT : CLT_NN_CONV_IM2COL};
   switch (op) {
   case OP_BACKWARD: return clt_nn_conv2d_backward(ctx, &cfg, &t->x, &t->w, &t->dy, &t->dx, &t->dw, &t->db, &t->ws);
+  case OP_BACKWARD_NO_DX: return clt_nn_conv2d_backward(ctx, &cfg, &t->x, &t->w, &t->dy, NULL, &t->dw, &t->db, &t->ws);
   case OP_FORWARD_1: return clt_nn_conv2d_forward(ctx, &cfg, &t->x, &t->w, &t->b, &t->y, &t->ws1);
   default: return clt_nn_conv2d_forward(ctx, &cfg, &t->x, &t->w, &t->b, &t->y, &t->ws);
   }
@@ -122,9 +123,9 @@ static int bench_layer(clt_context *ctx, const layer *l, int iters) {
   ref_random(h, l->Cout, 4);
   CHECK(clt_tensor_upload(ctx, &t.b, h, l->Cout * 4));
   CHECK(clt_context_finish(ctx));
-  double ms[4];
-  for (int op = 0; op < 4; op++) CHECK(time_op(ctx, &t, op, iters, &ms[op]));
-  /* The direct forward ran last: compare its y with im2col's. */
+  double ms[NOPS];
+  for (int op = 0; op < NOPS; op++) CHECK(time_op(ctx, &t, op, iters, &ms[op]));
+  /* The direct forward ran last (of the forwards): compare its y with im2col's. */
   y_im2col = malloc(ny * 4), y_direct = malloc(ny * 4);
   CHECK(clt_tensor_download(ctx, &t.y, y_direct, ny * 4));
   CHECK(run_op(ctx, &t, OP_FORWARD));
@@ -139,6 +140,7 @@ static int bench_layer(clt_context *ctx, const layer *l, int iters) {
          "(max difference %.1e)\n",
          "", ms[OP_FORWARD_1], ms[OP_FORWARD_1] / ms[OP_FORWARD], ms[OP_DIRECT], ms[OP_DIRECT] / ms[OP_FORWARD],
          err_max);
+  printf("  %-22s backward without dx (a first layer) %8.2f ms\n", "", ms[OP_BACKWARD_NO_DX]);
 done:
   for (int i = 0; i < nmem; i++) clt_buffer_release(mems[i]);
   free(h), free(y_im2col), free(y_direct);
