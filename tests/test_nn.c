@@ -121,6 +121,9 @@ static void linear_case(clt_context *ctx, int N, int in, int out, int bias, int 
   free(want_dw), free(want_db), free(g_w), free(g_b);
 }
 
+/* Tolerance SUM_TOL(k), k the terms each result sums: in for y, out for dx,
+ * N for dw and db. Shapes: all ones, odd sizes, no bias, no dx, and the
+ * Fashion-MNIST classifier's 64 x 128 -> 10. */
 START_TEST(linear_matches_reference_and_finite_differences) {
   for (int d = 0; d < tu_ndev; d++) {
     linear_case(tu_ctx[d], 1, 1, 1, 1, 1);
@@ -556,7 +559,8 @@ START_TEST(softmax_xent_matches_reference_and_finite_differences) {
 END_TEST
 
 /* Logits far beyond exp's range must give finite losses and gradients:
- * the row maximum is subtracted before exponentiating. */
+ * the row maximum is subtracted before exponentiating. Rows of C = 4 sum 4
+ * exponentials: 1e-5 relative to 1 + |want| (the losses reach 2e30). */
 START_TEST(softmax_xent_is_stable_for_extreme_logits) {
   enum { N = 5, C = 4 };
   const float z[N * C] = {1e30f,  -1e30f, 0.0f,   5.0f,   /* label 1: loss 2e30 */

@@ -151,6 +151,9 @@ static void conv_run(clt_context *ctx, const conv_case *c) {
   free(want_dw), free(want_db), free(g_w), free(g_b);
 }
 
+/* Every case of conv_cases on every device, forward by the automatic
+ * choice and by both algorithms; tolerances SUM_TOL of the terms each
+ * result sums (see conv_run). */
 START_TEST(conv2d_matches_reference_and_finite_differences) {
   for (int d = 0; d < tu_ndev; d++)
     for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) conv_run(tu_ctx[d], &conv_cases[i]);
