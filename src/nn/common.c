@@ -69,6 +69,25 @@ int clt__nn_same_shape(const clt_tensor *a, const clt_tensor *b) {
   return 1;
 }
 
+int clt__nn_args(cl_kernel k, int first, const clt__nn_arg *args, int n) {
+  for (int i = 0; i < n; i++) {
+    cl_int e = clSetKernelArg(k, (cl_uint)(first + i), args[i].size, args[i].value);
+    if (e != CL_SUCCESS)
+      return clt__error(clt__cl_status(e), "clSetKernelArg(argument %d, %zu bytes) failed with %s (%d)", first + i,
+                        args[i].size, clt__cl_error_name(e), (int)e);
+  }
+  return CLT_OK;
+}
+
+int clt__nn_args_array(cl_kernel k, int first, const void *values, size_t size, int n) {
+  for (int i = 0; i < n; i++) {
+    clt__nn_arg a = {size, (const char *)values + i * size};
+    int rc = clt__nn_args(k, first + i, &a, 1);
+    if (rc < 0) return rc;
+  }
+  return CLT_OK;
+}
+
 int clt__nn_launch_groups(clt_context *ctx, cl_kernel k, size_t groups, size_t wgs) {
   int rc = CLT_OK;
   if (groups == 0) return CLT_OK;

@@ -7,9 +7,27 @@
 
 #include "nn/nn.h"
 
-/* Set kernel argument i to the value of lvalue v (CLT_CL_TRY, so the caller
- * needs rc and a fail label). */
-#define NN_ARG(k, i, v) CLT_CL_TRY(clSetKernelArg((k), (cl_uint)(i), sizeof(v), &(v)))
+/* One kernel argument: `size` bytes at `value`, or __local memory of `size`
+ * bytes when value is NULL. */
+typedef struct clt__nn_arg {
+  size_t size;
+  const void *value;
+} clt__nn_arg;
+#define NN_VAL(v)                                                                                                      \
+  { sizeof(v), &(v) } /* the value of lvalue v */
+#define NN_LOCAL(bytes)                                                                                                \
+  { (bytes), NULL }
+
+/* Set arguments first, first+1, ... of k from args[0..n). */
+int clt__nn_args(cl_kernel k, int first, const clt__nn_arg *args, int n);
+/* Set arguments first .. first+n-1 of k from n values of `size` bytes each,
+ * consecutive at `values` (an array of cl_uint, say). */
+int clt__nn_args_array(cl_kernel k, int first, const void *values, size_t size, int n);
+/* NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_LOCAL(bytes)) sets
+ * arguments 0, 1, 2, ... in order. */
+#define NN_SET_ARGS(k, ...)                                                                                            \
+  clt__nn_args((k), 0, (const clt__nn_arg[]){__VA_ARGS__},                                                             \
+               (int)(sizeof((const clt__nn_arg[]){__VA_ARGS__}) / sizeof(clt__nn_arg)))
 
 /* The largest element count the nn kernels index with 32-bit integers. */
 #define NN_MAX_ELEMS ((int64_t)0x7fffffff)

@@ -114,8 +114,8 @@ static int geom_args(cl_kernel k, const geom *g, int64_t B) {
   cl_uint v[8] = {(cl_uint)B,     (cl_uint)g->Cin, (cl_uint)g->H,  (cl_uint)g->W,
                   (cl_uint)g->KH, (cl_uint)g->KW,  (cl_uint)g->OH, (cl_uint)g->OW};
   cl_int s[4] = {g->sh, g->sw, g->ph, g->pw};
-  for (int i = 0; i < 8; i++) NN_ARG(k, 4 + i, v[i]);
-  for (int i = 0; i < 4; i++) NN_ARG(k, 12 + i, s[i]);
+  CLT_TRY(clt__nn_args_array(k, 4, v, sizeof v[0], 8));
+  CLT_TRY(clt__nn_args_array(k, 12, s, sizeof s[0], 4));
 fail:
   return rc;
 }
@@ -129,10 +129,7 @@ static int im2col(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t 
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W), coff = ws_col(g);
   CLT_TRY(clt_context_kernel(ctx, "conv", "im2col", NULL, &k));
-  NN_ARG(k, 0, x->buf);
-  NN_ARG(k, 1, xoff);
-  NN_ARG(k, 2, g->ws.buf);
-  NN_ARG(k, 3, coff);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(g->ws.buf), NN_VAL(coff)));
   CLT_TRY(geom_args(k, g, B));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)(g->K * B * g->P), 0));
 fail:
@@ -145,10 +142,7 @@ static int col2im(clt_context *ctx, const geom *g, const clt_tensor *dx, int64_t
   cl_kernel k;
   cl_ulong coff = ws_col(g), dxoff = clt__nn_off(dx) + (cl_ulong)(n0 * g->Cin * g->H * g->W);
   CLT_TRY(clt_context_kernel(ctx, "conv", "col2im", NULL, &k));
-  NN_ARG(k, 0, g->ws.buf);
-  NN_ARG(k, 1, coff);
-  NN_ARG(k, 2, dx->buf);
-  NN_ARG(k, 3, dxoff);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(g->ws.buf), NN_VAL(coff), NN_VAL(dx->buf), NN_VAL(dxoff)));
   CLT_TRY(geom_args(k, g, B));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cin * g->H * g->W), 0));
 fail:
@@ -165,16 +159,8 @@ static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const cl
   cl_int has_bias = b != NULL;
   cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
   CLT_TRY(clt_context_kernel(ctx, "conv", "cbp_to_bcp", NULL, &k));
-  NN_ARG(k, 0, g->ws.buf);
-  NN_ARG(k, 1, toff);
-  NN_ARG(k, 2, y->buf);
-  NN_ARG(k, 3, yoff);
-  NN_ARG(k, 4, bbuf);
-  NN_ARG(k, 5, boff);
-  NN_ARG(k, 6, has_bias);
-  NN_ARG(k, 7, ub);
-  NN_ARG(k, 8, uc);
-  NN_ARG(k, 9, up);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(g->ws.buf), NN_VAL(toff), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(bbuf), NN_VAL(boff),
+                      NN_VAL(has_bias), NN_VAL(ub), NN_VAL(uc), NN_VAL(up)));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
 fail:
   return rc;
@@ -187,13 +173,8 @@ static int dy_to_t(clt_context *ctx, const geom *g, const clt_tensor *dy, int64_
   cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), toff = ws_t(g);
   cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
   CLT_TRY(clt_context_kernel(ctx, "conv", "bcp_to_cbp", NULL, &k));
-  NN_ARG(k, 0, dy->buf);
-  NN_ARG(k, 1, dyoff);
-  NN_ARG(k, 2, g->ws.buf);
-  NN_ARG(k, 3, toff);
-  NN_ARG(k, 4, ub);
-  NN_ARG(k, 5, uc);
-  NN_ARG(k, 6, up);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(g->ws.buf), NN_VAL(toff), NN_VAL(ub), NN_VAL(uc),
+                      NN_VAL(up)));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
 fail:
   return rc;
@@ -211,17 +192,10 @@ static int direct_forward(clt_context *ctx, const geom *g, const clt_tensor *x, 
                   (cl_uint)g->KH, (cl_uint)g->KW,  (cl_uint)g->OH, (cl_uint)g->OW};
   cl_int s[4] = {g->sh, g->sw, g->ph, g->pw};
   CLT_TRY(clt_context_kernel(ctx, "conv", "conv_direct_forward", NULL, &k));
-  NN_ARG(k, 0, x->buf);
-  NN_ARG(k, 1, xoff);
-  NN_ARG(k, 2, w->buf);
-  NN_ARG(k, 3, woff);
-  NN_ARG(k, 4, bbuf);
-  NN_ARG(k, 5, boff);
-  NN_ARG(k, 6, has_bias);
-  NN_ARG(k, 7, y->buf);
-  NN_ARG(k, 8, yoff);
-  for (int i = 0; i < 9; i++) NN_ARG(k, 9 + i, u[i]);
-  for (int i = 0; i < 4; i++) NN_ARG(k, 18 + i, s[i]);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(bbuf), NN_VAL(boff),
+                      NN_VAL(has_bias), NN_VAL(y->buf), NN_VAL(yoff)));
+  CLT_TRY(clt__nn_args_array(k, 9, u, sizeof u[0], 9));
+  CLT_TRY(clt__nn_args_array(k, 18, s, sizeof s[0], 4));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)clt_tensor_numel(y), 64));
 fail:
   return rc;

@@ -49,8 +49,8 @@ static int pool_args(cl_kernel k, int first, const clt_nn_pool2d_cfg *cfg, const
   int rc = CLT_OK;
   cl_uint u[5] = {(cl_uint)(g->N * g->C), (cl_uint)g->H, (cl_uint)g->W, (cl_uint)g->OH, (cl_uint)g->OW};
   cl_int s[6] = {cfg->kernel_h, cfg->kernel_w, cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w};
-  for (int i = 0; i < 5; i++) NN_ARG(k, first + i, u[i]);
-  for (int i = 0; i < 6; i++) NN_ARG(k, first + 5 + i, s[i]);
+  CLT_TRY(clt__nn_args_array(k, first, u, sizeof u[0], 5));
+  CLT_TRY(clt__nn_args_array(k, first + 5, s, sizeof s[0], 6));
 fail:
   return rc;
 }
@@ -64,8 +64,8 @@ static int run_pool(clt_context *ctx, const char *op, const char *kernel, const 
   CLT_TRY(clt_context_kernel(ctx, "pool", kernel, NULL, &k));
   for (int i = 0; i < nts; i++) {
     cl_ulong off = clt__nn_off(ts[i]);
-    NN_ARG(k, 2 * i, ts[i]->buf);
-    NN_ARG(k, 2 * i + 1, off);
+    clt__nn_arg a[2] = {NN_VAL(ts[i]->buf), NN_VAL(off)};
+    CLT_TRY(clt__nn_args(k, 2 * i, a, 2));
   }
   CLT_TRY(pool_args(k, 2 * nts, cfg, g));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)n, 0));
@@ -137,12 +137,7 @@ static int run_global(clt_context *ctx, const char *op, const char *kernel, cons
   cl_ulong ioff = clt__nn_off(in), ooff = clt__nn_off(out);
   cl_uint nc = (cl_uint)(x->shape[0] * x->shape[1]), hw = (cl_uint)(x->shape[2] * x->shape[3]);
   CLT_TRY(clt_context_kernel(ctx, "pool", kernel, NULL, &k));
-  NN_ARG(k, 0, in->buf);
-  NN_ARG(k, 1, ioff);
-  NN_ARG(k, 2, out->buf);
-  NN_ARG(k, 3, ooff);
-  NN_ARG(k, 4, nc);
-  NN_ARG(k, 5, hw);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(in->buf), NN_VAL(ioff), NN_VAL(out->buf), NN_VAL(ooff), NN_VAL(nc), NN_VAL(hw)));
   CLT_TRY(clt_launch_1d(ctx, k, n, 0));
   return CLT_OK;
 fail:
