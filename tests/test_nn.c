@@ -429,6 +429,12 @@ static void layernorm_case(clt_context *ctx, int ndim, const int64_t *shape, flo
                 what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_fd_error(ln_f, &s, s.b, D, g_b, NU_FD_H, NU_FD_POINTS)) <= tol, "%s: dbeta vs fd %g" NU_AT,
                 what, e, NU_AT_ARGS);
+  /* in place: dx over dy gives the same bits (dgamma and dbeta accumulate again, unchecked) */
+  ck_assert_int_eq(clt_nn_layernorm_backward(ctx, &tx, &tg, &tmean, &trstd, &tdy, &tdy, &tdg, &tdb), 0);
+  float *dx2 = malloc(n * 4);
+  nu_get(ctx, &tdy, dx2);
+  ck_assert_msg(memcmp(dx2, gdx, n * 4) == 0, "%s: in-place backward differs", what);
+  free(dx2);
   nu_check_guards(ctx, what);
   nu_free_all();
   free(x), free(g), free(b), free(dy), free(dg0), free(db0), free(y), free(mean), free(rstd), free(gdx), free(gdg);

@@ -35,7 +35,7 @@ int clt_nn_linear_forward(clt_context *ctx, const clt_tensor *x, const clt_tenso
 int clt_nn_linear_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *w, const clt_tensor *dy,
                            const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db);
 
-/* ---- conv2d: im2col + one GEMM per chunk of samples ---------------------- */
+/* ---- conv2d ---------------------------------------------------------------- */
 
 /* How conv2d's forward is computed; the backward is always im2col + GEMM. */
 typedef enum clt_nn_conv2d_algo {
@@ -164,11 +164,13 @@ int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_t
 /* logits (N, C), labels (N) i32 in [0, C).
  *   losses (N): each sample's -log softmax(logits)[label] (overwritten);
  *   loss (1): the SUM of losses over the batch, summed in a fixed order;
- *   correct (1) i32 or NULL: how many rows' argmax (first on ties) is the label;
+ *   correct (1) i32 or NULL: how many rows' argmax (first on ties) is the
+ *     label (overwritten, not accumulated);
  *   dlogits (N, C) or NULL: grad_scale * (softmax - onehot(label)), the
  *     gradient of grad_scale * loss, NOT divided by N: the trainer divides by
  *     the global batch (grad_scale is for loss scaling; 1 otherwise).
- * Stable for any finite logits (the row maximum is subtracted). A label
+ * Stable for any logits whose row maximum minus minimum is a finite float
+ * (the row maximum is subtracted before exponentiating). A label
  * outside [0, C) makes that row's loss and dlogits NaN, which the trainer's
  * non-finite check reports. dlogits may be logits (in place). */
 int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, float grad_scale,
