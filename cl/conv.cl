@@ -1,4 +1,5 @@
-// conv.cl: the data movement around conv2d's GEMMs (src/nn/conv.c).
+// conv.cl: the data movement around conv2d's GEMMs (src/nn/conv.c), and a
+// direct forward kernel for layers with few input terms per output.
 //
 // A chunk of B samples is convolved with one GEMM: the weights (Cout, K),
 // K = Cin*KH*KW, times the column matrix col (K, B*P), P = OH*OW, whose
