@@ -1,4 +1,5 @@
-// conv.cl: the data movement around conv2d's GEMMs (src/nn/conv.c).
+// conv.cl: the data movement around conv2d's GEMMs (src/nn/conv.c), and a
+// direct forward kernel for layers with few input terms per output.
 //
 // A chunk of B samples is convolved with one GEMM: the weights (Cout, K),
 // K = Cin*KH*KW, times the column matrix col (K, B*P), P = OH*OW, whose
@@ -75,4 +76,36 @@ __kernel void bcp_to_cbp(__global const float *y, const ulong yoff, __global flo
   const uint j = i % (B * P), c = i / (B * P);
   const uint b = j / P, p = j - b * P;
   t[toff + i] = y[yoff + ((ulong)b * C + c) * P + p];
+}
+
+// Direct convolution, one work-item per output y[n, co, oh, ow], summing
+// x * w over (ci, kh, kw) in that order, then adding the bias. Faster than
+// im2col + GEMM when K = Cin*KH*KW is small (a first layer on 1-channel
+// images): the GEMM's inner dimension is then too short to pay for the
+// column matrix (see src/nn/conv.c).
+__kernel void conv_direct_forward(__global const float *x, const ulong xoff, __global const float *w,
+                                  const ulong woff, __global const float *bias, const ulong boff,
+                                  const int has_bias, __global float *y, const ulong yoff, const uint N,
+                                  const uint Cin, const uint H, const uint W, const uint Cout, const uint KH,
+                                  const uint KW, const uint OH, const uint OW, const int sh, const int sw,
+                                  const int ph, const int pw) {
+  const uint i = get_global_id(0);
+  if (i >= N * Cout * OH * OW) return;
+  const uint ow = i % OW, oh = (i / OW) % OH, co = (i / (OW * OH)) % Cout, n = i / (OW * OH * Cout);
+  const int h0 = (int)(oh * sh) - ph, w0 = (int)(ow * sw) - pw;
+  float acc = 0.0f;
+  for (uint ci = 0; ci < Cin; ci++) {
+    __global const float *xp = x + xoff + (ulong)(n * Cin + ci) * H * W;
+    __global const float *wp = w + woff + (ulong)(co * Cin + ci) * KH * KW;
+    for (uint kh = 0; kh < KH; kh++) {
+      int ih = h0 + (int)kh;
+      if (ih < 0 || ih >= (int)H) continue;
+      for (uint kw = 0; kw < KW; kw++) {
+        int iw = w0 + (int)kw;
+        if (iw >= 0 && iw < (int)W) acc += xp[ih * W + iw] * wp[kh * KW + kw];
+      }
+    }
+  }
+  if (has_bias) acc += bias[boff + co];
+  y[yoff + i] = acc;
 }

@@ -20,7 +20,8 @@ clt_tensor nu_tensor(clt_context *ctx, clt_dtype dtype, const void *host, int nd
   float sentinel = NU_SENTINEL, nan = NAN;
   int32_t fill_i = -7;
   for (size_t i = 0; i < total; i++) memcpy(init + i, &sentinel, 4);
-  if (host) memcpy(init + NU_GUARD, host, n * 4);
+  if (host)
+    memcpy(init + NU_GUARD, host, n * 4);
   else
     for (size_t i = 0; i < n; i++) memcpy(init + NU_GUARD + i, dtype == CLT_I32 ? (void *)&fill_i : (void *)&nan, 4);
   cl_mem buf = tu_buffer(ctx, (const float *)init, total);
@@ -132,4 +133,28 @@ double nu_dot(const double *y, const double *r, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; i++) s += y[i] * r[i];
   return s;
+}
+
+float *nu_added(const float *got, const float *start, size_t n) {
+  float *g = malloc((n ? n : 1) * sizeof *g);
+  for (size_t i = 0; i < n; i++) g[i] = (float)((double)got[i] - (double)start[i]);
+  return g;
+}
+
+double *nu_plus(const float *start, const double *delta, size_t n) {
+  double *s = malloc((n ? n : 1) * sizeof *s);
+  for (size_t i = 0; i < n; i++) s[i] = (double)start[i] + delta[i];
+  return s;
+}
+
+void nu_expect_error(int rc, int want, const char *const *parts) {
+  ck_assert_msg(rc == want, "got %s, expected %s: %s", clt_status_name(rc), clt_status_name(want), clt_last_error());
+  for (; *parts; parts++)
+    ck_assert_msg(strstr(clt_last_error(), *parts) != NULL, "no '%s' in: %s", *parts, clt_last_error());
+}
+
+void nu_add_case(Suite *s, const char *name, const TTest *const *tests) {
+  TCase *tc = tcase_create(name);
+  for (; *tests; tests++) tcase_add_test(tc, *tests);
+  suite_add_tcase(s, tc);
 }

@@ -57,4 +57,36 @@ double nu_fd_error(nu_scalar_fn f, void *state, double *p, size_t n, const float
 /* sum(y * r) over n elements. */
 double nu_dot(const double *y, const double *r, size_t n);
 
+/* got - start in double, rounded to float: what a backward added to an
+ * accumulating gradient that held `start`. Caller frees. */
+float *nu_added(const float *got, const float *start, size_t n);
+/* start + delta in double: the accumulator a backward should leave. */
+double *nu_plus(const float *start, const double *delta, size_t n);
+
+/* A float32 sum of k products of values of size ~1 errs by at most about
+ * k * 2^-24 times the sum of |terms|, and with random signs typically by
+ * sqrt(k) * 2^-24; 1e-5 + 1e-6 k sits between that and the O(1) errors of
+ * a wrong index, window or missing term. Used wherever a result sums k
+ * terms. */
+#define NU_SUM_TOL(k) (1e-5 + 1e-6 * (double)(k))
+
+/* Finite differences: central, step h = 1e-5 on inputs of size ~1, in
+ * double. Truncation (h^2 times the third derivative) and rounding
+ * (1e-16 |f| / h) both stay below 1e-8, far below float32's errors.
+ * Piecewise-linear ops are exact as long as no kink lies within h of an
+ * input (nu_random and nu_distinct see to that). At most NU_FD_POINTS
+ * indices per tensor keep the suites fast. */
+#define NU_FD_H 1e-5
+#define NU_FD_POINTS 40
+
+/* Assert that rc is `want` and that clt_last_error() contains every string:
+ * NU_EXPECT(rc, CLT_ESHAPE, "conv2d forward", "x (2, 3) f32"). */
+void nu_expect_error(int rc, int want, const char *const *parts);
+#define NU_EXPECT(rc, want, ...) nu_expect_error((rc), (want), (const char *const[]){__VA_ARGS__, NULL})
+
+/* Add a test case of the given tests to s: one case per layer family, so
+ * CK_RUN_CASE=dropout runs just that one. */
+void nu_add_case(Suite *s, const char *name, const TTest *const *tests);
+#define NU_ADD_CASE(s, name, ...) nu_add_case((s), (name), (const TTest *const[]){__VA_ARGS__, NULL})
+
 #endif

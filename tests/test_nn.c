@@ -15,6 +15,9 @@
  * difference is exact to far better than float32; piecewise-linear ops
  * (relu, leaky_relu) are exact as long as no kink lies within h, which
  * nu_random guarantees (values are multiples of 2^-15, zeros moved).
+ *
+ * Tolerances are NU_SUM_TOL (nnutil.h, with the reasoning) of the number
+ * of terms each result sums, unless a test says otherwise.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,15 +25,6 @@
 #include <string.h>
 
 #include "nnutil.h"
-
-#define FD_H 1e-5
-#define FD_POINTS 40
-
-/* A float32 sum of k products of values of size ~1 errs by at most about
- * k * 2^-24 times the sum of |terms|, and with random signs typically by
- * sqrt(k) * 2^-24; 1e-5 + 1e-6 k sits between that and the O(1) errors of
- * a wrong index or a missed term. Used wherever a result sums k terms. */
-#define SUM_TOL(k) (1e-5 + 1e-6 * (double)(k))
 
 /* ---- linear ---------------------------------------------------------------- */
 
@@ -45,19 +39,6 @@ static double lin_f(void *p) {
   return nu_dot(s->y, s->r, (size_t)s->N * s->out);
 }
 
-/* g = got - start, the part a backward added to an accumulator. */
-static float *added(const float *got, const float *start, size_t n) {
-  float *g = malloc(n * sizeof *g);
-  for (size_t i = 0; i < n; i++) g[i] = (float)((double)got[i] - (double)start[i]);
-  return g;
-}
-
-static double *plus(const float *start, const double *delta, size_t n) {
-  double *s = malloc(n * sizeof *s);
-  for (size_t i = 0; i < n; i++) s[i] = (double)start[i] + delta[i];
-  return s;
-}
-
 static void linear_case(clt_context *ctx, int N, int in, int out, int bias, int want_dx) {
   size_t nx = (size_t)N * in, nw = (size_t)out * in, ny = (size_t)N * out;
   unsigned seed = (unsigned)(N * 1000 + in * 10 + out);
@@ -69,43 +50,51 @@ static void linear_case(clt_context *ctx, int N, int in, int out, int bias, int 
   clt_tensor tdw = nu_f32(ctx, dw0, NU_SHAPE(out, in)), tdb = nu_f32(ctx, db0, NU_SHAPE(out));
 
   ck_assert_msg(clt_nn_linear_forward(ctx, &tx, &tw, bias ? &tb : NULL, &ty) == 0, "%s", clt_last_error());
-  ck_assert_msg(clt_nn_linear_backward(ctx, &tx, &tw, &tdy, want_dx ? &tdx : NULL, &tdw, bias ? &tdb : NULL) == 0,
-                "%s", clt_last_error());
+  ck_assert_msg(clt_nn_linear_backward(ctx, &tx, &tw, &tdy, want_dx ? &tdx : NULL, &tdw, bias ? &tdb : NULL) == 0, "%s",
+                clt_last_error());
   float *y = malloc(ny * 4), *gdx = malloc(nx * 4), *gdw = malloc(nw * 4), *gdb = malloc(out * 4);
   nu_get(ctx, &ty, y);
   nu_get(ctx, &tdx, gdx);
   nu_get(ctx, &tdw, gdw);
   nu_get(ctx, &tdb, gdb);
 
-  lin_state s = {N, in, out, nu_to_double(x, nx), nu_to_double(w, nw), bias ? nu_to_double(b, out) : NULL,
-                 nu_to_double(dy, ny), malloc(ny * 8)};
+  lin_state s = {N,
+                 in,
+                 out,
+                 nu_to_double(x, nx),
+                 nu_to_double(w, nw),
+                 bias ? nu_to_double(b, out) : NULL,
+                 nu_to_double(dy, ny),
+                 malloc(ny * 8)};
   double *ry = malloc(ny * 8), *rdx = malloc(nx * 8), *rdw = malloc(nw * 8), *rdb = malloc(out * 8);
   ref_linear_forward(N, in, out, s.x, s.w, s.b, ry);
   ref_linear_backward(N, in, out, s.x, s.w, s.r, rdx, rdw, rdb);
-  double *want_dw = plus(dw0, rdw, nw), *want_db = plus(db0, rdb, out);
+  double *want_dw = nu_plus(dw0, rdw, nw), *want_db = nu_plus(db0, rdb, out);
   char what[160];
-  snprintf(what, sizeof what, "linear N=%d in=%d out=%d bias=%d dx=%d on %s", N, in, out, bias, want_dx,
-           tu_name(ctx));
+  snprintf(what, sizeof what, "linear N=%d in=%d out=%d bias=%d dx=%d on %s", N, in, out, bias, want_dx, tu_name(ctx));
 
   double e;
-  ck_assert_msg((e = nu_err(y, ry, ny)) <= SUM_TOL(in), "%s: forward error %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_err(gdw, want_dw, nw)) <= SUM_TOL(N), "%s: dw error %g" NU_AT, what, e, NU_AT_ARGS);
-  if (bias) ck_assert_msg((e = nu_err(gdb, want_db, out)) <= SUM_TOL(N), "%s: db error %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_err(y, ry, ny)) <= NU_SUM_TOL(in), "%s: forward error %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_err(gdw, want_dw, nw)) <= NU_SUM_TOL(N), "%s: dw error %g" NU_AT, what, e, NU_AT_ARGS);
+  if (bias)
+    ck_assert_msg((e = nu_err(gdb, want_db, out)) <= NU_SUM_TOL(N), "%s: db error %g" NU_AT, what, e, NU_AT_ARGS);
   else
     for (int i = 0; i < out; i++) ck_assert_msg(gdb[i] == db0[i], "%s: db touched without a bias", what);
-  if (want_dx) ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= SUM_TOL(out), "%s: dx error %g" NU_AT, what, e, NU_AT_ARGS);
+  if (want_dx)
+    ck_assert_msg((e = nu_err(gdx, rdx, nx)) <= NU_SUM_TOL(out), "%s: dx error %g" NU_AT, what, e, NU_AT_ARGS);
   else
     for (size_t i = 0; i < nx; i++) ck_assert_msg(isnan(gdx[i]), "%s: dx written though NULL", what);
 
   /* finite differences of sum(y * dy) */
-  float *g_w = added(gdw, dw0, nw), *g_b = added(gdb, db0, out);
-  ck_assert_msg((e = nu_fd_error(lin_f, &s, s.w, nw, g_w, FD_H, FD_POINTS)) <= SUM_TOL(N), "%s: dw vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+  float *g_w = nu_added(gdw, dw0, nw), *g_b = nu_added(gdb, db0, out);
+  ck_assert_msg((e = nu_fd_error(lin_f, &s, s.w, nw, g_w, NU_FD_H, NU_FD_POINTS)) <= NU_SUM_TOL(N),
+                "%s: dw vs fd %g" NU_AT, what, e, NU_AT_ARGS);
   if (bias)
-    ck_assert_msg((e = nu_fd_error(lin_f, &s, s.b, out, g_b, FD_H, FD_POINTS)) <= SUM_TOL(N), "%s: db vs fd %g" NU_AT,
-                  what, e, NU_AT_ARGS);
+    ck_assert_msg((e = nu_fd_error(lin_f, &s, s.b, out, g_b, NU_FD_H, NU_FD_POINTS)) <= NU_SUM_TOL(N),
+                  "%s: db vs fd %g" NU_AT, what, e, NU_AT_ARGS);
   if (want_dx)
-    ck_assert_msg((e = nu_fd_error(lin_f, &s, s.x, nx, gdx, FD_H, FD_POINTS)) <= SUM_TOL(out), "%s: dx vs fd %g" NU_AT,
-                  what, e, NU_AT_ARGS);
+    ck_assert_msg((e = nu_fd_error(lin_f, &s, s.x, nx, gdx, NU_FD_H, NU_FD_POINTS)) <= NU_SUM_TOL(out),
+                  "%s: dx vs fd %g" NU_AT, what, e, NU_AT_ARGS);
   nu_check_guards(ctx, what);
   nu_free_all();
   free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y), free(gdx), free(gdw), free(gdb);
@@ -113,6 +102,9 @@ static void linear_case(clt_context *ctx, int N, int in, int out, int bias, int 
   free(want_dw), free(want_db), free(g_w), free(g_b);
 }
 
+/* Tolerance NU_SUM_TOL(k), k the terms each result sums: in for y, out for dx,
+ * N for dw and db. Shapes: all ones, odd sizes, no bias, no dx, and the
+ * Fashion-MNIST classifier's 64 x 128 -> 10. */
 START_TEST(linear_matches_reference_and_finite_differences) {
   for (int d = 0; d < tu_ndev; d++) {
     linear_case(tu_ctx[d], 1, 1, 1, 1, 1);
@@ -157,8 +149,8 @@ static void act_case(clt_context *ctx, clt_nn_act act, size_t n) {
   clt_tensor tdy = nu_f32(ctx, dy, NU_SHAPE((int64_t)n)), tdx = nu_f32(ctx, NULL, NU_SHAPE((int64_t)n));
   ck_assert_msg(clt_nn_act_forward(ctx, act, alpha, &tx, &ty) == 0, "%s", clt_last_error());
   int need_x = clt_nn_act_backward_needs_input(act);
-  ck_assert_msg(clt_nn_act_backward(ctx, act, alpha, need_x ? &tx : NULL, need_x ? NULL : &ty, &tdy, &tdx) == 0,
-                "%s", clt_last_error());
+  ck_assert_msg(clt_nn_act_backward(ctx, act, alpha, need_x ? &tx : NULL, need_x ? NULL : &ty, &tdy, &tdx) == 0, "%s",
+                clt_last_error());
   float *y = malloc(n * 4), *gdx = malloc(n * 4);
   nu_get(ctx, &ty, y);
   nu_get(ctx, &tdx, gdx);
@@ -172,7 +164,8 @@ static void act_case(clt_context *ctx, clt_nn_act act, size_t n) {
   double e;
   ck_assert_msg((e = nu_err(y, ry, n)) <= ACT_TOL, "%s: forward error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdx, rdx, n)) <= ACT_TOL, "%s: backward error %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_fd_error(act_f, &s, s.x, n, gdx, FD_H, 200)) <= ACT_TOL, "%s: dx vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(act_f, &s, s.x, n, gdx, NU_FD_H, 200)) <= ACT_TOL, "%s: dx vs fd %g" NU_AT, what, e,
+                NU_AT_ARGS);
 
   /* In place: y = act(x) over x, then dx = dy act' over dy. */
   if (!need_x) {
@@ -197,16 +190,39 @@ START_TEST(activations_match_reference_and_finite_differences) {
 }
 END_TEST
 
+/* At x = 0 the derivatives of relu and leaky_relu are conventions, the
+ * ones PyTorch uses: relu'(0) = 0 (from y > 0), leaky_relu'(0) = alpha
+ * (from x > 0). Exact values, so exact comparisons. */
+START_TEST(activation_derivatives_at_zero_follow_pytorch) {
+  const float x[4] = {0.0f, -0.0f, 2.0f, -2.0f}, dy[4] = {1, 1, 1, 1};
+  const float relu[4] = {0, 0, 1, 0}, leaky[4] = {0.25f, 0.25f, 1, 0.25f};
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_context *ctx = tu_ctx[d];
+    clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(4)), ty = nu_f32(ctx, NULL, NU_SHAPE(4));
+    clt_tensor tdy = nu_f32(ctx, dy, NU_SHAPE(4)), tdx = nu_f32(ctx, NULL, NU_SHAPE(4));
+    float got[4];
+    ck_assert_int_eq(clt_nn_act_forward(ctx, CLT_NN_RELU, 0, &tx, &ty), 0);
+    ck_assert_int_eq(clt_nn_act_backward(ctx, CLT_NN_RELU, 0, NULL, &ty, &tdy, &tdx), 0);
+    nu_get(ctx, &tdx, got);
+    for (int i = 0; i < 4; i++) ck_assert_msg(got[i] == relu[i], "relu'(%g) = %g on %s", x[i], got[i], tu_name(ctx));
+    ck_assert_int_eq(clt_nn_act_backward(ctx, CLT_NN_LEAKY_RELU, 0.25f, &tx, NULL, &tdy, &tdx), 0);
+    nu_get(ctx, &tdx, got);
+    for (int i = 0; i < 4; i++)
+      ck_assert_msg(got[i] == leaky[i], "leaky_relu'(%g) = %g on %s", x[i], got[i], tu_name(ctx));
+    nu_free_all();
+  }
+}
+END_TEST
+
 /* ---- dropout --------------------------------------------------------------- */
 
 /* Random123's tests/kat_vectors, the three philox4x32 10 lines. */
 START_TEST(philox_reference_matches_known_answers) {
-  static const uint32_t kat[3][10] = {
-      {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
-      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e, 0xa20bc7c6,
-       0x6d5451fd},
-      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb, 0x5001e420,
-       0x24126ea1}};
+  static const uint32_t kat[3][10] = {{0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+                                      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff,
+                                       0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+                                      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0,
+                                       0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}};
   for (int i = 0; i < 3; i++) {
     uint32_t out[4];
     ref_philox4x32_10(kat[i], kat[i] + 4, out);
@@ -251,10 +267,14 @@ START_TEST(dropout_masks_are_bitwise_the_reference_on_every_device) {
           ck_assert_msg(clt_nn_dropout_forward(ctx, p, seed, step, base, &tx, &ty) == 0, "%s", clt_last_error());
           ck_assert_msg(clt_nn_dropout_backward(ctx, p, seed, step, base, &tdy, &tdx) == 0, "%s", clt_last_error());
           nu_get(ctx, &ty, got);
-          ck_assert_msg(memcmp(got, want, n * 4) == 0, "dropout forward n=%zu p=%g base=%llu on %s differs from the "
-                        "reference", n, (double)p, (unsigned long long)base, tu_name(ctx));
-          if (d == 0) memcpy(first, got, n * 4);
-          else ck_assert_msg(memcmp(got, first, n * 4) == 0, "dropout differs between devices");
+          ck_assert_msg(memcmp(got, want, n * 4) == 0,
+                        "dropout forward n=%zu p=%g base=%llu on %s differs from the "
+                        "reference",
+                        n, (double)p, (unsigned long long)base, tu_name(ctx));
+          if (d == 0)
+            memcpy(first, got, n * 4);
+          else
+            ck_assert_msg(memcmp(got, first, n * 4) == 0, "dropout differs between devices");
           nu_get(ctx, &tdx, got);
           ck_assert_msg(memcmp(got, want_dx, n * 4) == 0, "dropout backward n=%zu p=%g on %s: not the forward's mask",
                         n, (double)p, tu_name(ctx));
@@ -263,7 +283,7 @@ START_TEST(dropout_masks_are_bitwise_the_reference_on_every_device) {
         }
         if (n >= 1000) { /* the gradient is that of the forward, by finite differences */
           drop_state s = {p, seed, step, base, n, nu_to_double(x, n), nu_to_double(dy, n), malloc(n * 8)};
-          double e = nu_fd_error(drop_f, &s, s.x, n, want_dx, FD_H, FD_POINTS);
+          double e = nu_fd_error(drop_f, &s, s.x, n, want_dx, NU_FD_H, NU_FD_POINTS);
           ck_assert_msg(e <= 1e-6, "dropout p=%g: dx vs fd %g" NU_AT, (double)p, e, NU_AT_ARGS);
           free(s.x), free(s.r), free(s.y);
         }
@@ -275,6 +295,37 @@ START_TEST(dropout_masks_are_bitwise_the_reference_on_every_device) {
         }
         free(x), free(dy), free(want), free(want_dx), free(got), free(first);
       }
+}
+END_TEST
+
+/* The keep test is (word >> 8) >= round(p * 2^24): choosing p = k / 2^24
+ * with k the top 24 bits of an element's own word puts that element exactly
+ * on the threshold, where it must be kept (and a > instead of >= would
+ * drop it). */
+START_TEST(dropout_keeps_an_element_exactly_at_the_threshold) {
+  const uint64_t seed = 99, step = 5;
+  const float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (uint64_t e = 0; e < 8; e++) {
+    uint32_t ctr[4] = {(uint32_t)(e >> 2), 0, (uint32_t)step, 0}, key[2] = {(uint32_t)seed, 0}, r[4];
+    ref_philox4x32_10(ctr, key, r);
+    uint32_t k = r[e & 3] >> 8;
+    if (k == 0 || k >= (1u << 24) - 1) continue; /* p must stay in (0, 1) */
+    float p = (float)k / 16777216.0f;            /* exact: k has at most 24 bits */
+    ck_assert_uint_eq(ref_dropout_threshold(p), k);
+    ck_assert(ref_dropout_keep(seed, step, e, k));
+    float want[8], got[8];
+    ref_dropout_f32(p, seed, step, 0, 8, x, want);
+    ck_assert(want[e] != 0.0f);
+    for (int d = 0; d < tu_ndev; d++) {
+      clt_context *ctx = tu_ctx[d];
+      clt_tensor tx = nu_f32(ctx, x, NU_SHAPE(8)), ty = nu_f32(ctx, NULL, NU_SHAPE(8));
+      ck_assert_int_eq(clt_nn_dropout_forward(ctx, p, seed, step, 0, &tx, &ty), 0);
+      nu_get(ctx, &ty, got);
+      ck_assert_msg(memcmp(got, want, sizeof got) == 0, "element %d at the threshold on %s: %g, want %g", (int)e,
+                    tu_name(ctx), got[e], want[e]);
+      nu_free_all();
+    }
+  }
 }
 END_TEST
 
@@ -353,16 +404,16 @@ static void layernorm_case(clt_context *ctx, int ndim, const int64_t *shape, flo
   nu_get(ctx, &ty, y), nu_get(ctx, &tmean, mean), nu_get(ctx, &trstd, rstd);
   nu_get(ctx, &tdx, gdx), nu_get(ctx, &tdg, gdg), nu_get(ctx, &tdb, gdb);
 
-  ln_state s = {M, D, eps, nu_to_double(x, n), nu_to_double(g, D), nu_to_double(b, D), nu_to_double(dy, n),
-                malloc(n * 8)};
+  ln_state s = {
+      M, D, eps, nu_to_double(x, n), nu_to_double(g, D), nu_to_double(b, D), nu_to_double(dy, n), malloc(n * 8)};
   double *ry = malloc(n * 8), *rmean = malloc(M * 8), *rrstd = malloc(M * 8), *rdx = malloc(n * 8);
   double *rdg = malloc(D * 8), *rdb = malloc(D * 8);
   ref_layernorm_forward(M, D, eps, s.x, s.g, s.b, ry, rmean, rrstd);
   ref_layernorm_backward(M, D, s.x, s.g, rmean, rrstd, s.r, rdx, rdg, rdb);
-  double *want_dg = plus(dg0, rdg, D), *want_db = plus(db0, rdb, D);
+  double *want_dg = nu_plus(dg0, rdg, D), *want_db = nu_plus(db0, rdb, D);
   char what[128];
   snprintf(what, sizeof what, "layernorm M=%d D=%d shift=%g on %s", M, D, (double)shift, tu_name(ctx));
-  double e, tol = SUM_TOL(D > M ? D : M);
+  double e, tol = NU_SUM_TOL(D > M ? D : M);
   ck_assert_msg((e = nu_err(y, ry, n)) <= tol, "%s: y error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(mean, rmean, M)) <= tol, "%s: mean error %g" NU_AT, what, e, NU_AT_ARGS);
   /* rstd = 1/sqrt(var + eps) is 316 for D = 1; relative error then */
@@ -371,10 +422,19 @@ static void layernorm_case(clt_context *ctx, int ndim, const int64_t *shape, flo
   ck_assert_msg((e = nu_err(gdx, rdx, n)) <= tol, "%s: dx error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdg, want_dg, D)) <= tol, "%s: dgamma error %g" NU_AT, what, e, NU_AT_ARGS);
   ck_assert_msg((e = nu_err(gdb, want_db, D)) <= tol, "%s: dbeta error %g" NU_AT, what, e, NU_AT_ARGS);
-  float *g_g = added(gdg, dg0, D), *g_b = added(gdb, db0, D);
-  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.x, n, gdx, FD_H, FD_POINTS)) <= tol, "%s: dx vs fd %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.g, D, g_g, FD_H, FD_POINTS)) <= tol, "%s: dgamma vs fd %g" NU_AT, what, e, NU_AT_ARGS);
-  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.b, D, g_b, FD_H, FD_POINTS)) <= tol, "%s: dbeta vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+  float *g_g = nu_added(gdg, dg0, D), *g_b = nu_added(gdb, db0, D);
+  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.x, n, gdx, NU_FD_H, NU_FD_POINTS)) <= tol, "%s: dx vs fd %g" NU_AT, what,
+                e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.g, D, g_g, NU_FD_H, NU_FD_POINTS)) <= tol, "%s: dgamma vs fd %g" NU_AT,
+                what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_fd_error(ln_f, &s, s.b, D, g_b, NU_FD_H, NU_FD_POINTS)) <= tol, "%s: dbeta vs fd %g" NU_AT,
+                what, e, NU_AT_ARGS);
+  /* in place: dx over dy gives the same bits (dgamma and dbeta accumulate again, unchecked) */
+  ck_assert_int_eq(clt_nn_layernorm_backward(ctx, &tx, &tg, &tmean, &trstd, &tdy, &tdy, &tdg, &tdb), 0);
+  float *dx2 = malloc(n * 4);
+  nu_get(ctx, &tdy, dx2);
+  ck_assert_msg(memcmp(dx2, gdx, n * 4) == 0, "%s: in-place backward differs", what);
+  free(dx2);
   nu_check_guards(ctx, what);
   nu_free_all();
   free(x), free(g), free(b), free(dy), free(dg0), free(db0), free(y), free(mean), free(rstd), free(gdx), free(gdg);
@@ -409,7 +469,7 @@ static double xent_f(void *p) {
   return loss;
 }
 
-/* Per row: a sum of C exponentials, a log and a difference, so SUM_TOL(C)
+/* Per row: a sum of C exponentials, a log and a difference, so NU_SUM_TOL(C)
  * for losses and gradients; the batch loss adds N more terms. Rows whose
  * logits are ~1e30 are compared relatively (the tolerance is relative to
  * 1 + |want|) but not differentiated numerically: a step of 1e-5 vanishes
@@ -420,8 +480,7 @@ static void xent_case(clt_context *ctx, int N, int C, const float *z, const int3
   clt_tensor tz = nu_f32(ctx, z, NU_SHAPE(N, C)), tl = nu_tensor(ctx, CLT_I32, labels, NU_SHAPE(N));
   clt_tensor tdz = inplace ? tz : nu_f32(ctx, NULL, NU_SHAPE(N, C)), tls = nu_f32(ctx, NULL, NU_SHAPE(N));
   clt_tensor tloss = nu_f32(ctx, NULL, NU_SHAPE(1)), tcorrect = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(1));
-  ck_assert_msg(clt_nn_softmax_xent(ctx, &tz, &tl, scale, &tdz, &tls, &tloss, &tcorrect) == 0, "%s",
-                clt_last_error());
+  ck_assert_msg(clt_nn_softmax_xent(ctx, &tz, &tl, scale, &tdz, &tls, &tloss, &tcorrect) == 0, "%s", clt_last_error());
   float *dz = malloc(n * 4), *losses = malloc(N * 4), loss, loss2;
   int32_t correct;
   nu_get(ctx, &tdz, dz), nu_get(ctx, &tls, losses), nu_get(ctx, &tloss, &loss), nu_get(ctx, &tcorrect, &correct);
@@ -434,7 +493,7 @@ static void xent_case(clt_context *ctx, int N, int C, const float *z, const int3
   char what[128];
   snprintf(what, sizeof what, "softmax_xent N=%d C=%d scale=%g%s on %s", N, C, (double)scale,
            inplace ? " in place" : "", tu_name(ctx));
-  double e, tol = SUM_TOL(C);
+  double e, tol = NU_SUM_TOL(C);
   int any_invalid = 0;
   for (int i = 0; i < N; i++) {
     if (labels[i] >= 0 && labels[i] < C) continue;
@@ -448,7 +507,8 @@ static void xent_case(clt_context *ctx, int N, int C, const float *z, const int3
     ck_assert_msg((e = nu_err(&loss, &rloss, 1)) <= tol + 1e-6 * N, "%s: loss %g vs %g", what, loss, rloss);
     ck_assert_msg((e = nu_err(dz, rdz, n)) <= tol, "%s: dlogits error %g" NU_AT, what, e, NU_AT_ARGS);
     if (fd && scale == 1.0f)
-      ck_assert_msg((e = nu_fd_error(xent_f, &s, s.z, n, dz, FD_H, 100)) <= tol, "%s: dlogits vs fd %g" NU_AT, what, e, NU_AT_ARGS);
+      ck_assert_msg((e = nu_fd_error(xent_f, &s, s.z, n, dz, NU_FD_H, 100)) <= tol, "%s: dlogits vs fd %g" NU_AT, what,
+                    e, NU_AT_ARGS);
   }
   /* the same logits give the same loss bits (fixed summation order) */
   if (!inplace) {
@@ -486,14 +546,15 @@ START_TEST(softmax_xent_matches_reference_and_finite_differences) {
 END_TEST
 
 /* Logits far beyond exp's range must give finite losses and gradients:
- * the row maximum is subtracted before exponentiating. */
+ * the row maximum is subtracted before exponentiating. Rows of C = 4 sum 4
+ * exponentials: 1e-5 relative to 1 + |want| (the losses reach 2e30). */
 START_TEST(softmax_xent_is_stable_for_extreme_logits) {
   enum { N = 5, C = 4 };
-  const float z[N * C] = {1e30f, -1e30f, 0.0f, 5.0f,       /* label 1: loss 2e30 */
-                          -1e30f, -1e30f, -1e30f, -1e30f,  /* all equal: loss log 4, argmax 0 */
-                          88.0f, -88.0f, 100.0f, 1e4f,     /* exp(1e4) overflows float */
-                          -1e4f, -2e4f, -3e4f, -1e4f,      /* all underflow without the shift */
-                          3e38f, 3e38f, -1e20f, 0.0f};     /* near FLT_MAX */
+  const float z[N * C] = {1e30f,  -1e30f, 0.0f,   5.0f,   /* label 1: loss 2e30 */
+                          -1e30f, -1e30f, -1e30f, -1e30f, /* all equal: loss log 4, argmax 0 */
+                          88.0f,  -88.0f, 100.0f, 1e4f,   /* exp(1e4) overflows float */
+                          -1e4f,  -2e4f,  -3e4f,  -1e4f,  /* all underflow without the shift */
+                          3e38f,  3e38f,  -1e20f, 0.0f};  /* near FLT_MAX */
   const int32_t labels[N] = {1, 0, 3, 2, 0};
   for (int d = 0; d < tu_ndev; d++) {
     clt_context *ctx = tu_ctx[d];
@@ -538,13 +599,6 @@ END_TEST
 
 /* ---- errors ---------------------------------------------------------------- */
 
-static void expect_error(int rc, int want, const char *const *parts) {
-  ck_assert_msg(rc == want, "got %s, expected %s: %s", clt_status_name(rc), clt_status_name(want), clt_last_error());
-  for (; *parts; parts++)
-    ck_assert_msg(strstr(clt_last_error(), *parts) != NULL, "no '%s' in: %s", *parts, clt_last_error());
-}
-#define EXPECT(rc, want, ...) expect_error((rc), (want), (const char *const[]){__VA_ARGS__, NULL})
-
 START_TEST(bad_shapes_are_named) {
   clt_context *ctx = tu_ctx[0];
   clt_tensor x = nu_f32(ctx, NULL, NU_SHAPE(4, 7)), w = nu_f32(ctx, NULL, NU_SHAPE(3, 8));
@@ -554,64 +608,58 @@ START_TEST(bad_shapes_are_named) {
   clt_tensor i4 = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(4)), f4 = nu_f32(ctx, NULL, NU_SHAPE(4));
   clt_tensor one = nu_f32(ctx, NULL, NU_SHAPE(1)), i3 = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(3));
 
-  EXPECT(clt_nn_linear_forward(ctx, &x, &w, NULL, &y), CLT_ESHAPE, "linear forward", "x (4, 7) f32",
-         "w (3, 8) f32", "x has 7 features, w expects 8");
-  EXPECT(clt_nn_linear_forward(ctx, &x, &w7, &b2, &y), CLT_ESHAPE, "linear forward", "b (2) f32");
-  EXPECT(clt_nn_linear_forward(ctx, &x, &w7, NULL, &y5), CLT_ESHAPE, "y (5, 3) f32", "must be (4, 3)");
-  EXPECT(clt_nn_linear_forward(ctx, &v10, &w7, NULL, &y), CLT_ESHAPE, "x must be a 2-D f32 tensor (N, in)",
-         "(10) f32");
-  EXPECT(clt_nn_linear_backward(ctx, &x, &w7, &y, &y, &w7, NULL), CLT_ESHAPE, "linear backward", "dx (4, 3) f32",
-         "x (4, 7) f32");
-  EXPECT(clt_nn_linear_backward(ctx, &x, &w7, &y, NULL, NULL, NULL), CLT_EINVAL, "linear backward", "dw");
+  NU_EXPECT(clt_nn_linear_forward(ctx, &x, &w, NULL, &y), CLT_ESHAPE, "linear forward", "x (4, 7) f32", "w (3, 8) f32",
+            "x has 7 features, w expects 8");
+  NU_EXPECT(clt_nn_linear_forward(ctx, &x, &w7, &b2, &y), CLT_ESHAPE, "linear forward", "b (2) f32");
+  NU_EXPECT(clt_nn_linear_forward(ctx, &x, &w7, NULL, &y5), CLT_ESHAPE, "y (5, 3) f32", "must be (4, 3)");
+  NU_EXPECT(clt_nn_linear_forward(ctx, &v10, &w7, NULL, &y), CLT_ESHAPE, "x must be a 2-D f32 tensor (N, in)",
+            "(10) f32");
+  NU_EXPECT(clt_nn_linear_backward(ctx, &x, &w7, &y, &y, &w7, NULL), CLT_ESHAPE, "linear backward", "dx (4, 3) f32",
+            "x (4, 7) f32");
+  NU_EXPECT(clt_nn_linear_backward(ctx, &x, &w7, &y, NULL, NULL, NULL), CLT_EINVAL, "linear backward", "dw");
 
-  EXPECT(clt_nn_act_forward(ctx, CLT_NN_TANH, 0, &v10, &v11), CLT_ESHAPE, "tanh forward", "x (10) f32",
-         "y (11) f32", "differ in size");
-  EXPECT(clt_nn_act_backward(ctx, CLT_NN_GELU, 0, NULL, &v10, &v10, &v10), CLT_EINVAL, "gelu backward",
-         "x (the forward's input)");
-  EXPECT(clt_nn_act_forward(ctx, (clt_nn_act)9, 0, &v10, &v10), CLT_EINVAL, "unknown activation 9");
+  NU_EXPECT(clt_nn_act_forward(ctx, CLT_NN_TANH, 0, &v10, &v11), CLT_ESHAPE, "tanh forward", "x (10) f32", "y (11) f32",
+            "differ in size");
+  NU_EXPECT(clt_nn_act_backward(ctx, CLT_NN_GELU, 0, NULL, &v10, &v10, &v10), CLT_EINVAL, "gelu backward",
+            "x (the forward's input)");
+  NU_EXPECT(clt_nn_act_forward(ctx, (clt_nn_act)9, 0, &v10, &v10), CLT_EINVAL, "unknown activation 9");
 
-  EXPECT(clt_nn_dropout_forward(ctx, 1.0f, 0, 0, 0, &v10, &v10), CLT_EINVAL, "dropout forward",
-         "drop probability 1 must be in [0, 1)");
-  EXPECT(clt_nn_dropout_backward(ctx, 0.5f, 0, 0, 0, &v10, &v11), CLT_ESHAPE, "dropout backward", "dy (10) f32",
-         "dx (11) f32");
+  NU_EXPECT(clt_nn_dropout_forward(ctx, 1.0f, 0, 0, 0, &v10, &v10), CLT_EINVAL, "dropout forward",
+            "drop probability 1 must be in [0, 1)");
+  NU_EXPECT(clt_nn_dropout_backward(ctx, 0.5f, 0, 0, 0, &v10, &v11), CLT_ESHAPE, "dropout backward", "dy (10) f32",
+            "dx (11) f32");
 
-  EXPECT(clt_nn_layernorm_forward(ctx, 1e-5f, &x, &v10, &v10, &x, &f4, &f4), CLT_ESHAPE, "layernorm forward",
-         "gamma (10) f32", "x's last dimension, 7");
-  EXPECT(clt_nn_layernorm_forward(ctx, 1e-5f, &y, &i3, &i3, &y, &f4, &f4), CLT_ESHAPE, "layernorm forward",
-         "gamma must be a 1-D f32 tensor (D), got (3) i32");
+  NU_EXPECT(clt_nn_layernorm_forward(ctx, 1e-5f, &x, &v10, &v10, &x, &f4, &f4), CLT_ESHAPE, "layernorm forward",
+            "gamma (10) f32", "x's last dimension, 7");
+  NU_EXPECT(clt_nn_layernorm_forward(ctx, 1e-5f, &y, &i3, &i3, &y, &f4, &f4), CLT_ESHAPE, "layernorm forward",
+            "gamma must be a 1-D f32 tensor (D), got (3) i32");
 
-  EXPECT(clt_nn_softmax_xent(ctx, &y, &f4, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
-         "labels must be a 1-D i32 tensor (N), got (4) f32");
-  EXPECT(clt_nn_softmax_xent(ctx, &y, &i3, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
-         "logits (4, 3) f32", "labels (3) i32", "one element per row of logits, 4");
-  EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, &x, &f4, &one, NULL), CLT_ESHAPE, "dlogits (4, 7) f32");
-  EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, NULL, &f4, &v10, NULL), CLT_ESHAPE, "loss (10) f32",
-         "hold one element");
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &f4, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
+            "labels must be a 1-D i32 tensor (N), got (4) f32");
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i3, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
+            "logits (4, 3) f32", "labels (3) i32", "one element per row of logits, 4");
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, &x, &f4, &one, NULL), CLT_ESHAPE, "dlogits (4, 7) f32");
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, NULL, &f4, &v10, NULL), CLT_ESHAPE, "loss (10) f32",
+            "hold one element");
   nu_free_all();
 }
 END_TEST
-
-/* One test case per layer family, so CK_RUN_CASE=dropout runs just one. */
-static void add_case(Suite *s, const char *name, const TTest *const *tests) {
-  TCase *tc = tcase_create(name);
-  for (; *tests; tests++) tcase_add_test(tc, *tests);
-  suite_add_tcase(s, tc);
-}
-#define ADD_CASE(s, name, ...) add_case((s), (name), (const TTest *const[]){__VA_ARGS__, NULL})
 
 int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
   Suite *s = suite_create("nn");
-  ADD_CASE(s, "linear", linear_matches_reference_and_finite_differences);
-  ADD_CASE(s, "activation", activations_match_reference_and_finite_differences);
-  ADD_CASE(s, "dropout", philox_reference_matches_known_answers, dropout_masks_are_bitwise_the_reference_on_every_device,
-           dropout_split_by_index_base_equals_whole);
-  ADD_CASE(s, "layernorm", layernorm_matches_reference_and_finite_differences);
-  ADD_CASE(s, "softmax_xent", softmax_xent_matches_reference_and_finite_differences,
-           softmax_xent_is_stable_for_extreme_logits);
-  ADD_CASE(s, "flatten", flatten_is_a_view);
-  ADD_CASE(s, "errors", bad_shapes_are_named);
+  NU_ADD_CASE(s, "linear", linear_matches_reference_and_finite_differences);
+  NU_ADD_CASE(s, "activation", activations_match_reference_and_finite_differences,
+              activation_derivatives_at_zero_follow_pytorch);
+  NU_ADD_CASE(s, "dropout", philox_reference_matches_known_answers,
+              dropout_masks_are_bitwise_the_reference_on_every_device,
+              dropout_keeps_an_element_exactly_at_the_threshold, dropout_split_by_index_base_equals_whole);
+  NU_ADD_CASE(s, "layernorm", layernorm_matches_reference_and_finite_differences);
+  NU_ADD_CASE(s, "softmax_xent", softmax_xent_matches_reference_and_finite_differences,
+              softmax_xent_is_stable_for_extreme_logits);
+  NU_ADD_CASE(s, "flatten", flatten_is_a_view);
+  NU_ADD_CASE(s, "errors", bad_shapes_are_named);
   rc = tu_run(s);
   tu_teardown();
   return rc;

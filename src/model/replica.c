@@ -274,7 +274,7 @@ static clt_nn_pool2d_cfg pool_cfg(const clt_layer_spec *l) {
 }
 
 static clt_nn_conv2d_cfg conv_cfg(const clt_layer_spec *l) {
-  clt_nn_conv2d_cfg c = {l->stride, l->stride, l->pad, l->pad};
+  clt_nn_conv2d_cfg c = {.stride_h = l->stride, .stride_w = l->stride, .pad_h = l->pad, .pad_w = l->pad};
   return c;
 }
 

@@ -20,14 +20,14 @@ int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dty
   if (!t) return clt__error(CLT_EINVAL, "%s: tensor %s is missing (NULL)", op, name);
   if (t->dtype != dtype || (ndim && t->ndim != ndim)) {
     if (ndim)
-      return clt__error(CLT_ESHAPE, "%s: %s must be a %d-D %s tensor %s, got %s", op, name, ndim,
-                        clt_dtype_name(dtype), layout, clt_tensor_shape_str(t, s, sizeof s));
+      return clt__error(CLT_ESHAPE, "%s: %s must be a %d-D %s tensor %s, got %s", op, name, ndim, clt_dtype_name(dtype),
+                        layout, clt_tensor_shape_str(t, s, sizeof s));
     return clt__error(CLT_ESHAPE, "%s: %s must be a %s tensor %s, got %s", op, name, clt_dtype_name(dtype), layout,
                       clt_tensor_shape_str(t, s, sizeof s));
   }
   if (clt_tensor_numel(t) > NN_MAX_ELEMS)
-    return clt__error(CLT_ESHAPE, "%s: %s %s has more than 2^31 - 1 elements, which the kernels cannot index", op,
-                      name, clt_tensor_shape_str(t, s, sizeof s));
+    return clt__error(CLT_ESHAPE, "%s: %s %s has more than 2^31 - 1 elements, which the kernels cannot index", op, name,
+                      clt_tensor_shape_str(t, s, sizeof s));
   return CLT_OK;
 }
 
@@ -67,6 +67,25 @@ int clt__nn_same_shape(const clt_tensor *a, const clt_tensor *b) {
   for (int i = 0; i < a->ndim; i++)
     if (a->shape[i] != b->shape[i]) return 0;
   return 1;
+}
+
+int clt__nn_args(cl_kernel k, int first, const clt__nn_arg *args, int n) {
+  for (int i = 0; i < n; i++) {
+    cl_int e = clSetKernelArg(k, (cl_uint)(first + i), args[i].size, args[i].value);
+    if (e != CL_SUCCESS)
+      return clt__error(clt__cl_status(e), "clSetKernelArg(argument %d, %zu bytes) failed with %s (%d)", first + i,
+                        args[i].size, clt__cl_error_name(e), (int)e);
+  }
+  return CLT_OK;
+}
+
+int clt__nn_args_array(cl_kernel k, int first, const void *values, size_t size, int n) {
+  for (int i = 0; i < n; i++) {
+    clt__nn_arg a = {size, (const char *)values + i * size};
+    int rc = clt__nn_args(k, first + i, &a, 1);
+    if (rc < 0) return rc;
+  }
+  return CLT_OK;
 }
 
 int clt__nn_launch_groups(clt_context *ctx, cl_kernel k, size_t groups, size_t wgs) {

@@ -7,9 +7,27 @@
 
 #include "nn/nn.h"
 
-/* Set kernel argument i to the value of lvalue v (CLT_CL_TRY, so the caller
- * needs rc and a fail label). */
-#define NN_ARG(k, i, v) CLT_CL_TRY(clSetKernelArg((k), (cl_uint)(i), sizeof(v), &(v)))
+/* One kernel argument: `size` bytes at `value`, or __local memory of `size`
+ * bytes when value is NULL. */
+typedef struct clt__nn_arg {
+  size_t size;
+  const void *value;
+} clt__nn_arg;
+#define NN_VAL(v)                                                                                                      \
+  { sizeof(v), &(v) } /* the value of lvalue v */
+#define NN_LOCAL(bytes)                                                                                                \
+  { (bytes), NULL }
+
+/* Set arguments first, first+1, ... of k from args[0..n). */
+int clt__nn_args(cl_kernel k, int first, const clt__nn_arg *args, int n);
+/* Set arguments first .. first+n-1 of k from n values of `size` bytes each,
+ * consecutive at `values` (an array of cl_uint, say). */
+int clt__nn_args_array(cl_kernel k, int first, const void *values, size_t size, int n);
+/* NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_LOCAL(bytes)) sets
+ * arguments 0, 1, 2, ... in order. */
+#define NN_SET_ARGS(k, ...)                                                                                            \
+  clt__nn_args((k), 0, (const clt__nn_arg[]){__VA_ARGS__},                                                             \
+               (int)(sizeof((const clt__nn_arg[]){__VA_ARGS__}) / sizeof(clt__nn_arg)))
 
 /* The largest element count the nn kernels index with 32-bit integers. */
 #define NN_MAX_ELEMS ((int64_t)0x7fffffff)
@@ -29,8 +47,7 @@ clt_matrix clt__nn_mat(const clt_tensor *t, int64_t ld);
 /* t must exist (else CLT_EINVAL), be of dtype and have ndim dimensions
  * (ndim 0: any), and hold at most NN_MAX_ELEMS elements (else CLT_ESHAPE).
  * `layout` describes the expected shape in the message, e.g. "(N, C, H, W)". */
-int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dtype dtype, int ndim,
-                  const char *layout);
+int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dtype dtype, int ndim, const char *layout);
 
 /* t must exist and have the dtype and shape of like (else CLT_EINVAL or
  * CLT_ESHAPE naming both). */
@@ -55,7 +72,6 @@ size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most);
 int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b, int64_t C, int64_t P);
 /* db[c] += the sum over n, p of dy[n, c, p], dy seen as (N, C, P), in a
  * fixed order. */
-int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C,
-                      int64_t P);
+int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C, int64_t P);
 
 #endif

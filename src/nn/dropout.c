@@ -26,16 +26,8 @@ static int dropout(clt_context *ctx, const char *op, float p, uint64_t seed, uin
   cl_uint threshold = (cl_uint)llround((double)p * 16777216.0);
   float scale = (float)(1.0 / (1.0 - (double)p));
   CLT_TRY(clt_context_kernel(ctx, "dropout", "dropout_apply", NULL, &k));
-  NN_ARG(k, 0, in->buf);
-  NN_ARG(k, 1, ioff);
-  NN_ARG(k, 2, out->buf);
-  NN_ARG(k, 3, ooff);
-  NN_ARG(k, 4, n);
-  NN_ARG(k, 5, s);
-  NN_ARG(k, 6, st);
-  NN_ARG(k, 7, b);
-  NN_ARG(k, 8, threshold);
-  NN_ARG(k, 9, scale);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(in->buf), NN_VAL(ioff), NN_VAL(out->buf), NN_VAL(ooff), NN_VAL(n), NN_VAL(s),
+                      NN_VAL(st), NN_VAL(b), NN_VAL(threshold), NN_VAL(scale)));
   CLT_TRY(clt_launch_1d(ctx, k, n, 0));
   return CLT_OK;
 fail:

@@ -31,8 +31,8 @@ int clt_nn_linear_forward(clt_context *ctx, const clt_tensor *x, const clt_tenso
   if (rc < 0) return rc;
   int64_t N = x->shape[0], in = x->shape[1], out = w->shape[0];
   /* y (N, out) = x (N, in) w^T (in, out) */
-  CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, (size_t)N, (size_t)out, (size_t)in, 1.0f, clt__nn_mat(x, in), clt__nn_mat(w, in),
-                    0.0f, clt__nn_mat(y, out)));
+  CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, (size_t)N, (size_t)out, (size_t)in, 1.0f, clt__nn_mat(x, in),
+                    clt__nn_mat(w, in), 0.0f, clt__nn_mat(y, out)));
   if (b) CLT_TRY(clt__nn_bias_add(ctx, y, b, out, 1));
   return CLT_OK;
 fail:

@@ -16,8 +16,8 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
   if (correct && (rc = clt__nn_check(op, "correct", correct, CLT_I32, 0, "of 1 element")) < 0) return rc;
   if (dlogits && (rc = clt__nn_check_like(op, "dlogits", dlogits, "logits", logits)) < 0) return rc;
   int64_t N = logits->shape[0], C = logits->shape[1];
-  clt__nn_named ts[] = {{"logits", logits}, {"labels", labels}, {"losses", losses}, {"loss", loss},
-                        {"correct", correct}};
+  clt__nn_named ts[] = {
+      {"logits", logits}, {"labels", labels}, {"losses", losses}, {"loss", loss}, {"correct", correct}};
   if (labels->shape[0] != N || losses->shape[0] != N)
     return clt__nn_shape_error(op, ts, 5, "labels and losses must have one element per row of logits, %lld",
                                (long long)N);
@@ -34,37 +34,21 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
   cl_uint c = (cl_uint)C, n = (cl_uint)N;
   if (correct) {
     static const cl_int zero = 0;
-    CLT_CL_TRY(clEnqueueFillBuffer(ctx->queue, correct->buf, &zero, sizeof zero, correct->offset, sizeof zero, 0,
-                                   NULL, NULL));
+    CLT_CL_TRY(
+        clEnqueueFillBuffer(ctx->queue, correct->buf, &zero, sizeof zero, correct->offset, sizeof zero, 0, NULL, NULL));
   }
   CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", NULL, &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, C, 256);
-  NN_ARG(k, 0, logits->buf);
-  NN_ARG(k, 1, loff);
-  NN_ARG(k, 2, labels->buf);
-  NN_ARG(k, 3, laboff);
-  NN_ARG(k, 4, dbuf);
-  NN_ARG(k, 5, doff);
-  NN_ARG(k, 6, has_grad);
-  NN_ARG(k, 7, losses->buf);
-  NN_ARG(k, 8, lsoff);
-  NN_ARG(k, 9, cbuf);
-  NN_ARG(k, 10, coff);
-  NN_ARG(k, 11, has_correct);
-  NN_ARG(k, 12, c);
-  NN_ARG(k, 13, grad_scale);
-  CLT_CL_TRY(clSetKernelArg(k, 14, wgs * sizeof(float), NULL));
-  CLT_CL_TRY(clSetKernelArg(k, 15, wgs * sizeof(cl_int), NULL));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(logits->buf), NN_VAL(loff), NN_VAL(labels->buf), NN_VAL(laboff), NN_VAL(dbuf),
+                      NN_VAL(doff), NN_VAL(has_grad), NN_VAL(losses->buf), NN_VAL(lsoff), NN_VAL(cbuf), NN_VAL(coff),
+                      NN_VAL(has_correct), NN_VAL(c), NN_VAL(grad_scale), NN_LOCAL(wgs * sizeof(float)),
+                      NN_LOCAL(wgs * sizeof(cl_int))));
   CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)N, wgs));
 
   CLT_TRY(clt_context_kernel(ctx, "loss", "xent_sum", NULL, &k));
   wgs = clt__nn_row_wgs(ctx, k, N, 256);
-  NN_ARG(k, 0, losses->buf);
-  NN_ARG(k, 1, lsoff);
-  NN_ARG(k, 2, n);
-  NN_ARG(k, 3, loss->buf);
-  NN_ARG(k, 4, lossoff);
-  CLT_CL_TRY(clSetKernelArg(k, 5, wgs * sizeof(float), NULL));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(losses->buf), NN_VAL(lsoff), NN_VAL(n), NN_VAL(loss->buf), NN_VAL(lossoff),
+                      NN_LOCAL(wgs * sizeof(float))));
   CLT_TRY(clt__nn_launch_groups(ctx, k, 1, wgs));
   return CLT_OK;
 fail:

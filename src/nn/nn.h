@@ -35,11 +35,19 @@ int clt_nn_linear_forward(clt_context *ctx, const clt_tensor *x, const clt_tenso
 int clt_nn_linear_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *w, const clt_tensor *dy,
                            const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db);
 
-/* ---- conv2d: im2col + one GEMM per chunk of samples ---------------------- */
+/* ---- conv2d ---------------------------------------------------------------- */
+
+/* How conv2d's forward is computed; the backward is always im2col + GEMM. */
+typedef enum clt_nn_conv2d_algo {
+  CLT_NN_CONV_AUTO = 0,   /* direct when Cin*KH*KW is small, else im2col */
+  CLT_NN_CONV_IM2COL = 1, /* im2col + one GEMM per chunk of samples */
+  CLT_NN_CONV_DIRECT = 2  /* one work-item per output (the workspace is checked but not used) */
+} clt_nn_conv2d_algo;
 
 typedef struct clt_nn_conv2d_cfg {
-  int stride_h, stride_w; /* >= 1 */
-  int pad_h, pad_w;       /* >= 0, zero padding on both sides */
+  int stride_h, stride_w;  /* >= 1 */
+  int pad_h, pad_w;        /* >= 0, zero padding on both sides */
+  clt_nn_conv2d_algo algo; /* forward only; 0 (auto) when left out of an initializer */
 } clt_nn_conv2d_cfg;
 
 /* Output size of a window op along one axis: (in + 2 pad - k) / stride + 1,
@@ -51,20 +59,19 @@ int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad);
  * workspace that holds at least one sample's share works: the batch is then
  * processed in chunks of as many samples as fit (more fit, fewer and larger
  * GEMMs, faster). */
-size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw,
-                                     int64_t oh, int64_t ow);
+size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw, int64_t oh,
+                                     int64_t ow);
 
 /* x (N, Cin, H, W), w (Cout, Cin, KH, KW), b (Cout) or NULL,
  * y (N, Cout, OH, OW), workspace: any f32 view (its size counts, not its
  * shape; see clt_nn_conv2d_workspace_bytes). */
-int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
-                          const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
-                          const clt_tensor *workspace);
+int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
+                          const clt_tensor *b, const clt_tensor *y, const clt_tensor *workspace);
 /* dy (N, Cout, OH, OW). dx (N, Cin, H, W) overwritten, or NULL to skip;
  * dw (Cout, Cin, KH, KW) and db (Cout, or NULL) accumulated. */
-int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
-                           const clt_tensor *w, const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw,
-                           const clt_tensor *db, const clt_tensor *workspace);
+int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
+                           const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db,
+                           const clt_tensor *workspace);
 
 /* ---- pooling -------------------------------------------------------------- */
 
@@ -78,16 +85,15 @@ typedef struct clt_nn_pool2d_cfg {
  * for each output, the index ih*W + iw in its input plane of the maximum
  * (the first one on ties; a NaN wins, so NaNs propagate). Padding never
  * wins. */
-int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
-                             const clt_tensor *y, const clt_tensor *argmax);
+int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x, const clt_tensor *y,
+                             const clt_tensor *argmax);
 /* dx (N, C, H, W) = the gradient routed back through argmax (overwritten). */
 int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *argmax,
                               const clt_tensor *dy, const clt_tensor *dx);
 
 /* Average pooling; padding counts as zeros (PyTorch's count_include_pad),
  * so every window divides by kernel_h * kernel_w. Shapes as for max. */
-int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
-                             const clt_tensor *y);
+int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x, const clt_tensor *y);
 int clt_nn_avgpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *dy,
                               const clt_tensor *dx);
 
@@ -149,20 +155,22 @@ int clt_nn_layernorm_forward(clt_context *ctx, float eps, const clt_tensor *x, c
                              const clt_tensor *beta, const clt_tensor *y, const clt_tensor *mean,
                              const clt_tensor *rstd);
 /* dx like x (overwritten; may be dy); dgamma, dbeta (D) accumulated. */
-int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *gamma,
-                              const clt_tensor *mean, const clt_tensor *rstd, const clt_tensor *dy,
-                              const clt_tensor *dx, const clt_tensor *dgamma, const clt_tensor *dbeta);
+int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *gamma, const clt_tensor *mean,
+                              const clt_tensor *rstd, const clt_tensor *dy, const clt_tensor *dx,
+                              const clt_tensor *dgamma, const clt_tensor *dbeta);
 
 /* ---- softmax cross-entropy (forward and backward fused) ------------------ */
 
 /* logits (N, C), labels (N) i32 in [0, C).
  *   losses (N): each sample's -log softmax(logits)[label] (overwritten);
  *   loss (1): the SUM of losses over the batch, summed in a fixed order;
- *   correct (1) i32 or NULL: how many rows' argmax (first on ties) is the label;
+ *   correct (1) i32 or NULL: how many rows' argmax (first on ties) is the
+ *     label (overwritten, not accumulated);
  *   dlogits (N, C) or NULL: grad_scale * (softmax - onehot(label)), the
  *     gradient of grad_scale * loss, NOT divided by N: the trainer divides by
  *     the global batch (grad_scale is for loss scaling; 1 otherwise).
- * Stable for any finite logits (the row maximum is subtracted). A label
+ * Stable for any logits whose row maximum minus minimum is a finite float
+ * (the row maximum is subtracted before exponentiating). A label
  * outside [0, C) makes that row's loss and dlogits NaN, which the trainer's
  * non-finite check reports. dlogits may be logits (in place). */
 int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, float grad_scale,

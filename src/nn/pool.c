@@ -31,17 +31,15 @@ static int check_pool(const char *op, const clt_nn_pool2d_cfg *cfg, const char *
   clt__nn_named ts[] = {{x_name, x}, {y_name, y}, {y2_name, y2}};
   if (g->OH < 1 || g->OW < 1)
     return clt__nn_shape_error(op, ts, 3, "a %dx%d window does not fit a %lldx%lld input with padding %dx%d",
-                               cfg->kernel_h, cfg->kernel_w, (long long)g->H, (long long)g->W, cfg->pad_h,
-                               cfg->pad_w);
+                               cfg->kernel_h, cfg->kernel_w, (long long)g->H, (long long)g->W, cfg->pad_h, cfg->pad_w);
   const clt_tensor *outs[2] = {y, y2};
   for (int i = 0; i < 2; i++) {
     const clt_tensor *t = outs[i];
     if (t && (t->shape[0] != g->N || t->shape[1] != g->C || t->shape[2] != g->OH || t->shape[3] != g->OW))
-      return clt__nn_shape_error(op, ts, 3,
-                                 "%s must be (%lld, %lld, %lld, %lld) for a %dx%d window, stride %dx%d, padding %dx%d",
-                                 i ? y2_name : y_name, (long long)g->N, (long long)g->C, (long long)g->OH,
-                                 (long long)g->OW, cfg->kernel_h, cfg->kernel_w, cfg->stride_h, cfg->stride_w,
-                                 cfg->pad_h, cfg->pad_w);
+      return clt__nn_shape_error(
+          op, ts, 3, "%s must be (%lld, %lld, %lld, %lld) for a %dx%d window, stride %dx%d, padding %dx%d",
+          i ? y2_name : y_name, (long long)g->N, (long long)g->C, (long long)g->OH, (long long)g->OW, cfg->kernel_h,
+          cfg->kernel_w, cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w);
   }
   return CLT_OK;
 }
@@ -51,8 +49,8 @@ static int pool_args(cl_kernel k, int first, const clt_nn_pool2d_cfg *cfg, const
   int rc = CLT_OK;
   cl_uint u[5] = {(cl_uint)(g->N * g->C), (cl_uint)g->H, (cl_uint)g->W, (cl_uint)g->OH, (cl_uint)g->OW};
   cl_int s[6] = {cfg->kernel_h, cfg->kernel_w, cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w};
-  for (int i = 0; i < 5; i++) NN_ARG(k, first + i, u[i]);
-  for (int i = 0; i < 6; i++) NN_ARG(k, first + 5 + i, s[i]);
+  CLT_TRY(clt__nn_args_array(k, first, u, sizeof u[0], 5));
+  CLT_TRY(clt__nn_args_array(k, first + 5, s, sizeof s[0], 6));
 fail:
   return rc;
 }
@@ -66,8 +64,8 @@ static int run_pool(clt_context *ctx, const char *op, const char *kernel, const 
   CLT_TRY(clt_context_kernel(ctx, "pool", kernel, NULL, &k));
   for (int i = 0; i < nts; i++) {
     cl_ulong off = clt__nn_off(ts[i]);
-    NN_ARG(k, 2 * i, ts[i]->buf);
-    NN_ARG(k, 2 * i + 1, off);
+    clt__nn_arg a[2] = {NN_VAL(ts[i]->buf), NN_VAL(off)};
+    CLT_TRY(clt__nn_args(k, 2 * i, a, 2));
   }
   CLT_TRY(pool_args(k, 2 * nts, cfg, g));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)n, 0));
@@ -76,8 +74,8 @@ fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
 
-int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
-                             const clt_tensor *y, const clt_tensor *argmax) {
+int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x, const clt_tensor *y,
+                             const clt_tensor *argmax) {
   static const char op[] = "maxpool2d forward";
   pool_geom g;
   int rc = check_pool(op, cfg, "x", x, "argmax", argmax, CLT_I32, "y", y, &g);
@@ -96,8 +94,7 @@ int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, co
   return run_pool(ctx, op, "maxpool_backward", ts, 3, cfg, &g, g.N * g.C * g.H * g.W);
 }
 
-int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x,
-                             const clt_tensor *y) {
+int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x, const clt_tensor *y) {
   static const char op[] = "avgpool2d forward";
   pool_geom g;
   int rc = check_pool(op, cfg, "x", x, "y", y, CLT_F32, NULL, NULL, &g);
@@ -133,19 +130,14 @@ static int check_global(const char *op, const char *x_name, const clt_tensor *x,
   return CLT_OK;
 }
 
-static int run_global(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *in,
-                      const clt_tensor *out, const clt_tensor *x, size_t n) {
+static int run_global(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *in, const clt_tensor *out,
+                      const clt_tensor *x, size_t n) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong ioff = clt__nn_off(in), ooff = clt__nn_off(out);
   cl_uint nc = (cl_uint)(x->shape[0] * x->shape[1]), hw = (cl_uint)(x->shape[2] * x->shape[3]);
   CLT_TRY(clt_context_kernel(ctx, "pool", kernel, NULL, &k));
-  NN_ARG(k, 0, in->buf);
-  NN_ARG(k, 1, ioff);
-  NN_ARG(k, 2, out->buf);
-  NN_ARG(k, 3, ooff);
-  NN_ARG(k, 4, nc);
-  NN_ARG(k, 5, hw);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(in->buf), NN_VAL(ioff), NN_VAL(out->buf), NN_VAL(ooff), NN_VAL(nc), NN_VAL(hw)));
   CLT_TRY(clt_launch_1d(ctx, k, n, 0));
   return CLT_OK;
 fail:

@@ -258,8 +258,8 @@ void ref_layernorm_forward(int M, int D, double eps, const double *x, const doub
   }
 }
 
-void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, const double *mean,
-                            const double *rstd, const double *dy, double *dx, double *dgamma, double *dbeta) {
+void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, const double *mean, const double *rstd,
+                            const double *dy, double *dx, double *dgamma, double *dbeta) {
   memset(dgamma, 0, (size_t)D * sizeof *dgamma);
   memset(dbeta, 0, (size_t)D * sizeof *dbeta);
   for (int m = 0; m < M; m++) {

@@ -17,10 +17,10 @@ void ref_linear_backward(int N, int in, int out, const double *x, const double *
 
 /* Geometry of a 2-D window op (conv or pool) on NCHW tensors. */
 typedef struct ref_window {
-  int N, C, H, W;    /* input; C is Cin for conv */
-  int Cout;          /* conv only */
+  int N, C, H, W; /* input; C is Cin for conv */
+  int Cout;       /* conv only */
   int KH, KW, sh, sw, ph, pw;
-  int OH, OW;        /* filled by ref_window_init */
+  int OH, OW; /* filled by ref_window_init */
 } ref_window;
 /* Work out OH, OW; 0 when the window does not fit. */
 int ref_window_init(ref_window *g);
@@ -61,8 +61,8 @@ void ref_dropout(float p, uint64_t seed, uint64_t step, uint64_t base, size_t n,
 /* layernorm over rows of D: x (M, D), gamma, beta (D), mean, rstd (M). */
 void ref_layernorm_forward(int M, int D, double eps, const double *x, const double *gamma, const double *beta,
                            double *y, double *mean, double *rstd);
-void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, const double *mean,
-                            const double *rstd, const double *dy, double *dx, double *dgamma, double *dbeta);
+void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, const double *mean, const double *rstd,
+                            const double *dy, double *dx, double *dgamma, double *dbeta);
 
 /* softmax cross-entropy: logits (N, C), labels (N); losses (N), *loss their
  * sum, *correct the rows whose argmax (first on ties) is the label, dlogits
