@@ -74,4 +74,17 @@ rm -f "$bad"
 expect 1 "a missing model spec" -- summary /nonexistent.model
 has "$err" "/nonexistent.model" "the missing file is named"
 
+# Training: a run that diverges stops at once, naming the step and the layer.
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  expect 1 "a diverging run" -- train "$srcdir/examples/fashion_mlp.model" --devices 0 --max-steps 30 --lr 1e6 \
+    --momentum 0.99 --quiet
+  has "$err" "optimizer step [0-9]*: the gradient of .*fashion_mlp.model:[0-9]* (linear) is not finite" \
+    "the step and layer are named"
+  expect 2 "a learning rate out of range" -- train "$srcdir/examples/fashion_mlp.model" --lr -1
+  has "$err" "--lr" "the bad option is named"
+  expect 2 "--accumulate that does not divide --batch" -- train "$srcdir/examples/fashion_mlp.model" --batch 64 \
+    --accumulate 3 --devices 0
+  has "$err" "accumulate 3" "the accumulation is named"
+fi
+
 exit $fail

@@ -307,6 +307,27 @@ int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
   return clt_tensor_download(t->ctx[0], &p, out, (size_t)P * sizeof(float));
 }
 
+/* The gradient is not finite: name the layer where that starts. Backward
+ * runs from the last layer to the first and carries an inf or NaN on to
+ * every layer before, so the culprit is the last layer with one. */
+static int nonfinite_layer(clt_trainer *t) {
+  const clt_model_spec *s = t->model->spec;
+  for (int i = s->nlayers - 1; i >= 1; i--) {
+    const clt_layer_spec *l = &s->layers[i];
+    int64_t n = l->weight_count + l->bias_count;
+    clt_tensor g;
+    float ss = 0;
+    if (!n || clt_tensor_view(t->rep[0]->grads, (size_t)l->param_offset * 4, CLT_F32, 1, &n, &g) < 0 ||
+        clt_sumsq(t->ctx[0], &g, &ss) < 0 || isfinite(ss))
+      continue;
+    return clt__error(CLT_ENONFINITE, "the gradient of %s:%d (%s) is not finite (inf or NaN); lower the learning "
+                      "rate (%g) or clip gradients (--clip)", s->name, l->line, clt__layer_kind_name(l->kind),
+                      clt_schedule_lr(&t->opts.schedule, t->steps_done));
+  }
+  return clt__error(CLT_ENONFINITE, "the gradient is not finite (inf or NaN); lower the learning rate or clip "
+                    "gradients (--clip)");
+}
+
 int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(t->model);
@@ -314,12 +335,19 @@ int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
   float scale = 1.0f / (float)total_n;
   *grad_norm = NAN;
 
+  /* Every replica of every rank now holds the same summed gradient, so
+   * each rank can tell alone whether it is finite (and stop before the
+   * update spoils the parameters), and clipping can use its norm. */
+  float ss = 0;
+  clt_tensor g = clt__replica_grads(t->rep[0]);
+  CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
+  if (!isfinite(ss)) {
+    rc = nonfinite_layer(t);
+    goto fail;
+  }
   /* Clipping: the norm of the summed gradient / total_n. Devices may sum in
    * different orders, so rank 0's first replica decides for everyone. */
   if (t->opts.clip > 0) {
-    float ss = 0;
-    clt_tensor g = clt__replica_grads(t->rep[0]);
-    CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
     double v[1] = {t->rank == 0 ? sqrt((double)ss) / (double)total_n : 0.0};
     CLT_TRY(clt__trainer_sum(t, v, 1));
     *grad_norm = v[0];
