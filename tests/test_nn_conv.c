@@ -181,6 +181,8 @@ static const pool_case pool_cases[] = {
     {3, 1, 5, 8, 3, 2, 1, 2, 1, 0}, /* overlapping windows, non-square */
     {2, 2, 7, 7, 2, 2, 2, 2, 0, 0}, /* odd input: the last row and column are dropped */
     {1, 1, 4, 3, 1, 1, 1, 1, 0, 0}, /* identity */
+    {2, 2, 9, 8, 2, 2, 3, 3, 1, 1}, /* stride > kernel with padding: gaps between windows */
+    {1, 3, 5, 7, 2, 2, 2, 2, 1, 1}, /* 2x2 / 2 with padding on odd sizes */
 };
 
 typedef struct pool_state {

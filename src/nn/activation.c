@@ -44,7 +44,9 @@ int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x), yoff = clt__nn_off(y), n = (cl_ulong)clt_tensor_numel(x);
   cl_int a = (cl_int)act;
-  CLT_TRY(clt_context_kernel(ctx, "activation", "act_forward", NULL, &k));
+  char opts[32];
+  snprintf(opts, sizeof opts, "-DACT=%d", (int)act); /* one program per activation: see cl/activation.cl */
+  CLT_TRY(clt_context_kernel(ctx, "activation", "act_forward", opts, &k));
   NN_ARG(k, 0, x->buf);
   NN_ARG(k, 1, xoff);
   NN_ARG(k, 2, y->buf);
@@ -73,7 +75,9 @@ int clt_nn_act_backward(clt_context *ctx, clt_nn_act act, float alpha, const clt
   cl_ulong soff = clt__nn_off(s), dyoff = clt__nn_off(dy), dxoff = clt__nn_off(dx);
   cl_ulong n = (cl_ulong)clt_tensor_numel(dx);
   cl_int a = (cl_int)act;
-  CLT_TRY(clt_context_kernel(ctx, "activation", "act_backward", NULL, &k));
+  char opts[32];
+  snprintf(opts, sizeof opts, "-DACT=%d", (int)act);
+  CLT_TRY(clt_context_kernel(ctx, "activation", "act_backward", opts, &k));
   NN_ARG(k, 0, s->buf);
   NN_ARG(k, 1, soff);
   NN_ARG(k, 2, dy->buf);

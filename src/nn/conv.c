@@ -118,7 +118,7 @@ static int im2col(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t 
   NN_ARG(k, 2, g->ws.buf);
   NN_ARG(k, 3, coff);
   CLT_TRY(geom_args(k, g, B));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(g->K * B * g->P), 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OW, (size_t)g->OH, (size_t)(g->K * B)));
 fail:
   return rc;
 }
@@ -134,7 +134,7 @@ static int col2im(clt_context *ctx, const geom *g, const clt_tensor *dx, int64_t
   NN_ARG(k, 2, dx->buf);
   NN_ARG(k, 3, dxoff);
   CLT_TRY(geom_args(k, g, B));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cin * g->H * g->W), 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->W, (size_t)g->H, (size_t)(B * g->Cin)));
 fail:
   return rc;
 }
@@ -160,7 +160,7 @@ static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const cl
   NN_ARG(k, 7, ub);
   NN_ARG(k, 8, uc);
   NN_ARG(k, 9, up);
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->P, (size_t)g->Cout, (size_t)B));
 fail:
   return rc;
 }
@@ -179,7 +179,7 @@ static int dy_to_t(clt_context *ctx, const geom *g, const clt_tensor *dy, int64_
   NN_ARG(k, 4, ub);
   NN_ARG(k, 5, uc);
   NN_ARG(k, 6, up);
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->P, (size_t)B, (size_t)g->Cout));
 fail:
   return rc;
 }
