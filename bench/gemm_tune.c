@@ -13,8 +13,14 @@
  * so rerun the winners (--only) before trusting a ranking.
  *
  *   bench/gemm_tune [--device SUBSTR] [--kernel xgemm|direct|both]
- *                   [--candidates N] [--seed S] [--reps R]
- *                   [--only "NAME=V NAME=V ..."]
+ *                   [--candidates N] [--seed S] [--reps R] [--shapes I,J,...]
+ *                   [--only "NAME=V NAME=V ..." [--climb]]
+ *
+ * --shapes times only the listed shapes (indices into the table below):
+ * CLBlast sends small GEMMs to its direct kernel and large ones to the
+ * indirect one, so each is best tuned on the shapes it will serve.
+ * --climb starts from --only and changes one parameter at a time, keeping
+ * what lowers the total, until a whole round finds nothing better.
  *
  * Candidates are random draws (seeded) from the parameter space below that
  * satisfy the kernels' divisibility constraints; xgemm candidates are timed
@@ -30,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "ref/ref.h"
@@ -50,8 +57,13 @@ static const shape shapes[] = {
     {"mlp784 fwd", 0, 1, 64, 256, 784},      {"mlp784 dw", 1, 0, 256, 784, 64},
     {"mlp256 fwd", 0, 1, 64, 128, 256},      {"mlp256 dw", 1, 0, 128, 256, 64},
     {"mlp256 dx", 0, 0, 64, 256, 128},
+    /* other layouts conv2 could use (not in the default set, see --shapes) */
+    {"conv2 dw as NN", 0, 0, 64, 288, 12544}, {"conv2 dx as colT TN", 1, 0, 12544, 288, 64},
+    {"conv2 fwd as yT NT", 0, 1, 12544, 64, 288},
 };
+#define NDEFAULT 13 /* the shapes timed without --shapes */
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
+static int use_shape[NSHAPES]; /* --shapes: which ones are timed (default all) */
 
 #define MAXP 16
 typedef struct params {
@@ -89,6 +101,16 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of the process, all OpenCL worker threads together: on a
+ * loaded machine it moves far less than wall-clock time, so candidates are
+ * ranked by it (a candidate that left cores idle would hide here; compare
+ * the winners' wall-clock times with the machine to itself). */
+static double cpu(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
 }
 
 static unsigned long long rng_state = 88172645463325252ULL;
@@ -221,21 +243,29 @@ static int check(void) {
 
 static cl_mem bufs[NSHAPES][3];
 
-/* Best-of-reps milliseconds of every shape into ms[]; the total. */
+/* Mean CPU milliseconds per call of every shape into ms[] (over reps
+ * calls after one that compiles and warms up); the total. *wall gets the
+ * sum of the best wall-clock times. */
+static double wall_total;
 static double time_shapes(int reps, double *ms) {
   double total = 0;
+  wall_total = 0;
   for (size_t s = 0; s < NSHAPES; s++) {
     const shape *x = &shapes[s];
     size_t lda = x->ta ? x->m : x->k, ldb = x->tb ? x->k : x->n;
-    double best = 1e30;
-    for (int r = 0; r <= reps; r++) { /* the first run compiles and warms up */
+    double best = 1e30, c0 = 0;
+    ms[s] = 0;
+    if (!use_shape[s]) continue;
+    for (int r = 0; r <= reps; r++) {
+      if (r == 1) c0 = cpu();
       double t0 = now();
       if (sgemm(x->ta, x->tb, x->m, x->n, x->k, bufs[s][0], lda, bufs[s][1], ldb, bufs[s][2], x->n, 0)) return -1;
       double t = now() - t0;
       if (r && t < best) best = t;
     }
-    ms[s] = best * 1e3;
+    ms[s] = (cpu() - c0) / reps * 1e3;
     total += ms[s];
+    wall_total += best * 1e3;
   }
   return total;
 }
@@ -295,7 +325,8 @@ static void climb(params *p, int direct, int reps, double *best_total, double *b
 }
 
 static void report(const char *tag, const params *p, double total, const double *ms) {
-  printf("%-7s %8.2f ms |", tag, total);
+  if (wall_total >= 0) printf("%-7s %8.2f cpu-ms %8.2f wall-ms |", tag, total, wall_total);
+  else printf("%-7s %8.2f cpu-ms %8s wall-ms |", tag, total, "-");
   for (size_t s = 0; s < NSHAPES; s++) printf(" %.2f", ms[s]);
   printf(" | ");
   print_params(stdout, p);
@@ -346,12 +377,13 @@ int main(int argc, char **argv) {
                                        {"reps", required_argument, 0, 'r'},
                                        {"only", required_argument, 0, 'o'},
                                        {"climb", no_argument, 0, 'C'},
+                                       {"shapes", required_argument, 0, 'S'},
                                        {"help", no_argument, 0, 'h'},
                                        {0}};
   const char *want = NULL, *kernel = "both";
   char *only = NULL;
   long candidates = 20, reps = 3;
-  int c, do_climb = 0;
+  int c, do_climb = 0, shapes_given = 0;
   while ((c = getopt_long(argc, argv, "d:k:c:s:r:o:h", opts, NULL)) != -1) {
     switch (c) {
     case 'd': want = optarg; break;
@@ -361,13 +393,21 @@ int main(int argc, char **argv) {
     case 'r': reps = strtol(optarg, NULL, 10); break;
     case 'o': only = optarg; break;
     case 'C': do_climb = 1; break;
+    case 'S':
+      memset(use_shape, 0, sizeof use_shape);
+      for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ","))
+        if ((size_t)atoi(tok) < NSHAPES) use_shape[atoi(tok)] = 1;
+      shapes_given = 1;
+      break;
     default:
       fprintf(c == 'h' ? stdout : stderr,
               "usage: gemm_tune [--device SUBSTR] [--kernel xgemm|direct|both] [--candidates N]\n"
-              "                 [--seed S] [--reps R] [--only \"NAME=V ...\" [--climb]]\n");
+              "                 [--seed S] [--reps R] [--shapes I,J,...] [--only \"NAME=V ...\" [--climb]]\n");
       return c == 'h' ? 0 : 2;
     }
   }
+  if (!shapes_given)
+    for (size_t s = 0; s < NDEFAULT; s++) use_shape[s] = 1;
   if (choose_device(want)) {
     fprintf(stderr, "gemm_tune: no OpenCL device matches '%s'\n", want ? want : "(any)");
     return 77;
@@ -379,7 +419,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gemm_tune: OpenCL setup failed (%d)\n", (int)err);
     return 1;
   }
-  printf("# ms per shape (best of %ld):", reps);
+  printf("# CPU ms per call (mean of %ld) per shape:", reps);
   for (size_t s = 0; s < NSHAPES; s++) printf(" [%s %c%c %zux%zux%zu]", shapes[s].what, shapes[s].ta ? 'T' : 'N',
                                               shapes[s].tb ? 'T' : 'N', shapes[s].m, shapes[s].n, shapes[s].k);
   printf("\n");
@@ -396,6 +436,7 @@ int main(int argc, char **argv) {
     report(direct ? "direct" : "xgemm", &p, t, ms);
     if (do_climb) {
       climb(&p, direct, (int)reps, &t, ms);
+      wall_total = -1;
       report(direct ? "BEST-D" : "BEST-X", &p, t, ms);
     }
     return 0;
@@ -413,6 +454,7 @@ int main(int argc, char **argv) {
       if (t < best_total[path]) best_total[path] = t, best[path] = p, memcpy(best_ms[path], ms, sizeof ms);
     }
   }
+  wall_total = -1;
   for (int path = 0; path < 2; path++)
     if (best_total[path] < 1e30) report(path ? "BEST-D" : "BEST-X", &best[path], best_total[path], best_ms[path]);
   return 0;

@@ -30,9 +30,9 @@ void covering(int i, int pad, int k, int stride, int outs, int *lo, int *hi) {
   *hi = min(last + 1, outs);
 }
 
-// The window kernels run over 3-D ranges (clt__nn_launch_3d) of (column,
-// row, plane) of the tensor they write, so no item divides its id; the
-// column range is rounded up to whole work-groups and items past it return.
+// The window kernels run over exact 3-D ranges (clt__nn_launch_3d) of
+// (column, row, plane) of the tensor they write, so no item divides its id
+// or tests it against the bounds (see cl/conv.cl).
 
 // y = the maximum of each window; argmax = its index ih*W + iw in the plane.
 // The first maximum wins ties; a NaN wins over numbers so NaNs propagate.
@@ -44,7 +44,6 @@ __kernel void maxpool_forward(__global const float *x, const ulong xoff, __globa
                               __global int *argmax, const ulong aoff, POOL_ARGS) {
   WINDOW_SIZE;
   const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
-  if (ow >= OW) return;
   const int h0 = (int)oh * sh - ph, w0 = (int)ow * sw - pw;
   __global const float *in = x + xoff + (ulong)plane * H * W;
   float best = 0.0f;
@@ -76,7 +75,6 @@ __kernel void maxpool_backward(__global const int *argmax, const ulong aoff, __g
                                const ulong dyoff, __global float *dx, const ulong dxoff, POOL_ARGS) {
   WINDOW_SIZE;
   const uint iw = get_global_id(0), ih = get_global_id(1), plane = get_global_id(2);
-  if (iw >= W) return;
   int oh0, oh1, ow0, ow1;
   covering(ih, ph, KH, sh, OH, &oh0, &oh1);
   covering(iw, pw, KW, sw, OW, &ow0, &ow1);
@@ -101,7 +99,6 @@ __kernel void maxpool_backward_disjoint(__global const int *argmax, const ulong 
                                         const ulong dyoff, __global float *dx, const ulong dxoff, POOL_ARGS) {
   WINDOW_SIZE;
   const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
-  if (ow >= OW) return;
   const ulong o = ((ulong)plane * OH + oh) * OW + ow;
   const int a = argmax[aoff + o];
   const float g = dy[dyoff + o];
@@ -118,7 +115,6 @@ __kernel void avgpool_forward(__global const float *x, const ulong xoff, __globa
                               POOL_ARGS) {
   WINDOW_SIZE;
   const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
-  if (ow >= OW) return;
   const int h0 = (int)oh * sh - ph, w0 = (int)ow * sw - pw;
   float acc = 0.0f;
   for (int kh = 0; kh < KH; kh++) {
@@ -138,7 +134,6 @@ __kernel void avgpool_backward(__global const float *dy, const ulong dyoff, __gl
                                POOL_ARGS) {
   WINDOW_SIZE;
   const uint iw = get_global_id(0), ih = get_global_id(1), plane = get_global_id(2);
-  if (iw >= W) return;
   int oh0, oh1, ow0, ow1;
   covering(ih, ph, KH, sh, OH, &oh0, &oh1);
   covering(iw, pw, KW, sw, OW, &ow0, &ow1);

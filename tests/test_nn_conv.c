@@ -56,6 +56,11 @@ static const conv_case conv_cases[] = {
     {5, 4, 6, 7, 5, 1, 1, 2, 2, 0, 0, 1, 2},  /* 1x1, stride 2, odd sizes; 3 chunks (2, 2, 1) */
     {4, 3, 8, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1},  /* stride 2 with padding, one sample per chunk */
     {2, 5, 11, 9, 3, 4, 3, 3, 2, 2, 1, 1, 2}, /* stride 3, even kernel */
+    /* K = Cin*KH*KW up to 32 runs the direct kernels (forward; backward
+     * without dx), larger K im2col + GEMM: the cases above are mostly the
+     * former, these two the latter */
+    {3, 8, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 2},  /* K = 72, 'same' 3x3, chunks (2, 1) */
+    {2, 2, 4, 4, 1, 1, 1, 2, 2, 1, 1, 1, 1},  /* K = 2 but the padded input outgrows the workspace */
 };
 
 typedef struct conv_state {

@@ -95,17 +95,12 @@ int clt__nn_launch_3d(clt_context *ctx, cl_kernel k, size_t gx, size_t gy, size_
     dims[0] = dims[1] = most;
   if (most > NN_GROUP_ITEMS) most = NN_GROUP_ITEMS;
   if (most < 1) most = 1;
-  /* A whole row per group when it fits, else power-of-two pieces of it;
-   * then as many rows as divide gy and fit. */
-  size_t lx = gx, ly;
-  size_t capx = most < dims[0] ? most : dims[0];
-  if (lx > capx) {
-    lx = 1;
-    while (lx * 2 <= capx) lx *= 2;
-  }
+  /* A whole row per group when it fits, else the largest piece that
+   * divides it; then as many rows as divide gy and fit. */
+  size_t lx = divisor_at_most(gx, most < dims[0] ? most : dims[0]);
   size_t capy = most / lx < dims[1] ? most / lx : dims[1];
-  ly = divisor_at_most(gy, capy ? capy : 1);
-  size_t local[3] = {lx, ly, 1}, global[3] = {(gx + lx - 1) / lx * lx, gy, gz};
+  size_t ly = divisor_at_most(gy, capy ? capy : 1);
+  size_t local[3] = {lx, ly, 1}, global[3] = {gx, gy, gz};
   CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 3, NULL, global, local, 0, NULL, NULL));
   return CLT_OK;
 fail:

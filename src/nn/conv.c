@@ -9,6 +9,8 @@
  *   backward  T (Cout, B*P) = dy reordered        db += sums of dy
  *             col = im2col(x)                     dw += T col^T
  *             col = w^T T  (reusing col's space)  dx = col2im(col)
+ * Layers with few inputs per output (K <= CONV_DIRECT_MAX_K) are convolved
+ * directly instead, forward and, when no dx is wanted, backward.
  * One large GEMM per chunk instead of B small ones: GEMM libraries reach
  * their speed on large shapes, and CLBlast's batched GEMM would need a
  * weight copy per sample. The workspace (col and T) is the caller's, sized
@@ -184,6 +186,134 @@ fail:
   return rc;
 }
 
+/* ---- direct convolution for small K (cl/conv.cl) ---------------------------
+ * Up to this many inputs per output, forward and (for a first layer, which
+ * needs no dx) the weight gradient skip im2col and the GEMM: on a 1-input
+ * 3x3 layer (K = 9) those wrote and streamed 9 copies of the input for 9
+ * multiply-adds per output. The kernels read a zero-padded copy of the
+ * input (in the workspace, a chunk of samples at a time) so they need no
+ * bounds tests; without padding they read x itself. Measured with
+ * bench/nn_bench. */
+#define CONV_DIRECT_MAX_K 32
+
+/* Samples per direct chunk (0: the padded copy of one sample does not fit
+ * the workspace, so the im2col path it is). */
+static int64_t direct_chunk(const geom *g) {
+  if (g->K > CONV_DIRECT_MAX_K) return 0;
+  if (g->ph == 0 && g->pw == 0) return g->N;
+  int64_t per = g->Cin * (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
+  int64_t c = clt_tensor_numel(&g->ws) / per;
+  if (c > NN_MAX_ELEMS / per) c = NN_MAX_ELEMS / per;
+  return c < g->N ? c : g->N;
+}
+
+/* Where the direct kernels read samples [n0, n0 + B) of x: a padded copy
+ * at the start of the workspace, or x itself. */
+typedef struct direct_src {
+  cl_mem buf;
+  cl_ulong off;
+  cl_uint H, W;
+} direct_src;
+
+static int direct_source(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t n0, int64_t B,
+                         direct_src *src) {
+  int rc = CLT_OK;
+  cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W);
+  if (g->ph == 0 && g->pw == 0) {
+    *src = (direct_src){x->buf, xoff, (cl_uint)g->H, (cl_uint)g->W};
+    return CLT_OK;
+  }
+  *src = (direct_src){g->ws.buf, ws_col(g), (cl_uint)(g->H + 2 * g->ph), (cl_uint)(g->W + 2 * g->pw)};
+  cl_kernel k;
+  cl_uint H = (cl_uint)g->H, W = (cl_uint)g->W;
+  cl_int ph = g->ph, pw = g->pw;
+  CLT_TRY(clt_context_kernel(ctx, "conv", "pad_input", NULL, &k));
+  NN_ARG(k, 0, x->buf);
+  NN_ARG(k, 1, xoff);
+  NN_ARG(k, 2, src->buf);
+  NN_ARG(k, 3, src->off);
+  NN_ARG(k, 4, H);
+  NN_ARG(k, 5, W);
+  NN_ARG(k, 6, ph);
+  NN_ARG(k, 7, pw);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, src->W, src->H, (size_t)(B * g->Cin)));
+fail:
+  return rc;
+}
+
+static int direct_kernel(clt_context *ctx, const geom *g, const char *name, cl_kernel *k) {
+  char opts[128];
+  snprintf(opts, sizeof opts, "-DCONV_CIN=%lld -DCONV_KH=%lld -DCONV_KW=%lld -DCONV_SH=%d -DCONV_SW=%d",
+           (long long)g->Cin, (long long)g->KH, (long long)g->KW, g->sh, g->sw);
+  return clt_context_kernel(ctx, "conv", name, opts, k);
+}
+
+/* y for samples [n0, n0 + B), read from src. */
+static int direct_forward(clt_context *ctx, const geom *g, const direct_src *src, const clt_tensor *w,
+                          const clt_tensor *b, const clt_tensor *y, int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong woff = clt__nn_off(w), boff = b ? clt__nn_off(b) : 0;
+  cl_ulong yoff = clt__nn_off(y) + (cl_ulong)(n0 * g->Cout * g->P);
+  cl_mem bbuf = b ? b->buf : w->buf; /* never read without a bias */
+  cl_int has_bias = b != NULL;
+  cl_uint v[3] = {(cl_uint)g->Cout, (cl_uint)g->OH, (cl_uint)g->OW};
+  CLT_TRY(direct_kernel(ctx, g, "conv_direct_forward", &k));
+  NN_ARG(k, 0, src->buf);
+  NN_ARG(k, 1, src->off);
+  NN_ARG(k, 2, w->buf);
+  NN_ARG(k, 3, woff);
+  NN_ARG(k, 4, bbuf);
+  NN_ARG(k, 5, boff);
+  NN_ARG(k, 6, has_bias);
+  NN_ARG(k, 7, y->buf);
+  NN_ARG(k, 8, yoff);
+  NN_ARG(k, 9, v[0]);
+  NN_ARG(k, 10, src->H);
+  NN_ARG(k, 11, src->W);
+  NN_ARG(k, 12, v[1]);
+  NN_ARG(k, 13, v[2]);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OW, (size_t)g->OH, (size_t)(B * g->Cout)));
+fail:
+  return rc;
+}
+
+/* dw and db += the sums over samples [n0, n0 + B), read from src. */
+static int direct_backward_weights(clt_context *ctx, const geom *g, const direct_src *src, const clt_tensor *dy,
+                                   const clt_tensor *dw, const clt_tensor *db, int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), dwoff = clt__nn_off(dw);
+  cl_ulong dboff = db ? clt__nn_off(db) : 0;
+  cl_mem dbbuf = db ? db->buf : dw->buf; /* never written without a bias */
+  cl_int has_bias = db != NULL;
+  cl_uint v[4] = {(cl_uint)B, (cl_uint)g->Cout, (cl_uint)g->OH, (cl_uint)g->OW};
+  CLT_TRY(direct_kernel(ctx, g, "conv_direct_backward_weights", &k));
+  /* Each item keeps K + 1 sums in scratch: fit the group to local memory. */
+  size_t wgs = clt__nn_row_wgs(ctx, k, g->P, 256);
+  size_t row = (size_t)(g->K + 1) * sizeof(float);
+  while (wgs > 1 && wgs * row > ctx->info.local_mem_bytes / 2) wgs /= 2;
+  NN_ARG(k, 0, src->buf);
+  NN_ARG(k, 1, src->off);
+  NN_ARG(k, 2, dy->buf);
+  NN_ARG(k, 3, dyoff);
+  NN_ARG(k, 4, dw->buf);
+  NN_ARG(k, 5, dwoff);
+  NN_ARG(k, 6, dbbuf);
+  NN_ARG(k, 7, dboff);
+  NN_ARG(k, 8, has_bias);
+  NN_ARG(k, 9, v[0]);
+  NN_ARG(k, 10, v[1]);
+  NN_ARG(k, 11, src->H);
+  NN_ARG(k, 12, src->W);
+  NN_ARG(k, 13, v[2]);
+  NN_ARG(k, 14, v[3]);
+  CLT_CL_TRY(clSetKernelArg(k, 15, wgs * row, NULL));
+  CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)g->Cout, wgs));
+fail:
+  return rc;
+}
+
 int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
                           const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
                           const clt_tensor *workspace) {
@@ -191,6 +321,14 @@ int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const 
   geom g;
   int rc = check_conv(op, cfg, x, w, b, "b", y, "y", workspace, &g);
   if (rc < 0) return rc;
+  int64_t dc = direct_chunk(&g);
+  for (int64_t n0 = 0; dc > 0 && n0 < g.N; n0 += dc) {
+    int64_t B = g.N - n0 < dc ? g.N - n0 : dc;
+    direct_src src;
+    CLT_TRY(direct_source(ctx, &g, x, n0, B, &src));
+    CLT_TRY(direct_forward(ctx, &g, &src, w, b, y, n0, B));
+  }
+  if (dc > 0) return CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K);
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
     int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
@@ -215,6 +353,14 @@ int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const
   if (rc < 0) return rc;
   if ((rc = clt__nn_check_like(op, "dw", dw, "w", w)) < 0) return rc;
   if (dx && (rc = clt__nn_check_like(op, "dx", dx, "x", x)) < 0) return rc;
+  int64_t dc = dx ? 0 : direct_chunk(&g); /* a first layer: dw and db only */
+  for (int64_t n0 = 0; dc > 0 && n0 < g.N; n0 += dc) {
+    int64_t B = g.N - n0 < dc ? g.N - n0 : dc;
+    direct_src src;
+    CLT_TRY(direct_source(ctx, &g, x, n0, B, &src));
+    CLT_TRY(direct_backward_weights(ctx, &g, &src, dy, dw, db, n0, B));
+  }
+  if (dc > 0) return CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K), mdw = clt__nn_mat(dw, g.K);
   if (db) CLT_TRY(clt__nn_bias_grad(ctx, dy, db, g.N, g.Cout, g.P));
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
