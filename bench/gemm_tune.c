@@ -59,7 +59,8 @@ static const shape shapes[] = {
     {"mlp256 dx", 0, 0, 64, 256, 128},
     /* other layouts conv2 could use (not in the default set, see --shapes) */
     {"conv2 dw as NN", 0, 0, 64, 288, 12544}, {"conv2 dx as colT TN", 1, 0, 12544, 288, 64},
-    {"conv2 fwd as yT NT", 0, 1, 12544, 64, 288},
+    {"conv2 fwd as yT NT", 0, 1, 12544, 64, 288},  {"conv2 dwT as NN", 0, 0, 288, 64, 12544},
+    {"conv2 dx as colT NN", 0, 0, 12544, 288, 64},
 };
 #define NDEFAULT 13 /* the shapes timed without --shapes */
 #define NSHAPES (sizeof shapes / sizeof shapes[0])

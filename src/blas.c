@@ -116,6 +116,7 @@ typedef struct tuned_params {
 
 #define POCL "Portable Computing Language"
 static const tuned_params tuned[] = {
+    {POCL, CLT_DEVICE_CPU, NULL, "GemmRoutine", {"XGEMM_MIN_INDIRECT_SIZE"}, {64}},
     {POCL, CLT_DEVICE_CPU, NULL, "Xgemm",
      {"GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB", "STRM", "STRN", "VWM",
       "VWN"},

@@ -59,7 +59,7 @@ static const conv_case conv_cases[] = {
     /* K = Cin*KH*KW up to 32 runs the direct kernels (forward; backward
      * without dx), larger K im2col + GEMM: the cases above are mostly the
      * former, these two the latter */
-    {3, 8, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 2},  /* K = 72, 'same' 3x3, chunks (2, 1) */
+    {3, 8, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 2},  /* K = 72, 'same' 3x3, chunks (2, 1), planes of 81 */
     {2, 2, 4, 4, 1, 1, 1, 2, 2, 1, 1, 1, 1},  /* K = 2 but the padded input outgrows the workspace */
 };
 

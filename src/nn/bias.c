@@ -32,7 +32,11 @@ int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *
   cl_ulong dyoff = clt__nn_off(dy), dboff = clt__nn_off(db);
   cl_uint n = (cl_uint)N, c = (cl_uint)C, p = (cl_uint)P;
   CLT_TRY(clt_context_kernel(ctx, "bias", "bias_grad", NULL, &k));
+  /* Rows of at least 64 are walked row by row (see cl/bias.cl) by a group
+   * no wider than a row; shorter ones as one flat run. */
   size_t wgs = clt__nn_row_wgs(ctx, k, N * P, 256);
+  if (P >= 64)
+    while (wgs > (size_t)P) wgs /= 2;
   NN_ARG(k, 0, dy->buf);
   NN_ARG(k, 1, dyoff);
   NN_ARG(k, 2, db->buf);
