@@ -1,7 +1,10 @@
 // activation.cl: elementwise activations and their derivatives, float32.
-// `act` is clt_nn_act (src/nn/nn.h); a uniform switch costs nothing next to
-// the memory traffic, and one program serves every activation. Offsets are
-// in elements; kernels check their bound (the launch rounds up).
+// `act` is clt_nn_act (src/nn/nn.h). The host builds one program per
+// activation with -DACT=<act>, which turns the switch into straight-line
+// code: a switch on a kernel argument kept PoCL from vectorizing the
+// work-item loop and made relu 30x slower than a copy. Without ACT the
+// argument decides. Offsets are in elements; kernels check their bound (the
+// launch rounds up).
 
 #define ACT_RELU 0
 #define ACT_LEAKY_RELU 1
@@ -45,16 +48,22 @@ float act_derivative(int act, float s, float alpha) {
   }
 }
 
+#ifdef ACT
+#define ACT_OF(arg) ACT
+#else
+#define ACT_OF(arg) (arg)
+#endif
+
 // y = act(x)
 __kernel void act_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
                           const ulong n, const int act, const float alpha) {
   size_t i = get_global_id(0);
-  if (i < n) y[yoff + i] = act_value(act, x[xoff + i], alpha);
+  if (i < n) y[yoff + i] = act_value(ACT_OF(act), x[xoff + i], alpha);
 }
 
 // dx = dy * act'(s)
 __kernel void act_backward(__global const float *s, const ulong soff, __global const float *dy, const ulong dyoff,
                            __global float *dx, const ulong dxoff, const ulong n, const int act, const float alpha) {
   size_t i = get_global_id(0);
-  if (i < n) dx[dxoff + i] = dy[dyoff + i] * act_derivative(act, s[soff + i], alpha);
+  if (i < n) dx[dxoff + i] = dy[dyoff + i] * act_derivative(ACT_OF(act), s[soff + i], alpha);
 }

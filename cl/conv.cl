@@ -1,5 +1,4 @@
-// conv.cl: the data movement around conv2d's GEMMs (src/nn/conv.c), and a
-// direct forward kernel for layers with few input terms per output.
+// conv.cl: the data movement around conv2d's GEMMs (src/nn/conv.c).
 //
 // A chunk of B samples is convolved with one GEMM: the weights (Cout, K),
 // K = Cin*KH*KW, times the column matrix col (K, B*P), P = OH*OW, whose
@@ -10,102 +9,179 @@
 //
 // Every kernel maps one work-item to one element it writes, and gathers
 // instead of scattering, so nothing needs atomics and results repeat bitwise.
+// They run over exact 3-D ranges (clt__nn_launch_3d): id 0 walks the
+// innermost, contiguous index; ids 1 and 2 carry the rest, so no item
+// divides its id (per-row divisions of id 2 are hoisted out of the CPU's
+// work-item loops), and no item lies outside, so no kernel tests its ids: on
+// PoCL an early return made a 3x3 convolution 7x slower.
 
 // col[k, b*P + p] = x[b, ci, oh*sh - ph + kh, ow*sw - pw + kw] (0 outside)
-// with k = (ci*KH + kh)*KW + kw and p = oh*OW + ow.
+// with k = (ci*KH + kh)*KW + kw and p = oh*OW + ow. Range (OW, OH, K*B):
+// item (ow, oh, k*B + b), whose column index k*B*P + b*P + p is id 2 * P + p.
 __kernel void im2col(__global const float *x, const ulong xoff, __global float *col, const ulong coff,
                      const uint B, const uint Cin, const uint H, const uint W, const uint KH, const uint KW,
                      const uint OH, const uint OW, const int sh, const int sw, const int ph, const int pw) {
-  const uint P = OH * OW, BP = B * P;
-  const uint i = get_global_id(0);
-  if (i >= Cin * KH * KW * BP) return;
-  const uint k = i / BP, j = i - k * BP;
-  const uint b = j / P, p = j - b * P;
-  const uint oh = p / OW, ow = p - oh * OW;
+  const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
+  const uint k = z / B, b = z - k * B;
   const uint ci = k / (KH * KW), r = k - ci * (KH * KW);
   const uint kh = r / KW, kw = r - kh * KW;
   const int ih = (int)(oh * sh) - ph + (int)kh, iw = (int)(ow * sw) - pw + (int)kw;
   float v = 0.0f;
   if (ih >= 0 && ih < (int)H && iw >= 0 && iw < (int)W) v = x[xoff + ((b * Cin + ci) * H + ih) * W + iw];
-  col[coff + i] = v;
+  col[coff + (z * OH + oh) * OW + ow] = v;
 }
+
+// The transposed column matrix colT (B*P, K) = col^T, for the weight
+// gradient dw += T colT, a GEMM without transposes, which CLBlast runs 2x
+// faster on PoCL than T col^T. Built with -DCONV_KH and -DCONV_KW, which
+// make the divisions of k cheap. Range (K, OW, B*OH): item (k, ow, b*OH + oh)
+// writes colT[(b*P + oh*OW + ow)*K + k].
+#ifdef CONV_KH
+__kernel void im2col_t(__global const float *x, const ulong xoff, __global float *colT, const ulong coff,
+                       const uint B, const uint Cin, const uint H, const uint W, const uint KH_, const uint KW_,
+                       const uint OH, const uint OW, const int sh, const int sw, const int ph, const int pw) {
+  const uint k = get_global_id(0), ow = get_global_id(1), z = get_global_id(2);
+  const uint K = get_global_size(0);
+  const uint b = z / OH, oh = z - b * OH;
+  const uint ci = k / (CONV_KH * CONV_KW), r = k - ci * (CONV_KH * CONV_KW);
+  const uint kh = r / CONV_KW, kw = r - kh * CONV_KW;
+  const int ih = (int)(oh * sh) - ph + (int)kh, iw = (int)(ow * sw) - pw + (int)kw;
+  const int inside = ih >= 0 && ih < (int)H && iw >= 0 && iw < (int)W;
+  const float v = x[xoff + ((b * Cin + ci) * H + (inside ? ih : 0)) * W + (inside ? iw : 0)];
+  colT[coff + (z * OW + ow) * K + k] = inside ? v : 0.0f;
+}
+#endif
 
 // The adjoint of im2col: dx[b, ci, ih, iw] = the sum of col[k, b*P + p]
 // over the (kh, kw) whose window puts output p on input (ih, iw).
+// Range (W, H, B*Cin): item (iw, ih, b*Cin + ci).
 __kernel void col2im(__global const float *col, const ulong coff, __global float *dx, const ulong dxoff,
                      const uint B, const uint Cin, const uint H, const uint W, const uint KH, const uint KW,
                      const uint OH, const uint OW, const int sh, const int sw, const int ph, const int pw) {
+  const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
   const uint P = OH * OW, BP = B * P;
-  const uint i = get_global_id(0);
-  if (i >= B * Cin * H * W) return;
-  const uint iw = i % W, ih = (i / W) % H, ci = (i / (W * H)) % Cin, b = i / (W * H * Cin);
+  const uint b = z / Cin, ci = z - b * Cin;
   float acc = 0.0f;
   for (uint kh = 0; kh < KH; kh++) {
     int th = (int)ih + ph - (int)kh; // = oh * sh
-    if (th < 0 || th % sh) continue;
-    uint oh = (uint)(th / sh);
+    if (th < 0 || (sh > 1 && th % sh)) continue;
+    uint oh = (uint)(sh > 1 ? th / sh : th);
     if (oh >= OH) continue;
     for (uint kw = 0; kw < KW; kw++) {
       int tw = (int)iw + pw - (int)kw;
-      if (tw < 0 || tw % sw) continue;
-      uint ow = (uint)(tw / sw);
+      if (tw < 0 || (sw > 1 && tw % sw)) continue;
+      uint ow = (uint)(sw > 1 ? tw / sw : tw);
       if (ow >= OW) continue;
       acc += col[coff + (ulong)((ci * KH + kh) * KW + kw) * BP + b * P + oh * OW + ow];
     }
   }
-  dx[dxoff + i] = acc;
+  dx[dxoff + (z * H + ih) * W + iw] = acc;
 }
 
-// y[b, c, p] = t[c, b*P + p] (+ bias[c] when has_bias)
+// y[b, c, p] = t[c, b*P + p] (+ bias[c] when has_bias). Range (P, C, B).
 __kernel void cbp_to_bcp(__global const float *t, const ulong toff, __global float *y, const ulong yoff,
                          __global const float *bias, const ulong boff, const int has_bias, const uint B,
                          const uint C, const uint P) {
-  const uint i = get_global_id(0);
-  if (i >= B * C * P) return;
-  const uint p = i % P, c = (i / P) % C, b = i / (P * C);
-  float v = t[toff + (ulong)c * (B * P) + b * P + p];
+  const uint p = get_global_id(0), c = get_global_id(1), b = get_global_id(2);
+  float v = t[toff + (c * B + b) * P + p];
   if (has_bias) v += bias[boff + c];
-  y[yoff + i] = v;
+  y[yoff + (b * C + c) * P + p] = v;
 }
 
-// t[c, b*P + p] = y[b, c, p]
+// t[c, b*P + p] = y[b, c, p]. Range (P, B, C).
 __kernel void bcp_to_cbp(__global const float *y, const ulong yoff, __global float *t, const ulong toff,
                          const uint B, const uint C, const uint P) {
-  const uint i = get_global_id(0);
-  if (i >= B * C * P) return;
-  const uint j = i % (B * P), c = i / (B * P);
-  const uint b = j / P, p = j - b * P;
-  t[toff + i] = y[yoff + ((ulong)b * C + c) * P + p];
+  const uint p = get_global_id(0), b = get_global_id(1), c = get_global_id(2);
+  t[toff + (c * B + b) * P + p] = y[yoff + (b * C + c) * P + p];
 }
 
-// Direct convolution, one work-item per output y[n, co, oh, ow], summing
-// x * w over (ci, kh, kw) in that order, then adding the bias. Faster than
-// im2col + GEMM when K = Cin*KH*KW is small (a first layer on 1-channel
-// images): the GEMM's inner dimension is then too short to pay for the
-// column matrix (see src/nn/conv.c).
-__kernel void conv_direct_forward(__global const float *x, const ulong xoff, __global const float *w,
-                                  const ulong woff, __global const float *bias, const ulong boff,
-                                  const int has_bias, __global float *y, const ulong yoff, const uint N,
-                                  const uint Cin, const uint H, const uint W, const uint Cout, const uint KH,
-                                  const uint KW, const uint OH, const uint OW, const int sh, const int sw,
-                                  const int ph, const int pw) {
-  const uint i = get_global_id(0);
-  if (i >= N * Cout * OH * OW) return;
-  const uint ow = i % OW, oh = (i / OW) % OH, co = (i / (OW * OH)) % Cout, n = i / (OW * OH * Cout);
-  const int h0 = (int)(oh * sh) - ph, w0 = (int)(ow * sw) - pw;
+// ---- direct convolution for small K ---------------------------------------
+// A layer with few inputs per output, K = Cin*KH*KW <= CONV_DIRECT_MAX_K
+// (src/nn/conv.c), like a first layer on grayscale images (K = 9), is
+// convolved directly: im2col would write K copies of the input and the GEMM
+// would stream them back for K multiply-adds per output, most of the time
+// going to memory. The input is first copied with its zero padding made
+// real (pad_input), so the window loops read without bounds tests, and the
+// kernels are built with -DCONV_CIN, -DCONV_KH, -DCONV_KW, -DCONV_SH and
+// -DCONV_SW so the loops unroll and neighbouring work-items read
+// neighbouring floats. On PoCL, bounds tests inside the window (4x), or a
+// stride known only at run time (3.5x, the reads become gathers), made the
+// K = 9 layer several times slower.
+
+// xp[b, ci, ih, iw] = x[b, ci, ih - ph, iw - pw], 0 in the border: xp is
+// (B, Cin, H + 2 ph, W + 2 pw). Range (W + 2 pw, H + 2 ph, B*Cin).
+__kernel void pad_input(__global const float *x, const ulong xoff, __global float *xp, const ulong xpoff,
+                        const uint H, const uint W, const int ph, const int pw) {
+  const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
+  const uint HP = get_global_size(1), WP = get_global_size(0);
+  const int r = (int)ih - ph, c = (int)iw - pw;
+  const int inside = r >= 0 && r < (int)H && c >= 0 && c < (int)W;
+  const float v = x[xoff + ((ulong)z * H + (inside ? r : 0)) * W + (inside ? c : 0)];
+  xp[xpoff + ((ulong)z * HP + ih) * WP + iw] = inside ? v : 0.0f;
+}
+
+#ifdef CONV_CIN
+#define CONV_K (CONV_CIN * CONV_KH * CONV_KW)
+
+// y[n, co, oh, ow] = sum over (ci, kh, kw) of w[co, ci, kh, kw] *
+// xp[n, ci, oh*SH + kh, ow*SW + kw], + b[co] when has_bias: the sum in k
+// order and the bias last, as the GEMM path. xp (N, Cin, H, W) is the
+// padded input (or x itself when there is no padding). Range (OW, OH,
+// N*Cout).
+__kernel void conv_direct_forward(__global const float *xp, const ulong xoff, __global const float *w,
+                                  const ulong woff, __global const float *bias, const ulong boff, const int has_bias,
+                                  __global float *y, const ulong yoff, const uint Cout, const uint H, const uint W,
+                                  const uint OH, const uint OW) {
+  const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
+  const uint n = z / Cout, co = z - n * Cout;
+  __global const float *wc = w + woff + (ulong)co * CONV_K;
+  __global const float *xn = xp + xoff + (ulong)n * CONV_CIN * H * W + oh * CONV_SH * W + ow * CONV_SW;
   float acc = 0.0f;
-  for (uint ci = 0; ci < Cin; ci++) {
-    __global const float *xp = x + xoff + (ulong)(n * Cin + ci) * H * W;
-    __global const float *wp = w + woff + (ulong)(co * Cin + ci) * KH * KW;
-    for (uint kh = 0; kh < KH; kh++) {
-      int ih = h0 + (int)kh;
-      if (ih < 0 || ih >= (int)H) continue;
-      for (uint kw = 0; kw < KW; kw++) {
-        int iw = w0 + (int)kw;
-        if (iw >= 0 && iw < (int)W) acc += xp[ih * W + iw] * wp[kh * KW + kw];
-      }
+  _Pragma("unroll") for (int ci = 0; ci < CONV_CIN; ci++)
+    _Pragma("unroll") for (int kh = 0; kh < CONV_KH; kh++)
+      _Pragma("unroll") for (int kw = 0; kw < CONV_KW; kw++)
+        acc += wc[(ci * CONV_KH + kh) * CONV_KW + kw] * xn[(ci * H + kh) * W + kw];
+  if (has_bias) acc += bias[boff + co];
+  y[yoff + (z * OH + oh) * OW + ow] = acc;
+}
+
+// dw[co, k] += sum over (n, p) of dy[n, co, p] * xp-patch[n, k, p], and
+// db[co] += sum of dy[n, co, p] when has_bias; xp as above. One work-group
+// per output channel: item t takes positions p = t, t + L, ... of the plane
+// (their (oh, ow) worked out once) and every sample n at each, summing K + 1
+// products in registers, then a tree in local memory (K + 1 rows of L) adds
+// the items' sums in a fixed order: the same bits every run. L, the group
+// size, is a power of two.
+__kernel void conv_direct_backward_weights(__global const float *xp, const ulong xoff, __global const float *dy,
+                                           const ulong dyoff, __global float *dw, const ulong dwoff,
+                                           __global float *db, const ulong dboff, const int has_bias,
+                                           const uint N, const uint Cout, const uint H, const uint W,
+                                           const uint OH, const uint OW, __local float *scratch) {
+  const uint co = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  const uint P = OH * OW;
+  float acc[CONV_K + 1];
+  _Pragma("unroll") for (int k = 0; k <= CONV_K; k++) acc[k] = 0.0f;
+  for (uint p = lid; p < P; p += L) {
+    const uint oh = p / OW, ow = p - oh * OW;
+    for (uint n = 0; n < N; n++) {
+      const float g = dy[dyoff + ((ulong)n * Cout + co) * P + p];
+      __global const float *xn = xp + xoff + (ulong)n * CONV_CIN * H * W + oh * CONV_SH * W + ow * CONV_SW;
+      _Pragma("unroll") for (int ci = 0; ci < CONV_CIN; ci++)
+        _Pragma("unroll") for (int kh = 0; kh < CONV_KH; kh++)
+          _Pragma("unroll") for (int kw = 0; kw < CONV_KW; kw++)
+            acc[(ci * CONV_KH + kh) * CONV_KW + kw] += g * xn[(ci * H + kh) * W + kw];
+      acc[CONV_K] += g;
     }
   }
-  if (has_bias) acc += bias[boff + co];
-  y[yoff + i] = acc;
+  // One tree over the K + 1 rows of scratch (K + 1, L) at once.
+  for (int k = 0; k <= CONV_K; k++) scratch[k * L + lid] = acc[k];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint s = L / 2; s > 0; s >>= 1) {
+    if (lid < s)
+      for (int k = 0; k <= CONV_K; k++) scratch[k * L + lid] += scratch[k * L + lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (uint k = lid; k < CONV_K; k += L) dw[dwoff + (ulong)co * CONV_K + k] += scratch[k * L];
+  if (lid == 0 && has_bias) db[dboff + co] += scratch[CONV_K * L];
 }
+#endif

@@ -4,9 +4,23 @@
 // needed and results repeat bitwise.
 
 // Window geometry shared by the kernels.
-#define POOL_ARGS                                                                                  \
-  const uint NC, const uint H, const uint W, const uint OH, const uint OW, const int KH, const int KW, \
+#define POOL_ARGS                                                                                          \
+  const uint NC, const uint H, const uint W, const uint OH, const uint OW, const int kh_arg, const int kw_arg, \
       const int sh, const int sw, const int ph, const int pw
+
+// The host builds this file with -DPOOL_KH=<KH> -DPOOL_KW=<KW> (one program
+// per window size, and -DPOOL_NOPAD without padding): with the window a
+// compile-time constant the loops over it unroll (UNROLL) into
+// straight-line code, which PoCL runs 3x faster than the loops: it splits
+// a work-item loop at every loop of the kernel. Without them the arguments
+// decide.
+#ifdef POOL_KH
+#define WINDOW_SIZE const int KH = POOL_KH, KW = POOL_KW
+#define UNROLL _Pragma("unroll")
+#else
+#define WINDOW_SIZE const int KH = kh_arg, KW = kw_arg
+#define UNROLL
+#endif
 
 // The range [*lo, *hi) of outputs along one axis whose window covers input i.
 void covering(int i, int pad, int k, int stride, int outs, int *lo, int *hi) {
@@ -16,40 +30,51 @@ void covering(int i, int pad, int k, int stride, int outs, int *lo, int *hi) {
   *hi = min(last + 1, outs);
 }
 
+// The window kernels run over exact 3-D ranges (clt__nn_launch_3d) of
+// (column, row, plane) of the tensor they write, so no item divides its id
+// or tests it against the bounds (see cl/conv.cl).
+
 // y = the maximum of each window; argmax = its index ih*W + iw in the plane.
 // The first maximum wins ties; a NaN wins over numbers so NaNs propagate.
+// Range (OW, OH, NC). Written without branches on the data (selects, and
+// v != v for isnan): data-dependent branches mispredict on every other
+// window and cost 4x. With POOL_NOPAD (no padding, so every window lies
+// inside the plane) the bounds tests go too.
 __kernel void maxpool_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
                               __global int *argmax, const ulong aoff, POOL_ARGS) {
-  const uint i = get_global_id(0);
-  if (i >= NC * OH * OW) return;
-  const uint ow = i % OW, oh = (i / OW) % OH, plane = i / (OW * OH);
+  WINDOW_SIZE;
+  const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
   const int h0 = (int)oh * sh - ph, w0 = (int)ow * sw - pw;
+  __global const float *in = x + xoff + (ulong)plane * H * W;
   float best = 0.0f;
   int besti = -1;
-  for (int kh = 0; kh < KH; kh++) {
-    int ih = h0 + kh;
-    if (ih < 0 || ih >= (int)H) continue;
-    for (int kw = 0; kw < KW; kw++) {
-      int iw = w0 + kw;
-      if (iw < 0 || iw >= (int)W) continue;
-      float v = x[xoff + (ulong)plane * H * W + ih * W + iw];
-      if (besti < 0 || v > best || (isnan(v) && !isnan(best))) {
-        best = v;
-        besti = ih * (int)W + iw;
-      }
+  UNROLL for (int kh = 0; kh < KH; kh++)
+    UNROLL for (int kw = 0; kw < KW; kw++) {
+      const int ih = h0 + kh, iw = w0 + kw;
+#ifdef POOL_NOPAD
+      const int at = ih * (int)W + iw;
+      const float v = in[at];
+      const int take = (besti < 0) | (v > best) | ((v != v) & (best == best));
+#else
+      const int inside = (ih >= 0) & (ih < (int)H) & (iw >= 0) & (iw < (int)W);
+      const int at = inside ? ih * (int)W + iw : 0;
+      const float v = in[at];
+      const int take = inside & ((besti < 0) | (v > best) | ((v != v) & (best == best)));
+#endif
+      best = take ? v : best;
+      besti = take ? at : besti;
     }
-  }
-  y[yoff + i] = best;
-  argmax[aoff + i] = besti;
+  const ulong o = ((ulong)plane * OH + oh) * OW + ow;
+  y[yoff + o] = best;
+  argmax[aoff + o] = besti;
 }
 
 // dx[plane, ih, iw] = the sum of dy over the windows whose argmax is (ih, iw).
+// Range (W, H, NC).
 __kernel void maxpool_backward(__global const int *argmax, const ulong aoff, __global const float *dy,
                                const ulong dyoff, __global float *dx, const ulong dxoff, POOL_ARGS) {
-  const uint i = get_global_id(0);
-  if (i >= NC * H * W) return;
-  const int iw = i % W, ih = (i / W) % H;
-  const uint plane = i / (W * H);
+  WINDOW_SIZE;
+  const uint iw = get_global_id(0), ih = get_global_id(1), plane = get_global_id(2);
   int oh0, oh1, ow0, ow1;
   covering(ih, ph, KH, sh, OH, &oh0, &oh1);
   covering(iw, pw, KW, sw, OW, &ow0, &ow1);
@@ -60,15 +85,36 @@ __kernel void maxpool_backward(__global const int *argmax, const ulong aoff, __g
       ulong o = (ulong)plane * OH * OW + oh * OW + ow;
       if (argmax[aoff + o] == me) acc += dy[dyoff + o];
     }
-  dx[dxoff + i] = acc;
+  dx[dxoff + ((ulong)plane * H + ih) * W + iw] = acc;
+}
+
+// maxpool_backward for windows that do not overlap (stride >= kernel, the
+// usual 2x2 / 2): each input lies in at most one window, so the item of
+// output (ow, oh) writes the whole band of dx it owns, rows
+// [oh*sh - ph, (oh+1)*sh - ph) and columns likewise, dy at the argmax and
+// zero elsewhere; the first and last bands reach to the edges of the plane
+// so inputs no window covers get their zero too. One read of argmax and dy
+// per window instead of a search per input. Range (OW, OH, NC).
+__kernel void maxpool_backward_disjoint(__global const int *argmax, const ulong aoff, __global const float *dy,
+                                        const ulong dyoff, __global float *dx, const ulong dxoff, POOL_ARGS) {
+  WINDOW_SIZE;
+  const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
+  const ulong o = ((ulong)plane * OH + oh) * OW + ow;
+  const int a = argmax[aoff + o];
+  const float g = dy[dyoff + o];
+  const int r0 = oh == 0 ? 0 : (int)oh * sh - ph, r1 = oh + 1 == OH ? (int)H : min((int)(oh + 1) * sh - ph, (int)H);
+  const int c0 = ow == 0 ? 0 : (int)ow * sw - pw, c1 = ow + 1 == OW ? (int)W : min((int)(ow + 1) * sw - pw, (int)W);
+  const ulong out = dxoff + (ulong)plane * H * W;
+  for (int r = r0; r < r1; r++)
+    for (int c = c0; c < c1; c++) dx[out + r * W + c] = r * (int)W + c == a ? g : 0.0f;
 }
 
 // y = the mean of each window, padding counted as zeros (divides by KH*KW).
+// Range (OW, OH, NC).
 __kernel void avgpool_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
                               POOL_ARGS) {
-  const uint i = get_global_id(0);
-  if (i >= NC * OH * OW) return;
-  const uint ow = i % OW, oh = (i / OW) % OH, plane = i / (OW * OH);
+  WINDOW_SIZE;
+  const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
   const int h0 = (int)oh * sh - ph, w0 = (int)ow * sw - pw;
   float acc = 0.0f;
   for (int kh = 0; kh < KH; kh++) {
@@ -79,23 +125,22 @@ __kernel void avgpool_forward(__global const float *x, const ulong xoff, __globa
       if (iw >= 0 && iw < (int)W) acc += x[xoff + (ulong)plane * H * W + ih * W + iw];
     }
   }
-  y[yoff + i] = acc / (float)(KH * KW);
+  y[yoff + ((ulong)plane * OH + oh) * OW + ow] = acc / (float)(KH * KW);
 }
 
 // dx[plane, ih, iw] = the sum over covering windows of dy / (KH*KW).
+// Range (W, H, NC).
 __kernel void avgpool_backward(__global const float *dy, const ulong dyoff, __global float *dx, const ulong dxoff,
                                POOL_ARGS) {
-  const uint i = get_global_id(0);
-  if (i >= NC * H * W) return;
-  const int iw = i % W, ih = (i / W) % H;
-  const uint plane = i / (W * H);
+  WINDOW_SIZE;
+  const uint iw = get_global_id(0), ih = get_global_id(1), plane = get_global_id(2);
   int oh0, oh1, ow0, ow1;
   covering(ih, ph, KH, sh, OH, &oh0, &oh1);
   covering(iw, pw, KW, sw, OW, &ow0, &ow1);
   float acc = 0.0f;
   for (int oh = oh0; oh < oh1; oh++)
     for (int ow = ow0; ow < ow1; ow++) acc += dy[dyoff + (ulong)plane * OH * OW + oh * OW + ow];
-  dx[dxoff + i] = acc / (float)(KH * KW);
+  dx[dxoff + ((ulong)plane * H + ih) * W + iw] = acc / (float)(KH * KW);
 }
 
 // y[plane] = the mean of the plane's HW elements, summed in order.

@@ -2,12 +2,16 @@
  * blas.c: the only caller of CLBlast. Row-major SGEMM and strided batched
  * SGEMM on (cl_mem, offset, ld) operands, with shapes and buffer bounds
  * checked before CLBlast sees them, and CLBlast failures turned into errors
- * that name the routine and the shapes.
+ * that name the routine and the shapes; tuned kernel parameters applied to
+ * devices CLBlast's own database does not know.
  */
 #include "internal.h"
 
 #include <clblast_c.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char *clblast_status_name(CLBlastStatusCode s) {
   switch (s) {
@@ -80,12 +84,93 @@ fail:
   return rc;
 }
 
+/* ---- tuned parameters -------------------------------------------------------
+ *
+ * CLBlast's database holds tuned kernel parameters for many GPUs, but none
+ * for a CPU through PoCL, which then gets defaults made for GPUs: 16x16
+ * work-groups staging tiles in local memory, which PoCL keeps in ordinary
+ * memory, so the staging is pure overhead. The table below holds parameter
+ * sets measured with bench/gemm_tune (see there for how) and is applied,
+ * once per device, through CLBlastOverrideParameters before the device's
+ * first GEMM. A device no entry matches keeps CLBlast's own choice.
+ * CLT_BLAS_TUNED=0 in the environment skips the table (to compare, or to
+ * rule it out).
+ *
+ * Entries match on the platform name and device type, and optionally a
+ * device name substring; every matching entry is applied in order, so a
+ * later, more specific entry overrides an earlier, general one.
+ * Each entry must list every parameter of its kernel, as CLBlast requires:
+ *   GemmRoutine   XGEMM_MIN_INDIRECT_SIZE: GEMMs with m*n*k below its cube
+ *                 run the direct kernel, larger ones the indirect one
+ *   Xgemm         the indirect kernel (operands copied to padded tiles)
+ *   XgemmDirect   the direct kernel (any shape, no copies) */
+#define MAX_TUNED_PARAMS 16
+typedef struct tuned_params {
+  const char *platform;  /* CL_PLATFORM_NAME contains this */
+  clt_device_type type;  /* and the device is of this type */
+  const char *device;    /* and its name contains this (NULL: any) */
+  const char *kernel;
+  const char *names[MAX_TUNED_PARAMS];
+  size_t values[MAX_TUNED_PARAMS];
+} tuned_params;
+
+#define POCL "Portable Computing Language"
+static const tuned_params tuned[] = {
+    {POCL, CLT_DEVICE_CPU, NULL, "GemmRoutine", {"XGEMM_MIN_INDIRECT_SIZE"}, {64}},
+    {POCL, CLT_DEVICE_CPU, NULL, "Xgemm",
+     {"GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB", "STRM", "STRN", "VWM",
+      "VWN"},
+     {0, 1, 8, 8, 16, 2, 32, 32, 8, 64, 0, 0, 0, 0, 16, 4}},
+};
+
+/* The devices the table has been applied to (or found not to match). */
+static pthread_mutex_t tuned_lock = PTHREAD_MUTEX_INITIALIZER;
+static cl_device_id tuned_done[64];
+static int tuned_ndone;
+
+static int tuned_disabled(void) {
+  const char *env = getenv("CLT_BLAS_TUNED");
+  return env && strcmp(env, "0") == 0;
+}
+
+/* Apply every matching entry of the table to ctx's device, once. A failed
+ * override is reported and leaves CLBlast's defaults: slower, never wrong. */
+static void apply_tuned(clt_context *ctx) {
+  pthread_mutex_lock(&tuned_lock);
+  for (int i = 0; i < tuned_ndone; i++)
+    if (tuned_done[i] == ctx->device) {
+      pthread_mutex_unlock(&tuned_lock);
+      return;
+    }
+  /* Past 64 devices the rest keep the defaults: an override on every call
+   * would make CLBlast recompile every time. */
+  int skip = tuned_ndone == (int)(sizeof tuned_done / sizeof tuned_done[0]) || tuned_disabled();
+  if (tuned_ndone < (int)(sizeof tuned_done / sizeof tuned_done[0])) tuned_done[tuned_ndone++] = ctx->device;
+  for (size_t i = 0; !skip && i < sizeof tuned / sizeof tuned[0]; i++) {
+    const tuned_params *t = &tuned[i];
+    if (!strstr(ctx->info.platform_name, t->platform) || ctx->info.type != t->type ||
+        (t->device && !strstr(ctx->info.name, t->device)))
+      continue;
+    size_t n = 0;
+    while (n < MAX_TUNED_PARAMS && t->names[n]) n++;
+    CLBlastStatusCode s = CLBlastOverrideParameters(ctx->device, t->kernel, CLBlastPrecisionSingle, n,
+                                                    (const char **)t->names, t->values);
+    if (s != CLBlastSuccess)
+      clt__log(CLT_LOG_WARN, "CLBlast refused the tuned %s parameters for %s (%s): %s (status %d); keeping its defaults",
+               t->kernel, ctx->info.name, ctx->info.platform_name, clblast_status_name(s), (int)s);
+    else
+      clt__log(CLT_LOG_DEBUG, "applied tuned %s parameters to %s", t->kernel, ctx->info.name);
+  }
+  pthread_mutex_unlock(&tuned_lock);
+}
+
 int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
               clt_matrix a, clt_matrix b, float beta, clt_matrix c) {
   int rc = check_gemm("sgemm", ta, tb, m, n, k, a, 0, b, 0, c, 0, 1);
   if (rc < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, 0, 1);
+  apply_tuned(ctx);
   CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, trans(ta), trans(tb), m, n, k, alpha, a.buf, a.offset,
                                      a.ld, b.buf, b.offset, b.ld, beta, c.buf, c.offset, c.ld, &ctx->queue, NULL);
   if (s != CLBlastSuccess) return blas_error(ctx, s, "CLBlastSgemm", m, n, k, 1);
@@ -100,6 +185,7 @@ int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb, size
   if (rc < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, c_stride, batch);
+  apply_tuned(ctx);
   CLBlastStatusCode s = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, trans(ta), trans(tb), m, n, k, alpha, a.buf,
                                                    a.offset, a.ld, a_stride, b.buf, b.offset, b.ld, b_stride, beta,
                                                    c.buf, c.offset, c.ld, c_stride, batch, &ctx->queue, NULL);

@@ -39,6 +39,11 @@ static const conv_case conv_cases[] = {
     {5, 4, 6, 7, 5, 1, 1, 2, 2, 0, 0, 1, 2},  /* 1x1, stride 2, odd sizes; 3 chunks (2, 2, 1) */
     {4, 3, 8, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1},  /* stride 2 with padding, one sample per chunk */
     {2, 5, 11, 9, 3, 4, 3, 3, 2, 2, 1, 1, 2}, /* stride 3, even kernel */
+    /* K = Cin*KH*KW up to 32 runs the direct kernels (forward; backward
+     * without dx), larger K im2col + GEMM: the cases above are mostly the
+     * former, these two the latter */
+    {3, 8, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 2},  /* K = 72, 'same' 3x3, chunks (2, 1), planes of 81 */
+    {2, 2, 4, 4, 1, 1, 1, 2, 2, 1, 1, 1, 1},  /* K = 2 but the padded input outgrows the workspace */
 };
 
 typedef struct conv_state {
@@ -184,6 +189,8 @@ static const pool_case pool_cases[] = {
     {3, 1, 5, 8, 3, 2, 1, 2, 1, 0}, /* overlapping windows, non-square */
     {2, 2, 7, 7, 2, 2, 2, 2, 0, 0}, /* odd input: the last row and column are dropped */
     {1, 1, 4, 3, 1, 1, 1, 1, 0, 0}, /* identity */
+    {2, 2, 9, 8, 2, 2, 3, 3, 1, 1}, /* stride > kernel with padding: gaps between windows */
+    {1, 3, 5, 7, 2, 2, 2, 2, 1, 1}, /* 2x2 / 2 with padding on odd sizes */
 };
 
 typedef struct pool_state {

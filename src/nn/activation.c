@@ -44,9 +44,16 @@ int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x), yoff = clt__nn_off(y), n = (cl_ulong)clt_tensor_numel(x);
   cl_int a = (cl_int)act;
-  CLT_TRY(clt_context_kernel(ctx, "activation", "act_forward", NULL, &k));
-  CLT_TRY(
-      NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(n), NN_VAL(a), NN_VAL(alpha)));
+  char opts[32];
+  snprintf(opts, sizeof opts, "-DACT=%d", (int)act); /* one program per activation: see cl/activation.cl */
+  CLT_TRY(clt_context_kernel(ctx, "activation", "act_forward", opts, &k));
+  NN_ARG(k, 0, x->buf);
+  NN_ARG(k, 1, xoff);
+  NN_ARG(k, 2, y->buf);
+  NN_ARG(k, 3, yoff);
+  NN_ARG(k, 4, n);
+  NN_ARG(k, 5, a);
+  NN_ARG(k, 6, alpha);
   CLT_TRY(clt_launch_1d(ctx, k, n, 0));
   return CLT_OK;
 fail:
@@ -68,9 +75,18 @@ int clt_nn_act_backward(clt_context *ctx, clt_nn_act act, float alpha, const clt
   cl_ulong soff = clt__nn_off(s), dyoff = clt__nn_off(dy), dxoff = clt__nn_off(dx);
   cl_ulong n = (cl_ulong)clt_tensor_numel(dx);
   cl_int a = (cl_int)act;
-  CLT_TRY(clt_context_kernel(ctx, "activation", "act_backward", NULL, &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(s->buf), NN_VAL(soff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dx->buf), NN_VAL(dxoff),
-                      NN_VAL(n), NN_VAL(a), NN_VAL(alpha)));
+  char opts[32];
+  snprintf(opts, sizeof opts, "-DACT=%d", (int)act);
+  CLT_TRY(clt_context_kernel(ctx, "activation", "act_backward", opts, &k));
+  NN_ARG(k, 0, s->buf);
+  NN_ARG(k, 1, soff);
+  NN_ARG(k, 2, dy->buf);
+  NN_ARG(k, 3, dyoff);
+  NN_ARG(k, 4, dx->buf);
+  NN_ARG(k, 5, dxoff);
+  NN_ARG(k, 6, n);
+  NN_ARG(k, 7, a);
+  NN_ARG(k, 8, alpha);
   CLT_TRY(clt_launch_1d(ctx, k, n, 0));
   return CLT_OK;
 fail:

@@ -11,8 +11,13 @@ int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b,
   cl_ulong yoff = clt__nn_off(y), boff = clt__nn_off(b);
   cl_uint c = (cl_uint)C, p = (cl_uint)P, total = (cl_uint)clt_tensor_numel(y);
   CLT_TRY(clt_context_kernel(ctx, "bias", "bias_add", NULL, &k));
-  CLT_TRY(
-      NN_SET_ARGS(k, NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(b->buf), NN_VAL(boff), NN_VAL(c), NN_VAL(p), NN_VAL(total)));
+  NN_ARG(k, 0, y->buf);
+  NN_ARG(k, 1, yoff);
+  NN_ARG(k, 2, b->buf);
+  NN_ARG(k, 3, boff);
+  NN_ARG(k, 4, c);
+  NN_ARG(k, 5, p);
+  NN_ARG(k, 6, total);
   CLT_TRY(clt_launch_1d(ctx, k, total, 0));
   return CLT_OK;
 fail:
@@ -20,15 +25,26 @@ fail:
 }
 
 /* db[c] += sum over n, p of dy[n, c, p], dy seen as (N, C, P). */
-int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C, int64_t P) {
+int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C,
+                      int64_t P) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong dyoff = clt__nn_off(dy), dboff = clt__nn_off(db);
   cl_uint n = (cl_uint)N, c = (cl_uint)C, p = (cl_uint)P;
   CLT_TRY(clt_context_kernel(ctx, "bias", "bias_grad", NULL, &k));
+  /* Rows of at least 64 are walked row by row (see cl/bias.cl) by a group
+   * no wider than a row; shorter ones as one flat run. */
   size_t wgs = clt__nn_row_wgs(ctx, k, N * P, 256);
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(db->buf), NN_VAL(dboff), NN_VAL(n), NN_VAL(c),
-                      NN_VAL(p), NN_LOCAL(wgs * sizeof(float))));
+  if (P >= 64)
+    while (wgs > (size_t)P) wgs /= 2;
+  NN_ARG(k, 0, dy->buf);
+  NN_ARG(k, 1, dyoff);
+  NN_ARG(k, 2, db->buf);
+  NN_ARG(k, 3, dboff);
+  NN_ARG(k, 4, n);
+  NN_ARG(k, 5, c);
+  NN_ARG(k, 6, p);
+  CLT_CL_TRY(clSetKernelArg(k, 7, wgs * sizeof(float), NULL));
   CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)C, wgs));
   return CLT_OK;
 fail:

@@ -98,6 +98,34 @@ fail:
   return clt__error_prefix(rc, "launching %zu work-groups of %zu on %s", groups, wgs, ctx->info.name);
 }
 
+/* The largest divisor of n that is at most cap (at least 1). */
+static size_t divisor_at_most(size_t n, size_t cap) {
+  for (size_t d = cap < n ? cap : n; d > 1; d--)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+int clt__nn_launch_3d(clt_context *ctx, cl_kernel k, size_t gx, size_t gy, size_t gz) {
+  int rc = CLT_OK;
+  if (gx == 0 || gy == 0 || gz == 0) return CLT_OK;
+  size_t most = 0, dims[3] = {0, 0, 0};
+  CLT_CL_TRY(clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL));
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dims, dims, NULL) != CL_SUCCESS)
+    dims[0] = dims[1] = most;
+  if (most > NN_GROUP_ITEMS) most = NN_GROUP_ITEMS;
+  if (most < 1) most = 1;
+  /* A whole row per group when it fits, else the largest piece that
+   * divides it; then as many rows as divide gy and fit. */
+  size_t lx = divisor_at_most(gx, most < dims[0] ? most : dims[0]);
+  size_t capy = most / lx < dims[1] ? most / lx : dims[1];
+  size_t ly = divisor_at_most(gy, capy ? capy : 1);
+  size_t local[3] = {lx, ly, 1}, global[3] = {gx, gy, gz};
+  CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 3, NULL, global, local, 0, NULL, NULL));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "launching a kernel over %zu x %zu x %zu items on %s", gx, gy, gz, ctx->info.name);
+}
+
 size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most) {
   size_t want = 1;
   while (want < most && (int64_t)want < len) want *= 2;

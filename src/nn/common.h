@@ -32,6 +32,10 @@ int clt__nn_args_array(cl_kernel k, int first, const void *values, size_t size, 
 /* The largest element count the nn kernels index with 32-bit integers. */
 #define NN_MAX_ELEMS ((int64_t)0x7fffffff)
 
+/* Set kernel argument i to the value of v (inside a function with `rc` and
+ * a `fail` label). */
+#define NN_ARG(k, i, v) CLT_CL_TRY(clSetKernelArg((k), (cl_uint)(i), sizeof(v), &(v)))
+
 /* A tensor and the name an error message calls it by. */
 typedef struct clt__nn_named {
   const char *name;
@@ -63,6 +67,19 @@ int clt__nn_same_shape(const clt_tensor *a, const clt_tensor *b);
 
 /* Launch `groups` work-groups of wgs items each (wgs already clamped). */
 int clt__nn_launch_groups(clt_context *ctx, cl_kernel k, size_t groups, size_t wgs);
+
+/* Launch k over exactly gx x gy x gz work-items, x fastest. Kernels
+ * launched so index their data by the three ids instead of dividing one
+ * flat id: on CPU implementations (PoCL) integer division per item costs
+ * more than the memory traffic and stops the work-item loop from being
+ * vectorized, while per-row quantities derived from ids 1 and 2 are
+ * hoisted out of it. The range is never rounded up, so kernels need no
+ * bounds test (an early return cost PoCL 7x on a small convolution):
+ * work-groups are (lx, ly, 1), at most NN_GROUP_ITEMS items, lx the largest
+ * divisor of gx that fits (a whole row when it does) and ly the largest
+ * divisor of gy that fits beside it. */
+int clt__nn_launch_3d(clt_context *ctx, cl_kernel k, size_t gx, size_t gy, size_t gz);
+#define NN_GROUP_ITEMS 256
 
 /* A power-of-two work-group size for a kernel that reduces rows of `len`
  * elements: no wider than the row (rounded up), at most `most`, clamped. */

@@ -1,44 +1,34 @@
 /*
  * conv.c: 2-D convolution, NCHW, forward and backward, as im2col + one GEMM
- * per chunk of samples (cl/conv.cl, src/blas.c), and a direct forward
- * kernel for layers whose Cin*KH*KW is small.
+ * per chunk of samples (cl/conv.cl, src/blas.c).
  *
  * For a chunk of B samples, with K = Cin*KH*KW and P = OH*OW:
  *   forward   col (K, B*P) = im2col(x)
  *             T (Cout, B*P) = w (Cout, K) col
  *             y (B, Cout, P) = T reordered, + b
  *   backward  T (Cout, B*P) = dy reordered        db += sums of dy
- *             col = im2col(x)                     dw += T col^T
- *             col = w^T T  (reusing col's space)  dx = col2im(col)
+ *             colT (B*P, K) = im2col(x)^T         dw += T colT
+ *             col = w^T T  (reusing colT's space) dx = col2im(col)
+ * (dw from colT, not as T col^T: CLBlast's GEMM without transposes ran 2x
+ * faster on PoCL.)
+ * Layers with few inputs per output (K <= CONV_DIRECT_MAX_K) are convolved
+ * directly instead, forward and, when no dx is wanted, backward.
  * One large GEMM per chunk instead of B small ones: GEMM libraries reach
  * their speed on large shapes, and CLBlast's batched GEMM would need a
  * weight copy per sample. The workspace (col and T) is the caller's, sized
  * by clt_nn_conv2d_workspace_bytes; a smaller one only means more chunks.
- *
- * Direct or im2col forward: with K = Cin*KH*KW small, the GEMM's inner
- * dimension is too short to pay for writing and reading the K x B*P column
- * matrix. Measured at batch 64 (bench/bench_nn), direct / im2col time:
- *                          PoCL (2 cores)   rusticl (llvmpipe)
- *   1->32 28x28 k3 (K=9)        0.83             0.37
- *   32->64 14x14 k3 (K=288)     2.55             2.11
- * so the automatic choice takes the direct kernel up to DIRECT_MAX_K.
  */
 #include "nn/common.h"
 
 #include <stdio.h>
 
-/* The largest Cin*KH*KW for which the automatic forward is direct. */
-#ifndef DIRECT_MAX_K
-#define DIRECT_MAX_K 32
-#endif
-
 typedef struct geom {
-  int64_t N, Cin, H, W; /* x (N, Cin, H, W) */
-  int64_t Cout, KH, KW; /* w (Cout, Cin, KH, KW) */
-  int64_t OH, OW, K, P; /* y (N, Cout, OH, OW); K = Cin*KH*KW; P = OH*OW */
+  int64_t N, Cin, H, W;   /* x (N, Cin, H, W) */
+  int64_t Cout, KH, KW;   /* w (Cout, Cin, KH, KW) */
+  int64_t OH, OW, K, P;   /* y (N, Cout, OH, OW); K = Cin*KH*KW; P = OH*OW */
   int sh, sw, ph, pw;
-  int64_t chunk; /* samples per GEMM */
-  clt_tensor ws; /* the workspace: col (K, chunk*P) then T (Cout, chunk*P) */
+  int64_t chunk;          /* samples per GEMM */
+  clt_tensor ws;          /* the workspace: col (K, chunk*P) then T (Cout, chunk*P) */
 } geom;
 
 int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad) {
@@ -46,8 +36,8 @@ int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad) {
   return (in + 2 * (int64_t)pad - k) / stride + 1;
 }
 
-size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw, int64_t oh,
-                                     int64_t ow) {
+size_t clt_nn_conv2d_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kh, int64_t kw,
+                                     int64_t oh, int64_t ow) {
   return (size_t)samples * (size_t)(cin * kh * kw + cout) * (size_t)(oh * ow) * sizeof(float);
 }
 
@@ -59,10 +49,8 @@ static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_te
   int rc;
   if (!cfg) return clt__error(CLT_EINVAL, "%s: no configuration (stride, padding) given", op);
   if (cfg->stride_h < 1 || cfg->stride_w < 1 || cfg->pad_h < 0 || cfg->pad_w < 0)
-    return clt__error(CLT_EINVAL, "%s: stride %dx%d must be at least 1 and padding %dx%d at least 0", op, cfg->stride_h,
-                      cfg->stride_w, cfg->pad_h, cfg->pad_w);
-  if ((unsigned)cfg->algo > CLT_NN_CONV_DIRECT)
-    return clt__error(CLT_EINVAL, "%s: unknown algorithm %d", op, (int)cfg->algo);
+    return clt__error(CLT_EINVAL, "%s: stride %dx%d must be at least 1 and padding %dx%d at least 0", op,
+                      cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w);
   if ((rc = clt__nn_check(op, "x", x, CLT_F32, 4, "(N, Cin, H, W)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "w", w, CLT_F32, 4, "(Cout, Cin, KH, KW)")) < 0) return rc;
   if ((rc = clt__nn_check(op, yname, y, CLT_F32, 4, "(N, Cout, OH, OW)")) < 0) return rc;
@@ -81,9 +69,9 @@ static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_te
     return clt__nn_shape_error(op, ts, 4, "a %lldx%lld kernel does not fit a %lldx%lld input with padding %dx%d",
                                (long long)g->KH, (long long)g->KW, (long long)g->H, (long long)g->W, g->ph, g->pw);
   if (y->shape[0] != g->N || y->shape[1] != g->Cout || y->shape[2] != g->OH || y->shape[3] != g->OW)
-    return clt__nn_shape_error(op, ts, 4, "%s must be (%lld, %lld, %lld, %lld) for stride %dx%d, padding %dx%d", yname,
-                               (long long)g->N, (long long)g->Cout, (long long)g->OH, (long long)g->OW, g->sh, g->sw,
-                               g->ph, g->pw);
+    return clt__nn_shape_error(op, ts, 4, "%s must be (%lld, %lld, %lld, %lld) for stride %dx%d, padding %dx%d",
+                               yname, (long long)g->N, (long long)g->Cout, (long long)g->OH, (long long)g->OW, g->sh,
+                               g->sw, g->ph, g->pw);
   if (b && b->shape[0] != g->Cout)
     return clt__nn_shape_error(op, ts, 4, "%s must have %lld elements", bname, (long long)g->Cout);
   g->K = g->Cin * g->KH * g->KW;
@@ -111,11 +99,11 @@ static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_te
 /* The geometry arguments shared by im2col and col2im, from index 4 on. */
 static int geom_args(cl_kernel k, const geom *g, int64_t B) {
   int rc = CLT_OK;
-  cl_uint v[8] = {(cl_uint)B,     (cl_uint)g->Cin, (cl_uint)g->H,  (cl_uint)g->W,
-                  (cl_uint)g->KH, (cl_uint)g->KW,  (cl_uint)g->OH, (cl_uint)g->OW};
+  cl_uint v[8] = {(cl_uint)B, (cl_uint)g->Cin, (cl_uint)g->H, (cl_uint)g->W,
+                  (cl_uint)g->KH, (cl_uint)g->KW, (cl_uint)g->OH, (cl_uint)g->OW};
   cl_int s[4] = {g->sh, g->sw, g->ph, g->pw};
-  CLT_TRY(clt__nn_args_array(k, 4, v, sizeof v[0], 8));
-  CLT_TRY(clt__nn_args_array(k, 12, s, sizeof s[0], 4));
+  for (int i = 0; i < 8; i++) NN_ARG(k, 4 + i, v[i]);
+  for (int i = 0; i < 4; i++) NN_ARG(k, 12 + i, s[i]);
 fail:
   return rc;
 }
@@ -129,9 +117,31 @@ static int im2col(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t 
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W), coff = ws_col(g);
   CLT_TRY(clt_context_kernel(ctx, "conv", "im2col", NULL, &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(g->ws.buf), NN_VAL(coff)));
+  NN_ARG(k, 0, x->buf);
+  NN_ARG(k, 1, xoff);
+  NN_ARG(k, 2, g->ws.buf);
+  NN_ARG(k, 3, coff);
   CLT_TRY(geom_args(k, g, B));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(g->K * B * g->P), 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OW, (size_t)g->OH, (size_t)(g->K * B)));
+fail:
+  return rc;
+}
+
+/* colT (B*P, K) = the transpose of im2col of samples [n0, n0 + B) of x,
+ * in col's space of the workspace. */
+static int im2col_t(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W), coff = ws_col(g);
+  char opts[64];
+  snprintf(opts, sizeof opts, "-DCONV_KH=%lld -DCONV_KW=%lld", (long long)g->KH, (long long)g->KW);
+  CLT_TRY(clt_context_kernel(ctx, "conv", "im2col_t", opts, &k));
+  NN_ARG(k, 0, x->buf);
+  NN_ARG(k, 1, xoff);
+  NN_ARG(k, 2, g->ws.buf);
+  NN_ARG(k, 3, coff);
+  CLT_TRY(geom_args(k, g, B));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->K, (size_t)g->OW, (size_t)(B * g->OH)));
 fail:
   return rc;
 }
@@ -142,15 +152,19 @@ static int col2im(clt_context *ctx, const geom *g, const clt_tensor *dx, int64_t
   cl_kernel k;
   cl_ulong coff = ws_col(g), dxoff = clt__nn_off(dx) + (cl_ulong)(n0 * g->Cin * g->H * g->W);
   CLT_TRY(clt_context_kernel(ctx, "conv", "col2im", NULL, &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(g->ws.buf), NN_VAL(coff), NN_VAL(dx->buf), NN_VAL(dxoff)));
+  NN_ARG(k, 0, g->ws.buf);
+  NN_ARG(k, 1, coff);
+  NN_ARG(k, 2, dx->buf);
+  NN_ARG(k, 3, dxoff);
   CLT_TRY(geom_args(k, g, B));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cin * g->H * g->W), 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->W, (size_t)g->H, (size_t)(B * g->Cin)));
 fail:
   return rc;
 }
 
 /* Samples [n0, n0 + B) of y (N, Cout, P) = T (Cout, B*P) reordered, + b. */
-static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const clt_tensor *y, int64_t n0, int64_t B) {
+static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const clt_tensor *y, int64_t n0,
+                  int64_t B) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong toff = ws_t(g), yoff = clt__nn_off(y) + (cl_ulong)(n0 * g->Cout * g->P);
@@ -159,9 +173,17 @@ static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const cl
   cl_int has_bias = b != NULL;
   cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
   CLT_TRY(clt_context_kernel(ctx, "conv", "cbp_to_bcp", NULL, &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(g->ws.buf), NN_VAL(toff), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(bbuf), NN_VAL(boff),
-                      NN_VAL(has_bias), NN_VAL(ub), NN_VAL(uc), NN_VAL(up)));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
+  NN_ARG(k, 0, g->ws.buf);
+  NN_ARG(k, 1, toff);
+  NN_ARG(k, 2, y->buf);
+  NN_ARG(k, 3, yoff);
+  NN_ARG(k, 4, bbuf);
+  NN_ARG(k, 5, boff);
+  NN_ARG(k, 6, has_bias);
+  NN_ARG(k, 7, ub);
+  NN_ARG(k, 8, uc);
+  NN_ARG(k, 9, up);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->P, (size_t)g->Cout, (size_t)B));
 fail:
   return rc;
 }
@@ -173,52 +195,172 @@ static int dy_to_t(clt_context *ctx, const geom *g, const clt_tensor *dy, int64_
   cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), toff = ws_t(g);
   cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
   CLT_TRY(clt_context_kernel(ctx, "conv", "bcp_to_cbp", NULL, &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(g->ws.buf), NN_VAL(toff), NN_VAL(ub), NN_VAL(uc),
-                      NN_VAL(up)));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(B * g->Cout * g->P), 0));
+  NN_ARG(k, 0, dy->buf);
+  NN_ARG(k, 1, dyoff);
+  NN_ARG(k, 2, g->ws.buf);
+  NN_ARG(k, 3, toff);
+  NN_ARG(k, 4, ub);
+  NN_ARG(k, 5, uc);
+  NN_ARG(k, 6, up);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->P, (size_t)B, (size_t)g->Cout));
 fail:
   return rc;
 }
 
-/* y = conv(x, w) + b by the direct kernel. */
-static int direct_forward(clt_context *ctx, const geom *g, const clt_tensor *x, const clt_tensor *w,
-                          const clt_tensor *b, const clt_tensor *y) {
+/* ---- direct convolution for small K (cl/conv.cl) ---------------------------
+ * Up to this many inputs per output, forward and (for a first layer, which
+ * needs no dx) the weight gradient skip im2col and the GEMM: on a 1-input
+ * 3x3 layer (K = 9) those wrote and streamed 9 copies of the input for 9
+ * multiply-adds per output. The kernels read a zero-padded copy of the
+ * input (in the workspace, a chunk of samples at a time) so they need no
+ * bounds tests; without padding they read x itself. Measured with
+ * bench/nn_bench. */
+#define CONV_DIRECT_MAX_K 32
+
+/* Samples per direct chunk (0: the im2col path: asked for, or K too large
+ * under CLT_NN_CONV_AUTO, or the padded copy of one sample does not fit the
+ * workspace). */
+static int64_t direct_chunk(const geom *g, clt_nn_conv2d_algo algo) {
+  if (algo == CLT_NN_CONV_IM2COL || (algo == CLT_NN_CONV_AUTO && g->K > CONV_DIRECT_MAX_K)) return 0;
+  if (g->ph == 0 && g->pw == 0) return g->N;
+  int64_t per = g->Cin * (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
+  int64_t c = clt_tensor_numel(&g->ws) / per;
+  if (c > NN_MAX_ELEMS / per) c = NN_MAX_ELEMS / per;
+  return c < g->N ? c : g->N;
+}
+
+/* Where the direct kernels read samples [n0, n0 + B) of x: a padded copy
+ * at the start of the workspace, or x itself. */
+typedef struct direct_src {
+  cl_mem buf;
+  cl_ulong off;
+  cl_uint H, W;
+} direct_src;
+
+static int direct_source(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t n0, int64_t B,
+                         direct_src *src) {
+  int rc = CLT_OK;
+  cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W);
+  if (g->ph == 0 && g->pw == 0) {
+    *src = (direct_src){x->buf, xoff, (cl_uint)g->H, (cl_uint)g->W};
+    return CLT_OK;
+  }
+  *src = (direct_src){g->ws.buf, ws_col(g), (cl_uint)(g->H + 2 * g->ph), (cl_uint)(g->W + 2 * g->pw)};
+  cl_kernel k;
+  cl_uint H = (cl_uint)g->H, W = (cl_uint)g->W;
+  cl_int ph = g->ph, pw = g->pw;
+  CLT_TRY(clt_context_kernel(ctx, "conv", "pad_input", NULL, &k));
+  NN_ARG(k, 0, x->buf);
+  NN_ARG(k, 1, xoff);
+  NN_ARG(k, 2, src->buf);
+  NN_ARG(k, 3, src->off);
+  NN_ARG(k, 4, H);
+  NN_ARG(k, 5, W);
+  NN_ARG(k, 6, ph);
+  NN_ARG(k, 7, pw);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, src->W, src->H, (size_t)(B * g->Cin)));
+fail:
+  return rc;
+}
+
+static int direct_kernel(clt_context *ctx, const geom *g, const char *name, cl_kernel *k) {
+  char opts[128];
+  snprintf(opts, sizeof opts, "-DCONV_CIN=%lld -DCONV_KH=%lld -DCONV_KW=%lld -DCONV_SH=%d -DCONV_SW=%d",
+           (long long)g->Cin, (long long)g->KH, (long long)g->KW, g->sh, g->sw);
+  return clt_context_kernel(ctx, "conv", name, opts, k);
+}
+
+/* y for samples [n0, n0 + B), read from src. */
+static int direct_forward(clt_context *ctx, const geom *g, const direct_src *src, const clt_tensor *w,
+                          const clt_tensor *b, const clt_tensor *y, int64_t n0, int64_t B) {
   int rc = CLT_OK;
   cl_kernel k;
-  cl_ulong xoff = clt__nn_off(x), woff = clt__nn_off(w), boff = b ? clt__nn_off(b) : 0, yoff = clt__nn_off(y);
+  cl_ulong woff = clt__nn_off(w), boff = b ? clt__nn_off(b) : 0;
+  cl_ulong yoff = clt__nn_off(y) + (cl_ulong)(n0 * g->Cout * g->P);
   cl_mem bbuf = b ? b->buf : w->buf; /* never read without a bias */
   cl_int has_bias = b != NULL;
-  cl_uint u[9] = {(cl_uint)g->N,  (cl_uint)g->Cin, (cl_uint)g->H,  (cl_uint)g->W, (cl_uint)g->Cout,
-                  (cl_uint)g->KH, (cl_uint)g->KW,  (cl_uint)g->OH, (cl_uint)g->OW};
-  cl_int s[4] = {g->sh, g->sw, g->ph, g->pw};
-  CLT_TRY(clt_context_kernel(ctx, "conv", "conv_direct_forward", NULL, &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(bbuf), NN_VAL(boff),
-                      NN_VAL(has_bias), NN_VAL(y->buf), NN_VAL(yoff)));
-  CLT_TRY(clt__nn_args_array(k, 9, u, sizeof u[0], 9));
-  CLT_TRY(clt__nn_args_array(k, 18, s, sizeof s[0], 4));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)clt_tensor_numel(y), 64));
+  cl_uint v[3] = {(cl_uint)g->Cout, (cl_uint)g->OH, (cl_uint)g->OW};
+  CLT_TRY(direct_kernel(ctx, g, "conv_direct_forward", &k));
+  NN_ARG(k, 0, src->buf);
+  NN_ARG(k, 1, src->off);
+  NN_ARG(k, 2, w->buf);
+  NN_ARG(k, 3, woff);
+  NN_ARG(k, 4, bbuf);
+  NN_ARG(k, 5, boff);
+  NN_ARG(k, 6, has_bias);
+  NN_ARG(k, 7, y->buf);
+  NN_ARG(k, 8, yoff);
+  NN_ARG(k, 9, v[0]);
+  NN_ARG(k, 10, src->H);
+  NN_ARG(k, 11, src->W);
+  NN_ARG(k, 12, v[1]);
+  NN_ARG(k, 13, v[2]);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OW, (size_t)g->OH, (size_t)(B * g->Cout)));
 fail:
   return rc;
 }
 
-int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
-                          const clt_tensor *b, const clt_tensor *y, const clt_tensor *workspace) {
+/* dw and db += the sums over samples [n0, n0 + B), read from src. */
+static int direct_backward_weights(clt_context *ctx, const geom *g, const direct_src *src, const clt_tensor *dy,
+                                   const clt_tensor *dw, const clt_tensor *db, int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), dwoff = clt__nn_off(dw);
+  cl_ulong dboff = db ? clt__nn_off(db) : 0;
+  cl_mem dbbuf = db ? db->buf : dw->buf; /* never written without a bias */
+  cl_int has_bias = db != NULL;
+  cl_uint v[4] = {(cl_uint)B, (cl_uint)g->Cout, (cl_uint)g->OH, (cl_uint)g->OW};
+  CLT_TRY(direct_kernel(ctx, g, "conv_direct_backward_weights", &k));
+  /* Each item keeps K + 1 sums in scratch: fit the group to local memory. */
+  size_t wgs = clt__nn_row_wgs(ctx, k, g->P, 256);
+  size_t row = (size_t)(g->K + 1) * sizeof(float);
+  while (wgs > 1 && wgs * row > ctx->info.local_mem_bytes / 2) wgs /= 2;
+  NN_ARG(k, 0, src->buf);
+  NN_ARG(k, 1, src->off);
+  NN_ARG(k, 2, dy->buf);
+  NN_ARG(k, 3, dyoff);
+  NN_ARG(k, 4, dw->buf);
+  NN_ARG(k, 5, dwoff);
+  NN_ARG(k, 6, dbbuf);
+  NN_ARG(k, 7, dboff);
+  NN_ARG(k, 8, has_bias);
+  NN_ARG(k, 9, v[0]);
+  NN_ARG(k, 10, v[1]);
+  NN_ARG(k, 11, src->H);
+  NN_ARG(k, 12, src->W);
+  NN_ARG(k, 13, v[2]);
+  NN_ARG(k, 14, v[3]);
+  CLT_CL_TRY(clSetKernelArg(k, 15, wgs * row, NULL));
+  CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)g->Cout, wgs));
+fail:
+  return rc;
+}
+
+int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
+                          const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
+                          const clt_tensor *workspace) {
   static const char op[] = "conv2d forward";
   geom g;
   int rc = check_conv(op, cfg, x, w, b, "b", y, "y", workspace, &g);
   if (rc < 0) return rc;
-  if (cfg->algo == CLT_NN_CONV_DIRECT || (cfg->algo == CLT_NN_CONV_AUTO && g.K <= DIRECT_MAX_K)) {
-    CLT_TRY(direct_forward(ctx, &g, x, w, b, y));
-    return CLT_OK;
+  if ((unsigned)cfg->algo > CLT_NN_CONV_DIRECT)
+    return clt__error(CLT_EINVAL, "%s: unknown algorithm %d (auto, im2col or direct)", op, (int)cfg->algo);
+  int64_t dc = direct_chunk(&g, cfg->algo);
+  for (int64_t n0 = 0; dc > 0 && n0 < g.N; n0 += dc) {
+    int64_t B = g.N - n0 < dc ? g.N - n0 : dc;
+    direct_src src;
+    CLT_TRY(direct_source(ctx, &g, x, n0, B, &src));
+    CLT_TRY(direct_forward(ctx, &g, &src, w, b, y, n0, B));
   }
+  if (dc > 0) return CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K);
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
     int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
     clt_matrix col = {g.ws.buf, (size_t)ws_col(&g), (size_t)BP}, t = {g.ws.buf, (size_t)ws_t(&g), (size_t)BP};
     CLT_TRY(im2col(ctx, &g, x, n0, B));
     /* T (Cout, BP) = w (Cout, K) col (K, BP) */
-    CLT_TRY(
-        clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, (size_t)g.Cout, (size_t)BP, (size_t)g.K, 1.0f, mw, col, 0.0f, t));
+    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, (size_t)g.Cout, (size_t)BP, (size_t)g.K, 1.0f, mw, col, 0.0f,
+                      t));
     CLT_TRY(t_to_y(ctx, &g, b, y, n0, B));
   }
   return CLT_OK;
@@ -226,28 +368,39 @@ fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
 
-int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
-                           const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db,
-                           const clt_tensor *workspace) {
+int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
+                           const clt_tensor *w, const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw,
+                           const clt_tensor *db, const clt_tensor *workspace) {
   static const char op[] = "conv2d backward";
   geom g;
   int rc = check_conv(op, cfg, x, w, db, "db", dy, "dy", workspace, &g);
   if (rc < 0) return rc;
   if ((rc = clt__nn_check_like(op, "dw", dw, "w", w)) < 0) return rc;
   if (dx && (rc = clt__nn_check_like(op, "dx", dx, "x", x)) < 0) return rc;
+  int64_t dc = dx ? 0 : direct_chunk(&g, CLT_NN_CONV_AUTO); /* a first layer: dw and db only */
+  for (int64_t n0 = 0; dc > 0 && n0 < g.N; n0 += dc) {
+    int64_t B = g.N - n0 < dc ? g.N - n0 : dc;
+    direct_src src;
+    CLT_TRY(direct_source(ctx, &g, x, n0, B, &src));
+    CLT_TRY(direct_backward_weights(ctx, &g, &src, dy, dw, db, n0, B));
+  }
+  if (dc > 0) return CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K), mdw = clt__nn_mat(dw, g.K);
   if (db) CLT_TRY(clt__nn_bias_grad(ctx, dy, db, g.N, g.Cout, g.P));
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
     int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
     clt_matrix col = {g.ws.buf, (size_t)ws_col(&g), (size_t)BP}, t = {g.ws.buf, (size_t)ws_t(&g), (size_t)BP};
     CLT_TRY(dy_to_t(ctx, &g, dy, n0, B));
-    CLT_TRY(im2col(ctx, &g, x, n0, B));
-    /* dw (Cout, K) += T (Cout, BP) col^T (BP, K) */
-    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, (size_t)g.Cout, (size_t)g.K, (size_t)BP, 1.0f, t, col, 1.0f, mdw));
+    CLT_TRY(im2col_t(ctx, &g, x, n0, B));
+    /* dw (Cout, K) += T (Cout, BP) colT (BP, K) */
+    clt_matrix colt = {g.ws.buf, (size_t)ws_col(&g), (size_t)g.K};
+    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, (size_t)g.Cout, (size_t)g.K, (size_t)BP, 1.0f, t, colt, 1.0f,
+                      mdw));
     if (!dx) continue;
     /* col (K, BP) = w^T (K, Cout) T (Cout, BP); the queue is in order, so
-     * the GEMM above has read col before this one overwrites it. */
-    CLT_TRY(clt_sgemm(ctx, CLT_TRANS, CLT_NO_TRANS, (size_t)g.K, (size_t)BP, (size_t)g.Cout, 1.0f, mw, t, 0.0f, col));
+     * the GEMM above has read colT before this one overwrites it. */
+    CLT_TRY(clt_sgemm(ctx, CLT_TRANS, CLT_NO_TRANS, (size_t)g.K, (size_t)BP, (size_t)g.Cout, 1.0f, mw, t, 0.0f,
+                      col));
     CLT_TRY(col2im(ctx, &g, dx, n0, B));
   }
   return CLT_OK;

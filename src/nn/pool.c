@@ -4,6 +4,8 @@
  */
 #include "nn/common.h"
 
+#include <stdio.h>
+
 typedef struct pool_geom {
   int64_t N, C, H, W, OH, OW;
 } pool_geom;
@@ -56,19 +58,23 @@ fail:
 }
 
 /* Run a pool.cl kernel whose first arguments are (buffer, offset) pairs of
- * the given tensors, then POOL_ARGS, over n work-items. */
+ * the given tensors, then POOL_ARGS, over the range (w, h, N*C): the
+ * columns and rows of the tensor it writes. */
 static int run_pool(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *const *ts, int nts,
-                    const clt_nn_pool2d_cfg *cfg, const pool_geom *g, int64_t n) {
+                    const clt_nn_pool2d_cfg *cfg, const pool_geom *g, int64_t w, int64_t h) {
   int rc = CLT_OK;
   cl_kernel k;
-  CLT_TRY(clt_context_kernel(ctx, "pool", kernel, NULL, &k));
+  char opts[64]; /* the window size as a constant: see cl/pool.cl */
+  snprintf(opts, sizeof opts, "-DPOOL_KH=%d -DPOOL_KW=%d%s", cfg->kernel_h, cfg->kernel_w,
+           cfg->pad_h == 0 && cfg->pad_w == 0 ? " -DPOOL_NOPAD" : "");
+  CLT_TRY(clt_context_kernel(ctx, "pool", kernel, opts, &k));
   for (int i = 0; i < nts; i++) {
     cl_ulong off = clt__nn_off(ts[i]);
     clt__nn_arg a[2] = {NN_VAL(ts[i]->buf), NN_VAL(off)};
     CLT_TRY(clt__nn_args(k, 2 * i, a, 2));
   }
   CLT_TRY(pool_args(k, 2 * nts, cfg, g));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)n, 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)w, (size_t)h, (size_t)(g->N * g->C)));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
@@ -81,7 +87,7 @@ int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, con
   int rc = check_pool(op, cfg, "x", x, "argmax", argmax, CLT_I32, "y", y, &g);
   if (rc < 0) return rc;
   const clt_tensor *ts[] = {x, y, argmax};
-  return run_pool(ctx, op, "maxpool_forward", ts, 3, cfg, &g, g.N * g.C * g.OH * g.OW);
+  return run_pool(ctx, op, "maxpool_forward", ts, 3, cfg, &g, g.OW, g.OH);
 }
 
 int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *argmax,
@@ -91,7 +97,10 @@ int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, co
   int rc = check_pool(op, cfg, "dx", dx, "argmax", argmax, CLT_I32, "dy", dy, &g);
   if (rc < 0) return rc;
   const clt_tensor *ts[] = {argmax, dy, dx};
-  return run_pool(ctx, op, "maxpool_backward", ts, 3, cfg, &g, g.N * g.C * g.H * g.W);
+  /* Windows that cannot overlap: one item per window writes its band. */
+  if (cfg->stride_h >= cfg->kernel_h && cfg->stride_w >= cfg->kernel_w)
+    return run_pool(ctx, op, "maxpool_backward_disjoint", ts, 3, cfg, &g, g.OW, g.OH);
+  return run_pool(ctx, op, "maxpool_backward", ts, 3, cfg, &g, g.W, g.H);
 }
 
 int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *x, const clt_tensor *y) {
@@ -100,7 +109,7 @@ int clt_nn_avgpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, con
   int rc = check_pool(op, cfg, "x", x, "y", y, CLT_F32, NULL, NULL, &g);
   if (rc < 0) return rc;
   const clt_tensor *ts[] = {x, y};
-  return run_pool(ctx, op, "avgpool_forward", ts, 2, cfg, &g, g.N * g.C * g.OH * g.OW);
+  return run_pool(ctx, op, "avgpool_forward", ts, 2, cfg, &g, g.OW, g.OH);
 }
 
 int clt_nn_avgpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, const clt_tensor *dy,
@@ -110,7 +119,7 @@ int clt_nn_avgpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, co
   int rc = check_pool(op, cfg, "dx", dx, "dy", dy, CLT_F32, NULL, NULL, &g);
   if (rc < 0) return rc;
   const clt_tensor *ts[] = {dy, dx};
-  return run_pool(ctx, op, "avgpool_backward", ts, 2, cfg, &g, g.N * g.C * g.H * g.W);
+  return run_pool(ctx, op, "avgpool_backward", ts, 2, cfg, &g, g.W, g.H);
 }
 
 /* x_name (N, C, H, W) and y_name (N, C) or (N, C, 1, 1). */

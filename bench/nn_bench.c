@@ -1,0 +1,270 @@
+/*
+ * nn_bench.c: milliseconds per call of every layer kernel that a training
+ * step of the Fashion-MNIST models runs (examples/fashion_cnn.model and
+ * fashion_mlp.model at batch 64), and of the SGEMMs inside them, on one
+ * OpenCL device. Where the trainer's CLT_PROFILE=1 says which layer is
+ * slow, this says which call inside it, without the trainer around it.
+ *
+ *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B]
+ *
+ * Each op is run once to build its kernels, then N times with the queue
+ * drained after every call; the median and the minimum wall-clock times
+ * and the mean CPU time of the process (all OpenCL threads) are printed.
+ * On a loaded machine wall-clock time moves with the load while CPU time
+ * stays close; with the machine to itself, wall = CPU / cores when the
+ * device keeps every core busy.
+ * Linked statically against libcltrain, like the nn tests, to reach the
+ * internal nn layer (src/nn/nn.h).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "nn/nn.h"
+#include "ref/ref.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of the whole process (every OpenCL worker thread): on a
+ * loaded machine this moves far less than wall-clock time does. */
+static double cpu(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+}
+
+static clt_context *ctx;
+static int iters = 20;
+
+/* A float32 (or int32) tensor of the given shape, filled with uniform
+ * values in [-1, 1) (int32: zeros). */
+static clt_tensor make(int ndim, const int64_t *shape, clt_dtype dt) {
+  clt_tensor t;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  cl_mem buf;
+  if (clt_buffer_create(ctx, (size_t)n * 4, &buf) < 0 || clt_tensor_view(buf, 0, dt, ndim, shape, &t) < 0) {
+    fprintf(stderr, "nn_bench: %s\n", clt_last_error());
+    exit(1);
+  }
+  if (dt == CLT_F32) {
+    float *h = malloc((size_t)n * 4);
+    ref_random(h, (size_t)n, (unsigned)n);
+    clt_tensor_upload(ctx, &t, h, (size_t)n * 4);
+    free(h);
+  }
+  return t;
+}
+#define T4(a, b, c, d) make(4, (const int64_t[]){a, b, c, d}, CLT_F32)
+#define T2(a, b) make(2, (const int64_t[]){a, b}, CLT_F32)
+#define T1(a) make(1, (const int64_t[]){a}, CLT_F32)
+
+typedef int (*op_fn)(void *);
+
+static double total_ms, total_cpu_ms;
+
+static void bench(const char *name, op_fn f, void *arg) {
+  double *t = malloc((size_t)iters * sizeof *t);
+  if (f(arg) < 0 || clt_context_finish(ctx) < 0) {
+    fprintf(stderr, "nn_bench: %s: %s\n", name, clt_last_error());
+    exit(1);
+  }
+  double c0 = cpu();
+  for (int i = 0; i < iters; i++) {
+    double t0 = now();
+    f(arg);
+    clt_context_finish(ctx);
+    t[i] = (now() - t0) * 1e3;
+  }
+  double c = (cpu() - c0) * 1e3 / iters;
+  for (int i = 1; i < iters; i++) /* insertion sort: iters is small */
+    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+      double s = t[j];
+      t[j] = t[j - 1], t[j - 1] = s;
+    }
+  printf("  %-34s %9.3f %9.3f %9.3f\n", name, t[iters / 2], t[0], c);
+  total_ms += t[iters / 2];
+  total_cpu_ms += c;
+  free(t);
+}
+
+/* ---- the ops, as closures over their tensors ------------------------------ */
+
+typedef struct conv_op {
+  clt_nn_conv2d_cfg cfg;
+  clt_tensor x, w, b, y, dy, dx, dw, db, ws;
+  int need_dx;
+} conv_op;
+static int conv_fwd(void *p) {
+  conv_op *c = p;
+  return clt_nn_conv2d_forward(ctx, &c->cfg, &c->x, &c->w, &c->b, &c->y, &c->ws);
+}
+static int conv_bwd(void *p) {
+  conv_op *c = p;
+  return clt_nn_conv2d_backward(ctx, &c->cfg, &c->x, &c->w, &c->dy, c->need_dx ? &c->dx : NULL, &c->dw, &c->db,
+                                &c->ws);
+}
+static conv_op make_conv(int64_t N, int64_t Cin, int64_t H, int64_t Cout, int need_dx) {
+  conv_op c = {{1, 1, 1, 1, CLT_NN_CONV_AUTO}, T4(N, Cin, H, H), T4(Cout, Cin, 3, 3), T1(Cout), T4(N, Cout, H, H), T4(N, Cout, H, H),
+               T4(N, Cin, H, H), T4(Cout, Cin, 3, 3), T1(Cout), {0}, need_dx};
+  int64_t ws = (int64_t)(clt_nn_conv2d_workspace_bytes(N, Cin, Cout, 3, 3, H, H) / 4);
+  c.ws = make(1, &ws, CLT_F32);
+  return c;
+}
+
+typedef struct act_op {
+  clt_tensor x, y, dy, dx;
+} act_op;
+static int relu_fwd(void *p) {
+  act_op *a = p;
+  return clt_nn_act_forward(ctx, CLT_NN_RELU, 0, &a->x, &a->y);
+}
+static int relu_bwd(void *p) {
+  act_op *a = p;
+  return clt_nn_act_backward(ctx, CLT_NN_RELU, 0, &a->x, &a->y, &a->dy, &a->dx);
+}
+
+typedef struct pool_op {
+  clt_nn_pool2d_cfg cfg;
+  clt_tensor x, y, arg, dy, dx;
+} pool_op;
+static int pool_fwd(void *p) {
+  pool_op *o = p;
+  return clt_nn_maxpool2d_forward(ctx, &o->cfg, &o->x, &o->y, &o->arg);
+}
+static int pool_bwd(void *p) {
+  pool_op *o = p;
+  return clt_nn_maxpool2d_backward(ctx, &o->cfg, &o->arg, &o->dy, &o->dx);
+}
+static pool_op make_pool(int64_t N, int64_t C, int64_t H) {
+  pool_op o = {{2, 2, 2, 2, 0, 0}, T4(N, C, H, H), T4(N, C, H / 2, H / 2),
+               make(4, (const int64_t[]){N, C, H / 2, H / 2}, CLT_I32), T4(N, C, H / 2, H / 2), T4(N, C, H, H)};
+  return o;
+}
+
+typedef struct lin_op {
+  clt_tensor x, w, b, y, dy, dx, dw, db;
+  int need_dx;
+} lin_op;
+static int lin_fwd(void *p) {
+  lin_op *l = p;
+  return clt_nn_linear_forward(ctx, &l->x, &l->w, &l->b, &l->y);
+}
+static int lin_bwd(void *p) {
+  lin_op *l = p;
+  return clt_nn_linear_backward(ctx, &l->x, &l->w, &l->dy, l->need_dx ? &l->dx : NULL, &l->dw, &l->db);
+}
+static lin_op make_lin(int64_t N, int64_t in, int64_t out, int need_dx) {
+  lin_op l = {T2(N, in), T2(out, in), T1(out), T2(N, out), T2(N, out), T2(N, in), T2(out, in), T1(out), need_dx};
+  return l;
+}
+
+typedef struct gemm_op {
+  int ta, tb;
+  size_t m, n, k;
+  cl_mem a, b, c;
+} gemm_op;
+static int gemm(void *p) {
+  gemm_op *g = p;
+  clt_matrix a = {g->a, 0, g->ta ? g->m : g->k}, b = {g->b, 0, g->tb ? g->k : g->n}, c = {g->c, 0, g->n};
+  return clt_sgemm(ctx, g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, b, 0.0f, c);
+}
+static void bench_gemm(int ta, int tb, size_t m, size_t n, size_t k) {
+  gemm_op g = {ta, tb, m, n, k, NULL, NULL, NULL};
+  int64_t sa = (int64_t)(m * k), sb = (int64_t)(k * n), sc = (int64_t)(m * n);
+  g.a = make(1, &sa, CLT_F32).buf, g.b = make(1, &sb, CLT_F32).buf, g.c = make(1, &sc, CLT_F32).buf;
+  char name[64];
+  snprintf(name, sizeof name, "sgemm %c%c %zux%zux%zu", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k);
+  bench(name, gemm, &g);
+  clt_buffer_release(g.a), clt_buffer_release(g.b), clt_buffer_release(g.c);
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {{"devices", required_argument, 0, 'd'},
+                                       {"iters", required_argument, 0, 'i'},
+                                       {"batch", required_argument, 0, 'b'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0}};
+  const char *spec = "pocl";
+  int64_t N = 64;
+  int c;
+  while ((c = getopt_long(argc, argv, "d:i:b:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'd': spec = optarg; break;
+    case 'i': iters = atoi(optarg); break;
+    case 'b': N = atoll(optarg); break;
+    default:
+      fprintf(c == 'h' ? stdout : stderr, "usage: nn_bench [--devices SPEC] [--iters N] [--batch B]\n");
+      return c == 'h' ? 0 : 2;
+    }
+  }
+  if (iters < 1) iters = 1;
+  clt_devices *all = NULL, *sel = NULL;
+  if (clt_devices_discover(&all) < 0 || clt_devices_select(all, spec, &sel) < 0 || clt_devices_count(sel) < 1) {
+    fprintf(stderr, "nn_bench: no device for '%s': %s\n", spec, clt_last_error());
+    return 77;
+  }
+  if (clt_context_create(sel, 0, &ctx) < 0) {
+    fprintf(stderr, "nn_bench: %s\n", clt_last_error());
+    return 1;
+  }
+  printf("# %s, batch %lld: ms per call: wall median, wall min, CPU mean (all threads) of %d\n", clt_context_device(ctx)->name, (long long)N, iters);
+
+  printf("CNN\n");
+  conv_op c1 = make_conv(N, 1, 28, 32, 0), c2 = make_conv(N, 32, 14, 64, 1);
+  act_op a1 = {T4(N, 32, 28, 28), T4(N, 32, 28, 28), T4(N, 32, 28, 28), T4(N, 32, 28, 28)};
+  act_op a2 = {T4(N, 64, 14, 14), T4(N, 64, 14, 14), T4(N, 64, 14, 14), T4(N, 64, 14, 14)};
+  pool_op p1 = make_pool(N, 32, 28), p2 = make_pool(N, 64, 14);
+  lin_op l1 = make_lin(N, 3136, 128, 1), l2 = make_lin(N, 128, 10, 1);
+  total_ms = total_cpu_ms = 0;
+  bench("conv1 forward", conv_fwd, &c1);
+  bench("relu1 forward", relu_fwd, &a1);
+  bench("maxpool1 forward", pool_fwd, &p1);
+  bench("conv2 forward", conv_fwd, &c2);
+  bench("relu2 forward", relu_fwd, &a2);
+  bench("maxpool2 forward", pool_fwd, &p2);
+  bench("linear 3136-128 forward", lin_fwd, &l1);
+  bench("linear 128-10 forward", lin_fwd, &l2);
+  bench("linear 128-10 backward", lin_bwd, &l2);
+  bench("linear 3136-128 backward", lin_bwd, &l1);
+  bench("maxpool2 backward", pool_bwd, &p2);
+  bench("relu2 backward", relu_bwd, &a2);
+  bench("conv2 backward", conv_bwd, &c2);
+  bench("maxpool1 backward", pool_bwd, &p1);
+  bench("relu1 backward", relu_bwd, &a1);
+  bench("conv1 backward (no dx)", conv_bwd, &c1);
+  printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
+  printf("SGEMMs inside the CNN's layers\n");
+  size_t n = (size_t)N;
+  bench_gemm(0, 0, 32, n * 784, 9);
+  bench_gemm(0, 1, 32, 9, n * 784);
+  bench_gemm(0, 0, 64, n * 196, 288);
+  bench_gemm(0, 1, 64, 288, n * 196);
+  bench_gemm(1, 0, 288, n * 196, 64);
+  printf("MLP\n");
+  lin_op m1 = make_lin(N, 784, 256, 0), m2 = make_lin(N, 256, 128, 1), m3 = make_lin(N, 128, 10, 1);
+  act_op r1 = {T2(N, 256), T2(N, 256), T2(N, 256), T2(N, 256)}, r2 = {T2(N, 128), T2(N, 128), T2(N, 128), T2(N, 128)};
+  total_ms = total_cpu_ms = 0;
+  bench("linear 784-256 forward", lin_fwd, &m1);
+  bench("relu forward", relu_fwd, &r1);
+  bench("linear 256-128 forward", lin_fwd, &m2);
+  bench("relu forward", relu_fwd, &r2);
+  bench("linear 128-10 forward", lin_fwd, &m3);
+  bench("linear 128-10 backward", lin_bwd, &m3);
+  bench("relu backward", relu_bwd, &r2);
+  bench("linear 256-128 backward", lin_bwd, &m2);
+  bench("relu backward", relu_bwd, &r1);
+  bench("linear 784-256 backward (no dx)", lin_bwd, &m1);
+  printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
+  clt_context_destroy(ctx);
+  clt_devices_destroy(sel);
+  clt_devices_destroy(all);
+  return 0;
+}
