@@ -192,8 +192,13 @@ static void spec_difference(const char *saved, const clt_model_spec *now, char *
     int ha = next_spec_line(&a, &la, x, sizeof x), hb = next_spec_line(&b, &lb, y, sizeof y);
     if (!ha && !hb) return;
     if (ha && hb && strcmp(x, y) == 0) continue;
-    snprintf(out, len, "; the specs differ from line %d of the checkpoint's ('%s') and line %d of %s ('%s')", la,
-             ha ? x : "(end)", lb, now->name, hb ? y : "(end)");
+    if (ha && hb)
+      snprintf(out, len, "; the specs differ from line %d of the checkpoint's ('%s') and line %d of %s ('%s')", la, x,
+               lb, now->name, y);
+    else if (hb)
+      snprintf(out, len, "; the checkpoint's spec ends before line %d of %s ('%s')", lb, now->name, y);
+    else
+      snprintf(out, len, "; %s ends before line %d of the checkpoint's spec ('%s')", now->name, la, x);
     return;
   }
 }

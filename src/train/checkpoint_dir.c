@@ -164,7 +164,7 @@ static void read_latest(clt_trainer *t, const char *dir, clt__ckpt_header *h, in
     /* A damaged file (or one gone since the listing): try the one before.
      * A whole file that does not fit this run is the user's to fix. */
     if (rc != CLT_EFORMAT && rc != CLT_EIO && rc != CLT_ENOTFOUND) break;
-    clt__log(CLT_LOG_WARN, "skipping %s: %s", list[i].path, clt_last_error());
+    clt__log(CLT_LOG_WARN, "skipping a damaged checkpoint: %s", clt_last_error());
     damaged++;
     h->rc = CLT_OK;
     if (i == 0)
