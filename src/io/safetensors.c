@@ -109,29 +109,31 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   memcpy(hdr + 8, text, hlen);
   memset(hdr + 8 + hlen, ' ', padded - hlen);
 
+  /* What a failure leaves: the file at path as it was, or no file. */
+  struct stat st;
+  const char *left = stat(path, &st) == 0 ? "is as it was" : "was not made";
   snprintf(tmp, strlen(path) + 32, "%s" CLT__ST_TMP_INFIX "%ld", path, (long)getpid());
   if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) {
-    rc = clt__error(CLT_EIO, "cannot create %s: %s (nothing was written; %s is as it was)", tmp, strerror(errno),
-                    path);
+    rc = clt__error(CLT_EIO, "cannot create %s: %s (%s %s)", tmp, strerror(errno), path, left);
     goto fail;
   }
   int bad = write_all(fd, hdr, padded + 8);
   for (int i = 0; !bad && i < n; i++)
     bad = write_all(fd, t[i].data, (size_t)numel(&t[i]) * 4); /* little-endian hosts only, as x86 and arm64 */
   if (bad || fsync(fd) != 0) {
-    rc = clt__error(CLT_EIO, "writing %s failed: %s (the temporary file is removed; %s is as it was)", tmp,
-                    strerror(errno), path);
+    rc = clt__error(CLT_EIO, "writing %s failed: %s (the temporary file is removed; %s %s)", tmp, strerror(errno),
+                    path, left);
     goto fail;
   }
   int closed = close(fd);
   fd = -1;
   if (closed != 0) { /* network file systems report late write errors here */
-    rc = clt__error(CLT_EIO, "writing %s failed when closing it: %s (the temporary file is removed; %s is as it was)",
-                    tmp, strerror(errno), path);
+    rc = clt__error(CLT_EIO, "writing %s failed when closing it: %s (the temporary file is removed; %s %s)", tmp,
+                    strerror(errno), path, left);
     goto fail;
   }
   if (rename(tmp, path) != 0) {
-    rc = clt__error(CLT_EIO, "renaming %s to %s failed: %s (%s is as it was)", tmp, path, strerror(errno), path);
+    rc = clt__error(CLT_EIO, "renaming %s to %s failed: %s (%s %s)", tmp, path, strerror(errno), path, left);
     goto fail;
   }
   /* Flush the directory so the rename itself survives a crash. */
