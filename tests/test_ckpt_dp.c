@@ -9,9 +9,9 @@
  *   - the job's checkpoint resumes in one process on one device, and one
  *     device's checkpoint resumes in the job: the same trajectory to
  *     float-summation tolerance;
- *   - rank 0's failures (a damaged file, a save that cannot be written)
- *     come back on every rank with rank 0's message, and "latest" skips a
- *     damaged file on every rank alike.
+ *   - rank 0's failures (a damaged checkpoint or weights file, a save that
+ *     cannot be written) come back on every rank with rank 0's message, and
+ *     "latest" skips a damaged file on every rank alike.
  */
 #include <math.h>
 #include <stdio.h>
@@ -176,6 +176,9 @@ START_TEST(rank0_failures_reach_every_rank) {
   options(&o);
   clt_trainer *t = trainer(mine, comm, &o, &m);
   ck_assert_int_eq(clt_trainer_load_checkpoint(t, copy), CLT_EFORMAT);
+  ck_assert_msg(strstr(clt_last_error(), copy) && strstr(clt_last_error(), "CRC32"), "rank %d: %s", rank,
+                clt_last_error());
+  ck_assert_int_eq(clt_trainer_load_weights(t, copy), CLT_EFORMAT);
   ck_assert_msg(strstr(clt_last_error(), copy) && strstr(clt_last_error(), "CRC32"), "rank %d: %s", rank,
                 clt_last_error());
   ck_assert_int_eq(clt_trainer_save_checkpoint(t, "/nonexistent-dir/ckpt.safetensors"), CLT_EIO);

@@ -325,6 +325,7 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   int64_t P = spec->param_count;
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   char diff[400];
+  double t0 = clt__now();
   memset(h, 0, sizeof *h);
   clt__strlcpy(h->path, path, sizeof h->path);
 
@@ -444,8 +445,8 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
     }
     if (ok && sum == t->micro_batch) h->nshares = t->nreplicas;
   }
-  clt__log(CLT_LOG_INFO, "loaded checkpoint %s: step %lld, epoch %lld, batch %lld of the epoch", path,
-           (long long)h->steps_done, (long long)h->epoch + 1, (long long)h->step);
+  clt__log(CLT_LOG_INFO, "read checkpoint %s (step %lld, epoch %lld, batch %lld of the epoch) and checked it in %.3f s",
+           path, (long long)h->steps_done, (long long)h->epoch + 1, (long long)h->step, clt__now() - t0);
 fail:
   json_decref(pos), json_decref(rng), json_decref(optim), json_decref(training), json_decref(progress);
   clt__st_close(f);

@@ -77,46 +77,53 @@ fail:
   return rc;
 }
 
+/* Rank 0: read path's parameters into params (P floats). */
+static int read_weights(clt_trainer *t, const char *path, float *params) {
+  int rc = CLT_OK, n;
+  clt__st_tensor *tensors = NULL;
+  clt__st_file *f = NULL;
+  CLT_TRY(clt__st_open(path, &f));
+  CLT_TRY(clt__st_check_data(f, 0));
+  CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
+  /* A checkpoint holds the same tensors under "params/". */
+  const char *format = clt__st_metadata(f, "format");
+  const char *prefix = format && strcmp(format, "cltrain-checkpoint") == 0 ? "params/" : "";
+  for (int i = 0; i < n; i++) {
+    clt__st_tensor have;
+    char name[160];
+    int64_t count = 1;
+    for (int d = 0; d < tensors[i].ndim; d++) count *= tensors[i].shape[d];
+    snprintf(name, sizeof name, "%s%s", prefix, tensors[i].name);
+    rc = clt__st_find(f, name, &have);
+    if (rc == CLT_ENOTFOUND) {
+      rc = clt__error(CLT_ESHAPE, "%s has no tensor '%s', which the model needs; was it saved from another model?",
+                      path, name);
+      goto fail;
+    }
+    if (rc < 0) goto fail;
+    int same = have.ndim == tensors[i].ndim;
+    for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == tensors[i].shape[d];
+    if (!same) {
+      rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has another shape than the model's; was it saved from another "
+                      "model?", path, name);
+      goto fail;
+    }
+    CLT_TRY(clt__st_read(f, &have, (float *)tensors[i].data, count));
+  }
+fail:
+  clt__st_close(f);
+  free(tensors);
+  return rc;
+}
+
 int clt_trainer_load_weights(clt_trainer *t, const char *path) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(t->model);
   float *params = clt__calloc((size_t)P, sizeof *params);
-  clt__st_tensor *tensors = NULL;
-  clt__st_file *f = NULL;
-  int n;
-  if (!params) return CLT_ENOMEM;
-  if (t->rank == 0) {
-    CLT_TRY(clt__st_open(path, &f));
-    CLT_TRY(clt__st_check_data(f, 0));
-    CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
-    /* A checkpoint holds the same tensors under "params/". */
-    const char *format = clt__st_metadata(f, "format");
-    const char *prefix = format && strcmp(format, "cltrain-checkpoint") == 0 ? "params/" : "";
-    for (int i = 0; i < n; i++) {
-      clt__st_tensor have;
-      char name[160];
-      int64_t count = 1;
-      for (int d = 0; d < tensors[i].ndim; d++) count *= tensors[i].shape[d];
-      snprintf(name, sizeof name, "%s%s", prefix, tensors[i].name);
-      rc = clt__st_find(f, name, &have);
-      if (rc == CLT_ENOTFOUND) {
-        rc = clt__error(CLT_ESHAPE, "%s has no tensor '%s', which the model needs; was it saved from another model?",
-                        path, name);
-        goto fail;
-      }
-      if (rc < 0) goto fail;
-      int same = have.ndim == tensors[i].ndim;
-      for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == tensors[i].shape[d];
-      if (!same) {
-        rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has another shape than the model's; was it saved from another "
-                        "model?", path, name);
-        goto fail;
-      }
-      CLT_TRY(clt__st_read(f, &have, (float *)tensors[i].data, count));
-    }
-  }
-  /* Everyone takes rank 0's bits. A failure on rank 0 above leaves the
-   * others in this broadcast: the caller ends the job. */
+  if (!params) rc = CLT_ENOMEM;
+  if (rc == CLT_OK && t->rank == 0) rc = read_weights(t, path, params);
+  /* Every rank learns rank 0's outcome (and its message), then takes its bits. */
+  CLT_TRY(clt__trainer_share_status(t, rc));
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
   for (int i = 0; i < t->nlocal; i++) {
     clt_tensor p = clt__replica_params(t->rep[i]);
@@ -124,8 +131,6 @@ int clt_trainer_load_weights(clt_trainer *t, const char *path) {
     if (t->host_params[i]) memcpy(t->host_params[i], params, (size_t)P * sizeof *params);
   }
 fail:
-  clt__st_close(f);
-  free(tensors);
   free(params);
   return rc;
 }
