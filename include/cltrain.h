@@ -661,6 +661,12 @@ typedef struct clt_train_options {
   int64_t balance_every;          /* CLT_BALANCE_AUTO: re-split every N steps (10) */
   int64_t check_every;            /* compare parameter checksums of all replicas every N steps
                                      (100); 0: never */
+  /* checkpoints (see clt_trainer_save_checkpoint and doc/checkpoint.md) */
+  const char *checkpoint_dir;     /* fit() writes DIR/ckpt-<step>.safetensors here; NULL: none */
+  int64_t checkpoint_every;       /* every N optimizer steps; 0: at the end of each epoch. Either
+                                     way also when fit() ends */
+  int checkpoint_keep;            /* keep the newest K in checkpoint_dir, delete older ones (3);
+                                     0: keep all */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);
@@ -692,9 +698,71 @@ CLT_API int clt_trainer_replicas(const clt_trainer *t);
  * spec. Rank 0 writes, atomically; collective. */
 CLT_API int clt_trainer_save_weights(clt_trainer *t, const char *path);
 /* Load parameters saved by clt_trainer_save_weights (or PyTorch with the
- * same names and shapes) into every replica; rank 0 reads and broadcasts.
- * A missing tensor or a shape that does not fit is CLT_ESHAPE naming it. */
+ * same names and shapes, or the "params/" tensors of a checkpoint) into
+ * every replica; rank 0 reads and broadcasts. A missing tensor or a shape
+ * that does not fit is CLT_ESHAPE naming it; a file cltrain wrote is also
+ * checked against its CRC32s. */
 CLT_API int clt_trainer_load_weights(clt_trainer *t, const char *path);
+
+/* ---- checkpoints --------------------------------------------------------------
+ *
+ * A checkpoint is one .safetensors file (the Python safetensors package and
+ * PyTorch load it) holding everything a run needs to go on exactly where it
+ * stopped. Tensors, float32, named after nn.Sequential's names of the layers
+ * without the input line:
+ *   params/<i>.weight, params/<i>.bias        the parameters
+ *   optim/momentum/<i>.weight, ...            SGD with momentum: the momentum buffer
+ *   optim/m/<i>.weight, optim/v/<i>.weight    Adam/AdamW: first and second moments
+ * Metadata (strings; JSON where it says so), doc/checkpoint.md has them all:
+ *   format "cltrain-checkpoint", format_version "1", cltrain_version, model
+ *   (the spec text), param_count, step (optimizer steps done: the learning
+ *   rate schedule and Adam's bias correction go on from it), epoch (0-based,
+ *   of the next batch), sampler_position (JSON: epoch, step, micro_batch,
+ *   samples_in_epoch, train_samples), rng (JSON: generator, seed,
+ *   dropout_step), loss_scale, optimizer (JSON: kind and settings),
+ *   training (JSON: batch, accumulate, ranks, replicas, balance, shares),
+ *   epoch_progress (JSON: the epoch's sums so far), data_bytes, data_crc32
+ *   (zlib CRC32 of the data section) and header_crc32.
+ *
+ * Saving writes a temporary file next to the target, flushes it, renames it
+ * over the target and flushes the directory: a crash leaves the previous
+ * file whole. Loading checks the format, version, size, both CRC32s, every
+ * tensor's name and shape against the model, the optimizer and the seed,
+ * and changes nothing unless all of it passes; errors name the file and
+ * what does not match (CLT_EFORMAT: damaged or not a checkpoint;
+ * CLT_ESHAPE: another model; CLT_EMISMATCH: another optimizer or seed).
+ * A checkpoint loads on any number of ranks and devices, of any vendor; at
+ * the same number of replicas the resumed run is bit for bit the run that
+ * was not interrupted (with --balance equal or weights; auto measures time).
+ */
+
+/* Save the trainer's state to path. Collective: rank 0 writes, and every
+ * rank returns rank 0's outcome (a full disk is CLT_EIO on every rank, and
+ * the file that was at path is untouched). */
+CLT_API int clt_trainer_save_checkpoint(clt_trainer *t, const char *path);
+/* Load a checkpoint into every replica (rank 0 reads and checks it, then
+ * broadcasts): parameters, optimizer state, step counts and the position
+ * clt_trainer_fit goes on from. The training set given to fit must then
+ * have as many samples as the one the checkpoint was taken on. A different
+ * global batch is allowed when the position falls on a whole number of the
+ * new micro-batches. Collective. */
+CLT_API int clt_trainer_load_checkpoint(clt_trainer *t, const char *path);
+/* Load the newest checkpoint of dir (by the step in its name) that is
+ * whole, skipping, with a warning each, files that fail their checks;
+ * temporary files of interrupted saves are never considered. The path
+ * loaded goes to loaded (size bytes; may be NULL). No checkpoint in dir, or
+ * no dir, is CLT_ENOTFOUND (a fresh start is the caller's choice); only
+ * damaged ones, CLT_EFORMAT. A whole checkpoint that does not fit the
+ * trainer stops the search with its error. Collective. */
+CLT_API int clt_trainer_resume_latest(clt_trainer *t, const char *dir, char *loaded, size_t size);
+/* The file fit() writes at step `step` in dir: "dir/ckpt-0000000100.safetensors". */
+CLT_API int clt_checkpoint_path(const char *dir, int64_t step, char *out, size_t size);
+/* Write a checkpoint's parameters alone as a weights file (the names and
+ * metadata of clt_trainer_save_weights) after checking the checkpoint.
+ * Needs no device. */
+CLT_API int clt_checkpoint_export(const char *checkpoint, const char *out);
+/* The sampler position clt_trainer_fit goes on from. */
+CLT_API void clt_trainer_position(const clt_trainer *t, clt_sampler_pos *pos);
 
 #ifdef __cplusplus
 }

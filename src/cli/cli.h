@@ -31,6 +31,7 @@ int cli_rank_devices(const char *spec, clt_comm *comm, clt_devices **all, clt_de
 int cmd_devices(int argc, char **argv);
 int cmd_train(int argc, char **argv, clt_comm *comm);
 int cmd_eval(int argc, char **argv, clt_comm *comm);
+int cmd_export(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 

@@ -16,10 +16,12 @@
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
+#define DEFAULT_CHECKPOINT_DIR "checkpoints"
+
 #define MAX_WEIGHTS 1024
 
 typedef struct train_args {
-  const char *model, *data, *devices, *normalize, *save, *weights;
+  const char *model, *data, *devices, *normalize, *save, *weights, *resume;
   int quiet;
   double balance_weights[MAX_WEIGHTS];
   clt_train_options o;
@@ -69,7 +71,8 @@ static void help(FILE *to) {
           "      --max-steps N       stop after N optimizer steps (default 0: no limit)\n"
           "      --seed N            initialisation, shuffling and dropout (default %llu)\n"
           "      --drop-last         leave out each epoch's last partial batch\n"
-          "      --weights FILE      start from these weights (.safetensors) instead of the seed's\n"
+          "      --weights FILE      start from these weights (.safetensors, or a checkpoint's)\n"
+          "                          instead of the seed's; the optimizer starts afresh\n"
           "optimizer\n"
           "  -o, --optimizer NAME    sgd, adam or adamw (default sgd)\n"
           "      --lr X              learning rate (default %g)\n"
@@ -97,10 +100,19 @@ static void help(FILE *to) {
           "      --log-every N       a progress record every N steps (default %lld)\n"
           "      --metrics FILE      append JSON Lines metrics to FILE\n"
           "  -s, --save FILE         save the trained weights as .safetensors (PyTorch loads it)\n"
+          "checkpoints (doc/checkpoint.md)\n"
+          "      --checkpoint-every N  save a checkpoint every N optimizer steps, and when training\n"
+          "                          ends (default 0: with --checkpoint-dir, after every epoch)\n"
+          "      --checkpoint-dir DIR  where: DIR/ckpt-<step>.safetensors (default %s\n"
+          "                          once --checkpoint-every is given)\n"
+          "      --keep K            keep the newest K checkpoints in DIR (default %d; 0: all)\n"
+          "      --resume FILE|latest  go on from a checkpoint: FILE, or the newest whole one in\n"
+          "                          the checkpoint directory (none there: start from the beginning)\n"
           "  -q, --quiet             no progress line\n"
           "  -h, --help              this text\n",
           DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr,
-          (long long)d.balance_every, d.bucket_mb, (long long)d.check_every, (long long)d.log_every);
+          (long long)d.balance_every, d.bucket_mb, (long long)d.check_every, (long long)d.log_every,
+          DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
 }
 
 static int parse_long(const char *opt, const char *s, long long lo, long long hi, long long *out) {
@@ -129,7 +141,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET,
-         O_CHECK };
+         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"epochs", required_argument, 0, 'e'},      {"batch", required_argument, 0, 'b'},
@@ -146,6 +158,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
       {"balance", required_argument, 0, O_BALANCE}, {"balance-every", required_argument, 0, O_BALEVERY},
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"check-every", required_argument, 0, O_CHECK},
+      {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
+      {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -204,6 +218,25 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       break;
     case O_BALEVERY: if (parse_long("--balance-every", optarg, 1, 1LL << 40, &v)) return -1; o->balance_every = v; break;
     case O_CHECK: if (parse_long("--check-every", optarg, 0, 1LL << 40, &v)) return -1; o->check_every = v; break;
+    case O_CKPT_EVERY:
+      if (parse_long("--checkpoint-every", optarg, 1, 1LL << 40, &v)) return -1;
+      o->checkpoint_every = v;
+      break;
+    case O_CKPT_DIR:
+      if (!*optarg) {
+        fprintf(stderr, "cltrain: --checkpoint-dir needs a directory\n");
+        return -1;
+      }
+      o->checkpoint_dir = optarg;
+      break;
+    case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
+    case O_RESUME:
+      if (!*optarg) {
+        fprintf(stderr, "cltrain: --resume needs a checkpoint file or 'latest'\n");
+        return -1;
+      }
+      a->resume = optarg;
+      break;
     case O_BUCKET: {
       float mb;
       if (parse_real("--bucket-mb", optarg, 0, 1e6, &mb)) return -1;
@@ -221,6 +254,11 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   if (wd_set) o->optimizer.weight_decay = wd;
   if (nesterov && (kind != CLT_OPT_SGD || o->optimizer.momentum == 0)) {
     fprintf(stderr, "cltrain: --nesterov needs the sgd optimizer with momentum\n");
+    return -1;
+  }
+  if (o->checkpoint_every && !o->checkpoint_dir) o->checkpoint_dir = DEFAULT_CHECKPOINT_DIR;
+  if (a->resume && a->weights) {
+    fprintf(stderr, "cltrain: --resume and --weights both say where to start; give one\n");
     return -1;
   }
   if (optind != argc - 1) {
@@ -281,6 +319,32 @@ static int open_data(const train_args *a, clt_dataset **train, clt_dataset **tes
   return CLT_OK;
 }
 
+/* --resume FILE|latest */
+static int resume(const train_args *a, clt_trainer *tr, clt_comm *comm) {
+  char path[1024];
+  int rc, root = clt_comm_rank(comm) == 0;
+  if (strcmp(a->resume, "latest") == 0) {
+    const char *dir = a->o.checkpoint_dir ? a->o.checkpoint_dir : DEFAULT_CHECKPOINT_DIR;
+    rc = clt_trainer_resume_latest(tr, dir, path, sizeof path);
+    if (rc == CLT_ENOTFOUND) {
+      if (root) printf("cltrain: --resume latest: %s; starting from the beginning\n", clt_last_error());
+      return CLI_EXIT_OK;
+    }
+  } else {
+    snprintf(path, sizeof path, "%s", a->resume);
+    rc = clt_trainer_load_checkpoint(tr, a->resume);
+  }
+  if (rc < 0) return cli_fail(rc, "--resume");
+  if (root) {
+    clt_sampler_pos pos;
+    clt_trainer_position(tr, &pos);
+    printf("cltrain: resumed from %s: step %lld, epoch %lld, batch %lld of the epoch\n", path,
+           (long long)clt_trainer_steps_done(tr), (long long)pos.epoch + 1, (long long)pos.step);
+    fflush(stdout);
+  }
+  return CLI_EXIT_OK;
+}
+
 int cmd_train(int argc, char **argv, clt_comm *comm) {
   train_args a;
   int help_asked, rc, ec = CLI_EXIT_OK;
@@ -315,6 +379,7 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
     fflush(stdout);
   }
   if (a.weights && (rc = clt_trainer_load_weights(tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
+  if (a.resume && (ec = resume(&a, tr, comm)) != CLI_EXIT_OK) goto out;
   if ((rc = clt_trainer_fit(tr, train, test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
   if (a.save) {
     if ((rc = clt_trainer_save_weights(tr, a.save)) < 0) { ec = cli_fail(rc, "--save"); goto out; }
@@ -336,7 +401,8 @@ static void eval_help(FILE *to) {
               "Loss and accuracy of saved weights on the test split of the data, split over\n"
               "the selected devices of every rank.\n"
               "\n"
-              "  -w, --weights FILE    weights saved by 'cltrain train --save' (required)\n"
+              "  -w, --weights FILE    weights saved by 'cltrain train --save', or a checkpoint\n"
+              "                        (required)\n"
               "  -D, --data DIR        as for train (default %s)\n"
               "      --normalize MODE  as for train: scale or standard (default standard)\n"
               "  -b, --batch N         samples per device batch (default 256)\n"
@@ -404,4 +470,25 @@ out:
   clt_devices_destroy(all);
   clt_model_destroy(model);
   return ec;
+}
+
+/* `cltrain export CKPT OUT`: a checkpoint's weights alone. */
+int cmd_export(int argc, char **argv) {
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    printf("usage: cltrain export CHECKPOINT OUT.safetensors\n"
+           "\n"
+           "Writes the parameters of a checkpoint (after checking it) as a weights file with\n"
+           "PyTorch nn.Sequential names (\"0.weight\", ...), the file 'train --save' writes:\n"
+           "'eval --weights' and 'train --weights' read it, and so does\n"
+           "torch.nn.Sequential(...).load_state_dict(safetensors.torch.load_file(OUT)).\n");
+    return CLI_EXIT_OK;
+  }
+  if (argc != 3) {
+    fprintf(stderr, "usage: cltrain export CHECKPOINT OUT.safetensors\n");
+    return CLI_EXIT_USAGE;
+  }
+  int rc = clt_checkpoint_export(argv[1], argv[2]);
+  if (rc < 0) return cli_fail(rc, "export");
+  printf("cltrain: wrote the weights of %s to %s\n", argv[1], argv[2]);
+  return CLI_EXIT_OK;
 }

@@ -20,6 +20,7 @@ static void usage(FILE *to) {
           "               then measure GEMM throughput on each selected device\n"
           "  train        train a model (run under mpirun for several ranks)\n"
           "  eval         loss and accuracy of saved weights on the test set\n"
+          "  export       write a checkpoint's weights alone (PyTorch names)\n"
           "  summary      show a model spec's layers, shapes and parameter counts\n"
           "  bench allreduce  (under mpirun) time cltrain's all-reduce on host and device\n"
           "               buffers against MPI_Allreduce, checking every result\n"
@@ -73,6 +74,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 1, argv + 1);
+  if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0) {
     clt_comm *comm = NULL;
     int rc, ec = cli_mpi_init(&argc, &argv);

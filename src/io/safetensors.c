@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* Headers bigger than this are not ours (the Python package allows 100 MB). */
 #define MAX_HEADER (100u << 20)
@@ -39,55 +40,100 @@ static int write_all(int fd, const void *buf, size_t len) {
   return 0;
 }
 
+/* zlib's crc32 takes an unsigned int length: feed it a GiB at a time. */
+static uint32_t crc_update(uint32_t crc, const void *buf, size_t len) {
+  const Bytef *p = buf;
+  while (len) {
+    uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
+    crc = (uint32_t)crc32(crc, p, n);
+    p += n;
+    len -= n;
+  }
+  return crc;
+}
+
+static int64_t numel(const clt__st_tensor *t) {
+  int64_t count = 1;
+  for (int d = 0; d < t->ndim; d++) count *= t->shape[d];
+  return count;
+}
+
+/* The text whose CRC32 is header_crc32: the header without that key,
+ * compact, keys sorted (jansson writes the same object the same way). */
+static char *header_crc_text(const json_t *h) {
+  json_t *copy = json_deep_copy(h);
+  json_t *meta = copy ? json_object_get(copy, "__metadata__") : NULL;
+  if (meta) json_object_del(meta, "header_crc32");
+  char *text = copy ? json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(copy);
+  return text;
+}
+
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata) {
   int rc = CLT_OK, fd = -1;
-  char *text = NULL, *tmp = NULL;
+  char *text = NULL, *tmp = NULL, *hdr = NULL, hex[16], num[32];
   json_t *h = json_object(), *meta = json_object();
   uint64_t off = 0;
+  uint32_t crc = 0;
   for (int i = 0; i < n; i++) {
-    int64_t count = 1;
+    int64_t count = numel(&t[i]);
     json_t *shape = json_array();
-    for (int d = 0; d < t[i].ndim; d++) {
-      count *= t[i].shape[d];
-      json_array_append_new(shape, json_integer(t[i].shape[d]));
-    }
+    for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer(t[i].shape[d]));
     json_object_set_new(h, t[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
                                                 "data_offsets", (json_int_t)off, (json_int_t)(off + count * 4)));
     off += (uint64_t)count * 4;
+    crc = crc_update(crc, t[i].data, (size_t)count * 4);
   }
   for (int i = 0; metadata && metadata[i]; i += 2) json_object_set_new(meta, metadata[i], json_string(metadata[i + 1]));
+  /* Integrity: the data section's size and CRC32, then the header's CRC32
+   * (over everything but itself), so a flipped bit anywhere is found. */
+  snprintf(num, sizeof num, "%llu", (unsigned long long)off);
+  snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+  json_object_set_new(meta, "data_bytes", json_string(num));
+  json_object_set_new(meta, "data_crc32", json_string(hex));
   json_object_set_new(h, "__metadata__", meta);
+  if (!(text = header_crc_text(h))) goto nomem;
+  snprintf(hex, sizeof hex, "%08x", (unsigned)crc_update(0, text, strlen(text)));
+  free(text);
+  json_object_set_new(meta, "header_crc32", json_string(hex));
   text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(h);
-  if (!text) return clt__error(CLT_ENOMEM, "%s: could not make the safetensors header", path);
+  h = NULL;
+  if (!text) goto nomem;
   /* Pad the header with spaces to 8 bytes so the data is aligned. */
   size_t hlen = strlen(text), padded = (hlen + 7) / 8 * 8;
-  char *hdr = clt__calloc(1, padded + 8);
-  if (!hdr || !(tmp = clt__calloc(1, strlen(path) + 32))) { rc = CLT_ENOMEM; goto fail; }
+  hdr = clt__calloc(1, padded + 8);
+  if (!hdr || !(tmp = clt__calloc(1, strlen(path) + 32))) goto nomem;
   uint64_t le = padded;
   for (int i = 0; i < 8; i++) hdr[i] = (char)(le >> (8 * i));
   memcpy(hdr + 8, text, hlen);
   memset(hdr + 8 + hlen, ' ', padded - hlen);
 
-  snprintf(tmp, strlen(path) + 32, "%s.tmp.%ld", path, (long)getpid());
+  /* What a failure leaves: the file at path as it was, or no file. */
+  struct stat st;
+  const char *left = stat(path, &st) == 0 ? "is as it was" : "was not made";
+  snprintf(tmp, strlen(path) + 32, "%s" CLT__ST_TMP_INFIX "%ld", path, (long)getpid());
   if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) {
-    rc = clt__error(CLT_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    rc = clt__error(CLT_EIO, "cannot create %s: %s (%s %s)", tmp, strerror(errno), path, left);
     goto fail;
   }
   int bad = write_all(fd, hdr, padded + 8);
-  for (int i = 0; !bad && i < n; i++) {
-    int64_t count = 1;
-    for (int d = 0; d < t[i].ndim; d++) count *= t[i].shape[d];
-    bad = write_all(fd, t[i].data, (size_t)count * 4); /* little-endian hosts only, as x86 and arm64 */
-  }
+  for (int i = 0; !bad && i < n; i++)
+    bad = write_all(fd, t[i].data, (size_t)numel(&t[i]) * 4); /* little-endian hosts only, as x86 and arm64 */
   if (bad || fsync(fd) != 0) {
-    rc = clt__error(CLT_EIO, "writing %s failed: %s (the previous %s is untouched)", tmp, strerror(errno), path);
+    rc = clt__error(CLT_EIO, "writing %s failed: %s (the temporary file is removed; %s %s)", tmp, strerror(errno),
+                    path, left);
     goto fail;
   }
-  close(fd);
+  int closed = close(fd);
   fd = -1;
+  if (closed != 0) { /* network file systems report late write errors here */
+    rc = clt__error(CLT_EIO, "writing %s failed when closing it: %s (the temporary file is removed; %s %s)", tmp,
+                    strerror(errno), path, left);
+    goto fail;
+  }
   if (rename(tmp, path) != 0) {
-    rc = clt__error(CLT_EIO, "renaming %s to %s failed: %s", tmp, path, strerror(errno));
+    rc = clt__error(CLT_EIO, "renaming %s to %s failed: %s (%s %s)", tmp, path, strerror(errno), path, left);
     goto fail;
   }
   /* Flush the directory so the rename itself survives a crash. */
@@ -102,11 +148,84 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   }
   free(text), free(hdr), free(tmp);
   return CLT_OK;
+nomem:
+  rc = clt__error(CLT_ENOMEM, "%s: out of memory making the safetensors header", path);
 fail:
+  json_decref(h);
   if (fd >= 0) close(fd);
   if (tmp) unlink(tmp);
   free(text), free(hdr), free(tmp);
   return rc;
+}
+
+/* Parse a metadata value written as a decimal or hex number. */
+static int meta_u64(const clt__st_file *f, const char *key, int base, uint64_t *out) {
+  const char *v = clt__st_metadata((clt__st_file *)f, key);
+  char *end;
+  if (!v) return 0;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, base);
+  if (!*v || *end || errno) return clt__error(CLT_EFORMAT, "%s: metadata '%s' is '%s', not a number", f->path, key, v);
+  *out = x;
+  return 1;
+}
+
+/* What the header itself can tell: its CRC32, and the size of the data
+ * section it records (written by clt__st_write; files from elsewhere carry
+ * neither, and pass). */
+static int check_integrity(clt__st_file *f) {
+  const char *want = clt__st_metadata(f, "header_crc32");
+  uint64_t v;
+  int rc;
+  if (want) {
+    char *text = header_crc_text(f->header), have[16];
+    if (!text) return clt__error(CLT_ENOMEM, "%s: out of memory checking the header", f->path);
+    snprintf(have, sizeof have, "%08x", (unsigned)crc_update(0, text, strlen(text)));
+    free(text);
+    if (strcmp(have, want) != 0)
+      return clt__error(CLT_EFORMAT, "%s: the header fails its CRC32 check (computed %s, recorded %s): the file is "
+                        "damaged", f->path, have, want);
+  }
+  if ((rc = meta_u64(f, "data_bytes", 10, &v)) < 0) return rc;
+  if (rc == 1 && v != f->data_len) {
+    if (f->data_len < v)
+      return clt__error(CLT_EFORMAT, "%s: truncated: %llu of its %llu bytes of tensor data are there (the file has "
+                        "%llu bytes, %llu expected); was the write interrupted?", f->path,
+                        (unsigned long long)f->data_len, (unsigned long long)v,
+                        (unsigned long long)(f->data_start + f->data_len), (unsigned long long)(f->data_start + v));
+    return clt__error(CLT_EFORMAT, "%s: %llu bytes after the %llu bytes of tensor data the header records (the file "
+                      "has %llu bytes, %llu expected); the file is damaged", f->path,
+                      (unsigned long long)(f->data_len - v), (unsigned long long)v,
+                      (unsigned long long)(f->data_start + f->data_len), (unsigned long long)(f->data_start + v));
+  }
+  return CLT_OK;
+}
+
+int clt__st_check_data(clt__st_file *f, int required) {
+  uint64_t want = 0, left = f->data_len;
+  int rc = meta_u64(f, "data_crc32", 16, &want);
+  if (rc < 0) return rc;
+  if (rc == 0)
+    return required ? clt__error(CLT_EFORMAT, "%s: no data_crc32 metadata, so its data cannot be checked; it was not "
+                                 "written by cltrain", f->path)
+                    : CLT_OK;
+  enum { CHUNK = 1 << 20 };
+  unsigned char *buf = clt__calloc(1, CHUNK);
+  uint32_t crc = 0;
+  if (!buf) return CLT_ENOMEM;
+  rc = fseeko(f->fp, (off_t)f->data_start, SEEK_SET) == 0 ? CLT_OK : CLT_EIO;
+  while (rc == CLT_OK && left) {
+    size_t n = left < CHUNK ? (size_t)left : CHUNK;
+    if (fread(buf, 1, n, f->fp) != n) rc = CLT_EIO;
+    crc = crc_update(crc, buf, n);
+    left -= n;
+  }
+  free(buf);
+  if (rc < 0) return clt__error(CLT_EIO, "%s: reading the tensor data failed: %s", f->path, strerror(errno));
+  if (crc != (uint32_t)want)
+    return clt__error(CLT_EFORMAT, "%s: the tensor data fails its CRC32 check (computed %08x, recorded %08x): the "
+                      "file is damaged", f->path, (unsigned)crc, (unsigned)want);
+  return CLT_OK;
 }
 
 int clt__st_open(const char *path, clt__st_file **out) {
@@ -138,13 +257,14 @@ int clt__st_open(const char *path, clt__st_file **out) {
     rc = clt__error(CLT_EFORMAT, "%s: truncated in its header", path);
     goto fail;
   }
-  if (!(f->header = json_loads(text, 0, &jerr)) || !json_is_object(f->header)) {
-    rc = clt__error(CLT_EFORMAT, "%s: the header is not a JSON object (%s at byte %d)", path,
-                    f->header ? "not an object" : jerr.text, jerr.position);
+  if (!(f->header = json_loadb(text, hlen, 0, &jerr)) || !json_is_object(f->header)) {
+    rc = clt__error(CLT_EFORMAT, "%s: the header is not a JSON object (%s at byte %d); not a safetensors file, or "
+                    "damaged", path, f->header ? "not an object" : jerr.text, jerr.position);
     goto fail;
   }
   f->data_start = 8 + hlen;
   f->data_len = (uint64_t)st.st_size - f->data_start;
+  CLT_TRY(check_integrity(f));
   const char *key;
   json_t *v;
   json_object_foreach(f->header, key, v) {

@@ -4,6 +4,12 @@
  * shape and byte range, then the raw data), the format PyTorch and the
  * Python safetensors package load. Writes are atomic: a temporary file is
  * written, flushed and renamed over the target, then the directory flushed.
+ *
+ * Every file written here carries three more metadata strings: data_bytes
+ * (the size of the data section), data_crc32 (zlib CRC32 of the data
+ * section, 8 hex digits) and header_crc32 (CRC32 of the header as compact
+ * JSON with sorted keys, without the header_crc32 entry itself). Readers
+ * check the header's when present; clt__st_check_data checks the data's.
  */
 #ifndef CLT_IO_SAFETENSORS_H
 #define CLT_IO_SAFETENSORS_H
@@ -19,19 +25,27 @@ typedef struct clt__st_tensor {
 } clt__st_tensor;
 
 /* Write n float32 tensors and string metadata (key/value pairs, NULL-ended
- * list of 2*k strings; may be NULL) to path atomically. */
+ * list of 2*k strings; may be NULL) to path atomically: to path +
+ * CLT__ST_TMP_INFIX + the process id, flushed, then renamed. On failure the
+ * temporary file is removed and path is untouched. */
+#define CLT__ST_TMP_INFIX ".tmp."
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata);
 
 typedef struct clt__st_file clt__st_file;
-/* Open and check a file: header length, JSON, every tensor F32 with a shape
- * whose size matches its byte range, ranges inside the file. Errors name
- * the file and the fault. */
+/* Open and check a file: header length, JSON, the header's CRC32 and the
+ * recorded data size when present, every tensor F32 with a shape whose size
+ * matches its byte range, ranges inside the file. Errors name the file and
+ * the fault. */
 int clt__st_open(const char *path, clt__st_file **out);
 void clt__st_close(clt__st_file *f);
 /* The tensor called name, or CLT_ENOTFOUND naming it and the file. */
 int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out);
 /* Read count floats of tensor t into dst. */
 int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t count);
+/* Read the whole data section and compare its CRC32 with data_crc32:
+ * CLT_EFORMAT naming the file when it differs, or when it is missing and
+ * required is set (without, a file that has none passes). */
+int clt__st_check_data(clt__st_file *f, int required);
 /* A metadata value, or NULL. */
 const char *clt__st_metadata(clt__st_file *f, const char *key);
 

@@ -112,9 +112,24 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   if (t->rank == 0 && o->metrics_path && !(metrics = fopen(o->metrics_path, "a")))
     return clt__error(CLT_EIO, "cannot open the metrics file %s for appending", o->metrics_path);
 
-  CLT_TRY(clt_sampler_create(clt_dataset_count(train), t->micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0,
-                             &smp));
+  /* Go on from where the trainer stands (a loaded checkpoint, or an
+   * earlier fit): the position means something only on the same data. */
+  int64_t count = clt_dataset_count(train);
+  if (t->pos_count && t->pos_count != count) {
+    rc = clt__error(CLT_EMISMATCH, "the checkpoint was taken %lld samples into epoch %lld of a training set of %lld "
+                    "samples, and %s has %lld: resume on the same training set", (long long)(t->pos.step * t->micro_batch),
+                    (long long)t->pos.epoch + 1, (long long)t->pos_count, clt_dataset_path(train), (long long)count);
+    goto fail;
+  }
+  CLT_TRY(clt_sampler_create(count, t->micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0, &smp));
   CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, t->shares));
+  if ((rc = clt_sampler_set_position(smp, t->pos)) < 0) {
+    rc = clt__error(CLT_EMISMATCH, "the checkpoint's position, batch %lld of epoch %lld, is past the %lld batches of "
+                    "an epoch of %s here (was --drop-last or the batch size different?)", (long long)t->pos.step + 1,
+                    (long long)t->pos.epoch + 1, (long long)clt_sampler_steps_per_epoch(smp), clt_dataset_path(train));
+    goto fail;
+  }
+  t->pos_count = count;
   pf = clt__calloc(t->nlocal, sizeof *pf);
   b = clt__calloc(t->nlocal, sizeof *b);
   if (!pf || !b) { rc = CLT_ENOMEM; goto fail; }
@@ -131,13 +146,14 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   int64_t steps_total = steps_per_epoch * o->epochs;
   if (o->max_steps > 0 && o->max_steps < steps_total) steps_total = o->max_steps;
   double t0 = now_s(), window_t = t0;
-  int64_t window_samples = 0;
+  int64_t window_samples = 0, first_step = t->steps_done;
   clt_train_event ev;
 
-  for (int64_t epoch = 0; epoch < o->epochs && t->steps_done < steps_total; epoch++) {
-    double ep_sums[3] = {0, 0, 0}; /* loss, correct, samples on this rank... summed per step below */
-    int64_t ep_steps = 0;
-    for (int last = 0; !last && t->steps_done < steps_total;) {
+  for (int64_t epoch = t->pos.epoch; epoch < o->epochs && t->steps_done < steps_total; epoch++) {
+    /* The epoch's sums so far (all ranks'): zero unless resumed half-way. */
+    double *ep_sums = t->ep_sums; /* loss, correct, samples */
+    int last = 0;
+    while (!last && t->steps_done < steps_total) {
       double sums[2] = {0, 0}; /* loss, correct: this rank, then all */
       int64_t total_n = 0;
       for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
@@ -191,8 +207,9 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
       ep_sums[0] += sums[0];
       ep_sums[1] += sums[1];
       ep_sums[2] += (double)total_n;
-      ep_steps++;
+      t->ep_steps++;
       window_samples += total_n;
+      clt_prefetcher_position(pf[0], &t->pos);
 
       int log = o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total);
       if (log) {
@@ -202,13 +219,13 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         ev.kind = CLT_EVENT_STEP;
         ev.epoch = epoch + 1, ev.epochs = o->epochs;
         ev.step = t->steps_done, ev.steps_total = steps_total;
-        ev.step_in_epoch = ep_steps, ev.steps_per_epoch = steps_per_epoch;
+        ev.step_in_epoch = t->ep_steps, ev.steps_per_epoch = steps_per_epoch;
         ev.loss = sums[0] / (double)total_n;
         ev.accuracy = sums[1] / (double)total_n;
         ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
         ev.samples_per_s = window_samples / (tn - window_t > 1e-9 ? tn - window_t : 1e-9);
         ev.elapsed_s = tn - t0;
-        ev.eta_s = (tn - t0) / (double)t->steps_done * (double)(steps_total - t->steps_done);
+        ev.eta_s = (tn - t0) / (double)(t->steps_done - first_step) * (double)(steps_total - t->steps_done);
         ev.test_loss = ev.test_accuracy = NAN;
         ev.grad_norm = grad_norm;
         ev.comm_s = t->comm_s;
@@ -226,13 +243,17 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         CLT_TRY(clt_trainer_evaluate(t, test, &tl, &ta));
         clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, tl, ta);
       }
+      /* Periodic checkpoints; one due at an epoch's last step waits for the
+       * epoch's summary below. */
+      if (o->checkpoint_dir && o->checkpoint_every > 0 && t->steps_done % o->checkpoint_every == 0 && !last)
+        CLT_TRY(clt__trainer_checkpoint_to_dir(t));
     }
     /* The epoch's summary; ep_sums already hold all ranks' sums. */
     memset(&ev, 0, sizeof ev);
     ev.kind = CLT_EVENT_EPOCH;
     ev.epoch = epoch + 1, ev.epochs = o->epochs;
     ev.step = t->steps_done, ev.steps_total = steps_total;
-    ev.step_in_epoch = ep_steps, ev.steps_per_epoch = steps_per_epoch;
+    ev.step_in_epoch = t->ep_steps, ev.steps_per_epoch = steps_per_epoch;
     ev.loss = ep_sums[0] / ep_sums[2];
     ev.accuracy = ep_sums[1] / ep_sums[2];
     ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
@@ -242,7 +263,15 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     ev.test_loss = ev.test_accuracy = NAN;
     if (test) CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
     CLT_TRY(emit(t, metrics, &ev));
+    if (last) { /* the epoch is whole: the next one starts from zero */
+      memset(t->ep_sums, 0, sizeof t->ep_sums);
+      t->ep_steps = 0;
+      if (o->checkpoint_dir && (o->checkpoint_every == 0 || t->steps_done % o->checkpoint_every == 0))
+        CLT_TRY(clt__trainer_checkpoint_to_dir(t));
+    }
   }
+  /* The state fit() ends with, unless that is saved already. */
+  if (o->checkpoint_dir && t->saved_step != t->steps_done) CLT_TRY(clt__trainer_checkpoint_to_dir(t));
 fail:
   if (pf)
     for (int i = 0; i < t->nlocal; i++) clt_prefetcher_destroy(pf[i]);

@@ -29,6 +29,7 @@ void clt_train_options_defaults(clt_train_options *o) {
   o->balance = CLT_BALANCE_EQUAL;
   o->balance_every = 10;
   o->check_every = 100;
+  o->checkpoint_keep = 3;
 }
 
 static int check_options(const clt_train_options *o) {
@@ -43,6 +44,8 @@ static int check_options(const clt_train_options *o) {
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
+  if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
+  if (o->checkpoint_keep < 0) return clt__error(CLT_EINVAL, "--keep must be at least 0 (0 keeps every checkpoint)");
   const clt_optimizer_config *c = &o->optimizer;
   if (!(c->momentum >= 0 && c->momentum < 1)) return clt__error(CLT_EINVAL, "momentum must be in [0, 1), not %g", c->momentum);
   if (!(c->weight_decay >= 0)) return clt__error(CLT_EINVAL, "weight decay must be at least 0, not %g", c->weight_decay);
@@ -67,7 +70,7 @@ int clt__trainer_sum(clt_trainer *t, double *vals, int n) {
 
 /* What must agree across ranks, compared field by field at start. */
 typedef struct agreement {
-  int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer;
+  int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer, checkpoints;
   uint32_t spec_crc;
   float lr;
 } agreement;
@@ -76,7 +79,8 @@ static int check_agreement(clt_trainer *t) {
   if (t->nranks == 1) return CLT_OK;
   const clt_train_options *o = &t->opts;
   agreement mine = {clt_model_param_count(t->model), o->batch, o->accumulate, o->epochs, o->max_steps,
-                    (int64_t)o->seed, o->optimizer.kind, 0, o->schedule.lr};
+                    (int64_t)o->seed, o->optimizer.kind, o->checkpoint_dir ? o->checkpoint_every : -1, 0,
+                    o->schedule.lr};
   const char *text = clt_model_text(t->model);
   mine.spec_crc = (uint32_t)crc32(0, (const Bytef *)text, (uInt)strlen(text));
   agreement *all = clt__calloc(t->nranks, sizeof *all);
@@ -98,6 +102,7 @@ static int check_agreement(clt_trainer *t) {
     FIELD(max_steps, "--max-steps")
     FIELD(seed, "the seed")
     FIELD(optimizer, "the optimizer")
+    FIELD(checkpoints, "checkpoints (-1: none, else --checkpoint-every)")
 #undef FIELD
     if (a->lr != b->lr) {
       rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on the learning rate (%g vs %g)", r, b->lr, a->lr);
@@ -195,8 +200,11 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (!(t = clt__calloc(1, sizeof *t))) return CLT_ENOMEM;
   t->model = m;
   t->opts = *o;
-  t->opts.metrics_path = NULL; /* not owned; fit() takes it from o again */
-  t->opts.metrics_path = o->metrics_path;
+  t->saved_step = -1;
+  if (o->checkpoint_dir && !(t->opts.checkpoint_dir = t->checkpoint_dir = clt__strdup(o->checkpoint_dir))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
   if (comm) {
     t->comm = comm;
   } else {
@@ -292,6 +300,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->host_state);
   free(t->host_grads);
   if (t->own_comm) clt_comm_destroy(t->comm);
+  free(t->checkpoint_dir);
   free(t);
 }
 

@@ -45,6 +45,18 @@ struct clt_trainer {
 
   /* Communication accounting since the last step event. */
   double comm_s, comm_hidden_s;
+
+  /* Where training goes on (checkpoint.c saves and restores all of it):
+   * the sampler position of the next global micro-batch, the size of the
+   * training set it refers to (0: none yet), and the current epoch's sums
+   * so far (loss, correct, samples) and steps, so that an epoch resumed
+   * half-way reports the whole epoch. */
+  clt_sampler_pos pos;
+  int64_t pos_count;
+  double ep_sums[3];
+  int64_t ep_steps;
+  int64_t saved_step;          /* steps_done at the last checkpoint written or loaded, or -1 */
+  char *checkpoint_dir;        /* opts.checkpoint_dir's copy */
 };
 
 /* Sum the gradients of every replica of every rank into each of them,
@@ -64,5 +76,21 @@ int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm);
 /* Sum small per-rank values over all ranks in rank order (the same bits
  * everywhere). */
 int clt__trainer_sum(clt_trainer *t, double *vals, int n);
+
+/* Give every rank rank 0's outcome: its status and, after a failure, its
+ * message (collective). Returns that status; on the other ranks a failure
+ * is recorded as their own error, so every rank reports the same thing. */
+int clt__trainer_share_status(clt_trainer *t, int rc);
+
+/* fit()'s periodic checkpoint: DIR/ckpt-<step>.safetensors, then the
+ * oldest beyond opts.checkpoint_keep removed (collective). */
+int clt__trainer_checkpoint_to_dir(clt_trainer *t);
+
+/* The safetensors tensors of a parameter arena at base, named as
+ * nn.Sequential names the layers ("0.weight", "0.bias", ...) after prefix;
+ * t needs room for 2 * (layers) entries. */
+struct clt__st_tensor;
+int clt__arena_tensors(const clt_model_spec *s, const char *prefix, const float *base, struct clt__st_tensor *t,
+                       int *n);
 
 #endif

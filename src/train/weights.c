@@ -10,18 +10,16 @@
 
 #include "io/safetensors.h"
 
-/* The safetensors tensors of a parameter arena: weight and bias per layer. */
-static int arena_tensors(const clt_model_spec *s, const float *params, clt__st_tensor **out, int *n) {
-  clt__st_tensor *t = clt__calloc((size_t)s->nlayers * 2, sizeof *t);
-  *out = t;
+int clt__arena_tensors(const clt_model_spec *s, const char *prefix, const float *base, clt__st_tensor *t, int *n) {
+  int64_t covered = 0;
   *n = 0;
-  if (!t) return CLT_ENOMEM;
   for (int i = 1; i < s->nlayers; i++) {
     const clt_layer_spec *l = &s->layers[i];
     if (!l->weight_count) continue;
     clt__st_tensor *w = &t[(*n)++];
-    snprintf(w->name, sizeof w->name, "%d.weight", i - 1);
-    w->data = params + l->param_offset;
+    memset(w, 0, sizeof *w);
+    snprintf(w->name, sizeof w->name, "%s%d.weight", prefix, i - 1);
+    w->data = base + l->param_offset;
     if (l->kind == CLT_LAYER_CONV2D) {
       w->ndim = 4;
       w->shape[0] = l->out, w->shape[1] = l->in_shape.dims[0], w->shape[2] = w->shape[3] = l->kernel;
@@ -32,15 +30,30 @@ static int arena_tensors(const clt_model_spec *s, const float *params, clt__st_t
       w->ndim = 1;
       w->shape[0] = l->weight_count;
     }
+    covered += l->weight_count;
     if (l->bias_count) {
       clt__st_tensor *b = &t[(*n)++];
-      snprintf(b->name, sizeof b->name, "%d.bias", i - 1);
+      memset(b, 0, sizeof *b);
+      snprintf(b->name, sizeof b->name, "%s%d.bias", prefix, i - 1);
       b->ndim = 1;
       b->shape[0] = l->bias_count;
-      b->data = params + l->param_offset + l->weight_count;
+      b->data = base + l->param_offset + l->weight_count;
+      covered += l->bias_count;
     }
   }
+  if (covered != s->param_count)
+    return clt__error(CLT_EINTERNAL, "%s: the layers' tensors cover %lld of the %lld parameters", s->name,
+                      (long long)covered, (long long)s->param_count);
   return CLT_OK;
+}
+
+/* Allocating form of clt__arena_tensors. */
+static int arena_tensors(const clt_model_spec *s, const float *params, clt__st_tensor **out, int *n) {
+  clt__st_tensor *t = clt__calloc((size_t)s->nlayers * 2, sizeof *t);
+  *out = t;
+  *n = 0;
+  if (!t) return CLT_ENOMEM;
+  return clt__arena_tensors(s, "", params, t, n);
 }
 
 int clt_trainer_save_weights(clt_trainer *t, const char *path) {
@@ -64,40 +77,53 @@ fail:
   return rc;
 }
 
+/* Rank 0: read path's parameters into params (P floats). */
+static int read_weights(clt_trainer *t, const char *path, float *params) {
+  int rc = CLT_OK, n;
+  clt__st_tensor *tensors = NULL;
+  clt__st_file *f = NULL;
+  CLT_TRY(clt__st_open(path, &f));
+  CLT_TRY(clt__st_check_data(f, 0));
+  CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
+  /* A checkpoint holds the same tensors under "params/". */
+  const char *format = clt__st_metadata(f, "format");
+  const char *prefix = format && strcmp(format, "cltrain-checkpoint") == 0 ? "params/" : "";
+  for (int i = 0; i < n; i++) {
+    clt__st_tensor have;
+    char name[160];
+    int64_t count = 1;
+    for (int d = 0; d < tensors[i].ndim; d++) count *= tensors[i].shape[d];
+    snprintf(name, sizeof name, "%s%s", prefix, tensors[i].name);
+    rc = clt__st_find(f, name, &have);
+    if (rc == CLT_ENOTFOUND) {
+      rc = clt__error(CLT_ESHAPE, "%s has no tensor '%s', which the model needs; was it saved from another model?",
+                      path, name);
+      goto fail;
+    }
+    if (rc < 0) goto fail;
+    int same = have.ndim == tensors[i].ndim;
+    for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == tensors[i].shape[d];
+    if (!same) {
+      rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has another shape than the model's; was it saved from another "
+                      "model?", path, name);
+      goto fail;
+    }
+    CLT_TRY(clt__st_read(f, &have, (float *)tensors[i].data, count));
+  }
+fail:
+  clt__st_close(f);
+  free(tensors);
+  return rc;
+}
+
 int clt_trainer_load_weights(clt_trainer *t, const char *path) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(t->model);
   float *params = clt__calloc((size_t)P, sizeof *params);
-  clt__st_tensor *tensors = NULL;
-  clt__st_file *f = NULL;
-  int n;
-  if (!params) return CLT_ENOMEM;
-  if (t->rank == 0) {
-    CLT_TRY(clt__st_open(path, &f));
-    CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
-    for (int i = 0; i < n; i++) {
-      clt__st_tensor have;
-      int64_t count = 1;
-      for (int d = 0; d < tensors[i].ndim; d++) count *= tensors[i].shape[d];
-      rc = clt__st_find(f, tensors[i].name, &have);
-      if (rc == CLT_ENOTFOUND) {
-        rc = clt__error(CLT_ESHAPE, "%s has no tensor '%s', which the model needs; was it saved from another model?",
-                        path, tensors[i].name);
-        goto fail;
-      }
-      if (rc < 0) goto fail;
-      int same = have.ndim == tensors[i].ndim;
-      for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == tensors[i].shape[d];
-      if (!same) {
-        rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has another shape than the model's; was it saved from another "
-                        "model?", path, tensors[i].name);
-        goto fail;
-      }
-      CLT_TRY(clt__st_read(f, &have, (float *)tensors[i].data, count));
-    }
-  }
-  /* Everyone takes rank 0's bits. A failure on rank 0 above leaves the
-   * others in this broadcast: the caller ends the job. */
+  if (!params) rc = CLT_ENOMEM;
+  if (rc == CLT_OK && t->rank == 0) rc = read_weights(t, path, params);
+  /* Every rank learns rank 0's outcome (and its message), then takes its bits. */
+  CLT_TRY(clt__trainer_share_status(t, rc));
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
   for (int i = 0; i < t->nlocal; i++) {
     clt_tensor p = clt__replica_params(t->rep[i]);
@@ -105,8 +131,6 @@ int clt_trainer_load_weights(clt_trainer *t, const char *path) {
     if (t->host_params[i]) memcpy(t->host_params[i], params, (size_t)P * sizeof *params);
   }
 fail:
-  clt__st_close(f);
-  free(tensors);
   free(params);
   return rc;
 }

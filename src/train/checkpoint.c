@@ -1,0 +1,529 @@
+/*
+ * checkpoint.c: a trainer's whole state to and from one .safetensors file
+ * (doc/checkpoint.md): the parameters and optimizer state as tensors
+ * ("params/0.weight", "optim/m/0.weight", ...), and as metadata everything
+ * else a run needs to go on exactly where it stopped: optimizer steps,
+ * dropout counter, sampler position, the epoch's sums so far, the balancer's
+ * shares. Rank 0 writes (every replica holds the same bits) and rank 0 reads
+ * and broadcasts, so a checkpoint resumes on any number of ranks and
+ * devices, of any vendor. Directories of checkpoints (periodic saves,
+ * rotation, "latest") are in checkpoint_dir.c.
+ */
+#include "train/checkpoint.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+
+/* Names of the optimizer-state tensors: per float of state per parameter,
+ * in the order the state arena holds them. */
+static const char *state_prefix(int per, int slot) {
+  if (per == 1) return "optim/momentum/";
+  return slot == 0 ? "optim/m/" : "optim/v/";
+}
+
+int clt__trainer_share_status(clt_trainer *t, int rc) {
+  struct {
+    int32_t rc;
+    char msg[2040];
+  } st;
+  if (t->nranks == 1) return rc;
+  memset(&st, 0, sizeof st);
+  st.rc = rc;
+  if (t->rank == 0 && rc < 0) clt__strlcpy(st.msg, clt_last_error(), sizeof st.msg);
+  int brc = clt_bcast(t->comm, &st, sizeof st, 0);
+  if (brc < 0) return brc;
+  if (t->rank != 0 && st.rc < 0) return clt__error(st.rc, "%s", st.msg);
+  return st.rc;
+}
+
+/* ---- saving ---------------------------------------------------------------- */
+
+static json_t *position_json(const clt_trainer *t) {
+  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "epoch", (json_int_t)t->pos.epoch, "step", (json_int_t)t->pos.step,
+                   "micro_batch", (json_int_t)t->micro_batch, "samples_in_epoch",
+                   (json_int_t)(t->pos.step * t->micro_batch), "train_samples", (json_int_t)t->pos_count);
+}
+
+/* A float32 setting as the shortest decimal that reads back as the same
+ * float ("0.9", not 0.89999997615814209). */
+static json_t *real(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+    if (strtof(buf, NULL) == f) break;
+  }
+  return json_real(strtod(buf, NULL));
+}
+
+static json_t *optimizer_json(const clt_train_options *o) {
+  const clt_optimizer_config *c = &o->optimizer;
+  const clt_schedule *s = &o->schedule;
+  return json_pack("{s:s, s:o, s:b, s:o, s:o, s:o, s:o, s:o, s:s, s:o, s:I, s:I, s:I, s:o, s:o}", "kind",
+                   clt_optimizer_name(c->kind), "momentum", real(c->momentum), "nesterov", c->nesterov,
+                   "weight_decay", real(c->weight_decay), "beta1", real(c->beta1), "beta2", real(c->beta2), "eps",
+                   real(c->eps), "clip", real(o->clip), "schedule", clt_schedule_name(s->kind), "lr", real(s->lr),
+                   "warmup_steps", (json_int_t)s->warmup_steps, "total_steps", (json_int_t)s->total_steps,
+                   "step_size", (json_int_t)s->step_size, "gamma", real(s->gamma), "min_lr", real(s->min_lr));
+}
+
+static json_t *training_json(const clt_trainer *t) {
+  static const char *const balance[] = {"equal", "weights", "auto"};
+  json_t *shares = json_array();
+  for (int r = 0; r < t->nreplicas; r++) json_array_append_new(shares, json_integer(t->shares[r]));
+  return json_pack("{s:I, s:I, s:i, s:i, s:s, s:o}", "batch", (json_int_t)t->opts.batch, "accumulate",
+                   (json_int_t)t->opts.accumulate, "ranks", t->nranks, "replicas", t->nreplicas, "balance",
+                   (unsigned)t->opts.balance < 3 ? balance[t->opts.balance] : "?", "shares", shares);
+}
+
+/* The metadata's JSON values, as strings (safetensors metadata is a map of
+ * strings to strings). */
+static char *dump(json_t *v, size_t flags) {
+  char *s = v ? json_dumps(v, JSON_COMPACT | flags) : NULL;
+  json_decref(v);
+  return s;
+}
+
+/* Rank 0: gather replica 0's parameters and state and write them. */
+int clt__checkpoint_write(clt_trainer *t, const char *path) {
+  int rc = CLT_OK, n = 0;
+  const clt_model_spec *spec = t->model->spec;
+  int64_t P = spec->param_count;
+  int per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  float *buf = clt__calloc((size_t)P * (1 + per), sizeof *buf);
+  clt__st_tensor *tensors = clt__calloc((size_t)spec->nlayers * 2 * (1 + per), sizeof *tensors);
+  char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL;
+  if (!buf || !tensors) { rc = CLT_ENOMEM; goto fail; }
+  double t0 = clt__now();
+
+  CLT_TRY(clt_trainer_params(t, buf, P));
+  if (per) {
+    if (t->host_state[0]) {
+      memcpy(buf + P, t->host_state[0], (size_t)(per * P) * sizeof *buf);
+    } else {
+      clt_tensor s = clt__replica_state(t->rep[0]);
+      CLT_TRY(clt_tensor_download(t->ctx[0], &s, buf + P, (size_t)(per * P) * sizeof *buf));
+    }
+  }
+  int k;
+  CLT_TRY(clt__arena_tensors(spec, "params/", buf, tensors, &n));
+  for (int slot = 0; slot < per; slot++) {
+    CLT_TRY(clt__arena_tensors(spec, state_prefix(per, slot), buf + (size_t)P * (1 + slot), tensors + n, &k));
+    n += k;
+  }
+
+  char step[32], epoch[32], params[32], seed[32];
+  snprintf(step, sizeof step, "%lld", (long long)t->steps_done);
+  snprintf(epoch, sizeof epoch, "%lld", (long long)t->pos.epoch);
+  snprintf(params, sizeof params, "%lld", (long long)P);
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->opts.seed);
+  position = dump(position_json(t), 0);
+  rng = dump(json_pack("{s:s, s:s, s:I}", "generator", "philox4x32-10", "seed", seed, "dropout_step",
+                       (json_int_t)t->micro_steps), 0);
+  optim = dump(optimizer_json(&t->opts), JSON_REAL_PRECISION(9)); /* 9 digits hold any float */
+  training = dump(training_json(t), 0);
+  progress = dump(json_pack("{s:I, s:f, s:f, s:f}", "steps", (json_int_t)t->ep_steps, "loss_sum", t->ep_sums[0],
+                            "correct", t->ep_sums[1], "samples", t->ep_sums[2]), 0); /* 17 digits: exact */
+  if (!position || !rng || !optim || !training || !progress) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
+  const char *meta[] = {"format", CLT__CKPT_FORMAT, "format_version", CLT__CKPT_VERSION_STR, "cltrain_version",
+                        clt_version(), "model", clt_model_text(t->model), "param_count", params, "step", step,
+                        "epoch", epoch, "sampler_position", position, "rng", rng, "loss_scale", "1",
+                        "optimizer", optim, "training", training, "epoch_progress", progress, NULL};
+  CLT_TRY(clt__st_write(path, tensors, n, meta));
+  char size[32];
+  clt__log(CLT_LOG_INFO, "saved checkpoint %s (step %lld, %s) in %.3f s", path, (long long)t->steps_done,
+           clt__fmt_bytes((uint64_t)P * (1 + per) * 4, size, sizeof size), clt__now() - t0);
+fail:
+  free(buf), free(tensors);
+  free(position), free(rng), free(optim), free(training), free(progress);
+  return rc;
+}
+
+int clt_trainer_save_checkpoint(clt_trainer *t, const char *path) {
+  if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_save_checkpoint: trainer and path are needed");
+  int rc = t->rank == 0 ? clt__checkpoint_write(t, path) : CLT_OK;
+  return clt__trainer_share_status(t, rc);
+}
+
+/* ---- reading ----------------------------------------------------------------- */
+
+static const char *shape_str(const clt__st_tensor *t, char *buf, size_t len) {
+  size_t at = (size_t)snprintf(buf, len, "(");
+  for (int d = 0; d < t->ndim && at < len; d++)
+    at += (size_t)snprintf(buf + at, len - at, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+  if (at < len) snprintf(buf + at, len - at, ")");
+  return buf;
+}
+
+/* The next line of a spec that says something (no blank or comment-only
+ * lines), trimmed, into out; *p advances past it; 0 at the end. */
+static int next_spec_line(const char **p, int *lineno, char *out, size_t len) {
+  while (**p) {
+    const char *s = *p, *e = strchr(s, '\n');
+    if (!e) e = s + strlen(s);
+    *p = *e ? e + 1 : e;
+    (*lineno)++;
+    const char *hash = memchr(s, '#', (size_t)(e - s));
+    if (hash) e = hash;
+    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+    if (e == s) continue;
+    size_t n = (size_t)(e - s) < len - 1 ? (size_t)(e - s) : len - 1;
+    memcpy(out, s, n);
+    out[n] = 0;
+    return 1;
+  }
+  return 0;
+}
+
+/* "; the specs differ from line 3 of the checkpoint's ('linear 32') and
+ * line 3 of dp.model ('linear 16')", or "" when they say the same. */
+static void spec_difference(const char *saved, const clt_model_spec *now, char *out, size_t len) {
+  const char *a = saved, *b = now->text;
+  int la = 0, lb = 0;
+  char x[128], y[128];
+  out[0] = 0;
+  for (;;) {
+    int ha = next_spec_line(&a, &la, x, sizeof x), hb = next_spec_line(&b, &lb, y, sizeof y);
+    if (!ha && !hb) return;
+    if (ha && hb && strcmp(x, y) == 0) continue;
+    if (ha && hb)
+      snprintf(out, len, "; the specs differ from line %d of the checkpoint's ('%s') and line %d of %s ('%s')", la, x,
+               lb, now->name, y);
+    else if (hb)
+      snprintf(out, len, "; the checkpoint's spec ends before line %d of %s ('%s')", lb, now->name, y);
+    else
+      snprintf(out, len, "; %s ends before line %d of the checkpoint's spec ('%s')", now->name, la, x);
+    return;
+  }
+}
+
+/* A whole number from a JSON object member; errors name the file and key. */
+static int json_int(const char *path, const char *meta_key, json_t *obj, const char *key, int64_t lo, int64_t *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!json_is_integer(v) || json_integer_value(v) < lo)
+    return clt__error(CLT_EFORMAT, "%s: metadata '%s' lacks a whole number '%s' (at least %lld)", path, meta_key, key,
+                      (long long)lo);
+  *out = json_integer_value(v);
+  return CLT_OK;
+}
+
+static int json_num(const char *path, const char *meta_key, json_t *obj, const char *key, double *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!json_is_number(v))
+    return clt__error(CLT_EFORMAT, "%s: metadata '%s' lacks the number '%s'", path, meta_key, key);
+  *out = json_number_value(v);
+  return CLT_OK;
+}
+
+/* A metadata value that holds JSON: an object, or CLT_EFORMAT. */
+static int meta_json(clt__st_file *f, const char *path, const char *key, json_t **out) {
+  const char *v = clt__st_metadata(f, key);
+  json_error_t err;
+  *out = NULL;
+  if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
+  if (!(*out = json_loads(v, 0, &err)) || !json_is_object(*out)) {
+    json_decref(*out);
+    *out = NULL;
+    return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is not a JSON object: '%.80s'", path, key, v);
+  }
+  return CLT_OK;
+}
+
+static int meta_int(clt__st_file *f, const char *path, const char *key, int64_t *out) {
+  const char *v = clt__st_metadata(f, key);
+  char *end;
+  if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || errno || x < 0)
+    return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is '%.40s', not a whole number", path, key, v);
+  *out = x;
+  return CLT_OK;
+}
+
+int clt__checkpoint_open(const char *path, clt__st_file **out) {
+  int rc = CLT_OK;
+  clt__st_file *f = NULL;
+  *out = NULL;
+  CLT_TRY(clt__st_open(path, &f));
+  const char *format = clt__st_metadata(f, "format"), *version = clt__st_metadata(f, "format_version");
+  if (!format || strcmp(format, CLT__CKPT_FORMAT) != 0) {
+    if (format && strcmp(format, "cltrain-weights") == 0)
+      rc = clt__error(CLT_EFORMAT, "%s holds weights only, not a checkpoint (no optimizer state or position); start "
+                      "from it with --weights (clt_trainer_load_weights)", path);
+    else
+      rc = clt__error(CLT_EFORMAT, "%s is a safetensors file but not a cltrain checkpoint (its metadata 'format' is "
+                      "'%s', not '" CLT__CKPT_FORMAT "')", path, format ? format : "(none)");
+    goto fail;
+  }
+  int64_t v;
+  CLT_TRY(meta_int(f, path, "format_version", &v));
+  if (v != CLT__CKPT_VERSION) {
+    rc = clt__error(CLT_EFORMAT, "%s is checkpoint format version %s; this cltrain (%s) reads version %d%s", path,
+                    version, clt_version(), CLT__CKPT_VERSION, v > CLT__CKPT_VERSION ? ": a newer cltrain wrote it" : "");
+    goto fail;
+  }
+  CLT_TRY(clt__st_check_data(f, 1));
+  *out = f;
+  return CLT_OK;
+fail:
+  clt__st_close(f);
+  return rc;
+}
+
+/* Check that the file's tensors named prefix + the model's names exist
+ * with the model's shapes, and read them into dst (the arena layout). */
+static int read_arena(clt_trainer *t, clt__st_file *f, const char *path, const char *prefix, float *dst,
+                      const char *saved_spec) {
+  const clt_model_spec *spec = t->model->spec;
+  int rc = CLT_OK, n;
+  char diff[400], s1[96], s2[96];
+  clt__st_tensor *want = clt__calloc((size_t)spec->nlayers * 2, sizeof *want);
+  if (!want) return CLT_ENOMEM;
+  CLT_TRY(clt__arena_tensors(spec, prefix, dst, want, &n));
+  for (int i = 0; i < n; i++) {
+    clt__st_tensor have;
+    int64_t count = 1;
+    for (int d = 0; d < want[i].ndim; d++) count *= want[i].shape[d];
+    rc = clt__st_find(f, want[i].name, &have);
+    if (rc == CLT_ENOTFOUND) {
+      spec_difference(saved_spec, spec, diff, sizeof diff);
+      rc = clt__error(CLT_ESHAPE, "%s does not fit the model %s: it has no tensor '%s', which the model needs%s", path,
+                      spec->name, want[i].name, diff);
+      goto fail;
+    }
+    if (rc < 0) goto fail;
+    int same = have.ndim == want[i].ndim;
+    for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == want[i].shape[d];
+    if (!same) {
+      spec_difference(saved_spec, spec, diff, sizeof diff);
+      rc = clt__error(CLT_ESHAPE, "%s does not fit the model %s: tensor '%s' is %s in the file and %s in the model%s",
+                      path, spec->name, want[i].name, shape_str(&have, s1, sizeof s1), shape_str(&want[i], s2, sizeof s2),
+                      diff);
+      goto fail;
+    }
+    CLT_TRY(clt__st_read(f, &have, (float *)want[i].data, count));
+  }
+fail:
+  free(want);
+  return rc;
+}
+
+/* Rank 0: read and check everything of path into h and payload (params,
+ * then state). Nothing of the trainer changes here. */
+static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload) {
+  int rc = CLT_OK;
+  clt__st_file *f = NULL;
+  json_t *pos = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL;
+  const clt_model_spec *spec = t->model->spec;
+  int64_t P = spec->param_count;
+  int per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  char diff[400];
+  double t0 = clt__now();
+  memset(h, 0, sizeof *h);
+  clt__strlcpy(h->path, path, sizeof h->path);
+
+  CLT_TRY(clt__checkpoint_open(path, &f)); /* magic, version, both CRCs, size */
+  const char *saved_spec = clt__st_metadata(f, "model");
+  if (!saved_spec) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", path); goto fail; }
+
+  /* The model: every parameter tensor with its shape, and no more. */
+  int64_t file_params;
+  CLT_TRY(meta_int(f, path, "param_count", &file_params));
+  CLT_TRY(read_arena(t, f, path, "params/", payload, saved_spec));
+  if (file_params != P) {
+    spec_difference(saved_spec, spec, diff, sizeof diff);
+    rc = clt__error(CLT_ESHAPE, "%s does not fit the model %s: it holds %lld parameters, the model has %lld%s", path,
+                    spec->name, (long long)file_params, (long long)P, diff);
+    goto fail;
+  }
+  spec_difference(saved_spec, spec, diff, sizeof diff);
+  if (diff[0])
+    clt__log(CLT_LOG_WARN, "%s: the parameters fit the model %s, but its spec is not the one saved%s", path,
+             spec->name, diff);
+
+  /* The optimizer: the same kind, and the state this run needs. */
+  CLT_TRY(meta_json(f, path, "optimizer", &optim));
+  const char *kind = json_string_value(json_object_get(optim, "kind"));
+  if (!kind) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'optimizer' names no kind", path); goto fail; }
+  if (strcmp(kind, clt_optimizer_name(t->opts.optimizer.kind)) != 0) {
+    rc = clt__error(CLT_EMISMATCH, "%s holds the state of the %s optimizer but this run uses %s; resume with "
+                    "--optimizer %s, or start from its weights alone with --weights", path, kind,
+                    clt_optimizer_name(t->opts.optimizer.kind), kind);
+    goto fail;
+  }
+  int first = 1; /* the first layer with parameters: its weight's state tells whether there is any */
+  while (first < spec->nlayers && !spec->layers[first].weight_count) first++;
+  for (int slot = 0; slot < per; slot++) {
+    char probe[160];
+    clt__st_tensor dummy;
+    snprintf(probe, sizeof probe, "%s%d.weight", state_prefix(per, slot), first - 1);
+    if (first < spec->nlayers && clt__st_find(f, probe, &dummy) == CLT_ENOTFOUND) {
+      /* SGD saved without momentum has no state; this run needs some. */
+      rc = clt__error(CLT_EMISMATCH, "%s has no %s optimizer state ('%s'): it was trained without momentum, and this "
+                      "run uses momentum %g; resume with --momentum 0, or start from its weights with --weights",
+                      path, kind, probe, (double)t->opts.optimizer.momentum);
+      goto fail;
+    }
+    CLT_TRY(read_arena(t, f, path, state_prefix(per, slot), payload + (size_t)P * (1 + slot), saved_spec));
+  }
+  if (per == 0 && first < spec->nlayers) {
+    char probe[160];
+    clt__st_tensor dummy;
+    snprintf(probe, sizeof probe, "optim/momentum/%d.weight", first - 1);
+    if (clt__st_find(f, probe, &dummy) == CLT_OK)
+      clt__log(CLT_LOG_WARN, "%s: this run uses no momentum, so the saved momentum is left out", path);
+  }
+
+  /* Where the run stands. */
+  CLT_TRY(meta_int(f, path, "step", &h->steps_done));
+  CLT_TRY(meta_json(f, path, "rng", &rng));
+  CLT_TRY(json_int(path, "rng", rng, "dropout_step", 0, &h->micro_steps));
+  const char *seed = json_string_value(json_object_get(rng, "seed"));
+  char mine[32];
+  snprintf(mine, sizeof mine, "%llu", (unsigned long long)t->opts.seed);
+  if (!seed) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'rng' has no seed", path); goto fail; }
+  if (strcmp(seed, mine) != 0) {
+    rc = clt__error(CLT_EMISMATCH, "%s was trained with seed %s and this run has seed %s: the sample order and "
+                    "dropout would not continue; resume with --seed %s", path, seed, mine, seed);
+    goto fail;
+  }
+  const char *scale = clt__st_metadata(f, "loss_scale");
+  char *end;
+  if (!scale || !(strtod(scale, &end) > 0) || *end || !isfinite(strtod(scale, NULL))) {
+    rc = clt__error(CLT_EFORMAT, "%s: the metadata 'loss_scale' is '%s', not a positive number", path,
+                    scale ? scale : "(missing)");
+    goto fail;
+  }
+
+  /* The sampler position, in this run's micro-batches: the sample order of
+   * an epoch does not depend on the batch size, so a position at a whole
+   * number of this run's micro-batches carries over. */
+  int64_t mb, samples;
+  CLT_TRY(meta_json(f, path, "sampler_position", &pos));
+  CLT_TRY(json_int(path, "sampler_position", pos, "epoch", 0, &h->epoch));
+  CLT_TRY(json_int(path, "sampler_position", pos, "step", 0, &h->step));
+  CLT_TRY(json_int(path, "sampler_position", pos, "micro_batch", 1, &mb));
+  CLT_TRY(json_int(path, "sampler_position", pos, "train_samples", 0, &h->count));
+  samples = h->step * mb;
+  if (mb != t->micro_batch) {
+    if (samples % t->micro_batch) {
+      rc = clt__error(CLT_EMISMATCH, "%s stopped after %lld samples of epoch %lld, in micro-batches of %lld; this "
+                      "run's micro-batches of %lld do not end there (batch / accumulate); resume with a batch that "
+                      "divides it", path, (long long)samples, (long long)h->epoch + 1, (long long)mb,
+                      (long long)t->micro_batch);
+      goto fail;
+    }
+    clt__log(CLT_LOG_WARN, "%s was trained with micro-batches of %lld samples, this run takes %lld: it goes on "
+             "after sample %lld of epoch %lld", path, (long long)mb, (long long)t->micro_batch, (long long)samples,
+             (long long)h->epoch + 1);
+    h->step = samples / t->micro_batch;
+  }
+
+  /* The epoch's sums so far, and the balancer's shares when they apply. */
+  CLT_TRY(meta_json(f, path, "epoch_progress", &progress));
+  CLT_TRY(json_int(path, "epoch_progress", progress, "steps", 0, &h->ep_steps));
+  CLT_TRY(json_num(path, "epoch_progress", progress, "loss_sum", &h->ep_sums[0]));
+  CLT_TRY(json_num(path, "epoch_progress", progress, "correct", &h->ep_sums[1]));
+  CLT_TRY(json_num(path, "epoch_progress", progress, "samples", &h->ep_sums[2]));
+  CLT_TRY(meta_json(f, path, "training", &training));
+  json_t *sh = json_object_get(training, "shares");
+  if (t->opts.balance == CLT_BALANCE_AUTO && json_is_array(sh) && (int)json_array_size(sh) == t->nreplicas) {
+    int64_t sum = 0;
+    int ok = 1;
+    for (int r = 0; r < t->nreplicas; r++) {
+      json_t *e = json_array_get(sh, (size_t)r);
+      ok &= json_is_integer(e) && json_integer_value(e) >= 1;
+      shares[r] = ok ? json_integer_value(e) : 0;
+      sum += shares[r];
+    }
+    if (ok && sum == t->micro_batch) h->nshares = t->nreplicas;
+  }
+  clt__log(CLT_LOG_INFO, "read checkpoint %s (step %lld, epoch %lld, batch %lld of the epoch) and checked it in %.3f s",
+           path, (long long)h->steps_done, (long long)h->epoch + 1, (long long)h->step, clt__now() - t0);
+fail:
+  json_decref(pos), json_decref(rng), json_decref(optim), json_decref(training), json_decref(progress);
+  clt__st_close(f);
+  return rc;
+}
+
+int clt__checkpoint_read(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload) {
+  int rc = read_checkpoint(t, path, h, shares, payload);
+  h->rc = rc;
+  return rc;
+}
+
+/* Every rank: take rank 0's header, shares and payload, and put them in
+ * place on every local replica. */
+int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, float *payload) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  int per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  if (t->nranks > 1) {
+    if (t->rank == 0) clt__strlcpy(h->msg, clt_last_error(), sizeof h->msg);
+    CLT_TRY(clt_bcast(t->comm, h, sizeof *h, 0));
+    if (h->rc < 0) return t->rank == 0 ? h->rc : clt__error(h->rc, "%s", h->msg);
+    if (h->nshares > 0) CLT_TRY(clt_bcast(t->comm, shares, (size_t)h->nshares * sizeof *shares, 0));
+    CLT_TRY(clt_bcast(t->comm, payload, (size_t)P * (1 + per) * sizeof *payload, 0));
+  }
+  if (h->rc < 0) return h->rc;
+  for (int i = 0; i < t->nlocal; i++) {
+    clt_tensor p = clt__replica_params(t->rep[i]), s = clt__replica_state(t->rep[i]);
+    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, payload, (size_t)P * sizeof *payload));
+    if (per) CLT_TRY(clt_tensor_upload(t->ctx[i], &s, payload + P, (size_t)(per * P) * sizeof *payload));
+    if (t->host_params[i]) {
+      memcpy(t->host_params[i], payload, (size_t)P * sizeof *payload);
+      if (per) memcpy(t->host_state[i], payload + P, (size_t)(per * P) * sizeof *payload);
+    }
+  }
+  t->steps_done = h->steps_done;
+  t->micro_steps = h->micro_steps;
+  t->pos.epoch = h->epoch;
+  t->pos.step = h->step;
+  t->pos_count = h->count;
+  t->ep_steps = h->ep_steps;
+  memcpy(t->ep_sums, h->ep_sums, sizeof t->ep_sums);
+  t->saved_step = h->steps_done; /* no need to save this state again */
+  if (h->nshares == t->nreplicas) memcpy(t->shares, shares, (size_t)t->nreplicas * sizeof *shares);
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "loading checkpoint %s", h->path);
+}
+
+int clt__checkpoint_alloc(clt_trainer *t, clt__ckpt_header **h, int64_t **shares, float **payload) {
+  int64_t P = clt_model_param_count(t->model);
+  int per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  *h = clt__calloc(1, sizeof **h);
+  *shares = clt__calloc((size_t)t->nreplicas, sizeof **shares);
+  *payload = clt__calloc((size_t)P * (1 + per), sizeof **payload);
+  if (*h && *shares && *payload) return CLT_OK;
+  free(*h), free(*shares), free(*payload);
+  *h = NULL, *shares = NULL, *payload = NULL;
+  return CLT_ENOMEM;
+}
+
+int clt_trainer_load_checkpoint(clt_trainer *t, const char *path) {
+  clt__ckpt_header *h;
+  int64_t *shares;
+  float *payload;
+  if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_load_checkpoint: trainer and path are needed");
+  /* Every rank allocates, so a failure here cannot leave rank 0 alone in
+   * the broadcasts; it is shared like any other. */
+  int rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
+  rc = clt__trainer_share_status(t, rc);
+  if (rc < 0) return rc;
+  if (t->rank == 0) clt__checkpoint_read(t, path, h, shares, payload);
+  rc = clt__checkpoint_apply(t, h, shares, payload);
+  free(h), free(shares), free(payload);
+  return rc;
+}
+
+void clt_trainer_position(const clt_trainer *t, clt_sampler_pos *pos) {
+  if (t && pos) *pos = t->pos;
+}

@@ -1,0 +1,241 @@
+/*
+ * checkpoint_dir.c: directories of checkpoints, as fit() keeps them:
+ * DIR/ckpt-<step>.safetensors every N steps, the newest K kept, temporary
+ * files of interrupted saves cleared away, and "latest" = the newest file
+ * that loads, skipping damaged ones. Also the export of a checkpoint's
+ * weights alone.
+ */
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/safetensors.h"
+#include "model/spec.h"
+
+#define NAME_PREFIX "ckpt-"
+#define NAME_SUFFIX ".safetensors"
+
+int clt_checkpoint_path(const char *dir, int64_t step, char *out, size_t size) {
+  if (!dir || !out || step < 0) return clt__error(CLT_EINVAL, "clt_checkpoint_path: a directory and a step >= 0 are needed");
+  int n = snprintf(out, size, "%s/" NAME_PREFIX "%010lld" NAME_SUFFIX, dir, (long long)step);
+  if (n < 0 || (size_t)n >= size)
+    return clt__error(CLT_EINVAL, "the checkpoint path in %s does not fit in %zu bytes", dir, size);
+  return CLT_OK;
+}
+
+/* The step of a name "ckpt-<digits>.safetensors", or -1 for any other
+ * name (temporary files "ckpt-N.safetensors.tmp.PID" among them). */
+static int64_t name_step(const char *name) {
+  size_t lp = strlen(NAME_PREFIX), ls = strlen(NAME_SUFFIX), n = strlen(name);
+  if (n <= lp + ls || strncmp(name, NAME_PREFIX, lp) != 0 || strcmp(name + n - ls, NAME_SUFFIX) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = lp; i < n - ls; i++) {
+    if (name[i] < '0' || name[i] > '9' || step > INT64_MAX / 10 - 9) return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+static int is_temporary(const char *name) {
+  return strncmp(name, NAME_PREFIX, strlen(NAME_PREFIX)) == 0 && strstr(name, NAME_SUFFIX CLT__ST_TMP_INFIX) != NULL;
+}
+
+typedef struct entry {
+  int64_t step;
+  char path[1024];
+} entry;
+
+static int by_step(const void *a, const void *b) {
+  int64_t x = ((const entry *)a)->step, y = ((const entry *)b)->step;
+  return (x > y) - (x < y);
+}
+
+/* The checkpoints in dir, oldest first. A missing dir is CLT_ENOTFOUND. */
+static int list_checkpoints(const char *dir, entry **out, int *n) {
+  int rc = CLT_OK, cap = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  *out = NULL;
+  *n = 0;
+  if (!d)
+    return clt__error(errno == ENOENT ? CLT_ENOTFOUND : CLT_EIO, "cannot read the checkpoint directory %s: %s", dir,
+                      strerror(errno));
+  while ((e = readdir(d))) {
+    int64_t step = name_step(e->d_name);
+    if (step < 0) continue;
+    if (*n == cap) {
+      entry *grown = realloc(*out, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *grown);
+      if (!grown) { rc = clt__error(CLT_ENOMEM, "listing %s: out of memory", dir); break; }
+      *out = grown;
+    }
+    (*out)[*n].step = step;
+    snprintf((*out)[*n].path, sizeof (*out)[*n].path, "%s/%s", dir, e->d_name);
+    (*n)++;
+  }
+  closedir(d);
+  if (rc == CLT_OK) qsort(*out, (size_t)*n, sizeof **out, by_step);
+  return rc;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+  char *p = clt__strdup(dir);
+  int rc = CLT_OK;
+  if (!p) return CLT_ENOMEM;
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s) continue;
+    char c = *s;
+    *s = 0;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+      rc = clt__error(CLT_EIO, "cannot create the checkpoint directory %s: %s", p, strerror(errno));
+      break;
+    }
+    *s = c;
+    if (!c) break;
+  }
+  free(p);
+  struct stat st;
+  if (rc == CLT_OK && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+    rc = clt__error(CLT_EIO, "the checkpoint directory %s is not a directory", dir);
+  return rc;
+}
+
+/* Temporary files of saves that never finished (a killed job): the whole
+ * size of a checkpoint each, and never read. One run owns its directory,
+ * so none of them is being written now. */
+static void remove_leftovers(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char path[1200];
+  if (!d) return;
+  while ((e = readdir(d))) {
+    if (!is_temporary(e->d_name)) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (unlink(path) == 0)
+      clt__log(CLT_LOG_INFO, "removed %s, left by a save that did not finish", path);
+  }
+  closedir(d);
+}
+
+static int save_to_dir(clt_trainer *t) {
+  const char *dir = t->opts.checkpoint_dir;
+  char path[1024];
+  entry *list = NULL;
+  int rc = CLT_OK, n;
+  CLT_TRY(clt_checkpoint_path(dir, t->steps_done, path, sizeof path));
+  CLT_TRY(make_dirs(dir));
+  remove_leftovers(dir);
+  CLT_TRY(clt__checkpoint_write(t, path));
+  /* Only now that the new one is whole do the oldest go. */
+  if (t->opts.checkpoint_keep > 0 && list_checkpoints(dir, &list, &n) == CLT_OK)
+    for (int i = 0; i < n - t->opts.checkpoint_keep; i++) {
+      if (strcmp(list[i].path, path) == 0) continue;
+      if (unlink(list[i].path) != 0)
+        clt__log(CLT_LOG_WARN, "could not remove the old checkpoint %s: %s", list[i].path, strerror(errno));
+    }
+fail:
+  free(list);
+  return rc;
+}
+
+int clt__trainer_checkpoint_to_dir(clt_trainer *t) {
+  int rc = t->rank == 0 ? save_to_dir(t) : CLT_OK;
+  rc = clt__trainer_share_status(t, rc);
+  if (rc == CLT_OK) t->saved_step = t->steps_done;
+  return rc;
+}
+
+/* Rank 0: read the newest checkpoint of dir that is whole into h. */
+static void read_latest(clt_trainer *t, const char *dir, clt__ckpt_header *h, int64_t *shares, float *payload) {
+  entry *list = NULL;
+  int n = 0, damaged = 0;
+  h->rc = list_checkpoints(dir, &list, &n);
+  if (h->rc == CLT_OK && n == 0)
+    h->rc = clt__error(CLT_ENOTFOUND, "%s holds no checkpoint (" NAME_PREFIX "<step>" NAME_SUFFIX ")", dir);
+  for (int i = n - 1; h->rc == CLT_OK && i >= 0; i--) {
+    int rc = clt__checkpoint_read(t, list[i].path, h, shares, payload);
+    if (rc == CLT_OK) break;
+    /* A damaged file (or one gone since the listing): try the one before.
+     * A whole file that does not fit this run is the user's to fix. */
+    if (rc != CLT_EFORMAT && rc != CLT_EIO && rc != CLT_ENOTFOUND) break;
+    clt__log(CLT_LOG_WARN, "skipping a damaged checkpoint: %s", clt_last_error());
+    damaged++;
+    h->rc = CLT_OK;
+    if (i == 0)
+      h->rc = clt__error(CLT_EFORMAT, "none of the %d checkpoints in %s is whole (the reasons are above); the newest "
+                         "is %s", damaged, dir, list[n - 1].path);
+  }
+  if (h->rc == CLT_OK && damaged)
+    clt__log(CLT_LOG_WARN, "resuming from %s, the newest whole checkpoint in %s", h->path, dir);
+  free(list);
+}
+
+int clt_trainer_resume_latest(clt_trainer *t, const char *dir, char *loaded, size_t size) {
+  clt__ckpt_header *h;
+  int64_t *shares;
+  float *payload;
+  if (!t || !dir) return clt__error(CLT_EINVAL, "clt_trainer_resume_latest: trainer and directory are needed");
+  int rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
+  rc = clt__trainer_share_status(t, rc);
+  if (rc < 0) return rc;
+  if (t->rank == 0) read_latest(t, dir, h, shares, payload);
+  rc = clt__checkpoint_apply(t, h, shares, payload);
+  if (rc == CLT_OK && loaded && size) clt__strlcpy(loaded, h->path, size);
+  free(h), free(shares), free(payload);
+  return rc;
+}
+
+/* ---- export ------------------------------------------------------------------ */
+
+int clt_checkpoint_export(const char *checkpoint, const char *out) {
+  int rc = CLT_OK, n;
+  clt__st_file *f = NULL;
+  clt_model_spec *spec = NULL;
+  clt__st_tensor *want = NULL, *named = NULL;
+  float *params = NULL;
+  struct stat a, b;
+  if (!checkpoint || !out) return clt__error(CLT_EINVAL, "clt_checkpoint_export: two paths are needed");
+  if (stat(checkpoint, &a) == 0 && stat(out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+    return clt__error(CLT_EINVAL, "exporting %s onto itself would replace the checkpoint with its weights; name "
+                      "another file", checkpoint);
+  CLT_TRY(clt__checkpoint_open(checkpoint, &f));
+  const char *text = clt__st_metadata(f, "model"), *step = clt__st_metadata(f, "step");
+  if (!text) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", checkpoint); goto fail; }
+  if ((rc = clt__spec_parse(text, checkpoint, &spec)) < 0) {
+    rc = clt__error_prefix(rc, "%s: its model spec does not parse", checkpoint);
+    goto fail;
+  }
+  want = clt__calloc((size_t)spec->nlayers * 2, sizeof *want);
+  named = clt__calloc((size_t)spec->nlayers * 2, sizeof *named);
+  params = clt__calloc((size_t)spec->param_count, sizeof *params);
+  if (!want || !named || !params) { rc = CLT_ENOMEM; goto fail; }
+  CLT_TRY(clt__arena_tensors(spec, "params/", params, want, &n));
+  CLT_TRY(clt__arena_tensors(spec, "", params, named, &n));
+  for (int i = 0; i < n; i++) {
+    clt__st_tensor have;
+    int64_t count = 1;
+    for (int d = 0; d < want[i].ndim; d++) count *= want[i].shape[d];
+    CLT_TRY(clt__st_find(f, want[i].name, &have));
+    int same = have.ndim == want[i].ndim;
+    for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == want[i].shape[d];
+    if (!same) {
+      rc = clt__error(CLT_EFORMAT, "%s: tensor '%s' does not have the shape its own model spec gives it", checkpoint,
+                      want[i].name);
+      goto fail;
+    }
+    CLT_TRY(clt__st_read(f, &have, (float *)want[i].data, count));
+  }
+  const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", text, "step", step ? step : "0", NULL};
+  CLT_TRY(clt__st_write(out, named, n, meta));
+fail:
+  clt__st_close(f);
+  clt__spec_destroy(spec);
+  free(want), free(named), free(params);
+  return rc;
+}

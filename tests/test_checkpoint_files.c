@@ -1,0 +1,407 @@
+/*
+ * test_checkpoint_files.c: checkpoint files that are not what they should
+ * be, and what must then happen:
+ *
+ *   - truncated files, flipped bits in the data or the header, empty and
+ *     foreign files, a weights file, a missing file: refused, naming the
+ *     file and the fault (size, CRC32), and the trainer is left as it was;
+ *   - a save killed half-way (a stray temporary file, a cut final file) and
+ *     damaged newer files: "latest" falls back to the newest whole one and
+ *     ignores temporary files; only damaged ones is an error, none a
+ *     fresh start (CLT_ENOTFOUND);
+ *   - a disk that fills during a save (RLIMIT_FSIZE with SIGXFSZ ignored,
+ *     as a full disk answers write with an error): CLT_EIO naming the file,
+ *     the previous checkpoint untouched and no temporary file left, from
+ *     clt_trainer_save_checkpoint and from fit's periodic saves; a
+ *     checkpoint directory that cannot be made;
+ *   - another model, optimizer or seed: refused naming what differs;
+ *   - --keep rotation, leftovers of killed saves removed, export of the
+ *     weights alone, and load_weights reading a checkpoint.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "ckptutil.h"
+
+/* A checkpoint of the MLP after `steps` SGD steps, at path. */
+static void make_checkpoint(const char *text, const clt_train_options *base, int64_t steps, const char *path) {
+  clt_model *m;
+  clt_train_options o = *base;
+  o.max_steps = steps;
+  clt_trainer *t = cu_trainer(text, "0", &o, &m);
+  ck_assert_msg(clt_trainer_fit(t, cu_data, NULL) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_trainer_save_checkpoint(t, path) == 0, "%s", clt_last_error());
+  cu_done(t, m);
+}
+
+/* Loading path into a fresh trainer fails with want, and the message has
+ * every one of the (NULL-ended) fragments; the trainer is unchanged. */
+static void refused(clt_trainer *t, const clt_model *m, const char *path, int want, ...) {
+  float *before = cu_params(t, m);
+  int64_t P = clt_model_param_count(m);
+  int rc = clt_trainer_load_checkpoint(t, path);
+  char msg[2048];
+  snprintf(msg, sizeof msg, "%s", clt_last_error());
+  ck_assert_msg(rc == want, "loading %s gave %s (%s), not %s", path, clt_status_name(rc), msg, clt_status_name(want));
+  va_list ap;
+  va_start(ap, want);
+  for (const char *frag; (frag = va_arg(ap, const char *));)
+    ck_assert_msg(strstr(msg, frag), "no '%s' in: %s", frag, msg);
+  va_end(ap);
+  fprintf(stderr, "refused as it should be: %s\n", msg);
+  float *after = cu_params(t, m);
+  ck_assert(memcmp(before, after, (size_t)P * 4) == 0);
+  ck_assert_int_eq(clt_trainer_steps_done(t), 0);
+  clt_sampler_pos pos;
+  clt_trainer_position(t, &pos);
+  ck_assert(pos.epoch == 0 && pos.step == 0);
+  free(before), free(after);
+}
+
+/* The offset of text in the file's header (to flip a chosen byte). */
+static long header_offset(const char *path, const char *text) {
+  long n = cu_data_start(path);
+  char *buf = calloc(1, (size_t)n + 1);
+  FILE *f = fopen(path, "rb");
+  ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  char *at = memmem(buf, (size_t)n, text, strlen(text));
+  ck_assert_msg(at != NULL, "no '%s' in the header of %s", text, path);
+  long off = at - buf;
+  free(buf);
+  return off;
+}
+
+START_TEST(damaged_files_are_refused_and_change_nothing) {
+  char dir[64], good[128], bad[128], weights[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+  snprintf(weights, sizeof weights, "%s/weights.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 4, good);
+  long size = cu_size(good), data = cu_data_start(good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+
+  cu_copy(good, bad, size - 100, -1);
+  refused(t, m, bad, CLT_EFORMAT, bad, "truncated", "bytes of tensor data", NULL);
+  cu_copy(good, bad, data - 10, -1); /* cut in the header */
+  refused(t, m, bad, CLT_EFORMAT, bad, "truncated", NULL);
+  cu_copy(good, bad, -1, data + 4000); /* a flipped bit in the data */
+  refused(t, m, bad, CLT_EFORMAT, bad, "tensor data fails its CRC32 check", NULL);
+  cu_copy(good, bad, -1, header_offset(good, "\"step\":\"4\"") + 8); /* "4" -> "5": still valid JSON */
+  refused(t, m, bad, CLT_EFORMAT, bad, "header fails its CRC32 check", NULL);
+  cu_copy(good, bad, -1, 12); /* in the JSON's syntax */
+  refused(t, m, bad, CLT_EFORMAT, bad, NULL);
+  cu_copy(good, bad, -1, 1); /* the header length */
+  refused(t, m, bad, CLT_EFORMAT, bad, NULL);
+  cu_copy(good, bad, 0, -1);
+  refused(t, m, bad, CLT_EFORMAT, bad, "too short", NULL);
+  FILE *f = fopen(bad, "w");
+  fputs("input 784\nlinear 10\n", f);
+  fclose(f);
+  refused(t, m, bad, CLT_EFORMAT, bad, NULL);
+  unlink(bad);
+  refused(t, m, bad, CLT_ENOTFOUND, bad, NULL);
+  ck_assert_int_eq(clt_trainer_save_weights(t, weights), 0);
+  refused(t, m, weights, CLT_EFORMAT, weights, "weights only", "--weights", NULL);
+
+  ck_assert_msg(clt_trainer_load_checkpoint(t, good) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 4);
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
+START_TEST(latest_skips_damaged_and_temporary_files) {
+  char dir[64], good[128], path[160], loaded[256];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  cu_options(&o);
+  clt_checkpoint_path(dir, 4, good, sizeof good);
+  make_checkpoint(cu_mlp, &o, 4, good);
+  long size = cu_size(good);
+  /* Newer ones: a flipped bit, one cut short (not written by us: ours are
+   * renamed only once whole), and the temporary file of a killed save. */
+  clt_checkpoint_path(dir, 8, path, sizeof path);
+  cu_copy(good, path, -1, size - 7);
+  clt_checkpoint_path(dir, 12, path, sizeof path);
+  cu_copy(good, path, size / 2, -1);
+  snprintf(path, sizeof path, "%s/ckpt-0000000016.safetensors.tmp.4242", dir);
+  cu_copy(good, path, size / 3, -1);
+  snprintf(path, sizeof path, "%s/notes.txt", dir);
+  cu_copy(good, path, 10, -1);
+
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+  cu_capture(1);
+  int rc = clt_trainer_resume_latest(t, dir, loaded, sizeof loaded);
+  cu_capture(0);
+  ck_assert_msg(rc == 0, "%s", clt_last_error());
+  ck_assert_str_eq(loaded, good);
+  ck_assert_int_eq(clt_trainer_steps_done(t), 4);
+  const char *log = cu_captured();
+  fprintf(stderr, "warnings:\n%s", log);
+  ck_assert_msg(strstr(log, "ckpt-0000000008.safetensors") && strstr(log, "CRC32"), "%s", log);
+  ck_assert_msg(strstr(log, "ckpt-0000000012.safetensors") && strstr(log, "truncated"), "%s", log);
+  ck_assert_msg(!strstr(log, ".tmp.") && !strstr(log, "notes"), "%s", log);
+  cu_done(t, m);
+
+  /* Only damaged ones: an error naming the directory, not a fresh start. */
+  unlink(good);
+  t = cu_trainer(cu_mlp, "0", &o, &m);
+  cu_capture(1);
+  rc = clt_trainer_resume_latest(t, dir, loaded, sizeof loaded);
+  cu_capture(0);
+  ck_assert_int_eq(rc, CLT_EFORMAT);
+  ck_assert_msg(strstr(clt_last_error(), "none of the 2 checkpoints") && strstr(clt_last_error(), dir), "%s",
+                clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 0);
+  cu_rmdir(dir);
+  /* None at all, or no directory: CLT_ENOTFOUND, the caller's fresh start. */
+  ck_assert_int_eq(clt_trainer_resume_latest(t, dir, loaded, sizeof loaded), CLT_ENOTFOUND);
+  ck_assert_msg(strstr(clt_last_error(), dir), "%s", clt_last_error());
+  cu_tmpdir(dir, sizeof dir);
+  ck_assert_int_eq(clt_trainer_resume_latest(t, dir, NULL, 0), CLT_ENOTFOUND);
+  ck_assert_msg(strstr(clt_last_error(), "holds no checkpoint"), "%s", clt_last_error());
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
+/* Files in dir whose names contain text. */
+static int count_files(const char *dir, const char *text) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d))) n += strstr(e->d_name, text) != NULL;
+  closedir(d);
+  return n;
+}
+
+static void read_all(const char *path, char **buf, long *n) {
+  *n = cu_size(path);
+  *buf = malloc((size_t)*n);
+  FILE *f = fopen(path, "rb");
+  ck_assert_int_eq(fread(*buf, 1, (size_t)*n, f), (size_t)*n);
+  fclose(f);
+}
+
+/* Files may grow to 4 MiB, and writing past that fails with EFBIG (the
+ * signal that would end the process is ignored): a checkpoint of `wide`,
+ * 6.5 MB, does not fit, as on a full disk. The OpenCL compilers go on
+ * writing their smaller files (PoCL's are 250 KB at most), so fit can run
+ * under the limit; with a limit below those, LLVM ends the process. */
+#define FILE_LIMIT (4 << 20)
+static const char *wide = "input 784\nlinear 1024\nrelu\nlinear 10\n";
+static struct rlimit old_limit;
+static void disk_full(int on) {
+  if (on) {
+    struct rlimit small;
+    getrlimit(RLIMIT_FSIZE, &old_limit);
+    small = old_limit;
+    small.rlim_cur = FILE_LIMIT;
+    signal(SIGXFSZ, SIG_IGN);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+  } else {
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    signal(SIGXFSZ, SIG_DFL);
+  }
+}
+
+START_TEST(a_full_disk_leaves_the_previous_checkpoint) {
+  char dir[64], path[128], *before, *after;
+  long nb, na;
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  cu_options(&o);
+  clt_checkpoint_path(dir, 2, path, sizeof path);
+  make_checkpoint(wide, &o, 2, path);
+  read_all(path, &before, &nb);
+  ck_assert_int_gt(nb, FILE_LIMIT);
+
+  /* A direct save over it. */
+  o.max_steps = 4;
+  clt_trainer *t = cu_trainer(wide, "0", &o, &m);
+  ck_assert_int_eq(clt_trainer_fit(t, cu_data, NULL), 0);
+  disk_full(1);
+  int rc = clt_trainer_save_checkpoint(t, path);
+  disk_full(0);
+  ck_assert_int_eq(rc, CLT_EIO);
+  fprintf(stderr, "full disk: %s\n", clt_last_error());
+  ck_assert_msg(strstr(clt_last_error(), path) && strstr(clt_last_error(), "File too large") &&
+                strstr(clt_last_error(), "is as it was"), "%s", clt_last_error());
+  cu_done(t, m);
+  read_all(path, &after, &na);
+  ck_assert(na == nb && memcmp(before, after, (size_t)nb) == 0);
+  free(after);
+  ck_assert_int_eq(count_files(dir, ".tmp."), 0);
+
+  /* fit's periodic save (step 4) fails the same way, and fit with it. */
+  o.checkpoint_dir = dir;
+  o.checkpoint_every = 2;
+  t = cu_trainer(wide, "0", &o, &m);
+  ck_assert_int_eq(clt_trainer_load_checkpoint(t, path), 0);
+  disk_full(1);
+  rc = clt_trainer_fit(t, cu_data, NULL);
+  disk_full(0);
+  ck_assert_int_eq(rc, CLT_EIO);
+  ck_assert_msg(strstr(clt_last_error(), "ckpt-0000000004.safetensors") && strstr(clt_last_error(), "File too large"),
+                "%s", clt_last_error());
+  cu_done(t, m);
+  read_all(path, &after, &na);
+  ck_assert(na == nb && memcmp(before, after, (size_t)nb) == 0);
+  ck_assert_int_eq(count_files(dir, "ckpt-"), 1);
+  free(before), free(after);
+
+  /* A directory that cannot be made (a file is in the way). */
+  snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/ckpt-0000000002.safetensors/sub");
+  t = cu_trainer(cu_mlp, "0", &o, &m);
+  ck_assert_int_eq(clt_trainer_fit(t, cu_data, NULL), CLT_EIO);
+  ck_assert_msg(strstr(clt_last_error(), "cannot create the checkpoint directory"), "%s", clt_last_error());
+  cu_done(t, m);
+  *strstr(dir, "/ckpt-") = 0;
+  cu_rmdir(dir);
+}
+END_TEST
+
+START_TEST(another_model_optimizer_or_seed_is_named) {
+  char dir[64], path[128], nomom[128], loaded[256];
+  clt_train_options o, p;
+  clt_model *m;
+  clt_trainer *t;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/mlp32.safetensors", dir);
+  snprintf(nomom, sizeof nomom, "%s/nomomentum.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, path);
+
+  t = cu_trainer("input 784\nlinear 16\nrelu\nlinear 10\n", "0", &o, &m);
+  refused(t, m, path, CLT_ESHAPE, path, "'params/0.weight'", "(32, 784) in the file", "(16, 784) in the model",
+          "line 2", "'linear 32'", "'linear 16'", NULL);
+  cu_done(t, m);
+  t = cu_trainer("input 784\nlinear 32\nrelu\nlinear 10\nlayernorm\n", "0", &o, &m);
+  refused(t, m, path, CLT_ESHAPE, path, "no tensor 'params/3.weight'", NULL);
+  cu_done(t, m);
+
+  p = o;
+  clt_optimizer_defaults(CLT_OPT_ADAM, &p.optimizer);
+  t = cu_trainer(cu_mlp, "0", &p, &m);
+  refused(t, m, path, CLT_EMISMATCH, path, "sgd optimizer", "uses adam", "--optimizer sgd", NULL);
+  cu_done(t, m);
+  p = o;
+  p.seed = 7;
+  t = cu_trainer(cu_mlp, "0", &p, &m);
+  refused(t, m, path, CLT_EMISMATCH, path, "seed 42", "--seed 42", NULL);
+  cu_done(t, m);
+
+  /* Momentum: a run without it leaves the saved buffer out; a run with it
+   * cannot start from a file that has none. */
+  p = o;
+  p.optimizer.momentum = 0;
+  t = cu_trainer(cu_mlp, "0", &p, &m);
+  cu_capture(1);
+  ck_assert_msg(clt_trainer_load_checkpoint(t, path) == 0, "%s", clt_last_error());
+  cu_capture(0);
+  ck_assert_msg(strstr(cu_captured(), "momentum"), "%s", cu_captured());
+  ck_assert_int_eq(clt_trainer_save_checkpoint(t, nomom), 0);
+  cu_done(t, m);
+  t = cu_trainer(cu_mlp, "0", &o, &m);
+  refused(t, m, nomom, CLT_EMISMATCH, nomom, "no sgd optimizer state", "'optim/momentum/0.weight'", NULL);
+  cu_done(t, m);
+
+  /* Parameters that fit a spec that differs: loaded, with a warning. */
+  t = cu_trainer("input 784\nlinear 32\ntanh\nlinear 10\n", "0", &o, &m);
+  cu_capture(1);
+  ck_assert_msg(clt_trainer_load_checkpoint(t, path) == 0, "%s", clt_last_error());
+  cu_capture(0);
+  ck_assert_msg(strstr(cu_captured(), "'relu'") && strstr(cu_captured(), "'tanh'"), "%s", cu_captured());
+  cu_done(t, m);
+
+  /* A whole checkpoint of another model ends the search for the latest:
+   * falling back would hide the mistake. */
+  char older[160], newer[160];
+  clt_checkpoint_path(dir, 2, older, sizeof older);
+  clt_checkpoint_path(dir, 4, newer, sizeof newer);
+  make_checkpoint("input 784\nlinear 16\nrelu\nlinear 10\n", &o, 2, older);
+  make_checkpoint(cu_mlp, &o, 4, newer);
+  t = cu_trainer("input 784\nlinear 16\nrelu\nlinear 10\n", "0", &o, &m);
+  ck_assert_int_eq(clt_trainer_resume_latest(t, dir, loaded, sizeof loaded), CLT_ESHAPE);
+  ck_assert_msg(strstr(clt_last_error(), newer), "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 0);
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
+START_TEST(keep_rotates_and_export_writes_the_weights) {
+  char dir[64], path[160], weights[160];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ckpt-0000000001.safetensors.tmp.99999", dir); /* a killed save's */
+  cu_copy("/dev/null", path, -1, -1);
+  cu_options(&o);
+  o.max_steps = 8;
+  o.checkpoint_dir = dir;
+  o.checkpoint_every = 2;
+  o.checkpoint_keep = 2;
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+  ck_assert_int_eq(clt_trainer_fit(t, cu_data, NULL), 0);
+  float *trained = cu_params(t, m);
+  int64_t P = clt_model_param_count(m);
+  cu_done(t, m);
+  ck_assert_int_eq(count_files(dir, ".tmp."), 0);
+  ck_assert_int_eq(count_files(dir, "ckpt-"), 2);
+  ck_assert_int_eq(count_files(dir, "ckpt-0000000006.safetensors"), 1);
+  ck_assert_int_eq(count_files(dir, "ckpt-0000000008.safetensors"), 1);
+
+  clt_checkpoint_path(dir, 8, path, sizeof path);
+  snprintf(weights, sizeof weights, "%s/weights.safetensors", dir);
+  ck_assert_msg(clt_checkpoint_export(path, weights) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_checkpoint_export(path, path), CLT_EINVAL);
+  ck_assert_int_eq(clt_checkpoint_export(weights, "/tmp/never-written.safetensors"), CLT_EFORMAT);
+  ck_assert(cu_exists(path));
+  ck_assert_int_lt(cu_size(weights), cu_size(path) / 2 + 4096); /* no momentum in it */
+  /* The exported weights and the checkpoint itself give the parameters. */
+  const char *from[] = {weights, path};
+  for (int i = 0; i < 2; i++) {
+    cu_options(&o);
+    t = cu_trainer(cu_mlp, "0", &o, &m);
+    ck_assert_msg(clt_trainer_load_weights(t, from[i]) == 0, "%s", clt_last_error());
+    float *p = cu_params(t, m);
+    ck_assert(memcmp(p, trained, (size_t)P * 4) == 0);
+    free(p);
+    cu_done(t, m);
+  }
+  free(trained);
+  cu_rmdir(dir);
+}
+END_TEST
+
+int main(void) {
+  int rc = cu_setup();
+  if (rc) return rc;
+  Suite *s = suite_create("checkpoint files");
+  TCase *tc = tcase_create("files");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, damaged_files_are_refused_and_change_nothing);
+  tcase_add_test(tc, latest_skips_damaged_and_temporary_files);
+  tcase_add_test(tc, a_full_disk_leaves_the_previous_checkpoint);
+  tcase_add_test(tc, another_model_optimizer_or_seed_is_named);
+  tcase_add_test(tc, keep_rotates_and_export_writes_the_weights);
+  suite_add_tcase(s, tc);
+  rc = tu_run(s);
+  cu_teardown();
+  return rc;
+}
