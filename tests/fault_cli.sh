@@ -129,6 +129,13 @@ printf '# nothing\n' >"$bad"
 run 1 "a spec without layers" -- train "$bad" --data "$good" -e 1 -d 0
 has "$bad" "the empty spec is named"
 printf 'input 1 4 4\nflatten\nlinear 10\n' | head -c 5 | tr 'p' '\000' >"$bad"
+printf 'input 1 65536 65536\nflatten\nlinear 10\n' >"$bad"
+run 1 "a sample of 2^32 values (flatten would wrap to 0)" -- train "$bad" --data "$good" -e 1 -d 0
+has "$bad:1:1" "the input is located"; has "4294967296 values" "the size is said"
+printf 'input 1000000 1000000 3\nflatten\nlinear 10\n' >"$bad"
+run 1 "an input too large" -- train "$bad" --data "$good" -e 1 -d 0
+has "$bad:1:1" "the input line is located"
+printf 'input 1 4 4\nflatten\nlinear 10 bias=false\n' | head -c 5 | tr 'p' '\000' >"$bad"
 run 1 "a spec with a NUL byte" -- train "$bad" --data "$good" -e 1 -d 0
 has "$bad" "the spec with a NUL is named"
 run 1 "a missing spec" -- train "$tmp/none.model" --data "$good" -e 1 -d 0
@@ -209,6 +216,12 @@ has "header length" "the bad header length is said"
 sed 's/"F32"/"F16"/' "$w" >"$tmp/f16.safetensors"
 run 1 "weights of another dtype" -- eval "$model" --data "$good" -d 0 --weights "$tmp/f16.safetensors"
 has "F16" "the dtype is named"
+# A shape whose product overflows 64 bits (2^40 * 2^40 * 2^24 wraps to 0,
+# matching an empty byte range) must be refused, not read as empty.
+hdr='{"1.weight":{"dtype":"F32","shape":[1099511627776,1099511627776,16777216],"data_offsets":[0,0]}}'
+{ byte ${#hdr}; printf '\000\000\000\000\000\000\000'; printf '%s' "$hdr"; } >"$tmp/big.safetensors"
+run 1 "weights with a shape that overflows" -- eval "$model" --data "$good" -d 0 --weights "$tmp/big.safetensors"
+has "$tmp/big.safetensors" "the file is named"; has "too large" "the overflow is said"
 head -c 4096 /dev/urandom >"$tmp/noise.safetensors"
 run 1 "random bytes as weights" -- eval "$model" --data "$good" -d 0 --weights "$tmp/noise.safetensors"
 has "$tmp/noise.safetensors" "the noise file is named"
