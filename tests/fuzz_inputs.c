@@ -9,9 +9,11 @@
  * flips, interesting bytes and 32-bit integers (both byte orders, for IDX
  * dimensions and raw counts), truncation, insertion and deletion of bytes
  * and of dictionary tokens (layer names, JSON pieces, huge numbers), range
- * duplication and swaps of two tokens. For safetensors half the mutations
- * hit the JSON header only and re-write its length, so they get past the
- * length check into the JSON and range checks.
+ * duplication, swaps of two tokens and replacement of a token by a
+ * dictionary one. For safetensors half the mutations
+ * hit the JSON header only (often replacing a shape or offset by an extreme
+ * number) and re-write its length, so they get past the length check into
+ * the JSON, shape and range checks.
  *
  * It fails on a crash (the input is saved to fuzz-crash-TARGET.bin and the
  * signal re-raised), on a sanitizer report, and on a contract breach the
@@ -79,7 +81,7 @@ static const char *const spec_dict[] = {
 static const char *const json_dict[] = {
     "\"F32\"", "\"F16\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"", "[", "]", "{", "}",
     ",", ":", "-1", "0", "1e308", "18446744073709551615", "9223372036854775807", "1099511627776", "null",
-    "[0,0]", "[]", "[1099511627776,1099511627776,1099511627776]", "\"\"", "\\u0000", NULL};
+    "[0,0]", "[]", "[1099511627776,1099511627776,1099511627776]", "1099511627776,1099511627776,16777216", "\"\"", "\\u0000", NULL};
 static const uint32_t interesting32[] = {0, 1, 2, 3, 8, 0x7f, 0x80, 0xff, 0x100, 0xffff, 0x10000, 0x7fffffff,
                                          0x80000000u, 0xfffffffeu, 0xffffffffu, 0x40000000};
 
@@ -127,7 +129,7 @@ static void swap_tokens(size_t lo, size_t hi) {
 /* One mutation of cur[lo, hi) (hi may move); dict may be NULL. */
 static void mutate_range(size_t lo, size_t *hi, const char *const *dict) {
   size_t span = *hi - lo, before = cur_len;
-  switch (below(9)) {
+  switch (below(10)) {
   case 0: /* bit flips */
     for (int k = 1 + (int)below(4); k > 0 && span; k--) cur[lo + below(span)] ^= (uint8_t)(1u << below(8));
     break;
@@ -177,9 +179,19 @@ static void mutate_range(size_t lo, size_t *hi, const char *const *dict) {
     insert_bytes(lo + below(span + 1), tmp, n);
     break;
   }
-  default: /* swap two tokens */
+  case 8: /* swap two tokens */
     swap_tokens(lo, *hi);
     break;
+  default: { /* replace a token with a dictionary token: a number by a huge one */
+    size_t s, e, nd = 0;
+    if (!dict || !find_token(lo, *hi, &s, &e)) break;
+    while (dict[nd]) nd++;
+    const char *t = dict[below(nd)];
+    memmove(cur + s, cur + e, cur_len - e);
+    cur_len -= e - s;
+    insert_bytes(s, t, strlen(t));
+    break;
+  }
   }
   if (cur_len > before) *hi += cur_len - before;
   else if (*hi > lo + (before - cur_len)) *hi -= before - cur_len;
@@ -192,6 +204,30 @@ static void mutate(const char *const *dict) {
   for (int k = 1 + (int)below(4); k > 0; k--) mutate_range(0, &hi, dict);
 }
 
+/* Replace one number in cur[lo, *hi), chosen uniformly, by an extreme one:
+ * the shapes and byte ranges of a safetensors header. */
+static void replace_number(size_t lo, size_t *hi) {
+  static const char *const numbers[] = {"0", "-1", "1", "1099511627776", "1099511627776,1099511627776,16777216",
+                                        "9223372036854775807", "4611686018427387904", "18446744073709551615",
+                                        "2147483648", "4294967296", "1e3", "-9223372036854775808"};
+  size_t count = 0, pick, s = 0, e = 0;
+  for (size_t i = lo; i < *hi; i++)
+    if (cur[i] >= '0' && cur[i] <= '9' && (i == lo || cur[i - 1] < '0' || cur[i - 1] > '9')) count++;
+  if (!count) return;
+  pick = below(count);
+  for (size_t i = lo, k = 0; i < *hi; i++)
+    if (cur[i] >= '0' && cur[i] <= '9' && (i == lo || cur[i - 1] < '0' || cur[i - 1] > '9') && k++ == pick) {
+      for (s = e = i; e < *hi && cur[e] >= '0' && cur[e] <= '9'; e++) {}
+      break;
+    }
+  const char *t = numbers[below(sizeof numbers / sizeof *numbers)];
+  memmove(cur + s, cur + e, cur_len - e);
+  cur_len -= e - s;
+  *hi -= e - s;
+  insert_bytes(s, t, strlen(t));
+  *hi += strlen(t);
+}
+
 /* safetensors: mutate only the JSON header, then re-write its length. */
 static void mutate_header(void) {
   if (cur_len < 8) return mutate(json_dict);
@@ -199,7 +235,10 @@ static void mutate_header(void) {
   for (int i = 7; i >= 0; i--) h = h << 8 | cur[i];
   if (h > cur_len - 8) return mutate(json_dict);
   size_t hi = 8 + (size_t)h;
-  for (int k = 1 + (int)below(3); k > 0; k--) mutate_range(8, &hi, json_dict);
+  for (int k = 1 + (int)below(3); k > 0; k--) {
+    if (below(2)) replace_number(8, &hi);
+    else mutate_range(8, &hi, json_dict);
+  }
   if (hi < 8) hi = 8;
   h = hi - 8;
   for (int i = 0; i < 8; i++) cur[i] = (uint8_t)(h >> (8 * i));
