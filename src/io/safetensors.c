@@ -308,7 +308,9 @@ int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out) {
     if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > (1LL << 40))
       return clt__error(CLT_EFORMAT, "%s: tensor '%s' has a bad shape", f->path, name);
     out->shape[d] = json_integer_value(e);
-    count *= out->shape[d];
+    /* each dimension may be up to 2^40: the product can overflow */
+    if (__builtin_mul_overflow(count, out->shape[d], &count) || count > INT64_MAX / 4)
+      return clt__error(CLT_EFORMAT, "%s: tensor '%s' has a shape too large for any file", f->path, name);
   }
   json_t *a = json_array_get(offs, 0), *b = json_array_get(offs, 1);
   if (!json_is_integer(a) || !json_is_integer(b))

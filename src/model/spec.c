@@ -11,12 +11,19 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_TOKENS 16
 #define MAX_DIM 1000000
+/* Values per sample of any layer's output: shapes hold int dimensions and
+ * kernels index one sample with int. */
+#define MAX_VALUES INT_MAX
+/* Parameters of a whole model (4 TiB of float32): far above any device,
+ * and no sum of layers can overflow on the way. */
+#define MAX_PARAMS (1LL << 40)
 
 typedef struct token {
   const char *text; /* NUL-terminated copy inside the line buffer */
@@ -291,6 +298,9 @@ static int infer_shape(line_ctx *lc, clt_layer_spec *l, const clt_shape *in) {
     l->out_shape.ndim = 1;
     return CLT_OK;
   case CLT_LAYER_FLATTEN:
+    if (clt__shape_numel(in) > MAX_VALUES) /* would not fit the int of a flat shape */
+      return line_error(lc, col, "flatten of %s gives %lld features, more than the %d cltrain supports",
+                        clt__shape_str(in, s, sizeof s), (long long)clt__shape_numel(in), MAX_VALUES);
     l->out_shape.ndim = 1;
     l->out_shape.dims[0] = (int)clt__shape_numel(in);
     return CLT_OK;
@@ -376,8 +386,19 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
       CLT_TRY(infer_shape(&lc, l, &shape));
       shape = l->out_shape;
     }
+    if (clt__shape_numel(&shape) > MAX_VALUES) {
+      char sh[64];
+      rc = line_error(&lc, lc.tok[0].col, "%s holds %lld values per sample, more than the %d cltrain supports",
+                      clt__shape_str(&shape, sh, sizeof sh), (long long)clt__shape_numel(&shape), MAX_VALUES);
+      goto fail;
+    }
     l->param_offset = spec->param_count;
     spec->param_count += l->weight_count + l->bias_count;
+    if (spec->param_count > MAX_PARAMS) {
+      rc = line_error(&lc, lc.tok[0].col, "the model has %lld parameters up to here, more than the %lld cltrain "
+                      "supports", (long long)spec->param_count, (long long)MAX_PARAMS);
+      goto fail;
+    }
     spec->nlayers++;
   }
   (void)save;

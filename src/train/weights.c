@@ -77,6 +77,14 @@ fail:
   return rc;
 }
 
+/* "(10, 784)": a tensor's shape for messages. */
+static void shape_text(const clt__st_tensor *t, char *buf, size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "(");
+  for (int d = 0; d < t->ndim && n < size; d++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+  if (n < size) snprintf(buf + n, size - n, ")");
+}
+
 /* Rank 0: read path's parameters into params (P floats). */
 static int read_weights(clt_trainer *t, const char *path, float *params) {
   int rc = CLT_OK, n;
@@ -104,8 +112,11 @@ static int read_weights(clt_trainer *t, const char *path, float *params) {
     int same = have.ndim == tensors[i].ndim;
     for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == tensors[i].shape[d];
     if (!same) {
-      rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has another shape than the model's; was it saved from another "
-                      "model?", path, name);
+      char hs[160], ms[160];
+      shape_text(&have, hs, sizeof hs);
+      shape_text(&tensors[i], ms, sizeof ms);
+      rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has shape %s but the model's is %s; was it saved from another "
+                      "model?", path, name, hs, ms);
       goto fail;
     }
     CLT_TRY(clt__st_read(f, &have, (float *)tensors[i].data, count));

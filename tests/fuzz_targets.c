@@ -1,0 +1,238 @@
+/*
+ * fuzz_targets.c: the fuzz targets of fuzz_targets.h and their valid seed
+ * inputs. A target that accepts an input also uses it (a model's summary,
+ * every sample of a dataset, every tensor of a weights file), so a parser
+ * that accepts what it cannot back is caught by the sanitizers too.
+ */
+#include "fuzz_targets.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cltrain.h>
+
+#include "io/safetensors.h"
+
+const char *const fuzz_seed_specs[] = {
+    "# Fashion-MNIST CNN\ninput 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool 2\nconv2d 64 kernel=3 pad=1\n"
+    "relu\nmaxpool 2\nflatten\nlinear 128\nrelu\ndropout 0.25\nlinear 10\n",
+    "input 784\nlinear 256\nrelu\nlinear 128\nrelu\nlinear 10\n",
+    "input 3 8 8\nconv2d 4 kernel=3 stride=2 pad=1 bias=false\nflatten\nlayernorm\nlinear 10 bias=false\n",
+    "input 16   # comment\n\n  linear 10\n",
+    NULL};
+
+void fuzz_write_file(const char *path, const uint8_t *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
+    perror(path);
+    exit(99);
+  }
+}
+
+/* A failure must come with a message, and the message must name `name`. */
+static int refused_well(const char *what, int rc, const char *name) {
+  const char *msg = clt_last_error();
+  if (rc >= 0) return 0;
+  if (!msg || !*msg) {
+    fprintf(stderr, "%s: refused (%s) without a message\n", what, clt_status_name(rc));
+    return -1;
+  }
+  if (name && !strstr(msg, name)) {
+    fprintf(stderr, "%s: the message does not name '%s': %s\n", what, name, msg);
+    return -1;
+  }
+  return 0;
+}
+
+int fuzz_spec(const uint8_t *data, size_t n) {
+  char *text = malloc(n + 1);
+  clt_model *m = NULL;
+  int ret = 0;
+  if (!text) return 0;
+  memcpy(text, data, n);
+  text[n] = 0;
+  int rc = clt_model_parse(text, "fuzz.model", &m);
+  if (rc < 0) {
+    ret = refused_well("spec", rc, "fuzz.model");
+  } else {
+    char *summary = NULL;
+    if (clt_model_layer_count(m) < 1 || clt_model_param_count(m) < 0 || clt_model_input_size(m) < 1 ||
+        clt_model_num_classes(m) < 1) {
+      fprintf(stderr, "spec: accepted a model with impossible sizes\n");
+      ret = -1;
+    }
+    if (clt_model_summary(m, &summary) == 0 && (!summary || !*summary)) {
+      fprintf(stderr, "spec: empty summary\n");
+      ret = -1;
+    }
+    free(summary);
+    clt_model_destroy(m);
+    if (ret == 0) ret = 1;
+  }
+  free(text);
+  return ret;
+}
+
+/* Use every sample of an accepted dataset. */
+static int use_dataset(const char *what, clt_dataset *ds) {
+  int64_t count = clt_dataset_count(ds), size = clt_dataset_sample_size(ds);
+  float mean, std;
+  if (count < 1 || size < 1 || clt_dataset_num_classes(ds) < 1) {
+    fprintf(stderr, "%s: accepted a dataset of %lld samples of %lld values\n", what, (long long)count,
+            (long long)size);
+    return -1;
+  }
+  if (count > 4096 || size > 4096) return 0; /* bigger than any seed: do not spend memory on it */
+  float *x = malloc((size_t)(count * size) * sizeof *x);
+  int32_t *y = malloc((size_t)count * sizeof *y);
+  int64_t *idx = malloc((size_t)count * sizeof *idx);
+  int ret = 0;
+  if (x && y && idx) {
+    for (int64_t i = 0; i < count; i++) idx[i] = count - 1 - i;
+    int rc = clt_dataset_get_batch(ds, idx, count, x, y);
+    if (rc < 0) ret = refused_well(what, rc, NULL);
+    for (int64_t i = 0; rc == 0 && i < count; i++)
+      if (y[i] < 0 || y[i] >= clt_dataset_num_classes(ds)) {
+        fprintf(stderr, "%s: label %d outside [0, %d) came through\n", what, y[i], clt_dataset_num_classes(ds));
+        ret = -1;
+        break;
+      }
+    if (clt_dataset_stats(ds, &mean, &std) == 0 && std > 0) clt_dataset_normalize(ds, mean, std);
+  }
+  free(x), free(y), free(idx);
+  return ret;
+}
+
+/* IDX seeds: 8 images of 3x2 bytes, and their 8 labels. */
+static const uint8_t idx_images[] = {0, 0, 8, 3, 0, 0, 0, 8, 0, 0, 0, 3, 0, 0, 0, 2,
+                                     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                     23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42,
+                                     43, 44, 45, 46, 47, 255};
+static const uint8_t idx_labels[] = {0, 0, 8, 1, 0, 0, 0, 8, 0, 1, 2, 3, 4, 5, 6, 9};
+
+static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
+  uint8_t *q = malloc(n);
+  if (!q) exit(99);
+  memcpy(q, p, n);
+  return q;
+}
+void fuzz_seed_idx_images(uint8_t **out, size_t *n) { *out = dup_bytes(idx_images, *n = sizeof idx_images); }
+void fuzz_seed_idx_labels(uint8_t **out, size_t *n) { *out = dup_bytes(idx_labels, *n = sizeof idx_labels); }
+
+static int idx_pair(const char *dir, const uint8_t *img, size_t ni, const uint8_t *lab, size_t nl) {
+  char ip[4096], lp[4096];
+  clt_dataset *ds = NULL;
+  snprintf(ip, sizeof ip, "%s/images-idx", dir);
+  snprintf(lp, sizeof lp, "%s/labels-idx", dir);
+  fuzz_write_file(ip, img, ni);
+  fuzz_write_file(lp, lab, nl);
+  int rc = clt_dataset_open_idx_files(ip, lp, 0, &ds);
+  if (rc < 0) return refused_well("idx", rc, dir); /* either file may be the one named */
+  rc = use_dataset("idx", ds);
+  clt_dataset_destroy(ds);
+  return rc < 0 ? rc : 1;
+}
+int fuzz_idx_images(const char *dir, const uint8_t *data, size_t n) {
+  return idx_pair(dir, data, n, idx_labels, sizeof idx_labels);
+}
+int fuzz_idx_labels(const char *dir, const uint8_t *data, size_t n) {
+  return idx_pair(dir, idx_images, sizeof idx_images, data, n);
+}
+
+static uint8_t *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  uint8_t *buf = NULL;
+  long len;
+  if (!f || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+      !(buf = malloc((size_t)len + 1)) || fread(buf, 1, (size_t)len, f) != (size_t)len) {
+    perror(path);
+    exit(99);
+  }
+  fclose(f);
+  *n = (size_t)len;
+  return buf;
+}
+
+void fuzz_seed_raw(const char *dir, uint8_t **out, size_t *n) {
+  char p[4096];
+  const int64_t dims[2] = {2, 3};
+  float x[4 * 6];
+  int32_t y[4] = {0, 1, 2, 1};
+  for (int i = 0; i < 24; i++) x[i] = (float)i * 0.25f - 2.0f;
+  snprintf(p, sizeof p, "%s/seed.raw", dir);
+  if (clt_dataset_write_raw(p, 4, 2, dims, 3, x, y) < 0) {
+    fprintf(stderr, "writing the raw seed: %s\n", clt_last_error());
+    exit(99);
+  }
+  *out = slurp(p, n);
+  remove(p);
+}
+
+int fuzz_raw(const char *dir, const uint8_t *data, size_t n) {
+  char p[4096];
+  clt_dataset *ds = NULL;
+  snprintf(p, sizeof p, "%s/data.raw", dir);
+  fuzz_write_file(p, data, n);
+  int rc = clt_dataset_open_raw(p, &ds);
+  if (rc < 0) return refused_well("raw", rc, p);
+  rc = use_dataset("raw", ds);
+  clt_dataset_destroy(ds);
+  return rc < 0 ? rc : 1;
+}
+
+/* Tensor names as cltrain writes them for a small two-layer model. */
+static const char *const st_names[] = {"0.weight", "0.bias", "2.weight", "2.bias", "1.weight", NULL};
+
+void fuzz_seed_safetensors(const char *dir, uint8_t **out, size_t *n) {
+  static float w0[6 * 4], b0[6], w2[3 * 6], b2[3];
+  clt__st_tensor t[4];
+  char p[4096];
+  memset(t, 0, sizeof t);
+  for (int i = 0; i < 24; i++) w0[i] = (float)i;
+  strcpy(t[0].name, "0.weight"), t[0].ndim = 2, t[0].shape[0] = 6, t[0].shape[1] = 4, t[0].data = w0;
+  strcpy(t[1].name, "0.bias"), t[1].ndim = 1, t[1].shape[0] = 6, t[1].data = b0;
+  strcpy(t[2].name, "2.weight"), t[2].ndim = 2, t[2].shape[0] = 3, t[2].shape[1] = 6, t[2].data = w2;
+  strcpy(t[3].name, "2.bias"), t[3].ndim = 1, t[3].shape[0] = 3, t[3].data = b2;
+  const char *meta[] = {"format", "cltrain-weights", "model", "input 4\nlinear 6\nrelu\nlinear 3\n", NULL};
+  snprintf(p, sizeof p, "%s/seed.safetensors", dir);
+  if (clt__st_write(p, t, 4, meta) < 0) {
+    fprintf(stderr, "writing the safetensors seed: %s\n", clt_last_error());
+    exit(99);
+  }
+  *out = slurp(p, n);
+  remove(p);
+}
+
+int fuzz_safetensors(const char *dir, const uint8_t *data, size_t n) {
+  char p[4096];
+  clt__st_file *f = NULL;
+  int ret = 0;
+  snprintf(p, sizeof p, "%s/w.safetensors", dir);
+  fuzz_write_file(p, data, n);
+  int rc = clt__st_open(p, &f);
+  if (rc < 0) return refused_well("safetensors", rc, p);
+  (void)clt__st_metadata(f, "format");
+  (void)clt__st_metadata(f, "model");
+  for (int i = 0; st_names[i]; i++) {
+    clt__st_tensor t;
+    rc = clt__st_find(f, st_names[i], &t);
+    if (rc < 0) {
+      if ((ret = refused_well("safetensors find", rc, p)) < 0) break;
+      continue;
+    }
+    int64_t count = 1;
+    for (int d = 0; d < t.ndim; d++) count *= t.shape[d];
+    if (count > (1 << 20)) continue; /* open checked the range lies in the file; not worth the memory */
+    float *buf = malloc((size_t)(count ? count : 1) * sizeof *buf);
+    if (!buf) continue;
+    rc = clt__st_read(f, &t, buf, count);
+    if (rc < 0 && (ret = refused_well("safetensors read", rc, p)) < 0) {
+      free(buf);
+      break;
+    }
+    free(buf);
+  }
+  clt__st_close(f);
+  return ret < 0 ? ret : 1;
+}
