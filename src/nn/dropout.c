@@ -36,7 +36,8 @@ static int dropout(clt_context *ctx, const char *op, float p, uint64_t seed, uin
   NN_ARG(k, 7, b);
   NN_ARG(k, 8, threshold);
   NN_ARG(k, 9, scale);
-  CLT_TRY(clt_launch_1d(ctx, k, n, 0));
+  /* One work-item per Philox block of four elements (cl/dropout.cl). */
+  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(((b + n + 3) >> 2) - (b >> 2)), 0));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
