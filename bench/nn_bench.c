@@ -131,6 +131,15 @@ static int relu_bwd(void *p) {
   return clt_nn_act_backward(ctx, CLT_NN_RELU, 0, &a->x, &a->y, &a->dy, &a->dx);
 }
 
+static int dropout_fwd(void *p) {
+  act_op *a = p;
+  return clt_nn_dropout_forward(ctx, 0.25f, 42, 1, 0, &a->x, &a->y);
+}
+static int dropout_bwd(void *p) {
+  act_op *a = p;
+  return clt_nn_dropout_backward(ctx, 0.25f, 42, 1, 0, &a->dy, &a->dx);
+}
+
 typedef struct pool_op {
   clt_nn_pool2d_cfg cfg;
   clt_tensor x, y, arg, dy, dx;
@@ -223,6 +232,7 @@ int main(int argc, char **argv) {
   act_op a2 = {T4(N, 64, 14, 14), T4(N, 64, 14, 14), T4(N, 64, 14, 14), T4(N, 64, 14, 14)};
   pool_op p1 = make_pool(N, 32, 28), p2 = make_pool(N, 64, 14);
   lin_op l1 = make_lin(N, 3136, 128, 1), l2 = make_lin(N, 128, 10, 1);
+  act_op d1 = {T2(N, 128), T2(N, 128), T2(N, 128), T2(N, 128)};
   total_ms = total_cpu_ms = 0;
   bench("conv1 forward", conv_fwd, &c1);
   bench("relu1 forward", relu_fwd, &a1);
@@ -231,8 +241,10 @@ int main(int argc, char **argv) {
   bench("relu2 forward", relu_fwd, &a2);
   bench("maxpool2 forward", pool_fwd, &p2);
   bench("linear 3136-128 forward", lin_fwd, &l1);
+  bench("dropout forward", dropout_fwd, &d1);
   bench("linear 128-10 forward", lin_fwd, &l2);
   bench("linear 128-10 backward", lin_bwd, &l2);
+  bench("dropout backward", dropout_bwd, &d1);
   bench("linear 3136-128 backward", lin_bwd, &l1);
   bench("maxpool2 backward", pool_bwd, &p2);
   bench("relu2 backward", relu_bwd, &a2);

@@ -31,27 +31,6 @@ __kernel void im2col(__global const float *x, const ulong xoff, __global float *
   col[coff + (z * OH + oh) * OW + ow] = v;
 }
 
-// The transposed column matrix colT (B*P, K) = col^T, for the weight
-// gradient dw += T colT, a GEMM without transposes, which CLBlast runs 2x
-// faster on PoCL than T col^T. Built with -DCONV_KH and -DCONV_KW, which
-// make the divisions of k cheap. Range (K, OW, B*OH): item (k, ow, b*OH + oh)
-// writes colT[(b*P + oh*OW + ow)*K + k].
-#ifdef CONV_KH
-__kernel void im2col_t(__global const float *x, const ulong xoff, __global float *colT, const ulong coff,
-                       const uint B, const uint Cin, const uint H, const uint W, const uint KH_, const uint KW_,
-                       const uint OH, const uint OW, const int sh, const int sw, const int ph, const int pw) {
-  const uint k = get_global_id(0), ow = get_global_id(1), z = get_global_id(2);
-  const uint K = get_global_size(0);
-  const uint b = z / OH, oh = z - b * OH;
-  const uint ci = k / (CONV_KH * CONV_KW), r = k - ci * (CONV_KH * CONV_KW);
-  const uint kh = r / CONV_KW, kw = r - kh * CONV_KW;
-  const int ih = (int)(oh * sh) - ph + (int)kh, iw = (int)(ow * sw) - pw + (int)kw;
-  const int inside = ih >= 0 && ih < (int)H && iw >= 0 && iw < (int)W;
-  const float v = x[xoff + ((b * Cin + ci) * H + (inside ? ih : 0)) * W + (inside ? iw : 0)];
-  colT[coff + (z * OW + ow) * K + k] = inside ? v : 0.0f;
-}
-#endif
-
 // The adjoint of im2col: dx[b, ci, ih, iw] = the sum of col[k, b*P + p]
 // over the (kh, kw) whose window puts output p on input (ih, iw).
 // Range (W, H, B*Cin): item (iw, ih, b*Cin + ci).

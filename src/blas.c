@@ -120,7 +120,7 @@ static const tuned_params tuned[] = {
     {POCL, CLT_DEVICE_CPU, NULL, "Xgemm",
      {"GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB", "STRM", "STRN", "VWM",
       "VWN"},
-     {0, 1, 8, 8, 16, 2, 32, 32, 8, 64, 0, 0, 0, 0, 16, 4}},
+     {0, 1, 8, 8, 8, 2, 32, 32, 4, 64, 0, 0, 0, 0, 16, 4}},
 };
 
 /* The devices the table has been applied to (or found not to match). */

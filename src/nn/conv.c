@@ -7,10 +7,8 @@
  *             T (Cout, B*P) = w (Cout, K) col
  *             y (B, Cout, P) = T reordered, + b
  *   backward  T (Cout, B*P) = dy reordered        db += sums of dy
- *             colT (B*P, K) = im2col(x)^T         dw += T colT
- *             col = w^T T  (reusing colT's space) dx = col2im(col)
- * (dw from colT, not as T col^T: CLBlast's GEMM without transposes ran 2x
- * faster on PoCL.)
+ *             col = im2col(x)                     dw += T col^T
+ *             col = w^T T  (reusing col's space)  dx = col2im(col)
  * Layers with few inputs per output (K <= CONV_DIRECT_MAX_K) are convolved
  * directly instead, forward and, when no dx is wanted, backward.
  * One large GEMM per chunk instead of B small ones: GEMM libraries reach
@@ -123,25 +121,6 @@ static int im2col(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t 
   NN_ARG(k, 3, coff);
   CLT_TRY(geom_args(k, g, B));
   CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OW, (size_t)g->OH, (size_t)(g->K * B)));
-fail:
-  return rc;
-}
-
-/* colT (B*P, K) = the transpose of im2col of samples [n0, n0 + B) of x,
- * in col's space of the workspace. */
-static int im2col_t(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t n0, int64_t B) {
-  int rc = CLT_OK;
-  cl_kernel k;
-  cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W), coff = ws_col(g);
-  char opts[64];
-  snprintf(opts, sizeof opts, "-DCONV_KH=%lld -DCONV_KW=%lld", (long long)g->KH, (long long)g->KW);
-  CLT_TRY(clt_context_kernel(ctx, "conv", "im2col_t", opts, &k));
-  NN_ARG(k, 0, x->buf);
-  NN_ARG(k, 1, xoff);
-  NN_ARG(k, 2, g->ws.buf);
-  NN_ARG(k, 3, coff);
-  CLT_TRY(geom_args(k, g, B));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->K, (size_t)g->OW, (size_t)(B * g->OH)));
 fail:
   return rc;
 }
@@ -391,14 +370,13 @@ int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const
     int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
     clt_matrix col = {g.ws.buf, (size_t)ws_col(&g), (size_t)BP}, t = {g.ws.buf, (size_t)ws_t(&g), (size_t)BP};
     CLT_TRY(dy_to_t(ctx, &g, dy, n0, B));
-    CLT_TRY(im2col_t(ctx, &g, x, n0, B));
-    /* dw (Cout, K) += T (Cout, BP) colT (BP, K) */
-    clt_matrix colt = {g.ws.buf, (size_t)ws_col(&g), (size_t)g.K};
-    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, (size_t)g.Cout, (size_t)g.K, (size_t)BP, 1.0f, t, colt, 1.0f,
+    CLT_TRY(im2col(ctx, &g, x, n0, B));
+    /* dw (Cout, K) += T (Cout, BP) col^T (BP, K) */
+    CLT_TRY(clt_sgemm(ctx, CLT_NO_TRANS, CLT_TRANS, (size_t)g.Cout, (size_t)g.K, (size_t)BP, 1.0f, t, col, 1.0f,
                       mdw));
     if (!dx) continue;
     /* col (K, BP) = w^T (K, Cout) T (Cout, BP); the queue is in order, so
-     * the GEMM above has read colT before this one overwrites it. */
+     * the GEMM above has read col before this one overwrites it. */
     CLT_TRY(clt_sgemm(ctx, CLT_TRANS, CLT_NO_TRANS, (size_t)g.K, (size_t)BP, (size_t)g.Cout, 1.0f, mw, t, 0.0f,
                       col));
     CLT_TRY(col2im(ctx, &g, dx, n0, B));

@@ -26,9 +26,18 @@ static int dropout(clt_context *ctx, const char *op, float p, uint64_t seed, uin
   cl_uint threshold = (cl_uint)llround((double)p * 16777216.0);
   float scale = (float)(1.0 / (1.0 - (double)p));
   CLT_TRY(clt_context_kernel(ctx, "dropout", "dropout_apply", NULL, &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(in->buf), NN_VAL(ioff), NN_VAL(out->buf), NN_VAL(ooff), NN_VAL(n), NN_VAL(s),
-                      NN_VAL(st), NN_VAL(b), NN_VAL(threshold), NN_VAL(scale)));
-  CLT_TRY(clt_launch_1d(ctx, k, n, 0));
+  NN_ARG(k, 0, in->buf);
+  NN_ARG(k, 1, ioff);
+  NN_ARG(k, 2, out->buf);
+  NN_ARG(k, 3, ooff);
+  NN_ARG(k, 4, n);
+  NN_ARG(k, 5, s);
+  NN_ARG(k, 6, st);
+  NN_ARG(k, 7, b);
+  NN_ARG(k, 8, threshold);
+  NN_ARG(k, 9, scale);
+  /* One work-item per Philox block of four elements (cl/dropout.cl). */
+  CLT_TRY(clt_launch_1d(ctx, k, (size_t)(((b + n + 3) >> 2) - (b >> 2)), 0));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
