@@ -155,6 +155,12 @@ int clt__op_idle(clt__op *op, int peer, int step) {
     /* A long wait: a peer is slow or gone. Stop burning a core on it. */
     struct timespec ts = {0, 200000};
     nanosleep(&ts, NULL);
+  } else if (idle > 0.002) {
+    /* A peer still computing (ranks reach a gradient all-reduce some ms
+     * apart): spinning here took half the CPU from the devices' worker
+     * threads on a shared machine and halved training throughput. */
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
   } else if (op->comm->yield_when_idle) {
     sched_yield(); /* oversubscribed: the peer we wait for may need this core */
   }
