@@ -117,11 +117,12 @@ typedef struct tuned_params {
 /* PoCL on CPUs. Measured on "pthread-skylake-avx512-AMD EPYC" (PoCL 3.1,
  * 2 cores) with bench/gemm_tune --climb over the CNN's conv2 and linear
  * and the MLP's first-layer shapes, CPU time per call:
- *   conv2 forward NN 64x12544x288     ~40 -> 6.6 ms
- *   conv2 dw      NT 64x288x12544     ~48 -> 11.7 ms
- *   conv2 dx      TN 288x12544x64     ~50 -> 14.7 ms
- *   linear        64x128x3136 (3)    ~4.5 -> 1.1-1.5 ms
- * (defaults: the direct kernel, which CLBlast picked for all of these).
+ *   conv2 forward NN 64x12544x288      58 -> 6.6 ms
+ *   conv2 dw      NT 64x288x12544      63 -> 11.7 ms
+ *   conv2 dx      TN 288x12544x64      58 -> 14.7 ms
+ *   linear        64x128x3136 (3)     6.6 -> 1.1-1.5 ms
+ *   linear        64x256x784 (2)      3.5 -> 0.6-0.7 ms
+ * (before: CLBlast's defaults, which ran all of these on the direct kernel).
  * The winner gives each work-item a 16x16 block of C in float16 vectors
  * and stages nothing in local memory (SA = SB = 0). Applied to every PoCL
  * CPU device: the GPU-style defaults lose on any of them, for the local
