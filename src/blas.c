@@ -114,6 +114,24 @@ typedef struct tuned_params {
   size_t values[MAX_TUNED_PARAMS];
 } tuned_params;
 
+/* PoCL on CPUs. Measured on "pthread-skylake-avx512-AMD EPYC" (PoCL 3.1,
+ * 2 cores) with bench/gemm_tune --climb over the CNN's conv2 and linear
+ * and the MLP's first-layer shapes, CPU time per call:
+ *   conv2 forward NN 64x12544x288      58 -> 6.6 ms
+ *   conv2 dw      NT 64x288x12544      63 -> 11.7 ms
+ *   conv2 dx      TN 288x12544x64      58 -> 14.7 ms
+ *   linear        64x128x3136 (3)     6.6 -> 1.1-1.5 ms
+ *   linear        64x256x784 (2)      3.5 -> 0.6-0.7 ms
+ * (before: CLBlast's defaults, which ran all of these on the direct kernel).
+ * The winner gives each work-item a 16x16 block of C in float16 vectors
+ * and stages nothing in local memory (SA = SB = 0). Applied to every PoCL
+ * CPU device: the GPU-style defaults lose on any of them, for the local
+ * memory reason above; other CPUs may have better sets, which gemm_tune
+ * finds. Tuned, the indirect kernel beat the direct one on every shape of
+ * both models down to 64x128x256, so only m*n*k < 64^3 (the 10-way output
+ * layers) stays direct. One kind of shape loses: a tiny C with a huge k, as
+ * 32x9x50176 (3.6 -> 7.2 ms), which the models no longer run (their first
+ * convolution is direct, src/nn/conv.c). */
 #define POCL "Portable Computing Language"
 static const tuned_params tuned[] = {
     {POCL, CLT_DEVICE_CPU, NULL, "GemmRoutine", {"XGEMM_MIN_INDIRECT_SIZE"}, {64}},
