@@ -42,6 +42,20 @@ int clt__trainer_share_status(clt_trainer *t, int rc) {
   return st.rc;
 }
 
+int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) {
+  int32_t mine = rc, *all;
+  if (t->nranks == 1) return rc;
+  if (!(all = calloc((size_t)t->nranks, sizeof *all))) return clt__error(CLT_ENOMEM, "%s: out of memory", what);
+  int grc = clt_allgather(t->comm, &mine, sizeof mine, all);
+  for (int r = 0; grc == CLT_OK && r < t->nranks; r++)
+    if (all[r] < 0) {
+      grc = r == t->rank ? all[r] : clt__error(all[r], "%s failed on rank %d: %s", what, r, clt_strerror(all[r]));
+      break;
+    }
+  free(all);
+  return grc;
+}
+
 /* ---- saving ---------------------------------------------------------------- */
 
 static json_t *position_json(const clt_trainer *t) {
@@ -513,11 +527,13 @@ int clt_trainer_load_checkpoint(clt_trainer *t, const char *path) {
   int64_t *shares;
   float *payload;
   if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_load_checkpoint: trainer and path are needed");
-  /* Every rank allocates, so a failure here cannot leave rank 0 alone in
-   * the broadcasts; it is shared like any other. */
-  int rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
-  rc = clt__trainer_share_status(t, rc);
-  if (rc < 0) return rc;
+  /* Every rank allocates first, and all learn whether all could, so no
+   * rank is left alone in the broadcasts. */
+  int rc = clt__trainer_all_ok(t, clt__checkpoint_alloc(t, &h, &shares, &payload), "allocating for a checkpoint");
+  if (rc < 0) {
+    free(h), free(shares), free(payload);
+    return rc;
+  }
   if (t->rank == 0) clt__checkpoint_read(t, path, h, shares, payload);
   rc = clt__checkpoint_apply(t, h, shares, payload);
   free(h), free(shares), free(payload);

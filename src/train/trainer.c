@@ -45,6 +45,8 @@ static int check_options(const clt_train_options *o) {
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
   if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
+  if (o->checkpoint_dir && !o->checkpoint_dir[0])
+    return clt__error(CLT_EINVAL, "the checkpoint directory is empty: name one, or give none (NULL)");
   if (o->checkpoint_keep < 0) return clt__error(CLT_EINVAL, "--keep must be at least 0 (0 keeps every checkpoint)");
   const clt_optimizer_config *c = &o->optimizer;
   if (!(c->momentum >= 0 && c->momentum < 1)) return clt__error(CLT_EINVAL, "momentum must be in [0, 1), not %g", c->momentum);
