@@ -27,35 +27,6 @@ static const char *state_prefix(int per, int slot) {
   return slot == 0 ? "optim/m/" : "optim/v/";
 }
 
-int clt__trainer_share_status(clt_trainer *t, int rc) {
-  struct {
-    int32_t rc;
-    char msg[2040];
-  } st;
-  if (t->nranks == 1) return rc;
-  memset(&st, 0, sizeof st);
-  st.rc = rc;
-  if (t->rank == 0 && rc < 0) clt__strlcpy(st.msg, clt_last_error(), sizeof st.msg);
-  int brc = clt_bcast(t->comm, &st, sizeof st, 0);
-  if (brc < 0) return brc;
-  if (t->rank != 0 && st.rc < 0) return clt__error(st.rc, "%s", st.msg);
-  return st.rc;
-}
-
-int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) {
-  int32_t mine = rc, *all;
-  if (t->nranks == 1) return rc;
-  if (!(all = calloc((size_t)t->nranks, sizeof *all))) return clt__error(CLT_ENOMEM, "%s: out of memory", what);
-  int grc = clt_allgather(t->comm, &mine, sizeof mine, all);
-  for (int r = 0; grc == CLT_OK && r < t->nranks; r++)
-    if (all[r] < 0) {
-      grc = r == t->rank ? all[r] : clt__error(all[r], "%s failed on rank %d: %s", what, r, clt_strerror(all[r]));
-      break;
-    }
-  free(all);
-  return grc;
-}
-
 /* ---- saving ---------------------------------------------------------------- */
 
 static json_t *position_json(const clt_trainer *t) {
