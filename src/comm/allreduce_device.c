@@ -23,8 +23,6 @@ struct clt__dev_staging {
   clt_pinned **pinned;        /* count x esize per replica; pinned[0] is where the ring runs */
   size_t nstage;
   cl_event *events;           /* n x nstage reads of the current run */
-  cl_event *wevents;          /* up to n x (nstage + 1) write-backs of the current run */
-  size_t nwevents;
   unsigned char *ready;       /* nstage: chunk read (and replicas summed) */
   /* the current run */
   const clt_allreduce_plan *plan;
@@ -38,22 +36,6 @@ static void release_events(struct clt__dev_staging *dev) {
       clReleaseEvent(dev->events[i]);
       dev->events[i] = NULL;
     }
-  for (size_t i = 0; i < dev->nwevents; i++) clReleaseEvent(dev->wevents[i]);
-  dev->nwevents = 0;
-}
-
-/* Wait for every write-back of this run. clFinish alone is not enough:
- * Mesa 22's rusticl can return from it before a non-blocking write from
- * host memory has reached the buffer, and the next kernel then reads the
- * replica's own gradient (the replicas drift apart under load). */
-static int wait_writes(struct clt__dev_staging *dev) {
-  for (size_t i = 0; i < dev->nwevents; i++) {
-    cl_int e = clWaitForEvents(1, &dev->wevents[i]);
-    if (e != CL_SUCCESS)
-      return clt__error(clt__cl_status(e), "writing the all-reduce result back to a replica failed: %s",
-                        clt__cl_error_name(e));
-  }
-  return CLT_OK;
 }
 
 void clt__dev_staging_free(struct clt__dev_staging *dev) {
@@ -66,7 +48,6 @@ void clt__dev_staging_free(struct clt__dev_staging *dev) {
   free(dev->pinned);
   free(dev->queues);
   free(dev->events);
-  free(dev->wevents);
   free(dev->ready);
   free(dev);
 }
@@ -87,7 +68,6 @@ static int get_staging(clt_allreduce_plan *plan, int n, const cl_command_queue *
   if (!(dev->queues = clt__calloc((size_t)n, sizeof *dev->queues)) ||
       !(dev->pinned = clt__calloc((size_t)n, sizeof *dev->pinned)) ||
       !(dev->events = clt__calloc((size_t)n * dev->nstage + 1, sizeof *dev->events)) ||
-      !(dev->wevents = clt__calloc((size_t)n * (dev->nstage + 1), sizeof *dev->wevents)) ||
       !(dev->ready = clt__calloc(dev->nstage + 1, 1))) {
     rc = CLT_ENOMEM;
     goto fail;
@@ -146,10 +126,8 @@ static int ring_ready(void *user, const clt__ring_chunk *c, int *ok) {
 static int write_back(struct clt__dev_staging *dev, size_t off, size_t n) {
   size_t esize = dev->plan->ops->esize;
   for (int q = 0; q < dev->n; q++) {
-    cl_event *ev = dev->nwevents < (size_t)dev->n * (dev->nstage + 1) ? &dev->wevents[dev->nwevents] : NULL;
     cl_int e = clEnqueueWriteBuffer(dev->queues[q], dev->bufs[q], CL_FALSE, dev->offs[q] + off * esize, n * esize,
-                                    staged(dev, 0, off), 0, NULL, ev);
-    if (e == CL_SUCCESS && ev) dev->nwevents++;
+                                    staged(dev, 0, off), 0, NULL, NULL);
     if (e == CL_SUCCESS) e = clFlush(dev->queues[q]);
     if (e != CL_SUCCESS)
       return clt__error(clt__cl_status(e), "writing the result back to replica %d (elements %zu to %zu) failed: %s",
@@ -216,7 +194,6 @@ int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_
     CLT_TRY(write_back(dev, 0, plan->count));
   }
   for (int q = 0; q < n; q++) CLT_CL_TRY(clFinish(queues[q]));
-  CLT_TRY(wait_writes(dev));
   release_events(dev);
   return CLT_OK;
 
