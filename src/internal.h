@@ -63,6 +63,14 @@ size_t clt__clamp_wgs(clt_context *ctx, cl_kernel k, size_t want);
  * is this for a clt_context); the queue must outlive it. */
 int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t bytes, clt_pinned **out);
 
+/* clt_allreduce_run_devices with the copies back on other queues than the
+ * reads: the trainer reads finished gradient buckets on a transfer queue
+ * while the backward pass goes on, and writes the sums back on the compute
+ * queue, behind everything that touches the buffer (rusticl lost results
+ * written from another queue while kernels still ran on the buffer). */
+int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                                     const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets);
+
 /* ---- small helpers -------------------------------------------------------- */
 
 double clt__now(void);                     /* seconds, monotonic */

@@ -19,7 +19,8 @@
 
 struct clt__dev_staging {
   int n;                      /* replicas */
-  cl_command_queue *queues;   /* retained */
+  cl_command_queue *queues;   /* retained: the reads go here */
+  const cl_command_queue *write_queues; /* this run's: the results go here */
   clt_pinned **pinned;        /* count x esize per replica; pinned[0] is where the ring runs */
   size_t nstage;
   cl_event *events;           /* n x nstage reads of the current run */
@@ -126,9 +127,9 @@ static int ring_ready(void *user, const clt__ring_chunk *c, int *ok) {
 static int write_back(struct clt__dev_staging *dev, size_t off, size_t n) {
   size_t esize = dev->plan->ops->esize;
   for (int q = 0; q < dev->n; q++) {
-    cl_int e = clEnqueueWriteBuffer(dev->queues[q], dev->bufs[q], CL_FALSE, dev->offs[q] + off * esize, n * esize,
+    cl_int e = clEnqueueWriteBuffer(dev->write_queues[q], dev->bufs[q], CL_FALSE, dev->offs[q] + off * esize, n * esize,
                                     staged(dev, 0, off), 0, NULL, NULL);
-    if (e == CL_SUCCESS) e = clFlush(dev->queues[q]);
+    if (e == CL_SUCCESS) e = clFlush(dev->write_queues[q]);
     if (e != CL_SUCCESS)
       return clt__error(clt__cl_status(e), "writing the result back to replica %d (elements %zu to %zu) failed: %s",
                         q, off, off + n, clt__cl_error_name(e));
@@ -149,6 +150,11 @@ static int check_buffer(const clt_allreduce_plan *plan, int q, cl_mem buf, size_
 
 int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues, const cl_mem *bufs,
                               const size_t *offsets) {
+  return clt__allreduce_run_devices_split(plan, n, queues, queues, bufs, offsets);
+}
+
+int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                                     const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets) {
   int rc = CLT_OK;
   struct clt__dev_staging *dev = NULL;
   clt__op op;
@@ -164,6 +170,7 @@ int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_
   if (plan->count == 0) return CLT_OK;
   CLT_TRY(get_staging(plan, n, queues, &dev));
   dev->plan = plan;
+  dev->write_queues = write_queues;
   dev->bufs = bufs;
   dev->offs = offsets ? offsets : zeros;
   memset(dev->ready, 0, dev->nstage);
@@ -193,14 +200,20 @@ int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_
     CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), NULL, NULL, NULL));
     CLT_TRY(write_back(dev, 0, plan->count));
   }
-  for (int q = 0; q < n; q++) CLT_CL_TRY(clFinish(queues[q]));
+  for (int q = 0; q < n; q++) {
+    CLT_CL_TRY(clFinish(queues[q]));
+    if (write_queues[q] != queues[q]) CLT_CL_TRY(clFinish(write_queues[q]));
+  }
   release_events(dev);
   return CLT_OK;
 
 fail:
   if (dev) {
     /* Nothing may still be copying into or out of the staging. */
-    for (int q = 0; q < dev->n; q++) clFinish(dev->queues[q]);
+    for (int q = 0; q < dev->n; q++) {
+      clFinish(dev->queues[q]);
+      if (dev->write_queues) clFinish(dev->write_queues[q]);
+    }
     release_events(dev);
   }
   return rc;

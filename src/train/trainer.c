@@ -388,12 +388,12 @@ fail:
 
 int clt__trainer_allreduce(clt_trainer *t) {
   int rc = CLT_OK, n = t->nlocal;
-  cl_command_queue *q = clt__calloc(n, sizeof *q);
+  cl_command_queue *q = clt__calloc(n, sizeof *q), *wq = clt__calloc(n, sizeof *wq);
   cl_mem *bufs = clt__calloc(n, sizeof *bufs);
   size_t *offs = clt__calloc(n, sizeof *offs);
-  if (!q || !bufs || !offs) { rc = CLT_ENOMEM; goto fail; }
+  if (!q || !wq || !bufs || !offs) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < n; i++) {
-    q[i] = clt_context_transfer_queue(t->ctx[i]), bufs[i] = t->rep[i]->grads;
+    q[i] = clt_context_transfer_queue(t->ctx[i]), wq[i] = clt_context_queue(t->ctx[i]), bufs[i] = t->rep[i]->grads;
     /* Submit the queued backward now: a driver may hold unflushed
      * commands back until something waits on them. */
     CLT_CL_TRY(clFlush(clt_context_queue(t->ctx[i])));
@@ -409,7 +409,7 @@ int clt__trainer_allreduce(clt_trainer *t) {
       offs[i] = (size_t)t->bucket_lo[b] * sizeof(float);
     }
     double t0 = clt__now();
-    CLT_TRY(clt_allreduce_run_devices(t->plans[b], n, q, bufs, offs));
+    CLT_TRY(clt__allreduce_run_devices_split(t->plans[b], n, q, wq, bufs, offs));
     double dt = clt__now() - t0;
     t->comm_s += dt;
     /* Hidden if some replica's backward was still running when it ended. */
@@ -423,7 +423,7 @@ int clt__trainer_allreduce(clt_trainer *t) {
     }
   }
 fail:
-  free(q), free(bufs), free(offs);
+  free(q), free(wq), free(bufs), free(offs);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)t->steps_done + 1) : rc;
 }
 
