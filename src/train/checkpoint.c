@@ -27,21 +27,6 @@ static const char *state_prefix(int per, int slot) {
   return slot == 0 ? "optim/m/" : "optim/v/";
 }
 
-int clt__trainer_share_status(clt_trainer *t, int rc) {
-  struct {
-    int32_t rc;
-    char msg[2040];
-  } st;
-  if (t->nranks == 1) return rc;
-  memset(&st, 0, sizeof st);
-  st.rc = rc;
-  if (t->rank == 0 && rc < 0) clt__strlcpy(st.msg, clt_last_error(), sizeof st.msg);
-  int brc = clt_bcast(t->comm, &st, sizeof st, 0);
-  if (brc < 0) return brc;
-  if (t->rank != 0 && st.rc < 0) return clt__error(st.rc, "%s", st.msg);
-  return st.rc;
-}
-
 /* ---- saving ---------------------------------------------------------------- */
 
 static json_t *position_json(const clt_trainer *t) {
@@ -513,11 +498,13 @@ int clt_trainer_load_checkpoint(clt_trainer *t, const char *path) {
   int64_t *shares;
   float *payload;
   if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_load_checkpoint: trainer and path are needed");
-  /* Every rank allocates, so a failure here cannot leave rank 0 alone in
-   * the broadcasts; it is shared like any other. */
-  int rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
-  rc = clt__trainer_share_status(t, rc);
-  if (rc < 0) return rc;
+  /* Every rank allocates first, and all learn whether all could, so no
+   * rank is left alone in the broadcasts. */
+  int rc = clt__trainer_all_ok(t, clt__checkpoint_alloc(t, &h, &shares, &payload), "allocating for a checkpoint");
+  if (rc < 0) {
+    free(h), free(shares), free(payload);
+    return rc;
+  }
   if (t->rank == 0) clt__checkpoint_read(t, path, h, shares, payload);
   rc = clt__checkpoint_apply(t, h, shares, payload);
   free(h), free(shares), free(payload);

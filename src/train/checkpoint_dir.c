@@ -22,7 +22,8 @@
 #define NAME_SUFFIX ".safetensors"
 
 int clt_checkpoint_path(const char *dir, int64_t step, char *out, size_t size) {
-  if (!dir || !out || step < 0) return clt__error(CLT_EINVAL, "clt_checkpoint_path: a directory and a step >= 0 are needed");
+  if (!dir || !*dir || !out || step < 0)
+    return clt__error(CLT_EINVAL, "clt_checkpoint_path: a directory and a step >= 0 are needed");
   int n = snprintf(out, size, "%s/" NAME_PREFIX "%010lld" NAME_SUFFIX, dir, (long long)step);
   if (n < 0 || (size_t)n >= size)
     return clt__error(CLT_EINVAL, "the checkpoint path in %s does not fit in %zu bytes", dir, size);
@@ -181,9 +182,11 @@ int clt_trainer_resume_latest(clt_trainer *t, const char *dir, char *loaded, siz
   int64_t *shares;
   float *payload;
   if (!t || !dir) return clt__error(CLT_EINVAL, "clt_trainer_resume_latest: trainer and directory are needed");
-  int rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
-  rc = clt__trainer_share_status(t, rc);
-  if (rc < 0) return rc;
+  int rc = clt__trainer_all_ok(t, clt__checkpoint_alloc(t, &h, &shares, &payload), "allocating for a checkpoint");
+  if (rc < 0) {
+    free(h), free(shares), free(payload);
+    return rc;
+  }
   if (t->rank == 0) read_latest(t, dir, h, shares, payload);
   rc = clt__checkpoint_apply(t, h, shares, payload);
   if (rc == CLT_OK && loaded && size) clt__strlcpy(loaded, h->path, size);

@@ -1,8 +1,9 @@
 /*
  * trainer.c: a trainer's replicas (one per device of this rank), the
  * agreement check across ranks, the parameter broadcast, the optimizer step
- * applied identically on every replica, and evaluation split across all
- * replicas.
+ * applied identically on every replica, evaluation split across all
+ * replicas, and the small collectives the other trainer files share (sums,
+ * rank 0's outcome, everyone's).
  */
 #include "train/trainer.h"
 
@@ -45,6 +46,8 @@ static int check_options(const clt_train_options *o) {
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
   if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
+  if (o->checkpoint_dir && !o->checkpoint_dir[0])
+    return clt__error(CLT_EINVAL, "the checkpoint directory is empty: name one, or give none (NULL)");
   if (o->checkpoint_keep < 0) return clt__error(CLT_EINVAL, "--keep must be at least 0 (0 keeps every checkpoint)");
   const clt_optimizer_config *c = &o->optimizer;
   if (!(c->momentum >= 0 && c->momentum < 1)) return clt__error(CLT_EINVAL, "momentum must be in [0, 1), not %g", c->momentum);
@@ -66,6 +69,35 @@ int clt__trainer_sum(clt_trainer *t, double *vals, int n) {
     }
   free(all);
   return rc;
+}
+
+int clt__trainer_share_status(clt_trainer *t, int rc) {
+  struct {
+    int32_t rc;
+    char msg[2040];
+  } st;
+  if (t->nranks == 1) return rc;
+  memset(&st, 0, sizeof st);
+  st.rc = rc;
+  if (t->rank == 0 && rc < 0) clt__strlcpy(st.msg, clt_last_error(), sizeof st.msg);
+  int brc = clt_bcast(t->comm, &st, sizeof st, 0);
+  if (brc < 0) return brc;
+  if (t->rank != 0 && st.rc < 0) return clt__error(st.rc, "%s", st.msg);
+  return st.rc;
+}
+
+int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) {
+  int32_t mine = rc, *all;
+  if (t->nranks == 1) return rc;
+  if (!(all = calloc((size_t)t->nranks, sizeof *all))) return clt__error(CLT_ENOMEM, "%s: out of memory", what);
+  int grc = clt_allgather(t->comm, &mine, sizeof mine, all);
+  for (int r = 0; grc == CLT_OK && r < t->nranks; r++)
+    if (all[r] < 0) {
+      grc = r == t->rank ? all[r] : clt__error(all[r], "%s failed on rank %d: %s", what, r, clt_strerror(all[r]));
+      break;
+    }
+  free(all);
+  return grc;
 }
 
 /* What must agree across ranks, compared field by field at start. */

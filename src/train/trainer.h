@@ -82,6 +82,10 @@ int clt__trainer_sum(clt_trainer *t, double *vals, int n);
  * is recorded as their own error, so every rank reports the same thing. */
 int clt__trainer_share_status(clt_trainer *t, int rc);
 
+/* Collective: CLT_OK when rc is CLT_OK on every rank; else the failure of
+ * the first rank that failed (named on the others, with `what`). */
+int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
+
 /* fit()'s periodic checkpoint: DIR/ckpt-<step>.safetensors, then the
  * oldest beyond opts.checkpoint_keep removed (collective). */
 int clt__trainer_checkpoint_to_dir(clt_trainer *t);

@@ -131,8 +131,8 @@ int clt_trainer_load_weights(clt_trainer *t, const char *path) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(t->model);
   float *params = clt__calloc((size_t)P, sizeof *params);
-  if (!params) rc = CLT_ENOMEM;
-  if (rc == CLT_OK && t->rank == 0) rc = read_weights(t, path, params);
+  CLT_TRY(clt__trainer_all_ok(t, params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
+  if (t->rank == 0) rc = read_weights(t, path, params);
   /* Every rank learns rank 0's outcome (and its message), then takes its bits. */
   CLT_TRY(clt__trainer_share_status(t, rc));
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
