@@ -33,3 +33,17 @@ __kernel void mul_f32(__global const float *a, const ulong aoff, __global const 
   size_t i = get_global_id(0);
   if (i < n) out[ooff + i] = a[aoff + i] * b[boff + i];
 }
+
+// dst = src, float to the stored type act_t and back (with -DCLT_HALF:
+// float <-> half, rounded to nearest even; see prelude.cl).
+__kernel void to_act(__global const float *src, const ulong soff, __global act_t *dst, const ulong doff,
+                     const ulong n) {
+  size_t i = get_global_id(0);
+  if (i < n) ASTORE(dst, doff + i, src[soff + i]);
+}
+
+__kernel void from_act(__global const act_t *src, const ulong soff, __global float *dst, const ulong doff,
+                       const ulong n) {
+  size_t i = get_global_id(0);
+  if (i < n) dst[doff + i] = ALOAD(src, soff + i);
+}

@@ -1,6 +1,7 @@
 /*
  * ops.c: host side of the elementwise kernels (cl/elementwise.cl) and the
- * fixed-order reductions (cl/reduce.cl) on float32 tensor views.
+ * fixed-order reductions (cl/reduce.cl) on float32 tensor views, and the
+ * conversion between float32 and float16 storage.
  */
 #include "internal.h"
 
@@ -152,3 +153,27 @@ fail:
 int clt_sum(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 0, out); }
 
 int clt_sumsq(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 1, out); }
+
+int clt_convert(clt_context *ctx, const clt_tensor *src, const clt_tensor *dst) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  char ss[128], ds[128];
+  CLT_TRY(check_same(src, dst, "convert"));
+  int to_half = src->dtype == CLT_F32 && dst->dtype == CLT_F16;
+  if (!to_half && !(src->dtype == CLT_F16 && dst->dtype == CLT_F32))
+    return clt__error(CLT_EINVAL, "convert: from %s %s to %s %s: only f32 to f16 and f16 to f32 are converted",
+                      clt_dtype_name(src->dtype), clt_tensor_shape_str(src, ss, sizeof ss),
+                      clt_dtype_name(dst->dtype), clt_tensor_shape_str(dst, ds, sizeof ds));
+  cl_ulong soff = src->offset / clt_dtype_size(src->dtype), doff = dst->offset / clt_dtype_size(dst->dtype);
+  cl_ulong n = (cl_ulong)clt_tensor_numel(src);
+  CLT_TRY(clt_context_kernel(ctx, "elementwise", to_half ? "to_act" : "from_act", "-DCLT_HALF", &k));
+  CLT_CL_TRY(clSetKernelArg(k, 0, sizeof src->buf, &src->buf));
+  CLT_CL_TRY(clSetKernelArg(k, 1, sizeof soff, &soff));
+  CLT_CL_TRY(clSetKernelArg(k, 2, sizeof dst->buf, &dst->buf));
+  CLT_CL_TRY(clSetKernelArg(k, 3, sizeof doff, &doff));
+  CLT_CL_TRY(clSetKernelArg(k, 4, sizeof n, &n));
+  CLT_TRY(clt_launch_1d(ctx, k, n, 0));
+  return CLT_OK;
+fail:
+  return rc;
+}

@@ -91,6 +91,17 @@ fail:
 
 const char *const *clt_kernel_sources(void) { return clt__kernel_source_names; }
 
+/* The text of the source built into the library as NAME. */
+static int embedded_source_text(const char *name, const char **text) {
+  for (const struct clt_kernel_source *s = clt__kernel_sources; s->name; s++) {
+    if (strcmp(s->name, name) == 0) {
+      *text = s->text;
+      return CLT_OK;
+    }
+  }
+  return clt__error(CLT_ENOTFOUND, "no kernel source named '%s' is built into cltrain", name);
+}
+
 /* The text of an embedded source, or of $CLT_KERNEL_DIR/NAME.cl (malloc'd
  * into *owned) while developing kernels. */
 static int kernel_source_text(const char *name, const char **text, char **owned) {
@@ -120,13 +131,7 @@ static int kernel_source_text(const char *name, const char **text, char **owned)
     *text = *owned = buf;
     return CLT_OK;
   }
-  for (const struct clt_kernel_source *s = clt__kernel_sources; s->name; s++) {
-    if (strcmp(s->name, name) == 0) {
-      *text = s->text;
-      return CLT_OK;
-    }
-  }
-  return clt__error(CLT_ENOTFOUND, "no kernel source named '%s' is built into cltrain", name);
+  return embedded_source_text(name, text);
 }
 
 static struct clt_program_entry *find_program(clt_context *ctx, const char *name, const char *options) {
@@ -142,7 +147,16 @@ static int build_program(clt_context *ctx, const char *name, const char *source,
   cl_int err;
   char *log = NULL;
   struct clt_program_entry *entry = NULL;
-  cl_program prog = clCreateProgramWithSource(ctx->context, 1, &source, NULL, &err);
+  cl_program prog = NULL;
+  /* Every source is compiled after cl/prelude.cl (the storage type of
+   * activations); compiler messages count lines from the prelude's first. */
+  const char *prelude = "", *texts[2];
+  char *owned = NULL;
+  if (kernel_source_text("prelude", &prelude, &owned) < 0) /* CLT_KERNEL_DIR without one: the built-in */
+    CLT_TRY(embedded_source_text("prelude", &prelude));
+  texts[0] = prelude, texts[1] = source;
+  prog = clCreateProgramWithSource(ctx->context, 2, texts, NULL, &err);
+  free(owned);
   CLT_CL_TRY(err);
 
   /* -cl-std=CL1.2: every vendor we target speaks it; kernels use nothing newer. */

@@ -116,6 +116,9 @@ CLT_API int clt_mul(clt_context *ctx, const clt_tensor *a, const clt_tensor *b,
  * device), returned to the host. */
 CLT_API int clt_sum(clt_context *ctx, const clt_tensor *x, float *out);
 CLT_API int clt_sumsq(clt_context *ctx, const clt_tensor *x, float *out);
+/* dst = src converted from f32 to f16 (rounded to nearest even; beyond
+ * 65504 becomes inf) or from f16 to f32; the same element count. */
+CLT_API int clt_convert(clt_context *ctx, const clt_tensor *src, const clt_tensor *dst);
 
 /* ---- GEMM (CLBlast) ------------------------------------------------------- */
 

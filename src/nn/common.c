@@ -31,6 +31,12 @@ int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dty
   return CLT_OK;
 }
 
+int clt__nn_check_act(const char *op, const char *name, const clt_tensor *t, int ndim, const char *layout) {
+  return clt__nn_check(op, name, t, t && t->dtype == CLT_F16 ? CLT_F16 : CLT_F32, ndim, layout);
+}
+
+const char *clt__nn_act_opt(const clt_tensor *t) { return t && t->dtype == CLT_F16 ? "-DCLT_HALF" : ""; }
+
 int clt__nn_shape_error(const char *op, const clt__nn_named *ts, int n, const char *fmt, ...) {
   char msg[1024], s[128];
   size_t used = (size_t)snprintf(msg, sizeof msg, "%s: ", op);

@@ -42,7 +42,7 @@ typedef struct clt__nn_named {
   const clt_tensor *t;
 } clt__nn_named;
 
-/* The view's offset in elements (4-byte f32 and i32 alike). */
+/* The view's offset in elements of its dtype. */
 cl_ulong clt__nn_off(const clt_tensor *t);
 
 /* The tensor as a GEMM operand with leading dimension ld (in floats). */
@@ -52,6 +52,14 @@ clt_matrix clt__nn_mat(const clt_tensor *t, int64_t ld);
  * (ndim 0: any), and hold at most NN_MAX_ELEMS elements (else CLT_ESHAPE).
  * `layout` describes the expected shape in the message, e.g. "(N, C, H, W)". */
 int clt__nn_check(const char *op, const char *name, const clt_tensor *t, clt_dtype dtype, int ndim, const char *layout);
+
+/* As clt__nn_check, for an activation or activation gradient: f32, or f16
+ * under mixed precision (stored half, computed float; cl/prelude.cl). */
+int clt__nn_check_act(const char *op, const char *name, const clt_tensor *t, int ndim, const char *layout);
+
+/* The build option that selects a kernel source's variant for activations
+ * stored as t's dtype: "-DCLT_HALF" for f16, "" for f32. */
+const char *clt__nn_act_opt(const clt_tensor *t);
 
 /* t must exist and have the dtype and shape of like (else CLT_EINVAL or
  * CLT_ESHAPE naming both). */
