@@ -18,7 +18,7 @@
 // col[k, b*P + p] = x[b, ci, oh*sh - ph + kh, ow*sw - pw + kw] (0 outside)
 // with k = (ci*KH + kh)*KW + kw and p = oh*OW + ow. Range (OW, OH, K*B):
 // item (ow, oh, k*B + b), whose column index k*B*P + b*P + p is id 2 * P + p.
-__kernel void im2col(__global const float *x, const ulong xoff, __global float *col, const ulong coff,
+__kernel void im2col(__global const act_t *x, const ulong xoff, __global float *col, const ulong coff,
                      const uint B, const uint Cin, const uint H, const uint W, const uint KH, const uint KW,
                      const uint OH, const uint OW, const int sh, const int sw, const int ph, const int pw) {
   const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
@@ -27,14 +27,14 @@ __kernel void im2col(__global const float *x, const ulong xoff, __global float *
   const uint kh = r / KW, kw = r - kh * KW;
   const int ih = (int)(oh * sh) - ph + (int)kh, iw = (int)(ow * sw) - pw + (int)kw;
   float v = 0.0f;
-  if (ih >= 0 && ih < (int)H && iw >= 0 && iw < (int)W) v = x[xoff + ((b * Cin + ci) * H + ih) * W + iw];
+  if (ih >= 0 && ih < (int)H && iw >= 0 && iw < (int)W) v = ALOAD(x, xoff + ((b * Cin + ci) * H + ih) * W + iw);
   col[coff + (z * OH + oh) * OW + ow] = v;
 }
 
 // The adjoint of im2col: dx[b, ci, ih, iw] = the sum of col[k, b*P + p]
 // over the (kh, kw) whose window puts output p on input (ih, iw).
 // Range (W, H, B*Cin): item (iw, ih, b*Cin + ci).
-__kernel void col2im(__global const float *col, const ulong coff, __global float *dx, const ulong dxoff,
+__kernel void col2im(__global const float *col, const ulong coff, __global act_t *dx, const ulong dxoff,
                      const uint B, const uint Cin, const uint H, const uint W, const uint KH, const uint KW,
                      const uint OH, const uint OW, const int sh, const int sw, const int ph, const int pw) {
   const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
@@ -54,24 +54,24 @@ __kernel void col2im(__global const float *col, const ulong coff, __global float
       acc += col[coff + (ulong)((ci * KH + kh) * KW + kw) * BP + b * P + oh * OW + ow];
     }
   }
-  dx[dxoff + (z * H + ih) * W + iw] = acc;
+  ASTORE(dx, dxoff + (z * H + ih) * W + iw, acc);
 }
 
 // y[b, c, p] = t[c, b*P + p] (+ bias[c] when has_bias). Range (P, C, B).
-__kernel void cbp_to_bcp(__global const float *t, const ulong toff, __global float *y, const ulong yoff,
+__kernel void cbp_to_bcp(__global const float *t, const ulong toff, __global act_t *y, const ulong yoff,
                          __global const float *bias, const ulong boff, const int has_bias, const uint B,
                          const uint C, const uint P) {
   const uint p = get_global_id(0), c = get_global_id(1), b = get_global_id(2);
   float v = t[toff + (c * B + b) * P + p];
   if (has_bias) v += bias[boff + c];
-  y[yoff + (b * C + c) * P + p] = v;
+  ASTORE(y, yoff + (b * C + c) * P + p, v);
 }
 
 // t[c, b*P + p] = y[b, c, p]. Range (P, B, C).
-__kernel void bcp_to_cbp(__global const float *y, const ulong yoff, __global float *t, const ulong toff,
+__kernel void bcp_to_cbp(__global const act_t *y, const ulong yoff, __global float *t, const ulong toff,
                          const uint B, const uint C, const uint P) {
   const uint p = get_global_id(0), b = get_global_id(1), c = get_global_id(2);
-  t[toff + (c * B + b) * P + p] = y[yoff + (b * C + c) * P + p];
+  t[toff + (c * B + b) * P + p] = ALOAD(y, yoff + (b * C + c) * P + p);
 }
 
 // ---- direct convolution for small K ---------------------------------------
@@ -89,18 +89,20 @@ __kernel void bcp_to_cbp(__global const float *y, const ulong yoff, __global flo
 
 // xp[b, ci, ih, iw] = x[b, ci, ih - ph, iw - pw], 0 in the border: xp is
 // (B, Cin, H + 2 ph, W + 2 pw). Range (W + 2 pw, H + 2 ph, B*Cin).
-__kernel void pad_input(__global const float *x, const ulong xoff, __global float *xp, const ulong xpoff,
+__kernel void pad_input(__global const act_t *x, const ulong xoff, __global float *xp, const ulong xpoff,
                         const uint H, const uint W, const int ph, const int pw) {
   const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
   const uint HP = get_global_size(1), WP = get_global_size(0);
   const int r = (int)ih - ph, c = (int)iw - pw;
   const int inside = r >= 0 && r < (int)H && c >= 0 && c < (int)W;
-  const float v = x[xoff + ((ulong)z * H + (inside ? r : 0)) * W + (inside ? c : 0)];
+  const float v = ALOAD(x, xoff + ((ulong)z * H + (inside ? r : 0)) * W + (inside ? c : 0));
   xp[xpoff + ((ulong)z * HP + ih) * WP + iw] = inside ? v : 0.0f;
 }
 
 #ifdef CONV_CIN
 #define CONV_K (CONV_CIN * CONV_KH * CONV_KW)
+// xp is the workspace's padded float copy, or the input itself when there
+// is no padding (f32 storage only: half inputs are always copied).
 
 // y[n, co, oh, ow] = sum over (ci, kh, kw) of w[co, ci, kh, kw] *
 // xp[n, ci, oh*SH + kh, ow*SW + kw], + b[co] when has_bias: the sum in k
@@ -109,7 +111,7 @@ __kernel void pad_input(__global const float *x, const ulong xoff, __global floa
 // N*Cout).
 __kernel void conv_direct_forward(__global const float *xp, const ulong xoff, __global const float *w,
                                   const ulong woff, __global const float *bias, const ulong boff, const int has_bias,
-                                  __global float *y, const ulong yoff, const uint Cout, const uint H, const uint W,
+                                  __global act_t *y, const ulong yoff, const uint Cout, const uint H, const uint W,
                                   const uint OH, const uint OW) {
   const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
   const uint n = z / Cout, co = z - n * Cout;
@@ -121,7 +123,7 @@ __kernel void conv_direct_forward(__global const float *xp, const ulong xoff, __
       _Pragma("unroll") for (int kw = 0; kw < CONV_KW; kw++)
         acc += wc[(ci * CONV_KH + kh) * CONV_KW + kw] * xn[(ci * H + kh) * W + kw];
   if (has_bias) acc += bias[boff + co];
-  y[yoff + (z * OH + oh) * OW + ow] = acc;
+  ASTORE(y, yoff + (z * OH + oh) * OW + ow, acc);
 }
 
 // dw[co, k] += sum over (n, p) of dy[n, co, p] * xp-patch[n, k, p], and
@@ -131,7 +133,7 @@ __kernel void conv_direct_forward(__global const float *xp, const ulong xoff, __
 // products in registers, then a tree in local memory (K + 1 rows of L) adds
 // the items' sums in a fixed order: the same bits every run. L, the group
 // size, is a power of two.
-__kernel void conv_direct_backward_weights(__global const float *xp, const ulong xoff, __global const float *dy,
+__kernel void conv_direct_backward_weights(__global const float *xp, const ulong xoff, __global const act_t *dy,
                                            const ulong dyoff, __global float *dw, const ulong dwoff,
                                            __global float *db, const ulong dboff, const int has_bias,
                                            const uint N, const uint Cout, const uint H, const uint W,
@@ -143,7 +145,7 @@ __kernel void conv_direct_backward_weights(__global const float *xp, const ulong
   for (uint p = lid; p < P; p += L) {
     const uint oh = p / OW, ow = p - oh * OW;
     for (uint n = 0; n < N; n++) {
-      const float g = dy[dyoff + ((ulong)n * Cout + co) * P + p];
+      const float g = ALOAD(dy, dyoff + ((ulong)n * Cout + co) * P + p);
       __global const float *xn = xp + xoff + (ulong)n * CONV_CIN * H * W + oh * CONV_SH * W + ow * CONV_SW;
       _Pragma("unroll") for (int ci = 0; ci < CONV_CIN; ci++)
         _Pragma("unroll") for (int kh = 0; kh < CONV_KH; kh++)

@@ -627,6 +627,8 @@ typedef struct clt_train_event {
   int nreplicas;                    /* STEP: replicas of all ranks, and for each: */
   const int64_t *shares;            /*   its share of the global batch */
   const double *throughput;         /*   its measured samples per second of device time (0: unknown) */
+  double loss_scale;                /* STEP: the dynamic loss scale now (1 in f32) */
+  int64_t skipped;                  /* STEP: steps skipped for a non-finite f16 gradient, in all */
 } clt_train_event;
 
 typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
@@ -667,6 +669,15 @@ typedef struct clt_train_options {
                                      way also when fit() ends */
   int checkpoint_keep;            /* keep the newest K in checkpoint_dir, delete older ones (3);
                                      0: keep all */
+  /* mixed precision */
+  clt_dtype precision;            /* how activations and their gradients are stored: CLT_F32, or
+                                     CLT_F16 (computed in f32 all the same; f32 master weights and
+                                     optimizer state; gradients all-reduced as f16, summed in f32) */
+  float loss_scale;               /* CLT_F16: the first dynamic loss scale (65536). A step whose
+                                     gradient is not finite on any rank is skipped on every rank
+                                     and the scale halved */
+  int64_t loss_scale_window;      /* CLT_F16: double the scale after N clean steps in a row (2000) */
+  int max_skips;                  /* CLT_F16: stop (CLT_ENONFINITE) after N skipped steps in a row (20) */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);

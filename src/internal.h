@@ -121,7 +121,15 @@ struct clt_context {
   cl_command_queue xfer_queue; /* in-order: copies that overtake queued compute */
   struct clt_program_entry *programs;
   cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
+  cl_mem scratch;        /* clt__context_scratch's */
 };
+
+/* A device buffer of at least `bytes` for an op's temporaries, owned by the
+ * context and grown on demand. Ops on the in-order compute queue may use it
+ * one after the other: each has finished with it before the next runs (a
+ * buffer replaced while queued kernels still use it is freed only after
+ * them). Reserve the most an owner will need up front to fail early. */
+int clt__context_scratch(clt_context *ctx, size_t bytes, cl_mem *out);
 
 /* The embedded kernel sources (generated from cl/ at build time). */
 struct clt_kernel_source {

@@ -64,6 +64,7 @@ void clt_context_destroy(clt_context *ctx) {
     free(p);
   }
   if (ctx->reduce_scratch) clReleaseMemObject(ctx->reduce_scratch);
+  if (ctx->scratch) clReleaseMemObject(ctx->scratch);
   if (ctx->xfer_queue) {
     clFinish(ctx->xfer_queue);
     clReleaseCommandQueue(ctx->xfer_queue);
@@ -85,6 +86,18 @@ int clt_context_finish(clt_context *ctx) {
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "on %s", ctx->info.name);
+}
+
+int clt__context_scratch(clt_context *ctx, size_t bytes, cl_mem *out) {
+  if (!ctx->scratch || clt_buffer_size(ctx->scratch) < bytes) {
+    cl_mem grown;
+    int rc = clt_buffer_create(ctx, bytes ? bytes : 1, &grown);
+    if (rc < 0) return clt__error_prefix(rc, "scratch space of %zu bytes", bytes);
+    if (ctx->scratch) clReleaseMemObject(ctx->scratch);
+    ctx->scratch = grown;
+  }
+  *out = ctx->scratch;
+  return CLT_OK;
 }
 
 /* ---- programs ------------------------------------------------------------- */

@@ -85,6 +85,12 @@ static void help(FILE *to) {
           "      --gamma X           step schedule: decay factor (default 0.1)\n"
           "      --min-lr X          cosine schedule: final learning rate (default 0)\n"
           "      --clip X            clip the global gradient norm to X (default 0: off)\n"
+          "      --precision P       fp32, or fp16: activations and their gradients stored as\n"
+          "                          half (computed in fp32), fp32 master weights, gradients\n"
+          "                          all-reduced as half, dynamic loss scaling (default fp32)\n"
+          "      --loss-scale X      fp16: the first loss scale (default %g); halved and the step\n"
+          "                          skipped when a gradient overflows, doubled after %lld clean\n"
+          "                          steps; %d skips in a row stop training\n"
           "devices and output\n"
           "  -d, --devices SPEC      this rank's devices (default: CLT_DEVICES, else one device\n"
           "                          per rank chosen by local rank, or all devices with one rank)\n"
@@ -110,7 +116,8 @@ static void help(FILE *to) {
           "                          the checkpoint directory (none there: start from the beginning)\n"
           "  -q, --quiet             no progress line\n"
           "  -h, --help              this text\n",
-          DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr,
+          DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr, d.loss_scale,
+          (long long)d.loss_scale_window, d.max_skips,
           (long long)d.balance_every, d.bucket_mb, (long long)d.check_every, (long long)d.log_every,
           DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
 }
@@ -140,7 +147,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 /* Parse argv into a; returns -1 (after a message) on a bad command line. */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
-         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET,
+         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
@@ -158,6 +165,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
       {"balance", required_argument, 0, O_BALANCE}, {"balance-every", required_argument, 0, O_BALEVERY},
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"check-every", required_argument, 0, O_CHECK},
+      {"precision", required_argument, 0, O_PRECISION}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
       {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
       {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
       {"help", no_argument, 0, 'h'},              {0}};
@@ -243,6 +251,17 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       o->bucket_mb = mb;
       break;
     }
+    case O_PRECISION:
+      if (strcmp(optarg, "fp32") == 0) {
+        o->precision = CLT_F32;
+      } else if (strcmp(optarg, "fp16") == 0) {
+        o->precision = CLT_F16;
+      } else {
+        fprintf(stderr, "cltrain: --precision must be fp32 or fp16, not '%s'\n", optarg);
+        return -1;
+      }
+      break;
+    case O_LOSS_SCALE: if (parse_real("--loss-scale", optarg, 1, 1e30, &o->loss_scale)) return -1; break;
     case 'h': *help_asked = 1; return 0;
     default: return -1;
     }

@@ -6,7 +6,9 @@
  * Memory: every layer's output for max_batch samples lives in one
  * activation arena (flatten and evaluation-mode dropout reuse their input),
  * because backward needs them; gradients of activations ping-pong between
- * two buffers the size of the largest layer output.
+ * two buffers the size of the largest layer output. Both hold f32, or f16
+ * under mixed precision (computed in f32 all the same; cl/prelude.cl);
+ * parameters, their gradients and optimizer state are always f32.
  */
 #include "model/replica.h"
 
@@ -25,18 +27,19 @@ static int64_t numel(const clt_shape *s) { return clt__shape_numel(s); }
 /* Does this layer's output share its input's storage? */
 static int is_view(const clt_layer_spec *l) { return l->kind == CLT_LAYER_FLATTEN; }
 
-static int make_view(cl_mem buf, int64_t off_words, clt_dtype dt, int64_t n, const clt_shape *s, clt_tensor *t) {
+/* Views at an offset in elements of their dtype. */
+static int make_view(cl_mem buf, int64_t off, clt_dtype dt, int64_t n, const clt_shape *s, clt_tensor *t) {
   int64_t shape[4] = {n, 0, 0, 0};
   for (int i = 0; i < s->ndim; i++) shape[i + 1] = s->dims[i];
-  return clt_tensor_view(buf, (size_t)off_words * 4, dt, s->ndim + 1, shape, t);
+  return clt_tensor_view(buf, (size_t)off * clt_dtype_size(dt), dt, s->ndim + 1, shape, t);
 }
 
-static int make_flat(cl_mem buf, int64_t off_words, clt_dtype dt, int64_t count, clt_tensor *t) {
-  return clt_tensor_view(buf, (size_t)off_words * 4, dt, 1, &count, t);
+static int make_flat(cl_mem buf, int64_t off, clt_dtype dt, int64_t count, clt_tensor *t) {
+  return clt_tensor_view(buf, (size_t)off * clt_dtype_size(dt), dt, 1, &count, t);
 }
 
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                        const float *params, clt__replica **out) {
+                        clt_dtype act_dtype, const float *params, clt__replica **out) {
   int rc = CLT_OK;
   clt__replica *r = clt__calloc(1, sizeof *r);
   *out = NULL;
@@ -45,6 +48,8 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   r->spec = spec;
   r->max_batch = max_batch;
   r->state_per_param = state_per_param;
+  r->act_dtype = act_dtype;
+  if (act_dtype != CLT_F32 && act_dtype != CLT_F16) { rc = CLT_EINVAL; goto fail; }
   if (!(r->slots = clt__calloc(spec->nlayers, sizeof *r->slots))) { rc = CLT_ENOMEM; goto fail; }
   const char *prof = getenv("CLT_PROFILE");
   if (prof && *prof && strcmp(prof, "0") != 0) {
@@ -55,6 +60,7 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
 
   /* Lay out activations and saved data. */
   int64_t act = 0, aux = 0, largest = 0, ws = 0;
+  size_t scratch = 0;
   r->first_trainable = spec->nlayers;
   for (int i = 0; i < spec->nlayers; i++) {
     const clt_layer_spec *l = &spec->layers[i];
@@ -79,15 +85,26 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
         samples = (samples + 1) / 2;
       if ((int64_t)bytes > ws) ws = (int64_t)bytes;
     }
+    if (l->kind == CLT_LAYER_LINEAR) {
+      size_t b = clt_nn_linear_scratch_bytes(max_batch, l->in_shape.dims[0], l->out, act_dtype);
+      if (b > scratch) scratch = b;
+    }
   }
 
   size_t pbytes = (size_t)spec->param_count * 4;
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->params));
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
   if (state_per_param) CLT_TRY(clt_buffer_create(ctx, pbytes * state_per_param, &r->state));
-  CLT_TRY(clt_buffer_create(ctx, (size_t)act * 4, &r->act));
-  CLT_TRY(clt_buffer_create(ctx, (size_t)largest * 4, &r->dbuf[0]));
-  CLT_TRY(clt_buffer_create(ctx, (size_t)largest * 4, &r->dbuf[1]));
+  size_t esize = clt_dtype_size(act_dtype);
+  CLT_TRY(clt_buffer_create(ctx, (size_t)act * esize, &r->act));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[0]));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[1]));
+  if (act_dtype != CLT_F32) /* the input batch arrives as f32 and is rounded on the device */
+    CLT_TRY(clt_buffer_create(ctx, (size_t)(numel(&spec->layers[0].out_shape) * max_batch) * 4, &r->input32));
+  if (scratch) {
+    cl_mem s;
+    CLT_TRY(clt__context_scratch(ctx, scratch, &s));
+  }
   CLT_TRY(clt_buffer_create(ctx, (size_t)(aux ? aux : 1) * 4, &r->aux));
   if (ws) CLT_TRY(clt_buffer_create(ctx, (size_t)ws, &r->workspace));
   CLT_TRY(clt_buffer_create(ctx, (size_t)max_batch * 4, &r->labels));
@@ -112,17 +129,31 @@ static void release_events(clt__replica *r) {
   if (r->end_ev) clReleaseEvent(r->end_ev), r->end_ev = NULL;
 }
 
-int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by) {
+int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by, const int64_t *lo,
+                             const int64_t *hi, int wire) {
   release_events(r);
   free(r->bucket_ev);
   free(r->bucket_closed_by);
+  free(r->bucket_lo);
   r->nbuckets = 0;
   r->bucket_ev = clt__calloc(nbuckets, sizeof *r->bucket_ev);
   r->bucket_closed_by = clt__calloc(r->spec->nlayers, sizeof *r->bucket_closed_by);
-  if (!r->bucket_ev || !r->bucket_closed_by) return CLT_ENOMEM;
+  r->bucket_lo = clt__calloc(2 * (size_t)nbuckets, sizeof *r->bucket_lo);
+  if (!r->bucket_ev || !r->bucket_closed_by || !r->bucket_lo) return CLT_ENOMEM;
+  r->bucket_hi = r->bucket_lo + nbuckets;
   memcpy(r->bucket_closed_by, closed_by, (size_t)r->spec->nlayers * sizeof *closed_by);
+  memcpy(r->bucket_lo, lo, (size_t)nbuckets * sizeof *lo);
+  memcpy(r->bucket_hi, hi, (size_t)nbuckets * sizeof *hi);
   r->nbuckets = nbuckets;
+  if (wire && !r->wire) return clt_buffer_create(r->ctx, (size_t)r->spec->param_count * 2, &r->wire);
   return CLT_OK;
+}
+
+clt_tensor clt__replica_wire(const clt__replica *r) {
+  clt_tensor t;
+  memset(&t, 0, sizeof t);
+  if (r->wire) make_flat(r->wire, 0, CLT_F16, r->spec->param_count, &t);
+  return t;
 }
 
 static int marker(clt__replica *r, cl_event *ev) {
@@ -133,12 +164,28 @@ fail:
   return rc;
 }
 
+/* Bucket b's gradients are all written: round them to the f16 wire
+ * buffer if there is one, and mark the place on the queue. */
+static int close_bucket(clt__replica *r, int b) {
+  int rc = CLT_OK;
+  if (r->wire && r->bucket_hi[b] > r->bucket_lo[b]) {
+    clt_tensor g, w;
+    int64_t n = r->bucket_hi[b] - r->bucket_lo[b];
+    CLT_TRY(make_flat(r->grads, r->bucket_lo[b], CLT_F32, n, &g));
+    CLT_TRY(make_flat(r->wire, r->bucket_lo[b], CLT_F16, n, &w));
+    CLT_TRY(clt_convert(r->ctx, &g, &w));
+  }
+  CLT_TRY(marker(r, &r->bucket_ev[b]));
+fail:
+  return rc;
+}
+
 int clt__replica_record_empty(clt__replica *r) {
   int rc = CLT_OK;
   r->run_start_ns = 0;
   atomic_store(&r->run_end_ns, 0);
   CLT_TRY(marker(r, &r->start_ev));
-  for (int b = 0; b < r->nbuckets; b++) CLT_TRY(marker(r, &r->bucket_ev[b]));
+  for (int b = 0; b < r->nbuckets; b++) CLT_TRY(close_bucket(r, b));
   CLT_TRY(marker(r, &r->end_ev));
 fail:
   return rc;
@@ -204,8 +251,9 @@ void clt__replica_destroy(clt__replica *r) {
   release_events(r);
   free(r->bucket_ev);
   free(r->bucket_closed_by);
-  cl_mem bufs[] = {r->params, r->grads,  r->state,  r->act,    r->dbuf[0], r->dbuf[1],
-                   r->aux,    r->workspace, r->labels, r->losses, r->scalars};
+  free(r->bucket_lo);
+  cl_mem bufs[] = {r->params, r->grads,     r->state,  r->act,    r->dbuf[0], r->dbuf[1], r->aux,
+                   r->workspace, r->labels, r->losses, r->scalars, r->input32, r->wire};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) clt_buffer_release(bufs[i]);
   free(r->slots);
   free(r);
@@ -293,7 +341,7 @@ static int layer_forward(clt__replica *r, int i, int64_t n, const clt_tensor *x,
     *y = *x;
     return CLT_OK;
   }
-  CLT_TRY(make_view(r->act, r->slots[i].act_offset, CLT_F32, n, &l->out_shape, y));
+  CLT_TRY(make_view(r->act, r->slots[i].act_offset, r->act_dtype, n, &l->out_shape, y));
   switch (l->kind) {
   case CLT_LAYER_LINEAR:
     CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
@@ -427,8 +475,16 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   if (!(outs = clt__calloc(L, sizeof *outs))) return CLT_ENOMEM;
 
   /* Forward. outs[i] is layer i's output; outs[0] the input batch. */
-  CLT_TRY(make_view(r->act, r->slots[0].act_offset, CLT_F32, n, &s->layers[0].out_shape, &in));
-  CLT_TRY(clt_tensor_upload_async(r->ctx, &in, x, (size_t)(n * numel(&s->layers[0].out_shape)) * 4));
+  CLT_TRY(make_view(r->act, r->slots[0].act_offset, r->act_dtype, n, &s->layers[0].out_shape, &in));
+  size_t in_bytes = (size_t)(n * numel(&s->layers[0].out_shape)) * 4;
+  if (r->input32) {
+    clt_tensor in32;
+    CLT_TRY(make_view(r->input32, 0, CLT_F32, n, &s->layers[0].out_shape, &in32));
+    CLT_TRY(clt_tensor_upload_async(r->ctx, &in32, x, in_bytes));
+    CLT_TRY(clt_convert(r->ctx, &in32, &in));
+  } else {
+    CLT_TRY(clt_tensor_upload_async(r->ctx, &in, x, in_bytes));
+  }
   CLT_TRY(make_flat(r->labels, 0, CLT_I32, n, &labels));
   CLT_TRY(clt_tensor_upload_async(r->ctx, &labels, y, (size_t)n * 4));
   double t0 = clt__now();
@@ -451,9 +507,10 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(make_flat(r->losses, 0, CLT_F32, n, &losses));
   CLT_TRY(make_flat(r->scalars, 0, CLT_F32, 1, &loss));
   CLT_TRY(make_flat(r->scalars, 1, CLT_I32, 1, &correct));
-  CLT_TRY(clt_tensor_view(r->dbuf[0], 0, CLT_F32, 2, lshape, &dlogits));
-  CLT_TRY(clt_nn_softmax_xent(r->ctx, &outs[L - 1], &labels, 1.0f, pass->train ? &dlogits : NULL, &losses, &loss,
-                              &correct));
+  CLT_TRY(clt_tensor_view(r->dbuf[0], 0, r->act_dtype, 2, lshape, &dlogits));
+  float grad_scale = pass->loss_scale > 0 ? pass->loss_scale : 1.0f;
+  CLT_TRY(clt_nn_softmax_xent(r->ctx, &outs[L - 1], &labels, grad_scale, pass->train ? &dlogits : NULL, &losses,
+                              &loss, &correct));
   if (pass->train) charge(r, &r->prof_loss, &t0);
 
   /* Backward, into the gradient arena (accumulated). */
@@ -463,15 +520,15 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
     for (int i = L - 1; i >= r->first_trainable && i >= 1; i--) {
       const clt_layer_spec *l = &s->layers[i];
       if (is_view(l)) { /* flatten: the same gradient seen in the input's shape */
-        CLT_TRY(make_view(dy.buf, (int64_t)(dy.offset / 4), CLT_F32, n, &l->in_shape, &dy));
+        CLT_TRY(make_view(dy.buf, (int64_t)(dy.offset / clt_dtype_size(dy.dtype)), dy.dtype, n, &l->in_shape, &dy));
         continue;
       }
       int need_dx = i > r->first_trainable;
-      if (need_dx) CLT_TRY(make_view(r->dbuf[1 - cur], 0, CLT_F32, n, &l->in_shape, &dx));
+      if (need_dx) CLT_TRY(make_view(r->dbuf[1 - cur], 0, r->act_dtype, n, &l->in_shape, &dx));
       CLT_TRY(layer_backward(r, i, n, &outs[i - 1], &outs[i], &dy, need_dx ? &dx : NULL, pass));
       charge(r, &r->prof_bwd[i], &t0);
       if (pass->record && r->bucket_closed_by && r->bucket_closed_by[i] >= 0)
-        CLT_TRY(marker(r, &r->bucket_ev[r->bucket_closed_by[i]]));
+        CLT_TRY(close_bucket(r, r->bucket_closed_by[i]));
       if (need_dx) {
         dy = dx;
         cur = 1 - cur;

@@ -14,7 +14,7 @@
 
 typedef struct clt__replica clt__replica;
 
-/* Per-layer places in the replica's buffers (in floats / 4-byte words). */
+/* Per-layer places in the replica's buffers (in elements). */
 typedef struct clt__layer_slot {
   int64_t act_offset;  /* this layer's output in the activation arena */
   int64_t aux_offset;  /* saved data for backward (argmax, mean/rstd) */
@@ -26,8 +26,11 @@ struct clt__replica {
   int64_t max_batch;
   int state_per_param;
   cl_mem params, grads, state; /* (P), (P), (k*P) floats; state NULL when k = 0 */
+  clt_dtype act_dtype;         /* how act and dbuf store values: f32, or f16 (mixed precision) */
   cl_mem act;                  /* every layer's output for max_batch samples */
   cl_mem dbuf[2];              /* gradient ping-pong, the largest layer output */
+  cl_mem input32;              /* f16 only: the f32 input batch before rounding */
+  cl_mem wire;                 /* f16 gradient copy for the all-reduce, or NULL */
   cl_mem aux;                  /* argmax indices, layernorm statistics */
   cl_mem workspace;            /* conv2d im2col; NULL without conv layers */
   cl_mem labels;               /* (max_batch) i32 */
@@ -40,6 +43,7 @@ struct clt__replica {
    * can start while the backward of earlier layers goes on. */
   int nbuckets;
   int *bucket_closed_by;       /* per layer: the bucket it completes, or -1 */
+  int64_t *bucket_lo, *bucket_hi; /* per bucket: its gradient range [lo, hi) */
   cl_event *bucket_ev;         /* per bucket, from the last recorded run */
   cl_event start_ev, end_ev;   /* around the last recorded run */
   /* Wall time of the last recorded run, from its enqueueing to the end
@@ -53,11 +57,11 @@ struct clt__replica {
   int64_t prof_runs;
 };
 
-/* Make a replica of spec on ctx for batches of up to max_batch samples.
- * Parameters are uploaded from params (spec->param_count floats); gradients
+/* Make a replica of spec on ctx for batches of up to max_batch samples,
+ * activations stored as act_dtype (CLT_F32 or CLT_F16). Parameters are uploaded from params (spec->param_count floats); gradients
  * and optimizer state start at zero. */
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                        const float *params, clt__replica **out);
+                        clt_dtype act_dtype, const float *params, clt__replica **out);
 void clt__replica_destroy(clt__replica *r);
 
 /* Upload n samples (n, input size) and their labels, run the forward pass
@@ -70,14 +74,20 @@ typedef struct clt__pass {
   int record;           /* mark bucket completions and the run's device time */
   uint64_t seed, step;
   int64_t global_first; /* global index of sample 0 of this slice, for dropout masks */
+  float loss_scale;     /* the backward starts from loss_scale * dloss (0 means 1) */
 } clt__pass;
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
 /* Wait for the last run and read its summed loss and number correct. */
 int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct);
 
 /* Buckets: closed_by[layer] is the bucket whose last gradient that layer's
- * backward writes, or -1 (copied). */
-int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by);
+ * backward writes, or -1 (copied); bucket b is the gradient range [lo[b],
+ * hi[b]). With `wire`, each bucket is also rounded to an f16 copy (for an
+ * f16 all-reduce, clt__replica_wire) before its marker. */
+int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by, const int64_t *lo,
+                             const int64_t *hi, int wire);
+/* The f16 copy of the gradient arena (empty view without one). */
+clt_tensor clt__replica_wire(const clt__replica *r);
 /* A recorded run of no samples: just the markers (a replica can get none of
  * a partial last batch, and the all-reduce still waits on its events). */
 int clt__replica_record_empty(clt__replica *r);

@@ -15,6 +15,9 @@
  * their speed on large shapes, and CLBlast's batched GEMM would need a
  * weight copy per sample. The workspace (col and T) is the caller's, sized
  * by clt_nn_conv2d_workspace_bytes; a smaller one only means more chunks.
+ * Activations may be stored as f16 (mixed precision): the kernels that read
+ * or write them widen and round (cl/prelude.cl), and the workspace and the
+ * GEMMs stay f32.
  */
 #include "nn/common.h"
 
@@ -27,7 +30,13 @@ typedef struct geom {
   int sh, sw, ph, pw;
   int64_t chunk;          /* samples per GEMM */
   clt_tensor ws;          /* the workspace: col (K, chunk*P) then T (Cout, chunk*P) */
+  int half;               /* activations (x, y, dx, dy) stored as f16; the workspace is f32 */
 } geom;
+
+/* The kernel of cl/conv.cl for the layer's activation storage. */
+static int conv_kernel(clt_context *ctx, const geom *g, const char *name, cl_kernel *k) {
+  return clt_context_kernel(ctx, "conv", name, g->half ? "-DCLT_HALF" : "", k);
+}
 
 int64_t clt_nn_out_size(int64_t in, int64_t k, int stride, int pad) {
   if (in < 1 || k < 1 || stride < 1 || pad < 0 || in + 2 * (int64_t)pad < k) return 0;
@@ -49,12 +58,14 @@ static int check_conv(const char *op, const clt_nn_conv2d_cfg *cfg, const clt_te
   if (cfg->stride_h < 1 || cfg->stride_w < 1 || cfg->pad_h < 0 || cfg->pad_w < 0)
     return clt__error(CLT_EINVAL, "%s: stride %dx%d must be at least 1 and padding %dx%d at least 0", op,
                       cfg->stride_h, cfg->stride_w, cfg->pad_h, cfg->pad_w);
-  if ((rc = clt__nn_check(op, "x", x, CLT_F32, 4, "(N, Cin, H, W)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, "x", x, 4, "(N, Cin, H, W)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "w", w, CLT_F32, 4, "(Cout, Cin, KH, KW)")) < 0) return rc;
-  if ((rc = clt__nn_check(op, yname, y, CLT_F32, 4, "(N, Cout, OH, OW)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, yname, y, 4, "(N, Cout, OH, OW)")) < 0) return rc;
   if (b && (rc = clt__nn_check(op, bname, b, CLT_F32, 1, "(Cout)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "workspace", ws, CLT_F32, 0, "(any shape)")) < 0) return rc;
   clt__nn_named ts[] = {{"x", x}, {"w", w}, {bname, b}, {yname, y}};
+  if (x->dtype != y->dtype) return clt__nn_shape_error(op, ts, 4, "x and %s must be of one type", yname);
+  g->half = x->dtype == CLT_F16;
   g->N = x->shape[0], g->Cin = x->shape[1], g->H = x->shape[2], g->W = x->shape[3];
   g->Cout = w->shape[0], g->KH = w->shape[2], g->KW = w->shape[3];
   g->sh = cfg->stride_h, g->sw = cfg->stride_w, g->ph = cfg->pad_h, g->pw = cfg->pad_w;
@@ -114,7 +125,7 @@ static int im2col(clt_context *ctx, const geom *g, const clt_tensor *x, int64_t 
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W), coff = ws_col(g);
-  CLT_TRY(clt_context_kernel(ctx, "conv", "im2col", NULL, &k));
+  CLT_TRY(conv_kernel(ctx, g, "im2col", &k));
   NN_ARG(k, 0, x->buf);
   NN_ARG(k, 1, xoff);
   NN_ARG(k, 2, g->ws.buf);
@@ -130,7 +141,7 @@ static int col2im(clt_context *ctx, const geom *g, const clt_tensor *dx, int64_t
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong coff = ws_col(g), dxoff = clt__nn_off(dx) + (cl_ulong)(n0 * g->Cin * g->H * g->W);
-  CLT_TRY(clt_context_kernel(ctx, "conv", "col2im", NULL, &k));
+  CLT_TRY(conv_kernel(ctx, g, "col2im", &k));
   NN_ARG(k, 0, g->ws.buf);
   NN_ARG(k, 1, coff);
   NN_ARG(k, 2, dx->buf);
@@ -151,7 +162,7 @@ static int t_to_y(clt_context *ctx, const geom *g, const clt_tensor *b, const cl
   cl_mem bbuf = b ? b->buf : g->ws.buf; /* never read without a bias */
   cl_int has_bias = b != NULL;
   cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
-  CLT_TRY(clt_context_kernel(ctx, "conv", "cbp_to_bcp", NULL, &k));
+  CLT_TRY(conv_kernel(ctx, g, "cbp_to_bcp", &k));
   NN_ARG(k, 0, g->ws.buf);
   NN_ARG(k, 1, toff);
   NN_ARG(k, 2, y->buf);
@@ -173,7 +184,7 @@ static int dy_to_t(clt_context *ctx, const geom *g, const clt_tensor *dy, int64_
   cl_kernel k;
   cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), toff = ws_t(g);
   cl_uint ub = (cl_uint)B, uc = (cl_uint)g->Cout, up = (cl_uint)g->P;
-  CLT_TRY(clt_context_kernel(ctx, "conv", "bcp_to_cbp", NULL, &k));
+  CLT_TRY(conv_kernel(ctx, g, "bcp_to_cbp", &k));
   NN_ARG(k, 0, dy->buf);
   NN_ARG(k, 1, dyoff);
   NN_ARG(k, 2, g->ws.buf);
@@ -201,15 +212,16 @@ fail:
  * workspace). */
 static int64_t direct_chunk(const geom *g, clt_nn_conv2d_algo algo) {
   if (algo == CLT_NN_CONV_IM2COL || (algo == CLT_NN_CONV_AUTO && g->K > CONV_DIRECT_MAX_K)) return 0;
-  if (g->ph == 0 && g->pw == 0) return g->N;
+  if (g->ph == 0 && g->pw == 0 && !g->half) return g->N;
   int64_t per = g->Cin * (g->H + 2 * g->ph) * (g->W + 2 * g->pw);
   int64_t c = clt_tensor_numel(&g->ws) / per;
   if (c > NN_MAX_ELEMS / per) c = NN_MAX_ELEMS / per;
   return c < g->N ? c : g->N;
 }
 
-/* Where the direct kernels read samples [n0, n0 + B) of x: a padded copy
- * at the start of the workspace, or x itself. */
+/* Where the direct kernels read samples [n0, n0 + B) of x: a padded f32
+ * copy at the start of the workspace, or x itself when it is f32 and needs
+ * no padding. */
 typedef struct direct_src {
   cl_mem buf;
   cl_ulong off;
@@ -220,7 +232,7 @@ static int direct_source(clt_context *ctx, const geom *g, const clt_tensor *x, i
                          direct_src *src) {
   int rc = CLT_OK;
   cl_ulong xoff = clt__nn_off(x) + (cl_ulong)(n0 * g->Cin * g->H * g->W);
-  if (g->ph == 0 && g->pw == 0) {
+  if (g->ph == 0 && g->pw == 0 && !g->half) {
     *src = (direct_src){x->buf, xoff, (cl_uint)g->H, (cl_uint)g->W};
     return CLT_OK;
   }
@@ -228,7 +240,7 @@ static int direct_source(clt_context *ctx, const geom *g, const clt_tensor *x, i
   cl_kernel k;
   cl_uint H = (cl_uint)g->H, W = (cl_uint)g->W;
   cl_int ph = g->ph, pw = g->pw;
-  CLT_TRY(clt_context_kernel(ctx, "conv", "pad_input", NULL, &k));
+  CLT_TRY(conv_kernel(ctx, g, "pad_input", &k));
   NN_ARG(k, 0, x->buf);
   NN_ARG(k, 1, xoff);
   NN_ARG(k, 2, src->buf);
@@ -243,9 +255,9 @@ fail:
 }
 
 static int direct_kernel(clt_context *ctx, const geom *g, const char *name, cl_kernel *k) {
-  char opts[128];
-  snprintf(opts, sizeof opts, "-DCONV_CIN=%lld -DCONV_KH=%lld -DCONV_KW=%lld -DCONV_SH=%d -DCONV_SW=%d",
-           (long long)g->Cin, (long long)g->KH, (long long)g->KW, g->sh, g->sw);
+  char opts[160];
+  snprintf(opts, sizeof opts, "-DCONV_CIN=%lld -DCONV_KH=%lld -DCONV_KW=%lld -DCONV_SH=%d -DCONV_SW=%d%s",
+           (long long)g->Cin, (long long)g->KH, (long long)g->KW, g->sh, g->sw, g->half ? " -DCLT_HALF" : "");
   return clt_context_kernel(ctx, "conv", name, opts, k);
 }
 

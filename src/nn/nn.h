@@ -29,6 +29,10 @@
 /* x (N, in), w (out, in), b (out) or NULL, y (N, out). */
 int clt_nn_linear_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *w, const clt_tensor *b,
                           const clt_tensor *y);
+/* Bytes of the context's scratch space (clt__context_scratch) linear
+ * forward and backward use for N samples with activations of dtype: none
+ * for f32; f32 copies of x and y (or dy) for f16. */
+size_t clt_nn_linear_scratch_bytes(int64_t N, int64_t in, int64_t out, clt_dtype dtype);
 /* dy (N, out). dx (N, in) = dy w is overwritten; NULL skips it (the first
  * layer needs no input gradient). dw (out, in) += dy^T x and db (out) +=
  * sum over N of dy are accumulated; db is NULL when the layer has no bias. */

@@ -83,6 +83,8 @@ static int emit(clt_trainer *t, FILE *metrics, const clt_train_event *ev) {
     }
     json_object_set_new(o, "shares", sh);
     json_object_set_new(o, "throughput", tp);
+    json_object_set_new(o, "loss_scale", num(ev->loss_scale));
+    json_object_set_new(o, "skipped", json_integer(ev->skipped));
   } else {
     json_object_set_new(o, "test_loss", num(ev->test_loss));
     json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
@@ -166,7 +168,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         int record = k == o->accumulate - 1 || last;
         for (int i = 0; i < t->nlocal; i++) {
           clt__pass pass = {.train = 1, .record = record, .seed = o->seed, .step = (uint64_t)t->micro_steps,
-                            .global_first = first[i]};
+                            .global_first = first[i], .loss_scale = (float)t->loss_scale};
           if (b[i].n > 0)
             CLT_TRY(clt__replica_run(t->rep[i], b[i].x, b[i].y, b[i].n, &pass));
           else if (record) /* a partial last batch can leave a replica nothing */
@@ -193,7 +195,12 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
       double grad_norm;
       CLT_TRY(clt__trainer_apply(t, total_n, &grad_norm));
       CLT_TRY(clt__trainer_sum(t, sums, 2));
-      if (!isfinite(sums[0])) {
+      /* In f16 a step whose forward overflowed is skipped like any other
+       * non-finite step (clt__trainer_apply): it leaves the sums alone. */
+      int counted = isfinite(sums[0]) || !t->last_skipped;
+      if (!counted) {
+        /* skipped: its samples leave the epoch's means alone */
+      } else if (!isfinite(sums[0])) {
         rc = clt__error(CLT_ENONFINITE, "the loss is not finite at step %lld (epoch %lld): lower the learning rate "
                         "(%g) or clip gradients (--clip)", (long long)t->steps_done, (long long)epoch + 1,
                         clt_schedule_lr(&o->schedule, t->steps_done - 1));
@@ -204,9 +211,11 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         CLT_TRY(clt__trainer_rebalance(t));
         CLT_TRY(apply_shares(t, pf, first));
       }
-      ep_sums[0] += sums[0];
-      ep_sums[1] += sums[1];
-      ep_sums[2] += (double)total_n;
+      if (counted) {
+        ep_sums[0] += sums[0];
+        ep_sums[1] += sums[1];
+        ep_sums[2] += (double)total_n;
+      }
       t->ep_steps++;
       window_samples += total_n;
       clt_prefetcher_position(pf[0], &t->pos);
@@ -233,6 +242,8 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         ev.nreplicas = t->nreplicas;
         ev.shares = t->shares;
         ev.throughput = t->throughput;
+        ev.loss_scale = t->loss_scale;
+        ev.skipped = t->skipped;
         CLT_TRY(emit(t, metrics, &ev));
         t->comm_s = t->comm_hidden_s = 0;
         window_t = tn;

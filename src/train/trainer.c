@@ -31,6 +31,10 @@ void clt_train_options_defaults(clt_train_options *o) {
   o->balance_every = 10;
   o->check_every = 100;
   o->checkpoint_keep = 3;
+  o->precision = CLT_F32;
+  o->loss_scale = 65536.0f;
+  o->loss_scale_window = 2000;
+  o->max_skips = 20;
 }
 
 static int check_options(const clt_train_options *o) {
@@ -46,6 +50,17 @@ static int check_options(const clt_train_options *o) {
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
   if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
+  if (o->precision != CLT_F32 && o->precision != CLT_F16)
+    return clt__error(CLT_EINVAL, "the precision must be fp32 or fp16, not %s", clt_dtype_name(o->precision));
+  if (o->precision == CLT_F16) {
+    if (!(o->loss_scale >= 1) || !isfinite(o->loss_scale))
+      return clt__error(CLT_EINVAL, "the loss scale must be a finite number of at least 1, not %g", o->loss_scale);
+    if (o->loss_scale_window < 1)
+      return clt__error(CLT_EINVAL, "the loss scale window must be at least 1 step, not %lld",
+                        (long long)o->loss_scale_window);
+    if (o->max_skips < 1)
+      return clt__error(CLT_EINVAL, "the most skipped steps in a row must be at least 1, not %d", o->max_skips);
+  }
   if (o->checkpoint_dir && !o->checkpoint_dir[0])
     return clt__error(CLT_EINVAL, "the checkpoint directory is empty: name one, or give none (NULL)");
   if (o->checkpoint_keep < 0) return clt__error(CLT_EINVAL, "--keep must be at least 0 (0 keeps every checkpoint)");
@@ -209,13 +224,17 @@ static int make_buckets(clt_trainer *t) {
     }
   }
   (void)last_trainable;
-  for (int i = 0; rc == CLT_OK && i < t->nlocal; i++) rc = clt__replica_set_buckets(t->rep[i], t->nbuckets, closed_by);
+  /* In f16, gradients travel as f16 (half the bytes), rounded per bucket
+   * as its backward ends and summed in f32 on the host. */
+  int wire = t->nreplicas > 1 && t->opts.precision == CLT_F16;
+  for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
+    rc = clt__replica_set_buckets(t->rep[i], t->nbuckets, closed_by, t->bucket_lo, t->bucket_hi, wire);
   free(closed_by);
   if (t->nreplicas > 1) {
     clt_allreduce_opts ao = {0, t->nlocal};
     for (int b = 0; rc == CLT_OK && b < t->nbuckets; b++)
-      rc = clt_allreduce_plan_create(t->comm, (size_t)(t->bucket_hi[b] - t->bucket_lo[b]), CLT_F32, CLT_SUM, &ao,
-                                     &t->plans[b]);
+      rc = clt_allreduce_plan_create(t->comm, (size_t)(t->bucket_hi[b] - t->bucket_lo[b]), wire ? CLT_F16 : CLT_F32,
+                                     CLT_SUM, &ao, &t->plans[b]);
   }
   return rc;
 }
@@ -233,6 +252,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   t->model = m;
   t->opts = *o;
   t->saved_step = -1;
+  t->loss_scale = o->precision == CLT_F16 ? o->loss_scale : 1.0;
   if (o->checkpoint_dir && !(t->opts.checkpoint_dir = t->checkpoint_dir = clt__strdup(o->checkpoint_dir))) {
     rc = CLT_ENOMEM;
     goto fail;
@@ -288,7 +308,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++) {
     CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
-    CLT_TRY(clt__replica_create(t->ctx[i], m->spec, t->micro_batch, per, params, &t->rep[i]));
+    CLT_TRY(clt__replica_create(t->ctx[i], m->spec, t->micro_batch, per, o->precision, params, &t->rep[i]));
     if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
                "replica holds the same bits", clt_context_device(t->ctx[i])->name, clt_optimizer_name(o->optimizer.kind));
@@ -369,6 +389,28 @@ static int nonfinite_layer(clt_trainer *t) {
                     "gradients (--clip)");
 }
 
+/* f16: the summed gradient is not finite. Every rank holds the same sum
+ * (an inf or NaN on any rank reaches it), so every rank decides alike:
+ * leave the parameters, halve the scale, and give up after max_skips in a
+ * row. */
+static int skip_step(clt_trainer *t) {
+  t->last_skipped = 1;
+  t->skipped++;
+  t->skips_in_row++;
+  t->scale_clean_steps = 0;
+  double was = t->loss_scale;
+  if (t->loss_scale > 1) t->loss_scale /= 2;
+  clt__log(CLT_LOG_INFO, "step %lld: the f16 gradient is not finite at loss scale %g: step skipped, scale now %g",
+           (long long)t->steps_done + 1, was, t->loss_scale);
+  if (t->skips_in_row >= t->opts.max_skips)
+    return clt__error(CLT_ENONFINITE, "step %lld: the f16 gradient was not finite %lld steps in a row, down to loss "
+                      "scale %g: the values overflow f16 itself; train with --precision fp32, or lower the learning "
+                      "rate (%g)", (long long)t->steps_done + 1, (long long)t->skips_in_row, was,
+                      clt_schedule_lr(&t->opts.schedule, t->steps_done));
+  t->steps_done++;
+  return CLT_OK;
+}
+
 int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(t->model);
@@ -382,7 +424,19 @@ int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
   float ss = 0;
   clt_tensor g = clt__replica_grads(t->rep[0]);
   CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
-  if (!isfinite(ss)) {
+  t->last_skipped = 0;
+  if (t->opts.precision == CLT_F16) {
+    /* The gradient was scaled by the loss scale; in f16 an inf or NaN
+     * means the scale is too large (or the data overflow f16 outright). */
+    if (!isfinite(ss)) return skip_step(t);
+    t->skips_in_row = 0;
+    scale = (float)(1.0 / ((double)total_n * t->loss_scale));
+    ss = (float)((double)ss / (t->loss_scale * t->loss_scale));
+    if (++t->scale_clean_steps >= t->opts.loss_scale_window && t->loss_scale * 2 <= 1e30) {
+      t->loss_scale *= 2;
+      t->scale_clean_steps = 0;
+    }
+  } else if (!isfinite(ss)) {
     rc = nonfinite_layer(t);
     goto fail;
   }
@@ -396,7 +450,7 @@ int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
   }
 
   float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
-  int64_t step = t->steps_done + 1;
+  int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
   for (int i = 0; i < t->nlocal; i++) {
     clt__replica *r = t->rep[i];
     clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r);
@@ -408,7 +462,7 @@ int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
     clt_optimizer_step_host(cfg, step, lr, scale, t->host_params[i], t->host_grads, t->host_state[i], (size_t)P);
     CLT_TRY(clt_tensor_upload(t->ctx[i], &p, t->host_params[i], (size_t)P * sizeof(float)));
   }
-  t->steps_done = step;
+  t->steps_done++;
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "optimizer step %lld", (long long)t->steps_done + 1);
@@ -421,7 +475,8 @@ int clt__trainer_allreduce(clt_trainer *t) {
   size_t *offs = clt__calloc(n, sizeof *offs);
   if (!q || !wq || !bufs || !offs) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < n; i++) {
-    q[i] = clt_context_transfer_queue(t->ctx[i]), wq[i] = clt_context_queue(t->ctx[i]), bufs[i] = t->rep[i]->grads;
+    q[i] = clt_context_transfer_queue(t->ctx[i]), wq[i] = clt_context_queue(t->ctx[i]);
+    bufs[i] = t->rep[i]->wire ? t->rep[i]->wire : t->rep[i]->grads;
     /* Submit the queued backward now: a driver may hold unflushed
      * commands back until something waits on them. */
     CLT_CL_TRY(clFlush(clt_context_queue(t->ctx[i])));
@@ -434,7 +489,7 @@ int clt__trainer_allreduce(clt_trainer *t) {
      * (~100 ms a step here). */
     for (int i = 0; i < n; i++) {
       CLT_CL_TRY(clWaitForEvents(1, &t->rep[i]->bucket_ev[b]));
-      offs[i] = (size_t)t->bucket_lo[b] * sizeof(float);
+      offs[i] = (size_t)t->bucket_lo[b] * (t->rep[i]->wire ? 2 : sizeof(float));
     }
     double t0 = clt__now();
     CLT_TRY(clt__allreduce_run_devices_split(t->plans[b], n, q, wq, bufs, offs));
@@ -449,6 +504,13 @@ int clt__trainer_allreduce(clt_trainer *t) {
         break;
       }
     }
+  }
+  /* The f16 sums back into the f32 arenas (after the write-backs, which
+   * are on the same in-order queue). */
+  for (int i = 0; i < n && t->plans[0]; i++) {
+    if (!t->rep[i]->wire) continue;
+    clt_tensor w = clt__replica_wire(t->rep[i]), g = clt__replica_grads(t->rep[i]);
+    CLT_TRY(clt_convert(t->ctx[i], &w, &g));
   }
 fail:
   free(q), free(wq), free(bufs), free(offs);

@@ -43,6 +43,14 @@ struct clt_trainer {
   double *throughput;          /* per global replica, smoothed samples/s (0: not measured) */
   double *local_rate;          /* per local replica, smoothed */
 
+  /* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
+   * the scale, clean steps since it last changed, skipped steps in a row
+   * and in all. Skipped steps count in steps_done (their batch is used up)
+   * but not in the optimizer's own step count. */
+  double loss_scale;
+  int64_t scale_clean_steps, skips_in_row, skipped;
+  int last_skipped;            /* did the last clt__trainer_apply skip? */
+
   /* Communication accounting since the last step event. */
   double comm_s, comm_hidden_s;
 
