@@ -82,7 +82,7 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   float *buf = clt__calloc((size_t)P * (1 + per), sizeof *buf);
   clt__st_tensor *tensors = clt__calloc((size_t)spec->nlayers * 2 * (1 + per), sizeof *tensors);
-  char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL;
+  char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL;
   if (!buf || !tensors) { rc = CLT_ENOMEM; goto fail; }
   double t0 = clt__now();
 
@@ -102,7 +102,8 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
     n += k;
   }
 
-  char step[32], epoch[32], params[32], seed[32];
+  char step[32], epoch[32], params[32], seed[32], scale[32];
+  snprintf(scale, sizeof scale, "%.17g", t->loss_scale);
   snprintf(step, sizeof step, "%lld", (long long)t->steps_done);
   snprintf(epoch, sizeof epoch, "%lld", (long long)t->pos.epoch);
   snprintf(params, sizeof params, "%lld", (long long)P);
@@ -114,18 +115,21 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   training = dump(training_json(t), 0);
   progress = dump(json_pack("{s:I, s:f, s:f, s:f}", "steps", (json_int_t)t->ep_steps, "loss_sum", t->ep_sums[0],
                             "correct", t->ep_sums[1], "samples", t->ep_sums[2]), 0); /* 17 digits: exact */
-  if (!position || !rng || !optim || !training || !progress) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
+  scaling = dump(json_pack("{s:s, s:I, s:I}", "precision", t->opts.precision == CLT_F16 ? "fp16" : "fp32",
+                           "clean_steps", (json_int_t)t->scale_clean_steps, "skipped", (json_int_t)t->skipped), 0);
+  if (!position || !rng || !optim || !training || !progress || !scaling) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
   const char *meta[] = {"format", CLT__CKPT_FORMAT, "format_version", CLT__CKPT_VERSION_STR, "cltrain_version",
                         clt_version(), "model", clt_model_text(t->model), "param_count", params, "step", step,
-                        "epoch", epoch, "sampler_position", position, "rng", rng, "loss_scale", "1",
-                        "optimizer", optim, "training", training, "epoch_progress", progress, NULL};
+                        "epoch", epoch, "sampler_position", position, "rng", rng, "loss_scale", scale,
+                        "loss_scaling", scaling, "optimizer", optim, "training", training,
+                        "epoch_progress", progress, NULL};
   CLT_TRY(clt__st_write(path, tensors, n, meta));
   char size[32];
   clt__log(CLT_LOG_INFO, "saved checkpoint %s (step %lld, %s) in %.3f s", path, (long long)t->steps_done,
            clt__fmt_bytes((uint64_t)P * (1 + per) * 4, size, sizeof size), clt__now() - t0);
 fail:
   free(buf), free(tensors);
-  free(position), free(rng), free(optim), free(training), free(progress);
+  free(position), free(rng), free(optim), free(training), free(progress), free(scaling);
   return rc;
 }
 
@@ -305,7 +309,7 @@ fail:
 static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload) {
   int rc = CLT_OK;
   clt__st_file *f = NULL;
-  json_t *pos = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL;
+  json_t *pos = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL;
   const clt_model_spec *spec = t->model->spec;
   int64_t P = spec->param_count;
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
@@ -386,6 +390,18 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
                     scale ? scale : "(missing)");
     goto fail;
   }
+  /* An f16 run goes on with an f16 checkpoint's loss scaling; from an f32
+   * one (or one older than 'loss_scaling') it starts afresh. */
+  h->loss_scale = 0;
+  if (t->opts.precision == CLT_F16 && clt__st_metadata(f, "loss_scaling")) {
+    CLT_TRY(meta_json(f, path, "loss_scaling", &scaling));
+    const char *prec = json_string_value(json_object_get(scaling, "precision"));
+    if (prec && strcmp(prec, "fp16") == 0) {
+      h->loss_scale = strtod(scale, NULL);
+      CLT_TRY(json_int(path, "loss_scaling", scaling, "clean_steps", 0, &h->scale_clean_steps));
+      CLT_TRY(json_int(path, "loss_scaling", scaling, "skipped", 0, &h->skipped));
+    }
+  }
 
   /* The sampler position, in this run's micro-batches: the sample order of
    * an epoch does not depend on the batch size, so a position at a whole
@@ -434,6 +450,7 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
            path, (long long)h->steps_done, (long long)h->epoch + 1, (long long)h->step, clt__now() - t0);
 fail:
   json_decref(pos), json_decref(rng), json_decref(optim), json_decref(training), json_decref(progress);
+  json_decref(scaling);
   clt__st_close(f);
   return rc;
 }
@@ -469,6 +486,12 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
   }
   t->steps_done = h->steps_done;
   t->micro_steps = h->micro_steps;
+  if (t->opts.precision == CLT_F16) {
+    t->loss_scale = h->loss_scale > 0 ? h->loss_scale : t->opts.loss_scale;
+    t->scale_clean_steps = h->loss_scale > 0 ? h->scale_clean_steps : 0;
+    t->skipped = h->loss_scale > 0 ? h->skipped : 0;
+    t->skips_in_row = 0;
+  }
   t->pos.epoch = h->epoch;
   t->pos.step = h->step;
   t->pos_count = h->count;

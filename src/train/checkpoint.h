@@ -24,6 +24,8 @@ typedef struct clt__ckpt_header {
   int64_t count;             /* training samples the position refers to */
   int64_t ep_steps;
   double ep_sums[3];
+  double loss_scale;         /* f16 runs: the dynamic loss scale and its counters (0: start afresh) */
+  int64_t scale_clean_steps, skipped;
   char path[1024];
   char msg[2048];            /* rank 0's error */
 } clt__ckpt_header;

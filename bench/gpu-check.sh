@@ -1,0 +1,524 @@
+#!/bin/bash
+# gpu-check.sh: exercise cltrain's OpenCL path on a GPU machine that has
+# neither this project's build dependencies nor a network, from a bundle made
+# by scripts/gpu-bundle.sh. From the repository root:
+#
+#   bash bench/gpu-check.sh [BUNDLE] [GROUPS]        (BUNDLE defaults to .gpu)
+#
+# It finds the NVIDIA OpenCL driver (libnvidia-opencl.so.1) wherever it is,
+# points a private ICD directory at it, and runs, each under `timeout` and
+# within an overall time budget, each failure recorded and the next step run:
+#
+#   env        machine facts: uname, glibc, libstdc++, nvidia-smi, OpenCL and MPI
+#              libraries found, the relocated Open MPI's paths
+#   devices    cltrain devices (table, and JSON to $OUT/devices.json)
+#   bench      cltrain bench gemm (checks, then GFLOP/s at two sizes)
+#   tests      the Check test programs, on every device the ICD shows (the GPU)
+#   train      MLP and CNN training on Fashion-MNIST ($OUT/mlp.jsonl, cnn.jsonl)
+#   peer       PyTorch on the same models on the GPU, same batch/optimizer/epochs
+#   dp         2 ranks data-parallel on the same GPU (mpirun; $OUT/dp.jsonl)
+#   allreduce  cltrain bench allreduce on 2 ranks ($OUT/allreduce.json)
+#   profile    CLT_PROFILE=1 on a few CNN steps
+#   mpitests   test_dp, test_comm, test_ckpt_dp on 2 ranks
+#   nnbench    bench/nn_bench: every layer call of a CNN step
+#
+# GROUPS (or GPU_CHECK_ONLY) is a space- or comma-separated subset of those,
+# e.g. GPU_CHECK_ONLY="devices tests train"; default: all of them.
+# Other settings (environment):
+#   OUT               where the results go (default ./gpu-check-out); at most 8
+#                     files: summary.txt, console.log, logs.tar.gz, devices.json,
+#                     mlp.jsonl, cnn.jsonl, dp.jsonl, allreduce.json
+#   GPU_CHECK_BUDGET  seconds for the whole run (default 390); a step gets at most
+#                     what is left, and steps past the budget are skipped
+#   GPU_CHECK_SMALL=1 small sizes and step counts (for a CPU-only machine)
+#   GPU_CHECK_DEVICE  the device spec for cltrain (default: gpu when the NVIDIA
+#                     driver is found, else 0, the first device there is)
+# Without the NVIDIA driver it falls back to the OpenCL drivers the machine
+# registers in /etc/OpenCL/vendors (PoCL here), and says so.
+set -u
+T0=$(date +%s)
+
+# ---- arguments ----------------------------------------------------------------------
+B=.gpu
+if [ $# -ge 1 ] && [ -d "$1" ]; then B=$1; shift; fi
+ONLY=${GPU_CHECK_ONLY:-${*:-}}
+ONLY=$(echo "$ONLY" | tr ',' ' ')
+B=$(cd "$B" 2>/dev/null && pwd) || { echo "gpu-check: no bundle directory (run scripts/gpu-bundle.sh BUILD .gpu)"; exit 2; }
+[ -x "$B/bin/cltrain" ] || { echo "gpu-check: $B holds no bin/cltrain: not a bundle"; exit 2; }
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+SMALL=${GPU_CHECK_SMALL:-0}
+BUDGET=${GPU_CHECK_BUDGET:-390}
+DEADLINE=$((T0 + BUDGET))
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+LOG=$WORK/logs
+mkdir -p "$LOG" "$WORK/tmp" "$WORK/icd" "$WORK/hwloc-plugins"
+SUMMARY=$OUT/summary.txt
+: >"$WORK/steps"
+: >"$WORK/facts"
+: >"$WORK/results"
+
+exec 3>&1 4>&2
+exec > >(tee -a "$OUT/console.log") 2>&1
+TEE_PID=$!
+
+want() { [ -z "$ONLY" ] && return 0; case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
+fact() { echo "  $1: $2"; echo "$1: $2" >>"$WORK/facts"; }
+result() { echo "  >> $*"; echo "$*" >>"$WORK/results"; write_summary; }
+now() { date +%s; }
+
+write_summary() {
+  {
+    echo "cltrain gpu-check, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(($(now) - T0)) s so far; bundle $BUNDLE_REV"
+    echo "mode: ${MODE:-?}; devices spec: ${DEV:-?}"
+    echo
+    echo "-- facts"
+    cat "$WORK/facts"
+    echo
+    echo "-- steps (status, seconds, name)"
+    cat "$WORK/steps"
+    echo
+    echo "-- results"
+    cat "$WORK/results"
+  } >"$SUMMARY.tmp" && mv "$SUMMARY.tmp" "$SUMMARY"
+}
+
+# step GROUP NAME LIMIT CMD...: CMD under timeout (LIMIT seconds, less when the
+# budget is short), its output to $LOG/NN-NAME.log, the last lines shown.
+NSTEP=0
+TAILN=${GPU_CHECK_TAIL:-12}
+step() {
+  local group=$1 name=$2 lim=$3 left rc t0 dt st log
+  shift 3
+  want "$group" || return 0
+  left=$((DEADLINE - $(now)))
+  NSTEP=$((NSTEP + 1))
+  log=$LOG/$(printf %02d "$NSTEP")-$name.log
+  STEP_LOG=$log
+  if [ $left -lt 10 ]; then
+    printf '%-8s %5s  %s\n' SKIPPED - "$name (time budget spent)" >>"$WORK/steps"
+    echo "=== [$NSTEP] $name: skipped, time budget spent"
+    write_summary
+    return 125
+  fi
+  [ "$lim" -gt $((left - 5)) ] && lim=$((left - 5))
+  echo "=== [$NSTEP] $name (limit ${lim}s)"
+  echo "$*" | cut -c1-400 | sed 's/^/  $ /'
+  echo "\$ $*" >"$log"
+  t0=$(date +%s.%N)
+  timeout -k 5 "$lim" "$@" >>"$log" 2>&1 </dev/null
+  rc=$?
+  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+  case $rc in
+    0) st=ok ;;
+    124 | 137) st=TIMEOUT ;;
+    77) st=SKIP77 ;;
+    *) st="FAIL($rc)" ;;
+  esac
+  tail -n "$TAILN" "$log" | cut -c1-300 | sed 's/^/    /'
+  echo "  -> $st in ${dt}s"
+  printf '%-8s %5s  %s\n' "$st" "$dt" "$name" >>"$WORK/steps"
+  write_summary
+  return $rc
+}
+
+# host CMD...: a program of this machine, without the bundle's libraries
+host() { env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$@"; }
+
+vercmp_ge() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$2" ]; } # A >= B
+
+. "$B/bundle.env"
+ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+
+echo "=== cltrain gpu-check: bundle $B (rev $BUNDLE_REV, built $BUNDLE_DATE on $BUNDLE_BUILD_OS), out $OUT"
+echo "    groups: ${ONLY:-all}; budget ${BUDGET}s; small=$SMALL"
+
+# ---- the machine ----------------------------------------------------------------------
+echo "=== environment"
+fact uname "$(uname -srm)"
+fact os "$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}")"
+HOST_GLIBC=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+[ -n "$HOST_GLIBC" ] || HOST_GLIBC=$(ldd --version 2>/dev/null | head -1 | awk '{print $NF}')
+fact glibc "${HOST_GLIBC:-unknown} (bundle needs >= $BUNDLE_GLIBC_NEED)"
+fact cpus "$(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo) memory"
+NVSMI=$(command -v nvidia-smi || { [ -x /usr/local/nvidia/bin/nvidia-smi ] && echo /usr/local/nvidia/bin/nvidia-smi; } || true)
+if [ -n "$NVSMI" ]; then
+  fact nvidia-smi "$(timeout 20 "$NVSMI" -L 2>&1 | head -4 | tr '\n' ' ')"
+  fact gpu "$(timeout 20 "$NVSMI" --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -2 | tr '\n' ' ')"
+else
+  fact nvidia-smi "not found"
+fi
+
+# libstdc++: the host's newest GLIBCXX against the bundle's need
+HOST_CXX=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/{print $NF; exit}')
+[ -n "$HOST_CXX" ] || for f in /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /usr/lib64/libstdc++.so.6 /lib/x86_64-linux-gnu/libstdc++.so.6; do
+  [ -e "$f" ] && { HOST_CXX=$f; break; }
+done
+HOST_GLIBCXX=
+[ -n "$HOST_CXX" ] && HOST_GLIBCXX=$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$HOST_CXX" 2>/dev/null | sed 's/GLIBCXX_//' | sort -uV | tail -1)
+USE_CXX=0
+if [ -z "$HOST_GLIBCXX" ] || ! vercmp_ge "$HOST_GLIBCXX" "$BUNDLE_GLIBCXX_NEED"; then USE_CXX=1; fi
+fact libstdc++ "${HOST_CXX:-none} GLIBCXX ${HOST_GLIBCXX:-?} (bundle needs >= $BUNDLE_GLIBCXX_NEED): $([ $USE_CXX = 1 ] && echo "using the bundle's" || echo "using the host's")"
+
+# glibc older than the bundle's: run every bundled program through its own loader
+USE_GLIBC=0
+if [ -n "$HOST_GLIBC" ] && ! vercmp_ge "$HOST_GLIBC" "$BUNDLE_GLIBC_NEED"; then USE_GLIBC=1; USE_CXX=1; fi
+
+# ---- OpenCL: find the NVIDIA driver ------------------------------------------------------
+find_nv() {
+  local d f
+  for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64 \
+    /usr/lib /usr/local/cuda/compat /usr/local/cuda/lib64 /usr/local/lib; do
+    for f in "$d"/libnvidia-opencl.so.1 "$d"/libnvidia-opencl.so.[0-9]*; do [ -f "$f" ] && echo "$f"; done
+  done
+  ldconfig -p 2>/dev/null | awk '/libnvidia-opencl\.so/{print $NF}'
+  for f in /etc/OpenCL/vendors/*.icd /usr/local/nvidia/etc/OpenCL/vendors/*.icd /usr/share/OpenCL/vendors/*.icd; do
+    [ -f "$f" ] && grep -q nvidia "$f" && {
+      local l
+      l=$(head -1 "$f")
+      case $l in /*) echo "$l" ;; *) ldconfig -p 2>/dev/null | awk -v n="$l" '$1 == n {print $NF}' ;; esac
+    }
+  done
+}
+NV_ALL=$(find_nv | awk '!seen[$0]++')
+if [ -z "$NV_ALL" ]; then
+  echo "  libnvidia-opencl not in the usual places; searching / (at most 40 s)"
+  NV_ALL=$(timeout 40 find / \( -path /proc -o -path /sys -o -path /dev -o -path "$WORK" \) -prune -o \
+    -name 'libnvidia-opencl.so*' -print 2>/dev/null | sort)
+fi
+NV=
+for f in $NV_ALL; do [ -f "$f" ] && { NV=$f; break; }; done
+fact libnvidia-opencl "$(echo ${NV_ALL:-none})"
+fact libcuda "$( (ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1/{print $NF}'; ls /usr/local/nvidia/lib64/libcuda.so.1 2>/dev/null) | sort -u | tr '\n' ' ')"
+fact /etc/OpenCL/vendors "$(cd /etc/OpenCL/vendors 2>/dev/null && for f in *.icd; do printf '%s(%s) ' "$f" "$(head -1 "$f")"; done)"
+fact libOpenCL "host: $( (ldconfig -p 2>/dev/null | awk '/libOpenCL\.so/{print $NF}'; ls /usr/local/nvidia/lib64/libOpenCL* /usr/local/cuda/lib64/libOpenCL* 2>/dev/null) | sort -u | tr '\n' ' ')(the bundle's ocl-icd is used)"
+fact mpi "host: mpirun=$(command -v mpirun || echo none) libmpi.so.40=$(ldconfig -p 2>/dev/null | awk '/libmpi\.so\.40/{print $NF; exit}')$( [ "$BUNDLE_HAVE_MPI" = 1 ] && echo " (the bundle's Open MPI is used)")"
+
+if [ -n "${GPU_CHECK_FORCE_FALLBACK:-}" ]; then NV=; fi
+if [ -n "$NV" ]; then
+  MODE=nvidia
+  echo "$NV" >"$WORK/icd/nvidia.icd"
+  export OCL_ICD_VENDORS=$WORK/icd
+  NVDIR=$(dirname "$NV")
+  DEV=${GPU_CHECK_DEVICE:-gpu}
+else
+  MODE=fallback
+  NVDIR=
+  DEV=${GPU_CHECK_DEVICE:-0}
+  echo "  !! no NVIDIA OpenCL driver found: falling back to the machine's own ICDs (/etc/OpenCL/vendors); device spec $DEV"
+fi
+fact opencl "mode $MODE, OCL_ICD_VENDORS=${OCL_ICD_VENDORS:-/etc/OpenCL/vendors (default)}"
+
+# ---- the bundle's environment -----------------------------------------------------------
+LP=$B/lib
+[ $USE_CXX = 1 ] && LP=$LP:$B/lib/cxx
+[ -n "$NVDIR" ] && LP=$LP:$NVDIR
+[ -n "$ORIG_LD_LIBRARY_PATH" ] && LP=$LP:$ORIG_LD_LIBRARY_PATH
+RUN=()
+if [ $USE_GLIBC = 1 ]; then
+  RUN=("$B/lib/glibc/ld-linux-x86-64.so.2" --library-path "$B/lib/glibc:$LP")
+  fact loader "host glibc $HOST_GLIBC < $BUNDLE_GLIBC_NEED: every bundled program runs through $B/lib/glibc's loader"
+fi
+export LD_LIBRARY_PATH=$LP
+# Open MPI and PMIx, relocated: nothing from /usr or /etc
+M=$B/mpi
+export OPAL_PREFIX=$M OPAL_EXEC_PREFIX=$M OPAL_BINDIR=$M/bin OPAL_SBINDIR=$M/bin OPAL_LIBEXECDIR=$M/bin \
+  OPAL_LIBDIR=$B/lib OPAL_PKGLIBDIR=$M/lib/openmpi3 OPAL_DATAROOTDIR=$M/share OPAL_DATADIR=$M/share \
+  OPAL_PKGDATADIR=$M/share/openmpi OPAL_SYSCONFDIR=$M/etc OPAL_INCLUDEDIR=$M/include OPAL_PKGINCLUDEDIR=$M/include
+P=$B/pmix
+export PMIX_PREFIX=$P PMIX_EXEC_PREFIX=$P PMIX_BINDIR=$P/bin PMIX_LIBDIR=$B/lib PMIX_PKGLIBDIR=$P/lib/pmix \
+  PMIX_DATAROOTDIR=$P/share PMIX_DATADIR=$P/share PMIX_PKGDATADIR=$P/share/pmix PMIX_SYSCONFDIR=$P/etc \
+  PMIX_INCLUDEDIR=$P/include PMIX_PKGINCLUDEDIR=$P/include
+export OMPI_MCA_mca_base_component_path=$M/lib/openmpi3 PMIX_MCA_mca_base_component_path=$P/lib/pmix
+export OMPI_MCA_mca_base_param_files=$M/etc/openmpi-mca-params.conf
+export OMPI_MCA_orte_default_hostfile=$M/etc/openmpi-default-hostfile
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export HWLOC_PLUGINS_PATH=$WORK/hwloc-plugins
+# cltrain and the tests
+export CK_DEFAULT_TIMEOUT=600 CK_VERBOSITY=normal CLT_TIMEOUT=60 CLT_FASHION_MNIST_DIR=$B/data TMPDIR=$WORK/tmp
+export POCL_MAX_PTHREAD_COUNT=${POCL_MAX_PTHREAD_COUNT:-$( [ "$MODE" = fallback ] && echo 1 || nproc)}
+unset CLT_DEVICES RUSTICL_ENABLE
+
+CLT=("${RUN[@]}" "$B/bin/cltrain")
+MPIRUN=("${RUN[@]}" "$M/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none)
+DATA=(--data "$B/data")
+EX=$B/examples
+HAVE_MPI=$BUNDLE_HAVE_MPI
+
+# python for the analysis (any) and for the PyTorch peer (the one with torch)
+PY=$(command -v python3 || command -v python || true)
+for p in "$PY" /opt/torch/.venv/bin/python3 /usr/bin/python3; do
+  [ -n "$p" ] && [ -x "$p" ] && { PY=$p; break; }
+done
+AN=$WORK/analyze.py
+cat >"$AN" <<'EOF'
+import json, statistics, sys
+
+def load(path):
+    out = []
+    try:
+        for line in open(path):
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return out
+
+def train(path):
+    r = load(path)
+    steps = [x for x in r if x.get("event") == "step"]
+    epochs = [x for x in r if x.get("event") == "epoch"]
+    rates = [x["samples_per_s"] for x in steps[1:] if isinstance(x.get("samples_per_s"), (int, float))]
+    if not steps:
+        return "no step records"
+    s = "%d steps" % steps[-1]["step"]
+    if rates:
+        s += ", samples/s mean %.0f median %.0f (of %d windows after the first)" % (
+            statistics.mean(rates), statistics.median(rates), len(rates))
+    comm = [x for x in steps[1:] if x.get("comm_s")]
+    if comm:
+        c = sum(x["comm_s"] for x in comm)
+        h = sum(x["comm_s"] * (x.get("comm_hidden") or 0) for x in comm)
+        s += ", all-reduce %.3f s, %.1f%% hidden behind backward" % (c, 100 * h / c if c else 0)
+        tp = comm[-1].get("throughput")
+        if tp:
+            s += ", replica throughput " + "/".join("%.0f" % t for t in tp)
+    for e in epochs:
+        s += "; epoch %d loss %.4f test acc %s (%.1f s)" % (
+            e["epoch"], e["loss"] if isinstance(e.get("loss"), (int, float)) else float("nan"),
+            "%.4f" % e["test_accuracy"] if isinstance(e.get("test_accuracy"), (int, float)) else "n/a",
+            e.get("elapsed_s") or 0)
+    return s
+
+def median_rate(path):
+    r = [x["samples_per_s"] for x in load(path) if x.get("event") == "step" and
+         isinstance(x.get("samples_per_s"), (int, float))][1:]
+    return statistics.median(r) if r else 0
+
+def allreduce(path):
+    try:
+        d = json.load(open(path))
+    except Exception as e:
+        return "no JSON (%s)" % e
+    rows = d.get("results") or d.get("sizes") or d.get("rows") or []
+    if not rows:
+        return json.dumps(d)[:600]
+    last = rows[-1]
+    return "ranks %s, %s bytes: %s" % (d.get("ranks"), last.get("bytes"),
+                                       json.dumps({k: v for k, v in last.items() if k not in ("bytes", "count")}))
+
+cmd = sys.argv[1]
+if cmd == "train":
+    print(train(sys.argv[2]))
+elif cmd == "rate":
+    print("%.1f" % median_rate(sys.argv[2]))
+elif cmd == "ratio":
+    a, b = float(sys.argv[2] or 0), float(sys.argv[3] or 0)
+    print("%.3f" % (a / b) if b else "n/a")
+elif cmd == "allreduce":
+    print(allreduce(sys.argv[2]))
+elif cmd == "peer":
+    for line in open(sys.argv[2]):
+        if line.startswith("{"):
+            d = json.loads(line)
+            print("%s %s: %.0f samples/s, test acc %.4f, batch %s, %s steps, %s, torch %s" % (
+                d.get("model"), d.get("device"), d["samples_per_s"], d["test_accuracy"], d.get("batch"),
+                d.get("steps"), d.get("gpu", ""), d.get("torch")))
+elif cmd == "peerrate":
+    for line in open(sys.argv[2]):
+        if line.startswith("{"):
+            d = json.loads(line)
+            if d.get("model") == sys.argv[3]:
+                print("%.1f" % d["samples_per_s"])
+EOF
+an() { [ -n "$PY" ] && host "$PY" "$AN" "$@" 2>&1 | head -5; }
+
+fact bundle "rev $BUNDLE_REV built $BUNDLE_DATE on $BUNDLE_BUILD_OS (glibc $BUNDLE_BUILD_GLIBC)"
+fact python "${PY:-none}"
+write_summary
+
+# ---- env: the relocated Open MPI and the library resolution -----------------------------------
+step env ldd 30 bash -c 'for f in "$@"; do echo "== $f"; ldd "$f"; done' _ "$B/bin/cltrain" "$B/tests/test_kernels" "$B/lib/libclblast.so.1" "$NV"
+grep -q "not found" "$STEP_LOG" 2>/dev/null && result "ldd: MISSING libraries: $(grep 'not found' "$STEP_LOG" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')"
+if [ "$HAVE_MPI" = 1 ]; then
+  step env ompi_info 30 "${RUN[@]}" "$M/bin/ompi_info" --path all
+  step env mpirun-hostname 30 "${MPIRUN[@]}" -np 2 hostname
+fi
+
+# ---- devices ---------------------------------------------------------------------------------
+TAILN=30 step devices devices 60 "${CLT[@]}" devices
+step devices devices-json 60 bash -c '"$@" devices --json >"$OUT/devices.json"' _ "${CLT[@]}"
+if want devices; then
+  if ! "${CLT[@]}" devices --devices "$DEV" >/dev/null 2>&1; then
+    result "devices: spec '$DEV' selects nothing: $("${CLT[@]}" devices --devices "$DEV" 2>&1 | tail -1 | cut -c1-300)"
+  else
+    result "device: $("${CLT[@]}" devices --devices "$DEV" 2>/dev/null | sed -n 2p | tr -s ' ')"
+  fi
+fi
+
+# ---- GEMM --------------------------------------------------------------------------------------
+if [ "$SMALL" = 1 ]; then G1=(256 5) G2=(128 5); else G1=(4096 20) G2=(1024 50); fi
+step bench gemm-${G1[0]} 90 "${CLT[@]}" bench gemm --devices "$DEV" --size "${G1[0]}" --iters "${G1[1]}" &&
+  result "gemm ${G1[0]}: $(grep -v '^device' "$STEP_LOG" | grep -v '^\$' | tr -s ' ' | tail -1)"
+step bench gemm-${G2[0]} 60 "${CLT[@]}" bench gemm --devices "$DEV" --size "${G2[0]}" --iters "${G2[1]}" --check-only=0 2>/dev/null ||
+  step bench gemm-${G2[0]}b 60 "${CLT[@]}" bench gemm --devices "$DEV" --size "${G2[0]}" --iters "${G2[1]}"
+grep -q . "$STEP_LOG" 2>/dev/null && want bench && result "gemm ${G2[0]}: $(grep -v '^device' "$STEP_LOG" | grep -v '^\$' | tr -s ' ' | tail -1)"
+
+# ---- the Check tests ------------------------------------------------------------------------------
+TL=${GPU_CHECK_TEST_LIMIT:-90}
+for t in test_kernels test_blas test_nn test_nn_conv test_optim test_train test_device test_core test_checkpoint \
+  test_checkpoint_files test_comm_local test_sampler test_dataset test_raw; do
+  [ -x "$B/tests/$t" ] || continue
+  step tests "$t" "$TL" "${RUN[@]}" "$B/tests/$t"
+  rc=$?
+  want tests && [ $rc -ne 125 ] && result "$t: $(grep -E '^[0-9]+%: Checks' "$STEP_LOG" | tail -1)$(grep -m1 -E '^device 0' "$STEP_LOG" | sed 's/^/ on /')$( [ $rc -ne 0 ] && echo " EXIT $rc")"
+done
+
+# ---- training, one device -------------------------------------------------------------------------
+if [ "$SMALL" = 1 ]; then
+  MLP=(--epochs 1 --max-steps 60) CNN=(--epochs 1 --max-steps 20 --batch 128) DPA=(--epochs 1 --max-steps 20 --batch 128)
+  PEER_MLP=(--epochs 1 --max-steps 60) PEER_CNN=(--epochs 1 --max-steps 20 --batch 128)
+else
+  MLP=(--epochs 3) CNN=(--epochs 2 --batch 128) DPA=(--epochs 1 --batch 128)
+  PEER_MLP=(--epochs 3) PEER_CNN=(--epochs 2 --batch 128)
+fi
+rm -f "$OUT/mlp.jsonl" "$OUT/cnn.jsonl" "$OUT/dp.jsonl"
+step train train-mlp 120 "${CLT[@]}" train "$EX/fashion_mlp.model" "${DATA[@]}" --devices "$DEV" "${MLP[@]}" \
+  --log-every 20 --quiet --metrics "$OUT/mlp.jsonl"
+want train && result "cltrain mlp (${MLP[*]}): $(an train "$OUT/mlp.jsonl")"
+step train train-cnn 180 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" "${CNN[@]}" \
+  --log-every 20 --quiet --metrics "$OUT/cnn.jsonl"
+want train && result "cltrain cnn (${CNN[*]}): $(an train "$OUT/cnn.jsonl")"
+
+# ---- the PyTorch peer -----------------------------------------------------------------------------------
+PEER=$WORK/peer.py
+cat >"$PEER" <<'EOF'
+# The PyTorch peer of bench/pytorch_fashion.py (same models, data, optimizer,
+# loop and timing), on the GPU when there is one.
+import importlib.util, json, sys, time
+src, data, model_name = sys.argv[1], sys.argv[2], sys.argv[3]
+spec = importlib.util.spec_from_file_location("pf", src)
+pf = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pf)
+pf.DATA = data
+import argparse
+import torch
+import torch.nn as nn
+ap = argparse.ArgumentParser()
+ap.add_argument("--epochs", type=int, default=1)
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--lr", type=float, default=0.01)
+ap.add_argument("--momentum", type=float, default=0.9)
+ap.add_argument("--max-steps", type=int, default=0)
+ap.add_argument("--seed", type=int, default=42)
+a = ap.parse_args(sys.argv[4:])
+dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+torch.manual_seed(a.seed)
+xtr, ytr = pf.load("train")
+xte, yte = pf.load("t10k")
+mean, std = xtr.mean(), xtr.std(unbiased=False)
+xtr, xte = (xtr - mean) / std, (xte - mean) / std
+if model_name == "cnn":
+    xtr, xte = xtr.unsqueeze(1), xte.unsqueeze(1)
+xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
+net = pf.model(model_name).to(dev)
+opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=a.momentum)
+lossf = nn.CrossEntropyLoss()
+steps, samples, t_train = 0, 0, 0.0
+for epoch in range(a.epochs):
+    net.train()
+    perm = torch.randperm(len(xtr), device=dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(0, len(xtr), a.batch):
+        idx = perm[i:i + a.batch]
+        opt.zero_grad()
+        loss = lossf(net(xtr[idx]), ytr[idx])
+        loss.backward()
+        opt.step()
+        loss.item()  # like cltrain, read the loss every step
+        steps += 1
+        samples += len(idx)
+        if a.max_steps and steps >= a.max_steps:
+            break
+    t_train += time.perf_counter() - t0
+    if a.max_steps and steps >= a.max_steps:
+        break
+net.eval()
+with torch.no_grad():
+    correct = sum((net(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item() for i in range(0, len(xte), 1000))
+print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": model_name, "device": dev.type,
+                  "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "", "batch": a.batch,
+                  "steps": steps, "samples_per_s": samples / t_train, "test_accuracy": correct / len(xte)}))
+EOF
+if want peer; then
+  if [ -z "$PY" ] || ! host "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
+    printf '%-8s %5s  %s\n' SKIPPED - "peer (no python3 with torch and numpy: ${PY:-no python})" >>"$WORK/steps"
+    result "peer: skipped, no python3 with torch"
+  else
+    step peer peer-cnn 150 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$PY" "$PEER" \
+      "$SRC/bench/pytorch_fashion.py" "$B/data" cnn "${PEER_CNN[@]}"
+    cp "$STEP_LOG" "$WORK/peer-cnn.out"
+    result "pytorch $(an peer "$WORK/peer-cnn.out")"
+    step peer peer-mlp 90 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$PY" "$PEER" \
+      "$SRC/bench/pytorch_fashion.py" "$B/data" mlp "${PEER_MLP[@]}"
+    cp "$STEP_LOG" "$WORK/peer-mlp.out"
+    result "pytorch $(an peer "$WORK/peer-mlp.out")"
+    for m in cnn mlp; do
+      c=$(an rate "$OUT/$m.jsonl") p=$(an peerrate "$WORK/peer-$m.out" "$m")
+      [ -n "$c" ] && [ -n "$p" ] && result "$m throughput cltrain/PyTorch: $(an ratio "$c" "$p") ($c vs $p samples/s, cltrain median window)"
+    done
+  fi
+fi
+
+# ---- data-parallel: 2 ranks on the same device ------------------------------------------------
+if [ "$HAVE_MPI" = 1 ]; then
+  step dp dp-cnn-2ranks 150 "${MPIRUN[@]}" -np 2 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" \
+    "${DPA[@]}" --log-every 20 --quiet --metrics "$OUT/dp.jsonl"
+  want dp && result "cltrain cnn 2 ranks on one device (${DPA[*]}): $(an train "$OUT/dp.jsonl")"
+  if [ "$SMALL" = 1 ]; then AR=(--max-bytes 1M --iters 3); else AR=(--max-bytes 64M --iters 10); fi
+  step allreduce allreduce-2ranks 90 bash -c '"$@" >"$OUT/allreduce.json"' _ "${MPIRUN[@]}" -np 2 "${CLT[@]}" bench allreduce \
+    --devices "$DEV" "${AR[@]}" --json
+  want allreduce && result "allreduce: $(an allreduce "$OUT/allreduce.json")"
+fi
+
+# ---- where a CNN step's time goes -------------------------------------------------------------
+TAILN=40 step profile profile-cnn 90 env CLT_PROFILE=1 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" \
+  --epochs 1 --max-steps "$([ "$SMALL" = 1 ] && echo 10 || echo 60)" --batch 128 --quiet
+
+# ---- the MPI tests ----------------------------------------------------------------------------
+if [ "$HAVE_MPI" = 1 ]; then
+  for t in test_dp test_comm test_ckpt_dp; do
+    [ -x "$B/tests/$t" ] || continue
+    step mpitests "$t-2ranks" 150 "${MPIRUN[@]}" -np 2 "${RUN[@]}" "$B/tests/$t"
+    rc=$?
+    want mpitests && [ $rc -ne 125 ] && result "$t 2 ranks: $(grep -E '^[0-9]+%: Checks' "$STEP_LOG" | tail -1)$( [ $rc -ne 0 ] && echo " EXIT $rc")"
+  done
+fi
+
+# ---- every layer call of a training step ----------------------------------------------------------
+[ -x "$B/bin/nn_bench" ] && TAILN=60 step nnbench nn_bench 90 "${RUN[@]}" "$B/bin/nn_bench" --devices "$DEV" \
+  --iters "$([ "$SMALL" = 1 ] && echo 2 || echo 20)" --batch 128
+
+# ---- summary ---------------------------------------------------------------------------------------
+write_summary
+echo
+echo "=================================== summary ($(($(now) - T0)) s) ==================================="
+sed -n '/^-- steps/,$p' "$SUMMARY"
+cp "$B/MANIFEST" "$LOG/MANIFEST" 2>/dev/null
+cp "$WORK"/peer-*.out "$LOG/" 2>/dev/null
+exec 1>&3 2>&4
+wait "$TEE_PID" 2>/dev/null
+cp "$OUT/console.log" "$LOG/" 2>/dev/null
+tar -C "$WORK" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
+rm -rf "$WORK"
+grep -q -E '^(FAIL|TIMEOUT)' "$SUMMARY" && exit 1
+exit 0
