@@ -136,6 +136,8 @@ host() { env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$@"; }
 vercmp_ge() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$2" ]; } # A >= B
 
 . "$B/bundle.env"
+# in case the copy lost the executable bits
+chmod u+x "$B"/bin/* "$B"/tests/* "$B"/mpi/bin/* "$B"/lib/glibc/ld-linux-x86-64.so.2 2>/dev/null
 ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 
 echo "=== cltrain gpu-check: bundle $B (rev $BUNDLE_REV, built $BUNDLE_DATE on $BUNDLE_BUILD_OS), out $OUT"
@@ -156,6 +158,7 @@ if [ -n "$NVSMI" ]; then
 else
   fact nvidia-smi "not found"
 fi
+fact /dev/nvidia "$(ls /dev/nvidia* 2>/dev/null | tr '\n' ' ')"
 
 # libstdc++: the host's newest GLIBCXX against the bundle's need
 HOST_CXX=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/{print $NF; exit}')
@@ -362,6 +365,18 @@ write_summary
 
 # ---- env: the relocated Open MPI and the library resolution -----------------------------------
 if want env; then
+  if [ -n "$NV" ] && [ -n "$PY" ]; then
+    # the driver alone, without the ICD loader: how many platforms, or its error
+    step env probe-driver 30 env LD_LIBRARY_PATH="$NVDIR${ORIG_LD_LIBRARY_PATH:+:$ORIG_LD_LIBRARY_PATH}" "$PY" -c '
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+n = ctypes.c_uint(0)
+f = getattr(lib, "clIcdGetPlatformIDsKHR", None) or lib.clGetPlatformIDs
+rc = f(0, None, ctypes.byref(n))
+print("%s: %s -> %d, %d platform(s)" % (sys.argv[1], f.__name__, rc, n.value))
+sys.exit(0 if rc == 0 and n.value > 0 else 1)' "$NV"
+    result "driver probe: $(tail -n 1 "$STEP_LOG")"
+  fi
   step env ldd 30 bash -c 'for f in "$@"; do echo "== $f"; ldd "$f"; done' _ "$B/bin/cltrain" "$B/tests/test_kernels" \
     "$B/lib/libclblast.so.1" $NV
   grep -q "not found" "$STEP_LOG" && result "ldd: MISSING libraries: $(grep 'not found' "$STEP_LOG" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')"
