@@ -67,9 +67,9 @@ static void train(const char *text, const clt_devices *devs, clt_comm *c, const 
 #define DP_TOL 2e-5
 
 /* In fp16 each replica's gradient is rounded to half (relative 2^-11)
- * before the sum: after six steps of lr 0.05 the parameters move ~1e-4
- * from one device's. */
-#define DP_TOL_F16 1e-3
+ * before the sum: after six steps of lr 0.05 the parameters moved up to
+ * 3.2e-5 from one device's on 1 to 4 ranks (a lost slice moves them ~1e-3). */
+#define DP_TOL_F16 2e-4
 
 static void compare(const char *what, const float *a, const float *b, int64_t n, double tol) {
   double worst = 0;

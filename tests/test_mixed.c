@@ -10,7 +10,8 @@
  *     every replica skip that step (and only that step);
  *   - data that overflow f16 on every step stop training after max_skips
  *     skips in a row with a message that says so, parameters untouched;
- *   - an fp16 checkpoint carries the loss scale and its counters.
+ *   - an fp16 checkpoint carries the loss scale and its counters: a resumed
+ *     run ends bitwise where the uninterrupted one does.
  * Skips when the dataset is not installed.
  */
 #include <math.h>
@@ -204,6 +205,56 @@ START_TEST(overflowing_data_stop_after_twenty_skips) {
 }
 END_TEST
 
+/* An fp16 run saved at step 6 and resumed ends where the uninterrupted one
+ * does, bit for bit, loss scale and skip count included: the checkpoint
+ * holds the scale and its counters. The scale of 2^30 overflows at first,
+ * so skips happen before the save. */
+static void fp16_segment(int64_t steps, const char *load, const char *save, float *params, trace *tr) {
+  clt_model *m;
+  clt_devices *one;
+  clt_dataset *train;
+  clt_trainer *t;
+  ck_assert_int_eq(clt_model_parse(MLP, "test.model", &m), 0);
+  ck_assert_int_eq(clt_devices_select(tu_devices, "0", &one), 0);
+  ck_assert_int_eq(clt_dataset_open_raw(train_path, &train), 0);
+  clt_train_options o;
+  clt_train_options_defaults(&o);
+  o.max_steps = steps;
+  o.log_every = 1;
+  o.precision = CLT_F16;
+  o.loss_scale = 0x1p30f;
+  o.callback = on_event;
+  memset(tr, 0, sizeof *tr);
+  o.callback_user = tr;
+  ck_assert_int_eq(clt_trainer_create(m, one, NULL, &o, &t), 0);
+  if (load) ck_assert_msg(clt_trainer_load_checkpoint(t, load) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_trainer_fit(t, train, NULL) == 0, "%s", clt_last_error());
+  if (save) ck_assert_msg(clt_trainer_save_checkpoint(t, save) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_params(t, params, clt_model_param_count(m)), 0);
+  clt_trainer_destroy(t);
+  clt_dataset_destroy(train);
+  clt_devices_destroy(one);
+  clt_model_destroy(m);
+}
+
+START_TEST(fp16_resume_is_bitwise_the_uninterrupted_run) {
+  int64_t P = 101770;
+  float *whole = malloc((size_t)P * 4), *half = malloc((size_t)P * 4), *resumed = malloc((size_t)P * 4);
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/clt-mp-ckpt-%ld.safetensors", (long)getpid());
+  trace a, b, c;
+  fp16_segment(12, NULL, NULL, whole, &a);
+  fp16_segment(6, NULL, path, half, &b);
+  fp16_segment(12, path, NULL, resumed, &c);
+  unlink(path);
+  ck_assert_msg(b.skipped[b.n - 1] >= 1, "no skip before the save (scale %g)", b.scale[b.n - 1]);
+  ck_assert_int_eq(c.n, 6);
+  ck_assert(c.scale[c.n - 1] == a.scale[a.n - 1] && c.skipped[c.n - 1] == a.skipped[a.n - 1]);
+  ck_assert_msg(memcmp(whole, resumed, (size_t)P * 4) == 0, "the resumed run's parameters differ");
+  free(whole), free(half), free(resumed);
+}
+END_TEST
+
 int main(void) {
   if (access(FASHION "/train-images-idx3-ubyte.gz", R_OK) != 0) {
     fprintf(stderr, "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)\n");
@@ -226,6 +277,7 @@ int main(void) {
   tcase_add_test(tc, cnn_learns_in_fp16);
   tcase_add_test(tc, two_replicas_skip_together);
   tcase_add_test(tc, overflowing_data_stop_after_twenty_skips);
+  tcase_add_test(tc, fp16_resume_is_bitwise_the_uninterrupted_run);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   unlink(train_path), unlink(test_path), unlink(huge_path), unlink(outlier_path);
