@@ -85,6 +85,17 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
   expect 2 "--accumulate that does not divide --batch" -- train "$srcdir/examples/fashion_mlp.model" --batch 64 \
     --accumulate 3 --devices 0
   has "$err" "accumulate 3" "the accumulation is named"
+  # Mixed precision: a short fp16 run logs its loss scale; bad values are named.
+  metrics=$(mktemp)
+  expect 0 "an fp16 run" -- train "$srcdir/examples/fashion_mlp.model" --devices 0 --max-steps 20 --log-every 5 \
+    --precision fp16 --metrics "$metrics" --quiet
+  has "$metrics" '"loss_scale":' "the loss scale is in the metrics"
+  has "$metrics" '"skipped":' "the skipped steps are in the metrics"
+  rm -f "$metrics"
+  expect 2 "an unknown precision" -- train "$srcdir/examples/fashion_mlp.model" --precision fp8
+  has "$err" "--precision must be fp32 or fp16, not 'fp8'" "the bad precision is named"
+  expect 2 "a loss scale below 1" -- train "$srcdir/examples/fashion_mlp.model" --precision fp16 --loss-scale 0.5
+  has "$err" "--loss-scale" "the bad option is named"
 fi
 
 exit $fail
