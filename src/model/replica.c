@@ -113,6 +113,10 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
 
   clt_tensor p = clt__replica_params(r);
   CLT_TRY(clt_tensor_upload(ctx, &p, params, pbytes));
+  char ab[32], pb[32];
+  clt__log(CLT_LOG_INFO, "replica on %s: %s of parameters, %s of activations and their gradients (%s)", ctx->info.name,
+           clt__fmt_bytes(pbytes, pb, sizeof pb), clt__fmt_bytes((uint64_t)(act + 2 * largest) * esize, ab, sizeof ab),
+           clt_dtype_name(act_dtype));
   *out = r;
   return CLT_OK;
 fail:
