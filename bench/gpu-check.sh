@@ -133,6 +133,8 @@ step() {
 # host CMD...: a program of this machine, without the bundle's libraries
 host() { env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$@"; }
 
+LDCONFIG=$(command -v ldconfig || ls /sbin/ldconfig /usr/sbin/ldconfig 2>/dev/null | head -1)
+ldconfig_p() { [ -n "$LDCONFIG" ] && "$LDCONFIG" -p 2>/dev/null; }
 vercmp_ge() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$2" ]; } # A >= B
 
 . "$B/bundle.env"
@@ -161,7 +163,7 @@ fi
 fact /dev/nvidia "$(ls /dev/nvidia* 2>/dev/null | tr '\n' ' ')"
 
 # libstdc++: the host's newest GLIBCXX against the bundle's need
-HOST_CXX=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/{print $NF; exit}')
+HOST_CXX=$(ldconfig_p | awk '/libstdc\+\+\.so\.6 .*x86-64/{print $NF; exit}')
 [ -n "$HOST_CXX" ] || for f in /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /usr/lib64/libstdc++.so.6 /lib/x86_64-linux-gnu/libstdc++.so.6; do
   [ -e "$f" ] && { HOST_CXX=$f; break; }
 done
@@ -183,12 +185,12 @@ find_nv() {
     /usr/lib /usr/local/cuda/compat /usr/local/cuda/lib64 /usr/local/lib; do
     for f in "$d"/libnvidia-opencl.so.1 "$d"/libnvidia-opencl.so.[0-9]*; do [ -f "$f" ] && echo "$f"; done
   done
-  ldconfig -p 2>/dev/null | awk '/libnvidia-opencl\.so/{print $NF}'
+  ldconfig_p | awk '/libnvidia-opencl\.so/{print $NF}'
   for f in /etc/OpenCL/vendors/*.icd /usr/local/nvidia/etc/OpenCL/vendors/*.icd /usr/share/OpenCL/vendors/*.icd; do
     [ -f "$f" ] && grep -q nvidia "$f" && {
       local l
       l=$(head -1 "$f")
-      case $l in /*) echo "$l" ;; *) ldconfig -p 2>/dev/null | awk -v n="$l" '$1 == n {print $NF}' ;; esac
+      case $l in /*) echo "$l" ;; *) ldconfig_p | awk -v n="$l" '$1 == n {print $NF}' ;; esac
     }
   done
 }
@@ -201,15 +203,16 @@ fi
 NV=
 for f in $NV_ALL; do [ -f "$f" ] && { NV=$f; break; }; done
 fact libnvidia-opencl "$(echo ${NV_ALL:-none})"
-fact libcuda "$( (ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1/{print $NF}'; ls /usr/local/nvidia/lib64/libcuda.so.1 2>/dev/null) | sort -u | tr '\n' ' ')"
+fact libcuda "$( (ldconfig_p | awk '/libcuda\.so\.1/{print $NF}'; ls /usr/local/nvidia/lib64/libcuda.so.1 2>/dev/null) | sort -u | tr '\n' ' ')"
 fact /etc/OpenCL/vendors "$(cd /etc/OpenCL/vendors 2>/dev/null && for f in *.icd; do printf '%s(%s) ' "$f" "$(head -1 "$f")"; done)"
-fact libOpenCL "host: $( (ldconfig -p 2>/dev/null | awk '/libOpenCL\.so/{print $NF}'; ls /usr/local/nvidia/lib64/libOpenCL* /usr/local/cuda/lib64/libOpenCL* 2>/dev/null) | sort -u | tr '\n' ' ')(the bundle's ocl-icd is used)"
-fact mpi "host: mpirun=$(command -v mpirun || echo none) libmpi.so.40=$(ldconfig -p 2>/dev/null | awk '/libmpi\.so\.40/{print $NF; exit}')$( [ "$BUNDLE_HAVE_MPI" = 1 ] && echo " (the bundle's Open MPI is used)")"
+fact libOpenCL "host: $( (ldconfig_p | awk '/libOpenCL\.so/{print $NF}'; ls /usr/local/nvidia/lib64/libOpenCL* /usr/local/cuda/lib64/libOpenCL* 2>/dev/null) | sort -u | tr '\n' ' ')(the bundle's ocl-icd is used)"
+fact mpi "host: mpirun=$(command -v mpirun || echo none) libmpi.so.40=$(ldconfig_p | awk '/libmpi\.so\.40/{print $NF; exit}')$( [ "$BUNDLE_HAVE_MPI" = 1 ] && echo " (the bundle's Open MPI is used)")"
 
-[ -n "${GPU_CHECK_OPENCL_LIB:-}" ] && NV=$GPU_CHECK_OPENCL_LIB # another driver library, by hand
+[ -n "${GPU_CHECK_OPENCL_LIB:-}" ] && NV=$GPU_CHECK_OPENCL_LIB && fact GPU_CHECK_OPENCL_LIB "$NV (instead of the NVIDIA driver)"
 [ -n "${GPU_CHECK_NO_NVIDIA:-}" ] && NV=
 if [ -n "$NV" ]; then
   MODE=nvidia
+  [ -n "${GPU_CHECK_OPENCL_LIB:-}" ] && MODE=private-icd
   echo "$NV" >"$WORK/icd/nvidia.icd"
   export OCL_ICD_VENDORS=$WORK/icd
   NVDIR=$(dirname "$NV")
@@ -367,14 +370,31 @@ write_summary
 if want env; then
   if [ -n "$NV" ] && [ -n "$PY" ]; then
     # the driver alone, without the ICD loader: how many platforms, or its error
-    step env probe-driver 30 env LD_LIBRARY_PATH="$NVDIR${ORIG_LD_LIBRARY_PATH:+:$ORIG_LD_LIBRARY_PATH}" "$PY" -c '
+    cat >"$WORK/probe.py" <<'EOF2'
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 n = ctypes.c_uint(0)
-f = getattr(lib, "clIcdGetPlatformIDsKHR", None) or lib.clGetPlatformIDs
+f, how = None, ""
+try:
+    f, how = lib.clIcdGetPlatformIDsKHR, "clIcdGetPlatformIDsKHR"
+except AttributeError:
+    try:
+        gefa = lib.clGetExtensionFunctionAddress
+        gefa.restype = ctypes.c_void_p
+        gefa.argtypes = [ctypes.c_char_p]
+        a = gefa(b"clIcdGetPlatformIDsKHR")
+        if a:
+            f = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint))(a)
+            how = "clIcdGetPlatformIDsKHR via clGetExtensionFunctionAddress"
+    except AttributeError:
+        pass
+    if f is None:
+        f, how = lib.clGetPlatformIDs, "clGetPlatformIDs"
 rc = f(0, None, ctypes.byref(n))
-print("%s: %s -> %d, %d platform(s)" % (sys.argv[1], f.__name__, rc, n.value))
-sys.exit(0 if rc == 0 and n.value > 0 else 1)' "$NV"
+print("%s: %s -> %d, %d platform(s)" % (sys.argv[1], how, rc, n.value))
+sys.exit(0 if rc == 0 and n.value > 0 else 1)
+EOF2
+    step env probe-driver 30 env LD_LIBRARY_PATH="$NVDIR${ORIG_LD_LIBRARY_PATH:+:$ORIG_LD_LIBRARY_PATH}" "$PY" "$WORK/probe.py" "$NV"
     result "driver probe: $(tail -n 1 "$STEP_LOG")"
   fi
   step env ldd 30 bash -c 'for f in "$@"; do echo "== $f"; ldd "$f"; done' _ "$B/bin/cltrain" "$B/tests/test_kernels" \
@@ -390,12 +410,16 @@ fi
 if want devices; then
   TAILN=30 step devices devices 60 "${CLT[@]}" devices
   step devices devices-json 60 bash -c '"$@" devices --json >"$OUT/devices.json"' _ "${CLT[@]}"
-  if ! "${CLT[@]}" devices --devices "$DEV" >/dev/null 2>&1; then
-    result "devices: spec '$DEV' selects nothing: $("${CLT[@]}" devices --devices "$DEV" 2>&1 | tail -1 | cut -c1-300)"
-  else
-    result "device: $("${CLT[@]}" devices --devices "$DEV" 2>/dev/null | sed -n 2p | tr -s ' ')"
+fi
+# the device spec must select something; else the first device there is
+if ! timeout 60 "${CLT[@]}" devices --devices "$DEV" >/dev/null 2>&1; then
+  result "devices: spec '$DEV' selects nothing: $(timeout 60 "${CLT[@]}" devices --devices "$DEV" 2>&1 | tail -1 | cut -c1-300)"
+  if [ "$DEV" != 0 ] && timeout 60 "${CLT[@]}" devices --devices 0 >/dev/null 2>&1; then
+    DEV=0
+    result "!! using device 0 instead"
   fi
 fi
+result "device ($DEV): $(timeout 60 "${CLT[@]}" devices --devices "$DEV" 2>/dev/null | sed -n 2p | tr -s ' ')"
 
 # ---- GEMM --------------------------------------------------------------------------------------
 if [ "$SMALL" = 1 ]; then G1=(256 5) G2=(128 5); else G1=(4096 20) G2=(1024 50); fi
@@ -441,6 +465,7 @@ cat >"$PEER" <<'EOF'
 # The PyTorch peer of bench/pytorch_fashion.py (same models, data, optimizer,
 # loop and timing), on the GPU when there is one.
 import importlib.util, json, sys, time
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 src, data, model_name = sys.argv[1], sys.argv[2], sys.argv[3]
 spec = importlib.util.spec_from_file_location("pf", src)
 pf = importlib.util.module_from_spec(spec)
@@ -502,11 +527,11 @@ if want peer; then
     printf '%-8s %5s  %s\n' SKIPPED - "peer (no python3 with torch and numpy: ${PY:-no python})" >>"$WORK/steps"
     result "peer: skipped, no python3 with torch"
   else
-    step peer peer-cnn 150 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$PY" "$PEER" \
+    step peer peer-cnn 150 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" "$PEER" \
       "$SRC/bench/pytorch_fashion.py" "$B/data" cnn "${PEER_CNN[@]}"
     cp "$STEP_LOG" "$WORK/peer-cnn.out"
     result "pytorch $(an peer "$WORK/peer-cnn.out")"
-    step peer peer-mlp 90 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$PY" "$PEER" \
+    step peer peer-mlp 90 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" "$PEER" \
       "$SRC/bench/pytorch_fashion.py" "$B/data" mlp "${PEER_MLP[@]}"
     cp "$STEP_LOG" "$WORK/peer-mlp.out"
     result "pytorch $(an peer "$WORK/peer-mlp.out")"

@@ -21,13 +21,18 @@
 #                    libstdc++ versions the bundle needs; DEST/bundle.env the same
 #                    needs as shell variables
 #
-# BUILD_DIR is a configured and built tree with the test programs built too:
-#   make && make check TESTS= && make tests/test_dp tests/test_comm tests/test_ckpt_dp
+# BUILD_DIR is a configured tree (configure run there); this script first
+# makes in it the tool, the Check test programs and the MPI test programs
+# (make all check TESTS= EXTRA_PROGRAMS), unless --no-make is given.
 # Run from anywhere; the source tree is the one this script lives in.
+#
+#   scripts/gpu-bundle.sh [--no-make] BUILD_DIR DEST
 set -euo pipefail
 
+domake=1
+if [ "${1:-}" = --no-make ]; then domake=0; shift; fi
 if [ $# -ne 2 ]; then
-  echo "usage: $0 BUILD_DIR DEST" >&2
+  echo "usage: $0 [--no-make] BUILD_DIR DEST" >&2
   exit 2
 fi
 build=$(cd "$1" && pwd)
@@ -53,6 +58,16 @@ dest=$(cd "$dest" && pwd)
 mkdir -p "$dest"/{bin,tests,lib/cxx,lib/glibc,mpi/bin,mpi/lib/openmpi3,mpi/share,mpi/etc,pmix/lib/pmix,pmix/share,pmix/etc,data,examples}
 
 multiarch=/usr/lib/x86_64-linux-gnu
+
+if [ $domake = 1 ]; then
+  jobs=$(nproc 2>/dev/null || echo 2)
+  echo "make in $build: all, the test programs, the MPI test programs"
+  make -C "$build" -s -j"$jobs" all >/dev/null
+  make -C "$build" -s -j"$jobs" check TESTS= >/dev/null
+  extra=$(printf 'gpu-bundle-print-extra:\n\t@echo $(EXTRA_PROGRAMS)\n' |
+    make -C "$build" -s -f Makefile -f - gpu-bundle-print-extra 2>/dev/null | tail -n 1 || true)
+  [ -z "$extra" ] || make -C "$build" -s -j"$jobs" $extra >/dev/null
+fi
 ompi_libdir=$multiarch/openmpi/lib
 ompi_pkglibdir=$ompi_libdir/openmpi3
 pmix_prefix=$multiarch/pmix2
