@@ -5,6 +5,9 @@
 #
 #   bash bench/gpu-check.sh [BUNDLE] [GROUPS]        (BUNDLE defaults to .gpu)
 #
+# On the device machine (the device tool's `run`, carrying .gpu):
+#   bash bench/gpu-check.sh .gpu                     (timeout_s 430: it ends by itself in 390 s)
+#
 # It finds the NVIDIA OpenCL driver (libnvidia-opencl.so.1) wherever it is,
 # points a private ICD directory at it, and runs, each under `timeout` and
 # within an overall time budget, each failure recorded and the next step run:
@@ -25,7 +28,7 @@
 # GROUPS (or GPU_CHECK_ONLY) is a space- or comma-separated subset of those,
 # e.g. GPU_CHECK_ONLY="devices tests train"; default: all of them.
 # Other settings (environment):
-#   OUT               where the results go (default ./gpu-check-out); at most 8
+#   OUT               where the results go (default /tmp/gpu-check-out); at most 8
 #                     files: summary.txt, console.log, logs.tar.gz, devices.json,
 #                     mlp.jsonl, cnn.jsonl, dp.jsonl, allreduce.json
 #   GPU_CHECK_BUDGET  seconds for the whole run (default 390); a step gets at most
@@ -54,7 +57,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 SMALL=${GPU_CHECK_SMALL:-0}
 BUDGET=${GPU_CHECK_BUDGET:-390}
 DEADLINE=$((T0 + BUDGET))
-OUT=${OUT:-$PWD/gpu-check-out}
+OUT=${OUT:-/tmp/gpu-check-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
@@ -104,7 +107,7 @@ step() {
   log=$LOG/$(printf %02d "$NSTEP")-$name.log
   STEP_LOG=$log
   if [ $left -lt 10 ]; then
-    printf '%-8s %5s  %s\n' SKIPPED - "$name (time budget spent)" >>"$WORK/steps"
+    printf '%-8s %5s  %s\n' SKIPPED - "$group/$name (time budget spent)" >>"$WORK/steps"
     echo "=== [$NSTEP] $name: skipped, time budget spent"
     write_summary
     return 125
@@ -125,7 +128,7 @@ step() {
   esac
   tail -n +2 "$log" | tail -n "$TAILN" | cut -c1-300 | sed 's/^/    /'
   echo "  -> $st in ${dt}s"
-  printf '%-8s %5s  %s\n' "$st" "$dt" "$name" >>"$WORK/steps"
+  printf '%-8s %5s  %s\n' "$st" "$dt" "$group/$name" >>"$WORK/steps"
   write_summary
   return $rc
 }
@@ -257,7 +260,9 @@ export POCL_MAX_PTHREAD_COUNT=${POCL_MAX_PTHREAD_COUNT:-$( [ "$MODE" = fallback 
 unset CLT_DEVICES RUSTICL_ENABLE
 
 CLT=("${RUN[@]}" "$B/bin/cltrain")
-MPIRUN=("${RUN[@]}" "$M/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none)
+# GPU_CHECK_MPI_WRAP: a command to put before mpirun (say, strace -f -o FILE)
+# shellcheck disable=SC2206 # split on purpose
+MPIRUN=(${GPU_CHECK_MPI_WRAP:-} "${RUN[@]}" "$M/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none)
 DATA=(--data "$B/data")
 EX=$B/examples
 HAVE_MPI=$BUNDLE_HAVE_MPI
@@ -336,31 +341,37 @@ def allreduce(path):
         out.append("%s bytes: %s" % (row.get("bytes"), ", ".join(parts)))
     return "ranks %s, device %s; " % (d.get("ranks"), d.get("device")) + " | ".join(out)
 
-cmd = sys.argv[1]
-if cmd == "train":
-    print(train(sys.argv[2]))
-elif cmd == "rate":
-    print("%.1f" % median_rate(sys.argv[2]))
-elif cmd == "ratio":
-    a, b = float(sys.argv[2] or 0), float(sys.argv[3] or 0)
-    print("%.3f" % (a / b) if a and b else "n/a")
-elif cmd == "allreduce":
-    print(allreduce(sys.argv[2]))
-elif cmd == "peer":
-    for line in open(sys.argv[2]):
-        if line.startswith("{"):
-            d = json.loads(line)
-            print("%s on %s: %.0f samples/s, test acc %.4f, batch %s, %s steps, torch %s" % (
-                d.get("model"), d.get("gpu") or d.get("device"), d["samples_per_s"], d["test_accuracy"],
-                d.get("batch"), d.get("steps"), d.get("torch")))
-elif cmd == "peerrate":
-    for line in open(sys.argv[2]):
-        if line.startswith("{"):
-            d = json.loads(line)
-            if d.get("model") == sys.argv[3]:
-                print("%.1f" % d["samples_per_s"])
+def main(cmd, args):
+    if cmd == "train":
+        return train(args[0])
+    if cmd == "rate":  # empty when there is none
+        r = median_rate(args[0])
+        return "%.1f" % r if r else ""
+    if cmd == "ratio":
+        a, b = float(args[0] or 0), float(args[1] or 0)
+        return "%.3f" % (a / b) if a and b else "n/a"
+    if cmd == "allreduce":
+        return allreduce(args[0])
+    if cmd in ("peer", "peerrate"):
+        for line in open(args[0]):
+            if line.startswith("{"):
+                d = json.loads(line)
+                if cmd == "peerrate":
+                    return "%.1f" % d["samples_per_s"] if d.get("model") == args[1] else ""
+                return "%s on %s: %.0f samples/s, test acc %.4f, batch %s, %s steps, torch %s" % (
+                    d.get("model"), d.get("gpu") or d.get("device"), d["samples_per_s"], d["test_accuracy"],
+                    d.get("batch"), d.get("steps"), d.get("torch"))
+        return "" if cmd == "peerrate" else "no result line"
+    return "unknown analysis " + cmd
+
+try:
+    out = main(sys.argv[1], sys.argv[2:])
+except Exception as e:  # one line, whatever went wrong
+    out = "" if sys.argv[1] in ("rate", "peerrate") else "n/a (%s: %s)" % (type(e).__name__, e)
+if out:
+    print(out)
 EOF
-an() { [ -n "$PY" ] && host "$PY" "$AN" "$@" 2>&1 | head -5; }
+an() { [ -n "$PY" ] && host timeout 60 "$PY" "$AN" "$@" 2>&1 | head -5; }
 
 fact bundle "rev $BUNDLE_REV built $BUNDLE_DATE on $BUNDLE_BUILD_OS (glibc $BUNDLE_BUILD_GLIBC)"
 fact python "${PY:-none}"
@@ -433,8 +444,17 @@ fi
 
 # ---- the Check tests ------------------------------------------------------------------------------
 TL=${GPU_CHECK_TEST_LIMIT:-90}
-for t in test_kernels test_blas test_nn test_nn_conv test_optim test_train test_device test_core test_checkpoint \
-  test_checkpoint_files test_comm_local test_sampler test_dataset test_raw; do
+# the ones that exercise kernels first, then any other the bundle holds, except
+# those run under mpirun below and test_spec (it reads the source tree by the
+# build's absolute path)
+TESTS_FIRST="test_kernels test_blas test_nn test_nn_conv test_optim test_train test_mixed test_device test_core"
+TESTS_NOT=" test_dp test_comm test_comm_fail test_ckpt_dp test_spec app_split fuzz_inputs "
+TESTS_ALL=$TESTS_FIRST
+for f in "$B"/tests/test_*; do
+  t=$(basename "$f")
+  case " $TESTS_ALL $TESTS_NOT " in *" $t "*) ;; *) TESTS_ALL="$TESTS_ALL $t" ;; esac
+done
+for t in $TESTS_ALL; do
   [ -x "$B/tests/$t" ] && want tests || continue
   step tests "$t" "$TL" "${RUN[@]}" "$B/tests/$t"
   rc=$?
@@ -453,10 +473,10 @@ rm -f "$OUT/mlp.jsonl" "$OUT/cnn.jsonl" "$OUT/dp.jsonl"
 if want train; then
   step train train-mlp 120 "${CLT[@]}" train "$EX/fashion_mlp.model" "${DATA[@]}" --devices "$DEV" "${MLP[@]}" \
     --log-every "$LE" --quiet --metrics "$OUT/mlp.jsonl"
-  result "cltrain mlp (${MLP[*]}): $(an train "$OUT/mlp.jsonl")"
+  [ $? -ne 125 ] && result "cltrain mlp (${MLP[*]}): $(an train "$OUT/mlp.jsonl")"
   step train train-cnn 180 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" "${CNN[@]}" \
     --log-every "$LE" --quiet --metrics "$OUT/cnn.jsonl"
-  result "cltrain cnn (${CNN[*]}): $(an train "$OUT/cnn.jsonl")"
+  [ $? -ne 125 ] && result "cltrain cnn (${CNN[*]}): $(an train "$OUT/cnn.jsonl")"
 fi
 
 # ---- the PyTorch peer -----------------------------------------------------------------------------------
@@ -523,18 +543,16 @@ print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": model_
                   "steps": steps, "samples_per_s": samples / t_train, "test_accuracy": correct / len(xte)}))
 EOF
 if want peer; then
-  if [ -z "$PY" ] || ! host "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
+  if [ -z "$PY" ] || ! timeout 90 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
     printf '%-8s %5s  %s\n' SKIPPED - "peer (no python3 with torch and numpy: ${PY:-no python})" >>"$WORK/steps"
     result "peer: skipped, no python3 with torch"
   else
     step peer peer-cnn 150 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" "$PEER" \
       "$SRC/bench/pytorch_fashion.py" "$B/data" cnn "${PEER_CNN[@]}"
-    cp "$STEP_LOG" "$WORK/peer-cnn.out"
-    result "pytorch $(an peer "$WORK/peer-cnn.out")"
+    [ $? -ne 125 ] && cp "$STEP_LOG" "$WORK/peer-cnn.out" && result "pytorch $(an peer "$WORK/peer-cnn.out")"
     step peer peer-mlp 90 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" "$PEER" \
       "$SRC/bench/pytorch_fashion.py" "$B/data" mlp "${PEER_MLP[@]}"
-    cp "$STEP_LOG" "$WORK/peer-mlp.out"
-    result "pytorch $(an peer "$WORK/peer-mlp.out")"
+    [ $? -ne 125 ] && cp "$STEP_LOG" "$WORK/peer-mlp.out" && result "pytorch $(an peer "$WORK/peer-mlp.out")"
     for m in cnn mlp; do
       c=$(an rate "$OUT/$m.jsonl") p=$(an peerrate "$WORK/peer-$m.out" "$m")
       [ -n "$c" ] && [ -n "$p" ] && result "$m throughput cltrain/PyTorch: $(an ratio "$c" "$p") ($c vs $p samples/s, cltrain median window)"
@@ -546,7 +564,7 @@ fi
 if [ "$HAVE_MPI" = 1 ] && want dp; then
   step dp dp-cnn-2ranks 150 "${MPIRUN[@]}" -np 2 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" \
     "${DPA[@]}" --log-every "$LE" --quiet --metrics "$OUT/dp.jsonl"
-  result "cltrain cnn 2 ranks on one device (${DPA[*]}): $(an train "$OUT/dp.jsonl")"
+  [ $? -ne 125 ] && result "cltrain cnn 2 ranks on one device (${DPA[*]}): $(an train "$OUT/dp.jsonl")"
   c1=$(an rate "$OUT/cnn.jsonl") c2=$(an rate "$OUT/dp.jsonl")
   [ -n "$c1" ] && [ -n "$c2" ] && result "cnn 2 ranks / 1 rank on the same device: $(an ratio "$c2" "$c1") ($c2 vs $c1 samples/s)"
 fi
@@ -554,7 +572,7 @@ if [ "$HAVE_MPI" = 1 ] && want allreduce; then
   if [ "$SMALL" = 1 ]; then AR=(--max-bytes 1M --iters 3); else AR=(--max-bytes 64M --iters 10); fi
   step allreduce allreduce-2ranks 90 bash -c '"$@" >"$OUT/allreduce.json"' _ "${MPIRUN[@]}" -np 2 "${CLT[@]}" bench allreduce \
     --devices "$DEV" "${AR[@]}" --json
-  result "allreduce: $(an allreduce "$OUT/allreduce.json")"
+  [ $? -ne 125 ] && result "allreduce: $(an allreduce "$OUT/allreduce.json")"
 fi
 
 # ---- where a CNN step's time goes -------------------------------------------------------------

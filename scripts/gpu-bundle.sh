@@ -242,3 +242,7 @@ EOF
   echo "total: $(du -sh "$dest" | cut -f1)"
 } >"$dest/MANIFEST"
 echo "bundle $dest: $(du -sh "$dest" | cut -f1), $ntests test programs, glibc >= $glibc_need, GLIBCXX >= $glibcxx_need"
+mib=$(($(du -sk "$dest" | cut -f1) / 1024))
+if [ $mib -gt 55 ]; then
+  echo "$0: warning: the bundle is $mib MiB; the device machine takes 64 MiB in all, the working tree included" >&2
+fi
