@@ -3,7 +3,7 @@
  * activations as f16 (cl/prelude.cl: stored half, computed float): the
  * activations, bias add and gradient, dropout, layernorm, softmax
  * cross-entropy and max / average / global-average pooling, forward and
- * backward, on every device (PoCL and rusticl).
+ * backward, and flatten, on every device (PoCL and rusticl).
  *
  * Method: random f32 inputs are rounded to half on the device (clt_convert
  * f32 -> f16 -> f32, checked against a host rounding). The F32 path runs on
@@ -560,6 +560,22 @@ START_TEST(values_beyond_half_range_are_stored_as_inf) {
 }
 END_TEST
 
+/* ---- flatten ---------------------------------------------------------------- */
+
+/* A view change that keeps the dtype and the offset, so an f16 activation
+ * flattens as an f32 one does. */
+START_TEST(flatten_keeps_f16) {
+  clt_tensor x = hf_tensor(tu_ctx[0], NULL, NU_SHAPE(2, 3, 4, 5)), f;
+  ck_assert_msg(clt_nn_flatten(&x, &f) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(f.dtype, CLT_F16);
+  ck_assert_int_eq(f.ndim, 2);
+  ck_assert_int_eq(f.shape[0], 2);
+  ck_assert_int_eq(f.shape[1], 60);
+  ck_assert(f.buf == x.buf && f.offset == x.offset);
+  hf_free_all();
+}
+END_TEST
+
 /* ---- errors ----------------------------------------------------------------- */
 
 START_TEST(mixed_f16_and_f32_activations_are_refused) {
@@ -613,6 +629,7 @@ int main(void) {
   NU_ADD_CASE(s, "layernorm", layernorm_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "softmax_xent", softmax_xent_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "pool", pooling_in_f16_is_the_f32_result_rounded);
+  NU_ADD_CASE(s, "flatten", flatten_keeps_f16);
   NU_ADD_CASE(s, "overflow", values_beyond_half_range_are_stored_as_inf);
   NU_ADD_CASE(s, "errors", mixed_f16_and_f32_activations_are_refused);
   rc = tu_run(s);
