@@ -1,4 +1,6 @@
-// activation.cl: elementwise activations and their derivatives, float32.
+// activation.cl: elementwise activations and their derivatives, computed in
+// float; x, y, dy and dx are stored as act_t (float, or half with
+// -DCLT_HALF: cl/prelude.cl).
 // `act` is clt_nn_act (src/nn/nn.h). The host builds one program per
 // activation with -DACT=<act>, which turns the switch into straight-line
 // code: a switch on a kernel argument kept PoCL from vectorizing the
@@ -55,15 +57,15 @@ float act_derivative(int act, float s, float alpha) {
 #endif
 
 // y = act(x)
-__kernel void act_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
+__kernel void act_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                           const ulong n, const int act, const float alpha) {
   size_t i = get_global_id(0);
-  if (i < n) y[yoff + i] = act_value(ACT_OF(act), x[xoff + i], alpha);
+  if (i < n) ASTORE(y, yoff + i, act_value(ACT_OF(act), ALOAD(x, xoff + i), alpha));
 }
 
 // dx = dy * act'(s)
-__kernel void act_backward(__global const float *s, const ulong soff, __global const float *dy, const ulong dyoff,
-                           __global float *dx, const ulong dxoff, const ulong n, const int act, const float alpha) {
+__kernel void act_backward(__global const act_t *s, const ulong soff, __global const act_t *dy, const ulong dyoff,
+                           __global act_t *dx, const ulong dxoff, const ulong n, const int act, const float alpha) {
   size_t i = get_global_id(0);
-  if (i < n) dx[dxoff + i] = dy[dyoff + i] * act_derivative(ACT_OF(act), s[soff + i], alpha);
+  if (i < n) ASTORE(dx, dxoff + i, ALOAD(dy, dyoff + i) * act_derivative(ACT_OF(act), ALOAD(s, soff + i), alpha));
 }

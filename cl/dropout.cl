@@ -9,6 +9,8 @@
 // step low, step high), key = (seed low, seed high)) and is kept when
 // (word >> 8) >= threshold, threshold = round(p * 2^24) from the host: an
 // integer comparison, so no float rounding can make devices disagree.
+// x and y are stored as act_t (cl/prelude.cl); the mask does not depend on
+// it.
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -38,7 +40,7 @@ uint4 philox4x32_10(uint4 c, uint2 k) {
 // evaluation per four elements instead of one per element. A
 // multiplication, not a select, so a NaN or inf in x still shows in y (as
 // NaN) and the trainer's non-finite check sees it.
-__kernel void dropout_apply(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
+__kernel void dropout_apply(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                             const ulong n, const ulong seed, const ulong step, const ulong base,
                             const uint threshold, const float scale) {
   const ulong block = (base >> 2) + get_global_id(0), first = block << 2;
@@ -51,6 +53,6 @@ __kernel void dropout_apply(__global const float *x, const ulong xoff, __global 
     const ulong e = first + j;
     if (e < base || e >= base + n) continue;
     const ulong i = e - base;
-    y[yoff + i] = x[xoff + i] * ((w[j] >> 8) >= threshold ? scale : 0.0f);
+    ASTORE(y, yoff + i, ALOAD(x, xoff + i) * ((w[j] >> 8) >= threshold ? scale : 0.0f));
   }
 }

@@ -1,8 +1,10 @@
 // layernorm.cl: layer normalization over the last dimension D of M rows,
-// float32. Forward and the input gradient use one work-group per row,
-// reducing in local memory in a fixed order (the same bits every run); the
-// gamma/beta gradients use one work-item per column, summing the rows in
-// order. Work-group sizes are powers of two (the host guarantees it).
+// computed in float. x, y, dy and dx are stored as act_t (cl/prelude.cl);
+// gamma, beta, their gradients and the saved mean and rstd are float.
+// Forward and the input gradient use one work-group per row, reducing in
+// local memory in a fixed order (the same bits every run); the gamma/beta
+// gradients use one work-item per column, summing the rows in order.
+// Work-group sizes are powers of two (the host guarantees it).
 
 // The sum of v over the work-group, in a fixed tree order.
 float group_sum(__local float *scratch, float v) {
@@ -21,23 +23,23 @@ float group_sum(__local float *scratch, float v) {
 // y = (x - mean) * rstd * gamma + beta; mean and rstd = 1/sqrt(var + eps)
 // saved. The variance is the mean of squared deviations (two passes, which
 // keeps it accurate when |mean| >> std).
-__kernel void layernorm_forward(__global const float *x, const ulong xoff, __global const float *gamma,
-                                const ulong goff, __global const float *beta, const ulong boff, __global float *y,
+__kernel void layernorm_forward(__global const act_t *x, const ulong xoff, __global const float *gamma,
+                                const ulong goff, __global const float *beta, const ulong boff, __global act_t *y,
                                 const ulong yoff, __global float *mean, const ulong moff, __global float *rstd,
                                 const ulong roff, const uint D, const float eps, __local float *scratch) {
   const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
   const ulong base = (ulong)row * D;
   float s = 0.0f;
-  for (uint d = lid; d < D; d += wgs) s += x[xoff + base + d];
+  for (uint d = lid; d < D; d += wgs) s += ALOAD(x, xoff + base + d);
   const float mu = group_sum(scratch, s) / (float)D;
   float s2 = 0.0f;
   for (uint d = lid; d < D; d += wgs) {
-    float c = x[xoff + base + d] - mu;
+    float c = ALOAD(x, xoff + base + d) - mu;
     s2 += c * c;
   }
   const float r = 1.0f / sqrt(group_sum(scratch, s2) / (float)D + eps);
   for (uint d = lid; d < D; d += wgs)
-    y[yoff + base + d] = (x[xoff + base + d] - mu) * r * gamma[goff + d] + beta[boff + d];
+    ASTORE(y, yoff + base + d, (ALOAD(x, xoff + base + d) - mu) * r * gamma[goff + d] + beta[boff + d]);
   if (lid == 0) {
     mean[moff + row] = mu;
     rstd[roff + row] = r;
@@ -46,33 +48,33 @@ __kernel void layernorm_forward(__global const float *x, const ulong xoff, __glo
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = gamma * dy and
 // xhat = (x - mean) * rstd, the means over the row.
-__kernel void layernorm_backward_input(__global const float *x, const ulong xoff, __global const float *gamma,
+__kernel void layernorm_backward_input(__global const act_t *x, const ulong xoff, __global const float *gamma,
                                        const ulong goff, __global const float *mean, const ulong moff,
-                                       __global const float *rstd, const ulong roff, __global const float *dy,
-                                       const ulong dyoff, __global float *dx, const ulong dxoff, const uint D,
+                                       __global const float *rstd, const ulong roff, __global const act_t *dy,
+                                       const ulong dyoff, __global act_t *dx, const ulong dxoff, const uint D,
                                        __local float *scratch) {
   const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
   const ulong base = (ulong)row * D;
   const float mu = mean[moff + row], r = rstd[roff + row];
   float s1 = 0.0f, s2 = 0.0f;
   for (uint d = lid; d < D; d += wgs) {
-    float g = gamma[goff + d] * dy[dyoff + base + d];
+    float g = gamma[goff + d] * ALOAD(dy, dyoff + base + d);
     s1 += g;
-    s2 += g * (x[xoff + base + d] - mu) * r;
+    s2 += g * (ALOAD(x, xoff + base + d) - mu) * r;
   }
   const float mean_g = group_sum(scratch, s1) / (float)D;
   const float mean_gx = group_sum(scratch, s2) / (float)D;
   for (uint d = lid; d < D; d += wgs) {
-    float g = gamma[goff + d] * dy[dyoff + base + d];
-    float xhat = (x[xoff + base + d] - mu) * r;
-    dx[dxoff + base + d] = r * (g - mean_g - xhat * mean_gx);
+    float g = gamma[goff + d] * ALOAD(dy, dyoff + base + d);
+    float xhat = (ALOAD(x, xoff + base + d) - mu) * r;
+    ASTORE(dx, dxoff + base + d, r * (g - mean_g - xhat * mean_gx));
   }
 }
 
 // dgamma[d] += sum over rows of dy * xhat; dbeta[d] += sum over rows of dy.
-__kernel void layernorm_backward_params(__global const float *x, const ulong xoff, __global const float *mean,
+__kernel void layernorm_backward_params(__global const act_t *x, const ulong xoff, __global const float *mean,
                                         const ulong moff, __global const float *rstd, const ulong roff,
-                                        __global const float *dy, const ulong dyoff, __global float *dgamma,
+                                        __global const act_t *dy, const ulong dyoff, __global float *dgamma,
                                         const ulong dgoff, __global float *dbeta, const ulong dboff, const uint M,
                                         const uint D) {
   const uint d = get_global_id(0);
@@ -80,8 +82,8 @@ __kernel void layernorm_backward_params(__global const float *x, const ulong xof
   float sg = 0.0f, sb = 0.0f;
   for (uint m = 0; m < M; m++) {
     ulong i = (ulong)m * D + d;
-    float g = dy[dyoff + i];
-    sg += g * (x[xoff + i] - mean[moff + m]) * rstd[roff + m];
+    float g = ALOAD(dy, dyoff + i);
+    sg += g * (ALOAD(x, xoff + i) - mean[moff + m]) * rstd[roff + m];
     sb += g;
   }
   dgamma[dgoff + d] += sg;

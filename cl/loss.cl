@@ -1,14 +1,17 @@
 // loss.cl: softmax cross-entropy over rows of C logits, forward and
-// backward fused, float32. One work-group per row (a power of two); the
-// loss of the batch is then summed by one work-group in a fixed order, so
-// the same logits give the same bits every run.
+// backward fused, computed in float. logits and dlogits are stored as act_t
+// (cl/prelude.cl); the losses are float. One work-group per row (a power of
+// two); the loss of the batch is then summed by one work-group in a fixed
+// order, so the same logits give the same bits every run.
 
 // Row n: loss = log(sum_j exp(z_j - m)) - (z_label - m) with m the row
 // maximum, which keeps every exp in (0, 1] whatever the logits;
 // dlogits = scale * (softmax - onehot(label)); correct += argmax == label.
-// A label outside [0, C) gives NaN loss and gradient.
-__kernel void xent_rows(__global const float *logits, const ulong loff, __global const int *labels,
-                        const ulong laboff, __global float *dlogits, const ulong doff, const int has_grad,
+// A label outside [0, C) gives NaN loss and gradient. scale is the loss
+// scale under mixed precision (up to 65536): a gradient beyond the stored
+// type's range is stored as inf, which the trainer's overflow check sees.
+__kernel void xent_rows(__global const act_t *logits, const ulong loff, __global const int *labels,
+                        const ulong laboff, __global act_t *dlogits, const ulong doff, const int has_grad,
                         __global float *losses, const ulong lsoff, __global int *correct, const ulong coff,
                         const int has_correct, const uint C, const float scale, __local float *fscratch,
                         __local int *iscratch) {
@@ -18,14 +21,14 @@ __kernel void xent_rows(__global const float *logits, const ulong loff, __global
   const int valid = label >= 0 && label < (int)C;
   // Read before the first barrier: with dlogits == logits (in place), the
   // gradient overwrites the row only after every item has passed it.
-  const float zlabel = valid ? logits[loff + base + label] : 0.0f;
+  const float zlabel = valid ? ALOAD(logits, loff + base + label) : 0.0f;
 
   // Row maximum and its first index: each item scans its own elements in
   // order, then pairs merge keeping the larger value, the lower index on ties.
   float best = -INFINITY;
   int besti = (int)C;
   for (uint j = lid; j < C; j += wgs) {
-    float v = logits[loff + base + j];
+    float v = ALOAD(logits, loff + base + j);
     if (v > best || besti == (int)C) {
       best = v;
       besti = (int)j;
@@ -52,7 +55,7 @@ __kernel void xent_rows(__global const float *logits, const ulong loff, __global
   barrier(CLK_LOCAL_MEM_FENCE);
 
   float s = 0.0f;
-  for (uint j = lid; j < C; j += wgs) s += exp(logits[loff + base + j] - m);
+  for (uint j = lid; j < C; j += wgs) s += exp(ALOAD(logits, loff + base + j) - m);
   fscratch[lid] = s;
   barrier(CLK_LOCAL_MEM_FENCE);
   for (uint t = wgs / 2; t > 0; t >>= 1) {
@@ -64,9 +67,9 @@ __kernel void xent_rows(__global const float *logits, const ulong loff, __global
   if (has_grad) {
     const float inv = 1.0f / sum;
     for (uint j = lid; j < C; j += wgs) {
-      float p = exp(logits[loff + base + j] - m) * inv;
+      float p = exp(ALOAD(logits, loff + base + j) - m) * inv;
       float g = valid ? scale * (p - ((int)j == label ? 1.0f : 0.0f)) : NAN;
-      dlogits[doff + base + j] = g;
+      ASTORE(dlogits, doff + base + j, g);
     }
   }
   if (lid == 0) {

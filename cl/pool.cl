@@ -1,7 +1,8 @@
 // pool.cl: 2-D max and average pooling and global average pooling, NCHW,
-// float32. One work-item per element written; backward passes gather over
-// the windows that cover an input instead of scattering, so no atomics are
-// needed and results repeat bitwise.
+// computed in float; x, y, dy and dx are stored as act_t (cl/prelude.cl),
+// the max-pool argmax indices are int. One work-item per element written;
+// backward passes gather over the windows that cover an input instead of
+// scattering, so no atomics are needed and results repeat bitwise.
 
 // Window geometry shared by the kernels.
 #define POOL_ARGS                                                                                          \
@@ -40,12 +41,12 @@ void covering(int i, int pad, int k, int stride, int outs, int *lo, int *hi) {
 // v != v for isnan): data-dependent branches mispredict on every other
 // window and cost 4x. With POOL_NOPAD (no padding, so every window lies
 // inside the plane) the bounds tests go too.
-__kernel void maxpool_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
+__kernel void maxpool_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                               __global int *argmax, const ulong aoff, POOL_ARGS) {
   WINDOW_SIZE;
   const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
   const int h0 = (int)oh * sh - ph, w0 = (int)ow * sw - pw;
-  __global const float *in = x + xoff + (ulong)plane * H * W;
+  const ulong in = xoff + (ulong)plane * H * W; // the plane's first element
   float best = 0.0f;
   int besti = -1;
   UNROLL for (int kh = 0; kh < KH; kh++)
@@ -53,26 +54,26 @@ __kernel void maxpool_forward(__global const float *x, const ulong xoff, __globa
       const int ih = h0 + kh, iw = w0 + kw;
 #ifdef POOL_NOPAD
       const int at = ih * (int)W + iw;
-      const float v = in[at];
+      const float v = ALOAD(x, in + at);
       const int take = (besti < 0) | (v > best) | ((v != v) & (best == best));
 #else
       const int inside = (ih >= 0) & (ih < (int)H) & (iw >= 0) & (iw < (int)W);
       const int at = inside ? ih * (int)W + iw : 0;
-      const float v = in[at];
+      const float v = ALOAD(x, in + at);
       const int take = inside & ((besti < 0) | (v > best) | ((v != v) & (best == best)));
 #endif
       best = take ? v : best;
       besti = take ? at : besti;
     }
   const ulong o = ((ulong)plane * OH + oh) * OW + ow;
-  y[yoff + o] = best;
+  ASTORE(y, yoff + o, best);
   argmax[aoff + o] = besti;
 }
 
 // dx[plane, ih, iw] = the sum of dy over the windows whose argmax is (ih, iw).
 // Range (W, H, NC).
-__kernel void maxpool_backward(__global const int *argmax, const ulong aoff, __global const float *dy,
-                               const ulong dyoff, __global float *dx, const ulong dxoff, POOL_ARGS) {
+__kernel void maxpool_backward(__global const int *argmax, const ulong aoff, __global const act_t *dy,
+                               const ulong dyoff, __global act_t *dx, const ulong dxoff, POOL_ARGS) {
   WINDOW_SIZE;
   const uint iw = get_global_id(0), ih = get_global_id(1), plane = get_global_id(2);
   int oh0, oh1, ow0, ow1;
@@ -83,9 +84,9 @@ __kernel void maxpool_backward(__global const int *argmax, const ulong aoff, __g
   for (int oh = oh0; oh < oh1; oh++)
     for (int ow = ow0; ow < ow1; ow++) {
       ulong o = (ulong)plane * OH * OW + oh * OW + ow;
-      if (argmax[aoff + o] == me) acc += dy[dyoff + o];
+      if (argmax[aoff + o] == me) acc += ALOAD(dy, dyoff + o);
     }
-  dx[dxoff + ((ulong)plane * H + ih) * W + iw] = acc;
+  ASTORE(dx, dxoff + ((ulong)plane * H + ih) * W + iw, acc);
 }
 
 // maxpool_backward for windows that do not overlap (stride >= kernel, the
@@ -95,23 +96,23 @@ __kernel void maxpool_backward(__global const int *argmax, const ulong aoff, __g
 // zero elsewhere; the first and last bands reach to the edges of the plane
 // so inputs no window covers get their zero too. One read of argmax and dy
 // per window instead of a search per input. Range (OW, OH, NC).
-__kernel void maxpool_backward_disjoint(__global const int *argmax, const ulong aoff, __global const float *dy,
-                                        const ulong dyoff, __global float *dx, const ulong dxoff, POOL_ARGS) {
+__kernel void maxpool_backward_disjoint(__global const int *argmax, const ulong aoff, __global const act_t *dy,
+                                        const ulong dyoff, __global act_t *dx, const ulong dxoff, POOL_ARGS) {
   WINDOW_SIZE;
   const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
   const ulong o = ((ulong)plane * OH + oh) * OW + ow;
   const int a = argmax[aoff + o];
-  const float g = dy[dyoff + o];
+  const float g = ALOAD(dy, dyoff + o);
   const int r0 = oh == 0 ? 0 : (int)oh * sh - ph, r1 = oh + 1 == OH ? (int)H : min((int)(oh + 1) * sh - ph, (int)H);
   const int c0 = ow == 0 ? 0 : (int)ow * sw - pw, c1 = ow + 1 == OW ? (int)W : min((int)(ow + 1) * sw - pw, (int)W);
   const ulong out = dxoff + (ulong)plane * H * W;
   for (int r = r0; r < r1; r++)
-    for (int c = c0; c < c1; c++) dx[out + r * W + c] = r * (int)W + c == a ? g : 0.0f;
+    for (int c = c0; c < c1; c++) ASTORE(dx, out + r * W + c, r * (int)W + c == a ? g : 0.0f);
 }
 
 // y = the mean of each window, padding counted as zeros (divides by KH*KW).
 // Range (OW, OH, NC).
-__kernel void avgpool_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
+__kernel void avgpool_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                               POOL_ARGS) {
   WINDOW_SIZE;
   const uint ow = get_global_id(0), oh = get_global_id(1), plane = get_global_id(2);
@@ -122,15 +123,15 @@ __kernel void avgpool_forward(__global const float *x, const ulong xoff, __globa
     if (ih < 0 || ih >= (int)H) continue;
     for (int kw = 0; kw < KW; kw++) {
       int iw = w0 + kw;
-      if (iw >= 0 && iw < (int)W) acc += x[xoff + (ulong)plane * H * W + ih * W + iw];
+      if (iw >= 0 && iw < (int)W) acc += ALOAD(x, xoff + (ulong)plane * H * W + ih * W + iw);
     }
   }
-  y[yoff + ((ulong)plane * OH + oh) * OW + ow] = acc / (float)(KH * KW);
+  ASTORE(y, yoff + ((ulong)plane * OH + oh) * OW + ow, acc / (float)(KH * KW));
 }
 
 // dx[plane, ih, iw] = the sum over covering windows of dy / (KH*KW).
 // Range (W, H, NC).
-__kernel void avgpool_backward(__global const float *dy, const ulong dyoff, __global float *dx, const ulong dxoff,
+__kernel void avgpool_backward(__global const act_t *dy, const ulong dyoff, __global act_t *dx, const ulong dxoff,
                                POOL_ARGS) {
   WINDOW_SIZE;
   const uint iw = get_global_id(0), ih = get_global_id(1), plane = get_global_id(2);
@@ -139,24 +140,24 @@ __kernel void avgpool_backward(__global const float *dy, const ulong dyoff, __gl
   covering(iw, pw, KW, sw, OW, &ow0, &ow1);
   float acc = 0.0f;
   for (int oh = oh0; oh < oh1; oh++)
-    for (int ow = ow0; ow < ow1; ow++) acc += dy[dyoff + (ulong)plane * OH * OW + oh * OW + ow];
-  dx[dxoff + ((ulong)plane * H + ih) * W + iw] = acc / (float)(KH * KW);
+    for (int ow = ow0; ow < ow1; ow++) acc += ALOAD(dy, dyoff + (ulong)plane * OH * OW + oh * OW + ow);
+  ASTORE(dx, dxoff + ((ulong)plane * H + ih) * W + iw, acc / (float)(KH * KW));
 }
 
 // y[plane] = the mean of the plane's HW elements, summed in order.
-__kernel void global_avgpool_forward(__global const float *x, const ulong xoff, __global float *y, const ulong yoff,
+__kernel void global_avgpool_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                                      const uint NC, const uint HW) {
   const uint i = get_global_id(0);
   if (i >= NC) return;
   float acc = 0.0f;
-  for (uint j = 0; j < HW; j++) acc += x[xoff + (ulong)i * HW + j];
-  y[yoff + i] = acc / (float)HW;
+  for (uint j = 0; j < HW; j++) acc += ALOAD(x, xoff + (ulong)i * HW + j);
+  ASTORE(y, yoff + i, acc / (float)HW);
 }
 
 // dx[plane, j] = dy[plane] / HW
-__kernel void global_avgpool_backward(__global const float *dy, const ulong dyoff, __global float *dx,
+__kernel void global_avgpool_backward(__global const act_t *dy, const ulong dyoff, __global act_t *dx,
                                       const ulong dxoff, const uint NC, const uint HW) {
   const uint i = get_global_id(0);
   if (i >= NC * HW) return;
-  dx[dxoff + i] = dy[dyoff + i / HW] / (float)HW;
+  ASTORE(dx, dxoff + i, ALOAD(dy, dyoff + i / HW) / (float)HW);
 }

@@ -1,6 +1,7 @@
 /*
  * activation.c: elementwise activations relu, leaky_relu, gelu (tanh
- * approximation), tanh and sigmoid, forward and backward (cl/activation.cl).
+ * approximation), tanh and sigmoid, forward and backward (cl/activation.cl),
+ * on activations stored as f32 or f16 (computed in float either way).
  */
 #include "nn/common.h"
 
@@ -24,11 +25,13 @@ static int check_act(const char *op, clt_nn_act act) {
   return CLT_OK;
 }
 
-/* a and b: f32 with the same number of elements. */
+/* a and b: activations of one dtype (f32 or f16) with the same number of
+ * elements. */
 static int check_pair(const char *op, const char *an, const clt_tensor *a, const char *bn, const clt_tensor *b) {
   int rc;
-  if ((rc = clt__nn_check(op, an, a, CLT_F32, 0, "(any shape)")) < 0) return rc;
-  if ((rc = clt__nn_check(op, bn, b, CLT_F32, 0, "(any shape)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, an, a, 0, "(any shape)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, bn, b, 0, "(any shape)")) < 0) return rc;
+  if ((rc = clt__nn_check_same_act(op, an, a, bn, b)) < 0) return rc;
   if (clt_tensor_numel(a) != clt_tensor_numel(b)) {
     clt__nn_named ts[] = {{an, a}, {bn, b}};
     return clt__nn_shape_error(op, ts, 2, "%s and %s differ in size", an, bn);
@@ -44,8 +47,8 @@ int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x), yoff = clt__nn_off(y), n = (cl_ulong)clt_tensor_numel(x);
   cl_int a = (cl_int)act;
-  char opts[32];
-  snprintf(opts, sizeof opts, "-DACT=%d", (int)act); /* one program per activation: see cl/activation.cl */
+  char opts[48]; /* one program per activation (see cl/activation.cl) and storage type */
+  snprintf(opts, sizeof opts, "-DACT=%d %s", (int)act, clt__nn_act_opt(x));
   CLT_TRY(clt_context_kernel(ctx, "activation", "act_forward", opts, &k));
   NN_ARG(k, 0, x->buf);
   NN_ARG(k, 1, xoff);
@@ -75,8 +78,8 @@ int clt_nn_act_backward(clt_context *ctx, clt_nn_act act, float alpha, const clt
   cl_ulong soff = clt__nn_off(s), dyoff = clt__nn_off(dy), dxoff = clt__nn_off(dx);
   cl_ulong n = (cl_ulong)clt_tensor_numel(dx);
   cl_int a = (cl_int)act;
-  char opts[32];
-  snprintf(opts, sizeof opts, "-DACT=%d", (int)act);
+  char opts[48];
+  snprintf(opts, sizeof opts, "-DACT=%d %s", (int)act, clt__nn_act_opt(dy));
   CLT_TRY(clt_context_kernel(ctx, "activation", "act_backward", opts, &k));
   NN_ARG(k, 0, s->buf);
   NN_ARG(k, 1, soff);

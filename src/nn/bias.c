@@ -1,6 +1,9 @@
 /*
  * bias.c: per-channel bias for tensors seen as (N, C, P), shared by linear
  * (P = 1) and conv2d (P = OH*OW): broadcast add and gradient (cl/bias.cl).
+ * y and dy are activations (f32, or f16 under mixed precision); the bias
+ * and its gradient are f32. The callers check the shapes; these check the
+ * dtypes, which pick the kernel variant.
  */
 #include "nn/common.h"
 
@@ -8,9 +11,11 @@
 int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b, int64_t C, int64_t P) {
   int rc = CLT_OK;
   cl_kernel k;
+  CLT_TRY(clt__nn_check_act("bias add", "y", y, 0, "(N, C, ...)"));
+  CLT_TRY(clt__nn_check("bias add", "b", b, CLT_F32, 1, "(C)"));
   cl_ulong yoff = clt__nn_off(y), boff = clt__nn_off(b);
   cl_uint c = (cl_uint)C, p = (cl_uint)P, total = (cl_uint)clt_tensor_numel(y);
-  CLT_TRY(clt_context_kernel(ctx, "bias", "bias_add", NULL, &k));
+  CLT_TRY(clt_context_kernel(ctx, "bias", "bias_add", clt__nn_act_opt(y), &k));
   NN_ARG(k, 0, y->buf);
   NN_ARG(k, 1, yoff);
   NN_ARG(k, 2, b->buf);
@@ -29,9 +34,11 @@ int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *
                       int64_t P) {
   int rc = CLT_OK;
   cl_kernel k;
+  CLT_TRY(clt__nn_check_act("bias gradient", "dy", dy, 0, "(N, C, ...)"));
+  CLT_TRY(clt__nn_check("bias gradient", "db", db, CLT_F32, 1, "(C)"));
   cl_ulong dyoff = clt__nn_off(dy), dboff = clt__nn_off(db);
   cl_uint n = (cl_uint)N, c = (cl_uint)C, p = (cl_uint)P;
-  CLT_TRY(clt_context_kernel(ctx, "bias", "bias_grad", NULL, &k));
+  CLT_TRY(clt_context_kernel(ctx, "bias", "bias_grad", clt__nn_act_opt(dy), &k));
   /* Rows of at least 64 are walked row by row (see cl/bias.cl) by a group
    * no wider than a row; shorter ones as one flat run. */
   size_t wgs = clt__nn_row_wgs(ctx, k, N * P, 256);

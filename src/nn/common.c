@@ -68,6 +68,14 @@ int clt__nn_check_like(const char *op, const char *name, const clt_tensor *t, co
   return clt__nn_shape_error(op, ts, 2, "%s must have the shape and type of %s", name, like_name);
 }
 
+int clt__nn_check_same_act(const char *op, const char *a_name, const clt_tensor *a, const char *b_name,
+                           const clt_tensor *b) {
+  if (a->dtype == b->dtype) return CLT_OK;
+  clt__nn_named ts[] = {{a_name, a}, {b_name, b}};
+  return clt__nn_shape_error(op, ts, 2, "%s and %s must be stored in the same dtype (f32, or f16 for mixed precision)",
+                             a_name, b_name);
+}
+
 int clt__nn_same_shape(const clt_tensor *a, const clt_tensor *b) {
   if (a->ndim != b->ndim) return 0;
   for (int i = 0; i < a->ndim; i++)

@@ -66,6 +66,12 @@ const char *clt__nn_act_opt(const clt_tensor *t);
 int clt__nn_check_like(const char *op, const char *name, const clt_tensor *t, const char *like_name,
                        const clt_tensor *like);
 
+/* The activations of one call share one dtype (one program variant serves
+ * them all): b must be stored as a is, else CLT_ESHAPE naming both. Both
+ * already checked (clt__nn_check_act). */
+int clt__nn_check_same_act(const char *op, const char *a_name, const clt_tensor *a, const char *b_name,
+                           const clt_tensor *b);
+
 /* CLT_ESHAPE with "OP: name1 (shape), name2 (shape): <fmt ...>"; NULL
  * tensors in ts are left out. */
 int clt__nn_shape_error(const char *op, const clt__nn_named *ts, int n, const char *fmt, ...) CLT__PRINTF(4, 5);

@@ -1,7 +1,8 @@
 /*
  * dropout.c: inverted dropout whose mask is Philox4x32-10 of (seed, step,
  * element index), forward and backward (cl/dropout.cl); see nn.h for the
- * exact bit recipe, which src/ref/ref_nn.c repeats.
+ * exact bit recipe, which src/ref/ref_nn.c repeats. x and y (dy and dx) are
+ * f32, or f16 under mixed precision: the same mask either way.
  */
 #include "nn/common.h"
 
@@ -12,8 +13,9 @@ static int dropout(clt_context *ctx, const char *op, float p, uint64_t seed, uin
   int rc;
   if (!(p >= 0.0f && p < 1.0f))
     return clt__error(CLT_EINVAL, "%s: drop probability %g must be in [0, 1)", op, (double)p);
-  if ((rc = clt__nn_check(op, in_name, in, CLT_F32, 0, "(any shape)")) < 0) return rc;
-  if ((rc = clt__nn_check(op, out_name, out, CLT_F32, 0, "(any shape)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, in_name, in, 0, "(any shape)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, out_name, out, 0, "(any shape)")) < 0) return rc;
+  if ((rc = clt__nn_check_same_act(op, in_name, in, out_name, out)) < 0) return rc;
   if (clt_tensor_numel(in) != clt_tensor_numel(out)) {
     clt__nn_named ts[] = {{in_name, in}, {out_name, out}};
     return clt__nn_shape_error(op, ts, 2, "%s and %s differ in size", in_name, out_name);
@@ -25,7 +27,7 @@ static int dropout(clt_context *ctx, const char *op, float p, uint64_t seed, uin
    * integer comparison on the device. */
   cl_uint threshold = (cl_uint)llround((double)p * 16777216.0);
   float scale = (float)(1.0 / (1.0 - (double)p));
-  CLT_TRY(clt_context_kernel(ctx, "dropout", "dropout_apply", NULL, &k));
+  CLT_TRY(clt_context_kernel(ctx, "dropout", "dropout_apply", clt__nn_act_opt(in), &k));
   NN_ARG(k, 0, in->buf);
   NN_ARG(k, 1, ioff);
   NN_ARG(k, 2, out->buf);

@@ -1,6 +1,8 @@
 /*
  * layernorm.c: layer normalization over the last dimension, forward (saving
- * each row's mean and 1/std) and backward (cl/layernorm.cl).
+ * each row's mean and 1/std) and backward (cl/layernorm.cl). x, y, dy and dx
+ * are f32, or f16 under mixed precision (all four alike); gamma, beta, their
+ * gradients, mean and rstd are f32 either way.
  */
 #include "nn/common.h"
 
@@ -8,7 +10,7 @@
 static int check_ln(const char *op, const clt_tensor *x, const clt_tensor *gamma, const clt_tensor *beta,
                     const char *beta_name, const clt_tensor *mean, const clt_tensor *rstd, int64_t *M, int64_t *D) {
   int rc;
-  if ((rc = clt__nn_check(op, "x", x, CLT_F32, 0, "(..., D)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, "x", x, 0, "(..., D)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "gamma", gamma, CLT_F32, 1, "(D)")) < 0) return rc;
   if ((rc = clt__nn_check(op, beta_name, beta, CLT_F32, 1, "(D)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "mean", mean, CLT_F32, 0, "(M)")) < 0) return rc;
@@ -36,7 +38,7 @@ int clt_nn_layernorm_forward(clt_context *ctx, float eps, const clt_tensor *x, c
   cl_ulong xoff = clt__nn_off(x), goff = clt__nn_off(gamma), boff = clt__nn_off(beta), yoff = clt__nn_off(y);
   cl_ulong moff = clt__nn_off(mean), roff = clt__nn_off(rstd);
   cl_uint d = (cl_uint)D;
-  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_forward", NULL, &k));
+  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_forward", clt__nn_act_opt(x), &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, D, 256);
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(gamma->buf), NN_VAL(goff), NN_VAL(beta->buf),
                       NN_VAL(boff), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(rstd->buf),
@@ -64,13 +66,13 @@ int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_t
 
   /* dgamma, dbeta first: the input-gradient kernel reads each dy element
    * before writing the same dx element, so dx may then be dy (in place). */
-  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_params", NULL, &k));
+  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_params", clt__nn_act_opt(x), &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(rstd->buf), NN_VAL(roff),
                       NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dgamma->buf), NN_VAL(dgoff), NN_VAL(dbeta->buf),
                       NN_VAL(dboff), NN_VAL(m), NN_VAL(d)));
   CLT_TRY(clt_launch_1d(ctx, k, (size_t)D, 0));
 
-  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_input", NULL, &k));
+  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_input", clt__nn_act_opt(x), &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, D, 256);
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(gamma->buf), NN_VAL(goff), NN_VAL(mean->buf),
                       NN_VAL(moff), NN_VAL(rstd->buf), NN_VAL(roff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dx->buf),

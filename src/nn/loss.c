@@ -1,6 +1,8 @@
 /*
  * loss.c: softmax cross-entropy over (N, C) logits and int32 labels, with
  * the loss SUMMED over the batch, forward and backward fused (cl/loss.cl).
+ * logits and dlogits are f32, or f16 under mixed precision; the losses,
+ * loss and correct are f32 / i32 either way.
  */
 #include "nn/common.h"
 
@@ -9,7 +11,7 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
                         const clt_tensor *correct) {
   static const char op[] = "softmax_xent";
   int rc;
-  if ((rc = clt__nn_check(op, "logits", logits, CLT_F32, 2, "(N, C)")) < 0) return rc;
+  if ((rc = clt__nn_check_act(op, "logits", logits, 2, "(N, C)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "labels", labels, CLT_I32, 1, "(N)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "losses", losses, CLT_F32, 1, "(N)")) < 0) return rc;
   if ((rc = clt__nn_check(op, "loss", loss, CLT_F32, 0, "of 1 element")) < 0) return rc;
@@ -37,7 +39,7 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
     CLT_CL_TRY(
         clEnqueueFillBuffer(ctx->queue, correct->buf, &zero, sizeof zero, correct->offset, sizeof zero, 0, NULL, NULL));
   }
-  CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", NULL, &k));
+  CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", clt__nn_act_opt(logits), &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, C, 256);
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(logits->buf), NN_VAL(loff), NN_VAL(labels->buf), NN_VAL(laboff), NN_VAL(dbuf),
                       NN_VAL(doff), NN_VAL(has_grad), NN_VAL(losses->buf), NN_VAL(lsoff), NN_VAL(cbuf), NN_VAL(coff),

@@ -18,6 +18,14 @@
  *   - Outputs must not overlap inputs unless a function says so.
  *   - Sizes are limited to what 32-bit indices address (2^31 - 1 elements
  *     per tensor and per workspace chunk); larger is CLT_ESHAPE.
+ *   - Mixed precision: the activations, dropout, layernorm, softmax
+ *     cross-entropy and pooling take their activations and activation
+ *     gradients (x, y, dy, dx, logits, dlogits) as f32 or f16, all of one
+ *     call alike (else CLT_ESHAPE naming both). f16 is storage only: the
+ *     kernels compute in float and round each stored result to nearest
+ *     even, so an f16 output is the f32 path's on the same (half) inputs,
+ *     rounded; beyond 65504 it is inf. Parameters, their gradients, saved
+ *     statistics (mean, rstd), losses and indices stay f32 / i32.
  */
 #ifndef CLT_NN_H
 #define CLT_NN_H
