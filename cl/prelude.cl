@@ -8,7 +8,8 @@
 // which the trainer's loss scaling detects). vload_half and vstore_half are
 // core OpenCL 1.0, so every device stores half; half arithmetic
 // (cl_khr_fp16) is never needed. Parameters, their gradients and optimizer
-// state stay float.
+// state stay float. Index act_t buffers as ALOAD(p, base + i), never by
+// pointer arithmetic: arithmetic on half pointers needs cl_khr_fp16.
 #ifdef CLT_HALF
 #define act_t half
 #define ALOAD(p, i) vload_half((i), (p))
