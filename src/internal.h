@@ -124,6 +124,12 @@ struct clt_context {
   cl_mem scratch;        /* clt__context_scratch's */
 };
 
+/* Wait until ev completes, for at most timeout_s seconds (<= 0: forever):
+ * CLT_ETIMEDOUT naming `what` and the device when it does not, the
+ * command's error when it failed. Polls, sleeping once the wait is longer
+ * than a moment, so a device that hangs cannot hang its caller. */
+int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char *what);
+
 /* A device buffer of at least `bytes` for an op's temporaries, owned by the
  * context and grown on demand. Ops on the in-order compute queue may use it
  * one after the other: each has finished with it before the next runs (a

@@ -7,6 +7,9 @@
  */
 #include "internal.h"
 
+#include <sched.h>
+#include <time.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +89,30 @@ int clt_context_finish(clt_context *ctx) {
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "on %s", ctx->info.name);
+}
+
+int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char *what) {
+  double start = clt__now();
+  for (;;) {
+    cl_int st = CL_COMPLETE;
+    cl_int err = clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+    if (err != CL_SUCCESS)
+      return clt__error(clt__cl_status(err), "waiting for %s on %s: clGetEventInfo failed with %s", what,
+                        ctx->info.name, clt__cl_error_name(err));
+    if (st == CL_COMPLETE) return CLT_OK;
+    if (st < 0)
+      return clt__error(clt__cl_status(st), "%s on %s failed with %s", what, ctx->info.name, clt__cl_error_name(st));
+    double waited = clt__now() - start;
+    if (timeout_s > 0 && waited > timeout_s)
+      return clt__error(CLT_ETIMEDOUT, "%s on %s has not finished after %.0f s (CLT_TIMEOUT): the device or its "
+                        "driver hangs", what, ctx->info.name, waited);
+    if (waited < 0.002) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, waited < 0.1 ? 50000 : 1000000}; /* 50 us, later 1 ms */
+      nanosleep(&ts, NULL);
+    }
+  }
 }
 
 int clt__context_scratch(clt_context *ctx, size_t bytes, cl_mem *out) {

@@ -488,7 +488,7 @@ int clt__trainer_allreduce(clt_trainer *t) {
      * wait on it: PoCL, for one, serves such cross-queue waits slowly
      * (~100 ms a step here). */
     for (int i = 0; i < n; i++) {
-      CLT_CL_TRY(clWaitForEvents(1, &t->rep[i]->bucket_ev[b]));
+      CLT_TRY(clt__wait_event(t->ctx[i], t->rep[i]->bucket_ev[b], clt_comm_timeout(t->comm), "the backward pass"));
       offs[i] = (size_t)t->bucket_lo[b] * (t->rep[i]->wire ? 2 : sizeof(float));
     }
     double t0 = clt__now();
