@@ -1,5 +1,6 @@
 /* commtest.c: shared inputs and checks of the collective tests (see commtest.h). */
 #include "commtest.h"
+#include "testutil.h"
 
 #include <math.h>
 #include <string.h>
@@ -150,4 +151,18 @@ long ct_first_diff_f16(const uint16_t *a, const uint16_t *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (a[i] != b[i]) return (long)i;
   return -1;
+}
+
+cl_mem ct_f16_buffer(clt_context *ctx, const uint16_t *host, size_t n) {
+  cl_mem buf = NULL;
+  ck_assert_msg(clt_buffer_create(ctx, n * sizeof *host, &buf) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clEnqueueWriteBuffer(clt_context_queue(ctx), buf, CL_TRUE, 0, n * sizeof *host, host, 0, NULL, NULL),
+                   CL_SUCCESS);
+  return buf;
+}
+
+void ct_f16_read(clt_context *ctx, cl_mem buf, size_t off, uint16_t *host, size_t n) {
+  ck_assert_int_eq(clEnqueueReadBuffer(clt_context_queue(ctx), buf, CL_TRUE, off * sizeof *host, n * sizeof *host, host,
+                                       0, NULL, NULL),
+                   CL_SUCCESS);
 }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cltrain/opencl.h>
+
 /* Contributor `who` (rank * CT_MAX_REPLICAS + replica), element i: an
  * integer in [-15, 15], different for every contributor and salt. */
 #define CT_MAX_REPLICAS 8
@@ -42,5 +44,10 @@ void ct_expect_f16(uint16_t *x, size_t n, int nranks, int replicas, int salt, in
 long ct_f16_off_exact(const uint16_t *x, size_t n, int nranks, int replicas, int salt);
 /* Index of the first element where a and b differ in bits, or -1. */
 long ct_first_diff_f16(const uint16_t *a, const uint16_t *b, size_t n);
+
+/* A device buffer of n halves copied from host (needs testutil.h's Check
+ * and OpenCL), and reading n halves back from element off. */
+cl_mem ct_f16_buffer(clt_context *ctx, const uint16_t *host, size_t n);
+void ct_f16_read(clt_context *ctx, cl_mem buf, size_t off, uint16_t *host, size_t n);
 
 #endif
