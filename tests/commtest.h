@@ -45,8 +45,8 @@ long ct_f16_off_exact(const uint16_t *x, size_t n, int nranks, int replicas, int
 /* Index of the first element where a and b differ in bits, or -1. */
 long ct_first_diff_f16(const uint16_t *a, const uint16_t *b, size_t n);
 
-/* A device buffer of n halves copied from host (needs testutil.h's Check
- * and OpenCL), and reading n halves back from element off. */
+/* A device buffer of n halves copied from host (NULL: left as made; needs
+ * testutil.h's Check and OpenCL), and reading n halves back from element off. */
 cl_mem ct_f16_buffer(clt_context *ctx, const uint16_t *host, size_t n);
 void ct_f16_read(clt_context *ctx, cl_mem buf, size_t off, uint16_t *host, size_t n);
 
