@@ -100,6 +100,11 @@ float clt__float_from_half(uint16_t h);
  * added in that order in float and rounded once; x[i] = half(x[i] / by). */
 void clt__halves_sum(uint16_t *dst, const uint16_t *const *src, int nsrc, size_t n);
 void clt__halves_divide(uint16_t *x, size_t n, float by);
+/* The same with a chosen loop, for tests: CLT_EUNSUPPORTED where this
+ * build or CPU lacks it. */
+enum { CLT__HALF_IMPL_SCALAR = 0, CLT__HALF_IMPL_V16 = 1, CLT__HALF_IMPL_AVX2 = 2, CLT__HALF_NIMPL = 3 };
+int clt__halves_sum_impl(int impl, uint16_t *dst, const uint16_t *const *src, int nsrc, size_t n);
+int clt__halves_divide_impl(int impl, uint16_t *x, size_t n, float by);
 
 /* ---- object layouts ------------------------------------------------------- */
 

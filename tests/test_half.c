@@ -2,10 +2,11 @@
  * test_half.c: the host fp16 conversions and reductions of src/half.c
  * against the independent reference of commtest.c: every half round-trips
  * exactly, float to half rounds to nearest even at every boundary
- * (65504, 65520 -> inf, 2^-24, 2^-25, ties, -0), and the vector loops of
- * the reductions give the bits of the scalar ones.
+ * (65504, 65520 -> inf, 2^-24, 2^-25, ties, -0), and every vector loop of
+ * the reductions (16-byte, AVX2) gives the bits of the scalar one.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,8 +125,10 @@ static uint16_t mixed_half(uint64_t *state) {
   }
 }
 
-START_TEST(vector_loops_match_scalar) {
-  enum { N = 4099 }; /* not a multiple of 8: the scalar tail runs too */
+/* Each loop this build and CPU have (16-byte vectors, AVX2), and the one
+ * the library picks, against the scalar functions. */
+static void check_loops(int impl) {
+  enum { N = 4099 }; /* not a multiple of 8 or 16: the scalar tail runs too */
   uint64_t state = 42;
   uint16_t *dst = malloc(N * sizeof *dst), *want = malloc(N * sizeof *want), *src[3];
   for (int k = 0; k < 3; k++) src[k] = malloc(N * sizeof *src[k]);
@@ -138,26 +141,49 @@ START_TEST(vector_loops_match_scalar) {
         for (int k = 0; k < nsrc; k++) acc += clt__float_from_half(src[k][i]);
         want[i] = clt__half_from_float(acc);
       }
-      clt__halves_sum(dst, (const uint16_t *const *)src, nsrc, N);
+      if (impl < 0)
+        clt__halves_sum(dst, (const uint16_t *const *)src, nsrc, N);
+      else
+        ck_assert_int_eq(clt__halves_sum_impl(impl, dst, (const uint16_t *const *)src, nsrc, N), 0);
       long bad = ct_first_diff_f16(dst, want, N);
-      ck_assert_msg(bad < 0, "%d sources, element %ld: 0x%04x, expected 0x%04x", nsrc, bad, bad < 0 ? 0 : dst[bad],
-                    bad < 0 ? 0 : want[bad]);
+      ck_assert_msg(bad < 0, "loop %d, %d sources, element %ld: 0x%04x, expected 0x%04x", impl, nsrc, bad,
+                    bad < 0 ? 0 : dst[bad], bad < 0 ? 0 : want[bad]);
     }
     const float by[] = {2.0f, 3.0f, 7.0f, 1024.0f};
     for (size_t i = 0; i < N; i++) {
       dst[i] = mixed_half(&state);
       want[i] = clt__half_from_float(clt__float_from_half(dst[i]) / by[round % 4]);
     }
-    clt__halves_divide(dst, N, by[round % 4]);
-    ck_assert_int_eq(ct_first_diff_f16(dst, want, N), -1);
+    if (impl < 0)
+      clt__halves_divide(dst, N, by[round % 4]);
+    else
+      ck_assert_int_eq(clt__halves_divide_impl(impl, dst, N, by[round % 4]), 0);
+    long bad = ct_first_diff_f16(dst, want, N);
+    ck_assert_msg(bad < 0, "loop %d, divided by %g, element %ld: 0x%04x, expected 0x%04x", impl, by[round % 4], bad,
+                  bad < 0 ? 0 : dst[bad], bad < 0 ? 0 : want[bad]);
   }
-  /* The reference agrees with the scalar sums too (a tie: 1 + 2^-11). */
-  uint16_t one = 0x3c00, tiny = 0x1000; /* 2^-11 */
-  const uint16_t *s1[1] = {&tiny};
-  clt__halves_sum(&one, s1, 1, 1);
-  ck_assert_uint_eq(one, 0x3c00);
   for (int k = 0; k < 3; k++) free(src[k]);
   free(dst), free(want);
+}
+
+START_TEST(vector_loops_match_scalar) {
+  uint16_t one = 0;
+  int tested = 0;
+  for (int impl = 0; impl < CLT__HALF_NIMPL; impl++) {
+    if (clt__halves_sum_impl(impl, &one, NULL, 0, 0) < 0) {
+      fprintf(stderr, "half loop %d: not in this build or CPU\n", impl);
+      continue;
+    }
+    check_loops(impl);
+    tested++;
+  }
+  ck_assert_int_ge(tested, 1);
+  check_loops(-1);
+  /* A tie: 1 + 2^-11 rounds to even, 1. */
+  uint16_t x = 0x3c00, tiny = 0x1000;
+  const uint16_t *s1[1] = {&tiny};
+  clt__halves_sum(&x, s1, 1, 1);
+  ck_assert_uint_eq(x, 0x3c00);
 }
 END_TEST
 
