@@ -62,7 +62,8 @@ double ct_half_value(uint16_t h) {
 int ct_half_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
 
 uint16_t ct_half_input(size_t i, int who, int salt) {
-  uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull + (uint64_t)who * 0xbf58476d1ce4e5b9ull + (uint64_t)salt * 0x94d049bb133111ebull;
+  uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull + (uint64_t)who * 0xbf58476d1ce4e5b9ull +
+               (uint64_t)salt * 0x94d049bb133111ebull; /* a hash of (i, who, salt) */
   z ^= z >> 31;
   z *= 0xd6e9e3c2bbab3a5dull;
   z ^= z >> 29;

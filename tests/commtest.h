@@ -31,7 +31,7 @@ uint16_t ct_half(float x);          /* NaN gives 0x7e00 */
 double ct_half_value(uint16_t h);   /* exact; NaN for NaN */
 int ct_half_finite(uint16_t h);
 /* Contributor who's element i: a half of either sign and a magnitude from
- * 2^-18 to 2^6 (some subnormal), different for every contributor and salt. */
+ * 2^-18 to 2^7 (some subnormal), different for every contributor and salt. */
 uint16_t ct_half_input(size_t i, int who, int salt);
 /* The fp16 all-reduce of ct_half_input over nranks ranks of `replicas`
  * replicas, step by step as the library documents it: each rank's replicas

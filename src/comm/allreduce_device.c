@@ -8,9 +8,10 @@
  * have arrived while later ones are still being copied. With several
  * replicas, a chunk is ready when every replica's copy has arrived; they
  * are then summed into replica 0's staging in the order given, so every run
- * adds them the same way (in float, rounded once, for fp16). As chunks become final (the segment this rank
- * finishes, then every segment the allgather brings) they are written back
- * to every replica while the ring goes on.
+ * adds them the same way (fp16 ones in float, rounded once). As chunks
+ * become final (the segment this rank finishes, then every segment the
+ * allgather brings) they are written back to every replica while the ring
+ * goes on.
  */
 #include "comm_internal.h"
 
