@@ -5,6 +5,12 @@
 #
 #   sh bench/allreduce.sh /path/to/build -- --iters 10 --max-bytes 64M
 #
+# fp16 against float32 at the same element counts (sizes are bytes of the
+# element type; with f16 the MPI column is float32 of the same count):
+#
+#   RANKS=2 sh bench/allreduce.sh BUILD -- --min-bytes 4M --max-bytes 64M
+#   RANKS=2 sh bench/allreduce.sh BUILD -- --dtype f16 --min-bytes 2M --max-bytes 32M
+#
 # With more ranks than cores the numbers are noisy: compare the ratio
 # columns (MPI's time / cltrain's, measured in the same run) rather than
 # absolute bandwidths. PoCL is limited to one thread per rank.

@@ -274,9 +274,15 @@ typedef struct clt_allreduce_plan clt_allreduce_plan;
 /* Plan an all-reduce of `count` elements. Collective: every rank of comm
  * calls it, and (count, dtype, op, chunk size) must agree across ranks, or
  * every rank gets CLT_EMISMATCH naming the ranks and values that differ.
- * count may be 0 or smaller than the number of ranks. float32 only for now
- * (CLT_EUNSUPPORTED for the others). opts may be NULL. Host memory for the
- * schedule is allocated here; pinned staging for device runs on first use. */
+ * count may be 0 or smaller than the number of ranks. dtype CLT_F32, or
+ * CLT_F16 (IEEE binary16 in uint16_t; half the bytes on the wire): every
+ * reduction step converts to float, adds in float and rounds to half, to
+ * nearest even; an average divides the rounded sum in float and rounds
+ * again; the replicas of one process are added in float and rounded once.
+ * Sums beyond 65504 become +-inf, and an inf or NaN on any rank makes the
+ * result non-finite on every rank (NaN comes out as 0x7e00). Other types
+ * are CLT_EUNSUPPORTED. opts may be NULL. Host memory for the schedule is
+ * allocated here; pinned staging for device runs on first use. */
 CLT_API int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt_reduce_op op,
                                       const clt_allreduce_opts *opts, clt_allreduce_plan **out);
 CLT_API void clt_allreduce_plan_destroy(clt_allreduce_plan *plan);

@@ -10,6 +10,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cltrain.h>
 #include <cltrain/opencl.h>
@@ -83,6 +84,27 @@ void clt__strlcpy(char *dst, const char *src, size_t size);
 int clt__contains_nocase(const char *haystack, const char *needle);
 /* "1.5 GiB" into buf. */
 const char *clt__fmt_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* ---- binary16 (half.c) ------------------------------------------------------ */
+
+/* IEEE 754 binary16 held in a uint16_t, converted with integer arithmetic
+ * only (no _Float16, no F16C, any rounding mode). To half: round to nearest,
+ * ties to even; from 65520 up +-inf; every NaN becomes the quiet NaN 0x7e00,
+ * because which NaN an addition returns (sign, payload) depends on the CPU
+ * and the order of the operands, and the ranks' bits must agree. To float:
+ * exact (NaN payloads kept). */
+uint16_t clt__half_from_float(float f);
+float clt__float_from_half(uint16_t h);
+/* The reductions of the fp16 all-reduce, with the bits of the scalar
+ * functions: dst[i] = half(dst[i] + src[0][i] + ... + src[nsrc-1][i]),
+ * added in that order in float and rounded once; x[i] = half(x[i] / by). */
+void clt__halves_sum(uint16_t *dst, const uint16_t *const *src, int nsrc, size_t n);
+void clt__halves_divide(uint16_t *x, size_t n, float by);
+/* The same with a chosen loop, for tests: CLT_EUNSUPPORTED where this
+ * build or CPU lacks it. */
+enum { CLT__HALF_IMPL_SCALAR = 0, CLT__HALF_IMPL_V16 = 1, CLT__HALF_IMPL_AVX2 = 2, CLT__HALF_NIMPL = 3 };
+int clt__halves_sum_impl(int impl, uint16_t *dst, const uint16_t *const *src, int nsrc, size_t n);
+int clt__halves_divide_impl(int impl, uint16_t *x, size_t n, float by);
 
 /* ---- object layouts ------------------------------------------------------- */
 

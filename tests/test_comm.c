@@ -4,7 +4,8 @@
  * (exact sums, averages, random data against a serial sum, odd counts,
  * counts below the number of ranks and zero, many chunks, both algorithms),
  * bitwise identity across ranks, two devices in one process, broadcast and
- * allgather.
+ * allgather; the same for fp16, against the documented order of roundings,
+ * with inf and NaN on one rank reaching every rank.
  */
 #include <math.h>
 #include <stdio.h>
@@ -190,6 +191,195 @@ START_TEST(two_devices_per_process) {
 }
 END_TEST
 
+/* ---- fp16 -------------------------------------------------------------------
+ * Inputs of either sign over 24 binades (ct_half_input), so the order of
+ * the roundings shows: the result must equal, bit for bit, the reduction
+ * done serially in the documented order (commtest.c), be within the
+ * rounding of each step of the exact sum, and be the same on every rank. */
+
+/* Counts around every edge for 2-byte elements: zero, below the number of
+ * ranks, odd, either side of the small-message limit (32 KiB), many chunks. */
+static const size_t f16_counts[] = {0, 1, 2, 3, 5, 7, 17, 1000, 16383, 16385, 100003};
+#define F16_NCOUNTS (sizeof f16_counts / sizeof f16_counts[0])
+
+static void check_f16_result(const uint16_t *got, const uint16_t *want, size_t n, int replicas, int salt, int avg,
+                             const char *what) {
+  long bad = ct_first_diff_f16(got, want, n);
+  ck_assert_msg(bad < 0, "%s: element %ld is 0x%04x (%g), expected 0x%04x (%g)", what, bad, bad < 0 ? 0 : got[bad],
+                bad < 0 ? 0 : ct_half_value(got[bad]), bad < 0 ? 0 : want[bad], bad < 0 ? 0 : ct_half_value(want[bad]));
+  if (!avg) {
+    bad = ct_f16_off_exact(got, n, nranks, replicas, salt);
+    ck_assert_msg(bad < 0, "%s: element %ld (%g) is further from the exact sum than rounding allows", what, bad,
+                  bad < 0 ? 0 : ct_half_value(got[bad]));
+  }
+  assert_identical_across_ranks(got, n * sizeof *got, what);
+}
+
+static void check_host_f16(clt_comm *c, size_t n, size_t chunk, clt_reduce_op op, int salt) {
+  clt_allreduce_plan *plan = NULL;
+  clt_allreduce_opts opts = {.chunk_bytes = chunk};
+  uint16_t *x = malloc((n + 1) * sizeof *x), *want = malloc((n + 1) * sizeof *want);
+  char what[128];
+  ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F16, op, &opts, &plan) == 0, "%s", clt_last_error());
+  ct_expect_f16(want, n, nranks, 1, salt, op == CLT_AVG, clt_allreduce_plan_algorithm(plan));
+  snprintf(what, sizeof what, "f16 host, count %zu chunk %zu %s (%s)", n, chunk, clt_reduce_op_name(op),
+           clt_allreduce_plan_algorithm(plan));
+  for (int run = 0; run < 2; run++) { /* a plan runs many times */
+    for (size_t i = 0; i < n; i++) x[i] = ct_half_input(i, rank * CT_MAX_REPLICAS, salt);
+    ck_assert_msg(clt_allreduce_run(plan, n ? x : NULL) == 0, "%s", clt_last_error());
+    check_f16_result(x, want, n, 1, salt, op == CLT_AVG, what);
+  }
+  clt_allreduce_plan_destroy(plan);
+  free(x), free(want);
+}
+
+/* A communicator that always runs the ring, even for a few elements. */
+static clt_comm *ring_only_comm(void) {
+  clt_comm *c = NULL;
+  setenv("CLT_ALLREDUCE_SMALL", "0", 1);
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  unsetenv("CLT_ALLREDUCE_SMALL");
+  return c;
+}
+
+START_TEST(host_f16) {
+  clt_comm *ring = ring_only_comm();
+  for (size_t i = 0; i < F16_NCOUNTS; i++) {
+    check_host_f16(comm, f16_counts[i], 0, CLT_SUM, (int)i);
+    check_host_f16(comm, f16_counts[i], 0, CLT_AVG, (int)i + 100);
+    if (f16_counts[i] <= 1000) check_host_f16(ring, f16_counts[i], 0, CLT_SUM, (int)i + 200);
+  }
+  check_host_f16(ring, 37, 2, CLT_SUM, 1); /* chunks of one element */
+  check_host_f16(comm, 10007, 64, CLT_AVG, 2);
+  clt_comm_destroy(ring);
+}
+END_TEST
+
+/* The trainer skips a step on every rank when the gradients are not finite
+ * anywhere: an inf or NaN on one rank, or a sum beyond 65504, must come out
+ * non-finite on every rank, small messages and ring alike. */
+static void check_non_finite(clt_comm *c, size_t n, clt_context *ctx) {
+  clt_allreduce_plan *plan = NULL;
+  uint16_t *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = ct_half_input(i, rank, 7);
+  if (rank == nranks - 1) x[1] = 0x7c00, x[4] = 0xfc00; /* +inf; -inf */
+  if (rank == 0) x[2] = 0x7e01, x[4] = 0x7c00;         /* NaN; +inf (+ -inf elsewhere: NaN) */
+  x[3] = 0x7bff;                                       /* 65504 everywhere: the sum overflows */
+  x[n - 1] = rank == nranks / 2 ? 0xfc00 : x[n - 1];   /* -inf in the last segment of the ring */
+  ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F16, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+  if (ctx) {
+    cl_mem buf = ct_f16_buffer(ctx, x, n);
+    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, 0) == 0, "%s", clt_last_error());
+    ct_f16_read(ctx, buf, 0, x, n);
+    clReleaseMemObject(buf);
+  } else {
+    ck_assert_msg(clt_allreduce_run(plan, x) == 0, "%s", clt_last_error());
+  }
+  const char *alg = clt_allreduce_plan_algorithm(plan);
+  ck_assert_msg(x[1] == 0x7c00, "%s, %zu elements: inf from rank %d gave 0x%04x", alg, n, nranks - 1, x[1]);
+  /* One rank adds nothing: its NaN stays as it was. */
+  ck_assert_msg(x[2] == (nranks == 1 ? 0x7e01 : 0x7e00), "%s, %zu elements: NaN from rank 0 gave 0x%04x", alg, n, x[2]);
+  ck_assert_msg(nranks == 1 || x[3] == 0x7c00, "%s, %zu elements: %d x 65504 gave 0x%04x", alg, n, nranks, x[3]);
+  ck_assert_msg(nranks == 1 || x[4] == 0x7e00, "%s, %zu elements: inf - inf gave 0x%04x", alg, n, x[4]);
+  ck_assert_msg(x[n - 1] == 0xfc00, "%s, %zu elements: -inf gave 0x%04x", alg, n, x[n - 1]);
+  for (size_t i = 5; i < n - 1; i++) ck_assert_msg(ct_half_finite(x[i]), "%s: element %zu is not finite", alg, i);
+  assert_identical_across_ranks(x, n * sizeof *x, "f16 all-reduce with inf and NaN");
+  clt_allreduce_plan_destroy(plan);
+  free(x);
+}
+
+START_TEST(f16_non_finite_reaches_every_rank) {
+  clt_comm *ring = ring_only_comm();
+  const size_t sizes[] = {7, 50001};
+  for (size_t t = 0; t < 2; t++) {
+    check_non_finite(comm, sizes[t], NULL);
+    check_non_finite(ring, sizes[t], NULL);
+    if (tu_ndev) check_non_finite(comm, sizes[t], tu_ctx[rank % tu_ndev]);
+  }
+  clt_comm_destroy(ring);
+}
+END_TEST
+
+/* fp16 device buffers at an element offset, between guard values. */
+static void check_device_f16(clt_context *ctx, size_t n, size_t chunk, clt_reduce_op op, int salt) {
+  const size_t pad = 3;
+  const uint16_t guard = 0x1234;
+  clt_allreduce_plan *plan = NULL;
+  clt_allreduce_opts opts = {.chunk_bytes = chunk};
+  uint16_t *host = malloc((n + 2 * pad) * sizeof *host), *want = malloc(n * sizeof *want);
+  char what[160];
+  for (size_t i = 0; i < n + 2 * pad; i++) host[i] = guard;
+  for (size_t i = 0; i < n; i++) host[pad + i] = ct_half_input(i, rank * CT_MAX_REPLICAS, salt);
+  cl_mem buf = ct_f16_buffer(ctx, host, n + 2 * pad);
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F16, op, &opts, &plan) == 0, "%s", clt_last_error());
+  ct_expect_f16(want, n, nranks, 1, salt, op == CLT_AVG, clt_allreduce_plan_algorithm(plan));
+  snprintf(what, sizeof what, "f16 device %s, count %zu chunk %zu %s (%s)", tu_name(ctx), n, chunk,
+           clt_reduce_op_name(op), clt_allreduce_plan_algorithm(plan));
+  for (int run = 0; run < 2; run++) {
+    uint16_t *got = malloc((n + 2 * pad) * sizeof *got);
+    if (run)
+      ck_assert_int_eq(clEnqueueWriteBuffer(clt_context_queue(ctx), buf, CL_TRUE, 0, (n + 2 * pad) * sizeof *host,
+                                            host, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, pad * sizeof *host) == 0, "%s: %s",
+                  what, clt_last_error());
+    ct_f16_read(ctx, buf, 0, got, n + 2 * pad);
+    for (size_t i = 0; i < pad; i++)
+      ck_assert_msg(got[i] == guard && got[n + pad + i] == guard, "%s: the guard values moved", what);
+    check_f16_result(got + pad, want, n, 1, salt, op == CLT_AVG, what);
+    free(got);
+  }
+  clt_allreduce_plan_destroy(plan);
+  clReleaseMemObject(buf);
+  free(host), free(want);
+}
+
+START_TEST(device_buffers_f16) {
+  if (tu_ndev == 0) return;
+  const size_t sizes[] = {1, 3, 17, 1000, 20011};
+  for (int d = 0; d < tu_ndev; d++)
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      check_device_f16(tu_ctx[d], sizes[i], 256, i % 2 ? CLT_AVG : CLT_SUM, (int)i + 300);
+  check_device_f16(tu_ctx[0], 100003, 0, CLT_SUM, 309);
+}
+END_TEST
+
+/* Two fp16 replicas per rank: added in float and rounded once, then the
+ * ring (or a small-message algorithm) across ranks. */
+START_TEST(two_devices_per_process_f16) {
+  if (tu_ndev == 0) return;
+  clt_context *ctx[2] = {tu_ctx[0], tu_ctx[1 % tu_ndev]};
+  const size_t sizes[] = {5, 5000, 30011};
+  for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+    size_t n = sizes[t];
+    int salt = (int)t + 400;
+    clt_reduce_op op = t == 1 ? CLT_AVG : CLT_SUM;
+    clt_allreduce_plan *plan = NULL;
+    clt_allreduce_opts opts = {.chunk_bytes = 2048, .replicas = 2};
+    uint16_t *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    cl_mem bufs[2];
+    cl_command_queue queues[2];
+    for (int q = 0; q < 2; q++) {
+      for (size_t i = 0; i < n; i++) x[i] = ct_half_input(i, rank * CT_MAX_REPLICAS + q, salt);
+      bufs[q] = ct_f16_buffer(ctx[q], x, n);
+      queues[q] = clt_context_queue(ctx[q]);
+    }
+    ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F16, op, &opts, &plan) == 0, "%s", clt_last_error());
+    ct_expect_f16(want, n, nranks, 2, salt, op == CLT_AVG, clt_allreduce_plan_algorithm(plan));
+    ck_assert_msg(clt_allreduce_run_devices(plan, 2, queues, bufs, NULL) == 0, "%s", clt_last_error());
+    for (int q = 0; q < 2; q++) {
+      char what[160];
+      snprintf(what, sizeof what, "f16 replica %d (%s), count %zu %s (%s)", q, tu_name(ctx[q]), n,
+               clt_reduce_op_name(op), clt_allreduce_plan_algorithm(plan));
+      ct_f16_read(ctx[q], bufs[q], 0, got, n);
+      check_f16_result(got, want, n, 2, salt, op == CLT_AVG, what);
+      clReleaseMemObject(bufs[q]);
+    }
+    clt_allreduce_plan_destroy(plan);
+    free(x), free(want), free(got);
+  }
+}
+END_TEST
+
 START_TEST(broadcast) {
   const size_t sizes[] = {0, 1, 13, 4099, 300007};
   for (int root = 0; root < nranks; root++)
@@ -294,6 +484,10 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, random_against_serial_sum);
   tcase_add_test(tc, device_buffers);
   tcase_add_test(tc, two_devices_per_process);
+  tcase_add_test(tc, host_f16);
+  tcase_add_test(tc, f16_non_finite_reaches_every_rank);
+  tcase_add_test(tc, device_buffers_f16);
+  tcase_add_test(tc, two_devices_per_process_f16);
   tcase_add_test(tc, broadcast);
   tcase_add_test(tc, broadcast_devices);
   tcase_add_test(tc, allgather);

@@ -53,9 +53,21 @@ START_TEST(op_and_dtype_mismatch) {
   clt_dtype dt = rank == 1 ? CLT_F16 : CLT_F32;
   ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, dt, CLT_SUM, NULL, &plan), CLT_EMISMATCH);
   assert_contains(clt_last_error(), "dtype: f32 on rank 0 but f16 on rank 1");
-  /* The same on every rank is fine to compare but not to run: fp16 is
-   * unsupported for now, on every rank alike. */
-  ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, CLT_F16, CLT_SUM, NULL, &plan), CLT_EUNSUPPORTED);
+  ck_assert_ptr_null(plan);
+  /* fp16 on rank 0 only: every other rank is named. */
+  dt = rank == 0 ? CLT_F16 : CLT_F32;
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, dt, CLT_SUM, NULL, &plan), CLT_EMISMATCH);
+  assert_contains(clt_last_error(), "dtype: f16 on rank 0 but f32 on rank 1");
+  if (nranks > 2) assert_contains(clt_last_error(), ", f32 on rank 2");
+  /* The same on every rank runs; a type without a reduction is refused on
+   * every rank alike. */
+  uint16_t x = 0x3c00; /* 1.0 */
+  ck_assert_msg(clt_allreduce_plan_create(comm, 1, CLT_F16, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_allreduce_run(plan, &x) == 0, "%s", clt_last_error());
+  ck_assert_uint_eq(x, ct_half((float)nranks));
+  clt_allreduce_plan_destroy(plan);
+  plan = NULL;
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, CLT_I32, CLT_SUM, NULL, &plan), CLT_EUNSUPPORTED);
   /* Chunk sizes must agree too (they shape the messages). */
   clt_allreduce_opts opts = {.chunk_bytes = rank == 0 ? 4096 : 8192};
   ck_assert_int_eq(clt_allreduce_plan_create(comm, 10, CLT_F32, CLT_SUM, &opts, &plan), CLT_EMISMATCH);

@@ -1,7 +1,7 @@
 /*
  * test_comm_local.c: the one-rank communicator, which every build has (the
  * only one without MPI): several devices in one process summed and written
- * back, averages, broadcast and allgather on one rank, and the argument and
+ * back (float32 and fp16), averages, broadcast and allgather on one rank, and the argument and
  * environment errors of the communicator and plans.
  */
 #include <stdio.h>
@@ -92,6 +92,75 @@ START_TEST(several_devices_one_process) {
 }
 END_TEST
 
+/* fp16 on one rank: every device's replicas (and a second buffer on the
+ * first device) added in float and rounded once, not replica by replica;
+ * an average divides that sum and rounds again. Inputs over 24 binades, so
+ * rounding after each replica would show. */
+START_TEST(several_devices_one_process_f16) {
+  if (tu_ndev == 0) return;
+  int nrep = tu_ndev + 1 > CT_MAX_REPLICAS ? CT_MAX_REPLICAS : tu_ndev + 1;
+  const size_t sizes[] = {1, 1000, 70001};
+  const uint16_t guard = 0xabcd;
+  for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+    for (int avg = 0; avg < 2; avg++) {
+      size_t n = sizes[t];
+      int salt = (int)t * 2 + avg;
+      cl_mem bufs[CT_MAX_REPLICAS];
+      cl_command_queue queues[CT_MAX_REPLICAS];
+      clt_context *ctx[CT_MAX_REPLICAS];
+      size_t offs[CT_MAX_REPLICAS];
+      uint16_t *x = malloc((n + 4) * sizeof *x), *want = malloc(n * sizeof *want);
+      for (int q = 0; q < nrep; q++) {
+        ctx[q] = tu_ctx[q % tu_ndev];
+        offs[q] = (size_t)(q % 3) * sizeof *x;
+        bufs[q] = ct_f16_buffer(ctx[q], NULL, n + 4);
+        queues[q] = clt_context_queue(ctx[q]);
+      }
+      ct_expect_f16(want, n, 1, nrep, salt, avg, "local");
+      clt_allreduce_plan *plan = NULL;
+      clt_allreduce_opts opts = {.chunk_bytes = 4096, .replicas = nrep};
+      ck_assert_int_eq(clt_allreduce_plan_create(comm, n, CLT_F16, avg ? CLT_AVG : CLT_SUM, &opts, &plan), 0);
+      for (int run = 0; run < 2; run++) { /* the second run reuses the staging */
+        for (int q = 0; q < nrep; q++) {
+          for (size_t i = 0; i < n + 4; i++) x[i] = guard;
+          for (size_t i = 0; i < n; i++) x[q % 3 + i] = ct_half_input(i, q, salt);
+          ck_assert_int_eq(clEnqueueWriteBuffer(queues[q], bufs[q], CL_TRUE, 0, (n + 4) * sizeof *x, x, 0, NULL, NULL),
+                           CL_SUCCESS);
+        }
+        ck_assert_msg(clt_allreduce_run_devices(plan, nrep, queues, bufs, offs) == 0, "%s", clt_last_error());
+        for (int q = 0; q < nrep; q++) {
+          ct_f16_read(ctx[q], bufs[q], 0, x, n + 4);
+          long bad = ct_first_diff_f16(x + q % 3, want, n);
+          ck_assert_msg(bad < 0, "replica %d (%s), %zu elements, %s, run %d: element %ld is 0x%04x, expected 0x%04x",
+                        q, tu_name(ctx[q]), n, avg ? "avg" : "sum", run, bad, bad < 0 ? 0 : x[q % 3 + bad],
+                        bad < 0 ? 0 : want[bad]);
+          ck_assert(x[(q % 3) ? 0 : n] == guard);
+        }
+      }
+      for (int q = 0; q < nrep; q++) clReleaseMemObject(bufs[q]);
+      clt_allreduce_plan_destroy(plan);
+      free(x), free(want);
+    }
+  }
+}
+END_TEST
+
+START_TEST(host_one_rank_f16) {
+  const size_t n = 1001;
+  uint16_t x[1001], want[1001];
+  for (int avg = 0; avg < 2; avg++) {
+    clt_allreduce_plan *plan = NULL;
+    ck_assert_int_eq(clt_allreduce_plan_create(comm, n, CLT_F16, avg ? CLT_AVG : CLT_SUM, NULL, &plan), 0);
+    ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), "local");
+    for (size_t i = 0; i < n; i++) x[i] = ct_half_input(i, 0, 5);
+    ct_expect_f16(want, n, 1, 1, 5, avg, "local");
+    ck_assert_int_eq(clt_allreduce_run(plan, x), 0);
+    ck_assert_int_eq(ct_first_diff_f16(x, want, n), -1);
+    clt_allreduce_plan_destroy(plan);
+  }
+}
+END_TEST
+
 START_TEST(bcast_allgather_one_rank) {
   char buf[8] = "abcdefg", all[8] = {0};
   ck_assert_int_eq(clt_bcast(comm, buf, sizeof buf, 0), 0);
@@ -105,8 +174,9 @@ END_TEST
 START_TEST(argument_errors) {
   clt_allreduce_plan *plan = NULL;
   ck_assert_int_eq(clt_allreduce_plan_create(NULL, 4, CLT_F32, CLT_SUM, NULL, &plan), CLT_EINVAL);
-  ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_F16, CLT_SUM, NULL, &plan), CLT_EUNSUPPORTED);
-  ck_assert_msg(strstr(clt_last_error(), "f16") != NULL, "%s", clt_last_error());
+  ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_I32, CLT_SUM, NULL, &plan), CLT_EUNSUPPORTED);
+  ck_assert_msg(strstr(clt_last_error(), "i32") != NULL, "%s", clt_last_error());
+  ck_assert_ptr_null(plan);
   ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_F32, (clt_reduce_op)7, NULL, &plan), CLT_EINVAL);
   clt_allreduce_opts opts = {.chunk_bytes = 2};
   ck_assert_int_eq(clt_allreduce_plan_create(comm, 4, CLT_F32, CLT_SUM, &opts, &plan), CLT_EINVAL);
@@ -171,6 +241,8 @@ int main(void) {
   tcase_add_test(tc, local_communicator);
   tcase_add_test(tc, host_one_rank);
   tcase_add_test(tc, several_devices_one_process);
+  tcase_add_test(tc, several_devices_one_process_f16);
+  tcase_add_test(tc, host_one_rank_f16);
   tcase_add_test(tc, bcast_allgather_one_rank);
   tcase_add_test(tc, argument_errors);
   tcase_add_test(tc, environment);

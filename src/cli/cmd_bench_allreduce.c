@@ -1,12 +1,15 @@
 /*
  * cmd_bench_allreduce.c: `cltrain bench allreduce`, run under mpirun. For
- * float32 sums of sizes doubling from --min-bytes to --max-bytes it times
+ * float32 (or, with --dtype f16, fp16) sums of sizes doubling from
+ * --min-bytes to --max-bytes it times
  * cltrain's all-reduce on host buffers, on device buffers (staging
  * included) and MPI_Allreduce, in the same run on the same data, and prints
  * the p50 time, algbw = bytes / time and busbw = algbw * 2 (N - 1) / N (the
  * nccl-tests definitions: busbw is what each link carries, comparable
  * across rank counts), and cltrain's speed relative to MPI_Allreduce
- * (MPI's time / cltrain's: above 1 means cltrain is faster).
+ * (MPI's time / cltrain's: above 1 means cltrain is faster). MPI has no
+ * fp16 type: with --dtype f16 the MPI column is MPI_Allreduce of float32
+ * data of the same element count, which is what fp16 gradients replace.
  *
  * Each iteration starts from the same input after a barrier; its time is
  * the slowest rank's. Host and MPI runs alternate; device runs are timed
@@ -17,6 +20,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <stdint.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +38,7 @@ static const char *const method_keys[M_COUNT] = {"host", "device", "mpi"};
 
 typedef struct bench_opts {
   size_t min_bytes, max_bytes, chunk_bytes;
+  clt_dtype dtype;
   long warmup, iters;
   int json, no_device;
   const char *devices;
@@ -48,8 +53,8 @@ static void help(FILE *to) {
   fprintf(to,
           "usage: mpirun -np N cltrain bench allreduce [OPTIONS]\n"
           "\n"
-          "Times cltrain's all-reduce (float32 sum) on host buffers and on device buffers\n"
-          "(staging included) against MPI_Allreduce, for sizes doubling from --min-bytes to\n"
+          "Times cltrain's all-reduce (sum) on host buffers and on device buffers (staging\n"
+          "included) against MPI_Allreduce, for sizes doubling from --min-bytes to\n"
           "--max-bytes. Every result is checked; a wrong one is exit code 4.\n"
           "\n"
           "  -d, --devices SPEC     devices for the device buffers; each rank takes the one\n"
@@ -59,6 +64,9 @@ static void help(FILE *to) {
           "      --max-bytes N      largest message (default 256M)\n"
           "      --warmup K         untimed runs per size and method (default 3)\n"
           "  -i, --iters K          timed runs per size and method (default 20)\n"
+          "  -t, --dtype f32|f16    element type (default f32); sizes are bytes of it. MPI has\n"
+          "                         no fp16 type: with f16 the MPI column sums float32 data\n"
+          "                         of the same element count (twice the bytes)\n"
           "      --chunk N          bytes per pipelined message (default: CLT_ALLREDUCE_CHUNK,\n"
           "                         else 256K, or 1M with 2 ranks)\n"
           "      --json             one JSON document on stdout instead of the table\n"
@@ -88,22 +96,30 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       {"min-bytes", required_argument, 0, 'm'}, {"max-bytes", required_argument, 0, 'M'},
       {"warmup", required_argument, 0, 'w'},  {"iters", required_argument, 0, 'i'},
       {"chunk", required_argument, 0, 'c'},   {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},          {0}};
+      {"dtype", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
+      {0}};
   int c;
   char *end;
-  *o = (bench_opts){.min_bytes = 4, .max_bytes = (size_t)256 << 20, .warmup = 3, .iters = 20};
-  while ((c = getopt_long(argc, argv, "d:i:h", opts, NULL)) != -1) {
+  *o = (bench_opts){.min_bytes = 4, .max_bytes = (size_t)256 << 20, .warmup = 3, .iters = 20, .dtype = CLT_F32};
+  while ((c = getopt_long(argc, argv, "d:i:t:h", opts, NULL)) != -1) {
     switch (c) {
     case 'd': o->devices = optarg; break;
+    case 't':
+      if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
+        fprintf(stderr, "cltrain bench allreduce: --dtype must be f32 or f16, not '%s'\n", optarg);
+        return CLI_EXIT_USAGE;
+      }
+      o->dtype = optarg[1] == '1' ? CLT_F16 : CLT_F32;
+      break;
     case 'D': o->no_device = 1; break;
     case 'm':
     case 'M':
     case 'c': {
       size_t v = parse_size(optarg);
       const char *name = c == 'm' ? "--min-bytes" : c == 'M' ? "--max-bytes" : "--chunk";
-      if (v == 0 || (c != 'c' && (v % 4 || v > ((size_t)4 << 30)))) {
+      if (v == 0 || (c != 'c' && (v % 2 || v > ((size_t)4 << 30)))) {
         fprintf(stderr, "cltrain bench allreduce: %s must be %s, not '%s'\n", name,
-                c == 'c' ? "a positive size such as 256K or 1M" : "a multiple of 4 bytes from 4 to 4G", optarg);
+                c == 'c' ? "a positive size such as 256K or 1M" : "a multiple of the element size up to 4G", optarg);
         return CLI_EXIT_USAGE;
       }
       *(c == 'm' ? &o->min_bytes : c == 'M' ? &o->max_bytes : &o->chunk_bytes) = v;
@@ -129,6 +145,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     fprintf(stderr, "cltrain bench allreduce: unexpected argument '%s'\n", argv[optind]);
     return CLI_EXIT_USAGE;
   }
+  size_t esize = clt_dtype_size(o->dtype);
+  if (o->min_bytes % esize || o->max_bytes % esize) {
+    fprintf(stderr, "cltrain bench allreduce: --min-bytes and --max-bytes must be multiples of %zu bytes (%s)\n", esize,
+            clt_dtype_name(o->dtype));
+    return CLI_EXIT_USAGE;
+  }
   if (o->min_bytes > o->max_bytes) {
     fprintf(stderr, "cltrain bench allreduce: --min-bytes is larger than --max-bytes\n");
     return CLI_EXIT_USAGE;
@@ -138,8 +160,26 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
 
 /* ---- the pieces of one measurement -------------------------------------- */
 
-/* Small integers: every sum of them is exact in float32, in any order. */
-static float input_value(size_t i, int rank) { return (float)((int)((i * 7 + (size_t)rank * 13) % 31) - 15); }
+/* Small integers: every sum of them is exact in float32, in any order,
+ * and in fp16 up to 2048 (136 ranks). */
+static int input_value(size_t i, int rank) { return (int)((i * 7 + (size_t)rank * 13) % 31) - 15; }
+
+/* An integer of magnitude below 2048 as IEEE binary16 (exact). */
+static uint16_t half_of_int(int v) {
+  uint16_t sign = v < 0 ? 0x8000 : 0;
+  unsigned a = (unsigned)(v < 0 ? -v : v), e = 0;
+  if (a == 0) return sign;
+  while (a >> (e + 1)) e++;
+  return (uint16_t)(sign | (e + 15) << 10 | ((a << (10 - e)) & 0x3ff));
+}
+
+/* Element i of an all-reduce buffer of dtype. */
+static void store_int(void *x, clt_dtype dtype, size_t i, int v) {
+  if (dtype == CLT_F16)
+    ((uint16_t *)x)[i] = half_of_int(v);
+  else
+    ((float *)x)[i] = (float)v;
+}
 
 static void barrier(void) {
 #ifdef HAVE_MPI
@@ -166,11 +206,17 @@ typedef struct bench_ctx {
   clt_comm *comm;
   clt_context *ctx; /* NULL: no device measurement */
   const bench_opts *o;
-  size_t count, bytes;
-  float *in, *buf, *expected;
+  size_t count, bytes; /* bytes of the dtype */
+  unsigned char *in, *buf, *expected;
+  float *mpi_in, *mpi_buf, *mpi_expected; /* float32 for MPI: the same arrays as in, buf, expected for f32 */
   cl_mem dbuf;
   double *times;
 } bench_ctx;
+
+/* Bytes a method moves per all-reduce. */
+static size_t method_bytes(const bench_ctx *b, int method) {
+  return method == M_MPI ? b->count * sizeof(float) : b->bytes;
+}
 
 /* One run of one method from the input, checked. Returns a library status
  * (< 0) or 0; *dt gets the time of the operation alone. */
@@ -180,6 +226,8 @@ static int run_once(bench_ctx *b, int method, clt_allreduce_plan *plan, double *
   if (method == M_DEVICE) {
     if (b->bytes && clEnqueueWriteBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->in, 0, NULL, NULL) != CL_SUCCESS)
       return CLT_ECL;
+  } else if (method == M_MPI) {
+    memcpy(b->mpi_buf, b->mpi_in, method_bytes(b, M_MPI));
   } else {
     memcpy(b->buf, b->in, b->bytes);
   }
@@ -191,7 +239,7 @@ static int run_once(bench_ctx *b, int method, clt_allreduce_plan *plan, double *
     rc = clt_allreduce_run_device(plan, q, b->dbuf, 0);
   } else {
 #ifdef HAVE_MPI
-    if (MPI_Allreduce(MPI_IN_PLACE, b->buf, (int)b->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+    if (MPI_Allreduce(MPI_IN_PLACE, b->mpi_buf, (int)b->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
       rc = CLT_EMPI;
 #endif
   }
@@ -200,7 +248,9 @@ static int run_once(bench_ctx *b, int method, clt_allreduce_plan *plan, double *
   if (method == M_DEVICE && b->bytes &&
       clEnqueueReadBuffer(q, b->dbuf, CL_TRUE, 0, b->bytes, b->buf, 0, NULL, NULL) != CL_SUCCESS)
     return CLT_ECL;
-  if (memcmp(b->buf, b->expected, b->bytes) != 0) (*wrong)++;
+  if (method == M_MPI ? memcmp(b->mpi_buf, b->mpi_expected, method_bytes(b, M_MPI)) != 0
+                      : memcmp(b->buf, b->expected, b->bytes) != 0)
+    (*wrong)++;
   return CLT_OK;
 }
 
@@ -249,8 +299,10 @@ static int run_methods(bench_ctx *b, clt_allreduce_plan *plan, result *res, int 
 static double busbw_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 1.0; }
 
 static void print_header(const bench_opts *o, int n, const char *device, size_t chunk) {
-  printf("# cltrain bench allreduce: %d rank%s, float32 sum, p50 of %ld iterations after %ld warm-up, chunk %zu B\n",
-         n, n == 1 ? "" : "s", o->iters, o->warmup, chunk);
+  printf("# cltrain bench allreduce: %d rank%s, %s sum, p50 of %ld iterations after %ld warm-up, chunk %zu B\n",
+         n, n == 1 ? "" : "s", o->dtype == CLT_F16 ? "fp16" : "float32", o->iters, o->warmup, chunk);
+  if (o->dtype == CLT_F16)
+    printf("# bytes are fp16 bytes; MPI_Allreduce sums float32 data of the same element count (twice the bytes)\n");
   printf("# device buffers: %s; times in us, bandwidths in GB/s; x MPI = MPI time / cltrain time\n",
          device ? device : "skipped");
   printf("%10s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s\n", "bytes", "host us", "algbw", "busbw",
@@ -259,9 +311,10 @@ static void print_header(const bench_opts *o, int n, const char *device, size_t 
          "x MPI", "x MPI");
 }
 
-static void print_row(size_t bytes, int n, const result *r) {
-  printf("%10zu |", bytes);
+static void print_row(const bench_ctx *b, int n, const result *r) {
+  printf("%10zu |", b->bytes);
   for (int m = 0; m < M_COUNT; m++) {
+    size_t bytes = method_bytes(b, m);
     if (!r[m].ran)
       printf(" %9s %8s %8s |", "-", "-", "-");
     else if (r[m].wrong)
@@ -281,10 +334,11 @@ static void print_row(size_t bytes, int n, const result *r) {
   fflush(stdout);
 }
 
-static json_t *json_row(size_t bytes, int n, const result *r) {
-  json_t *row = json_pack("{s:I, s:I}", "bytes", (json_int_t)bytes, "count", (json_int_t)(bytes / 4));
+static json_t *json_row(const bench_ctx *b, int n, const result *r) {
+  json_t *row = json_pack("{s:I, s:I}", "bytes", (json_int_t)b->bytes, "count", (json_int_t)b->count);
   for (int m = 0; m < M_COUNT; m++) {
     if (!r[m].ran) continue;
+    size_t bytes = method_bytes(b, m);
     double algbw = r[m].p50 > 0 ? bytes / r[m].p50 / 1e9 : 0;
     json_object_set_new(row, method_keys[m],
                         json_pack("{s:f, s:f, s:f, s:b}", "p50_us", r[m].p50 * 1e6, "algbw_GBps", algbw,
@@ -324,11 +378,20 @@ static int bench_allreduce(const bench_opts *o) {
     return cli_comm_fail(comm, rc, "choosing the device");
   b.comm = comm;
   size_t chunk = o->chunk_bytes ? o->chunk_bytes : clt_comm_chunk_bytes(comm);
+  size_t esize = clt_dtype_size(o->dtype), max_count = o->max_bytes / esize;
   b.in = malloc(o->max_bytes);
   b.buf = malloc(o->max_bytes);
   b.expected = malloc(o->max_bytes);
   b.times = calloc((size_t)M_COUNT * (size_t)o->iters, sizeof *b.times);
-  if (!b.in || !b.buf || !b.expected || !b.times) return cli_comm_fail(comm, CLT_ENOMEM, "allocating buffers");
+  if (o->dtype == CLT_F32) {
+    b.mpi_in = (float *)b.in, b.mpi_buf = (float *)b.buf, b.mpi_expected = (float *)b.expected;
+  } else {
+    b.mpi_in = malloc(max_count * sizeof(float));
+    b.mpi_buf = malloc(max_count * sizeof(float));
+    b.mpi_expected = malloc(max_count * sizeof(float));
+  }
+  if (!b.in || !b.buf || !b.expected || !b.times || !b.mpi_in || !b.mpi_buf || !b.mpi_expected)
+    return cli_comm_fail(comm, CLT_ENOMEM, "allocating buffers");
   if (b.ctx && (rc = clt_buffer_create(b.ctx, o->max_bytes, &b.dbuf)) < 0)
     return cli_comm_fail(comm, rc, "allocating the device buffer");
   if (rank == 0 && !o->json)
@@ -338,15 +401,17 @@ static int bench_allreduce(const bench_opts *o) {
     result r[M_COUNT] = {{0}};
     clt_allreduce_plan *plan = NULL;
     b.bytes = bytes;
-    b.count = bytes / 4;
+    b.count = bytes / esize;
     for (size_t i = 0; i < b.count; i++) {
-      float sum = 0;
+      int sum = 0;
       for (int k = 0; k < n; k++) sum += input_value(i, k);
-      b.in[i] = input_value(i, rank);
-      b.expected[i] = sum;
+      store_int(b.in, o->dtype, i, input_value(i, rank));
+      store_int(b.expected, o->dtype, i, sum);
+      store_int(b.mpi_in, CLT_F32, i, input_value(i, rank));
+      store_int(b.mpi_expected, CLT_F32, i, sum);
     }
     clt_allreduce_opts popts = {.chunk_bytes = o->chunk_bytes};
-    if ((rc = clt_allreduce_plan_create(comm, b.count, CLT_F32, CLT_SUM, &popts, &plan)) < 0)
+    if ((rc = clt_allreduce_plan_create(comm, b.count, o->dtype, CLT_SUM, &popts, &plan)) < 0)
       return cli_comm_fail(comm, rc, "making the all-reduce plan");
     int failed = 0;
     if ((rc = run_methods(&b, plan, r, &failed)) < 0) {
@@ -355,13 +420,14 @@ static int bench_allreduce(const bench_opts *o) {
     }
     clt_allreduce_plan_destroy(plan);
     for (int m = 0; m < M_COUNT; m++) wrong |= r[m].wrong != 0;
-    if (rank == 0 && rows) json_array_append_new(rows, json_row(bytes, n, r));
-    if (rank == 0 && !rows) print_row(bytes, n, r);
+    if (rank == 0 && rows) json_array_append_new(rows, json_row(&b, n, r));
+    if (rank == 0 && !rows) print_row(&b, n, r);
     if (bytes > o->max_bytes / 2) break;
   }
 
   if (rank == 0 && rows) {
-    json_t *doc = json_pack("{s:i, s:s, s:s, s:I, s:i, s:i, s:s?, s:o}", "ranks", n, "dtype", "f32", "op", "sum",
+    json_t *doc = json_pack("{s:i, s:s, s:s, s:I, s:i, s:i, s:s?, s:o}", "ranks", n, "dtype",
+                            clt_dtype_name(o->dtype), "op", "sum",
                             "chunk_bytes", (json_int_t)chunk, "warmup", (int)o->warmup, "iters", (int)o->iters,
                             "device", b.ctx ? clt_context_device(b.ctx)->name : NULL, "results", rows);
     json_dumpf(doc, stdout, JSON_INDENT(2));
@@ -379,6 +445,7 @@ static int bench_allreduce(const bench_opts *o) {
   clt_devices_destroy(sel);
   clt_devices_destroy(all);
   clt_comm_destroy(comm);
+  if (o->dtype != CLT_F32) free(b.mpi_in), free(b.mpi_buf), free(b.mpi_expected);
   free(b.in), free(b.buf), free(b.expected), free(b.times);
   return ec;
 }

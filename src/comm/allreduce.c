@@ -64,8 +64,29 @@ static void divide_f32(void *x, size_t n, double by) {
   for (; i < n; i++) v[i] /= b;
 }
 
+/* Several buffers in a fixed order: float addition rounds once per add
+ * whatever the grouping, so this is the pairwise add repeated. */
+static void sum_f32(void *dst, const void *const *src, int nsrc, size_t n) {
+  for (int k = 0; k < nsrc; k++) add_f32(dst, src[k], n);
+}
+
+/* fp16 (IEEE binary16 in uint16_t): every step converts to float, adds
+ * (or divides) in float and rounds to half once, to nearest even; inf and
+ * NaN carry through, so one rank's overflow reaches every rank (src/half.c). */
+static void add_f16(void *dst, const void *src, size_t n) {
+  const uint16_t *one[1] = {src};
+  clt__halves_sum(dst, one, 1, n);
+}
+
+static void sum_f16(void *dst, const void *const *src, int nsrc, size_t n) {
+  clt__halves_sum(dst, (const uint16_t *const *)src, nsrc, n);
+}
+
+static void divide_f16(void *x, size_t n, double by) { clt__halves_divide(x, n, (float)by); }
+
 static const clt__dtype_ops dtype_ops[] = {
-    {CLT_F32, 4, add_f32, divide_f32},
+    {CLT_F32, 4, add_f32, sum_f32, divide_f32},
+    {CLT_F16, 2, add_f16, sum_f16, divide_f16},
 };
 
 const clt__dtype_ops *clt__dtype_ops_find(clt_dtype dtype) {
@@ -110,7 +131,7 @@ int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt
 
   const clt__dtype_ops *ops = clt__dtype_ops_find(dtype);
   if (!ops) {
-    rc = clt__error(CLT_EUNSUPPORTED, "clt_allreduce_plan_create: %s all-reduce is not implemented yet (f32 is)",
+    rc = clt__error(CLT_EUNSUPPORTED, "clt_allreduce_plan_create: %s all-reduce is not implemented (f32 and f16 are)",
                     clt_dtype_name(dtype));
     goto fail;
   }

@@ -8,14 +8,17 @@
  * have arrived while later ones are still being copied. With several
  * replicas, a chunk is ready when every replica's copy has arrived; they
  * are then summed into replica 0's staging in the order given, so every run
- * adds them the same way. As chunks become final (the segment this rank
- * finishes, then every segment the allgather brings) they are written back
- * to every replica while the ring goes on.
+ * adds them the same way (fp16 ones in float, rounded once). As chunks
+ * become final (the segment this rank finishes, then every segment the
+ * allgather brings) they are written back to every replica while the ring
+ * goes on.
  */
 #include "comm_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define CLT__MAX_LOCAL_REPLICAS 64
 
 struct clt__dev_staging {
   int n;                      /* replicas */
@@ -112,8 +115,11 @@ static int chunk_ready(struct clt__dev_staging *dev, size_t id, int *ok) {
     if (status != CL_COMPLETE) return CLT_OK;
   }
   size_t off, n;
+  const void *others[CLT__MAX_LOCAL_REPLICAS];
   clt__plan_stage_chunk(dev->plan, id, &off, &n);
-  for (int q = 1; q < dev->n; q++) dev->plan->ops->add(staged(dev, 0, off), staged(dev, q, off), n);
+  for (int q = 1; q < dev->n; q++) others[q - 1] = staged(dev, q, off);
+  /* One rounding for all of them: fp16 replicas are summed in float. */
+  if (dev->n > 1) dev->plan->ops->sum(staged(dev, 0, off), others, dev->n - 1, n);
   dev->ready[id] = 1;
   return *ok = 1;
 }
@@ -158,13 +164,15 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
   int rc = CLT_OK;
   struct clt__dev_staging *dev = NULL;
   clt__op op;
-  static const size_t zeros[64];
+  static const size_t zeros[CLT__MAX_LOCAL_REPLICAS];
 
   if (!plan) return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: no plan");
   if (n != plan->replicas || !queues || !bufs)
     return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: %d buffers given, the plan was made for %d replicas", n,
                       plan->replicas);
-  if (n > 64) return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: %d replicas (at most 64 per process)", n);
+  if (n > CLT__MAX_LOCAL_REPLICAS)
+    return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: %d replicas (at most %d per process)", n,
+                      CLT__MAX_LOCAL_REPLICAS);
   for (int q = 0; q < n; q++) CLT_TRY(check_buffer(plan, q, bufs[q], offsets ? offsets[q] : 0));
   CLT_TRY(clt__allreduce_begin(plan, &op));
   if (plan->count == 0) return CLT_OK;

@@ -118,12 +118,16 @@ int clt__fingerprint_check(clt__op *op, const clt__fingerprint *mine, clt__finge
 
 /* ---- element types -------------------------------------------------------- */
 
-/* What the collectives need to know of an element type. Adding fp16 means
- * adding one of these (add through float, round once). */
+/* What the collectives need to know of an element type. Every operation
+ * computes in float and rounds to the type once per element (fp16: see
+ * src/half.c). */
 typedef struct clt__dtype_ops {
   clt_dtype dtype;
   size_t esize;
   void (*add)(void *dst, const void *src, size_t n);   /* dst[i] = dst[i] + src[i] */
+  /* dst[i] = dst[i] + src[0][i] + ... + src[nsrc-1][i], added in that order
+   * and rounded once: the local replicas of one process. */
+  void (*sum)(void *dst, const void *const *src, int nsrc, size_t n);
   void (*divide)(void *x, size_t n, double by);       /* x[i] = x[i] / by */
 } clt__dtype_ops;
 
