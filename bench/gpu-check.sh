@@ -477,6 +477,11 @@ if want train; then
   step train train-cnn 180 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" "${CNN[@]}" \
     --log-every "$LE" --quiet --metrics "$OUT/cnn.jsonl"
   [ $? -ne 125 ] && result "cltrain cnn (${CNN[*]}): $(an train "$OUT/cnn.jsonl")"
+  step train train-cnn-fp16 150 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" "${CNN[@]}" \
+    --precision fp16 --log-every "$LE" --quiet --metrics "$LOG/cnn-fp16.jsonl"
+  [ $? -ne 125 ] && result "cltrain cnn fp16 (${CNN[*]}): $(an train "$LOG/cnn-fp16.jsonl")"
+  c1=$(an rate "$OUT/cnn.jsonl") c2=$(an rate "$LOG/cnn-fp16.jsonl")
+  [ -n "$c1" ] && [ -n "$c2" ] && result "cnn fp16 / fp32 on one device: $(an ratio "$c2" "$c1") ($c2 vs $c1 samples/s)"
 fi
 
 # ---- the PyTorch peer -----------------------------------------------------------------------------------
@@ -567,6 +572,9 @@ if [ "$HAVE_MPI" = 1 ] && want dp; then
   [ $? -ne 125 ] && result "cltrain cnn 2 ranks on one device (${DPA[*]}): $(an train "$OUT/dp.jsonl")"
   c1=$(an rate "$OUT/cnn.jsonl") c2=$(an rate "$OUT/dp.jsonl")
   [ -n "$c1" ] && [ -n "$c2" ] && result "cnn 2 ranks / 1 rank on the same device: $(an ratio "$c2" "$c1") ($c2 vs $c1 samples/s)"
+  step dp dp-cnn-2ranks-fp16 120 "${MPIRUN[@]}" -np 2 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" \
+    "${DPA[@]}" --precision fp16 --log-every "$LE" --quiet --metrics "$LOG/dp-fp16.jsonl"
+  [ $? -ne 125 ] && result "cltrain cnn 2 ranks fp16 (${DPA[*]}): $(an train "$LOG/dp-fp16.jsonl")"
 fi
 if [ "$HAVE_MPI" = 1 ] && want allreduce; then
   if [ "$SMALL" = 1 ]; then AR=(--max-bytes 1M --iters 3); else AR=(--max-bytes 64M --iters 10); fi
