@@ -485,79 +485,21 @@ if want train; then
 fi
 
 # ---- the PyTorch peer -----------------------------------------------------------------------------------
-PEER=$WORK/peer.py
-cat >"$PEER" <<'EOF'
-# The PyTorch peer of bench/pytorch_fashion.py (same models, data, optimizer,
-# loop and timing), on the GPU when there is one.
-import importlib.util, json, sys, time
-sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-src, data, model_name = sys.argv[1], sys.argv[2], sys.argv[3]
-spec = importlib.util.spec_from_file_location("pf", src)
-pf = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pf)
-pf.DATA = data
-import argparse
-import torch
-import torch.nn as nn
-ap = argparse.ArgumentParser()
-ap.add_argument("--epochs", type=int, default=1)
-ap.add_argument("--batch", type=int, default=64)
-ap.add_argument("--lr", type=float, default=0.01)
-ap.add_argument("--momentum", type=float, default=0.9)
-ap.add_argument("--max-steps", type=int, default=0)
-ap.add_argument("--seed", type=int, default=42)
-a = ap.parse_args(sys.argv[4:])
-dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-torch.manual_seed(a.seed)
-xtr, ytr = pf.load("train")
-xte, yte = pf.load("t10k")
-mean, std = xtr.mean(), xtr.std(unbiased=False)
-xtr, xte = (xtr - mean) / std, (xte - mean) / std
-if model_name == "cnn":
-    xtr, xte = xtr.unsqueeze(1), xte.unsqueeze(1)
-xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
-net = pf.model(model_name).to(dev)
-opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=a.momentum)
-lossf = nn.CrossEntropyLoss()
-steps, samples, t_train = 0, 0, 0.0
-for epoch in range(a.epochs):
-    net.train()
-    perm = torch.randperm(len(xtr), device=dev)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(0, len(xtr), a.batch):
-        idx = perm[i:i + a.batch]
-        opt.zero_grad()
-        loss = lossf(net(xtr[idx]), ytr[idx])
-        loss.backward()
-        opt.step()
-        loss.item()  # like cltrain, read the loss every step
-        steps += 1
-        samples += len(idx)
-        if a.max_steps and steps >= a.max_steps:
-            break
-    t_train += time.perf_counter() - t0
-    if a.max_steps and steps >= a.max_steps:
-        break
-net.eval()
-with torch.no_grad():
-    correct = sum((net(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item() for i in range(0, len(xte), 1000))
-print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": model_name, "device": dev.type,
-                  "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "", "batch": a.batch,
-                  "steps": steps, "samples_per_s": samples / t_train, "test_accuracy": correct / len(xte)}))
-EOF
+PEER=$SRC/bench/pytorch_fashion.py # --device auto: the GPU when torch sees one
 if want peer; then
   if [ -z "$PY" ] || ! timeout 90 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
     printf '%-8s %5s  %s\n' SKIPPED - "peer (no python3 with torch and numpy: ${PY:-no python})" >>"$WORK/steps"
     result "peer: skipped, no python3 with torch"
   else
     step peer peer-cnn 150 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" "$PEER" \
-      "$SRC/bench/pytorch_fashion.py" "$B/data" cnn "${PEER_CNN[@]}"
+      --data "$B/data" --device auto --model cnn "${PEER_CNN[@]}"
     [ $? -ne 125 ] && cp "$STEP_LOG" "$WORK/peer-cnn.out" && result "pytorch $(an peer "$WORK/peer-cnn.out")"
     step peer peer-mlp 90 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" "$PEER" \
-      "$SRC/bench/pytorch_fashion.py" "$B/data" mlp "${PEER_MLP[@]}"
+      --data "$B/data" --device auto --model mlp "${PEER_MLP[@]}"
     [ $? -ne 125 ] && cp "$STEP_LOG" "$WORK/peer-mlp.out" && result "pytorch $(an peer "$WORK/peer-mlp.out")"
+    step peer peer-cnn-amp 120 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 "$PY" "$PEER" \
+      --data "$B/data" --device auto --amp --model cnn "${PEER_CNN[@]}"
+    [ $? -ne 125 ] && cp "$STEP_LOG" "$WORK/peer-cnn-amp.out" && result "pytorch amp $(an peer "$WORK/peer-cnn-amp.out")"
     for m in cnn mlp; do
       c=$(an rate "$OUT/$m.jsonl") p=$(an peerrate "$WORK/peer-$m.out" "$m")
       [ -n "$c" ] && [ -n "$p" ] && result "$m throughput cltrain/PyTorch: $(an ratio "$c" "$p") ($c vs $p samples/s, cltrain median window)"

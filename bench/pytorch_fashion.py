@@ -5,11 +5,15 @@ Trains the same model (examples/fashion_mlp.model or fashion_cnn.model,
 rebuilt here as nn.Sequential), on the same data, with the same batch size,
 optimizer, learning rate, epochs and thread count as a cltrain run, and
 prints one JSON line: samples/s over the training steps and the final test
-accuracy. Uses Debian's python3-torch; reads the IDX files itself.
+accuracy. Uses Debian's python3-torch (or any torch: --device auto takes
+the GPU when there is one, and --amp trains in fp16 with autocast and a
+GradScaler there, the peer of cltrain --precision fp16); reads the IDX
+files itself.
 
   /usr/bin/python3 bench/pytorch_fashion.py --model mlp --epochs 1 --threads 1
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -32,9 +36,9 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
-def load(split):
-    x = read_idx(os.path.join(DATA, f"{split}-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
-    y = read_idx(os.path.join(DATA, f"{split}-labels-idx1-ubyte.gz")).astype(np.int64)
+def load(split, data=DATA):
+    x = read_idx(os.path.join(data, f"{split}-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
+    y = read_idx(os.path.join(data, f"{split}-labels-idx1-ubyte.gz")).astype(np.int64)
     return torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
 
 
@@ -58,16 +62,23 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--data", default=DATA)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, or auto (cuda when there is one)")
+    ap.add_argument("--amp", action="store_true", help="fp16 autocast and loss scaling (cuda only)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    xtr, ytr = load("train")
-    xte, yte = load("t10k")
+    dev = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
+                       "cpu" if a.device == "auto" else a.device)
+    amp = a.amp and dev.type == "cuda"
+    xtr, ytr = load("train", a.data)
+    xte, yte = load("t10k", a.data)
     mean, std = xtr.mean(), xtr.std(unbiased=False)
     xtr, xte = (xtr - mean) / std, (xte - mean) / std
     if a.model == "cnn":
         xtr, xte = xtr.unsqueeze(1), xte.unsqueeze(1)
-    net = model(a.model)
+    xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
+    net = model(a.model).to(dev)
     if a.optimizer == "sgd":
         opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=a.momentum)
     elif a.optimizer == "adam":
@@ -75,17 +86,22 @@ def main():
     else:
         opt = torch.optim.AdamW(net.parameters(), lr=a.lr)
     lossf = nn.CrossEntropyLoss()
+    scaler = torch.cuda.amp.GradScaler(enabled=amp)
     steps, samples, t_train = 0, 0, 0.0
     for epoch in range(a.epochs):
         net.train()
-        perm = torch.randperm(len(xtr))
+        perm = torch.randperm(len(xtr), device=dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         for i in range(0, len(xtr), a.batch):
             idx = perm[i:i + a.batch]
             opt.zero_grad()
-            loss = lossf(net(xtr[idx]), ytr[idx])
-            loss.backward()
-            opt.step()
+            with torch.autocast("cuda", dtype=torch.float16) if amp else contextlib.nullcontext():
+                loss = lossf(net(xtr[idx]), ytr[idx])
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
             loss.item()  # like cltrain, read the loss every step
             steps += 1
             samples += len(idx)
@@ -99,7 +115,8 @@ def main():
         correct = sum((net(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
                       for i in range(0, len(xte), 1000))
     print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": a.model, "threads": a.threads,
-                      "batch": a.batch, "steps": steps, "samples_per_s": samples / t_train,
+                      "device": dev.type, "amp": amp,
+                      "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "", "batch": a.batch, "steps": steps, "samples_per_s": samples / t_train,
                       "test_accuracy": correct / len(xte)}))
 
 
