@@ -528,6 +528,8 @@ fi
 # ---- where a CNN step's time goes -------------------------------------------------------------
 want profile && TAILN=40 step profile profile-cnn 90 env CLT_PROFILE=1 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" \
   --epochs 1 --max-steps "$([ "$SMALL" = 1 ] && echo 10 || echo 60)" --batch 128 --quiet
+want profile && TAILN=40 step profile profile-cnn-fp16 90 env CLT_PROFILE=1 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" \
+  --devices "$DEV" --epochs 1 --max-steps "$([ "$SMALL" = 1 ] && echo 10 || echo 60)" --batch 128 --quiet --precision fp16
 
 # ---- the MPI tests ----------------------------------------------------------------------------
 if [ "$HAVE_MPI" = 1 ] && want mpitests; then

@@ -1,5 +1,6 @@
 /* ckptutil.c: shared helpers of the checkpoint suites (see ckptutil.h). */
 #include "ckptutil.h"
+#include "fashion.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -9,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FASHION "/usr/share/datasets/fashion-mnist"
 
 clt_dataset *cu_data, *cu_small;
 const char *cu_mlp = "input 784\nlinear 32\nrelu\nlinear 10\n";
@@ -17,7 +17,7 @@ const char *cu_cnn = "input 1 28 28\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool 2\nf
 static char paths[2][64];
 
 int cu_setup(void) {
-  if (access(FASHION "/train-images-idx3-ubyte.gz", R_OK) != 0) {
+  if (!fashion_dir()) {
     fprintf(stderr, "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)\n");
     return TU_SKIP;
   }
@@ -29,7 +29,7 @@ int cu_setup(void) {
   int32_t *y = malloc(CU_NSAMPLES * sizeof *y);
   for (int i = 0; i < CU_NSAMPLES; i++) idx[i] = i;
   for (int k = 0; k < 2; k++) snprintf(paths[k], sizeof paths[k], "/tmp/clt-ckpt-%d-%ld.raw", k, (long)getpid());
-  rc = clt_dataset_open_idx(FASHION, "train", &full);
+  rc = clt_dataset_open_idx(fashion_dir(), "train", &full);
   if (rc == 0) rc = clt_dataset_get_batch(full, idx, CU_NSAMPLES, x, y);
   if (rc == 0) rc = clt_dataset_write_raw(paths[0], CU_NSAMPLES, 2, dims, 10, x, y);
   if (rc == 0) rc = clt_dataset_write_raw(paths[1], CU_NSAMPLES / 2, 2, dims, 10, x, y);

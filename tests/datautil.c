@@ -1,5 +1,6 @@
 /* datautil.c: helpers of the data-layer suites (see datautil.h). */
 #include "datautil.h"
+#include "fashion.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -106,18 +107,7 @@ void du_expect_error_(const char *file, int line, int rc, int want, ...) {
   va_end(ap);
 }
 
-const char *du_fashion_dir(void) {
-  static char dir[4096];
-  char path[4200];
-  const char *env = getenv("CLT_FASHION_MNIST_DIR");
-  snprintf(dir, sizeof dir, "%s", env && *env ? env : "/usr/share/datasets/fashion-mnist");
-  snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
-  if (access(path, R_OK) != 0) {
-    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
-    if (access(path, R_OK) != 0) return NULL;
-  }
-  return dir;
-}
+const char *du_fashion_dir(void) { return fashion_dir(); }
 
 double du_now(void) {
   struct timespec ts;

@@ -19,6 +19,8 @@ static int count_platform(const clt_devices *d, const char *platform) {
 /* A driver whose ICD file is installed must show up: a device silently
  * missing would let every per-device test pass vacuously. */
 START_TEST(installed_implementations_are_found) {
+  const char *vendors = getenv("OCL_ICD_VENDORS"); /* the loader then reads another directory */
+  if (vendors && *vendors) return;
   if (access("/etc/OpenCL/vendors/pocl.icd", F_OK) == 0)
     ck_assert_msg(count_platform(tu_devices, "Portable Computing Language") >= 1, "PoCL is installed but not found");
   const char *rusticl = getenv("RUSTICL_ENABLE");

@@ -24,8 +24,8 @@
 #include <cltrain/mpi.h>
 
 #include "testutil.h"
+#include "fashion.h"
 
-#define FASHION "/usr/share/datasets/fashion-mnist"
 #define NSAMPLES 512
 #define STEPS 6
 
@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  int rc = access(FASHION "/train-images-idx3-ubyte.gz", R_OK) == 0 ? tu_setup() : TU_SKIP;
+  int rc = fashion_dir() ? tu_setup() : TU_SKIP;
   if (rc) {
     MPI_Finalize();
     return rc;
@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
   static int32_t y[NSAMPLES];
   snprintf(data_path, sizeof data_path, "/tmp/clt-dp-%d-%ld.raw", rank, (long)getpid());
   for (int i = 0; i < NSAMPLES; i++) idx[i] = i;
-  if (clt_dataset_open_idx(FASHION, "train", &full) < 0 || clt_dataset_get_batch(full, idx, NSAMPLES, x, y) < 0 ||
+  if (clt_dataset_open_idx(fashion_dir(), "train", &full) < 0 || clt_dataset_get_batch(full, idx, NSAMPLES, x, y) < 0 ||
       clt_dataset_write_raw(data_path, NSAMPLES, 1, dims, 10, x, y) < 0 || clt_dataset_open_raw(data_path, &data) < 0) {
     fprintf(stderr, "%s\n", clt_last_error());
     return 1;

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "fashion.h"
 
-#define FASHION "/usr/share/datasets/fashion-mnist"
 #define NTRAIN 1024
 #define NTEST 512
 
@@ -32,7 +32,7 @@ static char train_path[64], test_path[64], huge_path[64], outlier_path[64];
  * `times` (1: as they are), and sample `outlier` (if >= 0) by 1e6. */
 static int slice_to_raw(const char *split, int64_t n, float times, int64_t outlier, const char *path) {
   clt_dataset *ds;
-  if (clt_dataset_open_idx(FASHION, split, &ds) < 0) {
+  if (clt_dataset_open_idx(fashion_dir(), split, &ds) < 0) {
     fprintf(stderr, "%s\n", clt_last_error());
     return -1;
   }
@@ -256,7 +256,7 @@ START_TEST(fp16_resume_is_bitwise_the_uninterrupted_run) {
 END_TEST
 
 int main(void) {
-  if (access(FASHION "/train-images-idx3-ubyte.gz", R_OK) != 0) {
+  if (!fashion_dir()) {
     fprintf(stderr, "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)\n");
     return TU_SKIP;
   }

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "fashion.h"
 
-#define FASHION "/usr/share/datasets/fashion-mnist"
 #define NTRAIN 2048
 #define NTEST 512
 
@@ -23,7 +23,7 @@ static char train_path[64], test_path[64];
  * no ck_assert here); 0 or -1 after saying why. */
 static int slice_to_raw(const char *split, int64_t first, int64_t n, const char *path) {
   clt_dataset *ds;
-  if (clt_dataset_open_idx(FASHION, split, &ds) < 0) {
+  if (clt_dataset_open_idx(fashion_dir(), split, &ds) < 0) {
     fprintf(stderr, "%s\n", clt_last_error());
     return -1;
   }
@@ -117,7 +117,7 @@ START_TEST(cnn_learns) {
 END_TEST
 
 int main(void) {
-  if (access(FASHION "/train-images-idx3-ubyte.gz", R_OK) != 0) {
+  if (!fashion_dir()) {
     fprintf(stderr, "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)\n");
     return TU_SKIP;
   }
