@@ -182,6 +182,8 @@ static void apply_tuned(clt_context *ctx) {
   pthread_mutex_unlock(&tuned_lock);
 }
 
+void clt__blas_clear_cache(void) { CLBlastClearCache(); }
+
 int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
               clt_matrix a, clt_matrix b, float beta, clt_matrix c) {
   int rc = check_gemm("sgemm", ta, tb, m, n, k, a, 0, b, 0, c, 0, 1);

@@ -144,7 +144,11 @@ struct clt_context {
   struct clt_program_entry *programs;
   cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
   cl_mem scratch;        /* clt__context_scratch's */
+  int counted;           /* made whole: counted among the live contexts */
 };
+
+/* Empty CLBlast's process-wide program cache (src/blas.c). */
+void clt__blas_clear_cache(void);
 
 /* Wait until ev completes, for at most timeout_s seconds (<= 0: forever):
  * CLT_ETIMEDOUT naming `what` and the device when it does not, the

@@ -8,12 +8,20 @@
 #include "internal.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Contexts alive in this process. CLBlast keeps the programs it compiles
+ * in a process-wide cache that it frees only when the library is unloaded
+ * at exit, after the OpenCL driver may be gone: NVIDIA's then crashed
+ * (SIGSEGV in CLBlast's cache destructor). So the cache is emptied when the
+ * last context goes. */
+static _Atomic int live_contexts;
 
 int clt_context_create(const clt_devices *devs, int i, clt_context **out) {
   int rc = CLT_OK;
@@ -41,6 +49,8 @@ int clt_context_create(const clt_devices *devs, int i, clt_context **out) {
    * gradient buckets leave while the backward pass goes on. */
   ctx->xfer_queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
   CLT_CL_TRY(err);
+  ctx->counted = 1;
+  atomic_fetch_add(&live_contexts, 1);
   *out = ctx;
   return CLT_OK;
 
@@ -73,6 +83,7 @@ void clt_context_destroy(clt_context *ctx) {
     clReleaseCommandQueue(ctx->xfer_queue);
   }
   if (ctx->queue) clReleaseCommandQueue(ctx->queue);
+  if (ctx->counted && atomic_fetch_sub(&live_contexts, 1) == 1) clt__blas_clear_cache();
   if (ctx->context) clReleaseContext(ctx->context);
   free(ctx);
 }
