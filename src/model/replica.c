@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nn/nn.h"
 
@@ -200,12 +201,16 @@ static void CL_CALLBACK run_done(cl_event ev, cl_int status, void *user) {
   clt__replica *r = user;
   (void)ev;
   atomic_store(&r->run_end_ns, status == CL_COMPLETE ? now_ns() : -1);
+  atomic_fetch_sub(&r->callbacks_pending, 1); /* the last touch of r: it may be freed from here on */
 }
 
 /* Mark the start of a recorded run and arrange to learn when it ends. */
 static int time_run_end(clt__replica *r) {
   int rc = CLT_OK;
-  CLT_CL_TRY(clSetEventCallback(r->end_ev, CL_COMPLETE, run_done, r));
+  atomic_fetch_add(&r->callbacks_pending, 1);
+  cl_int err = clSetEventCallback(r->end_ev, CL_COMPLETE, run_done, r);
+  if (err != CL_SUCCESS) atomic_fetch_sub(&r->callbacks_pending, 1);
+  CLT_CL_TRY(err);
 fail:
   return rc;
 }
@@ -248,8 +253,25 @@ static void charge(clt__replica *r, double *slot, double *t0) {
   *t0 = t;
 }
 
+/* Wait (up to 10 s) until no completion callback can still come: the
+ * driver calls them on its own thread, NVIDIA's tens of ms late, and one
+ * landing after free(r) corrupted the heap (a crash in clReleaseContext). */
+static int callbacks_done(clt__replica *r) {
+  if (r->ctx && r->ctx->queue) clFinish(r->ctx->queue);
+  for (int i = 0; i < 10000 && atomic_load(&r->callbacks_pending) > 0; i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return atomic_load(&r->callbacks_pending) == 0;
+}
+
 void clt__replica_destroy(clt__replica *r) {
   if (!r) return;
+  if (!callbacks_done(r)) {
+    clt__log(CLT_LOG_WARN, "a completion callback on %s never came: its replica's memory is left allocated",
+             r->ctx->info.name);
+    return;
+  }
   if (r->prof_fwd) report_profile(r);
   free(r->prof_fwd);
   free(r->prof_bwd);

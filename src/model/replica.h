@@ -51,6 +51,7 @@ struct clt__replica {
    * every driver). Nanoseconds; the callback runs on a driver thread. */
   int64_t run_start_ns;
   _Atomic int64_t run_end_ns;
+  _Atomic int callbacks_pending; /* registered and not yet run: r must outlive them */
   /* CLT_PROFILE=1: wait after every layer and add up seconds per layer
    * (forward, backward), reported when the replica is destroyed. */
   double *prof_fwd, *prof_bwd, prof_loss;
