@@ -41,6 +41,7 @@
 #   GPU_CHECK_BUNDLE_GLIBC=1  run through the bundle's glibc even when the host's
 #                     is new enough (done anyway when the host's is older)
 #   GPU_CHECK_TEST_LIMIT  seconds per test program (default 90)
+#   GPU_CHECK_DP_ARGS more cltrain train options for the dp runs (--bucket-mb 0.25)
 # Without the NVIDIA driver it falls back to the OpenCL drivers the machine
 # registers in /etc/OpenCL/vendors (PoCL here), and says so.
 set -u
@@ -510,12 +511,12 @@ fi
 # ---- data-parallel: 2 ranks on the same device ------------------------------------------------
 if [ "$HAVE_MPI" = 1 ] && want dp; then
   step dp dp-cnn-2ranks 150 "${MPIRUN[@]}" -np 2 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" \
-    "${DPA[@]}" --log-every "$LE" --quiet --metrics "$OUT/dp.jsonl"
+    "${DPA[@]}" ${GPU_CHECK_DP_ARGS:-} --log-every "$LE" --quiet --metrics "$OUT/dp.jsonl"
   [ $? -ne 125 ] && result "cltrain cnn 2 ranks on one device (${DPA[*]}): $(an train "$OUT/dp.jsonl")"
   c1=$(an rate "$OUT/cnn.jsonl") c2=$(an rate "$OUT/dp.jsonl")
   [ -n "$c1" ] && [ -n "$c2" ] && result "cnn 2 ranks / 1 rank on the same device: $(an ratio "$c2" "$c1") ($c2 vs $c1 samples/s)"
   step dp dp-cnn-2ranks-fp16 120 "${MPIRUN[@]}" -np 2 "${CLT[@]}" train "$EX/fashion_cnn.model" "${DATA[@]}" --devices "$DEV" \
-    "${DPA[@]}" --precision fp16 --log-every "$LE" --quiet --metrics "$LOG/dp-fp16.jsonl"
+    "${DPA[@]}" ${GPU_CHECK_DP_ARGS:-} --precision fp16 --log-every "$LE" --quiet --metrics "$LOG/dp-fp16.jsonl"
   [ $? -ne 125 ] && result "cltrain cnn 2 ranks fp16 (${DPA[*]}): $(an train "$LOG/dp-fp16.jsonl")"
 fi
 if [ "$HAVE_MPI" = 1 ] && want allreduce; then

@@ -68,7 +68,12 @@ int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t byt
  * reads: the trainer reads finished gradient buckets on a transfer queue
  * while the backward pass goes on, and writes the sums back on the compute
  * queue, behind everything that touches the buffer (rusticl lost results
- * written from another queue while kernels still ran on the buffer). */
+ * written from another queue while kernels still ran on the buffer). It
+ * returns once the writes are enqueued, not done: what the caller enqueues
+ * next on write_queues comes after them, and waiting would wait for the
+ * rest of the backward pass queued before them, so the next bucket could
+ * not overlap it. The staging is not touched again until the plan's next
+ * run, whose reads follow the writes on those queues. */
 int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                      const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets);
 

@@ -208,10 +208,10 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
     CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), NULL, NULL, NULL));
     CLT_TRY(write_back(dev, 0, plan->count));
   }
-  for (int q = 0; q < n; q++) {
-    CLT_CL_TRY(clFinish(queues[q]));
-    if (write_queues[q] != queues[q]) CLT_CL_TRY(clFinish(write_queues[q]));
-  }
+  /* Writes on the reads' queue are waited for (the public calls return
+   * with the result in place); on other queues they are the caller's to
+   * order (internal.h). */
+  for (int q = 0; q < n; q++) CLT_CL_TRY(clFinish(queues[q]));
   release_events(dev);
   return CLT_OK;
 
