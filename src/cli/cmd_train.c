@@ -338,6 +338,34 @@ static int open_data(const train_args *a, clt_dataset **train, clt_dataset **tes
   return CLT_OK;
 }
 
+/* What train and eval hold: the model, the data, this rank's devices and
+ * the trainer over them. */
+typedef struct session {
+  clt_model *model;
+  clt_devices *all, *sel;
+  clt_dataset *train, *test;
+  clt_trainer *tr;
+} session;
+
+/* Load the model, open the data and pick this rank's devices: CLI_EXIT_OK,
+ * or the exit code after saying what failed (session_close either way). */
+static int session_open(const train_args *a, clt_comm *comm, session *s) {
+  int rc;
+  memset(s, 0, sizeof *s);
+  if ((rc = clt_model_load(a->model, &s->model)) < 0) return cli_fail(rc, "model");
+  if ((rc = open_data(a, &s->train, &s->test)) < 0) return cli_fail(rc, "data");
+  return cli_rank_devices(a->devices, comm, &s->all, &s->sel);
+}
+
+static void session_close(session *s) {
+  clt_trainer_destroy(s->tr);
+  clt_dataset_destroy(s->train);
+  clt_dataset_destroy(s->test);
+  clt_devices_destroy(s->sel);
+  clt_devices_destroy(s->all);
+  clt_model_destroy(s->model);
+}
+
 /* --resume FILE|latest */
 static int resume(const train_args *a, clt_trainer *tr, clt_comm *comm) {
   char path[1024];
@@ -376,41 +404,30 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
     help(stdout);
     return CLI_EXIT_OK;
   }
-  clt_model *model = NULL;
-  clt_devices *all = NULL, *sel = NULL;
-  clt_dataset *train = NULL, *test = NULL;
-  clt_trainer *tr = NULL;
-
-  if ((rc = clt_model_load(a.model, &model)) < 0) { ec = cli_fail(rc, "model"); goto out; }
-  if ((rc = open_data(&a, &train, &test)) < 0) { ec = cli_fail(rc, "data"); goto out; }
-  if ((ec = cli_rank_devices(a.devices, comm, &all, &sel)) != CLI_EXIT_OK) goto out;
+  session s;
+  if ((ec = session_open(&a, comm, &s)) != CLI_EXIT_OK) goto out;
   a.o.callback = progress;
   a.o.callback_user = &a;
-  if (!a.o.schedule.step_size) /* the step schedule decays once an epoch unless told */
-    a.o.schedule.step_size = (clt_dataset_count(train) + a.o.batch - 1) / a.o.batch;
-  a.o.schedule.total_steps = a.o.max_steps > 0 ? a.o.max_steps
-                                               : (clt_dataset_count(train) + a.o.batch - 1) / a.o.batch * a.o.epochs;
-  if ((rc = clt_trainer_create(model, sel, comm, &a.o, &tr)) < 0) { ec = cli_fail(rc, "train"); goto out; }
+  int64_t per_epoch = (clt_dataset_count(s.train) + a.o.batch - 1) / a.o.batch;
+  if (!a.o.schedule.step_size) a.o.schedule.step_size = per_epoch; /* the step schedule decays once an epoch unless told */
+  a.o.schedule.total_steps = a.o.max_steps > 0 ? a.o.max_steps : per_epoch * a.o.epochs;
+  if ((rc = clt_trainer_create(s.model, s.sel, comm, &a.o, &s.tr)) < 0) { ec = cli_fail(rc, "train"); goto out; }
   if (clt_comm_rank(comm) == 0) {
-    printf("cltrain: training %s (%lld parameters) on %d replica(s) over %d rank(s); batch %lld, %s lr %g\n",
-           a.model, (long long)clt_model_param_count(model), clt_trainer_replicas(tr), clt_comm_size(comm),
-           (long long)a.o.batch, clt_optimizer_name(a.o.optimizer.kind), a.o.schedule.lr);
+    printf("cltrain: training %s (%lld parameters) on %d replica(s) over %d rank(s); batch %lld, %s lr %g%s\n",
+           a.model, (long long)clt_model_param_count(s.model), clt_trainer_replicas(s.tr), clt_comm_size(comm),
+           (long long)a.o.batch, clt_optimizer_name(a.o.optimizer.kind), a.o.schedule.lr,
+           a.o.precision == CLT_F16 ? ", fp16" : "");
     fflush(stdout);
   }
-  if (a.weights && (rc = clt_trainer_load_weights(tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
-  if (a.resume && (ec = resume(&a, tr, comm)) != CLI_EXIT_OK) goto out;
-  if ((rc = clt_trainer_fit(tr, train, test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
+  if (a.weights && (rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
+  if (a.resume && (ec = resume(&a, s.tr, comm)) != CLI_EXIT_OK) goto out;
+  if ((rc = clt_trainer_fit(s.tr, s.train, s.test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
   if (a.save) {
-    if ((rc = clt_trainer_save_weights(tr, a.save)) < 0) { ec = cli_fail(rc, "--save"); goto out; }
+    if ((rc = clt_trainer_save_weights(s.tr, a.save)) < 0) { ec = cli_fail(rc, "--save"); goto out; }
     if (clt_comm_rank(comm) == 0) printf("cltrain: saved the weights to %s\n", a.save);
   }
 out:
-  clt_trainer_destroy(tr);
-  clt_dataset_destroy(train);
-  clt_dataset_destroy(test);
-  clt_devices_destroy(sel);
-  clt_devices_destroy(all);
-  clt_model_destroy(model);
+  session_close(&s);
   return ec;
 }
 
@@ -463,31 +480,21 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     return CLI_EXIT_USAGE;
   }
   a.model = argv[optind];
-  clt_model *model = NULL;
-  clt_devices *all = NULL, *sel = NULL;
-  clt_dataset *train = NULL, *test = NULL;
-  clt_trainer *tr = NULL;
+  session s;
   double loss, acc;
-  if ((rc = clt_model_load(a.model, &model)) < 0) { ec = cli_fail(rc, "model"); goto out; }
-  if ((rc = open_data(&a, &train, &test)) < 0) { ec = cli_fail(rc, "data"); goto out; }
-  if (!test) {
+  if ((ec = session_open(&a, comm, &s)) != CLI_EXIT_OK) goto out;
+  if (!s.test) {
     fprintf(stderr, "cltrain eval: the data has no test split (t10k-*-idx?-ubyte[.gz])\n");
     ec = CLI_EXIT_ERROR;
     goto out;
   }
-  if ((ec = cli_rank_devices(a.devices, comm, &all, &sel)) != CLI_EXIT_OK) goto out;
-  if ((rc = clt_trainer_create(model, sel, comm, &a.o, &tr)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
-  if ((rc = clt_trainer_load_weights(tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
-  if ((rc = clt_trainer_evaluate(tr, test, &loss, &acc)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
+  if ((rc = clt_trainer_create(s.model, s.sel, comm, &a.o, &s.tr)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
+  if ((rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
+  if ((rc = clt_trainer_evaluate(s.tr, s.test, &loss, &acc)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
   if (clt_comm_rank(comm) == 0)
-    printf("test loss %.4f accuracy %.4f (%lld samples)\n", loss, acc, (long long)clt_dataset_count(test));
+    printf("test loss %.4f accuracy %.4f (%lld samples)\n", loss, acc, (long long)clt_dataset_count(s.test));
 out:
-  clt_trainer_destroy(tr);
-  clt_dataset_destroy(train);
-  clt_dataset_destroy(test);
-  clt_devices_destroy(sel);
-  clt_devices_destroy(all);
-  clt_model_destroy(model);
+  session_close(&s);
   return ec;
 }
 
