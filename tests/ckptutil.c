@@ -23,21 +23,15 @@ int cu_setup(void) {
   }
   int rc = tu_setup();
   if (rc) return rc;
-  clt_dataset *full;
-  int64_t *idx = malloc(CU_NSAMPLES * sizeof *idx), dims[2] = {28, 28};
-  float *x = malloc((size_t)CU_NSAMPLES * 784 * sizeof *x);
-  int32_t *y = malloc(CU_NSAMPLES * sizeof *y);
-  for (int i = 0; i < CU_NSAMPLES; i++) idx[i] = i;
+  static const int64_t dims[2] = {28, 28};
   for (int k = 0; k < 2; k++) snprintf(paths[k], sizeof paths[k], "/tmp/clt-ckpt-%d-%ld.raw", k, (long)getpid());
-  rc = clt_dataset_open_idx(fashion_dir(), "train", &full);
-  if (rc == 0) rc = clt_dataset_get_batch(full, idx, CU_NSAMPLES, x, y);
-  if (rc == 0) rc = clt_dataset_write_raw(paths[0], CU_NSAMPLES, 2, dims, 10, x, y);
-  if (rc == 0) rc = clt_dataset_write_raw(paths[1], CU_NSAMPLES / 2, 2, dims, 10, x, y);
-  if (rc == 0) rc = clt_dataset_open_raw(paths[0], &cu_data);
-  if (rc == 0) rc = clt_dataset_open_raw(paths[1], &cu_small);
-  if (rc < 0) fprintf(stderr, "%s\n", clt_last_error());
-  clt_dataset_destroy(full);
-  free(idx), free(x), free(y);
+  /* the whole set, and its first half */
+  rc = tu_fashion_raw("train", CU_NSAMPLES, 2, dims, NULL, NULL, paths[0]);
+  if (rc == 0) rc = tu_fashion_raw("train", CU_NSAMPLES / 2, 2, dims, NULL, NULL, paths[1]);
+  if (rc == 0 && (clt_dataset_open_raw(paths[0], &cu_data) < 0 || clt_dataset_open_raw(paths[1], &cu_small) < 0)) {
+    fprintf(stderr, "%s\n", clt_last_error());
+    rc = -1;
+  }
   return rc < 0 ? 1 : 0;
 }
 

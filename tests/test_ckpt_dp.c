@@ -234,18 +234,13 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  clt_dataset *full;
-  int64_t idx[NSAMPLES], dims[1] = {784};
-  static float x[NSAMPLES * 784];
-  static int32_t y[NSAMPLES];
+  static const int64_t dims[1] = {784};
   snprintf(data_path, sizeof data_path, "/tmp/clt-ckpt-dp-%d-%ld.raw", rank, (long)getpid());
-  for (int i = 0; i < NSAMPLES; i++) idx[i] = i;
-  if (clt_dataset_open_idx(fashion_dir(), "train", &full) < 0 || clt_dataset_get_batch(full, idx, NSAMPLES, x, y) < 0 ||
-      clt_dataset_write_raw(data_path, NSAMPLES, 1, dims, 10, x, y) < 0 || clt_dataset_open_raw(data_path, &data) < 0) {
+  if (tu_fashion_raw("train", NSAMPLES, 1, dims, NULL, NULL, data_path) < 0 ||
+      clt_dataset_open_raw(data_path, &data) < 0) {
     fprintf(stderr, "%s\n", clt_last_error());
     return 1;
   }
-  clt_dataset_destroy(full);
 
   Suite *s = suite_create("checkpoint dp");
   TCase *tc = tcase_create("checkpoint dp");

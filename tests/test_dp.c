@@ -175,12 +175,8 @@ START_TEST(a_different_dataset_is_named_on_every_rank) {
   char path[80];
   snprintf(path, sizeof path, "%s.half", data_path);
   if (rank == 1) {
-    static float x[NSAMPLES / 2 * 784];
-    static int32_t y[NSAMPLES / 2];
-    int64_t idx[NSAMPLES / 2], dims[1] = {784};
-    for (int i = 0; i < NSAMPLES / 2; i++) idx[i] = i;
-    ck_assert_int_eq(clt_dataset_get_batch(data, idx, NSAMPLES / 2, x, y), 0);
-    ck_assert_int_eq(clt_dataset_write_raw(path, NSAMPLES / 2, 1, dims, 10, x, y), 0);
+    static const int64_t dims[1] = {784};
+    ck_assert_int_eq(tu_fashion_raw("train", NSAMPLES / 2, 1, dims, NULL, NULL, path), 0);
     ck_assert_int_eq(clt_dataset_open_raw(path, &half), 0);
   }
   ck_assert_int_eq(clt_trainer_fit(t, half, NULL), CLT_EMISMATCH);
@@ -214,18 +210,13 @@ int main(int argc, char **argv) {
   clt_devices_select(tu_devices, spec, &mine);
 
   /* The first NSAMPLES training images, through the raw format. */
-  clt_dataset *full;
-  int64_t idx[NSAMPLES], dims[1] = {784};
-  static float x[NSAMPLES * 784];
-  static int32_t y[NSAMPLES];
+  static const int64_t dims[1] = {784};
   snprintf(data_path, sizeof data_path, "/tmp/clt-dp-%d-%ld.raw", rank, (long)getpid());
-  for (int i = 0; i < NSAMPLES; i++) idx[i] = i;
-  if (clt_dataset_open_idx(fashion_dir(), "train", &full) < 0 || clt_dataset_get_batch(full, idx, NSAMPLES, x, y) < 0 ||
-      clt_dataset_write_raw(data_path, NSAMPLES, 1, dims, 10, x, y) < 0 || clt_dataset_open_raw(data_path, &data) < 0) {
+  if (tu_fashion_raw("train", NSAMPLES, 1, dims, NULL, NULL, data_path) < 0 ||
+      clt_dataset_open_raw(data_path, &data) < 0) {
     fprintf(stderr, "%s\n", clt_last_error());
     return 1;
   }
-  clt_dataset_destroy(full);
 
   Suite *s = suite_create("dp");
   TCase *tc = tcase_create("dp");

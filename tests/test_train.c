@@ -19,26 +19,6 @@
 
 static char train_path[64], test_path[64];
 
-/* The first n samples of a split, as a raw file (before the suite runs, so
- * no ck_assert here); 0 or -1 after saying why. */
-static int slice_to_raw(const char *split, int64_t first, int64_t n, const char *path) {
-  clt_dataset *ds;
-  if (clt_dataset_open_idx(fashion_dir(), split, &ds) < 0) {
-    fprintf(stderr, "%s\n", clt_last_error());
-    return -1;
-  }
-  int64_t *idx = malloc(n * sizeof *idx), dims[2] = {28, 28};
-  float *x = malloc(n * 784 * sizeof *x);
-  int32_t *y = malloc(n * sizeof *y);
-  for (int64_t i = 0; i < n; i++) idx[i] = first + i;
-  int rc = clt_dataset_get_batch(ds, idx, n, x, y);
-  if (rc == 0) rc = clt_dataset_write_raw(path, n, 2, dims, 10, x, y);
-  if (rc < 0) fprintf(stderr, "%s\n", clt_last_error());
-  clt_dataset_destroy(ds);
-  free(idx), free(x), free(y);
-  return rc < 0 ? -1 : 0;
-}
-
 static void events(const clt_train_event *ev, void *user) {
   double *first_last = user;
   if (ev->kind != CLT_EVENT_STEP) return;
@@ -131,7 +111,10 @@ int main(void) {
   tcase_add_test(tc, mlp_learns);
   tcase_add_test(tc, cnn_learns);
   suite_add_tcase(s, tc);
-  if (slice_to_raw("train", 0, NTRAIN, train_path) < 0 || slice_to_raw("test", 0, NTEST, test_path) < 0) return 1;
+  const int64_t dims[2] = {28, 28};
+  if (tu_fashion_raw("train", NTRAIN, 2, dims, NULL, NULL, train_path) < 0 ||
+      tu_fashion_raw("test", NTEST, 2, dims, NULL, NULL, test_path) < 0)
+    return 1;
   rc = tu_run(s);
   unlink(train_path);
   unlink(test_path);

@@ -1,5 +1,6 @@
 /* testutil.c: shared setup for the Check suites (see testutil.h). */
 #include "testutil.h"
+#include "fashion.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,4 +69,22 @@ const char *tu_name(clt_context *ctx) {
   const clt_device_info *d = clt_context_device(ctx);
   snprintf(buf, sizeof buf, "%s (%s)", d->name, d->platform_name);
   return buf;
+}
+
+int tu_fashion_raw(const char *split, int64_t n, int ndims, const int64_t *dims,
+                   void (*edit)(float *x, int64_t n, void *user), void *user, const char *path) {
+  clt_dataset *ds = NULL;
+  int64_t *idx = malloc((size_t)n * sizeof *idx);
+  float *x = malloc((size_t)n * 784 * sizeof *x);
+  int32_t *y = malloc((size_t)n * sizeof *y);
+  int rc = idx && x && y ? CLT_OK : CLT_ENOMEM;
+  for (int64_t i = 0; rc == CLT_OK && i < n; i++) idx[i] = i;
+  if (rc == CLT_OK) rc = clt_dataset_open_idx(fashion_dir(), split, &ds);
+  if (rc == CLT_OK) rc = clt_dataset_get_batch(ds, idx, n, x, y);
+  if (rc == CLT_OK && edit) edit(x, n, user);
+  if (rc == CLT_OK) rc = clt_dataset_write_raw(path, n, ndims, dims, 10, x, y);
+  if (rc < 0) fprintf(stderr, "%s\n", clt_last_error());
+  clt_dataset_destroy(ds);
+  free(idx), free(x), free(y);
+  return rc < 0 ? -1 : 0;
 }

@@ -33,6 +33,14 @@ cl_mem tu_buffer(clt_context *ctx, const float *host, size_t n);
 /* Read n floats at element offset off. */
 void tu_read(clt_context *ctx, cl_mem buf, size_t off, float *host, size_t n);
 
+/* The first n samples of Fashion-MNIST's split ("train" or "test", pixels
+ * in [0, 1]) written as a raw dataset file at path, each sample of ndims
+ * dims (784 values in all); edit, when not NULL, changes the n * 784
+ * values first. For a suite's setup, before Check runs: 0, or -1 after
+ * printing why. */
+int tu_fashion_raw(const char *split, int64_t n, int ndims, const int64_t *dims,
+                   void (*edit)(float *x, int64_t n, void *user), void *user, const char *path);
+
 /* "name (platform)" for messages. */
 const char *tu_name(clt_context *ctx);
 
