@@ -28,27 +28,24 @@
 
 static char train_path[64], test_path[64], huge_path[64], outlier_path[64];
 
-/* The first n samples of a split as a raw file, the values multiplied by
- * `times` (1: as they are), and sample `outlier` (if >= 0) by 1e6. */
+/* Normalised as cltrain does for Fashion-MNIST, times `times`, and sample
+ * `outlier` (if >= 0) set to 1e6 throughout. */
+typedef struct edit {
+  float times;
+  int64_t outlier;
+} edit;
+
+static void apply_edit(float *x, int64_t n, void *user) {
+  const edit *e = user;
+  for (int64_t i = 0; i < n * 784; i++) x[i] = (x[i] - 0.286f) / 0.353f * e->times;
+  if (e->outlier >= 0)
+    for (int64_t i = 0; i < 784; i++) x[e->outlier * 784 + i] = 1e6f;
+}
+
 static int slice_to_raw(const char *split, int64_t n, float times, int64_t outlier, const char *path) {
-  clt_dataset *ds;
-  if (clt_dataset_open_idx(fashion_dir(), split, &ds) < 0) {
-    fprintf(stderr, "%s\n", clt_last_error());
-    return -1;
-  }
-  int64_t *idx = malloc(n * sizeof *idx), dims[2] = {28, 28};
-  float *x = malloc(n * 784 * sizeof *x);
-  int32_t *y = malloc(n * sizeof *y);
-  for (int64_t i = 0; i < n; i++) idx[i] = i;
-  int rc = clt_dataset_get_batch(ds, idx, n, x, y);
-  for (int64_t i = 0; i < n * 784; i++) x[i] = (x[i] - 0.286f) / 0.353f * times;
-  if (outlier >= 0)
-    for (int64_t i = 0; i < 784; i++) x[outlier * 784 + i] = 1e6f;
-  if (rc == 0) rc = clt_dataset_write_raw(path, n, 2, dims, 10, x, y);
-  if (rc < 0) fprintf(stderr, "%s\n", clt_last_error());
-  clt_dataset_destroy(ds);
-  free(idx), free(x), free(y);
-  return rc < 0 ? -1 : 0;
+  static const int64_t dims[2] = {28, 28};
+  edit e = {times, outlier};
+  return tu_fashion_raw(split, n, 2, dims, apply_edit, &e, path);
 }
 
 /* Step events as they come: the loss scale before and the skip count. */
@@ -255,6 +252,39 @@ START_TEST(fp16_resume_is_bitwise_the_uninterrupted_run) {
 }
 END_TEST
 
+/* Options out of range are refused when the trainer is made, naming them. */
+START_TEST(bad_mixed_precision_options_are_named) {
+  clt_model *m;
+  clt_devices *one;
+  clt_trainer *t = NULL;
+  ck_assert_int_eq(clt_model_parse(MLP, "test.model", &m), 0);
+  ck_assert_int_eq(clt_devices_select(tu_devices, "0", &one), 0);
+  static const struct {
+    clt_dtype precision;
+    float scale;
+    int64_t window;
+    int skips;
+    const char *named;
+  } bad[] = {{CLT_I32, 65536, 2000, 20, "precision must be fp32 or fp16, not i32"},
+             {CLT_F16, 0.5f, 2000, 20, "loss scale must be a finite number of at least 1, not 0.5"},
+             {CLT_F16, INFINITY, 2000, 20, "loss scale must be a finite number"},
+             {CLT_F16, 65536, 0, 20, "loss scale window must be at least 1 step, not 0"},
+             {CLT_F16, 65536, 2000, 0, "skipped steps in a row must be at least 1, not 0"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    clt_train_options o;
+    clt_train_options_defaults(&o);
+    o.precision = bad[i].precision;
+    o.loss_scale = bad[i].scale;
+    o.loss_scale_window = bad[i].window;
+    o.max_skips = bad[i].skips;
+    ck_assert_int_eq(clt_trainer_create(m, one, NULL, &o, &t), CLT_EINVAL);
+    ck_assert_msg(strstr(clt_last_error(), bad[i].named), "case %zu: %s", i, clt_last_error());
+  }
+  clt_devices_destroy(one);
+  clt_model_destroy(m);
+}
+END_TEST
+
 int main(void) {
   if (!fashion_dir()) {
     fprintf(stderr, "SKIP: Fashion-MNIST is not installed (dataset-fashion-mnist)\n");
@@ -278,6 +308,7 @@ int main(void) {
   tcase_add_test(tc, two_replicas_skip_together);
   tcase_add_test(tc, overflowing_data_stop_after_twenty_skips);
   tcase_add_test(tc, fp16_resume_is_bitwise_the_uninterrupted_run);
+  tcase_add_test(tc, bad_mixed_precision_options_are_named);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   unlink(train_path), unlink(test_path), unlink(huge_path), unlink(outlier_path);
