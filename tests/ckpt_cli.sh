@@ -19,25 +19,7 @@ fi
 "$CLTRAIN" devices >/dev/null 2>&1
 [ $? -eq 3 ] && { echo "SKIP: no OpenCL device"; exit 77; }
 
-# expect CODE DESCRIPTION -- ARGS
-expect() {
-  want=$1 what=$2
-  shift 3
-  "$CLTRAIN" "$@" >"$out" 2>"$err"
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL: $what: 'cltrain $*' exited $got, expected $want"
-    sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
-    fail=1
-    return 1
-  fi
-  echo "ok: $what"
-}
-has() {
-  if ! grep -q -- "$2" "$1"; then
-    echo "FAIL: $3: no '$2' in:"; sed 's/^/  /' "$1"; fail=1
-  fi
-}
+. "$srcdir/tests/cli_lib.sh"
 same() {
   if cmp -s "$1" "$2"; then echo "ok: $3"; else echo "FAIL: $3: $1 and $2 differ"; fail=1; fi
 }
