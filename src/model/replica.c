@@ -49,7 +49,6 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   r->max_batch = max_batch;
   r->state_per_param = state_per_param;
   r->act_dtype = act_dtype;
-  if (act_dtype != CLT_F32 && act_dtype != CLT_F16) { rc = CLT_EINVAL; goto fail; }
   if (!(r->slots = clt__calloc(spec->nlayers, sizeof *r->slots))) { rc = CLT_ENOMEM; goto fail; }
   const char *prof = getenv("CLT_PROFILE");
   if (prof && *prof && strcmp(prof, "0") != 0) {

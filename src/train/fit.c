@@ -193,11 +193,12 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         t->micro_steps++;
       }
       double grad_norm;
-      CLT_TRY(clt__trainer_apply(t, total_n, &grad_norm));
+      int skipped;
+      CLT_TRY(clt__trainer_apply(t, total_n, &grad_norm, &skipped));
       CLT_TRY(clt__trainer_sum(t, sums, 2));
       /* In f16 a step whose forward overflowed is skipped like any other
        * non-finite step (clt__trainer_apply): it leaves the sums alone. */
-      int counted = isfinite(sums[0]) || !t->last_skipped;
+      int counted = isfinite(sums[0]) || !skipped;
       if (!counted) {
         /* skipped: its samples leave the epoch's means alone */
       } else if (!isfinite(sums[0])) {

@@ -393,8 +393,8 @@ static int nonfinite_layer(clt_trainer *t) {
  * (an inf or NaN on any rank reaches it), so every rank decides alike:
  * leave the parameters, halve the scale, and give up after max_skips in a
  * row. */
-static int skip_step(clt_trainer *t) {
-  t->last_skipped = 1;
+static int skip_step(clt_trainer *t, int *skipped) {
+  *skipped = 1;
   t->skipped++;
   t->skips_in_row++;
   t->scale_clean_steps = 0;
@@ -411,12 +411,13 @@ static int skip_step(clt_trainer *t) {
   return CLT_OK;
 }
 
-int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
+int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm, int *skipped) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(t->model);
   const clt_optimizer_config *cfg = &t->opts.optimizer;
   float scale = 1.0f / (float)total_n;
   *grad_norm = NAN;
+  *skipped = 0;
 
   /* Every replica of every rank now holds the same summed gradient, so
    * each rank can tell alone whether it is finite (and stop before the
@@ -424,11 +425,10 @@ int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm) {
   float ss = 0;
   clt_tensor g = clt__replica_grads(t->rep[0]);
   CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
-  t->last_skipped = 0;
   if (t->opts.precision == CLT_F16) {
     /* The gradient was scaled by the loss scale; in f16 an inf or NaN
      * means the scale is too large (or the data overflow f16 outright). */
-    if (!isfinite(ss)) return skip_step(t);
+    if (!isfinite(ss)) return skip_step(t, skipped);
     t->skips_in_row = 0;
     scale = (float)(1.0 / ((double)total_n * t->loss_scale));
     ss = (float)((double)ss / (t->loss_scale * t->loss_scale));

@@ -49,7 +49,6 @@ struct clt_trainer {
    * but not in the optimizer's own step count. */
   double loss_scale;
   int64_t scale_clean_steps, skips_in_row, skipped;
-  int last_skipped;            /* did the last clt__trainer_apply skip? */
 
   /* Communication accounting since the last step event. */
   double comm_s, comm_hidden_s;
@@ -79,8 +78,9 @@ int clt__trainer_check_replicas(clt_trainer *t);
 
 /* One optimizer step on every local replica once the gradients of total_n
  * samples are summed (clt__trainer_allreduce): scale, clip, update. *grad_norm gets the global norm
- * (NaN when not clipping). */
-int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm);
+ * (NaN when not clipping); *skipped is 1 when fp16 loss scaling skipped the
+ * step instead (the gradient was not finite). */
+int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm, int *skipped);
 /* Sum small per-rank values over all ranks in rank order (the same bits
  * everywhere). */
 int clt__trainer_sum(clt_trainer *t, double *vals, int n);
