@@ -1,9 +1,10 @@
 /*
- * init.c: seeded parameter initialisation on the host. He (Kaiming) or
- * Xavier (Glorot) uniform for weights, zeros for biases, ones and zeros for
- * layernorm's gamma and beta. The generator is splitmix64 keyed by (seed,
- * parameter index), so the values do not depend on the device, the number
- * of replicas or the order anything runs in.
+ * init.c: seeded parameter initialisation on the host, as each parameter
+ * tensor of the layer table asks (model/spec.h clt_param_init): uniform
+ * (He or Xavier bounds), normal (GPT-2's 0.02), zeros or ones. The
+ * generator is splitmix64 keyed by (seed, parameter index), so the values
+ * do not depend on the device, the number of replicas or the order
+ * anything runs in.
  */
 #include "internal.h"
 #include "model/model.h"
@@ -23,29 +24,30 @@ static float uniform_pm1(uint64_t seed, uint64_t i) {
   return (float)(r >> 40) / 8388608.0f - 1.0f;
 }
 
+/* Normal with standard deviation 1 from (seed, i): Box-Muller on two
+ * uniforms in (0, 1] keyed by 2i and 2i + 1. */
+static double normal(uint64_t seed, uint64_t i) {
+  double u1 = (uniform_pm1(seed, 2 * i) + 1.0) * 0.5, u2 = (uniform_pm1(seed, 2 * i + 1) + 1.0) * 0.5;
+  if (u1 <= 0) u1 = 1.0 / 16777216.0;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
 void clt__model_init_params(const clt_model_spec *spec, uint64_t seed, float *params) {
   for (int li = 0; li < spec->nlayers; li++) {
     const clt_layer_spec *l = &spec->layers[li];
-    float *w = params + l->param_offset, *b = w + l->weight_count;
-    if (l->kind == CLT_LAYER_LAYERNORM) {
-      for (int64_t i = 0; i < l->weight_count; i++) w[i] = 1.0f;
-      for (int64_t i = 0; i < l->bias_count; i++) b[i] = 0.0f;
-      continue;
+    for (int k = 0; k < l->nparams; k++) {
+      const clt_param_spec *p = &l->param[k];
+      if (p->tied) continue;
+      float *w = params + p->offset;
+      for (int64_t i = 0; i < p->count; i++) {
+        uint64_t at = (uint64_t)(p->offset + i);
+        switch (p->init) {
+        case CLT_PINIT_UNIFORM: w[i] = (float)(p->scale * uniform_pm1(seed, at)); break;
+        case CLT_PINIT_NORMAL: w[i] = (float)(p->scale * normal(seed ^ 0x6e6f726d616c7321ull, at)); break;
+        case CLT_PINIT_ONES: w[i] = 1.0f; break;
+        default: w[i] = 0.0f; break;
+        }
+      }
     }
-    if (l->weight_count == 0) continue;
-    /* fan_in = inputs feeding one output; fan_out = outputs fed by one input */
-    double fan_in, fan_out;
-    if (l->kind == CLT_LAYER_CONV2D) {
-      fan_in = (double)l->in_shape.dims[0] * l->kernel * l->kernel;
-      fan_out = (double)l->out * l->kernel * l->kernel;
-    } else {
-      fan_in = l->in_shape.dims[0];
-      fan_out = l->out;
-    }
-    /* Uniform(-a, a) has variance a^2/3: He wants 2/fan_in, Xavier 2/(fan_in+fan_out). */
-    double a = l->init == CLT_INIT_XAVIER ? sqrt(6.0 / (fan_in + fan_out)) : sqrt(6.0 / fan_in);
-    for (int64_t i = 0; i < l->weight_count; i++)
-      w[i] = (float)(a * uniform_pm1(seed, (uint64_t)(l->param_offset + i)));
-    for (int64_t i = 0; i < l->bias_count; i++) b[i] = 0.0f;
   }
 }

@@ -3,6 +3,7 @@
  * parameter layout, loading from a file, and the summary table.
  */
 #include "internal.h"
+#include "model/layer.h"
 #include "model/model.h"
 
 #include <errno.h>
@@ -66,18 +67,8 @@ const char *clt_model_text(const clt_model *m) { return m->spec->text; }
 
 /* One layer's description: "conv2d 32 k3 s1 p1". */
 static void describe(const clt_layer_spec *l, char *buf, size_t len) {
-  const char *kw = clt__layer_kind_name(l->kind);
-  switch (l->kind) {
-  case CLT_LAYER_LINEAR: snprintf(buf, len, "%s %d%s", kw, l->out, l->bias ? "" : " no-bias"); break;
-  case CLT_LAYER_CONV2D:
-    snprintf(buf, len, "%s %d k%d s%d p%d%s", kw, l->out, l->kernel, l->stride, l->pad, l->bias ? "" : " no-bias");
-    break;
-  case CLT_LAYER_MAXPOOL:
-  case CLT_LAYER_AVGPOOL: snprintf(buf, len, "%s %d s%d", kw, l->kernel, l->stride); break;
-  case CLT_LAYER_DROPOUT: snprintf(buf, len, "%s %g", kw, l->p); break;
-  case CLT_LAYER_LEAKYRELU: snprintf(buf, len, "%s %g", kw, l->slope); break;
-  default: snprintf(buf, len, "%s", kw); break;
-  }
+  if (l->kind->describe) l->kind->describe(l, buf, len);
+  else snprintf(buf, len, "%s", l->kind->name);
 }
 
 int clt_model_summary(const clt_model *m, char **out) {
@@ -93,7 +84,7 @@ int clt_model_summary(const clt_model *m, char **out) {
     describe(l, what, sizeof what);
     clt__shape_str(&l->out_shape, shape, sizeof shape);
     used += snprintf(buf + used, cap - used, "%-5d %-28s %-18s %12lld\n", l->line, what, shape,
-                     (long long)(l->weight_count + l->bias_count));
+                     (long long)l->param_count);
   }
   snprintf(buf + used, cap - used, "total parameters: %lld (%.2f MiB as float32); %d classes\n",
            (long long)s->param_count, s->param_count * 4.0 / 1048576.0, s->num_classes);

@@ -1,14 +1,17 @@
 /*
  * replica.c: a model replica on one device: arenas, activation layout, and
- * the forward, loss and backward passes over the layer list, each layer a
- * call into src/nn.
+ * the forward, loss and backward passes over the layers, each layer a call
+ * through its kind in the layer table (model/layer.h).
  *
  * Memory: every layer's output for max_batch samples lives in one
  * activation arena (flatten and evaluation-mode dropout reuse their input),
- * because backward needs them; gradients of activations ping-pong between
- * two buffers the size of the largest layer output. Both hold f32, or f16
+ * with what each layer keeps for its backward (attention's qkv), because
+ * backward needs them; gradients of activations ping-pong between two
+ * buffers the size of the largest layer input or output, and a residual's
+ * skip-branch gradient waits in a slot of its own until the backward
+ * reaches the layer the branch started at. All of these hold f32, or f16
  * under mixed precision (computed in f32 all the same; cl/prelude.cl);
- * parameters, their gradients and optimizer state are always f32.
+ * token ids, parameters, their gradients and optimizer state are f32.
  */
 #include "model/replica.h"
 
@@ -17,15 +20,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/layer.h"
 #include "nn/nn.h"
-
-/* The im2col workspace is capped; conv2d then runs in chunks of samples. */
-#define MAX_WORKSPACE_BYTES (256u << 20)
 
 static int64_t numel(const clt_shape *s) { return clt__shape_numel(s); }
 
-/* Does this layer's output share its input's storage? */
-static int is_view(const clt_layer_spec *l) { return l->kind == CLT_LAYER_FLATTEN; }
+static int has(const clt_layer_spec *l, unsigned flag) { return (l->kind->flags & flag) != 0; }
+static int is_tokens(const clt_model_spec *s) { return s->layers[0].out_shape.vocab > 0; }
 
 /* Views at an offset in elements of their dtype. */
 static int make_view(cl_mem buf, int64_t off, clt_dtype dt, int64_t n, const clt_shape *s, clt_tensor *t) {
@@ -57,64 +58,68 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
     if (!r->prof_fwd || !r->prof_bwd) { rc = CLT_ENOMEM; goto fail; }
   }
 
-  /* Lay out activations and saved data. */
-  int64_t act = 0, aux = 0, largest = 0, ws = 0;
+  /* Lay out activations, what layers keep for their backward, and scratch. */
+  int64_t act = 0, aux = 0, largest = 0, gscratch = 0, skip = 0, ws = 0;
   size_t scratch = 0;
   r->first_trainable = spec->nlayers;
   for (int i = 0; i < spec->nlayers; i++) {
     const clt_layer_spec *l = &spec->layers[i];
-    int64_t out_n = numel(&l->out_shape) * max_batch;
-    if (i > 0 && is_view(l)) {
+    int64_t out_n = numel(&l->out_shape) * max_batch, in_n = numel(&l->in_shape) * max_batch;
+    if (i == 0 && is_tokens(spec)) { /* token ids stay f32, in input32 */
+      r->slots[i].act_offset = 0;
+    } else if (i > 0 && has(l, CLT_KIND_VIEW)) {
       r->slots[i].act_offset = r->slots[i - 1].act_offset;
     } else {
       r->slots[i].act_offset = act;
       act += out_n;
     }
+    r->slots[i].saved_offset = act;
+    act += l->saved_act * max_batch;
     if (out_n > largest) largest = out_n;
+    if (i > 0 && in_n > largest) largest = in_n;
     r->slots[i].aux_offset = aux;
-    if (l->kind == CLT_LAYER_MAXPOOL) aux += out_n;
-    if (l->kind == CLT_LAYER_LAYERNORM) aux += 2 * max_batch;
-    if (l->weight_count && i < r->first_trainable) r->first_trainable = i;
-    if (l->kind == CLT_LAYER_CONV2D) {
-      int64_t samples = max_batch;
-      size_t bytes;
-      while ((bytes = clt_nn_conv2d_workspace_bytes(samples, l->in_shape.dims[0], l->out, l->kernel, l->kernel,
-                                                    l->out_shape.dims[1], l->out_shape.dims[2])) > MAX_WORKSPACE_BYTES &&
-             samples > 1)
-        samples = (samples + 1) / 2;
-      if ((int64_t)bytes > ws) ws = (int64_t)bytes;
+    aux += l->saved_f32 * max_batch;
+    if (l->grad_scratch * max_batch > gscratch) gscratch = l->grad_scratch * max_batch;
+    if (l->skip >= 0 && out_n > skip) skip = out_n;
+    if (l->nparams && i < r->first_trainable) r->first_trainable = i;
+    if (l->kind->workspace_bytes) {
+      size_t b = l->kind->workspace_bytes(l, max_batch);
+      if ((int64_t)b > ws) ws = (int64_t)b;
     }
-    if (l->kind == CLT_LAYER_LINEAR) {
-      size_t b = clt_nn_linear_scratch_bytes(max_batch, l->in_shape.dims[0], l->out, act_dtype);
+    if (l->kind->scratch_bytes) {
+      size_t b = l->kind->scratch_bytes(l, max_batch, act_dtype);
       if (b > scratch) scratch = b;
     }
   }
 
-  size_t pbytes = (size_t)spec->param_count * 4;
+  size_t pbytes = (size_t)spec->param_count * 4, esize = clt_dtype_size(act_dtype);
+  int64_t in_n = numel(&spec->layers[0].out_shape) * max_batch, labels_n = max_batch * spec->labels_per_sample;
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->params));
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
   if (state_per_param) CLT_TRY(clt_buffer_create(ctx, pbytes * state_per_param, &r->state));
-  size_t esize = clt_dtype_size(act_dtype);
-  CLT_TRY(clt_buffer_create(ctx, (size_t)act * esize, &r->act));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)(act ? act : 1) * esize, &r->act));
   CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[0]));
   CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[1]));
-  if (act_dtype != CLT_F32) /* the input batch arrives as f32 and is rounded on the device */
-    CLT_TRY(clt_buffer_create(ctx, (size_t)(numel(&spec->layers[0].out_shape) * max_batch) * 4, &r->input32));
+  if (gscratch) CLT_TRY(clt_buffer_create(ctx, (size_t)gscratch * esize, &r->gscratch));
+  if (spec->skip_slots && !(r->skip = clt__calloc(spec->skip_slots, sizeof *r->skip))) { rc = CLT_ENOMEM; goto fail; }
+  for (int k = 0; k < spec->skip_slots; k++) CLT_TRY(clt_buffer_create(ctx, (size_t)skip * esize, &r->skip[k]));
+  /* The input batch arrives as f32 and is rounded on the device, unless it is token ids. */
+  if (act_dtype != CLT_F32 || is_tokens(spec)) CLT_TRY(clt_buffer_create(ctx, (size_t)in_n * 4, &r->input32));
   if (scratch) {
     cl_mem s;
     CLT_TRY(clt__context_scratch(ctx, scratch, &s));
   }
   CLT_TRY(clt_buffer_create(ctx, (size_t)(aux ? aux : 1) * 4, &r->aux));
   if (ws) CLT_TRY(clt_buffer_create(ctx, (size_t)ws, &r->workspace));
-  CLT_TRY(clt_buffer_create(ctx, (size_t)max_batch * 4, &r->labels));
-  CLT_TRY(clt_buffer_create(ctx, (size_t)max_batch * 4, &r->losses));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)labels_n * 4, &r->labels));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)labels_n * 4, &r->losses));
   CLT_TRY(clt_buffer_create(ctx, 8, &r->scalars));
 
   clt_tensor p = clt__replica_params(r);
   CLT_TRY(clt_tensor_upload(ctx, &p, params, pbytes));
   char ab[32], pb[32];
   clt__log(CLT_LOG_INFO, "replica on %s: %s of parameters, %s of activations and their gradients (%s)", ctx->info.name,
-           clt__fmt_bytes(pbytes, pb, sizeof pb), clt__fmt_bytes((uint64_t)(act + 2 * largest) * esize, ab, sizeof ab),
+           clt__fmt_bytes(pbytes, pb, sizeof pb), clt__fmt_bytes((uint64_t)(act + 2 * largest + gscratch + spec->skip_slots * skip) * esize, ab, sizeof ab),
            clt_dtype_name(act_dtype));
   *out = r;
   return CLT_OK;
@@ -236,7 +241,7 @@ static void report_profile(const clt__replica *r) {
   for (int i = 1; i < s->nlayers; i++) {
     const clt_layer_spec *l = &s->layers[i];
     double f = r->prof_fwd[i] / r->prof_runs * 1e3, b = r->prof_bwd[i] / r->prof_runs * 1e3;
-    clt__log(CLT_LOG_WARN, "  %s:%d %-14s %8.3f %8.3f  %5.1f%%", s->name, l->line, clt__layer_kind_name(l->kind), f,
+    clt__log(CLT_LOG_WARN, "  %s:%d %-14s %8.3f %8.3f  %5.1f%%", s->name, l->line, clt__layer_kind_name(l), f,
              b, 100 * (r->prof_fwd[i] + r->prof_bwd[i]) / total);
   }
   clt__log(CLT_LOG_WARN, "  upload + loss      %8.3f           %5.1f%%", r->prof_loss / r->prof_runs * 1e3,
@@ -278,9 +283,11 @@ void clt__replica_destroy(clt__replica *r) {
   free(r->bucket_ev);
   free(r->bucket_closed_by);
   free(r->bucket_lo);
-  cl_mem bufs[] = {r->params, r->grads,     r->state,  r->act,    r->dbuf[0], r->dbuf[1], r->aux,
-                   r->workspace, r->labels, r->losses, r->scalars, r->input32, r->wire};
+  cl_mem bufs[] = {r->params,    r->grads,  r->state,  r->act,     r->dbuf[0], r->dbuf[1], r->aux,
+                   r->workspace, r->labels, r->losses, r->scalars, r->input32, r->wire,    r->gscratch};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) clt_buffer_release(bufs[i]);
+  for (int k = 0; r->skip && k < r->spec->skip_slots; k++) clt_buffer_release(r->skip[k]);
+  free(r->skip);
   free(r->slots);
   free(r);
 }
@@ -309,191 +316,138 @@ int clt__replica_zero_grads(clt__replica *r) {
   return clt_fill(r->ctx, &g, 0.0f);
 }
 
-/* The weight and bias views of a parametric layer in an arena. */
-static int param_views(cl_mem arena, const clt_layer_spec *l, clt_tensor *w, clt_tensor *b, int *has_b) {
+/* Layer i's places in the replica's buffers for n samples. */
+static void layer_io(const clt__replica *r, int i, int64_t n, const clt__pass *pass, clt__layer_io *io) {
+  memset(io, 0, sizeof *io);
+  io->ctx = r->ctx;
+  io->spec = r->spec;
+  io->l = &r->spec->layers[i];
+  io->index = i;
+  io->n = n;
+  io->dt = r->act_dtype;
+  io->params = r->params;
+  io->grads = r->grads;
+  io->saved = r->act;
+  io->saved_off = r->slots[i].saved_offset;
+  io->aux = r->aux;
+  io->aux_off = r->slots[i].aux_offset;
+  io->gscratch = r->gscratch;
+  io->workspace = r->workspace;
+  io->pass = pass;
+}
+
+static int layer_failed(const clt__replica *r, int i, const char *what, int rc) {
+  const clt_layer_spec *l = &r->spec->layers[i];
+  return clt__error_prefix(rc, "%s:%d: %s %s", r->spec->name, l->line, clt__layer_kind_name(l), what);
+}
+
+/* Skip slot k seen like the output of layer i (its residual's shape). */
+static int skip_view(const clt__replica *r, int k, int64_t n, const clt_shape *s, clt_tensor *t) {
+  return make_view(r->skip[k], 0, r->act_dtype, n, s, t);
+}
+
+/* Forward through layer i: x is its input view, *y receives its output view. */
+static int layer_forward(clt__replica *r, int i, int64_t n, const clt_tensor *outs, clt_tensor *y,
+                         const clt__pass *pass) {
   int rc = CLT_OK;
-  int64_t wshape[4];
-  int wnd;
-  switch (l->kind) {
-  case CLT_LAYER_LINEAR:
-    wnd = 2, wshape[0] = l->out, wshape[1] = l->in_shape.dims[0];
-    break;
-  case CLT_LAYER_CONV2D:
-    wnd = 4, wshape[0] = l->out, wshape[1] = l->in_shape.dims[0], wshape[2] = l->kernel, wshape[3] = l->kernel;
-    break;
-  default: /* layernorm: gamma, beta */
-    wnd = 1, wshape[0] = l->weight_count;
-    break;
+  const clt_layer_spec *l = &r->spec->layers[i];
+  clt__layer_io io;
+  if (has(l, CLT_KIND_TRAIN_ONLY) && !pass->train) { /* the identity: reuse the input */
+    *y = outs[i - 1];
+    return CLT_OK;
   }
-  CLT_TRY(clt_tensor_view(arena, (size_t)l->param_offset * 4, CLT_F32, wnd, wshape, w));
-  *has_b = l->bias_count > 0;
-  if (*has_b) CLT_TRY(make_flat(arena, l->param_offset + l->weight_count, CLT_F32, l->bias_count, b));
+  if (has(l, CLT_KIND_VIEW)) /* the same storage seen in the output's shape */
+    return make_view(outs[i - 1].buf, (int64_t)(outs[i - 1].offset / clt_dtype_size(r->act_dtype)), r->act_dtype, n,
+                     &l->out_shape, y);
+  layer_io(r, i, n, pass, &io);
+  io.x = outs[i - 1];
+  CLT_TRY(make_view(r->act, r->slots[i].act_offset, r->act_dtype, n, &l->out_shape, &io.y));
+  if (l->skip >= 0) io.skip = outs[l->skip];
+  CLT_TRY(l->kind->forward(&io));
+  *y = io.y;
+  return CLT_OK;
+fail:
+  return layer_failed(r, i, "forward", rc);
+}
+
+/* Backward through layer i: dy is the gradient at its output; *dx gets the
+ * gradient at its input (in the free ping-pong buffer, or dy itself for
+ * views and pass-through kinds); need_dx is 0 for the first trainable
+ * layer. */
+static int layer_backward(clt__replica *r, int i, int64_t n, const clt_tensor *outs, const clt_tensor *dy,
+                          clt_tensor *dx, cl_mem free_buf, int need_dx, const clt__pass *pass) {
+  int rc = CLT_OK;
+  const clt_layer_spec *l = &r->spec->layers[i];
+  clt__layer_io io;
+  int through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
+  if (through)
+    CLT_TRY(make_view(dy->buf, (int64_t)(dy->offset / clt_dtype_size(dy->dtype)), dy->dtype, n, &l->in_shape, dx));
+  else if (need_dx)
+    CLT_TRY(make_view(free_buf, 0, r->act_dtype, n, &l->in_shape, dx));
+  else
+    memset(dx, 0, sizeof *dx);
+  if (has(l, CLT_KIND_VIEW)) return CLT_OK;
+  layer_io(r, i, n, pass, &io);
+  io.x = outs[i - 1];
+  io.y = outs[i];
+  io.dy = *dy;
+  io.dx = *dx;
+  if (l->skip >= 0) CLT_TRY(skip_view(r, l->skip_slot, n, &l->out_shape, &io.skip));
+  CLT_TRY(l->kind->backward(&io));
+  return CLT_OK;
+fail:
+  return layer_failed(r, i, "backward", rc);
+}
+
+/* After the backward of layer i: add the skip-branch gradients of the
+ * residuals whose branch starts at layer i - 1 (dy is the gradient at its
+ * output). */
+static int add_skip_gradients(clt__replica *r, int i, int64_t n, const clt_tensor *dy) {
+  int rc = CLT_OK;
+  const clt_model_spec *s = r->spec;
+  for (int j = i; j < s->nlayers; j++) {
+    const clt_layer_spec *l = &s->layers[j];
+    if (l->skip != i - 1) continue;
+    clt_tensor g, d;
+    CLT_TRY(skip_view(r, l->skip_slot, n, &l->out_shape, &g));
+    CLT_TRY(clt__reshape(dy, g.ndim, g.shape, &d));
+    CLT_TRY(clt_nn_accumulate(r->ctx, &g, &d));
+  }
 fail:
   return rc;
 }
 
-static clt_nn_act act_of(clt_layer_kind k) {
-  switch (k) {
-  case CLT_LAYER_LEAKYRELU: return CLT_NN_LEAKY_RELU;
-  case CLT_LAYER_GELU: return CLT_NN_GELU;
-  case CLT_LAYER_TANH: return CLT_NN_TANH;
-  case CLT_LAYER_SIGMOID: return CLT_NN_SIGMOID;
-  default: return CLT_NN_RELU;
-  }
-}
-
-static clt_nn_pool2d_cfg pool_cfg(const clt_layer_spec *l) {
-  clt_nn_pool2d_cfg c = {l->kernel, l->kernel, l->stride, l->stride, 0, 0};
-  return c;
-}
-
-static clt_nn_conv2d_cfg conv_cfg(const clt_layer_spec *l) {
-  clt_nn_conv2d_cfg c = {.stride_h = l->stride, .stride_w = l->stride, .pad_h = l->pad, .pad_w = l->pad};
-  return c;
-}
-
-static int workspace_view(const clt__replica *r, clt_tensor *t) {
-  return make_flat(r->workspace, 0, CLT_F32, (int64_t)(clt_buffer_size(r->workspace) / 4), t);
-}
-
-/* Forward through layer i: x is its input view, *y receives its output view. */
-static int layer_forward(clt__replica *r, int i, int64_t n, const clt_tensor *x, clt_tensor *y,
-                         const clt__pass *pass) {
+/* Upload the batch: images (rounded to f16 on the device under mixed
+ * precision) or token ids (always f32), and the labels. */
+static int upload(clt__replica *r, const float *x, const int32_t *y, int64_t n, clt_tensor *in) {
   int rc = CLT_OK;
-  const clt_layer_spec *l = &r->spec->layers[i];
-  clt_tensor w, b, aux, aux2, ws;
-  int has_b;
-  if (l->kind == CLT_LAYER_DROPOUT && !pass->train) { /* the identity: reuse the input */
-    *y = *x;
-    return CLT_OK;
+  const clt_model_spec *s = r->spec;
+  size_t in_bytes = (size_t)(n * numel(&s->layers[0].out_shape)) * 4;
+  clt_tensor labels;
+  if (r->input32) {
+    clt_tensor in32;
+    CLT_TRY(make_view(r->input32, 0, CLT_F32, n, &s->layers[0].out_shape, &in32));
+    CLT_TRY(clt_tensor_upload_async(r->ctx, &in32, x, in_bytes));
+    if (is_tokens(s)) *in = in32;
+    else {
+      CLT_TRY(make_view(r->act, r->slots[0].act_offset, r->act_dtype, n, &s->layers[0].out_shape, in));
+      CLT_TRY(clt_convert(r->ctx, &in32, in));
+    }
+  } else {
+    CLT_TRY(make_view(r->act, r->slots[0].act_offset, r->act_dtype, n, &s->layers[0].out_shape, in));
+    CLT_TRY(clt_tensor_upload_async(r->ctx, in, x, in_bytes));
   }
-  CLT_TRY(make_view(r->act, r->slots[i].act_offset, r->act_dtype, n, &l->out_shape, y));
-  switch (l->kind) {
-  case CLT_LAYER_LINEAR:
-    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
-    CLT_TRY(clt_nn_linear_forward(r->ctx, x, &w, has_b ? &b : NULL, y));
-    break;
-  case CLT_LAYER_CONV2D: {
-    clt_nn_conv2d_cfg c = conv_cfg(l);
-    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
-    CLT_TRY(workspace_view(r, &ws));
-    CLT_TRY(clt_nn_conv2d_forward(r->ctx, &c, x, &w, has_b ? &b : NULL, y, &ws));
-    break;
-  }
-  case CLT_LAYER_MAXPOOL: {
-    clt_nn_pool2d_cfg c = pool_cfg(l);
-    CLT_TRY(make_view(r->aux, r->slots[i].aux_offset, CLT_I32, n, &l->out_shape, &aux));
-    CLT_TRY(clt_nn_maxpool2d_forward(r->ctx, &c, x, y, &aux));
-    break;
-  }
-  case CLT_LAYER_AVGPOOL: {
-    clt_nn_pool2d_cfg c = pool_cfg(l);
-    CLT_TRY(clt_nn_avgpool2d_forward(r->ctx, &c, x, y));
-    break;
-  }
-  case CLT_LAYER_GLOBALAVGPOOL:
-    CLT_TRY(clt_nn_global_avgpool_forward(r->ctx, x, y));
-    break;
-  case CLT_LAYER_RELU:
-  case CLT_LAYER_LEAKYRELU:
-  case CLT_LAYER_GELU:
-  case CLT_LAYER_TANH:
-  case CLT_LAYER_SIGMOID:
-    CLT_TRY(clt_nn_act_forward(r->ctx, act_of(l->kind), l->slope, x, y));
-    break;
-  case CLT_LAYER_DROPOUT: {
-    uint64_t base = (uint64_t)pass->global_first * (uint64_t)numel(&l->in_shape);
-    /* Each dropout layer draws its own mask: the layer index keys the seed. */
-    CLT_TRY(clt_nn_dropout_forward(r->ctx, l->p, pass->seed + 0x9e3779b97f4a7c15ull * (uint64_t)i, pass->step, base,
-                                   x, y));
-    break;
-  }
-  case CLT_LAYER_FLATTEN:
-    break; /* y is already the same storage seen flat */
-  case CLT_LAYER_LAYERNORM:
-    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
-    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset, CLT_F32, n, &aux));
-    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset + r->max_batch, CLT_F32, n, &aux2));
-    CLT_TRY(clt_nn_layernorm_forward(r->ctx, l->eps, x, &w, &b, y, &aux, &aux2));
-    break;
-  default:
-    return clt__error(CLT_EINTERNAL, "layer %d (%s) has no forward pass", i, clt__layer_kind_name(l->kind));
-  }
-  return CLT_OK;
+  CLT_TRY(make_flat(r->labels, 0, CLT_I32, n * s->labels_per_sample, &labels));
+  CLT_TRY(clt_tensor_upload_async(r->ctx, &labels, y, (size_t)(n * s->labels_per_sample) * 4));
 fail:
-  return clt__error_prefix(rc, "%s:%d: %s forward", r->spec->name, l->line, clt__layer_kind_name(l->kind));
-}
-
-/* Backward through layer i: x, y are its forward input and output, dy the
- * gradient at its output; dx (shaped like x) receives the input gradient,
- * or is NULL for the first trainable layer. */
-static int layer_backward(clt__replica *r, int i, int64_t n, const clt_tensor *x, const clt_tensor *y,
-                          const clt_tensor *dy, const clt_tensor *dx, const clt__pass *pass) {
-  int rc = CLT_OK;
-  const clt_layer_spec *l = &r->spec->layers[i];
-  clt_tensor w, b, dw, db, aux, aux2, ws;
-  int has_b;
-  switch (l->kind) {
-  case CLT_LAYER_LINEAR:
-    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
-    CLT_TRY(param_views(r->grads, l, &dw, &db, &has_b));
-    CLT_TRY(clt_nn_linear_backward(r->ctx, x, &w, dy, dx, &dw, has_b ? &db : NULL));
-    break;
-  case CLT_LAYER_CONV2D: {
-    clt_nn_conv2d_cfg c = conv_cfg(l);
-    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
-    CLT_TRY(param_views(r->grads, l, &dw, &db, &has_b));
-    CLT_TRY(workspace_view(r, &ws));
-    CLT_TRY(clt_nn_conv2d_backward(r->ctx, &c, x, &w, dy, dx, &dw, has_b ? &db : NULL, &ws));
-    break;
-  }
-  case CLT_LAYER_MAXPOOL: {
-    clt_nn_pool2d_cfg c = pool_cfg(l);
-    CLT_TRY(make_view(r->aux, r->slots[i].aux_offset, CLT_I32, n, &l->out_shape, &aux));
-    CLT_TRY(clt_nn_maxpool2d_backward(r->ctx, &c, &aux, dy, dx));
-    break;
-  }
-  case CLT_LAYER_AVGPOOL: {
-    clt_nn_pool2d_cfg c = pool_cfg(l);
-    CLT_TRY(clt_nn_avgpool2d_backward(r->ctx, &c, dy, dx));
-    break;
-  }
-  case CLT_LAYER_GLOBALAVGPOOL:
-    CLT_TRY(clt_nn_global_avgpool_backward(r->ctx, dy, dx));
-    break;
-  case CLT_LAYER_RELU:
-  case CLT_LAYER_LEAKYRELU:
-  case CLT_LAYER_GELU:
-  case CLT_LAYER_TANH:
-  case CLT_LAYER_SIGMOID:
-    CLT_TRY(clt_nn_act_backward(r->ctx, act_of(l->kind), l->slope, x, y, dy, dx));
-    break;
-  case CLT_LAYER_DROPOUT: {
-    uint64_t base = (uint64_t)pass->global_first * (uint64_t)numel(&l->in_shape);
-    CLT_TRY(clt_nn_dropout_backward(r->ctx, l->p, pass->seed + 0x9e3779b97f4a7c15ull * (uint64_t)i, pass->step,
-                                    base, dy, dx));
-    break;
-  }
-  case CLT_LAYER_LAYERNORM:
-    CLT_TRY(param_views(r->params, l, &w, &b, &has_b));
-    CLT_TRY(param_views(r->grads, l, &dw, &db, &has_b));
-    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset, CLT_F32, n, &aux));
-    CLT_TRY(make_flat(r->aux, r->slots[i].aux_offset + r->max_batch, CLT_F32, n, &aux2));
-    CLT_TRY(clt_nn_layernorm_backward(r->ctx, x, &w, &aux, &aux2, dy, dx, &dw, &db));
-    break;
-  default:
-    return clt__error(CLT_EINTERNAL, "layer %d (%s) has no backward pass", i, clt__layer_kind_name(l->kind));
-  }
-  return CLT_OK;
-fail:
-  return clt__error_prefix(rc, "%s:%d: %s backward", r->spec->name, l->line, clt__layer_kind_name(l->kind));
+  return rc;
 }
 
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass) {
   int rc = CLT_OK;
   const clt_model_spec *s = r->spec;
   int L = s->nlayers;
-  clt_tensor *outs = NULL, in, labels, losses, loss, correct, dlogits;
+  clt_tensor *outs = NULL, labels, losses, loss, correct, dlogits, logits;
 
   if (n < 1 || n > r->max_batch)
     return clt__error(CLT_EINVAL, "a batch of %lld samples on a replica made for 1 to %lld", (long long)n,
@@ -501,21 +455,9 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   if (!(outs = clt__calloc(L, sizeof *outs))) return CLT_ENOMEM;
 
   /* Forward. outs[i] is layer i's output; outs[0] the input batch. */
-  CLT_TRY(make_view(r->act, r->slots[0].act_offset, r->act_dtype, n, &s->layers[0].out_shape, &in));
-  size_t in_bytes = (size_t)(n * numel(&s->layers[0].out_shape)) * 4;
-  if (r->input32) {
-    clt_tensor in32;
-    CLT_TRY(make_view(r->input32, 0, CLT_F32, n, &s->layers[0].out_shape, &in32));
-    CLT_TRY(clt_tensor_upload_async(r->ctx, &in32, x, in_bytes));
-    CLT_TRY(clt_convert(r->ctx, &in32, &in));
-  } else {
-    CLT_TRY(clt_tensor_upload_async(r->ctx, &in, x, in_bytes));
-  }
-  CLT_TRY(make_flat(r->labels, 0, CLT_I32, n, &labels));
-  CLT_TRY(clt_tensor_upload_async(r->ctx, &labels, y, (size_t)n * 4));
+  CLT_TRY(upload(r, x, y, n, &outs[0]));
   double t0 = clt__now();
   if (r->prof_fwd) r->prof_runs += pass->train;
-  outs[0] = in;
   if (pass->record) {
     r->run_start_ns = now_ns();
     atomic_store(&r->run_end_ns, 0);
@@ -523,42 +465,41 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   }
   charge(r, &r->prof_loss, &t0);
   for (int i = 1; i < L; i++) {
-    CLT_TRY(layer_forward(r, i, n, &outs[i - 1], &outs[i], pass));
+    CLT_TRY(layer_forward(r, i, n, outs, &outs[i], pass));
     if (pass->train) charge(r, &r->prof_fwd[i], &t0);
   }
 
-  /* Loss: the SUM over the slice; dlogits = softmax - onehot, not divided. */
-  int64_t C = s->num_classes;
-  int64_t lshape[2] = {n, C};
-  CLT_TRY(make_flat(r->losses, 0, CLT_F32, n, &losses));
+  /* Loss: the SUM over the slice's labels (one per sample, or one per
+   * position of a sequence); dlogits = softmax - onehot, not divided. */
+  int64_t C = s->num_classes, M = n * s->labels_per_sample;
+  int64_t lshape[2] = {M, C};
+  CLT_TRY(make_flat(r->labels, 0, CLT_I32, M, &labels));
+  CLT_TRY(make_flat(r->losses, 0, CLT_F32, M, &losses));
   CLT_TRY(make_flat(r->scalars, 0, CLT_F32, 1, &loss));
   CLT_TRY(make_flat(r->scalars, 1, CLT_I32, 1, &correct));
   CLT_TRY(clt_tensor_view(r->dbuf[0], 0, r->act_dtype, 2, lshape, &dlogits));
+  CLT_TRY(clt__reshape(&outs[L - 1], 2, lshape, &logits));
   float grad_scale = pass->loss_scale > 0 ? pass->loss_scale : 1.0f;
-  CLT_TRY(clt_nn_softmax_xent(r->ctx, &outs[L - 1], &labels, grad_scale, pass->train ? &dlogits : NULL, &losses,
-                              &loss, &correct));
+  CLT_TRY(clt_nn_softmax_xent(r->ctx, &logits, &labels, /*TEMP CLT_IGNORE_LABEL,*/ grad_scale, pass->train ? &dlogits : NULL,
+                              &losses, &loss, &correct));
   if (pass->train) charge(r, &r->prof_loss, &t0);
 
   /* Backward, into the gradient arena (accumulated). */
   if (pass->train) {
     int cur = 0;
-    clt_tensor dy = dlogits, dx;
+    clt_tensor dy, dx;
+    CLT_TRY(make_view(r->dbuf[0], 0, r->act_dtype, n, &s->layers[L - 1].out_shape, &dy));
     for (int i = L - 1; i >= r->first_trainable && i >= 1; i--) {
       const clt_layer_spec *l = &s->layers[i];
-      if (is_view(l)) { /* flatten: the same gradient seen in the input's shape */
-        CLT_TRY(make_view(dy.buf, (int64_t)(dy.offset / clt_dtype_size(dy.dtype)), dy.dtype, n, &l->in_shape, &dy));
-        continue;
-      }
-      int need_dx = i > r->first_trainable;
-      if (need_dx) CLT_TRY(make_view(r->dbuf[1 - cur], 0, r->act_dtype, n, &l->in_shape, &dx));
-      CLT_TRY(layer_backward(r, i, n, &outs[i - 1], &outs[i], &dy, need_dx ? &dx : NULL, pass));
+      int need_dx = i > r->first_trainable, through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
+      CLT_TRY(layer_backward(r, i, n, outs, &dy, &dx, r->dbuf[1 - cur], need_dx, pass));
       charge(r, &r->prof_bwd[i], &t0);
       if (pass->record && r->bucket_closed_by && r->bucket_closed_by[i] >= 0)
         CLT_TRY(close_bucket(r, r->bucket_closed_by[i]));
-      if (need_dx) {
-        dy = dx;
-        cur = 1 - cur;
-      }
+      if (!need_dx) break;
+      if (!through) cur = 1 - cur;
+      dy = dx;
+      CLT_TRY(add_skip_gradients(r, i, n, &dy));
     }
   }
   if (pass->record) {

@@ -16,8 +16,9 @@ typedef struct clt__replica clt__replica;
 
 /* Per-layer places in the replica's buffers (in elements). */
 typedef struct clt__layer_slot {
-  int64_t act_offset;  /* this layer's output in the activation arena */
-  int64_t aux_offset;  /* saved data for backward (argmax, mean/rstd) */
+  int64_t act_offset;   /* this layer's output in the activation arena */
+  int64_t saved_offset; /* what it keeps for its backward, in the activation arena too */
+  int64_t aux_offset;   /* f32 / i32 data kept for backward (argmax, mean/rstd, log-sum-exp) */
 } clt__layer_slot;
 
 struct clt__replica {
@@ -31,10 +32,12 @@ struct clt__replica {
   cl_mem dbuf[2];              /* gradient ping-pong, the largest layer output */
   cl_mem input32;              /* f16 only: the f32 input batch before rounding */
   cl_mem wire;                 /* f16 gradient copy for the all-reduce, or NULL */
-  cl_mem aux;                  /* argmax indices, layernorm statistics */
+  cl_mem aux;                  /* argmax indices, layernorm statistics, attention's log-sum-exp */
+  cl_mem gscratch;             /* backward scratch of the layer that needs most (attention) */
+  cl_mem *skip;                /* spec->skip_slots: residuals' skip-branch gradients */
   cl_mem workspace;            /* conv2d im2col; NULL without conv layers */
-  cl_mem labels;               /* (max_batch) i32 */
-  cl_mem losses;               /* (max_batch) per-sample losses */
+  cl_mem labels;               /* (max_batch * labels_per_sample) i32 */
+  cl_mem losses;               /* the same count of per-label losses */
   cl_mem scalars;              /* [0] loss sum (f32), [1] correct count (i32) */
   clt__layer_slot *slots;      /* one per layer */
   int first_trainable;         /* backward stops at this layer */

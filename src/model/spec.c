@@ -1,62 +1,32 @@
 /*
  * spec.c: the model spec parser. One layer per line: a layer name, its
- * positional numbers, then name=value options; '#' starts a comment. Each
- * line's output shape is worked out from the one before, so a layer that
- * does not fit is reported where it is written, as file:line:col with the
- * offending text and both shapes.
+ * positional numbers, then name=value options; '#' starts a comment.
+ * `block repeat=N` ... `end` repeats the lines between them, `residual`
+ * adds the value at the start of the block pass or at the last residual,
+ * and `tie=NAME` shares a named layer's weight. Each line's output shape is
+ * worked out from the one before through the layer table (model/layer.h),
+ * so a layer that does not fit is reported where it is written, as
+ * file:line:col with the offending text and both shapes.
  */
 #include "internal.h"
+#include "model/layer.h"
 #include "model/spec.h"
 
 #include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_TOKENS 16
-#define MAX_DIM 1000000
 /* Values per sample of any layer's output: shapes hold int dimensions and
  * kernels index one sample with int. */
 #define MAX_VALUES INT_MAX
 /* Parameters of a whole model (4 TiB of float32): far above any device,
  * and no sum of layers can overflow on the way. */
 #define MAX_PARAMS (1LL << 40)
-
-typedef struct token {
-  const char *text; /* NUL-terminated copy inside the line buffer */
-  int col;          /* 1-based column */
-} token;
-
-typedef struct line_ctx {
-  const char *name;
-  int line;
-  token tok[MAX_TOKENS];
-  int ntok;
-  unsigned used;  /* bit i: token i was consumed */
-  char src[256];  /* the line as written, to quote in messages */
-} line_ctx;
-
-static const struct {
-  const char *name;
-  clt_layer_kind kind;
-} layer_names[] = {
-    {"input", CLT_LAYER_INPUT},         {"linear", CLT_LAYER_LINEAR},       {"dense", CLT_LAYER_LINEAR},
-    {"conv2d", CLT_LAYER_CONV2D},       {"conv", CLT_LAYER_CONV2D},         {"maxpool", CLT_LAYER_MAXPOOL},
-    {"maxpool2d", CLT_LAYER_MAXPOOL},   {"avgpool", CLT_LAYER_AVGPOOL},     {"avgpool2d", CLT_LAYER_AVGPOOL},
-    {"globalavgpool", CLT_LAYER_GLOBALAVGPOOL},                             {"relu", CLT_LAYER_RELU},
-    {"leakyrelu", CLT_LAYER_LEAKYRELU}, {"leaky_relu", CLT_LAYER_LEAKYRELU}, {"gelu", CLT_LAYER_GELU},
-    {"tanh", CLT_LAYER_TANH},           {"sigmoid", CLT_LAYER_SIGMOID},     {"dropout", CLT_LAYER_DROPOUT},
-    {"flatten", CLT_LAYER_FLATTEN},     {"layernorm", CLT_LAYER_LAYERNORM},
-};
-
-const char *clt__layer_kind_name(clt_layer_kind kind) {
-  for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
-    if (layer_names[i].kind == kind) return layer_names[i].name;
-  return "?";
-}
+/* Layers after blocks are expanded: far beyond any real model. */
+#define MAX_LAYERS 100000
+#define MAX_REPEAT 10000
 
 int64_t clt__shape_numel(const clt_shape *s) {
   int64_t n = 1;
@@ -64,266 +34,63 @@ int64_t clt__shape_numel(const clt_shape *s) {
   return n;
 }
 
+int64_t clt__shape_rows(const clt_shape *s) { return s->ndim == 2 ? s->dims[0] : 1; }
+
 const char *clt__shape_str(const clt_shape *s, char *buf, size_t len) {
-  if (s->ndim == 1)
+  if (s->vocab)
+    snprintf(buf, len, "(%d tokens)", s->dims[0]);
+  else if (s->ndim == 1)
     snprintf(buf, len, "(%d)", s->dims[0]);
+  else if (s->ndim == 2)
+    snprintf(buf, len, "(%d, %d)", s->dims[0], s->dims[1]);
   else
     snprintf(buf, len, "(%d, %d, %d)", s->dims[0], s->dims[1], s->dims[2]);
   return buf;
 }
 
-static int line_error(line_ctx *lc, int col, const char *fmt, ...) CLT__PRINTF(3, 4);
-static int line_error(line_ctx *lc, int col, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  /* Quote the line with a caret under the column, as compilers do. */
-  int caret = col - 1 < (int)sizeof lc->src - 1 ? col - 1 : 0;
-  return clt__error(CLT_EFORMAT, "%s:%d:%d: %s\n    %s\n    %*s^", lc->name, lc->line, col, msg, lc->src, caret, "");
-}
+const char *clt__layer_kind_name(const clt_layer_spec *l) { return l->kind ? l->kind->name : "?"; }
 
-/* Whole-token numbers only: "3x" or "" are errors naming the text. */
-static int parse_int(line_ctx *lc, const token *t, const char *what, int lo, int hi, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(t->text, &end, 10);
-  if (end == t->text || *end || errno)
-    return line_error(lc, t->col, "%s must be a whole number, not '%s'", what, t->text);
-  if (v < lo || v > hi) return line_error(lc, t->col, "%s must be from %d to %d, not %ld", what, lo, hi, v);
-  *out = (int)v;
-  return CLT_OK;
-}
+/* One line of the file, split into tokens. */
+typedef struct raw_line {
+  int line;
+  int ntok;
+  clt__token tok[CLT_SPEC_MAX_TOKENS];
+  char *words;   /* the tokens' storage */
+  char src[256]; /* the line as written */
+} raw_line;
 
-static int parse_float(line_ctx *lc, const token *t, const char *what, double lo, double hi, int lo_open,
-                       float *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(t->text, &end);
-  if (end == t->text || *end || errno || !isfinite(v))
-    return line_error(lc, t->col, "%s must be a number, not '%s'", what, t->text);
-  if (v < lo || v > hi || (lo_open && v == lo))
-    return line_error(lc, t->col, "%s must be %s %g and at most %g, not '%s'", what, lo_open ? "above" : "at least",
-                      lo, hi, t->text);
-  *out = (float)v;
-  return CLT_OK;
-}
+/* The expanded program: layer lines in order, and the start of every
+ * block pass (where the next residual's value comes from). */
+typedef struct item {
+  int raw;       /* index into the raw lines, or -1 for a block start */
+} item;
 
-/* The i-th positional (non key=value) token after the layer name, or NULL. */
-static const token *positional(line_ctx *lc, int i) {
-  for (int t = 1; t < lc->ntok; t++) {
-    if (strchr(lc->tok[t].text, '=')) continue;
-    if (i-- == 0) {
-      lc->used |= 1u << t;
-      return &lc->tok[t];
-    }
-  }
-  return NULL;
-}
+typedef struct parser {
+  const char *name;
+  raw_line *lines;
+  int nlines;
+  item *items;
+  int nitems, cap;
+} parser;
 
-/* The value of option key=value, or NULL; *col gets the value's column. */
-static const token *option(line_ctx *lc, const char *key, token *value) {
-  size_t klen = strlen(key);
-  for (int t = 1; t < lc->ntok; t++) {
-    const char *s = lc->tok[t].text;
-    if (strncmp(s, key, klen) == 0 && s[klen] == '=') {
-      lc->used |= 1u << t;
-      value->text = s + klen + 1;
-      value->col = lc->tok[t].col + (int)klen + 1;
-      return value;
-    }
-  }
-  return NULL;
-}
-
-static int need_positional(line_ctx *lc, int i, const char *what, const token **out) {
-  *out = positional(lc, i);
-  if (*out) return CLT_OK;
-  const token *last = &lc->tok[lc->ntok - 1];
-  return line_error(lc, last->col + (int)strlen(last->text), "%s needs %s", lc->tok[0].text, what);
-}
-
-static int int_option(line_ctx *lc, const char *key, int lo, int hi, int *inout) {
-  token v;
-  if (!option(lc, key, &v)) return CLT_OK;
-  return parse_int(lc, &v, key, lo, hi, inout);
-}
-
-static int bool_option(line_ctx *lc, const char *key, int *inout) {
-  token v;
-  if (!option(lc, key, &v)) return CLT_OK;
-  if (strcmp(v.text, "true") == 0 || strcmp(v.text, "1") == 0 || strcmp(v.text, "yes") == 0) *inout = 1;
-  else if (strcmp(v.text, "false") == 0 || strcmp(v.text, "0") == 0 || strcmp(v.text, "no") == 0) *inout = 0;
-  else return line_error(lc, v.col, "%s must be true or false, not '%s'", key, v.text);
-  return CLT_OK;
-}
-
-static int init_option(line_ctx *lc, clt_init_kind *inout) {
-  token v;
-  if (!option(lc, "init", &v)) return CLT_OK;
-  if (strcmp(v.text, "he") == 0 || strcmp(v.text, "kaiming") == 0) *inout = CLT_INIT_HE;
-  else if (strcmp(v.text, "xavier") == 0 || strcmp(v.text, "glorot") == 0) *inout = CLT_INIT_XAVIER;
-  else return line_error(lc, v.col, "init must be he or xavier, not '%s'", v.text);
-  return CLT_OK;
-}
-
-/* Read one line's layer and its options into l (shapes come later). */
-static int parse_layer(line_ctx *lc, clt_layer_spec *l) {
-  int rc = CLT_OK;
-  const token *t;
-  const char *kw = lc->tok[0].text;
-  int known = 0;
-  for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
-    if (strcmp(kw, layer_names[i].name) == 0) l->kind = layer_names[i].kind, known = 1;
-  if (!known)
-    return line_error(lc, lc->tok[0].col,
-                      "unknown layer '%s' (known: input, linear, conv2d, maxpool, avgpool, globalavgpool, relu, "
-                      "leakyrelu, gelu, tanh, sigmoid, dropout, flatten, layernorm)", kw);
-  lc->used = 1;
-  l->bias = 1;
-  l->init = CLT_INIT_HE;
-  l->eps = 1e-5f;
-  l->slope = 0.01f;
-  switch (l->kind) {
-  case CLT_LAYER_INPUT: {
-    int d[3], n = 0;
-    for (; n < 3 && (t = positional(lc, n)); n++) CLT_TRY(parse_int(lc, t, "an input dimension", 1, MAX_DIM, &d[n]));
-    if (n != 1 && n != 3)
-      return line_error(lc, lc->tok[0].col, "input needs 1 number (features) or 3 (channels height width), got %d",
-                        n);
-    l->out_shape.ndim = n;
-    memcpy(l->out_shape.dims, d, sizeof d);
-    break;
-  }
-  case CLT_LAYER_LINEAR:
-    CLT_TRY(need_positional(lc, 0, "the number of output features (linear 128)", &t));
-    CLT_TRY(parse_int(lc, t, "output features", 1, MAX_DIM, &l->out));
-    CLT_TRY(bool_option(lc, "bias", &l->bias));
-    CLT_TRY(init_option(lc, &l->init));
-    break;
-  case CLT_LAYER_CONV2D:
-    CLT_TRY(need_positional(lc, 0, "the number of output channels (conv2d 32 kernel=3)", &t));
-    CLT_TRY(parse_int(lc, t, "output channels", 1, MAX_DIM, &l->out));
-    l->kernel = 3, l->stride = 1, l->pad = 0;
-    CLT_TRY(int_option(lc, "kernel", 1, 64, &l->kernel));
-    CLT_TRY(int_option(lc, "stride", 1, 64, &l->stride));
-    CLT_TRY(int_option(lc, "pad", 0, 64, &l->pad));
-    CLT_TRY(bool_option(lc, "bias", &l->bias));
-    CLT_TRY(init_option(lc, &l->init));
-    break;
-  case CLT_LAYER_MAXPOOL:
-  case CLT_LAYER_AVGPOOL:
-    CLT_TRY(need_positional(lc, 0, "a window size (maxpool 2)", &t));
-    CLT_TRY(parse_int(lc, t, "the window size", 1, 64, &l->kernel));
-    l->stride = l->kernel;
-    CLT_TRY(int_option(lc, "stride", 1, 64, &l->stride));
-    break;
-  case CLT_LAYER_LEAKYRELU:
-    if ((t = positional(lc, 0))) CLT_TRY(parse_float(lc, t, "the slope", 0, 1, 0, &l->slope));
-    else {
-      token v;
-      if (option(lc, "slope", &v)) CLT_TRY(parse_float(lc, &v, "slope", 0, 1, 0, &l->slope));
-    }
-    break;
-  case CLT_LAYER_DROPOUT:
-    CLT_TRY(need_positional(lc, 0, "a drop probability (dropout 0.25)", &t));
-    CLT_TRY(parse_float(lc, t, "the drop probability", 0, 0.99, 0, &l->p));
-    break;
-  case CLT_LAYER_LAYERNORM: {
-    token v;
-    if (option(lc, "eps", &v)) CLT_TRY(parse_float(lc, &v, "eps", 0, 1, 1, &l->eps));
-    break;
-  }
-  default:
-    break;
-  }
-  /* Anything not consumed is a mistake: say which. */
-  for (int i = 1; i < lc->ntok; i++) {
-    if (lc->used & (1u << i)) continue;
-    const char *eq = strchr(lc->tok[i].text, '=');
-    if (eq)
-      return line_error(lc, lc->tok[i].col, "unknown option '%.*s' for %s", (int)(eq - lc->tok[i].text),
-                        lc->tok[i].text, kw);
-    return line_error(lc, lc->tok[i].col, "unexpected '%s': %s takes no more numbers", lc->tok[i].text, kw);
-  }
-  return CLT_OK;
-fail:
-  return rc;
-}
-
-/* Work out l's output shape and parameter counts from the input shape. */
-static int infer_shape(line_ctx *lc, clt_layer_spec *l, const clt_shape *in) {
-  char s[64];
-  const char *kw = lc->tok[0].text;
-  int col = lc->tok[0].col;
-  l->in_shape = *in;
-  l->out_shape = *in;
-  switch (l->kind) {
-  case CLT_LAYER_INPUT:
-    return line_error(lc, col, "input may only be the first layer");
-  case CLT_LAYER_LINEAR:
-    if (in->ndim != 1)
-      return line_error(lc, col, "linear needs a flat input but the previous layer gives %s; add 'flatten' before it",
-                        clt__shape_str(in, s, sizeof s));
-    l->out_shape.dims[0] = l->out;
-    l->weight_count = (int64_t)l->out * in->dims[0];
-    l->bias_count = l->bias ? l->out : 0;
-    return CLT_OK;
-  case CLT_LAYER_CONV2D:
-  case CLT_LAYER_MAXPOOL:
-  case CLT_LAYER_AVGPOOL: {
-    if (in->ndim != 3)
-      return line_error(lc, col, "%s needs a (channels, height, width) input but the previous layer gives %s", kw,
-                        clt__shape_str(in, s, sizeof s));
-    int pad = l->kind == CLT_LAYER_CONV2D ? l->pad : 0;
-    int h = (in->dims[1] + 2 * pad - l->kernel) / l->stride + 1;
-    int w = (in->dims[2] + 2 * pad - l->kernel) / l->stride + 1;
-    if (in->dims[1] + 2 * pad < l->kernel || in->dims[2] + 2 * pad < l->kernel || h < 1 || w < 1)
-      return line_error(lc, col, "%s window %d is larger than its input %s (padding %d)", kw, l->kernel,
-                        clt__shape_str(in, s, sizeof s), pad);
-    if (l->kind == CLT_LAYER_CONV2D) {
-      l->out_shape.dims[0] = l->out;
-      l->weight_count = (int64_t)l->out * in->dims[0] * l->kernel * l->kernel;
-      l->bias_count = l->bias ? l->out : 0;
-    }
-    l->out_shape.dims[1] = h;
-    l->out_shape.dims[2] = w;
-    return CLT_OK;
-  }
-  case CLT_LAYER_GLOBALAVGPOOL:
-    if (in->ndim != 3)
-      return line_error(lc, col, "globalavgpool needs a (channels, height, width) input but the previous layer gives %s",
-                        clt__shape_str(in, s, sizeof s));
-    l->out_shape.ndim = 1;
-    return CLT_OK;
-  case CLT_LAYER_FLATTEN:
-    if (clt__shape_numel(in) > MAX_VALUES) /* would not fit the int of a flat shape */
-      return line_error(lc, col, "flatten of %s gives %lld features, more than the %d cltrain supports",
-                        clt__shape_str(in, s, sizeof s), (long long)clt__shape_numel(in), MAX_VALUES);
-    l->out_shape.ndim = 1;
-    l->out_shape.dims[0] = (int)clt__shape_numel(in);
-    return CLT_OK;
-  case CLT_LAYER_LAYERNORM:
-    if (in->ndim != 1)
-      return line_error(lc, col, "layernorm normalises features and needs a flat input, not %s",
-                        clt__shape_str(in, s, sizeof s));
-    l->weight_count = in->dims[0]; /* gamma */
-    l->bias_count = in->dims[0];   /* beta */
-    return CLT_OK;
-  default:
-    return CLT_OK; /* elementwise: same shape */
-  }
+static void line_ctx(const parser *p, int raw, clt__spec_line *lc) {
+  const raw_line *r = &p->lines[raw];
+  memset(lc, 0, sizeof *lc);
+  lc->name = p->name;
+  lc->line = r->line;
+  lc->ntok = r->ntok;
+  memcpy(lc->tok, r->tok, sizeof r->tok);
+  lc->src = r->src;
 }
 
 /* Split a line into tokens in place; returns the count or -1 if too many. */
-static int tokenize(char *line, token *tok) {
+static int tokenize(char *line, clt__token *tok) {
   int n = 0;
   char *p = line;
   while (*p) {
     while (*p == ' ' || *p == '\t' || *p == '\r') p++;
     if (!*p) break;
-    if (n == MAX_TOKENS) return -1;
+    if (n == CLT_SPEC_MAX_TOKENS) return -1;
     tok[n].text = p;
     tok[n].col = (int)(p - line) + 1;
     n++;
@@ -336,94 +103,305 @@ static int tokenize(char *line, token *tok) {
   return n;
 }
 
+/* Read the text into non-empty raw lines. */
+static int read_lines(parser *p, const char *text) {
+  int cap = 0, lineno = 1;
+  for (const char *s = text; *s || s == text; lineno++) {
+    const char *e = strchr(s, '\n');
+    size_t len = e ? (size_t)(e - s) : strlen(s);
+    char *words = clt__calloc(1, len + 1);
+    if (!words) return CLT_ENOMEM;
+    memcpy(words, s, len);
+    char *hash = strchr(words, '#');
+    if (hash) *hash = '\0';
+    if (p->nlines == cap) {
+      cap = cap ? 2 * cap : 32;
+      raw_line *grown = realloc(p->lines, (size_t)cap * sizeof *grown);
+      if (!grown) {
+        free(words);
+        return clt__error(CLT_ENOMEM, "out of memory parsing %s", p->name);
+      }
+      p->lines = grown;
+    }
+    raw_line *r = &p->lines[p->nlines];
+    memset(r, 0, sizeof *r);
+    r->line = lineno;
+    r->words = words;
+    clt__strlcpy(r->src, words, sizeof r->src);
+    for (char *c = r->src; *c; c++)
+      if (*c == '\t' || *c == '\r') *c = ' '; /* keep the caret under its column */
+    r->ntok = tokenize(words, r->tok);
+    p->nlines++;
+    if (r->ntok < 0) {
+      clt__spec_line lc;
+      r->ntok = 0;
+      line_ctx(p, p->nlines - 1, &lc);
+      return clt__line_error(&lc, 1, "too many words on one line (at most %d)", CLT_SPEC_MAX_TOKENS);
+    }
+    if (r->ntok == 0) free(r->words), r->words = NULL, p->nlines--;
+    if (!e) break;
+    s = e + 1;
+  }
+  return CLT_OK;
+}
+
+static int push_item(parser *p, int raw) {
+  if (p->nitems == MAX_LAYERS)
+    return clt__error(CLT_EFORMAT, "%s: more than %d layers once blocks are repeated", p->name, MAX_LAYERS);
+  if (p->nitems == p->cap) {
+    p->cap = p->cap ? 2 * p->cap : 64;
+    item *grown = realloc(p->items, (size_t)p->cap * sizeof *grown);
+    if (!grown) return clt__error(CLT_ENOMEM, "out of memory parsing %s", p->name);
+    p->items = grown;
+  }
+  p->items[p->nitems++].raw = raw;
+  return CLT_OK;
+}
+
+static int is_word(const raw_line *r, const char *w) { return r->ntok > 0 && strcmp(r->tok[0].text, w) == 0; }
+
+/* Expand raw lines [from, to) into items; blocks recursively. */
+static int expand(parser *p, int from, int to) {
+  int rc = CLT_OK;
+  for (int i = from; i < to; i++) {
+    raw_line *r = &p->lines[i];
+    clt__spec_line lc;
+    line_ctx(p, i, &lc);
+    if (is_word(r, "end")) return clt__line_error(&lc, r->tok[0].col, "'end' without a 'block' before it");
+    if (!is_word(r, "block")) {
+      CLT_TRY(push_item(p, i));
+      continue;
+    }
+    int repeat = 1, depth = 1, j;
+    lc.used = 1;
+    CLT_TRY(clt__opt_int(&lc, "repeat", 1, MAX_REPEAT, &repeat));
+    for (int t = 1; t < lc.ntok; t++)
+      if (!(lc.used & (1u << t)))
+        return clt__line_error(&lc, lc.tok[t].col, "unexpected '%s': block takes only repeat=N", lc.tok[t].text);
+    for (j = i + 1; j < to && depth; j++) depth += is_word(&p->lines[j], "block") - is_word(&p->lines[j], "end");
+    if (depth) return clt__line_error(&lc, r->tok[0].col, "this block has no 'end'");
+    for (int k = 0; k < repeat; k++) {
+      CLT_TRY(push_item(p, -1));
+      CLT_TRY(expand(p, i + 1, j - 1));
+    }
+    i = j - 1;
+  }
+fail:
+  return rc;
+}
+
+/* The defaults every layer starts from. */
+static void layer_defaults(clt_layer_spec *l, int line) {
+  memset(l, 0, sizeof *l);
+  l->line = line;
+  l->bias = 1;
+  l->init = CLT_INIT_HE;
+  l->std = 0.02f;
+  l->eps = 1e-5f;
+  l->slope = 0.01f;
+  l->tie = -1;
+  l->skip = -1;
+}
+
+/* name=NAME: unique among the layers before. */
+static int read_name(clt__spec_line *lc, clt_model_spec *spec, clt_layer_spec *l) {
+  const char *nm = NULL;
+  int col = 0;
+  int rc = clt__opt_word(lc, "name", &nm, &col);
+  if (rc < 0 || !nm) return rc;
+  (void)spec;
+  if (!*nm || strlen(nm) >= sizeof l->name) return clt__line_error(lc, col, "a name is 1 to %d characters", (int)sizeof l->name - 1);
+  clt__strlcpy(l->name, nm, sizeof l->name);
+  return CLT_OK;
+}
+
+/* Anything not consumed is a mistake: say which. */
+static int check_all_used(clt__spec_line *lc) {
+  const char *kw = lc->tok[0].text;
+  for (int i = 1; i < lc->ntok; i++) {
+    if (lc->used & (1u << i)) continue;
+    const char *eq = strchr(lc->tok[i].text, '=');
+    if (eq)
+      return clt__line_error(lc, lc->tok[i].col, "unknown option '%.*s' for %s", (int)(eq - lc->tok[i].text),
+                             lc->tok[i].text, kw);
+    return clt__line_error(lc, lc->tok[i].col, "unexpected '%s': %s takes no more numbers", lc->tok[i].text, kw);
+  }
+  return CLT_OK;
+}
+
+static int grow_layers(clt_model_spec *spec, int *cap) {
+  if (spec->nlayers < *cap) return CLT_OK;
+  *cap = *cap ? 2 * *cap : 16;
+  clt_layer_spec *grown = realloc(spec->layers, (size_t)*cap * sizeof *grown);
+  if (!grown) return clt__error(CLT_ENOMEM, "out of memory parsing %s", spec->name);
+  spec->layers = grown;
+  return CLT_OK;
+}
+
+/* Lay out l's parameters at the end of the arena (tied ones point at
+ * their owner's). */
+static int place_params(clt__spec_line *lc, clt_model_spec *spec, clt_layer_spec *l) {
+  l->param_count = 0;
+  l->param_offset = spec->param_count;
+  for (int k = 0; k < l->nparams; k++) {
+    clt_param_spec *ps = &l->param[k];
+    if (ps->tied) continue;
+    ps->offset = spec->param_count + l->param_count;
+    l->param_count += ps->count;
+  }
+  spec->param_count += l->param_count;
+  if (spec->param_count > MAX_PARAMS)
+    return clt__line_error(lc, clt__line_col(lc), "the model has %lld parameters up to here, more than the %lld "
+                           "cltrain supports", (long long)spec->param_count, (long long)MAX_PARAMS);
+  return CLT_OK;
+}
+
+/* tie=NAME: the weight (param 0) of the named earlier layer, same shape. */
+static int resolve_tie(clt__spec_line *lc, clt_model_spec *spec, clt_layer_spec *l, const char *target, int col) {
+  int j = spec->nlayers - 1;
+  while (j >= 0 && strcmp(spec->layers[j].name, target) != 0) j--;
+  if (j < 0) return clt__line_error(lc, col, "tie=%s names no layer before this one (name a layer with name=%s)", target, target);
+  const clt_layer_spec *o = &spec->layers[j];
+  clt_param_spec *w = &l->param[0];
+  if (o->nparams == 0 || o->param[0].tied)
+    return clt__line_error(lc, col, "layer '%s' (line %d) has no weight of its own to share", target, o->line);
+  const clt_param_spec *ow = &o->param[0];
+  int same = ow->ndim == w->ndim;
+  for (int d = 0; same && d < w->ndim; d++) same = ow->shape[d] == w->shape[d];
+  if (!same)
+    return clt__line_error(lc, col, "tie=%s: its weight is %lld x %lld but this layer needs %lld x %lld", target,
+                           (long long)ow->shape[0], (long long)(ow->ndim > 1 ? ow->shape[1] : 1),
+                           (long long)w->shape[0], (long long)(w->ndim > 1 ? w->shape[1] : 1));
+  w->tied = 1;
+  w->offset = ow->offset;
+  l->tie = j;
+  return CLT_OK;
+}
+
+/* One layer line: parse, connect, infer, place. */
+static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *cap) {
+  int rc = CLT_OK;
+  clt__spec_line lc;
+  line_ctx(p, raw, &lc);
+  CLT_TRY(grow_layers(spec, cap));
+  clt_layer_spec *l = &spec->layers[spec->nlayers];
+  layer_defaults(l, lc.line);
+  const char *kw = lc.tok[0].text;
+  if (!(l->kind = clt__layer_kind_find(kw)))
+    return clt__line_error(&lc, lc.tok[0].col, "unknown layer '%s' (known: %s)", kw, clt__layer_kind_list());
+  lc.used = 1;
+  CLT_TRY(read_name(&lc, spec, l));
+  const char *tie = NULL;
+  int tie_col = 0;
+  if (l->kind == &clt__kind_linear) CLT_TRY(clt__opt_word(&lc, "tie", &tie, &tie_col));
+  if (l->kind->parse) CLT_TRY(l->kind->parse(&lc, l));
+  CLT_TRY(check_all_used(&lc));
+
+  int first = spec->nlayers == 0, is_input = (l->kind->flags & CLT_KIND_INPUT) != 0;
+  if (first && !is_input)
+    return clt__line_error(&lc, lc.tok[0].col, "the first layer must be 'input' giving the sample shape (input 784, "
+                           "input 1 28 28, or input tokens 1024 vocab=50257), not '%s'", kw);
+  if (!first && is_input) return clt__line_error(&lc, lc.tok[0].col, "input may only be the first layer");
+  if (!first) l->in_shape = spec->layers[spec->nlayers - 1].out_shape;
+  if (l->kind == &clt__kind_residual) {
+    if (mark < 0)
+      return clt__line_error(&lc, lc.tok[0].col, "residual adds the value at the start of a block or at the last "
+                             "residual, and there is none before it: put it in a 'block'");
+    char a[64], b[64];
+    const clt_shape *s = &spec->layers[mark].out_shape;
+    if (s->ndim != l->in_shape.ndim || clt__shape_numel(s) != clt__shape_numel(&l->in_shape) || s->vocab)
+      return clt__line_error(&lc, lc.tok[0].col, "residual adds %s (line %d's output) to %s: the shapes differ",
+                             clt__shape_str(s, a, sizeof a), spec->layers[mark].line,
+                             clt__shape_str(&l->in_shape, b, sizeof b));
+    l->skip = mark;
+  }
+  if (l->in_shape.vocab && !first && l->kind != &clt__kind_embedding)
+    return clt__line_error(&lc, lc.tok[0].col, "%s cannot take token ids; put 'embedding WIDTH' right after the input",
+                           kw);
+  l->out_shape = l->in_shape;
+  if (l->kind->infer) CLT_TRY(l->kind->infer(&lc, l));
+  if (tie) CLT_TRY(resolve_tie(&lc, spec, l, tie, tie_col));
+  if (clt__shape_numel(&l->out_shape) > MAX_VALUES) {
+    char sh[64];
+    return clt__line_error(&lc, lc.tok[0].col, "%s holds %lld values per sample, more than the %d cltrain supports",
+                           clt__shape_str(&l->out_shape, sh, sizeof sh), (long long)clt__shape_numel(&l->out_shape),
+                           MAX_VALUES);
+  }
+  CLT_TRY(place_params(&lc, spec, l));
+  spec->nlayers++;
+fail:
+  return rc;
+}
+
+/* A skip branch's gradient waits from its residual's backward until the
+ * backward reaches the layer the branch started at (where it is added to
+ * the gradient at that layer's output): give each residual a buffer that
+ * no other waiting one holds. busy_until[s] is the layer slot s waits for;
+ * it is free again from that layer down (-1). */
+static void assign_skip_slots(clt_model_spec *spec) {
+  int busy_until[64], nslots = 0; /* slot -> the source layer it waits for */
+  for (int i = spec->nlayers - 1; i >= 0; i--) {
+    clt_layer_spec *l = &spec->layers[i];
+    for (int s = 0; s < nslots; s++)
+      if (busy_until[s] >= i) busy_until[s] = -1;
+    if (l->skip < 0) continue;
+    int s = 0;
+    while (s < nslots && busy_until[s] >= 0) s++;
+    if (s == nslots && nslots < 64) nslots++;
+    busy_until[s] = l->skip;
+    l->skip_slot = s;
+  }
+  spec->skip_slots = nslots;
+}
+
 int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
   int rc = CLT_OK;
   clt_model_spec *spec = clt__calloc(1, sizeof *spec);
-  char *buf = NULL;
-  line_ctx lc = {.name = name ? name : "<model>"};
+  parser p = {.name = name ? name : "<model>"};
   *out = NULL;
-  if (!spec || !(spec->name = clt__strdup(lc.name)) || !(spec->text = clt__strdup(text)) ||
-      !(buf = clt__strdup(text))) {
+  if (!spec || !(spec->name = clt__strdup(p.name)) || !(spec->text = clt__strdup(text))) {
     rc = CLT_ENOMEM;
     goto fail;
   }
-  int cap = 0;
-  clt_shape shape = {0, {0, 0, 0}};
-  char *save = NULL, *line = buf, *next;
-  for (lc.line = 1; line; lc.line++, line = next) {
-    next = strchr(line, '\n');
-    if (next) *next++ = '\0';
-    char *hash = strchr(line, '#');
-    if (hash) *hash = '\0';
-    clt__strlcpy(lc.src, line, sizeof lc.src);
-    for (char *c = lc.src; *c; c++)
-      if (*c == '\t' || *c == '\r') *c = ' '; /* keep the caret under its column */
-    lc.ntok = tokenize(line, lc.tok);
-    if (lc.ntok == 0) continue;
-    if (lc.ntok < 0) {
-      rc = line_error(&lc, 1, "too many words on one line (at most %d)", MAX_TOKENS);
-      goto fail;
+  CLT_TRY(read_lines(&p, text));
+  CLT_TRY(expand(&p, 0, p.nlines));
+  int cap = 0, mark = -1;
+  for (int i = 0; i < p.nitems; i++) {
+    if (p.items[i].raw < 0) { /* a block pass starts: the next residual adds this */
+      mark = spec->nlayers - 1;
+      continue;
     }
-    if (spec->nlayers == cap) {
-      cap = cap ? 2 * cap : 16;
-      clt_layer_spec *grown = realloc(spec->layers, cap * sizeof *grown);
-      if (!grown) { rc = clt__error(CLT_ENOMEM, "out of memory parsing %s", lc.name); goto fail; }
-      spec->layers = grown;
-    }
-    clt_layer_spec *l = &spec->layers[spec->nlayers];
-    memset(l, 0, sizeof *l);
-    l->line = lc.line;
-    CLT_TRY(parse_layer(&lc, l));
-    if (spec->nlayers == 0) {
-      if (l->kind != CLT_LAYER_INPUT) {
-        rc = line_error(&lc, lc.tok[0].col, "the first layer must be 'input' giving the sample shape "
-                                            "(input 784, or input 1 28 28), not '%s'", lc.tok[0].text);
-        goto fail;
-      }
-      shape = l->out_shape;
-      l->in_shape = shape;
-    } else {
-      CLT_TRY(infer_shape(&lc, l, &shape));
-      shape = l->out_shape;
-    }
-    if (clt__shape_numel(&shape) > MAX_VALUES) {
-      char sh[64];
-      rc = line_error(&lc, lc.tok[0].col, "%s holds %lld values per sample, more than the %d cltrain supports",
-                      clt__shape_str(&shape, sh, sizeof sh), (long long)clt__shape_numel(&shape), MAX_VALUES);
-      goto fail;
-    }
-    l->param_offset = spec->param_count;
-    spec->param_count += l->weight_count + l->bias_count;
-    if (spec->param_count > MAX_PARAMS) {
-      rc = line_error(&lc, lc.tok[0].col, "the model has %lld parameters up to here, more than the %lld cltrain "
-                      "supports", (long long)spec->param_count, (long long)MAX_PARAMS);
-      goto fail;
-    }
-    spec->nlayers++;
+    CLT_TRY(add_layer(&p, p.items[i].raw, spec, mark, &cap));
+    if (spec->layers[spec->nlayers - 1].kind == &clt__kind_residual) mark = spec->nlayers - 1;
   }
-  (void)save;
   if (spec->nlayers == 0) {
-    rc = clt__error(CLT_EFORMAT, "%s: the model spec has no layers (it needs at least 'input' and one more)", lc.name);
+    rc = clt__error(CLT_EFORMAT, "%s: the model spec has no layers (it needs at least 'input' and one more)", p.name);
     goto fail;
   }
-  if (spec->nlayers < 2 || shape.ndim != 1 || spec->param_count == 0) {
+  const clt_layer_spec *last = &spec->layers[spec->nlayers - 1];
+  const clt_shape *shape = &last->out_shape;
+  if (spec->nlayers < 2 || shape->ndim > 2 || shape->vocab || spec->param_count == 0) {
     char s[64];
-    rc = clt__error(CLT_EFORMAT, "%s:%d: the last layer must give one score per class (e.g. 'linear 10'), "
-                    "but the model ends with %s%s", lc.name, spec->layers[spec->nlayers - 1].line,
-                    clt__shape_str(&shape, s, sizeof s), spec->param_count == 0 ? " and has no parameters" : "");
+    rc = clt__error(CLT_EFORMAT, "%s:%d: the last layer must give one score per class (e.g. 'linear 10'), or per "
+                    "position and token ('linear VOCAB' on a sequence), but the model ends with %s%s", p.name,
+                    last->line, clt__shape_str(shape, s, sizeof s), spec->param_count == 0 ? " and has no parameters" : "");
     goto fail;
   }
-  if (shape.dims[0] < 2) {
+  int classes = shape->dims[shape->ndim - 1];
+  if (classes < 2) {
     rc = clt__error(CLT_EFORMAT, "%s:%d: the model ends with %d output; classification needs at least 2 classes",
-                    lc.name, spec->layers[spec->nlayers - 1].line, shape.dims[0]);
+                    p.name, last->line, classes);
     goto fail;
   }
-  spec->num_classes = shape.dims[0];
-  free(buf);
+  spec->num_classes = classes;
+  spec->labels_per_sample = clt__shape_rows(shape);
+  assign_skip_slots(spec);
   *out = spec;
-  return CLT_OK;
+  spec = NULL;
 fail:
-  free(buf);
+  for (int i = 0; i < p.nlines; i++) free(p.lines[i].words);
+  free(p.lines);
+  free(p.items);
   clt__spec_destroy(spec);
   return rc;
 }

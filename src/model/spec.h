@@ -1,71 +1,109 @@
 /*
  * spec.h: the parsed form of a model spec file (one layer per line, see
- * DESIGN.md "Files on disk") and the shapes that flow between layers. Host
- * only: no OpenCL here. The model layer (model.c) turns this into replicas.
+ * DESIGN.md "Files on disk"): the layers in the order they run, each with
+ * its kind (an entry of the layer table, model/layer.h), its options, the
+ * shapes that flow in and out of it, and its parameter tensors laid out in
+ * the one parameter arena. Host only: no OpenCL here.
+ *
+ * Beyond a straight list: `block repeat=N` ... `end` repeats the lines
+ * between them (expanded here, so every copy is a layer of its own and
+ * messages still name the line written); `residual` adds the value at the
+ * start of the current block pass, or at the last residual, whichever is
+ * later; `tie=NAME` makes a linear layer use the weight of the layer named
+ * NAME (the output projection tied to the token embedding).
  */
 #ifndef CLT_MODEL_SPEC_H
 #define CLT_MODEL_SPEC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-typedef enum clt_layer_kind {
-  CLT_LAYER_INPUT,
-  CLT_LAYER_LINEAR,
-  CLT_LAYER_CONV2D,
-  CLT_LAYER_MAXPOOL,
-  CLT_LAYER_AVGPOOL,
-  CLT_LAYER_GLOBALAVGPOOL,
-  CLT_LAYER_RELU,
-  CLT_LAYER_LEAKYRELU,
-  CLT_LAYER_GELU,
-  CLT_LAYER_TANH,
-  CLT_LAYER_SIGMOID,
-  CLT_LAYER_DROPOUT,
-  CLT_LAYER_FLATTEN,
-  CLT_LAYER_LAYERNORM,
-  CLT_LAYER_KIND_COUNT
-} clt_layer_kind;
+struct clt__layer_kind;
 
-typedef enum clt_init_kind { CLT_INIT_HE, CLT_INIT_XAVIER } clt_init_kind;
-
-/* A sample's shape: (features) or (C, H, W). */
+/* A sample's shape: (features), (T, C) for sequences, (C, H, W) for
+ * images; an input of token ids is (T) with vocab > 0 (ids below vocab,
+ * carried as exact floats). */
 typedef struct clt_shape {
-  int ndim;     /* 1 or 3 */
+  int ndim; /* 1 to 3 */
   int dims[3];
+  int vocab;
 } clt_shape;
 
+typedef enum clt_init_kind { CLT_INIT_HE, CLT_INIT_XAVIER, CLT_INIT_NORMAL } clt_init_kind;
+
+/* How a parameter tensor starts. */
+typedef enum clt_param_init {
+  CLT_PINIT_UNIFORM, /* uniform in (-scale, scale) */
+  CLT_PINIT_NORMAL,  /* normal with standard deviation scale */
+  CLT_PINIT_ZEROS,
+  CLT_PINIT_ONES
+} clt_param_init;
+
+#define CLT_MAX_LAYER_PARAMS 4
+
+/* One parameter tensor of a layer: a range of the arena seen with a shape. */
+typedef struct clt_param_spec {
+  char name[24];       /* "weight", "bias", "qkv.weight": the safetensors name after "<layer>." */
+  int ndim;
+  int64_t shape[4];
+  int64_t count;
+  int64_t offset;      /* floats from the start of the parameter arena */
+  clt_param_init init;
+  double scale;
+  int decay;           /* decoupled weight decay applies (matrices), not to biases, norms, embeddings */
+  int tied;            /* another layer's tensor seen here: not owned, saved or initialised twice */
+} clt_param_spec;
+
 typedef struct clt_layer_spec {
-  clt_layer_kind kind;
-  int line;             /* where it was written, for messages */
-  int out;              /* linear: out features; conv2d: out channels */
+  const struct clt__layer_kind *kind;
+  int line;            /* where it was written, for messages */
+  char name[32];       /* name=..., what tie= refers to ("" when none) */
+  /* Options; which ones a kind reads is its own business (model/kinds_*.c). */
+  int out;             /* linear: out features; conv2d: out channels; embedding: width */
   int kernel, stride, pad;
-  int bias;             /* linear/conv2d have a bias */
+  int bias;
+  int heads;           /* attention */
+  int positions;       /* posembedding: rows of the table */
   clt_init_kind init;
-  float p;              /* dropout probability */
-  float slope;          /* leaky relu */
-  float eps;            /* layernorm */
+  float std;           /* init=normal */
+  float p;             /* dropout probability */
+  float slope;         /* leaky relu */
+  float eps;           /* layernorm */
+  int tie;             /* linear tie=NAME: the layer whose weight it uses, else -1 */
+  int skip;            /* residual: the layer whose output it adds */
+  int skip_slot;       /* residual: which pending-gradient buffer its skip branch uses */
   clt_shape in_shape, out_shape;
-  int64_t weight_count; /* parameters: weights then bias, in this order */
-  int64_t bias_count;
-  int64_t param_offset; /* floats from the start of the parameter arena */
+  int nparams;
+  clt_param_spec param[CLT_MAX_LAYER_PARAMS];
+  int64_t param_offset; /* the parameters it owns are the arena floats [param_offset, + param_count) */
+  int64_t param_count;  /* (tied tensors excluded) */
+  /* Per sample, in elements, besides the output: activation-dtype values
+   * kept from forward to backward, f32 (or i32) values kept, and
+   * activation-dtype scratch for the backward. */
+  int64_t saved_act, saved_f32, grad_scratch;
 } clt_layer_spec;
 
 typedef struct clt_model_spec {
-  char *name;           /* the file name, for messages */
-  char *text;           /* the spec as written (checkpoints keep it) */
-  int nlayers;          /* including the input line */
+  char *name;          /* the file name, for messages */
+  char *text;          /* the spec as written (checkpoints keep it) */
+  int nlayers;         /* including the input line; blocks expanded */
   clt_layer_spec *layers;
   int64_t param_count;
-  int num_classes;      /* the last layer's features */
+  int num_classes;     /* the last layer's features (the vocabulary for a sequence model) */
+  int64_t labels_per_sample; /* 1 for a classifier, T for a sequence model (a label per position) */
+  int skip_slots;      /* pending skip-branch gradients at most at once in the backward */
 } clt_model_spec;
 
 /* Parse a whole spec; errors are CLT_EFORMAT with "name:line:col: what" and
  * the offending text. */
 int clt__spec_parse(const char *text, const char *name, clt_model_spec **out);
 void clt__spec_destroy(clt_model_spec *spec);
-const char *clt__layer_kind_name(clt_layer_kind kind);
-/* "(32, 14, 14)" */
+const char *clt__layer_kind_name(const clt_layer_spec *l);
+/* "(32, 14, 14)", "(1024 tokens)" */
 const char *clt__shape_str(const clt_shape *s, char *buf, size_t len);
 int64_t clt__shape_numel(const clt_shape *s);
+/* Rows of a layer's last dimension per sample: 1 for a flat shape, T for
+ * (T, C); what linear and layernorm multiply the batch by. */
+int64_t clt__shape_rows(const clt_shape *s);
 
 #endif

@@ -81,7 +81,7 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   int64_t P = spec->param_count;
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   float *buf = clt__calloc((size_t)P * (1 + per), sizeof *buf);
-  clt__st_tensor *tensors = clt__calloc((size_t)spec->nlayers * 2 * (1 + per), sizeof *tensors);
+  clt__st_tensor *tensors = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS * (1 + per), sizeof *tensors);
   char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL;
   if (!buf || !tensors) { rc = CLT_ENOMEM; goto fail; }
   double t0 = clt__now();
@@ -273,7 +273,7 @@ static int read_arena(clt_trainer *t, clt__st_file *f, const char *path, const c
   const clt_model_spec *spec = t->model->spec;
   int rc = CLT_OK, n;
   char diff[400], s1[96], s2[96];
-  clt__st_tensor *want = clt__calloc((size_t)spec->nlayers * 2, sizeof *want);
+  clt__st_tensor *want = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *want);
   if (!want) return CLT_ENOMEM;
   CLT_TRY(clt__arena_tensors(spec, prefix, dst, want, &n));
   for (int i = 0; i < n; i++) {
@@ -348,11 +348,12 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
     goto fail;
   }
   int first = 1; /* the first layer with parameters: its weight's state tells whether there is any */
-  while (first < spec->nlayers && !spec->layers[first].weight_count) first++;
+  while (first < spec->nlayers && !spec->layers[first].param_count) first++;
+  const char *first_name = first < spec->nlayers ? spec->layers[first].param[0].name : "";
   for (int slot = 0; slot < per; slot++) {
     char probe[160];
     clt__st_tensor dummy;
-    snprintf(probe, sizeof probe, "%s%d.weight", state_prefix(per, slot), first - 1);
+    snprintf(probe, sizeof probe, "%s%d.%s", state_prefix(per, slot), first - 1, first_name);
     if (first < spec->nlayers && clt__st_find(f, probe, &dummy) == CLT_ENOTFOUND) {
       /* SGD saved without momentum has no state; this run needs some. */
       rc = clt__error(CLT_EMISMATCH, "%s has no %s optimizer state ('%s'): it was trained without momentum, and this "
@@ -365,7 +366,7 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   if (per == 0 && first < spec->nlayers) {
     char probe[160];
     clt__st_tensor dummy;
-    snprintf(probe, sizeof probe, "optim/momentum/%d.weight", first - 1);
+    snprintf(probe, sizeof probe, "optim/momentum/%d.%s", first - 1, first_name);
     if (clt__st_find(f, probe, &dummy) == CLT_OK)
       clt__log(CLT_LOG_WARN, "%s: this run uses no momentum, so the saved momentum is left out", path);
   }

@@ -214,8 +214,8 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
     rc = clt__error_prefix(rc, "%s: its model spec does not parse", checkpoint);
     goto fail;
   }
-  want = clt__calloc((size_t)spec->nlayers * 2, sizeof *want);
-  named = clt__calloc((size_t)spec->nlayers * 2, sizeof *named);
+  want = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *want);
+  named = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *named);
   params = clt__calloc((size_t)spec->param_count, sizeof *params);
   if (!want || !named || !params) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(clt__arena_tensors(spec, "params/", params, want, &n));

@@ -207,14 +207,14 @@ static int make_buckets(clt_trainer *t) {
   int last_trainable = -1;
   for (int i = 0; i < L; i++) {
     closed_by[i] = -1;
-    if (s->layers[i].weight_count) last_trainable = i;
+    if (s->layers[i].param_count) last_trainable = i;
   }
   for (int i = L - 1; i >= 0; i--) {
     const clt_layer_spec *l = &s->layers[i];
-    if (!l->weight_count) continue;
+    if (!l->param_count) continue;
     lo = l->param_offset;
     int first = 1; /* is i the lowest trainable layer? */
-    for (int j = 0; j < i; j++) first &= !s->layers[j].weight_count;
+    for (int j = 0; j < i; j++) first &= !s->layers[j].param_count;
     if (limit <= 0 ? first : (hi - lo >= limit || first)) {
       closed_by[i] = t->nbuckets;
       t->bucket_lo[t->nbuckets] = lo;
@@ -375,14 +375,14 @@ static int nonfinite_layer(clt_trainer *t) {
   const clt_model_spec *s = t->model->spec;
   for (int i = s->nlayers - 1; i >= 1; i--) {
     const clt_layer_spec *l = &s->layers[i];
-    int64_t n = l->weight_count + l->bias_count;
+    int64_t n = l->param_count;
     clt_tensor g;
     float ss = 0;
     if (!n || clt_tensor_view(t->rep[0]->grads, (size_t)l->param_offset * 4, CLT_F32, 1, &n, &g) < 0 ||
         clt_sumsq(t->ctx[0], &g, &ss) < 0 || isfinite(ss))
       continue;
     return clt__error(CLT_ENONFINITE, "the gradient of %s:%d (%s) is not finite (inf or NaN); lower the learning "
-                      "rate (%g) or clip gradients (--clip)", s->name, l->line, clt__layer_kind_name(l->kind),
+                      "rate (%g) or clip gradients (--clip)", s->name, l->line, clt__layer_kind_name(l),
                       clt_schedule_lr(&t->opts.schedule, t->steps_done));
   }
   return clt__error(CLT_ENONFINITE, "the gradient is not finite (inf or NaN); lower the learning rate or clip "

@@ -15,30 +15,16 @@ int clt__arena_tensors(const clt_model_spec *s, const char *prefix, const float 
   *n = 0;
   for (int i = 1; i < s->nlayers; i++) {
     const clt_layer_spec *l = &s->layers[i];
-    if (!l->weight_count) continue;
-    clt__st_tensor *w = &t[(*n)++];
-    memset(w, 0, sizeof *w);
-    snprintf(w->name, sizeof w->name, "%s%d.weight", prefix, i - 1);
-    w->data = base + l->param_offset;
-    if (l->kind == CLT_LAYER_CONV2D) {
-      w->ndim = 4;
-      w->shape[0] = l->out, w->shape[1] = l->in_shape.dims[0], w->shape[2] = w->shape[3] = l->kernel;
-    } else if (l->kind == CLT_LAYER_LINEAR) {
-      w->ndim = 2;
-      w->shape[0] = l->out, w->shape[1] = l->in_shape.dims[0];
-    } else {
-      w->ndim = 1;
-      w->shape[0] = l->weight_count;
-    }
-    covered += l->weight_count;
-    if (l->bias_count) {
-      clt__st_tensor *b = &t[(*n)++];
-      memset(b, 0, sizeof *b);
-      snprintf(b->name, sizeof b->name, "%s%d.bias", prefix, i - 1);
-      b->ndim = 1;
-      b->shape[0] = l->bias_count;
-      b->data = base + l->param_offset + l->weight_count;
-      covered += l->bias_count;
+    for (int k = 0; k < l->nparams; k++) {
+      const clt_param_spec *p = &l->param[k];
+      if (p->tied) continue; /* saved once, under its owner's name */
+      clt__st_tensor *w = &t[(*n)++];
+      memset(w, 0, sizeof *w);
+      snprintf(w->name, sizeof w->name, "%s%d.%s", prefix, i - 1, p->name);
+      w->ndim = p->ndim;
+      for (int d = 0; d < p->ndim; d++) w->shape[d] = p->shape[d];
+      w->data = base + p->offset;
+      covered += p->count;
     }
   }
   if (covered != s->param_count)
@@ -49,7 +35,7 @@ int clt__arena_tensors(const clt_model_spec *s, const char *prefix, const float 
 
 /* Allocating form of clt__arena_tensors. */
 static int arena_tensors(const clt_model_spec *s, const float *params, clt__st_tensor **out, int *n) {
-  clt__st_tensor *t = clt__calloc((size_t)s->nlayers * 2, sizeof *t);
+  clt__st_tensor *t = clt__calloc((size_t)s->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *t);
   *out = t;
   *n = 0;
   if (!t) return CLT_ENOMEM;
