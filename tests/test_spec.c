@@ -63,6 +63,49 @@ START_TEST(options_comments_and_shapes) {
 }
 END_TEST
 
+/* Transformers: blocks repeat their lines, residuals connect, the output
+ * projection shares the embedding's weight (counted once). */
+START_TEST(gpt_models_parse) {
+  clt_model *m;
+  ck_assert_msg(clt_model_load(SRCDIR "/examples/gpt2_124m.model", &m) == 0, "%s", clt_last_error());
+  /* GPT-2 small's published parameter count */
+  ck_assert_int_eq(clt_model_param_count(m), 124439808);
+  ck_assert_int_eq(clt_model_num_classes(m), 50257);
+  ck_assert_int_eq(clt_model_input_size(m), 1024);
+  /* input, embedding, posembedding, 12 x 8 block lines, layernorm, linear */
+  ck_assert_int_eq(clt_model_layer_count(m), 3 + 12 * 8 + 2);
+  clt_model_destroy(m);
+
+  ck_assert_msg(clt_model_load(SRCDIR "/examples/gpt_tiny.model", &m) == 0, "%s", clt_last_error());
+  int64_t C = 128, V = 256, T = 128, block = 2 * (2 * C) + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) +
+                                           (4 * C * C + C);
+  ck_assert_int_eq(clt_model_param_count(m), V * C + T * C + 2 * block + 2 * C);
+  char *summary;
+  ck_assert_int_eq(clt_model_summary(m, &summary), 0);
+  ck_assert_ptr_nonnull(strstr(summary, "(128, 512)"));
+  ck_assert_ptr_nonnull(strstr(summary, "tied"));
+  free(summary);
+  clt_model_destroy(m);
+
+  /* A residual right at the start of a block adds the block's input; nested
+   * blocks repeat their inner lines. */
+  const char *nested = "input 16\n"
+                       "block repeat=2\n"
+                       "  block repeat=3\n"
+                       "    linear 16\n"
+                       "    relu\n"
+                       "    residual\n"
+                       "  end\n"
+                       "  layernorm\n"
+                       "end\n"
+                       "linear 4\n";
+  ck_assert_msg(clt_model_parse(nested, "n.model", &m) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_model_layer_count(m), 1 + 2 * (3 * 3 + 1) + 1);
+  ck_assert_int_eq(clt_model_param_count(m), 2 * (3 * (16 * 16 + 16) + 32) + 16 * 4 + 4);
+  clt_model_destroy(m);
+}
+END_TEST
+
 /* Each bad spec, the file:line:col it must report and a fragment of the
  * message that names the offending text. */
 static const struct {
@@ -94,6 +137,25 @@ static const struct {
     {"input 784\nlinear 1\n", "t.model:2:", "at least 2 classes"},
     {"# nothing\n\n", "t.model:", "no layers"},
     {"input 784\nlinear 10 a b c d e f g h i j k l m n o p\n", "t.model:2:1:", "too many words"},
+    /* transformers */
+    {"input 16\nblock repeat=2\nlinear 8\nresidual\nend\nlinear 2\n", "t.model:4:1:", "adds (16)"},
+    {"input 16\nlinear 16\nresidual\nlinear 2\n", "t.model:3:1:", "put it in a 'block'"},
+    {"input 16\nblock repeat=2\nlinear 16\nlinear 2\n", "t.model:2:1:", "no 'end'"},
+    {"input 16\nlinear 16\nend\nlinear 2\n", "t.model:3:1:", "'end' without a 'block'"},
+    {"input 16\nblock repeat=0\nend\nlinear 2\n", "t.model:2:14:", "from 1 to"},
+    {"input 16\nblock times=2\nend\nlinear 2\n", "t.model:2:7:", "takes only repeat=N"},
+    {"input tokens 8 vocab=11\nembedding 12\nattention heads=5\nlinear 11\n", "t.model:3:1:",
+     "heads=5 do not divide the width 12"},
+    {"input tokens 8 vocab=11\nembedding 12\nattention\nlinear 11\n", "t.model:3:1:", "number of heads"},
+    {"input tokens 8 vocab=11\nembedding 12\nposembedding positions=4\nlinear 11\n", "t.model:3:1:",
+     "context of 8 positions is longer than the position table of 4"},
+    {"input tokens 8\nembedding 12\nlinear 11\n", "t.model:1:1:", "vocabulary size"},
+    {"input tokens 8 vocab=11\nlinear 12\nlinear 11\n", "t.model:2:1:", "cannot take token ids"},
+    {"input 16\nembedding 12\nlinear 11\n", "t.model:2:1:", "takes token ids"},
+    {"input 16\nattention heads=2\nlinear 11\n", "t.model:2:1:", "needs a sequence (T, C)"},
+    {"input tokens 8 vocab=11\nembedding 12 name=wte\nlinear 11 tie=wtf\n", "t.model:3:15:", "tie=wtf names no layer"},
+    {"input tokens 8 vocab=11\nembedding 12 name=wte\nlinear 10\nlinear 11 tie=wte\n", "t.model:4:15:",
+     "its weight is 11 x 12 but this layer needs 11 x 10"},
 };
 
 START_TEST(mistakes_are_located) {
@@ -129,6 +191,7 @@ int main(void) {
   TCase *tc = tcase_create("spec");
   tcase_add_test(tc, example_models_parse);
   tcase_add_test(tc, options_comments_and_shapes);
+  tcase_add_test(tc, gpt_models_parse);
   tcase_add_loop_test(tc, mistakes_are_located, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, file_errors);
   suite_add_tcase(s, tc);
