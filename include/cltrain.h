@@ -578,6 +578,11 @@ CLT_API int clt_optimizer_state_per_param(const clt_optimizer_config *cfg);
  * their step from here, so every replica holds the same bits. */
 CLT_API void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
                                      float *p, const float *grad, float *state, size_t n);
+/* With a decay mask (n values, 0 where weight decay does not apply; NULL:
+ * every parameter), as clt_optimizer_step_masked. */
+CLT_API void clt_optimizer_step_host_masked(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
+                                            float *p, const float *grad, float *state, size_t n,
+                                            const uint8_t *decay);
 /* 1 when the device kernel cannot give those bits for this optimizer. */
 CLT_API int clt_optimizer_needs_host(const clt_optimizer_config *cfg, const clt_device_info *dev);
 
