@@ -379,8 +379,8 @@ CLT_API int clt_dataset_write_raw(const char *path, int64_t count, int ndims, co
 
 /* Token datasets, for language models: llm.c's .bin shards
  * (dev/data/data_common.py). A shard is a header of 256 little-endian int32,
- * [0] magic, [1] version, [2] the number of tokens N (> 0), the rest 0, then
- * the N tokens, little-endian, and nothing after:
+ * [0] magic, [1] version, [2] the number of tokens N (> 0), the rest unused
+ * (0), then the N tokens, little-endian, and nothing after:
  *
  *   magic 20240520, version 1: uint16 tokens (GPT-2's vocabulary)
  *   magic 20240801, version 7: uint32 tokens (LLaMA-3's)
@@ -400,8 +400,8 @@ CLT_API int clt_dataset_write_raw(const char *path, int64_t count, int ndims, co
  * but (0, 1). Anything wrong in a shard (magic, version, a count the file
  * does not hold, trailing bytes, no tokens, a token >= vocab, naming its
  * index) is CLT_EFORMAT naming the file; fewer than T+1 tokens in all is
- * CLT_EFORMAT too. T < 1, npaths < 1 or vocab outside [0, 2^24] is
- * CLT_EINVAL. Shards may be gzip-compressed. */
+ * CLT_EFORMAT too. T outside [1, 2^24), npaths < 1 or vocab outside
+ * [0, 2^24] is CLT_EINVAL. Shards may be gzip-compressed. */
 CLT_API int clt_dataset_open_tokens(const char *const *paths, int npaths, int64_t T, int vocab,
                                     clt_dataset **out);
 /* Write tokens[0..n) as an llm.c shard: uint16 (magic 20240520) unless wide
@@ -439,9 +439,9 @@ CLT_API void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, f
 CLT_API int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std);
 
 /* Normalised samples indices[0..n) into x (n, sample_size) float32 and their
- * labels into y (n, labels_per_sample) int32; either output may be NULL. An index outside
- * [0, count) is CLT_EINVAL naming it. A non-finite result of normalising
- * float data is CLT_ENONFINITE naming the sample. */
+ * labels into y (n, labels_per_sample) int32; either output may be NULL. An
+ * index outside [0, count) is CLT_EINVAL naming it. A non-finite result of
+ * normalising float data is CLT_ENONFINITE naming the sample. */
 CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x,
                                   int32_t *y);
 

@@ -165,11 +165,15 @@ fail:
 
 /* uint16 tokens [0, n) of buf widened in place to uint32 (buf has room for
  * 4n bytes). From the back, so every token is read before it is written
- * over. */
+ * over; through memcpy, as the two views of the bytes may not alias. */
 static void widen_in_place(void *buf, int64_t n) {
-  const uint16_t *narrow = buf;
-  uint32_t *wide = buf;
-  for (int64_t i = n - 1; i >= 0; i--) wide[i] = narrow[i];
+  unsigned char *p = buf;
+  for (int64_t i = n - 1; i >= 0; i--) {
+    uint16_t narrow;
+    memcpy(&narrow, p + 2 * i, 2);
+    const uint32_t wide = narrow;
+    memcpy(p + 4 * i, &wide, 4);
+  }
 }
 
 /* Append a shard to the dataset's stream (which takes the wider of the two
