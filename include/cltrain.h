@@ -322,7 +322,8 @@ CLT_API int clt_allgather(clt_comm *comm, const void *send, size_t bytes, void *
  *   clt_prefetcher_create(train, smp, r, ctx, &pf);
  *   for (;;) {
  *     clt_batch b;
- *     clt_prefetcher_next(pf, &b);                // b.x (b.n, sample_size) f32, b.y (b.n) i32
+ *     clt_prefetcher_next(pf, &b);                // b.x (b.n, sample_size) f32,
+ *                                                 // b.y (b.n, labels_per_sample) i32
  *     ... upload b.x, b.y; forward; backward; divide by b.global_n ...
  *     if (b.last_in_epoch) ... evaluate; stop after the last epoch ...
  *   }
@@ -336,8 +337,10 @@ CLT_API int clt_allgather(clt_comm *comm, const void *send, size_t bytes, void *
 
 /* A labelled dataset held in host memory: samples of a fixed shape (uint8 as
  * read from IDX files, or float32 from raw files) and int32 class labels in
- * [0, num_classes). Samples are converted to normalised float32 only when a
- * batch is taken, so a dataset costs its file's size in memory. */
+ * [0, num_classes), one per sample, or windows of a token stream with one
+ * label per position (clt_dataset_open_tokens). Samples are converted to
+ * normalised float32 only when a batch is taken, so a dataset costs its
+ * file's size in memory. */
 typedef struct clt_dataset clt_dataset;
 
 /* The MNIST/Fashion-MNIST files of a split in dir: split "train" reads
@@ -374,6 +377,39 @@ CLT_API int clt_dataset_open_raw(const char *path, clt_dataset **out);
 CLT_API int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int64_t *dims,
                                   int num_classes, const float *x, const int32_t *y);
 
+/* Token datasets, for language models: llm.c's .bin shards
+ * (dev/data/data_common.py). A shard is a header of 256 little-endian int32,
+ * [0] magic, [1] version, [2] the number of tokens N (> 0), the rest unused
+ * (0), then the N tokens, little-endian, and nothing after:
+ *
+ *   magic 20240520, version 1: uint16 tokens (GPT-2's vocabulary)
+ *   magic 20240801, version 7: uint32 tokens (LLaMA-3's)
+ *
+ * The npaths shards are read in order into one stream of tokens (kept in
+ * memory as stored, 2 or 4 bytes each) cut into non-overlapping windows of
+ * T+1 tokens at stride T, T being the model's context: sample i has
+ *
+ *   x = tokens[i*T, i*T + T)  as float32 (token ids, exact below 2^24)
+ *   y = tokens[i*T + 1, i*T + T + 1)  as int32 (each position's next token)
+ *
+ * so count = (ntokens - 1) / T, clt_dataset_sample_size = T and
+ * clt_dataset_labels_per_sample = T. A window may span two shards. With
+ * vocab > 0 every token must be below it and num_classes is vocab; with
+ * vocab 0 num_classes is the largest token + 1. No normalisation applies:
+ * clt_dataset_stats gives 0 and 1, clt_dataset_normalize refuses anything
+ * but (0, 1). Anything wrong in a shard (magic, version, a count the file
+ * does not hold, trailing bytes, no tokens, a token >= vocab, naming its
+ * index) is CLT_EFORMAT naming the file; fewer than T+1 tokens in all is
+ * CLT_EFORMAT too. T outside [1, 2^24), npaths < 1 or vocab outside
+ * [0, 2^24] is CLT_EINVAL. Shards may be gzip-compressed. */
+CLT_API int clt_dataset_open_tokens(const char *const *paths, int npaths, int64_t T, int vocab,
+                                    clt_dataset **out);
+/* Write tokens[0..n) as an llm.c shard: uint16 (magic 20240520) unless wide
+ * or a token is above 65535, then uint32 (magic 20240801); gzip-compressed
+ * when path ends in ".gz". n must be 1 .. 2^31 - 1 and every token below
+ * 2^24, so what it writes always reads back. */
+CLT_API int clt_tokens_write(const char *path, const uint32_t *tokens, int64_t n, int wide);
+
 CLT_API void clt_dataset_destroy(clt_dataset *ds);
 
 CLT_API int64_t clt_dataset_count(const clt_dataset *ds);
@@ -383,6 +419,9 @@ CLT_API int clt_dataset_num_classes(const clt_dataset *ds);
 CLT_API int clt_dataset_sample_shape(const clt_dataset *ds, int64_t *dims);
 /* Values per sample, the product of the dimensions (784 for MNIST). */
 CLT_API int64_t clt_dataset_sample_size(const clt_dataset *ds);
+/* Labels per sample: 1 for image and raw datasets, T for token datasets
+ * (one next token per position). */
+CLT_API int64_t clt_dataset_labels_per_sample(const clt_dataset *ds);
 /* The sample file's path, for messages. */
 CLT_API const char *clt_dataset_path(const clt_dataset *ds);
 
@@ -400,9 +439,9 @@ CLT_API void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, f
 CLT_API int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std);
 
 /* Normalised samples indices[0..n) into x (n, sample_size) float32 and their
- * labels into y (n) int32; either output may be NULL. An index outside
- * [0, count) is CLT_EINVAL naming it. A non-finite result of normalising
- * float data is CLT_ENONFINITE naming the sample. */
+ * labels into y (n, labels_per_sample) int32; either output may be NULL. An
+ * index outside [0, count) is CLT_EINVAL naming it. A non-finite result of
+ * normalising float data is CLT_ENONFINITE naming the sample. */
 CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x,
                                   int32_t *y);
 
@@ -493,12 +532,13 @@ CLT_API int clt_shares_from_weights(int n, const double *weights, int64_t total,
  * step it is, once the step's results have been read back). */
 typedef struct clt_batch {
   const float *x;         /* (n, sample_size) float32, normalised */
-  const int32_t *y;       /* (n) int32 labels */
+  const int32_t *y;       /* (n, labels_per_sample) int32 labels */
   int64_t n;              /* this replica's samples; may be 0 in a partial batch */
   int64_t sample_size;    /* values per sample */
   int64_t global_n;       /* samples in the whole global batch: divide the summed loss by this */
   int64_t epoch, step;    /* the position of this global batch */
   int last_in_epoch;      /* 1 for the last step of the epoch */
+  int64_t labels_per_sample; /* 1, or T for a token dataset */
 } clt_batch;
 
 typedef struct clt_prefetcher clt_prefetcher;

@@ -107,6 +107,9 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   if (clt_dataset_sample_size(train) != in)
     return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                       clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
+  if (clt_dataset_labels_per_sample(train) != 1)
+    return clt__error(CLT_ESHAPE, "%s has %lld labels per sample (a token dataset) but the model takes one",
+                      clt_dataset_path(train), (long long)clt_dataset_labels_per_sample(train));
   if (clt_dataset_num_classes(train) > clt_model_num_classes(t->model))
     return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                       clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));

@@ -583,6 +583,9 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
   if (clt_dataset_sample_size(ds) != in)
     return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                       clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
+  if (clt_dataset_labels_per_sample(ds) != 1) /* y below holds one label per sample */
+    return clt__error(CLT_ESHAPE, "%s has %lld labels per sample (a token dataset) but the model takes one",
+                      clt_dataset_path(ds), (long long)clt_dataset_labels_per_sample(ds));
   idx = clt__calloc((size_t)B, sizeof *idx);
   x = clt__calloc((size_t)(B * in), sizeof *x);
   y = clt__calloc((size_t)B, sizeof *y);
