@@ -584,6 +584,10 @@ CLT_API int clt_model_layer_count(const clt_model *m);   /* the input line inclu
 CLT_API int64_t clt_model_param_count(const clt_model *m);
 CLT_API int64_t clt_model_input_size(const clt_model *m); /* floats per sample */
 CLT_API int clt_model_num_classes(const clt_model *m);
+/* A language model's vocabulary: the model takes token ids below it
+ * (`input tokens T vocab=V`, samples of T ids carried as exact floats) and
+ * gives V scores per position. 0 for a model of features or images. */
+CLT_API int clt_model_vocab(const clt_model *m);
 CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written */
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);

@@ -63,6 +63,7 @@ int clt_model_layer_count(const clt_model *m) { return m->spec->nlayers; }
 int64_t clt_model_param_count(const clt_model *m) { return m->spec->param_count; }
 int64_t clt_model_input_size(const clt_model *m) { return clt__shape_numel(&m->spec->layers[0].out_shape); }
 int clt_model_num_classes(const clt_model *m) { return m->spec->num_classes; }
+int clt_model_vocab(const clt_model *m) { return m->spec->layers[0].out_shape.vocab; }
 const char *clt_model_text(const clt_model *m) { return m->spec->text; }
 
 /* One layer's description: "conv2d 32 k3 s1 p1". */
