@@ -480,7 +480,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(clt_tensor_view(r->dbuf[0], 0, r->act_dtype, 2, lshape, &dlogits));
   CLT_TRY(clt__reshape(&outs[L - 1], 2, lshape, &logits));
   float grad_scale = pass->loss_scale > 0 ? pass->loss_scale : 1.0f;
-  CLT_TRY(clt_nn_softmax_xent(r->ctx, &logits, &labels, /*TEMP CLT_IGNORE_LABEL,*/ grad_scale, pass->train ? &dlogits : NULL,
+  CLT_TRY(clt_nn_softmax_xent(r->ctx, &logits, &labels, CLT_IGNORE_LABEL, grad_scale, pass->train ? &dlogits : NULL,
                               &losses, &loss, &correct));
   if (pass->train) charge(r, &r->prof_loss, &t0);
 

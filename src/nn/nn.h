@@ -195,17 +195,4 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
  * is the same view of dy. */
 int clt_nn_flatten(const clt_tensor *x, clt_tensor *out);
 
-
-/* ---- TEMP decls until the gptnn branch lands ---- */
-int clt_nn_embedding_forward(clt_context *ctx, const clt_tensor *tokens, const clt_tensor *wte, const clt_tensor *y);
-int clt_nn_embedding_backward(clt_context *ctx, const clt_tensor *tokens, const clt_tensor *dy, const clt_tensor *dwte);
-int clt_nn_posembed_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *wpe, const clt_tensor *y);
-int clt_nn_posembed_backward(clt_context *ctx, const clt_tensor *dy, const clt_tensor *dwpe);
-int clt_nn_attention_forward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y, const clt_tensor *lse);
-int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y, const clt_tensor *lse, const clt_tensor *dy, const clt_tensor *dqkv);
-size_t clt_nn_attention_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads, clt_dtype dtype);
-int clt_nn_residual_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *skip, const clt_tensor *y);
-int clt_nn_accumulate(clt_context *ctx, const clt_tensor *dy, const clt_tensor *g);
-#define CLT_IGNORE_LABEL (-100)
-
 #endif /* CLT_NN_H */
