@@ -535,7 +535,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(make_flat(r->scalars, 1, CLT_I32, 1, &correct));
   CLT_TRY(clt_tensor_view(r->dbuf[0], 0, r->act_dtype, 2, lshape, &dlogits));
   float grad_scale = pass->loss_scale > 0 ? pass->loss_scale : 1.0f;
-  CLT_TRY(clt_nn_softmax_xent(r->ctx, &outs[L - 1], &labels, grad_scale, pass->train ? &dlogits : NULL, &losses,
+  CLT_TRY(clt_nn_softmax_xent(r->ctx, &outs[L - 1], &labels, -1, grad_scale, pass->train ? &dlogits : NULL, &losses,
                               &loss, &correct));
   if (pass->train) charge(r, &r->prof_loss, &t0);
 
