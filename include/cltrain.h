@@ -530,6 +530,12 @@ CLT_API int clt_shares_from_weights(int n, const double *weights, int64_t total,
  * clt_prefetcher_next, _seek, _set_shares or _destroy on it: an upload
  * from it that does not wait must be complete before then (in a training
  * step it is, once the step's results have been read back). */
+/* A label that counts for nothing (PyTorch's ignore_index): no loss, no
+ * gradient, not in the accuracy, not in the divisor of the mean. Padding
+ * of a sequence model's targets, for example. Other labels outside [0,
+ * classes) make the loss NaN, which training reports. */
+#define CLT_IGNORE_LABEL (-100)
+
 typedef struct clt_batch {
   const float *x;         /* (n, sample_size) float32, normalised */
   const int32_t *y;       /* (n, labels_per_sample) int32 labels */
