@@ -598,6 +598,32 @@ CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);
 
+/* ---- Hugging Face GPT-2 checkpoints ------------------------------------------
+ *
+ * The directory transformers' GPT2LMHeadModel.save_pretrained writes:
+ * config.json and model.safetensors (float32; GPT-2's Conv1D weights stored
+ * as (in, out), cltrain's as (out, in), so they are transposed on the way).
+ * Both directions need no device. The correspondence of layers and tensors
+ * is in src/io/hf_gpt2.h.
+ */
+
+/* Read dir/config.json and dir/model.safetensors and write a model spec to
+ * model_path (the form of examples/gpt2_124m.model) and its weights to
+ * weights_path (what clt_trainer_load_weights reads). context is the
+ * model's T, 1 .. n_positions; 0 means n_positions. A config that asks for
+ * what cltrain's GPT computes differently (another activation function,
+ * scale_attn_weights false, cross-attention, ...), a missing or malformed
+ * key is CLT_EFORMAT naming config.json and the key; a missing tensor or
+ * one of the wrong shape, CLT_ESHAPE naming model.safetensors and the
+ * tensor. Unknown keys are ignored, as are the attention mask buffers
+ * (attn.bias, attn.masked_bias) of older files. */
+CLT_API int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, const char *weights_path);
+/* The reverse: a GPT spec and its weights (or a checkpoint) into dir
+ * (made if missing): config.json and model.safetensors, which
+ * GPT2LMHeadModel.from_pretrained(dir) loads. A spec without GPT-2's
+ * structure is CLT_EFORMAT naming its first layer that does not fit. */
+CLT_API int clt_hf_gpt2_export(const char *model_path, const char *weights_path, const char *dir);
+
 /* ---- optimizers and learning-rate schedules ------------------------------- */
 
 typedef enum clt_optimizer_kind { CLT_OPT_SGD = 0, CLT_OPT_ADAM = 1, CLT_OPT_ADAMW = 2 } clt_optimizer_kind;
@@ -759,6 +785,16 @@ CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_
 /* Mean loss and accuracy over the whole of ds, split across all replicas of
  * all ranks. Collective. */
 CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy);
+/* The model's output for n samples x (n, clt_model_input_size floats; token
+ * ids for a language model): the forward pass of this rank's first replica
+ * in evaluation mode (dropout off, no gradient), the last layer's output
+ * (the logits: n x outputs floats, outputs = num_classes for a classifier,
+ * T x vocabulary for a language model) into out, which holds count floats.
+ * With labels y (n x labels per sample, may be NULL) *loss (may be NULL)
+ * gets the SUMMED cross-entropy over them, as training computes it; NaN
+ * without. Not collective: no other rank or replica takes part. */
+CLT_API int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *out,
+                                int64_t count, double *loss);
 /* A copy of the parameters (count floats = clt_model_param_count). */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);

@@ -443,6 +443,18 @@ fail:
   return rc;
 }
 
+/* The last layer's output y into out as f32 (waits for it). */
+static int read_output(clt__replica *r, const clt_tensor *y, float *out) {
+  int64_t count = clt_tensor_numel(y);
+  if (y->dtype == CLT_F32) return clt_tensor_download(r->ctx, y, out, (size_t)count * 4);
+  uint16_t *h = clt__calloc((size_t)count, sizeof *h);
+  if (!h) return CLT_ENOMEM;
+  int rc = clt_tensor_download(r->ctx, y, h, (size_t)count * 2);
+  for (int64_t i = 0; rc == CLT_OK && i < count; i++) out[i] = clt__float_from_half(h[i]);
+  free(h);
+  return rc;
+}
+
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass) {
   int rc = CLT_OK;
   const clt_model_spec *s = r->spec;
@@ -483,6 +495,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(clt_nn_softmax_xent(r->ctx, &logits, &labels, CLT_IGNORE_LABEL, grad_scale, pass->train ? &dlogits : NULL,
                               &losses, &loss, &correct));
   if (pass->train) charge(r, &r->prof_loss, &t0);
+  if (pass->logits) CLT_TRY(read_output(r, &outs[L - 1], pass->logits));
 
   /* Backward, into the gradient arena (accumulated). */
   if (pass->train) {

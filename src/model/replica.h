@@ -79,6 +79,8 @@ typedef struct clt__pass {
   uint64_t seed, step;
   int64_t global_first; /* global index of sample 0 of this slice, for dropout masks */
   float loss_scale;     /* the backward starts from loss_scale * dloss (0 means 1) */
+  float *logits;        /* not NULL: the last layer's output, (n, its shape) as f32, is read back into it
+                           (the run then waits for the forward) */
 } clt__pass;
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
 /* Wait for the last run and read its summed loss and number correct. */

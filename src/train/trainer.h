@@ -104,5 +104,9 @@ int clt__trainer_checkpoint_to_dir(clt_trainer *t);
 struct clt__st_tensor;
 int clt__arena_tensors(const clt_model_spec *s, const char *prefix, const float *base, struct clt__st_tensor *t,
                        int *n);
+/* Read a weights file (or a checkpoint's "params/" tensors) into params
+ * (s->param_count floats), checking every tensor's name and shape against
+ * s: what clt_trainer_load_weights does on rank 0, without a trainer. */
+int clt__weights_read(const clt_model_spec *s, const char *path, float *params);
 
 #endif

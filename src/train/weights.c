@@ -71,14 +71,13 @@ static void shape_text(const clt__st_tensor *t, char *buf, size_t size) {
   if (n < size) snprintf(buf + n, size - n, ")");
 }
 
-/* Rank 0: read path's parameters into params (P floats). */
-static int read_weights(clt_trainer *t, const char *path, float *params) {
+int clt__weights_read(const clt_model_spec *s, const char *path, float *params) {
   int rc = CLT_OK, n;
   clt__st_tensor *tensors = NULL;
   clt__st_file *f = NULL;
   CLT_TRY(clt__st_open(path, &f));
   CLT_TRY(clt__st_check_data(f, 0));
-  CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
+  CLT_TRY(arena_tensors(s, params, &tensors, &n));
   /* A checkpoint holds the same tensors under "params/". */
   const char *format = clt__st_metadata(f, "format");
   const char *prefix = format && strcmp(format, "cltrain-checkpoint") == 0 ? "params/" : "";
@@ -118,7 +117,7 @@ int clt_trainer_load_weights(clt_trainer *t, const char *path) {
   int64_t P = clt_model_param_count(t->model);
   float *params = clt__calloc((size_t)P, sizeof *params);
   CLT_TRY(clt__trainer_all_ok(t, params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
-  if (t->rank == 0) rc = read_weights(t, path, params);
+  if (t->rank == 0) rc = clt__weights_read(t->model->spec, path, params);
   /* Every rank learns rank 0's outcome (and its message), then takes its bits. */
   CLT_TRY(clt__trainer_share_status(t, rc));
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
