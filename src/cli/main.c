@@ -26,6 +26,7 @@ static void usage(FILE *to) {
           "  hf import    a Hugging Face GPT-2 checkpoint (save_pretrained's directory) as a\n"
           "               cltrain model spec and weights\n"
           "  hf export    a cltrain GPT and its weights as a Hugging Face GPT-2 checkpoint\n"
+          "  generate     sample text from a byte-level language model\n"
           "  bench allreduce  (under mpirun) time cltrain's all-reduce on host and device\n"
           "               buffers against MPI_Allreduce, checking every result\n"
           "  version      print the version\n"
@@ -81,6 +82,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
   if (strcmp(cmd, "hf") == 0) return cmd_hf(argc - 1, argv + 1);
+  if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0) {
     clt_comm *comm = NULL;
     int rc, ec = cli_mpi_init(&argc, &argv);
