@@ -544,6 +544,10 @@ CLT_API int clt_model_layer_count(const clt_model *m);   /* the input line inclu
 CLT_API int64_t clt_model_param_count(const clt_model *m);
 CLT_API int64_t clt_model_input_size(const clt_model *m); /* floats per sample */
 CLT_API int clt_model_num_classes(const clt_model *m);
+/* Labels per sample: the int32 labels a training step takes for each sample
+ * (1 for classifiers; a sequence model labels every position). Losses and
+ * the update are means over labels. */
+CLT_API int clt_model_labels_per_sample(const clt_model *m);
 CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written */
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);

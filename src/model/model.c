@@ -63,6 +63,17 @@ int64_t clt_model_param_count(const clt_model *m) { return m->spec->param_count;
 int64_t clt_model_input_size(const clt_model *m) { return clt__shape_numel(&m->spec->layers[0].out_shape); }
 int clt_model_num_classes(const clt_model *m) { return m->spec->num_classes; }
 const char *clt_model_text(const clt_model *m) { return m->spec->text; }
+/* Classifiers label each sample once; sequence models will label each
+ * position. */
+int clt_model_labels_per_sample(const clt_model *m) { (void)m; return 1; }
+
+int clt__model_grad_ranges(const clt_model *m, int layer, clt__param_range *out, int cap) {
+  const clt_layer_spec *l = &m->spec->layers[layer];
+  int64_t n = l->weight_count + l->bias_count; /* weights then bias, one run */
+  if (!n) return 0;
+  if (cap > 0) out[0] = (clt__param_range){l->param_offset, l->param_offset + n};
+  return 1;
+}
 
 /* One layer's description: "conv2d 32 k3 s1 p1". */
 static void describe(const clt_layer_spec *l, char *buf, size_t len) {

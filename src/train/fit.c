@@ -41,20 +41,11 @@ static int check_same_data(clt_trainer *t, const clt_dataset *ds) {
   return rc;
 }
 
-/* Where each local replica's slice starts in a full global batch (the
- * sum of the shares before it): the global index that keys dropout masks. */
-static void slice_starts(const clt_trainer *t, int64_t *first) {
-  for (int i = 0; i < t->nlocal; i++) {
-    first[i] = 0;
-    for (int g = 0; g < t->first_replica + i; g++) first[i] += t->shares[g];
-  }
-}
-
 /* New shares reach the prefetchers from their next batch on. */
 static int apply_shares(clt_trainer *t, clt_prefetcher **pf, int64_t *first) {
   int rc = CLT_OK;
-  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], t->nreplicas, t->shares));
-  slice_starts(t, first);
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], t->nreplicas, clt__dp_shares(t->dp)));
+  for (int i = 0; i < t->nlocal; i++) first[i] = clt__dp_slice_start(t->dp, i);
 fail:
   return rc;
 }
@@ -124,7 +115,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     goto fail;
   }
   CLT_TRY(clt_sampler_create(count, t->micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0, &smp));
-  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, t->shares));
+  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, clt__dp_shares(t->dp)));
   if ((rc = clt_sampler_set_position(smp, t->pos)) < 0) {
     rc = clt__error(CLT_EMISMATCH, "the checkpoint's position, batch %lld of epoch %lld, is past the %lld batches of "
                     "an epoch of %s here (was --drop-last or the batch size different?)", (long long)t->pos.step + 1,
@@ -174,7 +165,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
           else if (record) /* a partial last batch can leave a replica nothing */
             CLT_TRY(clt__replica_record_empty(t->rep[i]));
         }
-        if (record) CLT_TRY(clt__trainer_allreduce(t));
+        if (record) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1));
         for (int i = 0; i < t->nlocal; i++) {
           if (b[i].n == 0) continue;
           float l;
@@ -182,12 +173,8 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
           CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
           sums[0] += l;
           sums[1] += c;
-          /* Samples per second of this replica's run, smoothed, for the balancer. */
-          double dev = clt__replica_run_time(t->rep[i]);
-          if (record && dev > 0) {
-            double rate = (double)b[i].n / dev;
-            t->local_rate[i] = t->local_rate[i] > 0 ? 0.7 * t->local_rate[i] + 0.3 * rate : rate;
-          }
+          /* Samples per second of this replica's run, for the balancer. */
+          if (record) clt__dp_note_run(t->dp, i, b[i].n, clt__replica_run_time(t->rep[i]));
         }
         total_n += b[0].global_n;
         t->micro_steps++;
@@ -207,10 +194,11 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
                         clt_schedule_lr(&o->schedule, t->steps_done - 1));
         goto fail;
       }
-      if (o->check_every > 0 && t->steps_done % o->check_every == 0) CLT_TRY(clt__trainer_check_replicas(t));
+      if (o->check_every > 0 && t->steps_done % o->check_every == 0) CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->steps_done));
       if (o->balance == CLT_BALANCE_AUTO && t->steps_done % o->balance_every == 0) {
-        CLT_TRY(clt__trainer_rebalance(t));
-        CLT_TRY(apply_shares(t, pf, first));
+        int changed;
+        CLT_TRY(clt__dp_rebalance(t->dp, &changed));
+        if (changed) CLT_TRY(apply_shares(t, pf, first));
       }
       if (counted) {
         ep_sums[0] += sums[0];
@@ -223,7 +211,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
 
       int log = o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total);
       if (log) {
-        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__trainer_gather_rates(t)); /* auto has them fresh */
+        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(t->dp)); /* auto has them fresh */
         double tn = now_s();
         memset(&ev, 0, sizeof ev);
         ev.kind = CLT_EVENT_STEP;
@@ -238,15 +226,16 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         ev.eta_s = (tn - t0) / (double)(t->steps_done - first_step) * (double)(steps_total - t->steps_done);
         ev.test_loss = ev.test_accuracy = NAN;
         ev.grad_norm = grad_norm;
-        ev.comm_s = t->comm_s;
-        ev.comm_hidden = t->comm_s > 0 ? t->comm_hidden_s / t->comm_s : NAN;
+        double comm_s, hidden_s;
+        clt__dp_comm_time(t->dp, &comm_s, &hidden_s, 1);
+        ev.comm_s = comm_s;
+        ev.comm_hidden = comm_s > 0 ? hidden_s / comm_s : NAN;
         ev.nreplicas = t->nreplicas;
-        ev.shares = t->shares;
-        ev.throughput = t->throughput;
+        ev.shares = clt__dp_shares(t->dp);
+        ev.throughput = clt__dp_throughput(t->dp);
         ev.loss_scale = t->loss_scale;
         ev.skipped = t->skipped;
         CLT_TRY(emit(t, metrics, &ev));
-        t->comm_s = t->comm_hidden_s = 0;
         window_t = tn;
         window_samples = 0;
       }

@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "model/model.h"
 #include "model/replica.h"
+#include "dp/dp.h"
 
 struct clt_trainer {
   const clt_model *model;
@@ -28,20 +29,9 @@ struct clt_trainer {
   int64_t steps_done;          /* optimizer steps */
   int64_t micro_steps;         /* micro-batches done (keys dropout masks) */
 
-  /* Gradient buckets in backward order: bucket b is the arena range
-   * [bucket_lo[b], bucket_hi[b]) floats, all-reduced by plans[b] (NULL
-   * plans with a single replica in the job). */
-  int nbuckets;
-  int64_t *bucket_lo, *bucket_hi;
-  clt_allreduce_plan **plans;
-  int max_local;               /* most replicas any rank has */
-  int *rank_first;             /* per rank: global index of its first replica */
-  int *rank_count;             /* per rank: its replicas */
-
-  /* Load balancing: shares of the global micro-batch, per global replica. */
-  int64_t *shares;
-  double *throughput;          /* per global replica, smoothed samples/s (0: not measured) */
-  double *local_rate;          /* per local replica, smoothed */
+  /* Data parallelism (src/dp): replica numbering, gradient buckets and
+   * their all-reduce, shares of the batch, agreement checks. */
+  clt__dp *dp;
 
   /* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
    * the scale, clean steps since it last changed, skipped steps in a row
@@ -49,9 +39,6 @@ struct clt_trainer {
    * but not in the optimizer's own step count. */
   double loss_scale;
   int64_t scale_clean_steps, skips_in_row, skipped;
-
-  /* Communication accounting since the last step event. */
-  double comm_s, comm_hidden_s;
 
   /* Where training goes on (checkpoint.c saves and restores all of it):
    * the sampler position of the next global micro-batch, the size of the
@@ -66,18 +53,8 @@ struct clt_trainer {
   char *checkpoint_dir;        /* opts.checkpoint_dir's copy */
 };
 
-/* Sum the gradients of every replica of every rank into each of them,
- * bucket by bucket, overlapping the backward pass still running. */
-int clt__trainer_allreduce(clt_trainer *t);
-/* Gather every replica's smoothed throughput into t->throughput (collective). */
-int clt__trainer_gather_rates(clt_trainer *t);
-/* Gather, then recompute the shares from the throughputs (collective). */
-int clt__trainer_rebalance(clt_trainer *t);
-/* Compare a CRC32 of every replica's parameters across all ranks. */
-int clt__trainer_check_replicas(clt_trainer *t);
-
 /* One optimizer step on every local replica once the gradients of total_n
- * samples are summed (clt__trainer_allreduce): scale, clip, update. *grad_norm gets the global norm
+ * labels are summed (clt__dp_exchange): scale, clip, update. *grad_norm gets the global norm
  * (NaN when not clipping); *skipped is 1 when fp16 loss scaling skipped the
  * step instead (the gradient was not finite). */
 int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm, int *skipped);
