@@ -1,9 +1,9 @@
 /*
- * trainer.c: a trainer's replicas (one per device of this rank) and its
- * data-parallel job (src/dp), the parameter broadcast, the optimizer step
- * applied identically on every replica, evaluation split across all
- * replicas, and the small collectives the other trainer files share (sums,
- * rank 0's outcome, everyone's).
+ * trainer.c: a trainer's options, its replicas (one per device of this
+ * rank) and its data-parallel job (src/dp), the parameter broadcast,
+ * evaluation split across all replicas, and the small collectives the
+ * other trainer files share (sums, rank 0's outcome, everyone's). The step
+ * itself is step.c.
  */
 #include "train/trainer.h"
 
@@ -218,107 +218,6 @@ int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
                       (long long)count);
   clt_tensor p = clt__replica_params(t->rep[0]);
   return clt_tensor_download(t->ctx[0], &p, out, (size_t)P * sizeof(float));
-}
-
-/* The gradient is not finite: name the layer where that starts. Backward
- * runs from the last layer to the first and carries an inf or NaN on to
- * every layer before, so the culprit is the last layer with one. */
-static int nonfinite_layer(clt_trainer *t) {
-  const clt_model_spec *s = t->model->spec;
-  clt_tensor grads = clt__replica_grads(t->rep[0]);
-  for (int i = s->nlayers - 1; i >= 1; i--) {
-    const clt_layer_spec *l = &s->layers[i];
-    int64_t n = l->weight_count + l->bias_count;
-    clt_tensor g;
-    float ss = 0;
-    if (!n || clt_tensor_view(grads.buf, grads.offset + (size_t)l->param_offset * 4, CLT_F32, 1, &n, &g) < 0 ||
-        clt_sumsq(t->ctx[0], &g, &ss) < 0 || isfinite(ss))
-      continue;
-    return clt__error(CLT_ENONFINITE, "the gradient of %s:%d (%s) is not finite (inf or NaN); lower the learning "
-                      "rate (%g) or clip gradients (--clip)", s->name, l->line, clt__layer_kind_name(l->kind),
-                      clt_schedule_lr(&t->opts.schedule, t->steps_done));
-  }
-  return clt__error(CLT_ENONFINITE, "the gradient is not finite (inf or NaN); lower the learning rate or clip "
-                    "gradients (--clip)");
-}
-
-/* f16: the summed gradient is not finite. Every rank holds the same sum
- * (an inf or NaN on any rank reaches it), so every rank decides alike:
- * leave the parameters, halve the scale, and give up after max_skips in a
- * row. */
-static int skip_step(clt_trainer *t, int *skipped) {
-  *skipped = 1;
-  t->skipped++;
-  t->skips_in_row++;
-  t->scale_clean_steps = 0;
-  double was = t->loss_scale;
-  if (t->loss_scale > 1) t->loss_scale /= 2;
-  clt__log(CLT_LOG_INFO, "step %lld: the f16 gradient is not finite at loss scale %g: step skipped, scale now %g",
-           (long long)t->steps_done + 1, was, t->loss_scale);
-  if (t->skips_in_row >= t->opts.max_skips)
-    return clt__error(CLT_ENONFINITE, "step %lld: the f16 gradient was not finite %lld steps in a row, down to loss "
-                      "scale %g: the values overflow f16 itself; train with --precision fp32, or lower the learning "
-                      "rate (%g)", (long long)t->steps_done + 1, (long long)t->skips_in_row, was,
-                      clt_schedule_lr(&t->opts.schedule, t->steps_done));
-  t->steps_done++;
-  return CLT_OK;
-}
-
-int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm, int *skipped) {
-  int rc = CLT_OK;
-  int64_t P = clt_model_param_count(t->model);
-  const clt_optimizer_config *cfg = &t->opts.optimizer;
-  float scale = 1.0f / (float)total_n;
-  *grad_norm = NAN;
-  *skipped = 0;
-
-  /* Every replica of every rank now holds the same summed gradient, so
-   * each rank can tell alone whether it is finite (and stop before the
-   * update spoils the parameters), and clipping can use its norm. */
-  float ss = 0;
-  clt_tensor g = clt__replica_grads(t->rep[0]);
-  CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
-  if (t->opts.precision == CLT_F16) {
-    /* The gradient was scaled by the loss scale; in f16 an inf or NaN
-     * means the scale is too large (or the data overflow f16 outright). */
-    if (!isfinite(ss)) return skip_step(t, skipped);
-    t->skips_in_row = 0;
-    scale = (float)(1.0 / ((double)total_n * t->loss_scale));
-    ss = (float)((double)ss / (t->loss_scale * t->loss_scale));
-    if (++t->scale_clean_steps >= t->opts.loss_scale_window && t->loss_scale * 2 <= 1e30) {
-      t->loss_scale *= 2;
-      t->scale_clean_steps = 0;
-    }
-  } else if (!isfinite(ss)) {
-    rc = nonfinite_layer(t);
-    goto fail;
-  }
-  /* Clipping: the norm of the summed gradient / total_n. Devices may sum in
-   * different orders, so rank 0's first replica decides for everyone. */
-  if (t->opts.clip > 0) {
-    double v[1] = {t->rank == 0 ? sqrt((double)ss) / (double)total_n : 0.0};
-    CLT_TRY(clt__trainer_sum(t, v, 1));
-    *grad_norm = v[0];
-    if (v[0] > t->opts.clip) scale = (float)(scale * (t->opts.clip / (v[0] + 1e-6)));
-  }
-
-  float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
-  int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
-  for (int i = 0; i < t->nlocal; i++) {
-    clt__replica *r = t->rep[i];
-    clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r);
-    if (!t->host_params[i]) {
-      CLT_TRY(clt_optimizer_step(t->ctx[i], cfg, step, lr, scale, &p, &g, &s));
-      continue;
-    }
-    CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)P * sizeof(float)));
-    clt_optimizer_step_host(cfg, step, lr, scale, t->host_params[i], t->host_grads, t->host_state[i], (size_t)P);
-    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, t->host_params[i], (size_t)P * sizeof(float)));
-  }
-  t->steps_done++;
-  return CLT_OK;
-fail:
-  return clt__error_prefix(rc, "optimizer step %lld", (long long)t->steps_done + 1);
 }
 
 int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
