@@ -197,15 +197,15 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
   memset(st, 0, sizeof *st);
 
   CLT_TRY(zero_grads(t));
-  for (int k = 0; !last; k++) {
+  for (int k = 0; !last; k++) { /* micro-batches; gradients accumulate */
     int64_t labels;
-    CLT_TRY(src->next(src->self, t, k, slices, &labels, &last));
-    CLT_TRY(forward_backward(t, slices, last));
-    if (last) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1));
+    CLT_TRY(src->next(src->self, t, k, slices, &labels, &last)); /* every replica's slice */
+    CLT_TRY(forward_backward(t, slices, last));                  /* forward, loss, backward: enqueued */
+    if (last) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* while backward runs */
     CLT_TRY(read_losses(t, slices, last, sums));
     st->labels += labels;
   }
-  CLT_TRY(update(t, st->labels, &st->grad_norm, &st->skipped));
+  CLT_TRY(update(t, st->labels, &st->grad_norm, &st->skipped)); /* mean over the global labels */
 
   if (t->rank == 0) sums[2] = st->grad_norm;
   CLT_TRY(clt__trainer_sum(t, sums, 3));
