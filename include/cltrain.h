@@ -594,6 +594,10 @@ CLT_API int clt_model_num_classes(const clt_model *m);
  * (`input tokens T vocab=V`, samples of T ids carried as exact floats) and
  * gives V scores per position. 0 for a model of features or images. */
 CLT_API int clt_model_vocab(const clt_model *m);
+/* Labels per sample: the int32 labels a training step takes for each sample
+ * (1 for classifiers; a sequence model labels every position). Losses and
+ * the update are means over labels. */
+CLT_API int clt_model_labels_per_sample(const clt_model *m);
 CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written */
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);
@@ -691,6 +695,12 @@ CLT_API float clt_schedule_lr(const clt_schedule *s, int64_t step);
  * divided by the global batch size and applied on every replica, so all
  * replicas hold the same parameters bit for bit, and the update is the
  * single-device update on the global batch.
+ *
+ * Two ways to drive it: clt_trainer_fit (a dataset, the seeded sampler,
+ * epochs, evaluation, events, checkpoints), or clt_trainer_step in the
+ * application's own loop, each rank passing its own samples. Both run the
+ * same step: forward, loss, backward, the gradient exchange overlapped with
+ * the backward, the update.
  */
 
 typedef enum clt_train_event_kind { CLT_EVENT_STEP = 0, CLT_EVENT_EPOCH = 1 } clt_train_event_kind;
@@ -708,7 +718,7 @@ typedef struct clt_train_event {
   double samples_per_s;             /* global samples per second (recent) */
   double elapsed_s, eta_s;
   double test_loss, test_accuracy;  /* EPOCH with a test set */
-  double grad_norm;                 /* STEP: global gradient norm (when clipping; else NaN) */
+  double grad_norm;                 /* STEP: norm of the mean gradient (rank 0's; NaN when skipped) */
   double comm_s;                    /* STEP: seconds in gradient all-reduce since the last event */
   double comm_hidden;               /* STEP: the fraction of it that ran while backward still computed */
   int nreplicas;                    /* STEP: replicas of all ranks, and for each: */
@@ -780,8 +790,39 @@ CLT_API int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_
                                const clt_train_options *o, clt_trainer **out);
 CLT_API void clt_trainer_destroy(clt_trainer *t);
 /* Train on `train` for the configured epochs (or max_steps), evaluating on
- * `test` (may be NULL) after each epoch. Collective. */
+ * `test` (may be NULL) after each epoch: epochs, evaluation, events and
+ * checkpoints around the same step as clt_trainer_step, fed by a sampler
+ * and one prefetcher per replica. Collective. */
 CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test);
+
+/* What one clt_trainer_step did; the same on every rank. */
+typedef struct clt_step_result {
+  double loss;      /* mean over the global batch (per label) */
+  double accuracy;  /* fraction of the global batch's labels predicted right */
+  double grad_norm; /* norm of the mean gradient (rank 0's replica 0; NaN when skipped) */
+  int skipped;      /* 1: fp16 loss scaling skipped the update (the gradient overflowed) */
+  int64_t global_n; /* samples in the global batch: the sum of every rank's n */
+} clt_step_result;
+
+/* One optimizer step on the caller's own samples, for applications with
+ * their own data loop (a running simulation, a custom sampler), with the
+ * semantics of PyTorch DDP: every rank passes ITS OWN n samples, x (n,
+ * clt_model_input_size) float32 and y (n * clt_model_labels_per_sample)
+ * int32 labels in [0, clt_model_num_classes); n may differ between ranks
+ * and be 0 on some (x and y may then be NULL), not on all. The trainer
+ * splits a rank's samples over its replicas by their shares, runs forward
+ * and backward in runs of at most batch / accumulate samples per replica
+ * (accumulating), sums the gradients over all replicas of all ranks,
+ * divides by the global number of labels and updates every replica: the
+ * update is the single-device update on the concatenation of all ranks'
+ * samples, and all replicas hold the same bits after it. The learning-rate
+ * schedule, loss scaling, clipping, balance_every and check_every count
+ * these steps as fit does; epochs, max_steps and the sampler position are
+ * fit's and are left alone. Bad input on any rank (n < 0, NULL x or y with
+ * n > 0, a label out of range) is CLT_EINVAL on every rank, naming it on
+ * the rank that gave it and the rank elsewhere; nothing is changed. out
+ * may be NULL. Collective: every rank calls it the same number of times. */
+CLT_API int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out);
 /* Mean loss and accuracy over the whole of ds, split across all replicas of
  * all ranks. Collective. */
 CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy);
