@@ -67,7 +67,7 @@ static void help(FILE *to) {
           "                          when the dataset-fashion-mnist package is installed); for a\n"
           "                          model of tokens, a token file (llm.c's .bin, cltrain tokenize)\n"
           "                          (default " DEFAULT_TOKENS ")\n"
-          "      --val FILE          a language model's validation tokens (default: --data's name\n"
+          "      --val FILE|none     a language model's validation tokens (default: --data's name\n"
           "                          with 'train' made 'val', when that file exists)\n"
           "      --normalize MODE    scale (pixels to [0,1]) or standard (training set mean/std)\n"
           "                          (default standard)\n"
@@ -349,6 +349,7 @@ static int open_tokens(const train_args *a, const clt_model *m, clt_dataset **tr
     snprintf(guess, sizeof guess, "%.*sval%s", (int)(at - path), path, at + 5);
     if (access(guess, R_OK) == 0) val = guess;
   }
+  if (val && strcmp(val, "none") == 0) val = NULL;
   return val ? clt_dataset_open_tokens(&val, 1, T, V, test) : CLT_OK;
 }
 
