@@ -122,6 +122,13 @@ static void help(FILE *to) {
           DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
 }
 
+/* A bad command line: every rank finds the same, so none needs the job
+ * ended for it (main.c). */
+static int argv_error(void) {
+  cli_argv_error();
+  return CLI_EXIT_USAGE;
+}
+
 static int parse_long(const char *opt, const char *s, long long lo, long long hi, long long *out) {
   char *end;
   long long v = strtoll(s, &end, 10);
@@ -398,7 +405,7 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   memset(&a, 0, sizeof a);
   if (parse_args(argc, argv, &a, &help_asked) < 0) {
     fprintf(stderr, "(cltrain train --help lists the options)\n");
-    return CLI_EXIT_USAGE;
+    return argv_error();
   }
   if (help_asked) {
     help(stdout);
@@ -465,19 +472,19 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     case 'n':
       if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
         fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
-        return CLI_EXIT_USAGE;
+        return argv_error();
       }
       a.normalize = optarg;
       break;
-    case 'b': if (parse_long("--batch", optarg, 1, 1 << 20, &v)) return CLI_EXIT_USAGE; a.o.batch = v; break;
+    case 'b': if (parse_long("--batch", optarg, 1, 1 << 20, &v)) return argv_error(); a.o.batch = v; break;
     case 'd': a.devices = optarg; break;
     case 'h': eval_help(stdout); return CLI_EXIT_OK;
-    default: eval_help(stderr); return CLI_EXIT_USAGE;
+    default: eval_help(stderr); return argv_error();
     }
   }
   if (optind != argc - 1 || !a.weights) {
     fprintf(stderr, "cltrain eval: one MODEL spec file and --weights FILE are needed\n");
-    return CLI_EXIT_USAGE;
+    return argv_error();
   }
   a.model = argv[optind];
   session s;
