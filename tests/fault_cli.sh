@@ -223,6 +223,13 @@ hdr='{"1.weight":{"dtype":"F32","shape":[1099511627776,1099511627776,16777216],"
 { byte ${#hdr}; printf '\000\000\000\000\000\000\000'; printf '%s' "$hdr"; } >"$tmp/big.safetensors"
 run 1 "weights with a shape that overflows" -- eval "$model" --data "$good" -d 0 --weights "$tmp/big.safetensors"
 has "$tmp/big.safetensors" "the file is named"; has "too large" "the overflow is said"
+# A file from elsewhere (no CRCs) holding a NaN: refused, naming the tensor
+# and where in it (1.weight is (10, 16): element 53 is [3, 5]).
+le64() { byte $(($1 & 255)); byte $(($1 >> 8 & 255)); printf '\000\000\000\000\000\000'; }
+hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias":{"dtype":"F32","shape":[10],"data_offsets":[640,680]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 212 /dev/zero; printf '\000\000\300\177'; head -c 464 /dev/zero; } >"$tmp/nan.safetensors"
+run 1 "weights holding a NaN" -- eval "$model" --data "$good" -d 0 --weights "$tmp/nan.safetensors"
+has "$tmp/nan.safetensors" "the file is named"; has "'1.weight' holds NaN at index [3, 5]" "the tensor and index are said"
 head -c 4096 /dev/urandom >"$tmp/noise.safetensors"
 run 1 "random bytes as weights" -- eval "$model" --data "$good" -d 0 --weights "$tmp/noise.safetensors"
 has "$tmp/noise.safetensors" "the noise file is named"

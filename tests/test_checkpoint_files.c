@@ -28,6 +28,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <jansson.h>
+#include <math.h>
+#include <zlib.h>
+
 #include "ckptutil.h"
 
 /* A checkpoint of the MLP after `steps` SGD steps, at path. */
@@ -389,6 +393,103 @@ START_TEST(keep_rotates_and_export_writes_the_weights) {
 }
 END_TEST
 
+/* ---- file surgery that keeps the CRCs right --------------------------------
+ * rewrite() reads a checkpoint, lets edit() change its JSON header and its
+ * data section, then writes it back as the library would: the data's size
+ * and CRC32 recomputed, the header's CRC32 (over the compact, key-sorted
+ * header without itself) recomputed unless drop_header_crc, the header
+ * padded to 8 bytes. So the file is refused for the edit, not as damage. */
+typedef void (*edit_fn)(json_t *header, unsigned char **data, size_t *len, const void *arg);
+
+static void rewrite(const char *from, const char *to, edit_fn edit, const void *arg, int drop_header_crc) {
+  char *buf;
+  long n;
+  read_all(from, &buf, &n);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | (unsigned char)buf[i];
+  json_error_t jerr;
+  json_t *h = json_loadb(buf + 8, (size_t)hlen, 0, &jerr);
+  ck_assert_msg(h != NULL, "%s: %s", from, jerr.text);
+  size_t len = (size_t)n - 8 - (size_t)hlen;
+  unsigned char *data = malloc(len + 1);
+  memcpy(data, buf + 8 + hlen, len);
+  free(buf);
+  edit(h, &data, &len, arg);
+  json_t *meta = json_object_get(h, "__metadata__");
+  char num[32], hex[16];
+  snprintf(num, sizeof num, "%zu", len);
+  snprintf(hex, sizeof hex, "%08lx", crc32(0, data, (uInt)len));
+  json_object_set_new(meta, "data_bytes", json_string(num));
+  json_object_set_new(meta, "data_crc32", json_string(hex));
+  json_object_del(meta, "header_crc32");
+  char *text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!drop_header_crc) {
+    snprintf(hex, sizeof hex, "%08lx", crc32(0, (const Bytef *)text, (uInt)strlen(text)));
+    free(text);
+    json_object_set_new(meta, "header_crc32", json_string(hex));
+    text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
+  }
+  size_t tl = strlen(text), padded = (tl + 7) / 8 * 8;
+  FILE *f = fopen(to, "wb");
+  for (int i = 0; i < 8; i++) fputc((int)((uint64_t)padded >> (8 * i) & 255), f);
+  fputs(text, f);
+  for (size_t i = tl; i < padded; i++) fputc(' ', f);
+  fwrite(data, 1, len, f);
+  fclose(f);
+  free(text), free(data);
+  json_decref(h);
+}
+
+/* Where element `index` of tensor `name` is in the data section. */
+static size_t element_offset(json_t *h, const char *name, size_t index) {
+  json_t *t = json_object_get(h, name);
+  ck_assert_msg(t != NULL, "no tensor %s", name);
+  return (size_t)json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0)) + 4 * index;
+}
+
+typedef struct poke {
+  const char *tensor;
+  size_t index;
+  float value;
+} poke;
+
+static void put_value(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  const poke *p = arg;
+  (void)len;
+  memcpy(*data + element_offset(h, p->tensor, p->index), &p->value, 4);
+}
+
+/* A NaN or Inf in the parameters or the optimizer state, in a file whose
+ * CRCs are right (a run that diverged, a file from elsewhere): refused on
+ * load, naming the tensor and the first bad index, as a checkpoint and as
+ * --weights; the trainer is left as it was. */
+START_TEST(non_finite_values_are_refused_on_load) {
+  char dir[64], good[128], bad[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/nan.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+
+  poke nan_param = {"params/0.weight", 3 * 784 + 5, NAN};
+  rewrite(good, bad, put_value, &nan_param, 0);
+  refused(t, m, bad, CLT_ENONFINITE, bad, "tensor 'params/0.weight'", "NaN", "index [3, 5]", NULL);
+  ck_assert_int_eq(clt_trainer_load_weights(t, bad), CLT_ENONFINITE);
+  ck_assert_msg(strstr(clt_last_error(), "'params/0.weight'") && strstr(clt_last_error(), "[3, 5]"), "%s",
+                clt_last_error());
+  poke inf_state = {"optim/momentum/2.bias", 7, -INFINITY};
+  rewrite(good, bad, put_value, &inf_state, 0);
+  refused(t, m, bad, CLT_ENONFINITE, bad, "tensor 'optim/momentum/2.bias'", "-Inf", "index [7]", NULL);
+
+  ck_assert_msg(clt_trainer_load_checkpoint(t, good) == 0, "%s", clt_last_error());
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   int rc = cu_setup();
   if (rc) return rc;
@@ -400,6 +501,7 @@ int main(void) {
   tcase_add_test(tc, a_full_disk_leaves_the_previous_checkpoint);
   tcase_add_test(tc, another_model_optimizer_or_seed_is_named);
   tcase_add_test(tc, keep_rotates_and_export_writes_the_weights);
+  tcase_add_test(tc, non_finite_values_are_refused_on_load);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   cu_teardown();

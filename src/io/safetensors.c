@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,6 +337,22 @@ int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t c
   if (fseeko(f->fp, (off_t)(f->data_start + (uint64_t)t->offset), SEEK_SET) != 0 ||
       fread(dst, 4, (size_t)count, f->fp) != (size_t)count)
     return clt__error(CLT_EIO, "%s: reading tensor '%s' failed", f->path, t->name);
+  /* Parameters and optimizer state are all cltrain reads: a NaN or Inf
+   * among them would train on silently (ReLU hides it) and be saved again. */
+  for (int64_t i = 0; i < count; i++)
+    if (!isfinite(dst[i])) {
+      char at[160];
+      size_t n = 0;
+      int64_t rest = i, stride = count;
+      for (int d = 0; d < t->ndim && n < sizeof at; d++) {
+        stride /= t->shape[d] ? t->shape[d] : 1;
+        n += (size_t)snprintf(at + n, sizeof at - n, d ? ", %lld" : "%lld", (long long)(rest / stride));
+        rest %= stride;
+      }
+      return clt__error(CLT_ENONFINITE, "%s: tensor '%s' holds %s at index [%s] (element %lld of %lld); parameters "
+                        "and optimizer state must be finite (did the run that saved them diverge?)", f->path, t->name,
+                        isnan(dst[i]) ? "NaN" : dst[i] > 0 ? "+Inf" : "-Inf", at, (long long)i, (long long)count);
+    }
   return CLT_OK;
 }
 

@@ -40,7 +40,8 @@ int clt__st_open(const char *path, clt__st_file **out);
 void clt__st_close(clt__st_file *f);
 /* The tensor called name, or CLT_ENOTFOUND naming it and the file. */
 int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out);
-/* Read count floats of tensor t into dst. */
+/* Read count floats of tensor t into dst; a NaN or Inf among them is
+ * CLT_ENONFINITE naming the file, the tensor and the first bad index. */
 int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t count);
 /* Read the whole data section and compare its CRC32 with data_crc32:
  * CLT_EFORMAT naming the file when it differs, or when it is missing and
