@@ -230,6 +230,15 @@ hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias"
 { le64 ${#hdr}; printf '%s' "$hdr"; head -c 212 /dev/zero; printf '\000\000\300\177'; head -c 464 /dev/zero; } >"$tmp/nan.safetensors"
 run 1 "weights holding a NaN" -- eval "$model" --data "$good" -d 0 --weights "$tmp/nan.safetensors"
 has "$tmp/nan.safetensors" "the file is named"; has "'1.weight' holds NaN at index [3, 5]" "the tensor and index are said"
+# A key given twice: refused, not read as whichever the parser keeps.
+hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias":{"dtype":"F32","shape":[10],"data_offsets":[640,680]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 680 /dev/zero; } >"$tmp/dup.safetensors"
+run 1 "weights with a tensor named twice" -- eval "$model" --data "$good" -d 0 --weights "$tmp/dup.safetensors"
+has "$tmp/dup.safetensors" "the file is named"; has "duplicate" "the duplicate key is said"
+hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias":{"dtype":"F32","shape":[10],"data_offsets":[600,640]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 640 /dev/zero; } >"$tmp/overlap.safetensors"
+run 1 "weights whose tensors overlap" -- eval "$model" --data "$good" -d 0 --weights "$tmp/overlap.safetensors"
+has "overlap" "the overlap is said"; has "'1.bias'" "the tensors are named"
 head -c 4096 /dev/urandom >"$tmp/noise.safetensors"
 run 1 "random bytes as weights" -- eval "$model" --data "$good" -d 0 --weights "$tmp/noise.safetensors"
 has "$tmp/noise.safetensors" "the noise file is named"

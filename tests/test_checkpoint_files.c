@@ -490,6 +490,56 @@ START_TEST(non_finite_values_are_refused_on_load) {
 }
 END_TEST
 
+/* One more tensor, 4 bytes at the end of the data. */
+static void add_tensor(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  *data = realloc(*data, *len + 4);
+  memset(*data + *len, 0, 4);
+  json_object_set_new(h, arg, json_pack("{s:s, s:[i], s:[I, I]}", "dtype", "F32", "shape", 1, "data_offsets",
+                                        (json_int_t)*len, (json_int_t)*len + 4));
+  *len += 4;
+}
+
+/* params/2.bias (10 floats) made to cover the first bytes of params/2.weight. */
+static void overlap(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  (void)data, (void)len, (void)arg;
+  json_int_t lo = (json_int_t)element_offset(h, "params/2.weight", 0);
+  json_object_set_new(json_object_get(h, "params/2.bias"), "data_offsets", json_pack("[I, I]", lo, lo + 40));
+}
+
+static void no_edit(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  (void)h, (void)data, (void)len, (void)arg;
+}
+
+/* Files whose CRCs are right but whose contents are not what cltrain
+ * wrote: a tensor too many (the "and no more" of the model's tensors),
+ * two tensors sharing bytes, and a checkpoint without its header CRC32
+ * (which would otherwise be read unchecked). */
+START_TEST(unexpected_contents_are_refused) {
+  char dir[64], good[128], bad[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+
+  rewrite(good, bad, add_tensor, "params/9.weight", 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "tensor 'params/9.weight'", "neither a parameter", NULL);
+  rewrite(good, bad, add_tensor, "optim/m/0.weight", 0); /* adam's state in an sgd checkpoint */
+  refused(t, m, bad, CLT_EFORMAT, bad, "tensor 'optim/m/0.weight'", "sgd", NULL);
+  rewrite(good, bad, overlap, NULL, 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "'params/2.weight'", "'params/2.bias'", "overlap", NULL);
+  rewrite(good, bad, no_edit, NULL, 1);
+  refused(t, m, bad, CLT_EFORMAT, bad, "'header_crc32' is missing", NULL);
+  rewrite(good, bad, no_edit, NULL, 0); /* the surgery itself changes nothing that matters */
+  ck_assert_msg(clt_trainer_load_checkpoint(t, bad) == 0, "%s", clt_last_error());
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   int rc = cu_setup();
   if (rc) return rc;
@@ -502,6 +552,7 @@ int main(void) {
   tcase_add_test(tc, another_model_optimizer_or_seed_is_named);
   tcase_add_test(tc, keep_rotates_and_export_writes_the_weights);
   tcase_add_test(tc, non_finite_values_are_refused_on_load);
+  tcase_add_test(tc, unexpected_contents_are_refused);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   cu_teardown();

@@ -229,6 +229,50 @@ int clt__st_check_data(clt__st_file *f, int required) {
   return CLT_OK;
 }
 
+typedef struct range {
+  int64_t lo, hi;
+  const char *name;
+} range;
+
+static int by_start(const void *a, const void *b) {
+  const range *x = a, *y = b;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* No two tensors may share bytes: a reader would see one tensor's values
+ * as the other's, and a writer of either would change both. */
+static int check_overlaps(clt__st_file *f, size_t n) {
+  range *r = n ? clt__calloc(n, sizeof *r) : NULL;
+  const char *key;
+  json_t *v;
+  size_t i = 0;
+  int rc = CLT_OK;
+  if (n && !r) return clt__error(CLT_ENOMEM, "%s: out of memory checking the header", f->path);
+  json_object_foreach(f->header, key, v) {
+    if (strcmp(key, "__metadata__") == 0) continue;
+    json_t *offs = json_object_get(v, "data_offsets");
+    r[i].lo = json_integer_value(json_array_get(offs, 0));
+    r[i].hi = json_integer_value(json_array_get(offs, 1));
+    r[i++].name = key;
+  }
+  qsort(r, n, sizeof *r, by_start);
+  /* Sorted by start, a tensor overlaps an earlier one when it starts
+   * before the furthest end so far (empty tensors hold no bytes). */
+  size_t far = 0;
+  for (i = 1; i < n; i++) {
+    if (r[i].hi == r[i].lo) continue;
+    if (r[i].lo < r[far].hi) {
+      rc = clt__error(CLT_EFORMAT, "%s: tensors '%s' (bytes [%lld, %lld)) and '%s' (bytes [%lld, %lld)) overlap; not "
+                      "a valid safetensors file", f->path, r[far].name, (long long)r[far].lo, (long long)r[far].hi,
+                      r[i].name, (long long)r[i].lo, (long long)r[i].hi);
+      break;
+    }
+    if (r[i].hi > r[far].hi) far = i;
+  }
+  free(r);
+  return rc;
+}
+
 int clt__st_open(const char *path, clt__st_file **out) {
   int rc = CLT_OK;
   unsigned char lenb[8];
@@ -258,7 +302,8 @@ int clt__st_open(const char *path, clt__st_file **out) {
     rc = clt__error(CLT_EFORMAT, "%s: truncated in its header", path);
     goto fail;
   }
-  if (!(f->header = json_loadb(text, hlen, 0, &jerr)) || !json_is_object(f->header)) {
+  /* A key given twice would be read as whichever jansson keeps: refuse. */
+  if (!(f->header = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &jerr)) || !json_is_object(f->header)) {
     rc = clt__error(CLT_EFORMAT, "%s: the header is not a JSON object (%s at byte %d); not a safetensors file, or "
                     "damaged", path, f->header ? "not an object" : jerr.text, jerr.position);
     goto fail;
@@ -268,11 +313,14 @@ int clt__st_open(const char *path, clt__st_file **out) {
   CLT_TRY(check_integrity(f));
   const char *key;
   json_t *v;
+  size_t ntensors = 0;
   json_object_foreach(f->header, key, v) {
     if (strcmp(key, "__metadata__") == 0) continue;
     clt__st_tensor t;
     if ((rc = clt__st_find(f, key, &t)) < 0) goto fail;
+    ntensors++;
   }
+  CLT_TRY(check_overlaps(f, ntensors));
   free(text);
   *out = f;
   return CLT_OK;
@@ -354,6 +402,13 @@ int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t c
                         isnan(dst[i]) ? "NaN" : dst[i] > 0 ? "+Inf" : "-Inf", at, (long long)i, (long long)count);
     }
   return CLT_OK;
+}
+
+const char *clt__st_next_name(clt__st_file *f, void **iter) {
+  *iter = *iter ? json_object_iter_next(f->header, *iter) : json_object_iter(f->header);
+  if (*iter && strcmp(json_object_iter_key(*iter), "__metadata__") == 0)
+    *iter = json_object_iter_next(f->header, *iter);
+  return *iter ? json_object_iter_key(*iter) : NULL;
 }
 
 const char *clt__st_metadata(clt__st_file *f, const char *key) {

@@ -33,8 +33,9 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
 
 typedef struct clt__st_file clt__st_file;
 /* Open and check a file: header length, JSON, the header's CRC32 and the
- * recorded data size when present, every tensor F32 with a shape whose size
- * matches its byte range, ranges inside the file. Errors name the file and
+ * recorded data size when present, no key given twice, every tensor F32
+ * with a shape whose size matches its byte range, ranges inside the file
+ * and no two of them overlapping. Errors name the file and
  * the fault. */
 int clt__st_open(const char *path, clt__st_file **out);
 void clt__st_close(clt__st_file *f);
@@ -47,6 +48,8 @@ int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t c
  * CLT_EFORMAT naming the file when it differs, or when it is missing and
  * required is set (without, a file that has none passes). */
 int clt__st_check_data(clt__st_file *f, int required);
+/* The tensors' names one by one: start with *iter NULL; NULL at the end. */
+const char *clt__st_next_name(clt__st_file *f, void **iter);
 /* A metadata value, or NULL. */
 const char *clt__st_metadata(clt__st_file *f, const char *key);
 

@@ -216,7 +216,7 @@ static int meta_json(clt__st_file *f, const char *path, const char *key, json_t 
   json_error_t err;
   *out = NULL;
   if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
-  if (!(*out = json_loads(v, 0, &err)) || !json_is_object(*out)) {
+  if (!(*out = json_loads(v, JSON_REJECT_DUPLICATES, &err)) || !json_is_object(*out)) {
     json_decref(*out);
     *out = NULL;
     return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is not a JSON object: '%.80s'", path, key, v);
@@ -256,6 +256,15 @@ int clt__checkpoint_open(const char *path, clt__st_file **out) {
   if (v != CLT__CKPT_VERSION) {
     rc = clt__error(CLT_EFORMAT, "%s is checkpoint format version %s; this cltrain (%s) reads version %d%s", path,
                     version, clt_version(), CLT__CKPT_VERSION, v > CLT__CKPT_VERSION ? ": a newer cltrain wrote it" : "");
+    goto fail;
+  }
+  /* Every checkpoint cltrain writes carries both CRCs and the data size:
+   * one without is not whole (or not ours), and is not read unchecked. */
+  const char *missing = !clt__st_metadata(f, "header_crc32") ? "header_crc32"
+                        : !clt__st_metadata(f, "data_bytes") ? "data_bytes" : NULL;
+  if (missing) {
+    rc = clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing, which every checkpoint cltrain writes carries; "
+                    "the file is damaged or was not written by cltrain", path, missing);
     goto fail;
   }
   CLT_TRY(clt__st_check_data(f, 1));
@@ -301,6 +310,37 @@ static int read_arena(clt_trainer *t, clt__st_file *f, const char *path, const c
   }
 fail:
   free(want);
+  return rc;
+}
+
+/* The file holds the model's parameters and its optimizer kind's state
+ * "and no more": a tensor of another name is a file edited or written for
+ * another model, and is refused rather than ignored. */
+static int check_no_others(clt_trainer *t, clt__st_file *f, const char *path, const char *kind, float *scratch) {
+  const clt_model_spec *spec = t->model->spec;
+  const char *sgd[] = {"params/", "optim/momentum/", NULL}, *adam[] = {"params/", "optim/m/", "optim/v/", NULL};
+  const char *const *prefixes = strcmp(kind, "sgd") == 0 ? sgd : adam;
+  int rc = CLT_OK, n;
+  void *it = NULL;
+  clt__st_tensor *names = clt__calloc((size_t)spec->nlayers * 2, sizeof *names);
+  if (!names) return CLT_ENOMEM;
+  CLT_TRY(clt__arena_tensors(spec, "", scratch, names, &n)); /* for the names only */
+  for (const char *name; (name = clt__st_next_name(f, &it));) {
+    int known = 0;
+    for (int p = 0; !known && prefixes[p]; p++) {
+      size_t lp = strlen(prefixes[p]);
+      if (strncmp(name, prefixes[p], lp) != 0) continue;
+      for (int i = 0; !known && i < n; i++) known = strcmp(name + lp, names[i].name) == 0;
+    }
+    if (!known) {
+      rc = clt__error(CLT_EFORMAT, "%s holds a tensor '%s' that is neither a parameter of the model %s nor %s "
+                      "optimizer state; the file was edited, or written for another model", path, name, spec->name,
+                      kind);
+      goto fail;
+    }
+  }
+fail:
+  free(names);
   return rc;
 }
 
@@ -369,6 +409,8 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
     if (clt__st_find(f, probe, &dummy) == CLT_OK)
       clt__log(CLT_LOG_WARN, "%s: this run uses no momentum, so the saved momentum is left out", path);
   }
+
+  CLT_TRY(check_no_others(t, f, path, kind, payload));
 
   /* Where the run stands. */
   CLT_TRY(meta_int(f, path, "step", &h->steps_done));
