@@ -160,6 +160,12 @@ run 2 "--balance with two weights for one replica" -- train "$model" --data "$go
 has "--balance" "--balance is named"; has "2 weights" "the count given is said"
 run 2 "--balance with a zero weight" -- train "$model" --data "$good" --balance 0 -d 0 -e 1
 has "--balance" "--balance is named"
+run 2 "--balance with a trailing comma" -- train "$model" --data "$good" --balance 1, -d 0 -e 1
+has "--balance" "--balance is named"; has "'1,'" "the bad value is quoted"
+run 2 "--gamma 0" -- train "$model" --data "$good" --gamma 0 -d 0 -e 1
+has "--gamma" "--gamma is named"
+run 2 "--min-lr above --lr" -- train "$model" --data "$good" --schedule cosine --lr 0.1 --min-lr 1 -d 0 -e 1
+has "--min-lr 1 is above --lr 0.1" "both rates are said"
 run 2 "--accumulate not dividing --batch" -- train "$model" --data "$good" --batch 10 --accumulate 3 -d 0 -e 1
 has "--accumulate 3" "--accumulate is named"; has "10" "the batch is said"
 run 2 "--optimizer nonsense" -- train "$model" --data "$good" --optimizer nonsense -d 0

@@ -510,6 +510,50 @@ static void no_edit(json_t *h, unsigned char **data, size_t *len, const void *ar
   (void)h, (void)data, (void)len, (void)arg;
 }
 
+/* The metadata "sampler_position" with one member set to a value. */
+typedef struct position_edit {
+  const char *key;
+  json_int_t value;
+} position_edit;
+
+static void set_position(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  const position_edit *e = arg;
+  json_t *meta = json_object_get(h, "__metadata__");
+  (void)data, (void)len;
+  json_t *pos = json_loads(json_string_value(json_object_get(meta, "sampler_position")), 0, NULL);
+  ck_assert(pos != NULL);
+  json_object_set_new(pos, e->key, json_integer(e->value));
+  char *text = json_dumps(pos, JSON_COMPACT);
+  json_object_set_new(meta, "sampler_position", json_string(text));
+  free(text);
+  json_decref(pos);
+}
+
+/* Positions no run writes: an epoch far beyond the steps done (which
+ * would train nothing and exit 0), and a step whose product with the
+ * micro-batch overflows int64 (or passes the training set). */
+START_TEST(impossible_positions_are_refused) {
+  char dir[64], good[128], bad[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+  position_edit epoch = {"epoch", 999999}, overflow = {"step", (json_int_t)1 << 62}, past = {"step", 9};
+  rewrite(good, bad, set_position, &epoch, 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "epoch 1000000", "after 2 steps", NULL);
+  rewrite(good, bad, set_position, &overflow, 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "4611686018427387904 micro-batches of 64", "past the 512", NULL);
+  rewrite(good, bad, set_position, &past, 0); /* 9 x 64 > 512 */
+  refused(t, m, bad, CLT_EFORMAT, bad, "9 micro-batches", NULL);
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
 /* Files whose CRCs are right but whose contents are not what cltrain
  * wrote: a tensor too many (the "and no more" of the model's tensors),
  * two tensors sharing bytes, and a checkpoint without its header CRC32
@@ -553,6 +597,7 @@ int main(void) {
   tcase_add_test(tc, keep_rotates_and_export_writes_the_weights);
   tcase_add_test(tc, non_finite_values_are_refused_on_load);
   tcase_add_test(tc, unexpected_contents_are_refused);
+  tcase_add_test(tc, impossible_positions_are_refused);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   cu_teardown();

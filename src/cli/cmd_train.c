@@ -36,7 +36,7 @@ static int parse_balance(const char *s, train_args *a) {
   while (*p) {
     char *end;
     double w = strtod(p, &end);
-    if (end == p || !(w > 0) || w > 1e12 || (*end && *end != ',') || n == MAX_WEIGHTS) {
+    if (end == p || !(w > 0) || w > 1e12 || (*end && *end != ',') || (*end == ',' && !end[1]) || n == MAX_WEIGHTS) {
       fprintf(stderr, "cltrain: --balance must be auto, equal or positive weights like 3,1 (one per replica), "
                       "not '%s'\n", s);
       return -1;
@@ -218,7 +218,14 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       break;
     case O_WARM: if (parse_long("--warmup", optarg, 0, 1LL << 40, &v)) return -1; o->schedule.warmup_steps = v; break;
     case O_STEPSIZE: if (parse_long("--step-size", optarg, 1, 1LL << 40, &v)) return -1; o->schedule.step_size = v; break;
-    case O_GAMMA: if (parse_real("--gamma", optarg, 0, 1, &o->schedule.gamma)) return -1; break;
+    case O_GAMMA:
+      if (parse_real("--gamma", optarg, 0, 1, &o->schedule.gamma)) return -1;
+      if (o->schedule.gamma == 0) {
+        fprintf(stderr, "cltrain: --gamma must be above 0 (the step schedule multiplies the rate by it; 0 stops "
+                        "training after the first decay), not '%s'\n", optarg);
+        return -1;
+      }
+      break;
     case O_MINLR: if (parse_real("--min-lr", optarg, 0, 1e6, &o->schedule.min_lr)) return -1; break;
     case O_CLIP: if (parse_real("--clip", optarg, 0, 1e30, &o->clip)) return -1; break;
     case 'd': a->devices = optarg; break;
@@ -280,6 +287,11 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   if (wd_set) o->optimizer.weight_decay = wd;
   if (nesterov && (kind != CLT_OPT_SGD || o->optimizer.momentum == 0)) {
     fprintf(stderr, "cltrain: --nesterov needs the sgd optimizer with momentum\n");
+    return -1;
+  }
+  if (o->schedule.min_lr > o->schedule.lr) {
+    fprintf(stderr, "cltrain: --min-lr %g is above --lr %g: the cosine schedule falls from --lr to --min-lr\n",
+            (double)o->schedule.min_lr, (double)o->schedule.lr);
     return -1;
   }
   if (o->checkpoint_every && !o->checkpoint_dir) o->checkpoint_dir = DEFAULT_CHECKPOINT_DIR;

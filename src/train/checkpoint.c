@@ -454,7 +454,21 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   CLT_TRY(json_int(path, "sampler_position", pos, "step", 0, &h->step));
   CLT_TRY(json_int(path, "sampler_position", pos, "micro_batch", 1, &mb));
   CLT_TRY(json_int(path, "sampler_position", pos, "train_samples", 0, &h->count));
-  samples = h->step * mb;
+  /* What no run can have written: an epoch beyond the steps done (every
+   * epoch takes one step at least), or a place in the epoch past its
+   * samples (or past any int64). */
+  if (h->epoch > h->steps_done) {
+    rc = clt__error(CLT_EFORMAT, "%s: its sampler position is epoch %lld, but after %lld steps no run can be past epoch "
+                    "%lld; the file was edited or damaged", path, (long long)h->epoch + 1, (long long)h->steps_done,
+                    (long long)h->steps_done + 1);
+    goto fail;
+  }
+  if (__builtin_mul_overflow(h->step, mb, &samples) || samples > h->count) {
+    rc = clt__error(CLT_EFORMAT, "%s: its sampler position, %lld micro-batches of %lld samples into epoch %lld, is "
+                    "past the %lld training samples it refers to; the file was edited or damaged", path,
+                    (long long)h->step, (long long)mb, (long long)h->epoch + 1, (long long)h->count);
+    goto fail;
+  }
   if (mb != t->micro_batch) {
     if (samples % t->micro_batch) {
       rc = clt__error(CLT_EMISMATCH, "%s stopped after %lld samples of epoch %lld, in micro-batches of %lld; this "
