@@ -52,6 +52,7 @@ mkidx() {
 good=$tmp/good
 mkidx "$good" train 64
 mkidx "$good" t10k 32
+
 model=$tmp/m.model
 printf 'input 1 4 4\nflatten\nlinear 10\n' >"$model"
 run 0 "the valid dataset and model train" -- train "$model" --data "$good" -e 1 -b 16 -d 0 -q --save "$tmp/w.safetensors"
@@ -245,6 +246,14 @@ hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias"
 { le64 ${#hdr}; printf '%s' "$hdr"; head -c 640 /dev/zero; } >"$tmp/overlap.safetensors"
 run 1 "weights whose tensors overlap" -- eval "$model" --data "$good" -d 0 --weights "$tmp/overlap.safetensors"
 has "overlap" "the overlap is said"; has "'1.bias'" "the tensors are named"
+# eval of a model with fewer outputs than the data's classes (as train
+# refuses), from zero weights of its shape: (5, 16) and (5)
+m5out=$tmp/m5out.model
+printf 'input 1 4 4\nflatten\nlinear 5\n' >"$m5out"
+hdr='{"1.weight":{"dtype":"F32","shape":[5,16],"data_offsets":[0,320]},"1.bias":{"dtype":"F32","shape":[5],"data_offsets":[320,340]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 340 /dev/zero; } >"$tmp/w5.safetensors"
+run 1 "eval of a 5-output model on 10-class data" -- eval "$m5out" --data "$good" -d 0 --weights "$tmp/w5.safetensors"
+has "10 classes" "the data's classes are said"; has "gives 5 scores" "the model's outputs are said"
 head -c 4096 /dev/urandom >"$tmp/noise.safetensors"
 run 1 "random bytes as weights" -- eval "$model" --data "$good" -d 0 --weights "$tmp/noise.safetensors"
 has "$tmp/noise.safetensors" "the noise file is named"

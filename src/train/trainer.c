@@ -589,6 +589,10 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
   if (clt_dataset_sample_size(ds) != in)
     return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                       clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
+  /* As fit checks: a label past the model's scores would read past them. */
+  if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
+    return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
+                      clt_dataset_path(ds), clt_dataset_num_classes(ds), clt_model_num_classes(t->model));
   idx = clt__calloc((size_t)B, sizeof *idx);
   x = clt__calloc((size_t)(B * in), sizeof *x);
   y = clt__calloc((size_t)B, sizeof *y);
