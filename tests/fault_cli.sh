@@ -193,6 +193,40 @@ else
   echo "FAIL: no max_alloc_bytes in 'cltrain devices --json'"; fail=1
 fi
 
+# ---- output paths that cannot be written: refused before the first step -----
+# (not after the run, with its work lost)
+notrained() {
+  if grep -q "epoch 1/" "$out"; then echo "FAIL: $1: it trained first"; fail=1; fi
+}
+tr1="train $model --data $good -e 1 -b 16 -d 0 -q"
+run 1 "--save naming a directory" -- $tr1 --save "$tmp"
+has "--save" "the option is named"; has "$tmp is a directory" "the fault is said"; notrained "--save DIR"
+run 1 "--save in a missing directory" -- $tr1 --save "$tmp/nodir/w.safetensors"
+has "$tmp/nodir does not exist" "the missing directory is named"; notrained "--save in a missing directory"
+run 1 "--save under a file" -- $tr1 --save "$model/w.safetensors"
+has "$model is not a directory" "the file in the way is named"
+run 1 "--save where files cannot be made (/sys)" -- $tr1 --save /sys/w.safetensors
+has "/sys/w.safetensors cannot be written" "the path is named"; notrained "--save in /sys"
+run 1 "--metrics naming a directory" -- $tr1 --metrics "$tmp"
+has "--metrics" "the option is named"; has "is a directory" "the fault is said"; notrained "--metrics DIR"
+run 1 "--checkpoint-dir under a file" -- $tr1 --checkpoint-dir "$model/ckpt" --checkpoint-every 1
+has "--checkpoint-dir" "the option is named"; has "$model is not a directory" "the file in the way is named"
+notrained "--checkpoint-dir under a file"
+n255=$(printf '%0255d' 0); n250=$(printf '%0238d' 0).safetensors
+run 1 "--save with a name longer than NAME_MAX" -- $tr1 --save "$tmp/x$n255"
+has "limited to 255" "the limit is said"; notrained "--save with a long name"
+# A valid 250-byte name, whose temporary name (+ .tmp.PID) would be too long.
+run 0 "--save with a 250-byte name" -- $tr1 --save "$tmp/$n250"
+[ -f "$tmp/$n250" ] && echo "ok: the 250-byte name is written" || { echo "FAIL: no $tmp/$n250"; fail=1; }
+rm -f "$tmp/$n250"
+# Checkpoints in a directory whose path is over 1024 bytes (Linux allows 4096).
+deep=$tmp; for i in 1 2 3 4 5 6; do deep=$deep/$(printf '%0200d' "$i"); done
+run 0 "checkpoints under a 1.2 KB path" -- $tr1 --checkpoint-dir "$deep" --checkpoint-every 2 --max-steps 2
+run 0 "--resume latest from there" -- $tr1 --checkpoint-dir "$deep" --checkpoint-every 2 --max-steps 4 --resume latest
+grep -qF "resumed from $deep/ckpt-0000000002.safetensors" "$out" && echo "ok: resumed under the long path" ||
+  { echo "FAIL: not resumed under the long path:"; cat "$out" "$err"; fail=1; }
+rm -rf "$tmp/$(printf '%0200d' 1)"
+
 # ---- weights files ----------------------------------------------------------
 w=$tmp/w.safetensors
 other=$tmp/other.model

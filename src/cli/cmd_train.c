@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,7 +388,7 @@ static void session_close(session *s) {
 
 /* --resume FILE|latest */
 static int resume(const train_args *a, clt_trainer *tr, clt_comm *comm) {
-  char path[1024];
+  char path[PATH_MAX];
   int rc, root = clt_comm_rank(comm) == 0;
   if (strcmp(a->resume, "latest") == 0) {
     const char *dir = a->o.checkpoint_dir ? a->o.checkpoint_dir : DEFAULT_CHECKPOINT_DIR;
@@ -424,6 +425,20 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
     return CLI_EXIT_OK;
   }
   session s;
+  memset(&s, 0, sizeof s);
+  /* Rank 0 writes every output: find out now, not after the run, whether
+   * it can (a failure here ends the whole job, main.c). */
+  if (clt_comm_rank(comm) == 0) {
+    const struct { const char *opt, *path; clt_output_kind kind; } out[] = {
+        {"--save", a.save, CLT_OUTPUT_FILE},
+        {"--metrics", a.o.metrics_path, CLT_OUTPUT_APPEND},
+        {"--checkpoint-dir", a.o.checkpoint_dir, CLT_OUTPUT_DIR}};
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+      if (out[i].path && (rc = clt_check_output(out[i].path, out[i].kind)) < 0) {
+        ec = cli_fail(rc, out[i].opt);
+        goto out;
+      }
+  }
   if ((ec = session_open(&a, comm, &s)) != CLI_EXIT_OK) goto out;
   a.o.callback = progress;
   a.o.callback_user = &a;

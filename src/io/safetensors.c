@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,20 @@ static char *header_crc_text(const json_t *h) {
   return text;
 }
 
+char *clt__st_tmp_path(const char *path) {
+  char suffix[48];
+  snprintf(suffix, sizeof suffix, CLT__ST_TMP_INFIX "%ld", (long)getpid());
+  size_t n = strlen(path), ls = strlen(suffix);
+  const char *slash = strrchr(path, '/');
+  size_t base = n - (size_t)(slash ? slash + 1 - path : 0), keep = n;
+  if (base + ls > NAME_MAX) keep = n - (base + ls - NAME_MAX); /* cut the name's end, keep its directory */
+  char *tmp = clt__calloc(1, keep + ls + 1);
+  if (!tmp) return NULL;
+  memcpy(tmp, path, keep);
+  memcpy(tmp + keep, suffix, ls + 1);
+  return tmp;
+}
+
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata) {
   int rc = CLT_OK, fd = -1;
   char *text = NULL, *tmp = NULL, *hdr = NULL, hex[16], num[32];
@@ -104,7 +119,7 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   /* Pad the header with spaces to 8 bytes so the data is aligned. */
   size_t hlen = strlen(text), padded = (hlen + 7) / 8 * 8;
   hdr = clt__calloc(1, padded + 8);
-  if (!hdr || !(tmp = clt__calloc(1, strlen(path) + 32))) goto nomem;
+  if (!hdr || !(tmp = clt__st_tmp_path(path))) goto nomem;
   uint64_t le = padded;
   for (int i = 0; i < 8; i++) hdr[i] = (char)(le >> (8 * i));
   memcpy(hdr + 8, text, hlen);
@@ -113,7 +128,6 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   /* What a failure leaves: the file at path as it was, or no file. */
   struct stat st;
   const char *left = stat(path, &st) == 0 ? "is as it was" : "was not made";
-  snprintf(tmp, strlen(path) + 32, "%s" CLT__ST_TMP_INFIX "%ld", path, (long)getpid());
   if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) {
     rc = clt__error(CLT_EIO, "cannot create %s: %s (%s %s)", tmp, strerror(errno), path, left);
     goto fail;

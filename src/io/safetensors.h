@@ -30,6 +30,10 @@ typedef struct clt__st_tensor {
  * temporary file is removed and path is untouched. */
 #define CLT__ST_TMP_INFIX ".tmp."
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata);
+/* The temporary name clt__st_write uses for path (malloc'd, or NULL): path
+ * + CLT__ST_TMP_INFIX + the process id, with the file name shortened first
+ * where that would pass NAME_MAX, so a valid name stays valid. */
+char *clt__st_tmp_path(const char *path);
 
 typedef struct clt__st_file clt__st_file;
 /* Open and check a file: header length, JSON, the header's CRC32 and the

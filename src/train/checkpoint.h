@@ -5,6 +5,8 @@
 #ifndef CLT_TRAIN_CHECKPOINT_H
 #define CLT_TRAIN_CHECKPOINT_H
 
+#include <limits.h>
+
 #include "train/trainer.h"
 
 #define CLT__CKPT_FORMAT "cltrain-checkpoint"
@@ -26,7 +28,7 @@ typedef struct clt__ckpt_header {
   double ep_sums[3];
   double loss_scale;         /* f16 runs: the dynamic loss scale and its counters (0: start afresh) */
   int64_t scale_clean_steps, skipped;
-  char path[1024];
+  char path[PATH_MAX];
   char msg[2048];            /* rank 0's error */
 } clt__ckpt_header;
 

@@ -49,7 +49,7 @@ static int is_temporary(const char *name) {
 
 typedef struct entry {
   int64_t step;
-  char path[1024];
+  char path[PATH_MAX];
 } entry;
 
 static int by_step(const void *a, const void *b) {
@@ -113,7 +113,7 @@ static int make_dirs(const char *dir) {
 static void remove_leftovers(const char *dir) {
   DIR *d = opendir(dir);
   struct dirent *e;
-  char path[1200];
+  char path[PATH_MAX + 256];
   if (!d) return;
   while ((e = readdir(d))) {
     if (!is_temporary(e->d_name)) continue;
@@ -126,7 +126,7 @@ static void remove_leftovers(const char *dir) {
 
 static int save_to_dir(clt_trainer *t) {
   const char *dir = t->opts.checkpoint_dir;
-  char path[1024];
+  char path[PATH_MAX];
   entry *list = NULL;
   int rc = CLT_OK, n;
   CLT_TRY(clt_checkpoint_path(dir, t->steps_done, path, sizeof path));
@@ -143,6 +143,13 @@ static int save_to_dir(clt_trainer *t) {
 fail:
   free(list);
   return rc;
+}
+
+int clt__checkpoint_dir_check(clt_trainer *t) {
+  char path[PATH_MAX];
+  if (!t->opts.checkpoint_dir) return CLT_OK;
+  int rc = clt_checkpoint_path(t->opts.checkpoint_dir, INT64_MAX, path, sizeof path); /* the longest name */
+  return rc < 0 ? rc : clt_check_output(t->opts.checkpoint_dir, CLT_OUTPUT_DIR);
 }
 
 int clt__trainer_checkpoint_to_dir(clt_trainer *t) {

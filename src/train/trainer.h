@@ -97,6 +97,10 @@ int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
 /* fit()'s periodic checkpoint: DIR/ckpt-<step>.safetensors, then the
  * oldest beyond opts.checkpoint_keep removed (collective). */
 int clt__trainer_checkpoint_to_dir(clt_trainer *t);
+/* Rank 0, before the first step: whether opts.checkpoint_dir (if any) can
+ * take checkpoints (clt_check_output), so a run does not find out after
+ * its first hours of work. */
+int clt__checkpoint_dir_check(clt_trainer *t);
 
 /* The safetensors tensors of a parameter arena at base, named as
  * nn.Sequential names the layers ("0.weight", "0.bias", ...) after prefix;
