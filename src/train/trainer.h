@@ -64,6 +64,11 @@ struct clt_trainer {
   int64_t ep_steps;
   int64_t saved_step;          /* steps_done at the last checkpoint written or loaded, or -1 */
   char *checkpoint_dir;        /* opts.checkpoint_dir's copy */
+  /* The run checkpoints record (checkpoint_dir.c): its id, kept across
+   * resumes; the step this session started from; when it started (ns
+   * since the Unix epoch). Set by a resume, else at the first save. */
+  char run_id[24];
+  int64_t run_branch, run_started;
 };
 
 /* Sum the gradients of every replica of every rank into each of them,
