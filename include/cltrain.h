@@ -810,13 +810,15 @@ typedef struct clt_step_result {
 /* One optimizer step on the caller's own samples, for applications with
  * their own data loop (a running simulation, a custom sampler), with the
  * semantics of PyTorch DDP: every rank passes ITS OWN n samples, x (n,
- * clt_model_input_size) float32 and y (n * clt_model_labels_per_sample)
- * int32 labels in [0, clt_model_num_classes); n may differ between ranks
+ * clt_model_input_size) float32 (for a language model, token ids as exact
+ * floats) and y (n * clt_model_labels_per_sample) int32 labels in [0,
+ * clt_model_num_classes), or CLT_IGNORE_LABEL for a label that counts for
+ * nothing (the mean is over the others); n may differ between ranks
  * and be 0 on some (x and y may then be NULL), not on all. The trainer
  * splits a rank's samples over its replicas by their shares, runs forward
  * and backward in runs of at most batch / accumulate samples per replica
  * (accumulating), sums the gradients over all replicas of all ranks,
- * divides by the global number of labels and updates every replica: the
+ * divides by the global number of labels that count and updates every replica: the
  * update is the single-device update on the concatenation of all ranks'
  * samples, and all replicas hold the same bits after it. The learning-rate
  * schedule, loss scaling, clipping, balance_every and check_every count
