@@ -1,8 +1,9 @@
 #!/bin/sh
 # cli.sh: the cltrain tool as a user meets it: tokenizing text, the device
-# table and JSON, a spec that matches nothing, bad flags and commands, and
-# the GEMM self-check. Exits 77 (skipped) when no OpenCL device exists and
-# the tokenizer's checks passed.
+# table and JSON, a spec that matches nothing, bad flags and commands, the
+# GEMM self-check, and a tiny GPT tokenized, trained, evaluated and
+# sampled. Exits 77 (skipped) when no OpenCL device exists and the
+# tokenizer's checks passed.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
 fail=0
@@ -96,6 +97,69 @@ has "$err" "$bad:2:11: unknown option 'bais'" "the typo is located"
 rm -f "$bad"
 expect 1 "a missing model spec" -- summary /nonexistent.model
 has "$err" "/nonexistent.model" "the missing file is named"
+
+# A GPT end to end: tokenize text, train a tiny byte-level GPT on it, save,
+# evaluate on the validation tokens, and generate from the weights.
+gpt=$(mktemp -d)
+i=0
+while [ $i -lt 120 ]; do
+  printf 'the quick brown fox %d jumps over the lazy dog.\n' $i
+  i=$((i + 1))
+done >"$gpt/text.txt"                                # 5770 bytes
+cat >"$gpt/gpt.model" <<'SPEC'
+input tokens 16 vocab=256
+embedding 16 name=wte
+posembedding
+block repeat=2
+  layernorm
+  attention heads=2
+  residual
+  layernorm
+  linear 32 init=normal
+  gelu
+  linear 16 init=normal
+  residual
+end
+layernorm
+linear 256 tie=wte bias=false
+SPEC
+sed 's/vocab=256/vocab=37/; s/linear 256/linear 37/' "$gpt/gpt.model" >"$gpt/small_vocab.model"
+expect 0 "tokenize the GPT's text" -- tokenize "$gpt/text.txt" -o "$gpt/train.bin" --val-fraction 0.2 \
+  --val-output "$gpt/val.bin"
+expect 0 "train a GPT for a few steps" -- train "$gpt/gpt.model" --data "$gpt/train.bin" --val "$gpt/val.bin" \
+  --devices 0 --max-steps 8 --batch 8 --optimizer adamw --lr 1e-2 --save "$gpt/w.safetensors" --quiet
+has "$out" "val loss [0-9.]* bits per byte [0-9.]*" "training reports the validation loss in bits per byte"
+has "$out" "saved the weights to $gpt/w.safetensors" "the weights are saved"
+expect 0 "evaluate the GPT on its validation tokens" -- eval "$gpt/gpt.model" --weights "$gpt/w.safetensors" \
+  --val "$gpt/val.bin" --devices 0
+has "$out" "^val loss [0-9.]* bits per byte [0-9.]* accuracy [0-9.]* (72 samples)" "eval reports bits per byte"
+# bits per byte is the loss per byte in bits: loss / ln 2
+awk '{ if ($3 / log(2) - $7 > 1e-3 || $7 - $3 / log(2) > 1e-3) exit 1 }' "$out" && echo "ok: bits per byte = loss / ln 2" ||
+  { echo "FAIL: bits per byte is not loss / ln 2: $(cat "$out")"; fail=1; }
+expect 0 "generate from the GPT" -- generate "$gpt/gpt.model" --weights "$gpt/w.safetensors" --prompt abc \
+  --tokens 20 --seed 1 --devices 0
+cp "$out" "$gpt/gen1"
+[ "$(head -c 3 "$gpt/gen1")" = "abc" ] && [ "$(wc -c <"$gpt/gen1")" -eq 24 ] &&
+  echo "ok: the prompt, 20 bytes and a newline" ||
+  { echo "FAIL: generate printed $(wc -c <"$gpt/gen1") bytes: $(od -c "$gpt/gen1" | head -3)"; fail=1; }
+expect 0 "generate again with the same seed" -- generate "$gpt/gpt.model" --weights "$gpt/w.safetensors" \
+  --prompt abc --tokens 20 --seed 1 --devices 0
+cmp -s "$out" "$gpt/gen1" && echo "ok: the same seed gives the same text" ||
+  { echo "FAIL: two runs with seed 1 differ: $(od -c "$gpt/gen1" | head -2) / $(od -c "$out" | head -2)"; fail=1; }
+expect 0 "generate greedily" -- generate "$gpt/gpt.model" --weights "$gpt/w.safetensors" --prompt abc --tokens 20 \
+  --temperature 0 --devices 0
+expect 1 "a token file with tokens beyond the model's vocabulary" -- train "$gpt/small_vocab.model" \
+  --data "$gpt/train.bin" --devices 0 --max-steps 1 --quiet
+has "$err" "$gpt/train.bin: the token at index 0 is 116, not below the vocabulary size 37" \
+  "the file, the token and the vocabulary are named"
+expect 1 "a prompt for a model that is not byte-level" -- generate "$gpt/small_vocab.model" \
+  --weights "$gpt/w.safetensors" --prompt abc --devices 0
+has "$err" "needs a byte-level model" "the reason is given"
+sed 's/embedding 16/embedding 24/; s/linear 16 init/linear 24 init/' "$gpt/gpt.model" >"$gpt/wide.model"
+expect 1 "weights of a narrower GPT" -- eval "$gpt/wide.model" --weights "$gpt/w.safetensors" --val "$gpt/val.bin" \
+  --devices 0
+has "$err" "tensor '0.weight' has shape (256, 16) but the model's is (256, 24)" "the tensor and both shapes are named"
+rm -rf "$gpt"
 
 # Training: a run that diverges stops at once, naming the step and the layer.
 if [ -d /usr/share/datasets/fashion-mnist ]; then

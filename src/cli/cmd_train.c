@@ -26,6 +26,7 @@
 typedef struct train_args {
   const char *model, *data, *val, *devices, *normalize, *save, *weights, *resume;
   int quiet;
+  int eval;                  /* cltrain eval: a language model's --val alone will do */
   int vocab;                 /* a language model's vocabulary, else 0 */
   double balance_weights[MAX_WEIGHTS];
   clt_train_options o;
@@ -351,11 +352,13 @@ static void progress(const clt_train_event *ev, void *user) {
 }
 
 /* A language model's token files: --data and --val, or the fortunes
- * corpus; the validation file is optional. */
+ * corpus; the validation file is optional. Evaluation needs no training
+ * set: with --val and no --data it opens --val alone. */
 static int open_tokens(const train_args *a, const clt_model *m, clt_dataset **train, clt_dataset **test) {
   const char *path = a->data ? a->data : DEFAULT_TOKENS;
   int64_t T = clt_model_input_size(m);
   int V = clt_model_vocab(m), rc;
+  if (a->eval && a->val && !a->data) return clt_dataset_open_tokens(&a->val, 1, T, V, test);
   if (!a->data && access(path, R_OK) != 0) {
     fprintf(stderr, "cltrain: no --data FILE.bin given and %s is not there (make it with "
             "scripts/make-fortunes-data.sh, or tokenize text with cltrain tokenize)\n", path);
@@ -521,6 +524,8 @@ static void eval_help(FILE *to) {
               "                        (required)\n"
               "  -D, --data DIR        as for train (default %s); a language model is evaluated\n"
               "                        on --val FILE, or on --data FILE.bin when there is none\n"
+              "      --val FILE        a language model's validation tokens (default: --data's\n"
+              "                        name with 'train' made 'val', when that file exists)\n"
               "      --normalize MODE  as for train: scale or standard (default standard)\n"
               "  -b, --batch N         samples per device batch (default 256)\n"
               "  -d, --devices SPEC    as for train\n"
@@ -540,6 +545,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
   clt_train_options_defaults(&a.o);
   a.o.batch = 256;
   a.normalize = "standard";
+  a.eval = 1;
   while ((c = getopt_long(argc, argv, "w:D:b:d:h", opts, NULL)) != -1) {
     switch (c) {
     case 'w': a.weights = optarg; break;
