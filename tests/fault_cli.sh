@@ -197,7 +197,8 @@ if [ -n "$max" ] && [ "$max" -gt 0 ]; then
   [ "$batch" -lt 64 ] && batch=64
   huge=$tmp/huge.model
   printf 'input 1 4 4\nflatten\nlinear 1000000\n' >"$huge"
-  run 1 "activations larger than the device allows ($batch x 4 MB)" -- train "$huge" --data "$good" -e 1 -b "$batch" -d 0
+  mkidx "$tmp/many" train "$batch"  # a batch must fit in the training set
+  run 1 "activations larger than the device allows ($batch x 4 MB)" -- train "$huge" --data "$tmp/many" -e 1 -b "$batch" -d 0
   has "could not allocate" "the failed allocation is said"
   has "GiB" "how much is said"
   has "allows" "what the device allows is said"
@@ -238,6 +239,15 @@ run 0 "--resume latest from there" -- $tr1 --checkpoint-dir "$deep" --checkpoint
 grep -qF "resumed from $deep/ckpt-0000000002.safetensors" "$out" && echo "ok: resumed under the long path" ||
   { echo "FAIL: not resumed under the long path:"; cat "$out" "$err"; fail=1; }
 rm -rf "$tmp/$(printf '%0200d' 1)"
+
+# What cannot fit is refused before anything is allocated, saying what it
+# needs and what there is: a batch larger than the training set, and 10^12
+# parameters (which `cltrain summary` shows, and which fit no device).
+run 2 "--batch larger than the training set" -- train "$model" --data "$good" -e 1 -b 100000 -d 0
+has "--batch 100000 is larger than the 64 samples" "the batch and the samples are said"
+huge2=$tmp/huge2.model; printf 'input 1 4 4\nflatten\nlinear 1000000\nlinear 1000000\n' >"$huge2"
+run 1 "10^12 parameters" -- train "$huge2" --data "$good" -e 1 -d 0
+has "1000018000000 parameters need 3.6 TiB in one buffer" "what the model needs is said"; has "allows" "what the device allows is said"
 
 # ---- weights files ----------------------------------------------------------
 w=$tmp/w.safetensors
