@@ -275,7 +275,7 @@ static int check_overlaps(clt__st_file *f, size_t n) {
     r[i].hi = json_integer_value(json_array_get(offs, 1));
     r[i++].name = key;
   }
-  qsort(r, n, sizeof *r, by_start);
+  if (n > 0) qsort(r, n, sizeof *r, by_start);
   /* Sorted by start, a tensor overlaps an earlier one when it starts
    * before the furthest end so far (empty tensors hold no bytes). */
   size_t far = 0;
