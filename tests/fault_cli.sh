@@ -97,7 +97,8 @@ d=$tmp/gz; mkidx "$d" train 64
 gzip -c "$good/train-images-idx3-ubyte" | head -c 100 >"$d/train-images-idx3-ubyte.gz"
 rm -f "$d/train-images-idx3-ubyte"
 run 1 "truncated gzip" -- train "$model" --data "$d" -e 1 -d 0
-has "$d/train-images-idx3-ubyte.gz" "the truncated .gz is named"
+has "$d/train-images-idx3-ubyte.gz" "the truncated .gz is named"; has "truncated" "truncation is said"
+if grep -q "magic number" "$err"; then echo "FAIL: a cut gzip is blamed on the magic number, which arrived whole"; fail=1; fi
 
 d=$tmp/nolabels; mkidx "$d" train 64; rm -f "$d/train-labels-idx1-ubyte"
 run 1 "missing label file" -- train "$model" --data "$d" -e 1 -d 0
@@ -139,6 +140,12 @@ has "$bad:1:1" "the input line is located"
 printf 'input 1 4 4\nflatten\nlinear 10 bias=false\n' | head -c 5 | tr 'p' '\000' >"$bad"
 run 1 "a spec with a NUL byte" -- train "$bad" --data "$good" -e 1 -d 0
 has "$bad" "the spec with a NUL is named"
+printf 'input 1 4 4\nflatten\nlinear 10 bias=false bias=true\n' >"$bad"
+run 1 "an option given twice" -- train "$bad" --data "$good" -e 1 -d 0
+has "$bad:3:" "the repeated option is located"; has "option 'bias' is given twice" "the repetition is said"
+mkdir "$tmp/specdir"
+run 1 "a model path that is a directory" -- train "$tmp/specdir" --data "$good" -e 1 -d 0
+has "$tmp/specdir is a directory" "the directory is said"
 run 1 "a missing spec" -- train "$tmp/none.model" --data "$good" -e 1 -d 0
 has "$tmp/none.model" "the missing spec is named"
 run 1 "eval with a bad spec" -- eval "$tmp/none.model" --weights "$tmp/w.safetensors" --data "$good" -d 0
@@ -176,6 +183,11 @@ has "--batch" "eval names --batch"
 run 2 "eval without --weights" -- eval "$model" --data "$good" -d 0
 has "--weights" "eval asks for --weights"
 
+run 2 "--resume naming a directory" -- train "$model" --data "$good" -e 1 -d 0 -q --resume "$tmp/specdir"
+has "$tmp/specdir is a directory" "the directory is said"; has "--resume latest --checkpoint-dir" "the way is said"
+CLT_ALLREDUCE_CHUNK=1 run 2 "CLT_ALLREDUCE_CHUNK=1" -- train "$model" --data "$good" -e 1 -d 0 -q
+has "CLT_ALLREDUCE_CHUNK='1'" "the variable is named"; has "from 4" "the plan's limit is the variable's"
+
 # ---- a model too large for the device ---------------------------------------
 # The activations of `linear 1000000` for a batch of B samples take 4e6*B
 # bytes in one buffer: pick B just above what device 0 allows in one buffer.
@@ -185,7 +197,8 @@ if [ -n "$max" ] && [ "$max" -gt 0 ]; then
   [ "$batch" -lt 64 ] && batch=64
   huge=$tmp/huge.model
   printf 'input 1 4 4\nflatten\nlinear 1000000\n' >"$huge"
-  run 1 "activations larger than the device allows ($batch x 4 MB)" -- train "$huge" --data "$good" -e 1 -b "$batch" -d 0
+  mkidx "$tmp/many" train "$batch"  # a batch must fit in the training set
+  run 1 "activations larger than the device allows ($batch x 4 MB)" -- train "$huge" --data "$tmp/many" -e 1 -b "$batch" -d 0
   has "could not allocate" "the failed allocation is said"
   has "GiB" "how much is said"
   has "allows" "what the device allows is said"
@@ -226,6 +239,15 @@ run 0 "--resume latest from there" -- $tr1 --checkpoint-dir "$deep" --checkpoint
 grep -qF "resumed from $deep/ckpt-0000000002.safetensors" "$out" && echo "ok: resumed under the long path" ||
   { echo "FAIL: not resumed under the long path:"; cat "$out" "$err"; fail=1; }
 rm -rf "$tmp/$(printf '%0200d' 1)"
+
+# What cannot fit is refused before anything is allocated, saying what it
+# needs and what there is: a batch larger than the training set, and 10^12
+# parameters (which `cltrain summary` shows, and which fit no device).
+run 2 "--batch larger than the training set" -- train "$model" --data "$good" -e 1 -b 100000 -d 0
+has "--batch 100000 is larger than the 64 samples" "the batch and the samples are said"
+huge2=$tmp/huge2.model; printf 'input 1 4 4\nflatten\nlinear 1000000\nlinear 1000000\n' >"$huge2"
+run 1 "10^12 parameters" -- train "$huge2" --data "$good" -e 1 -d 0
+has "1000018000000 parameters need 3.6 TiB in one buffer" "what the model needs is said"; has "allows" "what the device allows is said"
 
 # ---- weights files ----------------------------------------------------------
 w=$tmp/w.safetensors

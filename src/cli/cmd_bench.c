@@ -44,9 +44,15 @@ static int check_gemm_case(clt_context *ctx, int ta, int tb, size_t m, size_t n,
       (rc = clt_buffer_create(ctx, nc * 4, &dc)) < 0)
     goto done;
   cl_command_queue q = clt_context_queue(ctx);
-  clEnqueueWriteBuffer(q, da, CL_TRUE, 0, na * 4, a, 0, NULL, NULL);
-  clEnqueueWriteBuffer(q, db, CL_TRUE, 0, nb * 4, b, 0, NULL, NULL);
-  clEnqueueWriteBuffer(q, dc, CL_TRUE, 0, nc * 4, c, 0, NULL, NULL);
+  cl_int e = clEnqueueWriteBuffer(q, da, CL_TRUE, 0, na * 4, a, 0, NULL, NULL);
+  if (e == CL_SUCCESS) e = clEnqueueWriteBuffer(q, db, CL_TRUE, 0, nb * 4, b, 0, NULL, NULL);
+  if (e == CL_SUCCESS) e = clEnqueueWriteBuffer(q, dc, CL_TRUE, 0, nc * 4, c, 0, NULL, NULL);
+  if (e != CL_SUCCESS) {
+    fprintf(stderr, "cltrain: bench: copying the operands of a %zux%zux%zu GEMM to the device failed (OpenCL error "
+                    "%d)\n", m, n, k, (int)e);
+    rc = CLT_ECL;
+    goto done;
+  }
   clt_matrix ma = {da, off, lda}, mb = {db, off, ldb}, mc = {dc, off, ldc};
   if ((rc = clt_sgemm(ctx, ta, tb, m, n, k, 0.75f, ma, mb, 0.5f, mc)) < 0) goto done;
   if (clEnqueueReadBuffer(q, dc, CL_TRUE, 0, nc * 4, c, 0, NULL, NULL) != CL_SUCCESS) { rc = CLT_ECL; goto done; }

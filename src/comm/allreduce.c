@@ -212,6 +212,18 @@ fail:
 
 void clt_allreduce_plan_destroy(clt_allreduce_plan *plan) {
   if (!plan) return;
+  /* After a failure that left messages in flight (a timeout, an MPI
+   * error), receives abandoned then may still be matched, and MPI write
+   * into the plan's staging buffers, at any time until MPI_Finalize: those
+   * buffers are kept (left allocated) rather than freed under it. */
+  if (plan->comm && plan->comm->broken) {
+    clt__log(CLT_LOG_DEBUG, "all-reduce plan of %zu elements destroyed after a failure: its staging buffers are "
+             "kept, since abandoned messages may still arrive in them", plan->count);
+    clt__ring_sched_free(&plan->sched);
+    free(plan->seg_off);
+    free(plan);
+    return;
+  }
   clt__dev_staging_free(plan->dev);
   clt__ring_sched_free(&plan->sched);
   free(plan->seg_off);

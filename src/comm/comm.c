@@ -59,9 +59,11 @@ int clt__comm_init_env(clt_comm *comm) {
     comm->timeout_s = v;
   }
   const char *c = getenv("CLT_ALLREDUCE_CHUNK");
-  if (c && *c && clt__parse_bytes(c, CLT__MAX_CHUNK_BYTES, &comm->chunk_bytes) < 0)
+  /* The plan's own limits: at least one element of the largest type. */
+  if (c && *c && (clt__parse_bytes(c, CLT__MAX_CHUNK_BYTES, &comm->chunk_bytes) < 0 || comm->chunk_bytes < 4))
     return clt__error(CLT_EINVAL,
-                      "CLT_ALLREDUCE_CHUNK='%s' is not a size in bytes from 1 to 1G: give e.g. 262144, 256K or 1M", c);
+                      "CLT_ALLREDUCE_CHUNK='%s' is not a size in bytes from 4 (one float) to 1G: give e.g. 262144, "
+                      "256K or 1M", c);
   const char *m = getenv("CLT_ALLREDUCE_SMALL");
   if (m && *m) {
     if (strcmp(m, "0") == 0)

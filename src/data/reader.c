@@ -57,6 +57,9 @@ static int read_some(clt__reader *r, void *buf, uint64_t n, uint64_t *got) {
     *got += (uint64_t)k;
     r->offset += (uint64_t)k;
   }
+  /* zlib inflates ahead: a stream that breaks beyond the bytes asked for
+   * is reported by the read that needs them, not blamed on these. */
+  if (*got == n) return 0;
   int zerr = Z_OK;
   gzerror(r->gz, &zerr);
   return zerr == Z_OK || zerr == Z_STREAM_END ? 0 : -1;
@@ -146,8 +149,8 @@ int clt__reader_expect_end(clt__reader *r, const char *after) {
       if (zerr == Z_ERRNO)
         return clt__error(CLT_EIO, "%s: read error after %s: %s", r->path, after, strerror(errno));
       if (zerr == Z_BUF_ERROR)
-        return clt__error(CLT_EFORMAT, "%s: truncated: the gzip stream ends early (%s) after %s", r->path,
-                          zmsg, after);
+        return clt__error(CLT_EFORMAT, "%s: truncated: the gzip stream ends early (%s) after %s; is the download "
+                          "complete?", r->path, zmsg, after);
       return clt__error(CLT_EFORMAT, "%s: corrupt gzip stream (%s) after %s", r->path, zmsg, after);
     }
     extra += k;

@@ -154,15 +154,21 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   /* Flush the directory so the rename itself survives a crash. */
   char *dcopy = clt__strdup(path);
   if (dcopy) {
-    int dfd = open(dirname(dcopy), O_RDONLY);
-    if (dfd >= 0) {
-      fsync(dfd);
-      close(dfd);
-    }
+    int dfd = open(dirname(dcopy), O_RDONLY), synced = dfd >= 0 ? fsync(dfd) : 0, err = errno;
+    if (dfd >= 0) close(dfd);
     free(dcopy);
+    /* Some file systems cannot flush a directory (EINVAL): nothing to do. */
+    if (dfd >= 0 && synced != 0 && err != EINVAL && err != EROFS) {
+      rc = clt__error(CLT_EIO, "%s is written, but flushing its directory failed: %s; the rename may not survive a "
+                      "crash", path, strerror(err));
+      goto fail_written;
+    }
   }
   free(text), free(hdr), free(tmp);
   return CLT_OK;
+fail_written: /* path is in place: nothing to remove */
+  free(text), free(hdr), free(tmp);
+  return rc;
 nomem:
   rc = clt__error(CLT_ENOMEM, "%s: out of memory making the safetensors header", path);
 fail:
@@ -269,7 +275,7 @@ static int check_overlaps(clt__st_file *f, size_t n) {
     r[i].hi = json_integer_value(json_array_get(offs, 1));
     r[i++].name = key;
   }
-  qsort(r, n, sizeof *r, by_start);
+  if (n > 0) qsort(r, n, sizeof *r, by_start);
   /* Sorted by start, a tensor overlaps an earlier one when it starts
    * before the furthest end so far (empty tensors hold no bytes). */
   size_t far = 0;
@@ -300,6 +306,10 @@ int clt__st_open(const char *path, clt__st_file **out) {
     goto fail;
   }
   struct stat st;
+  if (fstat(fileno(f->fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+    rc = clt__error(CLT_EINVAL, "%s is a directory, not a safetensors file", path);
+    goto fail;
+  }
   if (fstat(fileno(f->fp), &st) != 0 || fread(lenb, 1, 8, f->fp) != 8) {
     rc = clt__error(CLT_EFORMAT, "%s: too short to be a safetensors file", path);
     goto fail;

@@ -37,11 +37,14 @@ int clt_model_load(const char *path, clt_model **out) {
     return CLT_ENOMEM;
   }
   size_t len = fread(buf, 1, MAX_SPEC_BYTES + 1, f);
-  int bad = ferror(f);
+  int bad = ferror(f), err = errno;
   fclose(f);
   int rc;
-  if (bad)
-    rc = clt__error(CLT_EIO, "model spec %s: read error", path);
+  if (bad && err == EISDIR)
+    rc = clt__error(CLT_EIO, "model spec %s is a directory; name the spec file (for example %s/model.spec)", path,
+                    path);
+  else if (bad)
+    rc = clt__error(CLT_EIO, "model spec %s: read error: %s", path, strerror(err));
   else if (len > MAX_SPEC_BYTES)
     rc = clt__error(CLT_EFORMAT, "model spec %s: larger than %d bytes; is it really a model spec?", path,
                     MAX_SPEC_BYTES);

@@ -221,9 +221,12 @@ static int check_all_used(clt__spec_line *lc) {
   for (int i = 1; i < lc->ntok; i++) {
     if (lc->used & (1u << i)) continue;
     const char *eq = strchr(lc->tok[i].text, '=');
-    if (eq)
-      return clt__line_error(lc, lc->tok[i].col, "unknown option '%.*s' for %s", (int)(eq - lc->tok[i].text),
-                             lc->tok[i].text, kw);
+    int len = eq ? (int)(eq - lc->tok[i].text) : 0;
+    for (int j = 1; eq && j < i; j++) /* an option given twice: the first was taken */
+      if ((lc->used & (1u << j)) && strncmp(lc->tok[j].text, lc->tok[i].text, (size_t)len + 1) == 0)
+        return clt__line_error(lc, lc->tok[i].col, "option '%.*s' is given twice for %s; give it once", len,
+                               lc->tok[i].text, kw);
+    if (eq) return clt__line_error(lc, lc->tok[i].col, "unknown option '%.*s' for %s", len, lc->tok[i].text, kw);
     return clt__line_error(lc, lc->tok[i].col, "unexpected '%s': %s takes no more numbers", lc->tok[i].text, kw);
   }
   return CLT_OK;

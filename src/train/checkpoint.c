@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -273,6 +274,11 @@ int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
   int rc = CLT_OK;
   clt__st_file *f = NULL;
   *out = NULL;
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    return clt__error(CLT_EINVAL, "%s is a directory, not a checkpoint file; to go on from the newest checkpoint in "
+                      "it, resume 'latest' with it as the checkpoint directory (--resume latest --checkpoint-dir %s)",
+                      path, path);
   CLT_TRY(clt__st_open(path, &f));
   const char *format = clt__st_metadata(f, "format"), *version = clt__st_metadata(f, "format_version");
   if (!format || strcmp(format, CLT__CKPT_FORMAT) != 0) {

@@ -80,7 +80,7 @@ static void describe(entry *list, int n, const char *what) {
     list[i].whole = rc == CLT_OK;
     if (rc < 0) clt__log(CLT_LOG_WARN, "%s a damaged checkpoint: %s", what, clt_last_error());
   }
-  qsort(list, (size_t)n, sizeof *list, newest_first);
+  if (n > 0) qsort(list, (size_t)n, sizeof *list, newest_first);
 }
 
 /* The checkpoints in dir, oldest first. A missing dir is CLT_ENOTFOUND. */
@@ -106,7 +106,7 @@ static int list_checkpoints(const char *dir, entry **out, int *n) {
     (*n)++;
   }
   closedir(d);
-  if (rc == CLT_OK) qsort(*out, (size_t)*n, sizeof **out, by_step);
+  if (rc == CLT_OK && *n > 0) qsort(*out, (size_t)*n, sizeof **out, by_step);
   return rc;
 }
 
