@@ -223,9 +223,12 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
     goto fail;
   }
   rc = clt__st_open(st_path, &f);
-  if (rc == CLT_ENOTFOUND)
+  if (rc == CLT_ENOTFOUND) {
+    char why[512];
+    clt__strlcpy(why, clt_last_error(), sizeof why);
     rc = clt__error(rc, "%s: hf import reads the safetensors file save_pretrained writes (pytorch_model.bin is not "
-                    "read: save with safe_serialization=True)", clt_last_error());
+                    "read: save with safe_serialization=True)", why);
+  }
   if (rc < 0) goto fail;
   for (int i = 0; i < n; i++) CLT_TRY(take_tensor(f, st_path, cfg_path, spec, &map[i], params, buf));
   for (int64_t i = 0; i < spec->param_count; i++)

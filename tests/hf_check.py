@@ -1,0 +1,130 @@
+"""hf_check.py: cltrain's GPT against transformers' GPT2LMHeadModel (run by
+tests/hf_check.sh, which finds a Python with torch and transformers).
+
+1. A random-initialised 2-layer GPT2Config (n_embd 64, n_head 4, n_positions
+   32, vocab 256), every parameter moved off its initial value so that a
+   bias or norm put in the wrong place shows, saved with save_pretrained.
+2. `cltrain hf import` it; on the same tokens cltrain's logits
+   (tests/hf_logits, clt_trainer_forward) are transformers' within 1e-4 and
+   the mean cross-entropy within 1e-5.
+3. `cltrain hf export` the imported model; GPT2LMHeadModel.from_pretrained
+   loads it with every tensor as it was, and its logits are cltrain's.
+
+Exit 0 when all hold, 1 when one does not, 77 when no OpenCL device exists.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import GPT2Config, GPT2LMHeadModel
+
+# The tolerances of the issue. The two compute the same float32 operations
+# in different orders (GEMM blocking, the softmax's and layernorm's sums):
+# over two layers of width 64 logits of size ~1 differ by ~1e-6, so 1e-4
+# leaves room without hiding a wrong tensor (those differ by ~1e-1).
+LOGITS_TOL = 1e-4
+LOSS_TOL = 1e-5
+
+N_EMBD, N_HEAD, N_LAYER, N_POS, VOCAB = 64, 4, 2, 32, 256
+
+failed = False
+
+
+def check(ok, what):
+    global failed
+    print(("ok: " if ok else "FAIL: ") + what, flush=True)
+    failed = failed or not ok
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if p.returncode != 0:
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+    return p
+
+
+def cltrain_logits(args, work, prefix, x, y):
+    """cltrain's logits (n, T, V) and mean loss over y for model prefix."""
+    xs, ys, out = (os.path.join(work, f) for f in ("x.i32", "y.i32", "logits.f32"))
+    x.astype("<i4").tofile(xs)
+    y.astype("<i4").tofile(ys)
+    p = run([args.logits, prefix + ".model", prefix + ".safetensors", xs, ys, out])
+    if p.returncode == 77:
+        print("SKIP: no OpenCL device: " + p.stderr.strip())
+        sys.exit(77)
+    if p.returncode != 0:
+        check(False, "hf_logits ran (exit %d)" % p.returncode)
+        sys.exit(1)
+    _, total, labels = p.stdout.split()
+    logits = np.fromfile(out, dtype="<f4").reshape(x.shape[0], x.shape[1], VOCAB)
+    return logits, float(total) / int(labels)
+
+
+def hf_logits(model, x, y):
+    with torch.no_grad():
+        logits = model(torch.tensor(x, dtype=torch.long)).logits
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), torch.tensor(y, dtype=torch.long).reshape(-1))
+    return logits.numpy(), loss.item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cltrain", required=True)
+    ap.add_argument("--logits", required=True)
+    args = ap.parse_args()
+    print("torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__))
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=N_EMBD, n_head=N_HEAD, n_layer=N_LAYER, n_positions=N_POS, vocab_size=VOCAB,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # biases start at 0 and norms at 1: move them all
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+
+    rng = np.random.default_rng(1)
+    windows = rng.integers(0, VOCAB, size=(3, N_POS + 1))
+    x, y = windows[:, :-1], windows[:, 1:]
+    ref_logits, ref_loss = hf_logits(model, x, y)
+
+    with tempfile.TemporaryDirectory(prefix="hf_check.") as work:
+        hf_dir = os.path.join(work, "gpt2")
+        model.save_pretrained(hf_dir, safe_serialization=True)
+        prefix = os.path.join(work, "imported")
+        p = run([args.cltrain, "hf", "import", hf_dir, "-o", prefix])
+        check(p.returncode == 0, "cltrain hf import of save_pretrained's directory")
+        if p.returncode != 0:
+            return 1
+
+        out_dir = os.path.join(work, "exported")
+        p = run([args.cltrain, "hf", "export", prefix + ".model", "--weights", prefix + ".safetensors",
+                 "-o", out_dir])
+        check(p.returncode == 0, "cltrain hf export")
+        if p.returncode != 0:
+            return 1
+        back = GPT2LMHeadModel.from_pretrained(out_dir).eval()
+        mine, theirs = back.state_dict(), model.state_dict()
+        same = sorted(mine) == sorted(theirs) and all(torch.equal(mine[k], theirs[k]) for k in theirs)
+        check(same, "exported: from_pretrained gives every tensor bit for bit")
+
+        logits, loss = cltrain_logits(args, work, prefix, x, y)
+        diff = float(np.abs(logits - ref_logits).max())
+        check(diff <= LOGITS_TOL, "imported: logits within %g of transformers' (max difference %.3g)" %
+              (LOGITS_TOL, diff))
+        check(abs(loss - ref_loss) <= LOSS_TOL, "imported: loss %.7f, transformers' %.7f (difference %.3g)" %
+              (loss, ref_loss, abs(loss - ref_loss)))
+        back_logits, _ = hf_logits(back, x, y)
+        diff = float(np.abs(back_logits - logits).max())
+        check(diff <= LOGITS_TOL, "exported: transformers' logits within %g of cltrain's (max difference %.3g)" %
+              (LOGITS_TOL, diff))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
