@@ -7,17 +7,23 @@
 // Row n: loss = log(sum_j exp(z_j - m)) - (z_label - m) with m the row
 // maximum, which keeps every exp in (0, 1] whatever the logits;
 // dlogits = scale * (softmax - onehot(label)); correct += argmax == label.
-// A label outside [0, C) gives NaN loss and gradient. scale is the loss
+// A label equal to `ignore` (a negative ignore index: padding, say) gives
+// loss 0 and a zero gradient row and is not counted as correct; any other
+// label outside [0, C) gives NaN loss and gradient. scale is the loss
 // scale under mixed precision (up to 65536): a gradient beyond the stored
 // type's range is stored as inf, which the trainer's overflow check sees.
 __kernel void xent_rows(__global const act_t *logits, const ulong loff, __global const int *labels,
-                        const ulong laboff, __global act_t *dlogits, const ulong doff, const int has_grad,
+                        const ulong laboff, const int ignore, __global act_t *dlogits, const ulong doff,
+                        const int has_grad,
                         __global float *losses, const ulong lsoff, __global int *correct, const ulong coff,
                         const int has_correct, const uint C, const float scale, __local float *fscratch,
                         __local int *iscratch) {
   const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
   const ulong base = (ulong)row * C;
   const int label = labels[laboff + row];
+  // An ignored row runs the same code (no early return before barriers,
+  // which PoCL's work-group loops do not take) and stores zeros at the end.
+  const int ignored = label == ignore;
   const int valid = label >= 0 && label < (int)C;
   // Read before the first barrier: with dlogits == logits (in place), the
   // gradient overwrites the row only after every item has passed it.
@@ -68,12 +74,12 @@ __kernel void xent_rows(__global const act_t *logits, const ulong loff, __global
     const float inv = 1.0f / sum;
     for (uint j = lid; j < C; j += wgs) {
       float p = exp(ALOAD(logits, loff + base + j) - m) * inv;
-      float g = valid ? scale * (p - ((int)j == label ? 1.0f : 0.0f)) : NAN;
+      float g = ignored ? 0.0f : valid ? scale * (p - ((int)j == label ? 1.0f : 0.0f)) : NAN;
       ASTORE(dlogits, doff + base + j, g);
     }
   }
   if (lid == 0) {
-    losses[lsoff + row] = valid ? log(sum) - (zlabel - m) : NAN;
+    losses[lsoff + row] = ignored ? 0.0f : valid ? log(sum) - (zlabel - m) : NAN;
     if (has_correct && valid && argmax == label) atomic_inc(&correct[coff]);
   }
 }

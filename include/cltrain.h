@@ -322,7 +322,8 @@ CLT_API int clt_allgather(clt_comm *comm, const void *send, size_t bytes, void *
  *   clt_prefetcher_create(train, smp, r, ctx, &pf);
  *   for (;;) {
  *     clt_batch b;
- *     clt_prefetcher_next(pf, &b);                // b.x (b.n, sample_size) f32, b.y (b.n) i32
+ *     clt_prefetcher_next(pf, &b);                // b.x (b.n, sample_size) f32,
+ *                                                 // b.y (b.n, labels_per_sample) i32
  *     ... upload b.x, b.y; forward; backward; divide by b.global_n ...
  *     if (b.last_in_epoch) ... evaluate; stop after the last epoch ...
  *   }
@@ -336,8 +337,10 @@ CLT_API int clt_allgather(clt_comm *comm, const void *send, size_t bytes, void *
 
 /* A labelled dataset held in host memory: samples of a fixed shape (uint8 as
  * read from IDX files, or float32 from raw files) and int32 class labels in
- * [0, num_classes). Samples are converted to normalised float32 only when a
- * batch is taken, so a dataset costs its file's size in memory. */
+ * [0, num_classes), one per sample, or windows of a token stream with one
+ * label per position (clt_dataset_open_tokens). Samples are converted to
+ * normalised float32 only when a batch is taken, so a dataset costs its
+ * file's size in memory. */
 typedef struct clt_dataset clt_dataset;
 
 /* The MNIST/Fashion-MNIST files of a split in dir: split "train" reads
@@ -374,6 +377,39 @@ CLT_API int clt_dataset_open_raw(const char *path, clt_dataset **out);
 CLT_API int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int64_t *dims,
                                   int num_classes, const float *x, const int32_t *y);
 
+/* Token datasets, for language models: llm.c's .bin shards
+ * (dev/data/data_common.py). A shard is a header of 256 little-endian int32,
+ * [0] magic, [1] version, [2] the number of tokens N (> 0), the rest unused
+ * (0), then the N tokens, little-endian, and nothing after:
+ *
+ *   magic 20240520, version 1: uint16 tokens (GPT-2's vocabulary)
+ *   magic 20240801, version 7: uint32 tokens (LLaMA-3's)
+ *
+ * The npaths shards are read in order into one stream of tokens (kept in
+ * memory as stored, 2 or 4 bytes each) cut into non-overlapping windows of
+ * T+1 tokens at stride T, T being the model's context: sample i has
+ *
+ *   x = tokens[i*T, i*T + T)  as float32 (token ids, exact below 2^24)
+ *   y = tokens[i*T + 1, i*T + T + 1)  as int32 (each position's next token)
+ *
+ * so count = (ntokens - 1) / T, clt_dataset_sample_size = T and
+ * clt_dataset_labels_per_sample = T. A window may span two shards. With
+ * vocab > 0 every token must be below it and num_classes is vocab; with
+ * vocab 0 num_classes is the largest token + 1. No normalisation applies:
+ * clt_dataset_stats gives 0 and 1, clt_dataset_normalize refuses anything
+ * but (0, 1). Anything wrong in a shard (magic, version, a count the file
+ * does not hold, trailing bytes, no tokens, a token >= vocab, naming its
+ * index) is CLT_EFORMAT naming the file; fewer than T+1 tokens in all is
+ * CLT_EFORMAT too. T outside [1, 2^24), npaths < 1 or vocab outside
+ * [0, 2^24] is CLT_EINVAL. Shards may be gzip-compressed. */
+CLT_API int clt_dataset_open_tokens(const char *const *paths, int npaths, int64_t T, int vocab,
+                                    clt_dataset **out);
+/* Write tokens[0..n) as an llm.c shard: uint16 (magic 20240520) unless wide
+ * or a token is above 65535, then uint32 (magic 20240801); gzip-compressed
+ * when path ends in ".gz". n must be 1 .. 2^31 - 1 and every token below
+ * 2^24, so what it writes always reads back. */
+CLT_API int clt_tokens_write(const char *path, const uint32_t *tokens, int64_t n, int wide);
+
 CLT_API void clt_dataset_destroy(clt_dataset *ds);
 
 CLT_API int64_t clt_dataset_count(const clt_dataset *ds);
@@ -383,6 +419,9 @@ CLT_API int clt_dataset_num_classes(const clt_dataset *ds);
 CLT_API int clt_dataset_sample_shape(const clt_dataset *ds, int64_t *dims);
 /* Values per sample, the product of the dimensions (784 for MNIST). */
 CLT_API int64_t clt_dataset_sample_size(const clt_dataset *ds);
+/* Labels per sample: 1 for image and raw datasets, T for token datasets
+ * (one next token per position). */
+CLT_API int64_t clt_dataset_labels_per_sample(const clt_dataset *ds);
 /* The sample file's path, for messages. */
 CLT_API const char *clt_dataset_path(const clt_dataset *ds);
 
@@ -400,9 +439,9 @@ CLT_API void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, f
 CLT_API int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std);
 
 /* Normalised samples indices[0..n) into x (n, sample_size) float32 and their
- * labels into y (n) int32; either output may be NULL. An index outside
- * [0, count) is CLT_EINVAL naming it. A non-finite result of normalising
- * float data is CLT_ENONFINITE naming the sample. */
+ * labels into y (n, labels_per_sample) int32; either output may be NULL. An
+ * index outside [0, count) is CLT_EINVAL naming it. A non-finite result of
+ * normalising float data is CLT_ENONFINITE naming the sample. */
 CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x,
                                   int32_t *y);
 
@@ -491,14 +530,21 @@ CLT_API int clt_shares_from_weights(int n, const double *weights, int64_t total,
  * clt_prefetcher_next, _seek, _set_shares or _destroy on it: an upload
  * from it that does not wait must be complete before then (in a training
  * step it is, once the step's results have been read back). */
+/* A label that counts for nothing (PyTorch's ignore_index): no loss, no
+ * gradient, not in the accuracy, not in the divisor of the mean. Padding
+ * of a sequence model's targets, for example. Other labels outside [0,
+ * classes) make the loss NaN, which training reports. */
+#define CLT_IGNORE_LABEL (-100)
+
 typedef struct clt_batch {
   const float *x;         /* (n, sample_size) float32, normalised */
-  const int32_t *y;       /* (n) int32 labels */
+  const int32_t *y;       /* (n, labels_per_sample) int32 labels */
   int64_t n;              /* this replica's samples; may be 0 in a partial batch */
   int64_t sample_size;    /* values per sample */
   int64_t global_n;       /* samples in the whole global batch: divide the summed loss by this */
   int64_t epoch, step;    /* the position of this global batch */
   int last_in_epoch;      /* 1 for the last step of the epoch */
+  int64_t labels_per_sample; /* 1, or T for a token dataset */
 } clt_batch;
 
 typedef struct clt_prefetcher clt_prefetcher;
@@ -544,6 +590,14 @@ CLT_API int clt_model_layer_count(const clt_model *m);   /* the input line inclu
 CLT_API int64_t clt_model_param_count(const clt_model *m);
 CLT_API int64_t clt_model_input_size(const clt_model *m); /* floats per sample */
 CLT_API int clt_model_num_classes(const clt_model *m);
+/* A language model's vocabulary: the model takes token ids below it
+ * (`input tokens T vocab=V`, samples of T ids carried as exact floats) and
+ * gives V scores per position. 0 for a model of features or images. */
+CLT_API int clt_model_vocab(const clt_model *m);
+/* Labels per sample: the int32 labels a training step takes for each sample
+ * (1 for classifiers; a sequence model labels every position). Losses and
+ * the update are means over labels. */
+CLT_API int clt_model_labels_per_sample(const clt_model *m);
 CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written */
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);
@@ -604,6 +658,11 @@ CLT_API int clt_optimizer_state_per_param(const clt_optimizer_config *cfg);
  * their step from here, so every replica holds the same bits. */
 CLT_API void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
                                      float *p, const float *grad, float *state, size_t n);
+/* With a decay mask (n values, 0 where weight decay does not apply; NULL:
+ * every parameter), as clt_optimizer_step_masked. */
+CLT_API void clt_optimizer_step_host_masked(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
+                                            float *p, const float *grad, float *state, size_t n,
+                                            const uint8_t *decay);
 /* 1 when the device kernel cannot give those bits for this optimizer. */
 CLT_API int clt_optimizer_needs_host(const clt_optimizer_config *cfg, const clt_device_info *dev);
 
@@ -636,6 +695,12 @@ CLT_API float clt_schedule_lr(const clt_schedule *s, int64_t step);
  * divided by the global batch size and applied on every replica, so all
  * replicas hold the same parameters bit for bit, and the update is the
  * single-device update on the global batch.
+ *
+ * Two ways to drive it: clt_trainer_fit (a dataset, the seeded sampler,
+ * epochs, evaluation, events, checkpoints), or clt_trainer_step in the
+ * application's own loop, each rank passing its own samples. Both run the
+ * same step: forward, loss, backward, the gradient exchange overlapped with
+ * the backward, the update.
  */
 
 typedef enum clt_train_event_kind { CLT_EVENT_STEP = 0, CLT_EVENT_EPOCH = 1 } clt_train_event_kind;
@@ -653,7 +718,7 @@ typedef struct clt_train_event {
   double samples_per_s;             /* global samples per second (recent) */
   double elapsed_s, eta_s;
   double test_loss, test_accuracy;  /* EPOCH with a test set */
-  double grad_norm;                 /* STEP: global gradient norm (when clipping; else NaN) */
+  double grad_norm;                 /* STEP: norm of the mean gradient (rank 0's; NaN when skipped) */
   double comm_s;                    /* STEP: seconds in gradient all-reduce since the last event */
   double comm_hidden;               /* STEP: the fraction of it that ran while backward still computed */
   int nreplicas;                    /* STEP: replicas of all ranks, and for each: */
@@ -725,8 +790,39 @@ CLT_API int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_
                                const clt_train_options *o, clt_trainer **out);
 CLT_API void clt_trainer_destroy(clt_trainer *t);
 /* Train on `train` for the configured epochs (or max_steps), evaluating on
- * `test` (may be NULL) after each epoch. Collective. */
+ * `test` (may be NULL) after each epoch: epochs, evaluation, events and
+ * checkpoints around the same step as clt_trainer_step, fed by a sampler
+ * and one prefetcher per replica. Collective. */
 CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test);
+
+/* What one clt_trainer_step did; the same on every rank. */
+typedef struct clt_step_result {
+  double loss;      /* mean over the global batch (per label) */
+  double accuracy;  /* fraction of the global batch's labels predicted right */
+  double grad_norm; /* norm of the mean gradient (rank 0's replica 0; NaN when skipped) */
+  int skipped;      /* 1: fp16 loss scaling skipped the update (the gradient overflowed) */
+  int64_t global_n; /* samples in the global batch: the sum of every rank's n */
+} clt_step_result;
+
+/* One optimizer step on the caller's own samples, for applications with
+ * their own data loop (a running simulation, a custom sampler), with the
+ * semantics of PyTorch DDP: every rank passes ITS OWN n samples, x (n,
+ * clt_model_input_size) float32 and y (n * clt_model_labels_per_sample)
+ * int32 labels in [0, clt_model_num_classes); n may differ between ranks
+ * and be 0 on some (x and y may then be NULL), not on all. The trainer
+ * splits a rank's samples over its replicas by their shares, runs forward
+ * and backward in runs of at most batch / accumulate samples per replica
+ * (accumulating), sums the gradients over all replicas of all ranks,
+ * divides by the global number of labels and updates every replica: the
+ * update is the single-device update on the concatenation of all ranks'
+ * samples, and all replicas hold the same bits after it. The learning-rate
+ * schedule, loss scaling, clipping, balance_every and check_every count
+ * these steps as fit does; epochs, max_steps and the sampler position are
+ * fit's and are left alone. Bad input on any rank (n < 0, NULL x or y with
+ * n > 0, a label out of range) is CLT_EINVAL on every rank, naming it on
+ * the rank that gave it and the rank elsewhere; nothing is changed. out
+ * may be NULL. Collective: every rank calls it the same number of times. */
+CLT_API int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out);
 /* Mean loss and accuracy over the whole of ds, split across all replicas of
  * all ranks. Collective. */
 CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy);

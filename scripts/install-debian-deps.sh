@@ -1,7 +1,9 @@
 #!/bin/sh
 # install-debian-deps.sh: the Debian 12 packages cltrain needs to build,
 # test and run on any machine, GPU or not: PoCL and Mesa rusticl give two
-# independent OpenCL implementations on the CPU. Run as root (or via sudo).
+# independent OpenCL implementations on the CPU; Fashion-MNIST (images) and
+# fortunes (English text for language models, scripts/make-fortunes-data.sh)
+# are the data cltrain trains on out of the box. Run as root (or via sudo).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -9,4 +11,4 @@ apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool pkg-config \
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd mesa-opencl-icd libclblast-dev \
   libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev \
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes

@@ -141,9 +141,11 @@ static const tuned_params tuned[] = {
      {0, 1, 8, 8, 8, 2, 32, 32, 4, 64, 0, 0, 0, 0, 16, 4}},
 };
 
-/* The devices the table has been applied to (or found not to match). */
+/* The devices the table has been applied to (or found not to match), and
+ * whether an Xgemm entry was applied to each. */
 static pthread_mutex_t tuned_lock = PTHREAD_MUTEX_INITIALIZER;
 static cl_device_id tuned_done[64];
+static int tuned_xgemm[64];
 static int tuned_ndone;
 
 static int tuned_disabled(void) {
@@ -152,18 +154,25 @@ static int tuned_disabled(void) {
 }
 
 /* Apply every matching entry of the table to ctx's device, once. A failed
- * override is reported and leaves CLBlast's defaults: slower, never wrong. */
-static void apply_tuned(clt_context *ctx) {
+ * override is reported and leaves CLBlast's defaults: slower, never wrong.
+ * Returns whether the device runs tuned Xgemm parameters. */
+static int apply_tuned(clt_context *ctx) {
   pthread_mutex_lock(&tuned_lock);
   for (int i = 0; i < tuned_ndone; i++)
     if (tuned_done[i] == ctx->device) {
+      int x = tuned_xgemm[i];
       pthread_mutex_unlock(&tuned_lock);
-      return;
+      return x;
     }
   /* Past 64 devices the rest keep the defaults: an override on every call
    * would make CLBlast recompile every time. */
   int skip = tuned_ndone == (int)(sizeof tuned_done / sizeof tuned_done[0]) || tuned_disabled();
-  if (tuned_ndone < (int)(sizeof tuned_done / sizeof tuned_done[0])) tuned_done[tuned_ndone++] = ctx->device;
+  int *xgemm = NULL;
+  if (tuned_ndone < (int)(sizeof tuned_done / sizeof tuned_done[0])) {
+    tuned_done[tuned_ndone] = ctx->device;
+    xgemm = &tuned_xgemm[tuned_ndone++];
+    *xgemm = 0;
+  }
   for (size_t i = 0; !skip && i < sizeof tuned / sizeof tuned[0]; i++) {
     const tuned_params *t = &tuned[i];
     if (!strstr(ctx->info.platform_name, t->platform) || ctx->info.type != t->type ||
@@ -176,10 +185,14 @@ static void apply_tuned(clt_context *ctx) {
     if (s != CLBlastSuccess)
       clt__log(CLT_LOG_WARN, "CLBlast refused the tuned %s parameters for %s (%s): %s (status %d); keeping its defaults",
                t->kernel, ctx->info.name, ctx->info.platform_name, clblast_status_name(s), (int)s);
-    else
+    else {
       clt__log(CLT_LOG_DEBUG, "applied tuned %s parameters to %s", t->kernel, ctx->info.name);
+      if (xgemm && strcmp(t->kernel, "Xgemm") == 0) *xgemm = 1;
+    }
   }
+  int x = xgemm ? *xgemm : 0;
   pthread_mutex_unlock(&tuned_lock);
+  return x;
 }
 
 void clt__blas_clear_cache(void) { CLBlastClearCache(); }
@@ -205,7 +218,19 @@ int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb, size
   if (rc < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, c_stride, batch);
-  apply_tuned(ctx);
+  /* CLBlast 1.5's strided batched indirect kernel gives wrong results with
+   * the tuned PoCL Xgemm parameters above whenever it has to pad (for
+   * example 300 x 300 x 8, or 100 x 100 x 100): on such devices the batch
+   * runs as single GEMMs, which are right, and cost little more on a CPU. */
+  if (apply_tuned(ctx)) {
+    for (size_t i = 0; i < batch; i++) {
+      CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, trans(ta), trans(tb), m, n, k, alpha, a.buf,
+                                         a.offset + i * a_stride, a.ld, b.buf, b.offset + i * b_stride, b.ld, beta,
+                                         c.buf, c.offset + i * c_stride, c.ld, &ctx->queue, NULL);
+      if (s != CLBlastSuccess) return blas_error(ctx, s, "CLBlastSgemm (one of a batch)", m, n, k, batch);
+    }
+    return CLT_OK;
+  }
   CLBlastStatusCode s = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, trans(ta), trans(tb), m, n, k, alpha, a.buf,
                                                    a.offset, a.ld, a_stride, b.buf, b.offset, b.ld, b_stride, beta,
                                                    c.buf, c.offset, c.ld, c_stride, batch, &ctx->queue, NULL);

@@ -78,9 +78,16 @@ float clt_schedule_lr(const clt_schedule *s, int64_t step) {
  * divide and sqrt correctly. Used for devices that cannot. */
 void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float lr, float gscale, float *p,
                               const float *grad, float *state, size_t n) {
-  const float mu = cfg->momentum, wd = cfg->weight_decay, beta1 = cfg->beta1, beta2 = cfg->beta2, eps = cfg->eps;
+  clt_optimizer_step_host_masked(cfg, t, lr, gscale, p, grad, state, n, NULL);
+}
+
+void clt_optimizer_step_host_masked(const clt_optimizer_config *cfg, int64_t t, float lr, float gscale, float *p,
+                                    const float *grad, float *state, size_t n, const uint8_t *decay) {
+  const float mu = cfg->momentum, beta1 = cfg->beta1, beta2 = cfg->beta2, eps = cfg->eps;
+#define WD(i) (decay && !decay[i] ? 0.0f : cfg->weight_decay)
   if (cfg->kind == CLT_OPT_SGD) {
     for (size_t i = 0; i < n; i++) {
+      const float wd = WD(i);
       float w = p[i];
       float g = grad[i] * gscale + wd * w;
       if (mu != 0.0f) {
@@ -95,6 +102,7 @@ void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float l
   const float bc1 = (float)(1.0 - pow(beta1, (double)t)), bc2 = (float)(1.0 - pow(beta2, (double)t));
   float *m = state, *v = state + n;
   for (size_t i = 0; i < n; i++) {
+    const float wd = WD(i);
     float w = p[i];
     float g = grad[i] * gscale;
     if (cfg->kind == CLT_OPT_ADAMW)
@@ -109,6 +117,7 @@ void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float l
     float vhat = vi / bc2;
     p[i] = w - lr * mhat / (sqrtf(vhat) + eps);
   }
+#undef WD
 }
 
 /* Does this step need the host (a device that rounds divide or sqrt loosely)? */
@@ -118,6 +127,12 @@ int clt_optimizer_needs_host(const clt_optimizer_config *cfg, const clt_device_i
 
 int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
                        const clt_tensor *params, const clt_tensor *grads, const clt_tensor *state) {
+  return clt_optimizer_step_masked(ctx, cfg, t, lr, grad_scale, params, grads, state, NULL);
+}
+
+int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
+                              float grad_scale, const clt_tensor *params, const clt_tensor *grads,
+                              const clt_tensor *state, const clt_tensor *decay) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong n = (cl_ulong)clt_tensor_numel(params);
@@ -134,6 +149,10 @@ int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_
                       clt_optimizer_name(cfg->kind), per, (unsigned long long)n,
                       clt_tensor_shape_str(state, s1, sizeof s1));
   if (t < 1) return clt__error(CLT_EINVAL, "optimizer step: step numbers start at 1, not %lld", (long long)t);
+  if (decay && (decay->dtype != CLT_U8 || (cl_ulong)clt_tensor_numel(decay) != n || decay->offset))
+    return clt__error(CLT_ESHAPE, "optimizer step: the decay mask must be %llu u8 values from the start of its "
+                      "buffer, not %s", (unsigned long long)n, clt_tensor_shape_str(decay, s1, sizeof s1));
+  cl_mem mask = decay ? decay->buf : NULL;
 
   cl_ulong poff = params->offset / sizeof(float), goff = grads->offset / sizeof(float);
   cl_ulong soff = per ? state->offset / sizeof(float) : 0;
@@ -147,6 +166,7 @@ int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_
     CLT_CL_TRY(clSetKernelArg(k, 9, sizeof(float), &cfg->momentum));
     CLT_CL_TRY(clSetKernelArg(k, 10, sizeof(float), &cfg->weight_decay));
     CLT_CL_TRY(clSetKernelArg(k, 11, sizeof nesterov, &nesterov));
+    CLT_CL_TRY(clSetKernelArg(k, 12, sizeof mask, mask ? &mask : NULL));
   } else {
     cl_int decoupled = cfg->kind == CLT_OPT_ADAMW;
     float bc1 = (float)(1.0 - pow(cfg->beta1, (double)t)), bc2 = (float)(1.0 - pow(cfg->beta2, (double)t));
@@ -165,6 +185,7 @@ int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_
     CLT_CL_TRY(clSetKernelArg(k, 13, sizeof decoupled, &decoupled));
     CLT_CL_TRY(clSetKernelArg(k, 14, sizeof bc1, &bc1));
     CLT_CL_TRY(clSetKernelArg(k, 15, sizeof bc2, &bc2));
+    CLT_CL_TRY(clSetKernelArg(k, 16, sizeof mask, mask ? &mask : NULL));
   }
   /* The first six arguments are the same for both kernels. */
   CLT_CL_TRY(clSetKernelArg(k, 0, sizeof(cl_mem), &params->buf));

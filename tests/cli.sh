@@ -1,7 +1,8 @@
 #!/bin/sh
-# cli.sh: the cltrain tool as a user meets it: the device table and JSON, a
-# spec that matches nothing, bad flags and commands, and the GEMM self-check.
-# Exits 77 (skipped) when no OpenCL device exists.
+# cli.sh: the cltrain tool as a user meets it: tokenizing text, the device
+# table and JSON, a spec that matches nothing, bad flags and commands, and
+# the GEMM self-check. Exits 77 (skipped) when no OpenCL device exists and
+# the tokenizer's checks passed.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
 fail=0
@@ -10,9 +11,51 @@ trap 'rm -f "$out" "$err"' EXIT
 
 . "$srcdir/tests/cli_lib.sh"
 
+# Tokenizing needs no device, so it comes before the check for one: a text
+# file becomes an llm.c shard (1024 header bytes, then one uint16 per byte).
+tok=$(mktemp -d)
+printf 'Hello, tokens!\n' >"$tok/a.txt"           # 15 bytes
+printf 'abcdefghij' >"$tok/b.txt"                  # 10 bytes
+expect 0 "tokenize a text file" -- tokenize "$tok/a.txt" -o "$tok/a.bin"
+has "$out" "wrote 15 tokens" "the token count is reported"
+[ "$(wc -c <"$tok/a.bin")" -eq $((1024 + 2 * 15)) ] && echo "ok: the shard's size" ||
+  { echo "FAIL: $tok/a.bin is $(wc -c <"$tok/a.bin") bytes, not 1054"; fail=1; }
+# magic 20240520 = 0x0134d888, version 1, 15 tokens; then 'H' = 0x48 as uint16
+[ "$(od -A n -t x1 -N 12 "$tok/a.bin" | tr -d ' \n')" = "88d83401010000000f000000" ] && echo "ok: the header bytes" ||
+  { echo "FAIL: header of $tok/a.bin: $(od -A n -t x1 -N 12 "$tok/a.bin")"; fail=1; }
+[ "$(od -A n -t x1 -j 1024 -N 4 "$tok/a.bin" | tr -d ' \n')" = "48006500" ] && echo "ok: bytes are tokens" ||
+  { echo "FAIL: first tokens of $tok/a.bin: $(od -A n -t x1 -j 1024 -N 4 "$tok/a.bin")"; fail=1; }
+expect 0 "tokenize two files and stdin, split 80/20" -- tokenize "$tok/a.txt" - "$tok/b.txt" -o "$tok/t.bin" \
+  --val-fraction 0.2 --val-output "$tok/v.bin" <"$tok/b.txt"
+has "$out" "wrote 28 training tokens" "the training count is reported"
+has "$out" "wrote 7 validation tokens" "the validation count is reported"
+[ "$(wc -c <"$tok/v.bin")" -eq $((1024 + 2 * 7)) ] && [ "$(od -A n -c -j 1024 -N 14 "$tok/v.bin" | tr -d ' \n\\0')" = "defghij" ] &&
+  echo "ok: the validation shard holds the last 7 bytes" || { echo "FAIL: $tok/v.bin is not 'defghij'"; fail=1; }
+expect 0 "tokenize --help" -- tokenize --help
+has "$out" "--val-fraction" "the help shows the options"
+expect 1 "tokenize a missing file" -- tokenize "$tok/missing.txt" -o "$tok/m.bin"
+has "$err" "$tok/missing.txt: cannot open" "the missing file is named"
+: >"$tok/empty.txt"
+expect 1 "tokenize an empty file" -- tokenize "$tok/empty.txt" -o "$tok/e.bin"
+has "$err" "no text" "empty input is named"
+expect 1 "tokenize to an unwritable place" -- tokenize "$tok/a.txt" -o "$tok/no/such/dir/a.bin"
+has "$err" "$tok/no/such/dir/a.bin: cannot create" "the output is named"
+expect 2 "tokenize without -o" -- tokenize "$tok/a.txt"
+has "$err" "no output shard" "the missing option is named"
+expect 2 "tokenize without text" -- tokenize -o "$tok/a.bin"
+expect 2 "a validation fraction out of range" -- tokenize "$tok/a.txt" -o "$tok/a.bin" --val-fraction 1 \
+  --val-output "$tok/v.bin"
+has "$err" "--val-fraction" "the bad option is named"
+expect 2 "a validation fraction without its file" -- tokenize "$tok/a.txt" -o "$tok/a.bin" --val-fraction 0.1
+has "$err" "--val-output" "the missing option is named"
+expect 1 "too little text to split" -- tokenize "$tok/a.txt" -o "$tok/a.bin" --val-fraction 0.01 \
+  --val-output "$tok/v.bin"
+has "$err" "too few" "the reason is given"
+rm -rf "$tok"
+
 "$CLTRAIN" devices >"$out" 2>"$err"
 case $? in
-  3) echo "SKIP: no OpenCL device: $(cat "$err")"; exit 77 ;;
+  3) echo "SKIP: no OpenCL device: $(cat "$err")"; [ $fail -eq 0 ] || exit 1; exit 77 ;;
 esac
 
 expect 0 "devices table" -- devices

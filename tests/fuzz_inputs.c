@@ -1,7 +1,8 @@
 /*
  * fuzz_inputs.c: seeded mutation fuzzing of every file cltrain reads — model
- * specs (clt_model_parse), IDX image and label files and raw datasets
- * (clt_dataset_open_idx_files, clt_dataset_open_raw), and safetensors
+ * specs (clt_model_parse), IDX image and label files, raw datasets and llm.c
+ * token shards (clt_dataset_open_idx_files, clt_dataset_open_raw,
+ * clt_dataset_open_tokens), and safetensors
  * weights (the reader behind clt_trainer_load_weights) — bounded so it fits
  * in `make check`. Needs no OpenCL device.
  *
@@ -278,6 +279,7 @@ int main(void) {
                             {"idx-images", fuzz_idx_images, NULL, 0},
                             {"idx-labels", fuzz_idx_labels, NULL, 0},
                             {"raw", fuzz_raw, NULL, 0},
+                            {"tokens", fuzz_tokens, NULL, 0},
                             {"safetensors", fuzz_safetensors, json_dict, 1}};
   int failures = 0;
   printf("fuzz_inputs: seed 0x%llx, %.1f s or %ld inputs per target\n", (unsigned long long)seed, seconds,
@@ -298,6 +300,9 @@ int main(void) {
       fuzz_seed_idx_labels(&seeds[0], &seed_len[0]), nseeds = 1;
     } else if (t->run == fuzz_raw) {
       fuzz_seed_raw(dir, &seeds[0], &seed_len[0]), nseeds = 1;
+    } else if (t->run == fuzz_tokens) {
+      fuzz_seed_tokens(dir, 0, &seeds[0], &seed_len[0]);
+      fuzz_seed_tokens(dir, 1, &seeds[1], &seed_len[1]), nseeds = 2;
     } else {
       fuzz_seed_safetensors(dir, &seeds[0], &seed_len[0]), nseeds = 1;
     }

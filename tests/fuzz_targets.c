@@ -77,22 +77,23 @@ int fuzz_spec(const uint8_t *data, size_t n) {
 /* Use every sample of an accepted dataset. */
 static int use_dataset(const char *what, clt_dataset *ds) {
   int64_t count = clt_dataset_count(ds), size = clt_dataset_sample_size(ds);
+  int64_t labels = clt_dataset_labels_per_sample(ds);
   float mean, std;
-  if (count < 1 || size < 1 || clt_dataset_num_classes(ds) < 1) {
-    fprintf(stderr, "%s: accepted a dataset of %lld samples of %lld values\n", what, (long long)count,
-            (long long)size);
+  if (count < 1 || size < 1 || labels < 1 || clt_dataset_num_classes(ds) < 1) {
+    fprintf(stderr, "%s: accepted a dataset of %lld samples of %lld values and %lld labels\n", what,
+            (long long)count, (long long)size, (long long)labels);
     return -1;
   }
-  if (count > 4096 || size > 4096) return 0; /* bigger than any seed: do not spend memory on it */
+  if (count > 4096 || size > 4096 || labels > 4096) return 0; /* bigger than any seed: do not spend memory on it */
   float *x = malloc((size_t)(count * size) * sizeof *x);
-  int32_t *y = malloc((size_t)count * sizeof *y);
+  int32_t *y = malloc((size_t)(count * labels) * sizeof *y);
   int64_t *idx = malloc((size_t)count * sizeof *idx);
   int ret = 0;
   if (x && y && idx) {
     for (int64_t i = 0; i < count; i++) idx[i] = count - 1 - i;
     int rc = clt_dataset_get_batch(ds, idx, count, x, y);
     if (rc < 0) ret = refused_well(what, rc, NULL);
-    for (int64_t i = 0; rc == 0 && i < count; i++)
+    for (int64_t i = 0; rc == 0 && i < count * labels; i++)
       if (y[i] < 0 || y[i] >= clt_dataset_num_classes(ds)) {
         fprintf(stderr, "%s: label %d outside [0, %d) came through\n", what, y[i], clt_dataset_num_classes(ds));
         ret = -1;
@@ -177,6 +178,32 @@ int fuzz_raw(const char *dir, const uint8_t *data, size_t n) {
   int rc = clt_dataset_open_raw(p, &ds);
   if (rc < 0) return refused_well("raw", rc, p);
   rc = use_dataset("raw", ds);
+  clt_dataset_destroy(ds);
+  return rc < 0 ? rc : 1;
+}
+
+void fuzz_seed_tokens(const char *dir, int wide, uint8_t **out, size_t *n) {
+  char p[4096];
+  uint32_t t[41];
+  for (int i = 0; i < 41; i++) t[i] = (uint32_t)(i * 37 % 50) + (wide ? 70000u : 0u);
+  snprintf(p, sizeof p, "%s/seed.bin", dir);
+  if (clt_tokens_write(p, t, 41, wide) < 0) {
+    fprintf(stderr, "writing the token seed: %s\n", clt_last_error());
+    exit(99);
+  }
+  *out = slurp(p, n);
+  remove(p);
+}
+
+int fuzz_tokens(const char *dir, const uint8_t *data, size_t n) {
+  char p[4096];
+  clt_dataset *ds = NULL;
+  snprintf(p, sizeof p, "%s/tokens.bin", dir);
+  fuzz_write_file(p, data, n);
+  const char *paths[1] = {p};
+  int rc = clt_dataset_open_tokens(paths, 1, 4, 0, &ds);
+  if (rc < 0) return refused_well("tokens", rc, p);
+  rc = use_dataset("tokens", ds);
   clt_dataset_destroy(ds);
   return rc < 0 ? rc : 1;
 }

@@ -1,6 +1,6 @@
 /*
  * fuzz_targets.h: one input through each of cltrain's file parsers: the
- * model spec parser, the IDX and raw dataset readers, and the safetensors
+ * model spec parser, the IDX, raw and token dataset readers, and the safetensors
  * reader behind clt_trainer_load_weights. Shared by the seeded mutation
  * test (tests/fuzz_inputs.c, run by `make check`) and the libFuzzer
  * harnesses (tests/fuzz/, built by --enable-fuzz).
@@ -25,6 +25,8 @@ int fuzz_idx_images(const char *dir, const uint8_t *data, size_t n);
 int fuzz_idx_labels(const char *dir, const uint8_t *data, size_t n);
 /* A raw dataset file. */
 int fuzz_raw(const char *dir, const uint8_t *data, size_t n);
+/* An llm.c token shard, opened with T = 4 and no vocabulary. */
+int fuzz_tokens(const char *dir, const uint8_t *data, size_t n);
 /* A safetensors file: opened, and every tensor found is read. */
 int fuzz_safetensors(const char *dir, const uint8_t *data, size_t n);
 
@@ -32,6 +34,8 @@ int fuzz_safetensors(const char *dir, const uint8_t *data, size_t n);
 void fuzz_seed_idx_images(uint8_t **out, size_t *n);
 void fuzz_seed_idx_labels(uint8_t **out, size_t *n);
 void fuzz_seed_raw(const char *dir, uint8_t **out, size_t *n);
+/* A shard of 41 tokens, uint16 or (wide) uint32. */
+void fuzz_seed_tokens(const char *dir, int wide, uint8_t **out, size_t *n);
 void fuzz_seed_safetensors(const char *dir, uint8_t **out, size_t *n);
 /* NULL-terminated list of valid spec texts. */
 extern const char *const fuzz_seed_specs[];

@@ -53,6 +53,8 @@ START_TEST(batched_sgemm_matches_plain_c) {
     for (int t = 0; t < 4; t++) {
       run_case(tu_ctx[d], t & 1, t >> 1, 9, 14, 25, 2, 3);
       run_case(tu_ctx[d], t & 1, t >> 1, 32, 8, 16, 0, 5);
+      run_case(tu_ctx[d], t & 1, t >> 1, 100, 100, 100, 1, 3); /* above 64^3: the indirect kernel, padded */
+      run_case(tu_ctx[d], t & 1, t >> 1, 300, 300, 8, 0, 2);   /* attention's scores: a small k */
     }
 }
 END_TEST

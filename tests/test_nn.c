@@ -455,7 +455,7 @@ END_TEST
 /* ---- softmax cross-entropy ------------------------------------------------- */
 
 typedef struct xent_state {
-  int N, C;
+  int N, C, ignore;
   double *z;
   int32_t *labels;
   double *losses;
@@ -465,7 +465,7 @@ static double xent_f(void *p) {
   xent_state *s = p;
   double loss;
   int correct;
-  ref_softmax_xent(s->N, s->C, s->z, s->labels, s->losses, &loss, &correct, NULL);
+  ref_softmax_xent(s->N, s->C, s->z, s->labels, s->ignore, s->losses, &loss, &correct, NULL);
   return loss;
 }
 
@@ -473,29 +473,37 @@ static double xent_f(void *p) {
  * for losses and gradients; the batch loss adds N more terms. Rows whose
  * logits are ~1e30 are compared relatively (the tolerance is relative to
  * 1 + |want|) but not differentiated numerically: a step of 1e-5 vanishes
- * next to 1e30 even in double. */
-static void xent_case(clt_context *ctx, int N, int C, const float *z, const int32_t *labels, float scale, int fd,
-                      int inplace) {
+ * next to 1e30 even in double. Rows labelled `ignore` must be exactly 0. */
+static void xent_case(clt_context *ctx, int N, int C, const float *z, const int32_t *labels, int ignore, float scale,
+                      int fd, int inplace) {
   size_t n = (size_t)N * C;
   clt_tensor tz = nu_f32(ctx, z, NU_SHAPE(N, C)), tl = nu_tensor(ctx, CLT_I32, labels, NU_SHAPE(N));
   clt_tensor tdz = inplace ? tz : nu_f32(ctx, NULL, NU_SHAPE(N, C)), tls = nu_f32(ctx, NULL, NU_SHAPE(N));
   clt_tensor tloss = nu_f32(ctx, NULL, NU_SHAPE(1)), tcorrect = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(1));
-  ck_assert_msg(clt_nn_softmax_xent(ctx, &tz, &tl, scale, &tdz, &tls, &tloss, &tcorrect) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_softmax_xent(ctx, &tz, &tl, ignore, scale, &tdz, &tls, &tloss, &tcorrect) == 0, "%s",
+                clt_last_error());
   float *dz = malloc(n * 4), *losses = malloc(N * 4), loss, loss2;
   int32_t correct;
   nu_get(ctx, &tdz, dz), nu_get(ctx, &tls, losses), nu_get(ctx, &tloss, &loss), nu_get(ctx, &tcorrect, &correct);
 
-  xent_state s = {N, C, nu_to_double(z, n), (int32_t *)labels, malloc(N * 8)};
+  xent_state s = {N, C, ignore, nu_to_double(z, n), (int32_t *)labels, malloc(N * 8)};
   double *rlosses = malloc(N * 8), *rdz = malloc(n * 8), rloss;
   int rcorrect;
-  ref_softmax_xent(N, C, s.z, labels, rlosses, &rloss, &rcorrect, rdz);
+  ref_softmax_xent(N, C, s.z, labels, ignore, rlosses, &rloss, &rcorrect, rdz);
   for (size_t i = 0; i < n; i++) rdz[i] *= scale;
   char what[128];
-  snprintf(what, sizeof what, "softmax_xent N=%d C=%d scale=%g%s on %s", N, C, (double)scale,
+  snprintf(what, sizeof what, "softmax_xent N=%d C=%d ignore=%d scale=%g%s on %s", N, C, ignore, (double)scale,
            inplace ? " in place" : "", tu_name(ctx));
   double e, tol = NU_SUM_TOL(C);
   int any_invalid = 0;
   for (int i = 0; i < N; i++) {
+    if (labels[i] == ignore) {
+      ck_assert_msg(losses[i] == 0.0f, "%s: ignored row %d has loss %g", what, i, losses[i]);
+      for (int j = 0; j < C; j++)
+        ck_assert_msg(dz[(size_t)i * C + j] == 0.0f, "%s: ignored row %d has gradient %g at %d", what, i,
+                      dz[(size_t)i * C + j], j);
+      continue;
+    }
     if (labels[i] >= 0 && labels[i] < C) continue;
     any_invalid = 1;
     ck_assert_msg(isnan(losses[i]), "%s: row %d with label %d has loss %g, not NaN", what, i, labels[i], losses[i]);
@@ -512,7 +520,7 @@ static void xent_case(clt_context *ctx, int N, int C, const float *z, const int3
   }
   /* the same logits give the same loss bits (fixed summation order) */
   if (!inplace) {
-    ck_assert_int_eq(clt_nn_softmax_xent(ctx, &tz, &tl, scale, NULL, &tls, &tloss, NULL), 0);
+    ck_assert_int_eq(clt_nn_softmax_xent(ctx, &tz, &tl, ignore, scale, NULL, &tls, &tloss, NULL), 0);
     nu_get(ctx, &tloss, &loss2);
     ck_assert_msg(memcmp(&loss, &loss2, 4) == 0 || (isnan(loss) && isnan(loss2)), "%s: loss not repeatable", what);
   }
@@ -532,12 +540,15 @@ START_TEST(softmax_xent_matches_reference_and_finite_differences) {
       for (int i = 0; i < N; i++) labels[i] = (i * 7 + 3) % C;
       for (size_t i = 0; i < (size_t)N * C; i++) z[i] *= 3.0f;
       if (C > 1) z[(size_t)0 * C + labels[0]] = 5.0f; /* row 0 is right: correct counts it */
-      xent_case(ctx, N, C, z, labels, 1.0f, 1, 0);
+      xent_case(ctx, N, C, z, labels, -1, 1.0f, 1, 0);
       if (s == 1) {
-        xent_case(ctx, N, C, z, labels, 0.25f, 0, 0); /* loss scaling */
-        xent_case(ctx, N, C, z, labels, 1.0f, 0, 1);  /* dlogits over logits */
-        labels[1] = -1, labels[3] = C;                /* bad labels give NaN rows */
-        xent_case(ctx, N, C, z, labels, 1.0f, 0, 0);
+        xent_case(ctx, N, C, z, labels, -1, 0.25f, 0, 0); /* loss scaling */
+        xent_case(ctx, N, C, z, labels, -1, 1.0f, 0, 1);  /* dlogits over logits */
+        labels[1] = -1, labels[3] = C;                    /* bad labels give NaN rows */
+        xent_case(ctx, N, C, z, labels, -100, 1.0f, 0, 0);
+        labels[3] = labels[0] = -1; /* ... unless they are the ignore index (row 0 was right: not counted now) */
+        xent_case(ctx, N, C, z, labels, -1, 1.0f, 1, 0);
+        xent_case(ctx, N, C, z, labels, -1, 1.0f, 0, 1);
       }
       free(z), free(labels);
     }
@@ -561,14 +572,14 @@ START_TEST(softmax_xent_is_stable_for_extreme_logits) {
     clt_tensor tz = nu_f32(ctx, z, NU_SHAPE(N, C)), tl = nu_tensor(ctx, CLT_I32, labels, NU_SHAPE(N));
     clt_tensor tdz = nu_f32(ctx, NULL, NU_SHAPE(N, C)), tls = nu_f32(ctx, NULL, NU_SHAPE(N));
     clt_tensor tloss = nu_f32(ctx, NULL, NU_SHAPE(1)), tc = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(1));
-    ck_assert_int_eq(clt_nn_softmax_xent(ctx, &tz, &tl, 1.0f, &tdz, &tls, &tloss, &tc), 0);
+    ck_assert_int_eq(clt_nn_softmax_xent(ctx, &tz, &tl, -1, 1.0f, &tdz, &tls, &tloss, &tc), 0);
     float dz[N * C], losses[N], loss;
     int32_t correct;
     nu_get(ctx, &tdz, dz), nu_get(ctx, &tls, losses), nu_get(ctx, &tloss, &loss), nu_get(ctx, &tc, &correct);
     double zd[N * C], rl[N], rdz[N * C], rloss;
     int rc;
     for (int i = 0; i < N * C; i++) zd[i] = z[i];
-    ref_softmax_xent(N, C, zd, labels, rl, &rloss, &rc, rdz);
+    ref_softmax_xent(N, C, zd, labels, -1, rl, &rloss, &rc, rdz);
     for (int i = 0; i < N * C; i++) ck_assert_msg(isfinite(dz[i]), "dlogits[%d] = %g on %s", i, dz[i], tu_name(ctx));
     for (int i = 0; i < N; i++) ck_assert_msg(isfinite(losses[i]), "loss[%d] = %g on %s", i, losses[i], tu_name(ctx));
     ck_assert_msg(nu_err(losses, rl, N) <= 1e-5, "extreme losses on %s" NU_AT, tu_name(ctx), NU_AT_ARGS);
@@ -634,13 +645,15 @@ START_TEST(bad_shapes_are_named) {
   NU_EXPECT(clt_nn_layernorm_forward(ctx, 1e-5f, &y, &i3, &i3, &y, &f4, &f4), CLT_ESHAPE, "layernorm forward",
             "gamma must be a 1-D f32 tensor (D), got (3) i32");
 
-  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &f4, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &f4, -1, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
             "labels must be a 1-D i32 tensor (N), got (4) f32");
-  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i3, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i3, -1, 1, NULL, &f4, &one, NULL), CLT_ESHAPE, "softmax_xent",
             "logits (4, 3) f32", "labels (3) i32", "one element per row of logits, 4");
-  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, &x, &f4, &one, NULL), CLT_ESHAPE, "dlogits (4, 7) f32");
-  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 1, NULL, &f4, &v10, NULL), CLT_ESHAPE, "loss (10) f32",
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, -1, 1, &x, &f4, &one, NULL), CLT_ESHAPE, "dlogits (4, 7) f32");
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, -1, 1, NULL, &f4, &v10, NULL), CLT_ESHAPE, "loss (10) f32",
             "hold one element");
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 0, 1, NULL, &f4, &one, NULL), CLT_EINVAL, "softmax_xent",
+            "ignore_index 0 must be negative");
   nu_free_all();
 }
 END_TEST

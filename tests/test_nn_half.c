@@ -388,14 +388,15 @@ static void xent_case(clt_context *ctx, int N, int C, float scale) {
   unsigned seed = (unsigned)(N * 1000 + C);
   int32_t *labels = hf_keep(malloc((size_t)N * sizeof *labels));
   for (int i = 0; i < N; i++) labels[i] = (int32_t)((i * 7919u + seed) % (unsigned)C);
+  labels[1] = -1; /* the ignore index: a zero row on both paths */
   hf_pair z = hf_pair_of(ctx, hf_random(n, seed, 3.0f, 0.0f), NU_SHAPE(N, C)), dz = hf_out(ctx, NU_SHAPE(N, C));
   clt_tensor lab = nu_tensor(ctx, CLT_I32, labels, NU_SHAPE(N));
   clt_tensor losses32 = nu_f32(ctx, NULL, NU_SHAPE(N)), loss32 = nu_f32(ctx, NULL, NU_SHAPE(1));
   clt_tensor losses16 = nu_f32(ctx, NULL, NU_SHAPE(N)), loss16 = nu_f32(ctx, NULL, NU_SHAPE(1));
   clt_tensor c32 = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(1)), c16 = nu_tensor(ctx, CLT_I32, NULL, NU_SHAPE(1));
-  ck_assert_msg(clt_nn_softmax_xent(ctx, &z.f32, &lab, scale, &dz.f32, &losses32, &loss32, &c32) == 0, "%s",
+  ck_assert_msg(clt_nn_softmax_xent(ctx, &z.f32, &lab, -1, scale, &dz.f32, &losses32, &loss32, &c32) == 0, "%s",
                 clt_last_error());
-  ck_assert_msg(clt_nn_softmax_xent(ctx, &z.f16, &lab, scale, &dz.f16, &losses16, &loss16, &c16) == 0, "%s",
+  ck_assert_msg(clt_nn_softmax_xent(ctx, &z.f16, &lab, -1, scale, &dz.f16, &losses16, &loss16, &c16) == 0, "%s",
                 clt_last_error());
   float *dz16 = hf_get16(ctx, &dz.f16);
   hf_expect_rounded(dz16, hf_get32(ctx, &dz.f32), n, what, "dlogits");
@@ -406,7 +407,7 @@ static void xent_case(clt_context *ctx, int N, int C, float scale) {
   nu_get(ctx, &c16, &k16);
   ck_assert_msg(k16 == k32, "%s: %d correct from f16, %d from f32", what, k16, k32);
   /* in place, dlogits = logits */
-  ck_assert_msg(clt_nn_softmax_xent(ctx, &z.f16, &lab, scale, &z.f16, &losses16, &loss16, NULL) == 0, "%s",
+  ck_assert_msg(clt_nn_softmax_xent(ctx, &z.f16, &lab, -1, scale, &z.f16, &losses16, &loss16, NULL) == 0, "%s",
                 clt_last_error());
   float *inplace = hf_get16(ctx, &z.f16);
   for (size_t i = 0; i < n; i++) ck_assert_msg(inplace[i] == dz16[i], "%s: in-place dlogits[%zu] differs", what, i);
@@ -544,9 +545,9 @@ START_TEST(values_beyond_half_range_are_stored_as_inf) {
     hf_pair zp = hf_pair_of(ctx, z, NU_SHAPE(N, C)), dz = hf_out(ctx, NU_SHAPE(N, C));
     clt_tensor lab = nu_tensor(ctx, CLT_I32, labels, NU_SHAPE(N));
     clt_tensor losses = nu_f32(ctx, NULL, NU_SHAPE(N)), loss = nu_f32(ctx, NULL, NU_SHAPE(1));
-    ck_assert_msg(clt_nn_softmax_xent(ctx, &zp.f32, &lab, 65536.0f, &dz.f32, &losses, &loss, NULL) == 0, "%s",
+    ck_assert_msg(clt_nn_softmax_xent(ctx, &zp.f32, &lab, -1, 65536.0f, &dz.f32, &losses, &loss, NULL) == 0, "%s",
                   clt_last_error());
-    ck_assert_msg(clt_nn_softmax_xent(ctx, &zp.f16, &lab, 65536.0f, &dz.f16, &losses, &loss, NULL) == 0, "%s",
+    ck_assert_msg(clt_nn_softmax_xent(ctx, &zp.f16, &lab, -1, 65536.0f, &dz.f16, &losses, &loss, NULL) == 0, "%s",
                   clt_last_error());
     float *g32 = hf_get32(ctx, &dz.f32), *g16 = hf_get16(ctx, &dz.f16);
     ck_assert_msg(isfinite(g32[3]) && g32[3] < -65520.0f, "%s: f32 dlogits[0, 3] = %g", what, g32[3]);
@@ -602,7 +603,7 @@ START_TEST(mixed_f16_and_f32_activations_are_refused) {
             "x (4, 7) f16", "y (4, 7) f32");
   NU_EXPECT(clt_nn_layernorm_backward(ctx, &m16, &d7, &r4, &r4, &m32, &m16, &d7, &d7), CLT_ESHAPE,
             "layernorm backward", "x (4, 7) f16", "dy (4, 7) f32");
-  NU_EXPECT(clt_nn_softmax_xent(ctx, &m16, &i4, 1, &m32, &r4, &one, NULL), CLT_ESHAPE, "softmax_xent",
+  NU_EXPECT(clt_nn_softmax_xent(ctx, &m16, &i4, -1, 1, &m32, &r4, &one, NULL), CLT_ESHAPE, "softmax_xent",
             "logits (4, 7) f16", "dlogits (4, 7) f32");
   NU_EXPECT(clt_nn_maxpool2d_forward(ctx, &two, &p16, &q32, &a4), CLT_ESHAPE, "maxpool2d forward",
             "x (2, 3, 4, 4) f16", "y (2, 3, 2, 2) f32");

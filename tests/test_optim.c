@@ -61,6 +61,70 @@ static void check_optimizer(clt_context *ctx, const clt_optimizer_config *cfg, c
   free(p), free(g), free(st), free(got), free(gst), free(hp), free(hst);
 }
 
+/* A decay mask: where it is 0 the step is exactly the step with weight
+ * decay 0, where 1 exactly the step with it; the kernel gives the host's
+ * bits. */
+static void check_masked(clt_context *ctx, const clt_optimizer_config *cfg, const char *what) {
+  int per = clt_optimizer_state_per_param(cfg);
+  clt_optimizer_config nodecay = *cfg;
+  nodecay.weight_decay = 0;
+  float *p = malloc(N * 4), *g = malloc(N * 4), *st = calloc(2 * N, 4), *got = malloc(N * 4);
+  float *a = malloc(N * 4), *ast = calloc(2 * N, 4), *b = malloc(N * 4), *bst = calloc(2 * N, 4);
+  uint8_t *mask = malloc(N);
+  ref_random(p, N, 12);
+  ref_random(g, N, 13);
+  for (int i = 0; i < N; i++) mask[i] = (uint8_t)(i % 3 != 0);
+  memcpy(a, p, N * 4), memcpy(b, p, N * 4);
+  cl_mem dp = tu_buffer(ctx, p, N), dg = tu_buffer(ctx, g, N), ds = tu_buffer(ctx, NULL, 2 * N);
+  cl_mem dm;
+  ck_assert_int_eq(clt_buffer_create(ctx, N, &dm), 0);
+  int64_t n1 = N, ns = (int64_t)(per ? per : 1) * N;
+  clt_tensor tp, tg, ts, tm;
+  ck_assert_int_eq(clt_tensor_view(dp, 0, CLT_F32, 1, &n1, &tp), 0);
+  ck_assert_int_eq(clt_tensor_view(dg, 0, CLT_F32, 1, &n1, &tg), 0);
+  ck_assert_int_eq(clt_tensor_view(ds, 0, CLT_F32, 1, &ns, &ts), 0);
+  ck_assert_int_eq(clt_tensor_view(dm, 0, CLT_U8, 1, &n1, &tm), 0);
+  ck_assert_int_eq(clt_tensor_upload(ctx, &tm, mask, N), 0);
+  for (int t = 1; t <= 2; t++) {
+    clt_optimizer_step_host_masked(cfg, t, 0.1f, 0.5f, p, g, st, N, mask);
+    clt_optimizer_step_host(cfg, t, 0.1f, 0.5f, a, g, ast, N);
+    clt_optimizer_step_host(&nodecay, t, 0.1f, 0.5f, b, g, bst, N);
+    if (!clt_optimizer_needs_host(cfg, clt_context_device(ctx)))
+      ck_assert_msg(clt_optimizer_step_masked(ctx, cfg, t, 0.1f, 0.5f, &tp, &tg, &ts, &tm) == 0, "%s",
+                    clt_last_error());
+  }
+  for (int i = 0; i < N; i++)
+    ck_assert_msg(memcmp(&p[i], mask[i] ? &a[i] : &b[i], 4) == 0, "%s: parameter %d (mask %d) is not the %s step",
+                  what, i, mask[i], mask[i] ? "decayed" : "undecayed");
+  if (!clt_optimizer_needs_host(cfg, clt_context_device(ctx))) {
+    tu_read(ctx, dp, 0, got, N);
+    ck_assert_msg(memcmp(got, p, N * 4) == 0, "%s on %s: masked kernel and host step differ in bits", what,
+                  tu_name(ctx));
+  }
+  /* A mask of the wrong size or type is refused. */
+  int64_t short_n = N - 1;
+  clt_tensor bad;
+  ck_assert_int_eq(clt_tensor_view(dm, 0, CLT_U8, 1, &short_n, &bad), 0);
+  ck_assert_int_eq(clt_optimizer_step_masked(ctx, cfg, 1, 0.1f, 1, &tp, &tg, &ts, &bad), CLT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "decay mask"));
+  clt_buffer_release(dp), clt_buffer_release(dg), clt_buffer_release(ds), clt_buffer_release(dm);
+  free(p), free(g), free(st), free(got), free(a), free(ast), free(b), free(bst), free(mask);
+}
+
+START_TEST(decay_masks) {
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_optimizer_config cfg;
+    clt_optimizer_defaults(CLT_OPT_ADAMW, &cfg);
+    cfg.weight_decay = 0.1f;
+    check_masked(tu_ctx[d], &cfg, "adamw");
+    clt_optimizer_defaults(CLT_OPT_SGD, &cfg);
+    cfg.momentum = 0.9f;
+    cfg.weight_decay = 0.05f;
+    check_masked(tu_ctx[d], &cfg, "sgd");
+  }
+}
+END_TEST
+
 START_TEST(optimizers_match_plain_c) {
   for (int d = 0; d < tu_ndev; d++) {
     clt_optimizer_config cfg;
@@ -138,6 +202,7 @@ int main(void) {
   Suite *s = suite_create("optim");
   TCase *tc = tcase_create("optim");
   tcase_add_test(tc, optimizers_match_plain_c);
+  tcase_add_test(tc, decay_masks);
   tcase_add_test(tc, bad_arguments);
   tcase_add_test(tc, schedules);
   suite_add_tcase(s, tc);

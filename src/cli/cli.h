@@ -34,7 +34,9 @@ int cmd_eval(int argc, char **argv, clt_comm *comm);
 int cmd_export(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_hf(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 
 /* ---- MPI (cli_mpi.c): the tool, not the library, starts and ends MPI --- */
 

@@ -15,14 +15,17 @@
 #include "cli.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+/* Language models: scripts/make-fortunes-data.sh writes these. */
+#define DEFAULT_TOKENS "data/fortunes_train.bin"
 
 #define DEFAULT_CHECKPOINT_DIR "checkpoints"
 
 #define MAX_WEIGHTS 1024
 
 typedef struct train_args {
-  const char *model, *data, *devices, *normalize, *save, *weights, *resume;
+  const char *model, *data, *val, *devices, *normalize, *save, *weights, *resume;
   int quiet;
+  int vocab;                 /* a language model's vocabulary, else 0 */
   double balance_weights[MAX_WEIGHTS];
   clt_train_options o;
 } train_args;
@@ -61,7 +64,11 @@ static void help(FILE *to) {
           "\n"
           "data\n"
           "  -D, --data DIR          IDX files (train-*/t10k-*-idx?-ubyte[.gz]) (default: %s\n"
-          "                          when the dataset-fashion-mnist package is installed)\n"
+          "                          when the dataset-fashion-mnist package is installed); for a\n"
+          "                          model of tokens, a token file (llm.c's .bin, cltrain tokenize)\n"
+          "                          (default " DEFAULT_TOKENS ")\n"
+          "      --val FILE          a language model's validation tokens (default: --data's name\n"
+          "                          with 'train' made 'val', when that file exists)\n"
           "      --normalize MODE    scale (pixels to [0,1]) or standard (training set mean/std)\n"
           "                          (default standard)\n"
           "training\n"
@@ -148,10 +155,10 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
-         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME };
+         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
-      {"epochs", required_argument, 0, 'e'},      {"batch", required_argument, 0, 'b'},
+      {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},      {"batch", required_argument, 0, 'b'},
       {"accumulate", required_argument, 0, O_ACC}, {"max-steps", required_argument, 0, O_MAXSTEPS},
       {"seed", required_argument, 0, O_SEED},     {"drop-last", no_argument, 0, O_DROPLAST},
       {"optimizer", required_argument, 0, 'o'},   {"lr", required_argument, 0, O_LR},
@@ -180,6 +187,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   while ((c = getopt_long(argc, argv, "D:e:b:o:d:s:qh", opts, NULL)) != -1) {
     switch (c) {
     case 'D': a->data = optarg; break;
+    case O_VAL: a->val = optarg; break;
     case O_NORM:
       if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
         fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
@@ -290,6 +298,15 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   return 0;
 }
 
+/* An evaluation's result: a classifier's test loss and accuracy; a
+ * language model's validation loss per token, with bits per byte when the
+ * tokens are bytes (cltrain tokenize), and its next-token accuracy. */
+static void print_eval(const train_args *a, const char *lead, double loss, double acc) {
+  if (!a->vocab) printf("%stest loss %.4f accuracy %.4f", lead, loss, acc);
+  else if (a->vocab == 256) printf("%sval loss %.4f bits per byte %.4f accuracy %.4f", lead, loss, loss / log(2.0), acc);
+  else printf("%sval loss %.4f accuracy %.4f", lead, loss, acc);
+}
+
 /* Progress on rank 0: a rewritten line on a terminal, epoch lines always. */
 static void progress(const clt_train_event *ev, void *user) {
   const train_args *a = user;
@@ -304,16 +321,39 @@ static void progress(const clt_train_event *ev, void *user) {
   if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
   printf("epoch %lld/%lld: train loss %.4f accuracy %.4f", (long long)ev->epoch, (long long)ev->epochs, ev->loss,
          ev->accuracy);
-  if (isfinite(ev->test_accuracy)) printf(" | test loss %.4f accuracy %.4f", ev->test_loss, ev->test_accuracy);
+  if (isfinite(ev->test_accuracy)) print_eval(a, " | ", ev->test_loss, ev->test_accuracy);
   printf(" | %.1f s\n", ev->elapsed_s);
   fflush(stdout);
 }
 
+/* A language model's token files: --data and --val, or the fortunes
+ * corpus; the validation file is optional. */
+static int open_tokens(const train_args *a, const clt_model *m, clt_dataset **train, clt_dataset **test) {
+  const char *path = a->data ? a->data : DEFAULT_TOKENS;
+  int64_t T = clt_model_input_size(m);
+  int V = clt_model_vocab(m), rc;
+  if (!a->data && access(path, R_OK) != 0) {
+    fprintf(stderr, "cltrain: no --data FILE.bin given and %s is not there (make it with "
+            "scripts/make-fortunes-data.sh, or tokenize text with cltrain tokenize)\n", path);
+    return CLT_ENOTFOUND;
+  }
+  if ((rc = clt_dataset_open_tokens(&path, 1, T, V, train)) < 0) return rc;
+  char guess[4096];
+  const char *val = a->val;
+  const char *at = strstr(path, "train");
+  if (!val && at && strlen(path) < sizeof guess) {
+    snprintf(guess, sizeof guess, "%.*sval%s", (int)(at - path), path, at + 5);
+    if (access(guess, R_OK) == 0) val = guess;
+  }
+  return val ? clt_dataset_open_tokens(&val, 1, T, V, test) : CLT_OK;
+}
+
 /* Open the training and test sets and normalise both alike. */
-static int open_data(const train_args *a, clt_dataset **train, clt_dataset **test) {
+static int open_data(const train_args *a, const clt_model *m, clt_dataset **train, clt_dataset **test) {
   const char *dir = a->data;
   int rc;
   *train = *test = NULL;
+  if (clt_model_vocab(m)) return open_tokens(a, m, train, test);
   if (!dir) {
     if (access(DEFAULT_DATA, R_OK) != 0) {
       fprintf(stderr, "cltrain: no --data DIR given and %s is not there (install dataset-fashion-mnist)\n",
@@ -349,11 +389,12 @@ typedef struct session {
 
 /* Load the model, open the data and pick this rank's devices: CLI_EXIT_OK,
  * or the exit code after saying what failed (session_close either way). */
-static int session_open(const train_args *a, clt_comm *comm, session *s) {
+static int session_open(train_args *a, clt_comm *comm, session *s) {
   int rc;
   memset(s, 0, sizeof *s);
   if ((rc = clt_model_load(a->model, &s->model)) < 0) return cli_fail(rc, "model");
-  if ((rc = open_data(a, &s->train, &s->test)) < 0) return cli_fail(rc, "data");
+  a->vocab = clt_model_vocab(s->model);
+  if ((rc = open_data(a, s->model, &s->train, &s->test)) < 0) return cli_fail(rc, "data");
   return cli_rank_devices(a->devices, comm, &s->all, &s->sel);
 }
 
@@ -439,7 +480,8 @@ static void eval_help(FILE *to) {
               "\n"
               "  -w, --weights FILE    weights saved by 'cltrain train --save', or a checkpoint\n"
               "                        (required)\n"
-              "  -D, --data DIR        as for train (default %s)\n"
+              "  -D, --data DIR        as for train (default %s); a language model is evaluated\n"
+              "                        on --val FILE, or on --data FILE.bin when there is none\n"
               "      --normalize MODE  as for train: scale or standard (default standard)\n"
               "  -b, --batch N         samples per device batch (default 256)\n"
               "  -d, --devices SPEC    as for train\n"
@@ -448,6 +490,7 @@ static void eval_help(FILE *to) {
 
 int cmd_eval(int argc, char **argv, clt_comm *comm) {
   static const struct option opts[] = {{"weights", required_argument, 0, 'w'}, {"data", required_argument, 0, 'D'},
+                                       {"val", required_argument, 0, 'V'},
                                        {"normalize", required_argument, 0, 'n'}, {"batch", required_argument, 0, 'b'},
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
                                        {0}};
@@ -462,6 +505,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     switch (c) {
     case 'w': a.weights = optarg; break;
     case 'D': a.data = optarg; break;
+    case 'V': a.val = optarg; break;
     case 'n':
       if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
         fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
@@ -483,6 +527,10 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
   session s;
   double loss, acc;
   if ((ec = session_open(&a, comm, &s)) != CLI_EXIT_OK) goto out;
+  if (!s.test && a.vocab) { /* a language model evaluates on --val, else on --data itself */
+    s.test = s.train;
+    s.train = NULL;
+  }
   if (!s.test) {
     fprintf(stderr, "cltrain eval: the data has no test split (t10k-*-idx?-ubyte[.gz])\n");
     ec = CLI_EXIT_ERROR;
@@ -491,8 +539,10 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
   if ((rc = clt_trainer_create(s.model, s.sel, comm, &a.o, &s.tr)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
   if ((rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
   if ((rc = clt_trainer_evaluate(s.tr, s.test, &loss, &acc)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
-  if (clt_comm_rank(comm) == 0)
-    printf("test loss %.4f accuracy %.4f (%lld samples)\n", loss, acc, (long long)clt_dataset_count(s.test));
+  if (clt_comm_rank(comm) == 0) {
+    print_eval(&a, "", loss, acc);
+    printf(" (%lld samples)\n", (long long)clt_dataset_count(s.test));
+  }
 out:
   session_close(&s);
   return ec;

@@ -22,9 +22,11 @@ static void usage(FILE *to) {
           "  eval         loss and accuracy of saved weights on the test set\n"
           "  export       write a checkpoint's weights alone (PyTorch names)\n"
           "  summary      show a model spec's layers, shapes and parameter counts\n"
+          "  tokenize     text files to an llm.c token shard (byte-level) for language models\n"
           "  hf import    a Hugging Face GPT-2 checkpoint (save_pretrained's directory) as a\n"
           "               cltrain model spec and weights\n"
           "  hf export    a cltrain GPT and its weights as a Hugging Face GPT-2 checkpoint\n"
+          "  generate     sample text from a byte-level language model\n"
           "  bench allreduce  (under mpirun) time cltrain's all-reduce on host and device\n"
           "               buffers against MPI_Allreduce, checking every result\n"
           "  version      print the version\n"
@@ -78,7 +80,9 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "summary") == 0) return cmd_summary(argc - 1, argv + 1);
   if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
+  if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
   if (strcmp(cmd, "hf") == 0) return cmd_hf(argc - 1, argv + 1);
+  if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0) {
     clt_comm *comm = NULL;
     int rc, ec = cli_mpi_init(&argc, &argv);

@@ -1,7 +1,7 @@
 /*
  * data.h: what the data layer's sources share: the dataset's layout, the
- * checked reading of plain or gzip files that the IDX and raw readers are
- * built on, and the slice decoder the prefetch thread runs.
+ * checked reading of plain or gzip files that the IDX, raw and token readers
+ * are built on, and the slice decoder the prefetch thread runs.
  */
 #ifndef CLT_DATA_H
 #define CLT_DATA_H
@@ -18,9 +18,12 @@ struct clt_dataset {
   int64_t dims[CLT_DATASET_MAX_DIMS];
   int64_t sample_size;  /* prod(dims) */
   int num_classes;
-  clt_dtype dtype;    /* CLT_U8 (IDX) or CLT_F32 (raw) */
-  void *x;            /* (count, sample_size) of dtype */
-  int32_t *y;         /* (count) */
+  clt_dtype dtype;    /* CLT_U8 (IDX) or CLT_F32 (raw); unused for tokens */
+  void *x;            /* (count, sample_size) of dtype; for tokens (ntokens) of token_bytes each */
+  int32_t *y;         /* (count); NULL for tokens, whose labels are x shifted by one */
+  int64_t labels_per_sample;  /* 1, or T for tokens */
+  int token_bytes;    /* 0 for sample datasets; 2 (uint16) or 4 (uint32) for a token stream */
+  int64_t ntokens;
   float range;        /* values are divided by this first: 255 for CLT_U8, 1 for CLT_F32 */
   float mean, std;
   float lut[256];     /* CLT_U8: the normalised value of every byte */
@@ -31,6 +34,10 @@ clt_dataset *clt__dataset_alloc(const char *path);
 /* Check every label against num_classes (0: set it to max + 1); errors name
  * labels_path and the first offending index. */
 int clt__dataset_check_labels(clt_dataset *ds, const char *labels_path);
+
+/* Token datasets (tokens.c): windows as float32 x (n, T) and int32 y (n, T),
+ * for clt_dataset_get_batch, whose index checks are done. */
+void clt__tokens_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, int32_t *y);
 
 /* ---- checked reading (gzread reads plain and gzip files alike) ---- */
 
@@ -67,6 +74,22 @@ static inline uint32_t clt__le32(const unsigned char *p) {
 static inline uint64_t clt__le64(const unsigned char *p) {
   return (uint64_t)clt__le32(p) | (uint64_t)clt__le32(p + 4) << 32;
 }
+
+static inline int clt__host_is_big_endian(void) {
+  const uint16_t one = 1;
+  return *(const unsigned char *)&one == 0;
+}
+static inline void clt__put_le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void clt__put_le64(unsigned char *p, uint64_t v) {
+  clt__put_le32(p, (uint32_t)v);
+  clt__put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Write n bytes through zlib (plain or gzip); a failure is CLT_EIO naming
+ * path and the reason. */
+int clt__gz_write_all(gzFile gz, const char *path, const void *buf, size_t n);
 
 /* "28x28" into buf. */
 const char *clt__dims_str(int ndims, const int64_t *dims, char *buf, size_t len);

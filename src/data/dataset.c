@@ -2,7 +2,8 @@
  * dataset.c: the dataset object every reader fills: accessors, label checks,
  * normalisation and its statistics, and clt_dataset_get_batch, the one
  * decoder of samples to normalised float32 (the prefetch thread runs it too,
- * so prefetched batches are bitwise the direct ones).
+ * so prefetched batches are bitwise the direct ones); token windows are
+ * decoded by tokens.c.
  */
 #include "data/data.h"
 
@@ -22,6 +23,7 @@ clt_dataset *clt__dataset_alloc(const char *path) {
   ds->range = 1.0f;
   ds->mean = 0.0f;
   ds->std = 1.0f;
+  ds->labels_per_sample = 1;
   return ds;
 }
 
@@ -36,6 +38,7 @@ void clt_dataset_destroy(clt_dataset *ds) {
 int64_t clt_dataset_count(const clt_dataset *ds) { return ds ? ds->count : 0; }
 int clt_dataset_num_classes(const clt_dataset *ds) { return ds ? ds->num_classes : 0; }
 int64_t clt_dataset_sample_size(const clt_dataset *ds) { return ds ? ds->sample_size : 0; }
+int64_t clt_dataset_labels_per_sample(const clt_dataset *ds) { return ds ? ds->labels_per_sample : 0; }
 const char *clt_dataset_path(const clt_dataset *ds) { return ds ? ds->path : ""; }
 
 int clt_dataset_sample_shape(const clt_dataset *ds, int64_t *dims) {
@@ -91,6 +94,14 @@ int clt_dataset_normalize(clt_dataset *ds, float mean, float std) {
     return clt__error(CLT_EINVAL, "%s: normalising needs a finite mean and a finite std > 0, not mean %g std %g%s",
                       ds->path, (double)mean, (double)std,
                       std == 0.0f ? " (a dataset whose values are all equal has std 0)" : "");
+  /* Token ids are indices into an embedding, not measurements: scaling them
+   * would make them name other tokens. (0, 1) is allowed, as it changes
+   * nothing, so code that normalises every dataset keeps working. */
+  if (ds->token_bytes) {
+    if (mean == 0.0f && std == 1.0f) return CLT_OK;
+    return clt__error(CLT_EINVAL, "%s: a token dataset is not normalised (its values are token ids); mean %g "
+                      "std %g asked", ds->path, (double)mean, (double)std);
+  }
   if (ds->dtype == CLT_U8) {
     float lut[256];
     for (int v = 0; v < 256; v++) {
@@ -114,6 +125,11 @@ void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, float *st
 /* Two passes in double (mean, then squared deviations): no cancellation. */
 int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std) {
   if (!ds || !mean || !std) return clt__error(CLT_EINVAL, "clt_dataset_stats: a NULL argument");
+  if (ds->token_bytes) { /* the identity, which is all clt_dataset_normalize takes for tokens */
+    *mean = 0.0f;
+    *std = 1.0f;
+    return CLT_OK;
+  }
   const int64_t total = ds->count * ds->sample_size;
   double m = 0.0, var = 0.0;
   if (ds->dtype == CLT_U8) {
@@ -150,6 +166,7 @@ int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t
     if (k < 0 || k >= ds->count)
       return clt__error(CLT_EINVAL, "%s: sample index %lld (position %lld of the batch) is outside [0, %lld)",
                         ds->path, (long long)k, (long long)i, (long long)ds->count);
+    if (ds->token_bytes) continue; /* checked all first, then decoded below */
     if (y) y[i] = ds->y[k];
     if (!x) continue;
     float *out = x + i * F; /* (F) */
@@ -172,5 +189,6 @@ int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t
       }
     }
   }
+  if (ds->token_bytes) clt__tokens_get_batch(ds, indices, n, x, y);
   return CLT_OK;
 }

@@ -1,7 +1,7 @@
 /*
  * prefetch.c: a background thread that decodes a replica's next batch slice
- * (normalised float32 samples and int32 labels) while the caller computes on
- * the current one.
+ * (normalised float32 samples and int32 labels, one per sample or one per
+ * position of a token window) while the caller computes on the current one.
  *
  * Two slots, each EMPTY -> FILLING (thread) -> READY -> HELD (caller) ->
  * EMPTY. The caller holds at most one slot, the batch it is working on; the
@@ -29,7 +29,7 @@ struct slot {
   clt_pinned *pinned;  /* with a context; else mem */
   void *mem;
   float *x;            /* (capacity, sample_size) */
-  int32_t *y;          /* (capacity) */
+  int32_t *y;          /* (capacity, labels_per_sample) */
   int64_t *indices;    /* (capacity) */
   int64_t capacity;    /* rows */
   clt_sampler_pos pos;
@@ -72,13 +72,13 @@ static void slot_free(struct slot *sl) {
   memset(sl, 0, sizeof *sl);
 }
 
-/* Room for `rows` samples: x, then y at the next 64-byte boundary. The slot
- * is replaced only once the new memory exists, so a failure leaves it as it
- * was. */
-static int slot_alloc(struct slot *sl, clt_context *ctx, int64_t rows, int64_t sample_size) {
-  const size_t xbytes = (size_t)rows * (size_t)sample_size * sizeof(float);
+/* Room for `rows` samples of ds: x, then y at the next 64-byte boundary.
+ * The slot is replaced only once the new memory exists, so a failure leaves
+ * it as it was. */
+static int slot_alloc(struct slot *sl, clt_context *ctx, int64_t rows, const clt_dataset *ds) {
+  const size_t xbytes = (size_t)rows * (size_t)clt_dataset_sample_size(ds) * sizeof(float);
   const size_t yoff = (xbytes + 63) / 64 * 64;
-  const size_t bytes = yoff + (size_t)rows * sizeof(int32_t);
+  const size_t bytes = yoff + (size_t)rows * (size_t)clt_dataset_labels_per_sample(ds) * sizeof(int32_t);
   struct slot fresh = {0};
   unsigned char *base;
   int rc;
@@ -166,7 +166,7 @@ int clt_prefetcher_create(const clt_dataset *ds, const clt_sampler *s, int repli
   clt_sampler_get_position(s, &pf->take_pos);
   pf->fill_pos = pf->take_pos;
   for (int i = 0; i < 2; i++)
-    CLT_TRY(slot_alloc(&pf->slots[i], ctx, clt_sampler_share(s, replica), clt_dataset_sample_size(ds)));
+    CLT_TRY(slot_alloc(&pf->slots[i], ctx, clt_sampler_share(s, replica), ds));
 
   /* The thread takes no signals: they stay with the application's threads. */
   sigset_t all, old;
@@ -240,6 +240,7 @@ int clt_prefetcher_next(clt_prefetcher *pf, clt_batch *b) {
   b->y = sl->y;
   b->n = sl->n;
   b->sample_size = clt_dataset_sample_size(pf->ds);
+  b->labels_per_sample = clt_dataset_labels_per_sample(pf->ds);
   b->global_n = sl->global_n;
   b->epoch = sl->pos.epoch;
   b->step = sl->pos.step;
@@ -295,7 +296,7 @@ int clt_prefetcher_set_shares(clt_prefetcher *pf, int nreplicas, const int64_t *
   const int64_t rows = clt_sampler_share(fresh, pf->replica);
   for (int i = 0; i < 2; i++)
     if (pf->slots[i].capacity < rows)
-      CLT_TRY(slot_alloc(&pf->slots[i], pf->ctx, rows, clt_dataset_sample_size(pf->ds)));
+      CLT_TRY(slot_alloc(&pf->slots[i], pf->ctx, rows, pf->ds));
   clt_sampler_destroy(pf->sampler);
   pf->sampler = fresh;
   fresh = NULL;

@@ -16,14 +16,9 @@
 #define RAW_MAGIC "CLTRAW1"  /* 8 bytes with its NUL */
 #define RAW_VERSION 1u
 
-static int host_is_big_endian(void) {
-  const uint16_t one = 1;
-  return *(const unsigned char *)&one == 0;
-}
-
 /* Little-endian 32-bit words in place (a no-op on little-endian hosts). */
 static void from_le32(void *data, uint64_t n) {
-  if (!host_is_big_endian()) return;
+  if (!clt__host_is_big_endian()) return;
   unsigned char *p = data;
   for (uint64_t i = 0; i < n; i++, p += 4) {
     uint32_t v = clt__le32(p);
@@ -150,15 +145,7 @@ fail:
 
 /* ---- writer ---------------------------------------------------------------- */
 
-static void put_le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_le64(unsigned char *p, uint64_t v) {
-  put_le32(p, (uint32_t)v);
-  put_le32(p + 4, (uint32_t)(v >> 32));
-}
-
-static int write_all(gzFile gz, const char *path, const void *buf, size_t n) {
+int clt__gz_write_all(gzFile gz, const char *path, const void *buf, size_t n) {
   const unsigned char *p = buf;
   while (n > 0) {
     unsigned chunk = n > (1u << 30) ? (1u << 30) : (unsigned)n;
@@ -183,9 +170,9 @@ static int write_le32_words(gzFile gz, const char *path, const void *words, uint
     for (size_t i = 0; i < k; i++) {
       uint32_t v;
       memcpy(&v, src + 4 * i, 4);
-      put_le32(buf + 4 * i, v);
+      clt__put_le32(buf + 4 * i, v);
     }
-    int rc = write_all(gz, path, buf, 4 * k);
+    int rc = clt__gz_write_all(gz, path, buf, 4 * k);
     if (rc < 0) return rc;
     src += 4 * k;
     n -= k;
@@ -227,12 +214,12 @@ int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int6
   if (!gz)
     return clt__error(CLT_EIO, "%s: cannot create: %s", path, errno ? strerror(errno) : "zlib failed");
   memcpy(head, RAW_MAGIC, 8);
-  put_le32(head + 8, RAW_VERSION);
-  put_le64(head + 12, (uint64_t)count);
-  put_le32(head + 20, (uint32_t)ndims);
-  for (int i = 0; i < ndims; i++) put_le64(head + 24 + 8 * i, (uint64_t)dims[i]);
-  put_le32(head + 24 + 8 * ndims, (uint32_t)num_classes);
-  CLT_TRY(write_all(gz, path, head, 28 + 8 * (size_t)ndims));
+  clt__put_le32(head + 8, RAW_VERSION);
+  clt__put_le64(head + 12, (uint64_t)count);
+  clt__put_le32(head + 20, (uint32_t)ndims);
+  for (int i = 0; i < ndims; i++) clt__put_le64(head + 24 + 8 * i, (uint64_t)dims[i]);
+  clt__put_le32(head + 24 + 8 * ndims, (uint32_t)num_classes);
+  CLT_TRY(clt__gz_write_all(gz, path, head, 28 + 8 * (size_t)ndims));
   CLT_TRY(write_le32_words(gz, path, x, (uint64_t)count * (uint64_t)F));
   CLT_TRY(write_le32_words(gz, path, y, (uint64_t)count));
   int zerr = gzclose_w(gz);

@@ -46,6 +46,11 @@ static int embedding_infer(clt__spec_line *lc, clt_layer_spec *l) {
   return CLT_OK;
 }
 
+static size_t embedding_scratch(const clt_layer_spec *l, int64_t n, clt_dtype dt) {
+  (void)dt;
+  return clt_nn_embedding_scratch_bytes(n * l->in_shape.dims[0]);
+}
+
 static int tokens_view(const clt__layer_io *io, clt_tensor *t) {
   int64_t n = clt_tensor_numel(&io->x);
   return clt__reshape(&io->x, 1, &n, t);
@@ -85,6 +90,7 @@ static void describe_embedding(const clt_layer_spec *l, char *buf, size_t len) {
 const clt__layer_kind clt__kind_embedding = {.name = "embedding",
                                              .parse = embedding_parse,
                                              .infer = embedding_infer,
+                                             .scratch_bytes = embedding_scratch,
                                              .forward = embedding_forward,
                                              .backward = embedding_backward,
                                              .describe = describe_embedding};

@@ -63,7 +63,28 @@ int clt_model_layer_count(const clt_model *m) { return m->spec->nlayers; }
 int64_t clt_model_param_count(const clt_model *m) { return m->spec->param_count; }
 int64_t clt_model_input_size(const clt_model *m) { return clt__shape_numel(&m->spec->layers[0].out_shape); }
 int clt_model_num_classes(const clt_model *m) { return m->spec->num_classes; }
+int clt_model_vocab(const clt_model *m) { return m->spec->layers[0].out_shape.vocab; }
 const char *clt_model_text(const clt_model *m) { return m->spec->text; }
+/* Classifiers label each sample once; sequence models label each
+ * position. */
+int clt_model_labels_per_sample(const clt_model *m) { return (int)m->spec->labels_per_sample; }
+
+/* Each parameter tensor's range, a tied one's in its owner's place;
+ * neighbours joined into one run. */
+int clt__model_grad_ranges(const clt_model *m, int layer, clt__param_range *out, int cap) {
+  const clt_layer_spec *l = &m->spec->layers[layer];
+  int n = 0;
+  for (int k = 0; k < l->nparams; k++) {
+    const clt_param_spec *p = &l->param[k];
+    if (n > 0 && n <= cap && out[n - 1].hi == p->offset) {
+      out[n - 1].hi += p->count;
+      continue;
+    }
+    if (n < cap) out[n] = (clt__param_range){p->offset, p->offset + p->count};
+    n++;
+  }
+  return n;
+}
 
 /* One layer's description: "conv2d 32 k3 s1 p1". */
 static void describe(const clt_layer_spec *l, char *buf, size_t len) {

@@ -10,6 +10,18 @@ struct clt_model {
   clt_model_spec *spec;
 };
 
+/* A range of the parameter arena, in floats: [lo, hi). */
+typedef struct clt__param_range {
+  int64_t lo, hi;
+} clt__param_range;
+
+/* The ranges of the parameter (and so gradient) arena that layer `layer`'s
+ * backward writes: none, one or several; a parameter shared by two layers
+ * (weight tying) appears under both. Count-then-fill: returns how many
+ * there are and fills the first `cap` of them into out (out may be NULL
+ * when cap is 0). src/dp lays gradient buckets out from these. */
+int clt__model_grad_ranges(const clt_model *m, int layer, clt__param_range *out, int cap);
+
 /* Fill the parameter arena (spec->param_count floats) with the seeded
  * initial values: the same on every device and replica. */
 void clt__model_init_params(const clt_model_spec *spec, uint64_t seed, float *params);

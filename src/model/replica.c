@@ -137,19 +137,19 @@ static void release_events(clt__replica *r) {
   if (r->end_ev) clReleaseEvent(r->end_ev), r->end_ev = NULL;
 }
 
-int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by, const int64_t *lo,
+int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at, const int64_t *lo,
                              const int64_t *hi, int wire) {
   release_events(r);
   free(r->bucket_ev);
-  free(r->bucket_closed_by);
+  free(r->bucket_closed_at);
   free(r->bucket_lo);
   r->nbuckets = 0;
-  r->bucket_ev = clt__calloc(nbuckets, sizeof *r->bucket_ev);
-  r->bucket_closed_by = clt__calloc(r->spec->nlayers, sizeof *r->bucket_closed_by);
-  r->bucket_lo = clt__calloc(2 * (size_t)nbuckets, sizeof *r->bucket_lo);
-  if (!r->bucket_ev || !r->bucket_closed_by || !r->bucket_lo) return CLT_ENOMEM;
+  r->bucket_ev = clt__calloc(nbuckets ? nbuckets : 1, sizeof *r->bucket_ev);
+  r->bucket_closed_at = clt__calloc(nbuckets ? nbuckets : 1, sizeof *r->bucket_closed_at);
+  r->bucket_lo = clt__calloc(2 * (size_t)(nbuckets ? nbuckets : 1), sizeof *r->bucket_lo);
+  if (!r->bucket_ev || !r->bucket_closed_at || !r->bucket_lo) return CLT_ENOMEM;
   r->bucket_hi = r->bucket_lo + nbuckets;
-  memcpy(r->bucket_closed_by, closed_by, (size_t)r->spec->nlayers * sizeof *closed_by);
+  memcpy(r->bucket_closed_at, closed_at, (size_t)nbuckets * sizeof *closed_at);
   memcpy(r->bucket_lo, lo, (size_t)nbuckets * sizeof *lo);
   memcpy(r->bucket_hi, hi, (size_t)nbuckets * sizeof *hi);
   r->nbuckets = nbuckets;
@@ -163,6 +163,32 @@ clt_tensor clt__replica_wire(const clt__replica *r) {
   if (r->wire) make_flat(r->wire, 0, CLT_F16, r->spec->param_count, &t);
   return t;
 }
+
+clt_tensor clt__replica_exchange_view(const clt__replica *r) {
+  return r->wire ? clt__replica_wire(r) : clt__replica_grads(r);
+}
+
+int clt__replica_wire_to_grads(clt__replica *r) {
+  if (!r->wire) return CLT_OK;
+  clt_tensor w = clt__replica_wire(r), g = clt__replica_grads(r);
+  return clt_convert(r->ctx, &w, &g);
+}
+
+int clt__replica_wait_bucket(clt__replica *r, int b, double timeout_s) {
+  if (b < 0 || b >= r->nbuckets || !r->bucket_ev[b])
+    return clt__error(CLT_EINTERNAL, "bucket %d of %d on %s has no recorded run to wait for", b, r->nbuckets,
+                      r->ctx->info.name);
+  return clt__wait_event(r->ctx, r->bucket_ev[b], timeout_s, "the backward pass");
+}
+
+int clt__replica_busy(const clt__replica *r) {
+  cl_int st = CL_COMPLETE;
+  if (!r->end_ev) return 0;
+  clGetEventInfo(r->end_ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+  return st != CL_COMPLETE;
+}
+
+clt_context *clt__replica_context(const clt__replica *r) { return r->ctx; }
 
 static int marker(clt__replica *r, cl_event *ev) {
   int rc = CLT_OK;
@@ -184,6 +210,23 @@ static int close_bucket(clt__replica *r, int b) {
     CLT_TRY(clt_convert(r->ctx, &g, &w));
   }
   CLT_TRY(marker(r, &r->bucket_ev[b]));
+fail:
+  return rc;
+}
+
+/* The buckets that layer i's backward completes. */
+static int close_buckets_at(clt__replica *r, int i) {
+  int rc = CLT_OK;
+  for (int b = 0; b < r->nbuckets; b++)
+    if (r->bucket_closed_at[b] == i) CLT_TRY(close_bucket(r, b));
+fail:
+  return rc;
+}
+
+static int close_buckets_below(clt__replica *r, int lowest) {
+  int rc = CLT_OK;
+  for (int b = 0; b < r->nbuckets; b++)
+    if (r->bucket_closed_at[b] < lowest) CLT_TRY(close_bucket(r, b));
 fail:
   return rc;
 }
@@ -281,7 +324,7 @@ void clt__replica_destroy(clt__replica *r) {
   free(r->prof_bwd);
   release_events(r);
   free(r->bucket_ev);
-  free(r->bucket_closed_by);
+  free(r->bucket_closed_at);
   free(r->bucket_lo);
   cl_mem bufs[] = {r->params,    r->grads,  r->state,  r->act,     r->dbuf[0], r->dbuf[1], r->aux,
                    r->workspace, r->labels, r->losses, r->scalars, r->input32, r->wire,    r->gscratch};
@@ -492,7 +535,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(clt_tensor_view(r->dbuf[0], 0, r->act_dtype, 2, lshape, &dlogits));
   CLT_TRY(clt__reshape(&outs[L - 1], 2, lshape, &logits));
   float grad_scale = pass->loss_scale > 0 ? pass->loss_scale : 1.0f;
-  CLT_TRY(clt_nn_softmax_xent(r->ctx, &logits, &labels, /*TEMP CLT_IGNORE_LABEL,*/ grad_scale, pass->train ? &dlogits : NULL,
+  CLT_TRY(clt_nn_softmax_xent(r->ctx, &logits, &labels, CLT_IGNORE_LABEL, grad_scale, pass->train ? &dlogits : NULL,
                               &losses, &loss, &correct));
   if (pass->train) charge(r, &r->prof_loss, &t0);
   if (pass->logits) CLT_TRY(read_output(r, &outs[L - 1], pass->logits));
@@ -507,13 +550,15 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
       int need_dx = i > r->first_trainable, through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
       CLT_TRY(layer_backward(r, i, n, outs, &dy, &dx, r->dbuf[1 - cur], need_dx, pass));
       charge(r, &r->prof_bwd[i], &t0);
-      if (pass->record && r->bucket_closed_by && r->bucket_closed_by[i] >= 0)
-        CLT_TRY(close_bucket(r, r->bucket_closed_by[i]));
+      if (pass->record) CLT_TRY(close_buckets_at(r, i));
       if (!need_dx) break;
       if (!through) cur = 1 - cur;
       dy = dx;
       CLT_TRY(add_skip_gradients(r, i, n, &dy));
     }
+    /* Buckets of layers the backward never reached (none, as the model
+     * lays them out) close at its end. */
+    if (pass->record) CLT_TRY(close_buckets_below(r, r->first_trainable > 1 ? r->first_trainable : 1));
   }
   if (pass->record) {
     CLT_TRY(marker(r, &r->end_ev));

@@ -45,7 +45,7 @@ struct clt__replica {
    * the backward of each bucket's lowest layer is done, so its all-reduce
    * can start while the backward of earlier layers goes on. */
   int nbuckets;
-  int *bucket_closed_by;       /* per layer: the bucket it completes, or -1 */
+  int *bucket_closed_at;       /* per bucket: the layer whose backward completes it */
   int64_t *bucket_lo, *bucket_hi; /* per bucket: its gradient range [lo, hi) */
   cl_event *bucket_ev;         /* per bucket, from the last recorded run */
   cl_event start_ev, end_ev;   /* around the last recorded run */
@@ -86,14 +86,29 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
 /* Wait for the last run and read its summed loss and number correct. */
 int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct);
 
-/* Buckets: closed_by[layer] is the bucket whose last gradient that layer's
- * backward writes, or -1 (copied); bucket b is the gradient range [lo[b],
- * hi[b]). With `wire`, each bucket is also rounded to an f16 copy (for an
- * f16 all-reduce, clt__replica_wire) before its marker. */
-int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_by, const int64_t *lo,
+/* Buckets (src/dp/buckets.c lays them out): bucket b is the gradient range
+ * [lo[b], hi[b]), complete once the backward of layer closed_at[b] is done
+ * (a bucket whose layer the backward never reaches closes when it ends).
+ * Recorded runs put a marker on the queue there; with `wire`, each bucket
+ * is also rounded to an f16 copy (for an f16 all-reduce) before its marker.
+ * All arrays are copied. */
+int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at, const int64_t *lo,
                              const int64_t *hi, int wire);
 /* The f16 copy of the gradient arena (empty view without one). */
 clt_tensor clt__replica_wire(const clt__replica *r);
+/* What the gradient all-reduce sums in place: the f16 wire copy when there
+ * is one, else the f32 gradient arena. */
+clt_tensor clt__replica_exchange_view(const clt__replica *r);
+/* After the all-reduce: the summed f16 wire copy back into the f32 arena
+ * (nothing without a wire copy). Enqueued on the compute queue. */
+int clt__replica_wire_to_grads(clt__replica *r);
+/* Wait (host side, up to timeout_s) until bucket b of the last recorded
+ * run is complete. */
+int clt__replica_wait_bucket(clt__replica *r, int b, double timeout_s);
+/* 1 while the last recorded run is still executing on the device. */
+int clt__replica_busy(const clt__replica *r);
+/* The context the replica lives on. */
+clt_context *clt__replica_context(const clt__replica *r);
 /* A recorded run of no samples: just the markers (a replica can get none of
  * a partial last batch, and the all-reduce still waits on its events). */
 int clt__replica_record_empty(clt__replica *r);

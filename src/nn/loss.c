@@ -1,12 +1,14 @@
 /*
  * loss.c: softmax cross-entropy over (N, C) logits and int32 labels, with
  * the loss SUMMED over the batch, forward and backward fused (cl/loss.cl).
+ * Rows whose label is the (negative) ignore index count for nothing.
  * logits and dlogits are f32, or f16 under mixed precision; the losses,
  * loss and correct are f32 / i32 either way.
  */
 #include "nn/common.h"
 
-int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, float grad_scale,
+int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, int ignore_index,
+                        float grad_scale,
                         const clt_tensor *dlogits, const clt_tensor *losses, const clt_tensor *loss,
                         const clt_tensor *correct) {
   static const char op[] = "softmax_xent";
@@ -25,6 +27,9 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
                                (long long)N);
   if (clt_tensor_numel(loss) != 1 || (correct && clt_tensor_numel(correct) != 1))
     return clt__nn_shape_error(op, ts, 5, "loss and correct must hold one element");
+  if (ignore_index >= 0)
+    return clt__error(CLT_EINVAL, "%s: ignore_index %d must be negative (labels in [0, C) are classes); pass -1 when "
+                      "no row is ignored", op, ignore_index);
 
   cl_kernel k;
   cl_ulong loff = clt__nn_off(logits), laboff = clt__nn_off(labels), lsoff = clt__nn_off(losses);
@@ -41,9 +46,9 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
   }
   CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", clt__nn_act_opt(logits), &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, C, 256);
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(logits->buf), NN_VAL(loff), NN_VAL(labels->buf), NN_VAL(laboff), NN_VAL(dbuf),
-                      NN_VAL(doff), NN_VAL(has_grad), NN_VAL(losses->buf), NN_VAL(lsoff), NN_VAL(cbuf), NN_VAL(coff),
-                      NN_VAL(has_correct), NN_VAL(c), NN_VAL(grad_scale), NN_LOCAL(wgs * sizeof(float)),
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(logits->buf), NN_VAL(loff), NN_VAL(labels->buf), NN_VAL(laboff), NN_VAL(ignore_index),
+                      NN_VAL(dbuf), NN_VAL(doff), NN_VAL(has_grad), NN_VAL(losses->buf), NN_VAL(lsoff), NN_VAL(cbuf),
+                      NN_VAL(coff), NN_VAL(has_correct), NN_VAL(c), NN_VAL(grad_scale), NN_LOCAL(wgs * sizeof(float)),
                       NN_LOCAL(wgs * sizeof(cl_int))));
   CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)N, wgs));
 

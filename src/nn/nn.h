@@ -2,7 +2,9 @@
  * nn.h: the layer kernels of cltrain (layer 6 of DESIGN.md) as functional
  * host wrappers over explicit float32 tensor views: forward and backward of
  * linear, conv2d, max/average/global-average pooling, elementwise
- * activations, dropout, layernorm, softmax cross-entropy, and flatten.
+ * activations, dropout, layernorm, softmax cross-entropy, flatten, and the
+ * transformer's token and position embeddings, causal self-attention and
+ * residual adds.
  *
  * Internal to the library (not installed): the layer structs of the model
  * layer call these. Each function checks every shape first and returns
@@ -12,20 +14,22 @@
  * Conventions shared by every function here
  *   - Tensors are row-major views (clt_tensor); images are NCHW.
  *   - Outputs are overwritten, except parameter gradients (dw, db, dgamma,
- *     dbeta), which are ACCUMULATED (+=): zero them once per optimizer step
- *     and several micro-batches' backward passes add up, which is gradient
- *     accumulation. Input gradients (dx) are always overwritten.
+ *     dbeta, dwte, dwpe), which are ACCUMULATED (+=): zero them once per
+ *     optimizer step and several micro-batches' backward passes add up,
+ *     which is gradient accumulation. Input gradients (dx) are always
+ *     overwritten (clt_nn_accumulate adds one on purpose).
  *   - Outputs must not overlap inputs unless a function says so.
  *   - Sizes are limited to what 32-bit indices address (2^31 - 1 elements
  *     per tensor and per workspace chunk); larger is CLT_ESHAPE.
  *   - Mixed precision: the activations, dropout, layernorm, softmax
- *     cross-entropy and pooling take their activations and activation
- *     gradients (x, y, dy, dx, logits, dlogits) as f32 or f16, all of one
- *     call alike (else CLT_ESHAPE naming both). f16 is storage only: the
- *     kernels compute in float and round each stored result to nearest
- *     even, so an f16 output is the f32 path's on the same (half) inputs,
- *     rounded; beyond 65504 it is inf. Parameters, their gradients, saved
- *     statistics (mean, rstd), losses and indices stay f32 / i32.
+ *     cross-entropy, pooling and the transformer's layers take their
+ *     activations and activation gradients (x, y, dy, dx, logits, dlogits,
+ *     qkv, dqkv) as f32 or f16, all of one call alike (else CLT_ESHAPE
+ *     naming both). f16 is storage only: the kernels compute in float and
+ *     round each stored result to nearest even, so an f16 output is the f32
+ *     path's on the same (half) inputs, rounded; beyond 65504 it is inf.
+ *     Parameters, their gradients, saved statistics (mean, rstd, lse),
+ *     losses and indices stay f32 / i32.
  */
 #ifndef CLT_NN_H
 #define CLT_NN_H
@@ -181,31 +185,85 @@ int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_t
  *   dlogits (N, C) or NULL: grad_scale * (softmax - onehot(label)), the
  *     gradient of grad_scale * loss, NOT divided by N: the trainer divides by
  *     the global batch (grad_scale is for loss scaling; 1 otherwise).
- * Stable for any logits whose row maximum minus minimum is a finite float
- * (the row maximum is subtracted before exponentiating). A label
- * outside [0, C) makes that row's loss and dlogits NaN, which the trainer's
- * non-finite check reports. dlogits may be logits (in place). */
-int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, float grad_scale,
-                        const clt_tensor *dlogits, const clt_tensor *losses, const clt_tensor *loss,
+ * ignore_index must be negative (else CLT_EINVAL): a row whose label equals
+ * it (padding of a language model's last sequence, say) gives loss 0, a
+ * zero dlogits row and does not count in correct; pass -1 when no label is
+ * ever negative. Stable for any logits whose row maximum minus minimum is a
+ * finite float (the row maximum is subtracted before exponentiating). Any
+ * other label outside [0, C) makes that row's loss and dlogits NaN, which
+ * the trainer's non-finite check reports. dlogits may be logits (in place).
+ * One work-group per row reduces it in local memory, so a vocabulary of
+ * 50257 is read by 256 items at once. */
+int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, int ignore_index,
+                        float grad_scale, const clt_tensor *dlogits, const clt_tensor *losses, const clt_tensor *loss,
                         const clt_tensor *correct);
+
+/* ---- the transformer's layers (GPT-2) --------------------------------------
+ * Activations ("act": x, y, dy, qkv, dqkv) are f32 or f16 as above, all of
+ * one call alike; embedding tables, their gradients and lse are f32.
+ * Tokens travel as f32 holding exact integer ids (exact below 2^24). */
+
+/* ---- token embedding ---- */
+/* tokens (N) f32, wte (V, C) f32, y (N, C) act: y[i] = wte[tokens[i]]. A
+ * token that is not an integer in [0, V) gives a NaN row (the trainer's
+ * non-finite check reports it). */
+int clt_nn_embedding_forward(clt_context *ctx, const clt_tensor *tokens, const clt_tensor *wte, const clt_tensor *y);
+/* dwte (V, C) f32 += the scatter-add of the rows of dy (N, C) act by token.
+ * DETERMINISTIC: dwte[v][c] becomes (((dwte[v][c] + dy[i0][c]) + dy[i1][c])
+ * + ...) over the rows i0 < i1 < ... holding token v, in increasing order,
+ * as one thread walking the rows would leave it: the same bits on every
+ * run and device, with no atomics. Rows whose token is invalid (NaN in the
+ * forward) add nothing. Uses N ints of the context's scratch space
+ * (clt_nn_embedding_scratch_bytes): each row's next row with the same
+ * token. */
+int clt_nn_embedding_backward(clt_context *ctx, const clt_tensor *tokens, const clt_tensor *dy, const clt_tensor *dwte);
+size_t clt_nn_embedding_scratch_bytes(int64_t N);
+
+/* ---- learned position embedding ---- */
+/* x (B, T, C) act, wpe (Tmax, C) f32 with T <= Tmax, y (B, T, C) act =
+ * x + wpe[t]; y may be x. */
+int clt_nn_posembed_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *wpe, const clt_tensor *y);
+/* dwpe (Tmax, C) f32 rows 0..T-1 += the sum over b (in increasing order,
+ * added one by one) of dy[b][t] (dy (B, T, C) act); rows T.. are left
+ * alone. The input gradient is dy itself. */
+int clt_nn_posembed_backward(clt_context *ctx, const clt_tensor *dy, const clt_tensor *dwpe);
+
+/* ---- causal multi-head self-attention core ----
+ * Between the fused QKV linear and the output linear (which the model layer
+ * runs with clt_nn_linear_*). heads must divide C; D = C / heads. */
+/* qkv (B, T, 3C) act: for each position q | k | v, each C wide, head h at
+ * columns [h*D, (h+1)*D) of each third (GPT-2's c_attn layout).
+ * y (B, T, C) act (overwritten): per head softmax(q k^T / sqrt(D), causal)
+ * v, heads concatenated in the same column layout.
+ * lse (B, heads, T) f32 (overwritten): each query row's log-sum-exp of the
+ * scaled, masked scores, saved for the backward.
+ * The T x T scores live in the context's scratch space only during the call
+ * (clt_nn_attention_scratch_bytes); the backward recomputes them. */
+int clt_nn_attention_forward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y,
+                             const clt_tensor *lse);
+/* dy (B, T, C) act; dqkv (B, T, 3C) act is overwritten (q, k and v parts).
+ * qkv, y and lse are the forward's. */
+int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y,
+                              const clt_tensor *lse, const clt_tensor *dy, const clt_tensor *dqkv);
+/* Bytes of the context's scratch space forward and backward use: the batch
+ * runs in chunks of samples whose scores (2 T x T floats per head and
+ * sample in the backward, plus f32 copies of qkv, y, dy and dqkv for f16)
+ * fit in 256 MiB, one sample at the least. For the model layer to reserve
+ * when it builds a replica. */
+size_t clt_nn_attention_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads, clt_dtype dtype);
+
+/* ---- residual ---- */
+/* y = x + skip, all act alike with the same element count; y may be x or
+ * skip. */
+int clt_nn_residual_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *skip, const clt_tensor *y);
+/* g += dy (act alike, the same element count): the skip branch's gradient
+ * added where the branch started. */
+int clt_nn_accumulate(clt_context *ctx, const clt_tensor *dy, const clt_tensor *g);
 
 /* ---- flatten -------------------------------------------------------------- */
 
 /* A view change, no kernel: x (N, ...) as out (N, prod(...)); its backward
  * is the same view of dy. */
 int clt_nn_flatten(const clt_tensor *x, clt_tensor *out);
-
-
-/* ---- TEMP decls until the gptnn branch lands ---- */
-int clt_nn_embedding_forward(clt_context *ctx, const clt_tensor *tokens, const clt_tensor *wte, const clt_tensor *y);
-int clt_nn_embedding_backward(clt_context *ctx, const clt_tensor *tokens, const clt_tensor *dy, const clt_tensor *dwte);
-int clt_nn_posembed_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *wpe, const clt_tensor *y);
-int clt_nn_posembed_backward(clt_context *ctx, const clt_tensor *dy, const clt_tensor *dwpe);
-int clt_nn_attention_forward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y, const clt_tensor *lse);
-int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y, const clt_tensor *lse, const clt_tensor *dy, const clt_tensor *dqkv);
-size_t clt_nn_attention_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads, clt_dtype dtype);
-int clt_nn_residual_forward(clt_context *ctx, const clt_tensor *x, const clt_tensor *skip, const clt_tensor *y);
-int clt_nn_accumulate(clt_context *ctx, const clt_tensor *dy, const clt_tensor *g);
-#define CLT_IGNORE_LABEL (-100)
 
 #endif /* CLT_NN_H */

@@ -281,13 +281,19 @@ void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, 
   }
 }
 
-void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels, double *losses, double *loss,
-                      int *correct, double *dlogits) {
+void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels, int ignore_index, double *losses,
+                      double *loss, int *correct, double *dlogits) {
   *loss = 0;
   *correct = 0;
   for (int n = 0; n < N; n++) {
     const double *z = logits + (long)n * C;
     int label = labels[n], valid = label >= 0 && label < C, argmax = 0;
+    if (label == ignore_index) {
+      losses[n] = 0;
+      if (dlogits)
+        for (int j = 0; j < C; j++) dlogits[(long)n * C + j] = 0;
+      continue;
+    }
     for (int j = 1; j < C; j++)
       if (z[j] > z[argmax]) argmax = j;
     double m = z[argmax], sum = 0;

@@ -66,8 +66,10 @@ void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, 
 
 /* softmax cross-entropy: logits (N, C), labels (N); losses (N), *loss their
  * sum, *correct the rows whose argmax (first on ties) is the label, dlogits
- * (N, C) = softmax - onehot, or NULL. Labels outside [0, C) give NaN. */
-void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels, double *losses, double *loss,
-                      int *correct, double *dlogits);
+ * (N, C) = softmax - onehot, or NULL. A row labelled ignore_index gives
+ * loss 0 and a zero gradient and is not counted; other labels outside
+ * [0, C) give NaN. */
+void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels, int ignore_index, double *losses,
+                      double *loss, int *correct, double *dlogits);
 
 #endif

@@ -60,7 +60,7 @@ static json_t *optimizer_json(const clt_train_options *o) {
 static json_t *training_json(const clt_trainer *t) {
   static const char *const balance[] = {"equal", "weights", "auto"};
   json_t *shares = json_array();
-  for (int r = 0; r < t->nreplicas; r++) json_array_append_new(shares, json_integer(t->shares[r]));
+  for (int r = 0; r < t->nreplicas; r++) json_array_append_new(shares, json_integer(clt__dp_shares(t->dp)[r]));
   return json_pack("{s:I, s:I, s:i, s:i, s:s, s:o}", "batch", (json_int_t)t->opts.batch, "accumulate",
                    (json_int_t)t->opts.accumulate, "ranks", t->nranks, "replicas", t->nreplicas, "balance",
                    (unsigned)t->opts.balance < 3 ? balance[t->opts.balance] : "?", "shares", shares);
@@ -499,7 +499,7 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
   t->ep_steps = h->ep_steps;
   memcpy(t->ep_sums, h->ep_sums, sizeof t->ep_sums);
   t->saved_step = h->steps_done; /* no need to save this state again */
-  if (h->nshares == t->nreplicas) memcpy(t->shares, shares, (size_t)t->nreplicas * sizeof *shares);
+  if (h->nshares == t->nreplicas) clt__dp_set_shares(t->dp, shares);
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "loading checkpoint %s", h->path);

@@ -1,10 +1,9 @@
 /*
- * fit.c: the training loop. Each optimizer step: every local replica takes
- * its slice of each of `accumulate` micro-batches from its prefetcher and
- * runs forward, loss and backward (gradients accumulate in its arena); then
- * the gradients are summed over all replicas and the update is applied
- * (trainer.c). Evaluation after each epoch, events to the callback and JSON
- * Lines metrics from rank 0.
+ * fit.c: the training loop: epochs, evaluation, events and checkpoints
+ * around clt__trainer_train_step (step.c), whose micro-batches come from
+ * here: every local replica takes its slice of each of `accumulate`
+ * micro-batches from its prefetcher (fit_next). Events go to the callback
+ * and as JSON Lines metrics from rank 0.
  */
 #include "train/trainer.h"
 
@@ -41,22 +40,76 @@ static int check_same_data(clt_trainer *t, const clt_dataset *ds) {
   return rc;
 }
 
-/* Where each local replica's slice starts in a full global batch (the
- * sum of the shares before it): the global index that keys dropout masks. */
-static void slice_starts(const clt_trainer *t, int64_t *first) {
-  for (int i = 0; i < t->nlocal; i++) {
-    first[i] = 0;
-    for (int g = 0; g < t->first_replica + i; g++) first[i] += t->shares[g];
-  }
-}
-
 /* New shares reach the prefetchers from their next batch on. */
 static int apply_shares(clt_trainer *t, clt_prefetcher **pf, int64_t *first) {
   int rc = CLT_OK;
-  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], t->nreplicas, t->shares));
-  slice_starts(t, first);
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], t->nreplicas, clt__dp_shares(t->dp)));
+  for (int i = 0; i < t->nlocal; i++) first[i] = clt__dp_slice_start(t->dp, i);
 fail:
   return rc;
+}
+
+/* fit's micro-batches: each replica's next slice from its prefetcher.
+ * Accumulation ends a step after `accumulate` micro-batches, or early at
+ * an epoch's end, which is known only once the batch is in hand. */
+typedef struct fit_source {
+  clt_prefetcher **pf;
+  clt_batch *b;            /* per local replica: its current slice */
+  int64_t *first;          /* per local replica: where its slice starts in a global batch */
+  int last_in_epoch;       /* the last micro-batch was the epoch's last */
+  int64_t samples;         /* global samples taken since the caller zeroed it */
+} fit_source;
+
+static int fit_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *labels, int *last) {
+  int rc = CLT_OK;
+  fit_source *f = self;
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_next(f->pf[i], &f->b[i]));
+  uint64_t key = (uint64_t)t->micro_steps++; /* every micro-batch draws its own dropout masks */
+  for (int i = 0; i < t->nlocal; i++)
+    s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key};
+  f->last_in_epoch = f->b[0].last_in_epoch;
+  f->samples += f->b[0].global_n;
+  *labels = f->b[0].global_n * clt_model_labels_per_sample(t->model);
+  *last = k == t->opts.accumulate - 1 || f->last_in_epoch;
+fail:
+  return rc;
+}
+
+/* Time and samples for the step events' rates. */
+typedef struct fit_clock {
+  double t0, window_t;     /* fit's start; the last step event */
+  int64_t window_samples;  /* global samples since then */
+  int64_t first_step;      /* steps_done when fit started */
+} fit_clock;
+
+/* The event of the step just done (st), which starts a new window. */
+static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch, int64_t steps_total,
+                       int64_t steps_per_epoch, fit_clock *c, clt_train_event *ev) {
+  const clt_train_options *o = &t->opts;
+  double tn = now_s(), comm_s, hidden_s;
+  clt__dp_comm_time(t->dp, &comm_s, &hidden_s, 1);
+  memset(ev, 0, sizeof *ev);
+  ev->kind = CLT_EVENT_STEP;
+  ev->epoch = epoch + 1, ev->epochs = o->epochs;
+  ev->step = t->steps_done, ev->steps_total = steps_total;
+  ev->step_in_epoch = t->ep_steps, ev->steps_per_epoch = steps_per_epoch;
+  ev->loss = st->loss_sum / (double)st->labels;
+  ev->accuracy = st->correct / (double)st->labels;
+  ev->lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
+  ev->samples_per_s = c->window_samples / (tn - c->window_t > 1e-9 ? tn - c->window_t : 1e-9);
+  ev->elapsed_s = tn - c->t0;
+  ev->eta_s = (tn - c->t0) / (double)(t->steps_done - c->first_step) * (double)(steps_total - t->steps_done);
+  ev->test_loss = ev->test_accuracy = NAN;
+  ev->grad_norm = st->grad_norm;
+  ev->comm_s = comm_s;
+  ev->comm_hidden = comm_s > 0 ? hidden_s / comm_s : NAN;
+  ev->nreplicas = t->nreplicas;
+  ev->shares = clt__dp_shares(t->dp);
+  ev->throughput = clt__dp_throughput(t->dp);
+  ev->loss_scale = t->loss_scale;
+  ev->skipped = t->skipped;
+  c->window_t = tn;
+  c->window_samples = 0;
 }
 
 static int emit(clt_trainer *t, FILE *metrics, const clt_train_event *ev) {
@@ -107,6 +160,11 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   if (clt_dataset_sample_size(train) != in)
     return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                       clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
+  if (clt_dataset_labels_per_sample(train) != clt_model_labels_per_sample(t->model))
+    return clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %d (%s)", clt_dataset_path(train),
+                      (long long)clt_dataset_labels_per_sample(train), clt_model_labels_per_sample(t->model),
+                      clt_model_labels_per_sample(t->model) == 1 ? "a classifier, and this is a token dataset"
+                                                                 : "one per position");
   if (clt_dataset_num_classes(train) > clt_model_num_classes(t->model))
     return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                       clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
@@ -124,7 +182,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     goto fail;
   }
   CLT_TRY(clt_sampler_create(count, t->micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0, &smp));
-  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, t->shares));
+  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, clt__dp_shares(t->dp)));
   if ((rc = clt_sampler_set_position(smp, t->pos)) < 0) {
     rc = clt__error(CLT_EMISMATCH, "the checkpoint's position, batch %lld of epoch %lld, is past the %lld batches of "
                     "an epoch of %s here (was --drop-last or the batch size different?)", (long long)t->pos.step + 1,
@@ -147,108 +205,36 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   int64_t steps_per_epoch = (micro_per_epoch + o->accumulate - 1) / o->accumulate;
   int64_t steps_total = steps_per_epoch * o->epochs;
   if (o->max_steps > 0 && o->max_steps < steps_total) steps_total = o->max_steps;
-  double t0 = now_s(), window_t = t0;
-  int64_t window_samples = 0, first_step = t->steps_done;
+  fit_clock clock = {now_s(), 0, 0, t->steps_done};
+  clock.window_t = clock.t0;
   clt_train_event ev;
+  fit_source src = {pf, b, first, 0, 0};
+  clt__micro_source step_src = {fit_next, &src};
 
   for (int64_t epoch = t->pos.epoch; epoch < o->epochs && t->steps_done < steps_total; epoch++) {
     /* The epoch's sums so far (all ranks'): zero unless resumed half-way. */
-    double *ep_sums = t->ep_sums; /* loss, correct, samples */
-    int last = 0;
-    while (!last && t->steps_done < steps_total) {
-      double sums[2] = {0, 0}; /* loss, correct: this rank, then all */
-      int64_t total_n = 0;
-      for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
-      for (int k = 0; k < o->accumulate && !last; k++) {
-        /* The last micro-batch of a step records bucket markers: its
-         * backward overlaps the all-reduce. Micro-batches end early at an
-         * epoch's end, so "last" is known only once the batch is in hand. */
-        for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_next(pf[i], &b[i]));
-        last = b[0].last_in_epoch;
-        int record = k == o->accumulate - 1 || last;
-        for (int i = 0; i < t->nlocal; i++) {
-          clt__pass pass = {.train = 1, .record = record, .seed = o->seed, .step = (uint64_t)t->micro_steps,
-                            .global_first = first[i], .loss_scale = (float)t->loss_scale};
-          if (b[i].n > 0)
-            CLT_TRY(clt__replica_run(t->rep[i], b[i].x, b[i].y, b[i].n, &pass));
-          else if (record) /* a partial last batch can leave a replica nothing */
-            CLT_TRY(clt__replica_record_empty(t->rep[i]));
-        }
-        if (record) CLT_TRY(clt__trainer_allreduce(t));
-        for (int i = 0; i < t->nlocal; i++) {
-          if (b[i].n == 0) continue;
-          float l;
-          int32_t c;
-          CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
-          sums[0] += l;
-          sums[1] += c;
-          /* Samples per second of this replica's run, smoothed, for the balancer. */
-          double dev = clt__replica_run_time(t->rep[i]);
-          if (record && dev > 0) {
-            double rate = (double)b[i].n / dev;
-            t->local_rate[i] = t->local_rate[i] > 0 ? 0.7 * t->local_rate[i] + 0.3 * rate : rate;
-          }
-        }
-        total_n += b[0].global_n;
-        t->micro_steps++;
-      }
-      double grad_norm;
-      int skipped;
-      CLT_TRY(clt__trainer_apply(t, total_n, &grad_norm, &skipped));
-      CLT_TRY(clt__trainer_sum(t, sums, 2));
-      /* In f16 a step whose forward overflowed is skipped like any other
-       * non-finite step (clt__trainer_apply): it leaves the sums alone. */
-      int counted = isfinite(sums[0]) || !skipped;
-      if (!counted) {
-        /* skipped: its samples leave the epoch's means alone */
-      } else if (!isfinite(sums[0])) {
-        rc = clt__error(CLT_ENONFINITE, "the loss is not finite at step %lld (epoch %lld): lower the learning rate "
-                        "(%g) or clip gradients (--clip)", (long long)t->steps_done, (long long)epoch + 1,
-                        clt_schedule_lr(&o->schedule, t->steps_done - 1));
-        goto fail;
-      }
-      if (o->check_every > 0 && t->steps_done % o->check_every == 0) CLT_TRY(clt__trainer_check_replicas(t));
-      if (o->balance == CLT_BALANCE_AUTO && t->steps_done % o->balance_every == 0) {
-        CLT_TRY(clt__trainer_rebalance(t));
-        CLT_TRY(apply_shares(t, pf, first));
-      }
-      if (counted) {
-        ep_sums[0] += sums[0];
-        ep_sums[1] += sums[1];
-        ep_sums[2] += (double)total_n;
+    double *ep_sums = t->ep_sums; /* loss, correct, labels */
+    src.last_in_epoch = 0;
+    while (!src.last_in_epoch && t->steps_done < steps_total) {
+      clt__step_stats st;
+      src.samples = 0;
+      CLT_TRY(clt__trainer_train_step(t, &step_src, &st));
+      if (st.shares_changed) CLT_TRY(apply_shares(t, pf, first));
+      if (st.counted) { /* a skipped overflow leaves the epoch's means alone */
+        ep_sums[0] += st.loss_sum;
+        ep_sums[1] += st.correct;
+        ep_sums[2] += (double)st.labels;
       }
       t->ep_steps++;
-      window_samples += total_n;
+      clock.window_samples += src.samples;
       clt_prefetcher_position(pf[0], &t->pos);
+      int last = src.last_in_epoch;
 
       int log = o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total);
       if (log) {
-        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__trainer_gather_rates(t)); /* auto has them fresh */
-        double tn = now_s();
-        memset(&ev, 0, sizeof ev);
-        ev.kind = CLT_EVENT_STEP;
-        ev.epoch = epoch + 1, ev.epochs = o->epochs;
-        ev.step = t->steps_done, ev.steps_total = steps_total;
-        ev.step_in_epoch = t->ep_steps, ev.steps_per_epoch = steps_per_epoch;
-        ev.loss = sums[0] / (double)total_n;
-        ev.accuracy = sums[1] / (double)total_n;
-        ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
-        ev.samples_per_s = window_samples / (tn - window_t > 1e-9 ? tn - window_t : 1e-9);
-        ev.elapsed_s = tn - t0;
-        ev.eta_s = (tn - t0) / (double)(t->steps_done - first_step) * (double)(steps_total - t->steps_done);
-        ev.test_loss = ev.test_accuracy = NAN;
-        ev.grad_norm = grad_norm;
-        ev.comm_s = t->comm_s;
-        ev.comm_hidden = t->comm_s > 0 ? t->comm_hidden_s / t->comm_s : NAN;
-        ev.nreplicas = t->nreplicas;
-        ev.shares = t->shares;
-        ev.throughput = t->throughput;
-        ev.loss_scale = t->loss_scale;
-        ev.skipped = t->skipped;
+        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(t->dp)); /* auto has them fresh */
+        step_event(t, &st, epoch, steps_total, steps_per_epoch, &clock, &ev);
         CLT_TRY(emit(t, metrics, &ev));
-        t->comm_s = t->comm_hidden_s = 0;
-        window_t = tn;
-        window_samples = 0;
       }
       if (o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last) {
         double tl, ta;
@@ -269,13 +255,13 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     ev.loss = ep_sums[0] / ep_sums[2];
     ev.accuracy = ep_sums[1] / ep_sums[2];
     ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
-    ev.elapsed_s = now_s() - t0;
+    ev.elapsed_s = now_s() - clock.t0;
     ev.samples_per_s = NAN;
     ev.grad_norm = NAN;
     ev.test_loss = ev.test_accuracy = NAN;
     if (test) CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
     CLT_TRY(emit(t, metrics, &ev));
-    if (last) { /* the epoch is whole: the next one starts from zero */
+    if (src.last_in_epoch) { /* the epoch is whole: the next one starts from zero */
       memset(t->ep_sums, 0, sizeof t->ep_sums);
       t->ep_steps = 0;
       if (o->checkpoint_dir && (o->checkpoint_every == 0 || t->steps_done % o->checkpoint_every == 0))

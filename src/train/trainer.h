@@ -1,7 +1,8 @@
 /*
- * trainer.h: the trainer's layout, shared by its two files: trainer.c
- * (replicas, the optimizer step, evaluation) and fit.c (the epoch loop,
- * events and metrics).
+ * trainer.h: the trainer's layout, shared by its files: trainer.c
+ * (replicas, evaluation, small collectives), step.c (one optimizer step,
+ * internal and public), fit.c (the epoch loop around it, events and
+ * metrics), checkpoint*.c and weights.c.
  */
 #ifndef CLT_TRAIN_TRAINER_H
 #define CLT_TRAIN_TRAINER_H
@@ -9,6 +10,7 @@
 #include "internal.h"
 #include "model/model.h"
 #include "model/replica.h"
+#include "dp/dp.h"
 
 struct clt_trainer {
   const clt_model *model;
@@ -28,20 +30,9 @@ struct clt_trainer {
   int64_t steps_done;          /* optimizer steps */
   int64_t micro_steps;         /* micro-batches done (keys dropout masks) */
 
-  /* Gradient buckets in backward order: bucket b is the arena range
-   * [bucket_lo[b], bucket_hi[b]) floats, all-reduced by plans[b] (NULL
-   * plans with a single replica in the job). */
-  int nbuckets;
-  int64_t *bucket_lo, *bucket_hi;
-  clt_allreduce_plan **plans;
-  int max_local;               /* most replicas any rank has */
-  int *rank_first;             /* per rank: global index of its first replica */
-  int *rank_count;             /* per rank: its replicas */
-
-  /* Load balancing: shares of the global micro-batch, per global replica. */
-  int64_t *shares;
-  double *throughput;          /* per global replica, smoothed samples/s (0: not measured) */
-  double *local_rate;          /* per local replica, smoothed */
+  /* Data parallelism (src/dp): replica numbering, gradient buckets and
+   * their all-reduce, shares of the batch, agreement checks. */
+  clt__dp *dp;
 
   /* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
    * the scale, clean steps since it last changed, skipped steps in a row
@@ -49,9 +40,6 @@ struct clt_trainer {
    * but not in the optimizer's own step count. */
   double loss_scale;
   int64_t scale_clean_steps, skips_in_row, skipped;
-
-  /* Communication accounting since the last step event. */
-  double comm_s, comm_hidden_s;
 
   /* Where training goes on (checkpoint.c saves and restores all of it):
    * the sampler position of the next global micro-batch, the size of the
@@ -66,21 +54,43 @@ struct clt_trainer {
   char *checkpoint_dir;        /* opts.checkpoint_dir's copy */
 };
 
-/* Sum the gradients of every replica of every rank into each of them,
- * bucket by bucket, overlapping the backward pass still running. */
-int clt__trainer_allreduce(clt_trainer *t);
-/* Gather every replica's smoothed throughput into t->throughput (collective). */
-int clt__trainer_gather_rates(clt_trainer *t);
-/* Gather, then recompute the shares from the throughputs (collective). */
-int clt__trainer_rebalance(clt_trainer *t);
-/* Compare a CRC32 of every replica's parameters across all ranks. */
-int clt__trainer_check_replicas(clt_trainer *t);
+/* ---- one training step (step.c) ---- */
 
-/* One optimizer step on every local replica once the gradients of total_n
- * samples are summed (clt__trainer_allreduce): scale, clip, update. *grad_norm gets the global norm
- * (NaN when not clipping); *skipped is 1 when fp16 loss scaling skipped the
- * step instead (the gradient was not finite). */
-int clt__trainer_apply(clt_trainer *t, int64_t total_n, double *grad_norm, int *skipped);
+/* One local replica's part of a micro-batch: n samples, x (n, input size)
+ * f32 and y (n * labels per sample) i32; x and y may be NULL when n is 0. */
+typedef struct clt__slice {
+  const float *x;
+  const int32_t *y;
+  int64_t n;
+  int64_t global_first;  /* global index of its first sample (keys dropout masks) */
+  uint64_t dropout_step; /* the micro-batch's dropout key */
+} clt__slice;
+
+/* Where a step's micro-batches come from (fit: the prefetchers; the public
+ * step: the caller's batch). next() fills micro-batch k's slice for every
+ * local replica, the labels it adds to the global batch (all ranks), and
+ * whether it is the step's last micro-batch. */
+typedef struct clt__micro_source {
+  int (*next)(void *self, clt_trainer *t, int k, clt__slice *slices, int64_t *labels, int *last);
+  void *self;
+} clt__micro_source;
+
+/* What a step did, the same on every rank. */
+typedef struct clt__step_stats {
+  double loss_sum, correct; /* over the global batch */
+  int64_t labels;           /* in the global batch: the divisor */
+  double grad_norm;         /* of the mean gradient, rank 0's replica 0 (NaN when skipped) */
+  int skipped;              /* f16 loss scaling skipped the update */
+  int counted;              /* its sums belong in the epoch's means (not a skipped overflow) */
+  int shares_changed;       /* the balancer re-split the batch after it */
+} clt__step_stats;
+
+/* One optimizer step: zero the gradients, then forward, loss and backward of
+ * each micro-batch on every local replica, the exchange (src/dp) during the
+ * last one's backward, the update, and the checks and rebalancing due
+ * after it. Collective. */
+int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__step_stats *st);
+
 /* Sum small per-rank values over all ranks in rank order (the same bits
  * everywhere). */
 int clt__trainer_sum(clt_trainer *t, double *vals, int n);

@@ -44,6 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
   rc = fuzz_idx_labels(dir, data, n);
 #elif defined(FUZZ_TARGET_RAW)
   rc = fuzz_raw(dir, data, n);
+#elif defined(FUZZ_TARGET_TOKENS)
+  rc = fuzz_tokens(dir, data, n);
 #elif defined(FUZZ_TARGET_SAFETENSORS)
   rc = fuzz_safetensors(dir, data, n);
 #else

@@ -1,0 +1,99 @@
+/*
+ * agree.c: what keeps the replicas of a data-parallel job one model.
+ * At create, every rank must run the same model with the same options
+ * (compared field by field, so the message can name the one that differs);
+ * during training, every replica of every rank must hold the same
+ * parameters bit for bit, which a CRC32 of each replica's arena, gathered
+ * from all ranks, checks every check_every steps.
+ */
+#include "dp/dp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include <cltrain/opencl.h>
+
+/* What must agree across ranks, compared field by field at start. */
+typedef struct agreement {
+  int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer, checkpoints;
+  uint32_t spec_crc;
+  float lr;
+} agreement;
+
+int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train_options *o) {
+  if (dp->nranks == 1) return CLT_OK;
+  agreement mine;
+  memset(&mine, 0, sizeof mine); /* the padding is compared too */
+  mine.params = clt_model_param_count(m);
+  mine.batch = o->batch;
+  mine.accumulate = o->accumulate;
+  mine.epochs = o->epochs;
+  mine.max_steps = o->max_steps;
+  mine.seed = (int64_t)o->seed;
+  mine.optimizer = o->optimizer.kind;
+  mine.checkpoints = o->checkpoint_dir ? o->checkpoint_every : -1;
+  mine.lr = o->schedule.lr;
+  const char *text = clt_model_text(m);
+  mine.spec_crc = (uint32_t)crc32(0, (const Bytef *)text, (uInt)strlen(text));
+  agreement *all = clt__calloc(dp->nranks, sizeof *all);
+  if (!all) return CLT_ENOMEM;
+  int rc = clt_allgather(dp->comm, &mine, sizeof mine, all);
+  for (int r = 1; rc == CLT_OK && r < dp->nranks; r++) {
+    const agreement *a = &all[0], *b = &all[r];
+#define FIELD(f, what)                                                                                            \
+  if (a->f != b->f) {                                                                                             \
+    rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on %s (%lld vs %lld); every rank must run the " \
+                    "same model and options", r, what, (long long)b->f, (long long)a->f);                         \
+    break;                                                                                                         \
+  }
+    FIELD(spec_crc, "the model spec (CRC32 of its text)")
+    FIELD(params, "the parameter count")
+    FIELD(batch, "the batch size")
+    FIELD(accumulate, "--accumulate")
+    FIELD(epochs, "the number of epochs")
+    FIELD(max_steps, "--max-steps")
+    FIELD(seed, "the seed")
+    FIELD(optimizer, "the optimizer")
+    FIELD(checkpoints, "checkpoints (-1: none, else --checkpoint-every)")
+#undef FIELD
+    if (a->lr != b->lr) {
+      rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on the learning rate (%g vs %g)", r, b->lr, a->lr);
+      break;
+    }
+  }
+  free(all);
+  return rc;
+}
+
+int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t step) {
+  int rc = CLT_OK;
+  clt_tensor pt = clt__replica_params(reps[0]);
+  int64_t P = pt.shape[0];
+  float *p = clt__calloc((size_t)P, sizeof *p);
+  uint32_t *mine = clt__calloc(dp->max_local, sizeof *mine);
+  uint32_t *all = clt__calloc((size_t)dp->nranks * dp->max_local, sizeof *all);
+  if (!p || !mine || !all) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < dp->nlocal; i++) {
+    pt = clt__replica_params(reps[i]);
+    CLT_TRY(clt_tensor_download(clt__replica_context(reps[i]), &pt, p, (size_t)P * sizeof *p));
+    mine[i] = (uint32_t)crc32(0, (const Bytef *)p, (uInt)(P * sizeof *p));
+  }
+  if (dp->nranks > 1)
+    CLT_TRY(clt_allgather(dp->comm, mine, (size_t)dp->max_local * sizeof *mine, all));
+  else
+    memcpy(all, mine, (size_t)dp->max_local * sizeof *mine);
+  for (int r = 0; r < dp->nranks; r++)
+    for (int i = 0; i < dp->rank_count[r]; i++) {
+      uint32_t c = all[(size_t)r * dp->max_local + i];
+      if (c != all[0]) {
+        rc = clt__error(CLT_EMISMATCH, "after step %lld the parameters of replica %d (rank %d, device %d there) "
+                        "differ from replica 0's (CRC32 %08x vs %08x): the replicas have diverged",
+                        (long long)step, dp->rank_first[r] + i, r, i, c, all[0]);
+        goto fail;
+      }
+    }
+fail:
+  free(p), free(mine), free(all);
+  return rc;
+}

@@ -1,0 +1,190 @@
+/*
+ * buckets.c: gradient buckets and their all-reduce, overlapped with the
+ * backward pass (DESIGN.md "One training step", 3 and 4).
+ *
+ * Layout. The gradient arena is cut into buckets of about bucket_mb MiB,
+ * in backward order, from the ranges of the arena each layer's backward
+ * writes (clt__model_grad_ranges). A bucket is complete once the lowest
+ * layer writing any of its ranges has run its backward: with tied weights
+ * (one range written by two layers) that is the lower of the two. Cuts
+ * fall only between ranges completed by different layers, so a layer's
+ * weights and bias travel together.
+ *
+ * Exchange. A recorded backward puts a marker on each replica's queue when
+ * a bucket is complete (model/replica.c). The calling thread waits for a
+ * bucket's markers on every local replica, then the bucket's all-reduce
+ * plan copies it to the host on the transfer queues, sums the replicas of
+ * this rank, runs the ring across ranks and writes the sum back, while the
+ * devices go on with the backward of earlier layers. Under mixed precision
+ * the replica rounds each complete bucket to an f16 copy (half the bytes on
+ * the wire), the ring sums in f32, and the sums come back into the f32
+ * arena at the end.
+ */
+#include "dp/dp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cltrain/opencl.h>
+
+void clt__bucket_layout_free(clt__bucket_layout *b) {
+  free(b->lo);
+  free(b->closed_at);
+  memset(b, 0, sizeof *b);
+}
+
+/* A written range and the lowest layer that writes it. */
+typedef struct written {
+  int64_t lo, hi;
+  int layer;
+} written;
+
+/* Highest first: the order the backward pass completes them in, as the
+ * model lays parameters out in layer order. */
+static int by_lo_descending(const void *pa, const void *pb) {
+  const written *a = pa, *b = pb;
+  if (a->lo != b->lo) return a->lo > b->lo ? -1 : 1;
+  return a->hi > b->hi ? -1 : a->hi < b->hi;
+}
+
+int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_range *ranges, int64_t limit,
+                            clt__bucket_layout *out) {
+  int n = first[nlayers], m = 0;
+  memset(out, 0, sizeof *out);
+  written *w = clt__calloc(n ? n : 1, sizeof *w);
+  if (!w) return CLT_ENOMEM;
+  for (int i = 0; i < nlayers; i++)
+    for (int k = first[i]; k < first[i + 1]; k++) {
+      if (ranges[k].hi <= ranges[k].lo) continue;
+      w[m++] = (written){ranges[k].lo, ranges[k].hi, i};
+    }
+  qsort(w, (size_t)m, sizeof *w, by_lo_descending);
+  /* Merge ranges that overlap (the same tied range listed by two layers):
+   * the merged one is complete at the lowest writer. */
+  int u = 0;
+  for (int k = 0; k < m; k++) {
+    if (u > 0 && w[k].hi > w[u - 1].lo) {
+      if (w[k].lo < w[u - 1].lo) w[u - 1].lo = w[k].lo;
+      if (w[k].hi > w[u - 1].hi) w[u - 1].hi = w[k].hi;
+      if (w[k].layer < w[u - 1].layer) w[u - 1].layer = w[k].layer;
+      continue;
+    }
+    w[u++] = w[k];
+  }
+  out->lo = clt__calloc(2 * (size_t)(u ? u : 1), sizeof *out->lo);
+  out->closed_at = clt__calloc(u ? u : 1, sizeof *out->closed_at);
+  if (!out->lo || !out->closed_at) {
+    free(w);
+    clt__bucket_layout_free(out);
+    return CLT_ENOMEM;
+  }
+  out->hi = out->lo + (u ? u : 1);
+  /* From the top of the arena down; each bucket starts where the one
+   * before it ended, so the buckets cover every range and the gaps between. */
+  int64_t hi = u ? w[0].hi : 0;
+  int closed_at = nlayers;
+  for (int k = 0; k < u; k++) {
+    if (w[k].layer < closed_at) closed_at = w[k].layer;
+    int last = k == u - 1;
+    int full = limit > 0 && hi - w[k].lo >= limit && (last || w[k + 1].layer != w[k].layer);
+    if (last || full) {
+      out->lo[out->n] = w[k].lo;
+      out->hi[out->n] = hi;
+      out->closed_at[out->n] = closed_at;
+      out->n++;
+      hi = w[k].lo;
+      closed_at = nlayers;
+    }
+  }
+  free(w);
+  return CLT_OK;
+}
+
+/* The model's written ranges, layer by layer. */
+static int model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *out) {
+  int L = clt_model_layer_count(m), rc = CLT_OK, total = 0;
+  int *first = clt__calloc((size_t)L + 1, sizeof *first);
+  clt__param_range *ranges = NULL;
+  if (!first) return CLT_ENOMEM;
+  for (int i = 0; i < L; i++) {
+    first[i] = total;
+    total += clt__model_grad_ranges(m, i, NULL, 0);
+  }
+  first[L] = total;
+  if (!(ranges = clt__calloc(total ? total : 1, sizeof *ranges))) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < L; i++) clt__model_grad_ranges(m, i, ranges + first[i], first[i + 1] - first[i]);
+  rc = clt__bucket_layout_make(L, first, ranges, limit, out);
+fail:
+  free(first), free(ranges);
+  return rc;
+}
+
+int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision,
+                           clt__replica *const *reps) {
+  int rc = CLT_OK;
+  clt__bucket_layout *b = &dp->buckets;
+  CLT_TRY(model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), b));
+  if (!(dp->plans = clt__calloc(b->n ? b->n : 1, sizeof *dp->plans))) { rc = CLT_ENOMEM; goto fail; }
+  /* In f16, gradients travel as f16 (half the bytes), rounded per bucket
+   * as its backward ends and summed in f32 on the host. */
+  int wire = dp->nreplicas > 1 && precision == CLT_F16;
+  for (int i = 0; i < dp->nlocal; i++) CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, wire));
+  if (dp->nreplicas > 1) {
+    clt_allreduce_opts ao = {0, dp->nlocal};
+    for (int k = 0; k < b->n; k++)
+      CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), wire ? CLT_F16 : CLT_F32, CLT_SUM,
+                                        &ao, &dp->plans[k]));
+  }
+fail:
+  return rc;
+}
+
+int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step) {
+  int rc = CLT_OK, n = dp->nlocal;
+  if (dp->nreplicas == 1) return CLT_OK; /* the one replica's sum is its own */
+  cl_command_queue *q = clt__calloc(n, sizeof *q), *wq = clt__calloc(n, sizeof *wq);
+  cl_mem *bufs = clt__calloc(n, sizeof *bufs);
+  size_t *offs = clt__calloc(n, sizeof *offs), *esize = clt__calloc(n, sizeof *esize);
+  if (!q || !wq || !bufs || !offs || !esize) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < n; i++) {
+    clt_context *ctx = clt__replica_context(reps[i]);
+    clt_tensor x = clt__replica_exchange_view(reps[i]);
+    q[i] = clt_context_transfer_queue(ctx), wq[i] = clt_context_queue(ctx);
+    bufs[i] = x.buf;
+    esize[i] = clt_dtype_size(x.dtype);
+    /* Submit the queued backward now: a driver may hold unflushed
+     * commands back until something waits on them. */
+    CLT_CL_TRY(clFlush(clt_context_queue(ctx)));
+  }
+  for (int b = 0; b < dp->buckets.n; b++) {
+    /* The host waits for the bucket's marker rather than making the
+     * transfer queue wait on it: PoCL, for one, serves such cross-queue
+     * waits slowly (~100 ms a step here). */
+    for (int i = 0; i < n; i++) {
+      CLT_TRY(clt__replica_wait_bucket(reps[i], b, clt_comm_timeout(dp->comm)));
+      offs[i] = (size_t)dp->buckets.lo[b] * esize[i];
+    }
+    double t0 = clt__now();
+    CLT_TRY(clt__allreduce_run_devices_split(dp->plans[b], n, q, wq, bufs, offs));
+    double dt = clt__now() - t0;
+    dp->comm_s += dt;
+    /* Hidden if some replica's backward was still running when it ended. */
+    for (int i = 0; i < n; i++)
+      if (clt__replica_busy(reps[i])) {
+        dp->comm_hidden_s += dt;
+        break;
+      }
+  }
+  /* The f16 sums back into the f32 arenas (after the write-backs, which
+   * are on the same in-order queue). */
+  for (int i = 0; i < n; i++) CLT_TRY(clt__replica_wire_to_grads(reps[i]));
+fail:
+  free(q), free(wq), free(bufs), free(offs), free(esize);
+  return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
+}
+
+void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset) {
+  if (seconds) *seconds = dp->comm_s;
+  if (hidden) *hidden = dp->comm_hidden_s;
+  if (reset) dp->comm_s = dp->comm_hidden_s = 0;
+}

@@ -1,0 +1,111 @@
+/*
+ * dp.h: data parallelism (DESIGN.md layer 11), as the trainer sees it. One
+ * clt__dp per trainer knows the job's replicas (how many on each rank, and
+ * their global numbering) and owns what makes them one data-parallel
+ * model:
+ *
+ *   dp.c       the object, the replica numbering across ranks;
+ *   agree.c    agreement across ranks: the model and options at create,
+ *              and CRC32s of every replica's parameters during training;
+ *   balance.c  the split of the global batch (shares) and its rebalancing
+ *              from measured throughput;
+ *   buckets.c  gradient buckets laid out from the parameter ranges each
+ *              layer's backward writes, and their all-reduce overlapped
+ *              with the backward pass (f16 on the wire under mixed
+ *              precision).
+ *
+ * Replicas (src/model/replica.h) are reached only through their functions;
+ * what dp asks of the model is clt__model_grad_ranges (model/model.h).
+ * Functions marked collective must be called by every rank in the same
+ * order.
+ */
+#ifndef CLT_DP_DP_H
+#define CLT_DP_DP_H
+
+#include "internal.h"
+#include "model/model.h"
+#include "model/replica.h"
+
+typedef struct clt__dp clt__dp;
+
+/* ---- the job (dp.c) ---- */
+
+/* nlocal replicas on this rank of comm. Collective: gathers every rank's
+ * count, so that replica g of the job is replica g - first of its rank. */
+int clt__dp_create(clt_comm *comm, int nlocal, clt__dp **out);
+void clt__dp_destroy(clt__dp *dp);
+int clt__dp_replicas(const clt__dp *dp);      /* on all ranks */
+int clt__dp_first_replica(const clt__dp *dp); /* global index of this rank's first */
+
+/* ---- agreement (agree.c) ---- */
+
+/* Collective: the model spec, parameter count and the options that must
+ * match on every rank do; CLT_EMISMATCH naming the rank and the field. */
+int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train_options *o);
+/* Collective: every replica of every rank holds the same parameters (CRC32
+ * of the f32 arena); CLT_EMISMATCH naming the first that differs. `step`
+ * is for the message. */
+int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t step);
+
+/* ---- balancing (balance.c) ---- */
+
+/* The first split of a global micro-batch of micro_batch samples over the
+ * job's replicas, from o->balance (equal, weights; auto starts equal). */
+int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_batch);
+/* Per global replica: its share of a full global micro-batch. */
+const int64_t *clt__dp_shares(const clt__dp *dp);
+/* Shares from elsewhere (a checkpoint): one per global replica, summing to
+ * the micro-batch. */
+void clt__dp_set_shares(clt__dp *dp, const int64_t *shares);
+/* Where local replica i's slice starts in a full global micro-batch. */
+int64_t clt__dp_slice_start(const clt__dp *dp, int i);
+/* Split n samples of this rank over its replicas in proportion to their
+ * shares (largest remainder; some may get 0): counts[nlocal]. */
+int clt__dp_split_local(const clt__dp *dp, int64_t n, int64_t *counts);
+/* Local replica i ran n samples of a recorded run in `seconds` of device
+ * time (0: unknown): fold it into its smoothed throughput. */
+void clt__dp_note_run(clt__dp *dp, int i, int64_t n, double seconds);
+/* Collective: every replica's smoothed throughput, to clt__dp_throughput. */
+int clt__dp_gather_rates(clt__dp *dp);
+/* Per global replica: samples per second (0: not measured). */
+const double *clt__dp_throughput(const clt__dp *dp);
+/* Collective: gather, then new shares in proportion to throughput (every
+ * rank computes the same ones). *changed says whether they moved. */
+int clt__dp_rebalance(clt__dp *dp, int *changed);
+
+/* ---- gradient buckets (buckets.c) ---- */
+
+/* The bucket layout of a parameter arena, in backward order. Bucket b is
+ * the range [lo[b], hi[b]) of floats, complete once the backward of layer
+ * closed_at[b] is done. */
+typedef struct clt__bucket_layout {
+  int n;
+  int64_t *lo, *hi;
+  int *closed_at;
+} clt__bucket_layout;
+
+/* Lay buckets out from what each layer's backward writes: layer i writes
+ * ranges[first[i] .. first[i + 1]) (first has nlayers + 1 entries). A range
+ * written by several layers (tied weights) is complete at the lowest of
+ * them. Buckets hold at least limit floats where they can (the last may
+ * hold less), are cut only between ranges that complete at different
+ * layers, and together cover every written range contiguously; limit <= 0
+ * gives one bucket. Pure: no device, no communication. */
+int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_range *ranges, int64_t limit,
+                            clt__bucket_layout *out);
+void clt__bucket_layout_free(clt__bucket_layout *b);
+
+/* Collective: buckets of about bucket_mb MiB for the model, set on every
+ * local replica (reps[nlocal]), with one all-reduce plan each when the job
+ * has more than one replica; under CLT_F16 gradients travel as f16. */
+int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision,
+                           clt__replica *const *reps);
+/* Collective: sum the gradients of every replica of every rank into each
+ * of them, bucket by bucket as the recorded backward pass completes them
+ * (it may still be running). `step` (1-based) is for messages. */
+int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step);
+/* Seconds spent in the exchange, and those while some backward still ran,
+ * since the last reset; reset zeroes them. */
+void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * dp_internal.h: the layout of a clt__dp, shared by the files of src/dp
+ * and by no one else (the trainer calls dp.h).
+ */
+#ifndef CLT_DP_DP_INTERNAL_H
+#define CLT_DP_DP_INTERNAL_H
+
+#include "dp/dp.h"
+
+struct clt__dp {
+  clt_comm *comm;              /* the trainer's; not owned */
+  int rank, nranks;
+  int nlocal;                  /* replicas on this rank */
+  int nreplicas;               /* on all ranks */
+  int first_replica;           /* global index of this rank's first */
+  int max_local;               /* most replicas any rank has */
+  int *rank_first;             /* per rank: global index of its first replica */
+  int *rank_count;             /* per rank: its replicas */
+
+  /* balance.c: per global replica, its share of the global micro-batch and
+   * its smoothed throughput (samples/s, 0: not measured); per local
+   * replica, its own smoothed rate. */
+  int64_t micro_batch;
+  int64_t *shares;
+  double *throughput;
+  double *local_rate;
+
+  /* buckets.c: the layout, an all-reduce plan per bucket (NULL with one
+   * replica in the job), and the time the exchange took. */
+  clt__bucket_layout buckets;
+  clt_allreduce_plan **plans;
+  double comm_s, comm_hidden_s;
+};
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * step.c: one training step, as named calls in order (CONVENTIONS 14):
+ *
+ *   zero_grads                          every local replica
+ *   for each micro-batch:
+ *     forward_backward                  forward, loss (summed), backward into the
+ *                                       gradient arena (accumulating); enqueued only
+ *     clt__dp_exchange (last one)       gradients summed over every replica of every
+ *                                       rank, bucket by bucket as backward completes them
+ *     read_losses                       the loss sums; the balancer's timings
+ *   update                              divide by the global labels, unscale (f16), clip,
+ *                                       optimizer step on every replica, identically
+ *   after_update                        replica CRC checks and rebalancing when due
+ *
+ * The micro-batches come from a source: fit.c's prefetchers, or here the
+ * caller's own batch (clt_trainer_step, DDP-style: each rank passes its own
+ * samples, the update is the mean over all of them).
+ */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The gradient is not finite: name the layer where that starts. Backward
+ * runs from the last layer to the first and carries an inf or NaN on to
+ * every layer before, so the culprit is the last layer with one. */
+static int nonfinite_layer(clt_trainer *t) {
+  const clt_model_spec *s = t->model->spec;
+  clt_tensor grads = clt__replica_grads(t->rep[0]);
+  for (int i = s->nlayers - 1; i >= 1; i--) {
+    clt__param_range r[8];
+    int nr = clt__model_grad_ranges(t->model, i, r, 8), bad = 0;
+    for (int k = 0; k < nr && k < 8 && !bad; k++) {
+      int64_t n = r[k].hi - r[k].lo;
+      clt_tensor g;
+      float ss = 0;
+      bad = n > 0 && clt_tensor_view(grads.buf, grads.offset + (size_t)r[k].lo * 4, CLT_F32, 1, &n, &g) == CLT_OK &&
+            clt_sumsq(t->ctx[0], &g, &ss) == CLT_OK && !isfinite(ss);
+    }
+    if (!bad) continue;
+    const clt_layer_spec *l = &s->layers[i];
+    return clt__error(CLT_ENONFINITE, "the gradient of %s:%d (%s) is not finite (inf or NaN); lower the learning "
+                      "rate (%g) or clip gradients (--clip)", s->name, l->line, clt__layer_kind_name(l),
+                      clt_schedule_lr(&t->opts.schedule, t->steps_done));
+  }
+  return clt__error(CLT_ENONFINITE, "the gradient is not finite (inf or NaN); lower the learning rate or clip "
+                    "gradients (--clip)");
+}
+
+/* f16: the summed gradient is not finite. Every rank holds the same sum
+ * (an inf or NaN on any rank reaches it), so every rank decides alike:
+ * leave the parameters, halve the scale, and give up after max_skips in a
+ * row. */
+static int skip_step(clt_trainer *t, int *skipped) {
+  *skipped = 1;
+  t->skipped++;
+  t->skips_in_row++;
+  t->scale_clean_steps = 0;
+  double was = t->loss_scale;
+  if (t->loss_scale > 1) t->loss_scale /= 2;
+  clt__log(CLT_LOG_INFO, "step %lld: the f16 gradient is not finite at loss scale %g: step skipped, scale now %g",
+           (long long)t->steps_done + 1, was, t->loss_scale);
+  if (t->skips_in_row >= t->opts.max_skips)
+    return clt__error(CLT_ENONFINITE, "step %lld: the f16 gradient was not finite %lld steps in a row, down to loss "
+                      "scale %g: the values overflow f16 itself; train with --precision fp32, or lower the learning "
+                      "rate (%g)", (long long)t->steps_done + 1, (long long)t->skips_in_row, was,
+                      clt_schedule_lr(&t->opts.schedule, t->steps_done));
+  t->steps_done++;
+  return CLT_OK;
+}
+
+/* The optimizer step on every local replica once the gradients of `labels`
+ * labels are summed: scale, clip, update. *grad_norm gets the norm of the
+ * mean gradient (this rank's replica 0; with clipping, rank 0's for
+ * everyone); *skipped is 1 when fp16 loss scaling skipped the step
+ * instead (the gradient was not finite). */
+static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skipped) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  const clt_optimizer_config *cfg = &t->opts.optimizer;
+  float scale = 1.0f / (float)labels;
+  *grad_norm = NAN;
+  *skipped = 0;
+
+  /* Every replica of every rank now holds the same summed gradient, so
+   * each rank can tell alone whether it is finite (and stop before the
+   * update spoils the parameters), and clipping can use its norm. */
+  float ss = 0;
+  clt_tensor g = clt__replica_grads(t->rep[0]);
+  CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
+  if (t->opts.precision == CLT_F16) {
+    /* The gradient was scaled by the loss scale; in f16 an inf or NaN
+     * means the scale is too large (or the data overflow f16 outright). */
+    if (!isfinite(ss)) return skip_step(t, skipped);
+    t->skips_in_row = 0;
+    scale = (float)(1.0 / ((double)labels * t->loss_scale));
+    ss = (float)((double)ss / (t->loss_scale * t->loss_scale));
+    if (++t->scale_clean_steps >= t->opts.loss_scale_window && t->loss_scale * 2 <= 1e30) {
+      t->loss_scale *= 2;
+      t->scale_clean_steps = 0;
+    }
+  } else if (!isfinite(ss)) {
+    rc = nonfinite_layer(t);
+    goto fail;
+  }
+  /* Clipping: the norm of the summed gradient / labels. Devices may sum in
+   * different orders, so rank 0's first replica decides for everyone. */
+  *grad_norm = sqrt((double)ss) / (double)labels;
+  if (t->opts.clip > 0) {
+    double v[1] = {t->rank == 0 ? *grad_norm : 0.0};
+    CLT_TRY(clt__trainer_sum(t, v, 1));
+    *grad_norm = v[0];
+    if (v[0] > t->opts.clip) scale = (float)(scale * (t->opts.clip / (v[0] + 1e-6)));
+  }
+
+  float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
+  int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
+  for (int i = 0; i < t->nlocal; i++) {
+    clt__replica *r = t->rep[i];
+    clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r);
+    if (!t->host_params[i]) {
+      CLT_TRY(clt_optimizer_step(t->ctx[i], cfg, step, lr, scale, &p, &g, &s));
+      continue;
+    }
+    CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)P * sizeof(float)));
+    clt_optimizer_step_host(cfg, step, lr, scale, t->host_params[i], t->host_grads, t->host_state[i], (size_t)P);
+    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, t->host_params[i], (size_t)P * sizeof(float)));
+  }
+  t->steps_done++;
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "optimizer step %lld", (long long)t->steps_done + 1);
+}
+
+static int zero_grads(clt_trainer *t) {
+  int rc = CLT_OK;
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
+fail:
+  return rc;
+}
+
+/* Enqueue forward, loss and backward of every replica's slice. A recorded
+ * run (the step's last micro-batch) marks its buckets for the exchange; a
+ * replica with nothing in it (a partial batch, a rank with few samples)
+ * records the markers alone. */
+static int forward_backward(clt_trainer *t, const clt__slice *s, int record) {
+  int rc = CLT_OK;
+  for (int i = 0; i < t->nlocal; i++) {
+    clt__pass pass = {.train = 1, .record = record, .seed = t->opts.seed, .step = s[i].dropout_step,
+                      .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale};
+    if (s[i].n > 0)
+      CLT_TRY(clt__replica_run(t->rep[i], s[i].x, s[i].y, s[i].n, &pass));
+    else if (record)
+      CLT_TRY(clt__replica_record_empty(t->rep[i]));
+  }
+fail:
+  return rc;
+}
+
+/* Wait for every replica's run, add its loss sum and correct count to
+ * sums, and give the balancer the recorded run's time. */
+static int read_losses(clt_trainer *t, const clt__slice *s, int recorded, double *sums) {
+  int rc = CLT_OK;
+  for (int i = 0; i < t->nlocal; i++) {
+    if (s[i].n == 0) continue;
+    float l;
+    int32_t c;
+    CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
+    sums[0] += l;
+    sums[1] += c;
+    if (recorded) clt__dp_note_run(t->dp, i, s[i].n, clt__replica_run_time(t->rep[i]));
+  }
+fail:
+  return rc;
+}
+
+/* What is due after an update: the replica agreement check and, with
+ * --balance auto, a new split of the batch. */
+static int after_update(clt_trainer *t, int *shares_changed) {
+  int rc = CLT_OK;
+  const clt_train_options *o = &t->opts;
+  *shares_changed = 0;
+  if (o->check_every > 0 && t->steps_done % o->check_every == 0)
+    CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->steps_done));
+  if (o->balance == CLT_BALANCE_AUTO && t->steps_done % o->balance_every == 0)
+    CLT_TRY(clt__dp_rebalance(t->dp, shares_changed));
+fail:
+  return rc;
+}
+
+int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__step_stats *st) {
+  int rc = CLT_OK, last = 0;
+  double sums[3] = {0, 0, 0}; /* loss, correct, rank 0's gradient norm: this rank's, then all */
+  clt__slice *slices = clt__calloc(t->nlocal, sizeof *slices);
+  if (!slices) return CLT_ENOMEM;
+  memset(st, 0, sizeof *st);
+
+  CLT_TRY(zero_grads(t));
+  for (int k = 0; !last; k++) { /* micro-batches; gradients accumulate */
+    int64_t labels;
+    CLT_TRY(src->next(src->self, t, k, slices, &labels, &last)); /* every replica's slice */
+    CLT_TRY(forward_backward(t, slices, last));                  /* forward, loss, backward: enqueued */
+    if (last) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* while backward runs */
+    CLT_TRY(read_losses(t, slices, last, sums));
+    st->labels += labels;
+  }
+  CLT_TRY(update(t, st->labels, &st->grad_norm, &st->skipped)); /* mean over the global labels */
+
+  if (t->rank == 0) sums[2] = st->grad_norm;
+  CLT_TRY(clt__trainer_sum(t, sums, 3));
+  st->loss_sum = sums[0], st->correct = sums[1], st->grad_norm = sums[2];
+  /* In f16 a step whose forward overflowed is skipped like any other
+   * non-finite step (update): it leaves the sums alone. */
+  st->counted = isfinite(st->loss_sum) || !st->skipped;
+  if (st->counted && !isfinite(st->loss_sum)) {
+    rc = clt__error(CLT_ENONFINITE, "the loss is not finite at step %lld: lower the learning rate (%g) or clip "
+                    "gradients (--clip)", (long long)t->steps_done, clt_schedule_lr(&t->opts.schedule, t->steps_done - 1));
+    goto fail;
+  }
+  CLT_TRY(after_update(t, &st->shares_changed));
+fail:
+  free(slices);
+  return rc;
+}
+
+/* ---- the public step: the caller's own samples ------------------------------ */
+
+/* This rank's batch, cut for its replicas: replica i takes count[i]
+ * samples from start[i], in runs of at most `chunk` (its activation
+ * memory), one micro-batch per run. */
+typedef struct caller_batch {
+  const float *x;
+  const int32_t *y;
+  int64_t in, lps, chunk;
+  int64_t *count, *start;
+  int64_t rank_first;    /* global index of this rank's first sample */
+  int64_t global_labels;
+  int nmicro;
+  uint64_t key;          /* one dropout key for the whole step */
+} caller_batch;
+
+static int caller_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *labels, int *last) {
+  caller_batch *c = self;
+  for (int i = 0; i < t->nlocal; i++) {
+    int64_t lo = (int64_t)k * c->chunk, n = c->count[i] - lo;
+    n = n < 0 ? 0 : n > c->chunk ? c->chunk : n;
+    int64_t at = c->start[i] + lo;
+    s[i] = (clt__slice){n ? c->x + at * c->in : NULL, n ? c->y + at * c->lps : NULL, n, c->rank_first + at, c->key};
+  }
+  *labels = k == 0 ? c->global_labels : 0;
+  *last = k == c->nmicro - 1;
+  return CLT_OK;
+}
+
+/* This rank's input: CLT_OK or an error naming what is wrong. */
+static int check_input(const clt_trainer *t, const float *x, const int32_t *y, int64_t n) {
+  if (n < 0) return clt__error(CLT_EINVAL, "clt_trainer_step: n is %lld; give 0 or more samples", (long long)n);
+  if (n > 0 && !x) return clt__error(CLT_EINVAL, "clt_trainer_step: x is NULL with n = %lld samples", (long long)n);
+  if (n > 0 && !y) return clt__error(CLT_EINVAL, "clt_trainer_step: y is NULL with n = %lld samples", (long long)n);
+  int64_t lps = clt_model_labels_per_sample(t->model), C = clt_model_num_classes(t->model);
+  for (int64_t k = 0; k < n * lps; k++)
+    if ((y[k] < 0 || y[k] >= C) && y[k] != CLT_IGNORE_LABEL)
+      return clt__error(CLT_EINVAL, "clt_trainer_step: label %lld (of sample %lld) is %d, but the model has %lld "
+                        "classes (0 to %lld, or CLT_IGNORE_LABEL)", (long long)k, (long long)(k / lps), (int)y[k],
+                        (long long)C, (long long)C - 1);
+  return CLT_OK;
+}
+
+/* The labels that count (not CLT_IGNORE_LABEL): what the mean divides by. */
+static int64_t counted_labels(const clt_trainer *t, const int32_t *y, int64_t n) {
+  int64_t m = 0, all = n * clt_model_labels_per_sample(t->model);
+  for (int64_t k = 0; k < all; k++) m += y[k] != CLT_IGNORE_LABEL;
+  return m;
+}
+
+/* Collective: every rank's n and input check. All ranks fail alike when
+ * one's input is bad (naming it), so none is left waiting in the exchange. */
+static int gather_counts(clt_trainer *t, int64_t n, int64_t labels, int rc, int64_t *global_n,
+                         int64_t *global_labels, int64_t *before) {
+  int64_t mine[3] = {rc, n, labels}, *all = NULL;
+  *global_n = n, *global_labels = labels, *before = 0;
+  if (t->nranks == 1) return rc;
+  if (!(all = clt__calloc((size_t)t->nranks * 3, sizeof *all))) return CLT_ENOMEM;
+  int grc = clt_allgather(t->comm, mine, sizeof mine, all);
+  *global_n = *global_labels = 0;
+  for (int r = 0; grc == CLT_OK && r < t->nranks; r++) {
+    if (all[3 * r] < 0) {
+      grc = r == t->rank ? (int)all[3 * r]
+                         : clt__error((int)all[3 * r], "clt_trainer_step: rank %d's input is bad (%s)", r,
+                                      clt_strerror((int)all[3 * r]));
+      break;
+    }
+    if (r < t->rank) *before += all[3 * r + 1];
+    *global_n += all[3 * r + 1];
+    *global_labels += all[3 * r + 2];
+  }
+  free(all);
+  return grc;
+}
+
+int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out) {
+  int rc = CLT_OK;
+  caller_batch c;
+  memset(&c, 0, sizeof c);
+  if (!t) return clt__error(CLT_EINVAL, "clt_trainer_step: no trainer");
+  if (out) memset(out, 0, sizeof *out);
+  int64_t global_n;
+  int in_rc = check_input(t, x, y, n);
+  CLT_TRY(gather_counts(t, n, in_rc < 0 ? 0 : counted_labels(t, y, n), in_rc, &global_n, &c.global_labels,
+                        &c.rank_first));
+  if (global_n == 0) {
+    rc = clt__error(CLT_EINVAL, "clt_trainer_step: no rank gave any samples; a step needs at least one");
+    goto fail;
+  }
+  if (c.global_labels == 0) {
+    rc = clt__error(CLT_EINVAL, "clt_trainer_step: every label of the step is CLT_IGNORE_LABEL; a step needs at "
+                    "least one that counts");
+    goto fail;
+  }
+  c.x = x, c.y = y;
+  c.in = clt_model_input_size(t->model);
+  c.lps = clt_model_labels_per_sample(t->model);
+  c.chunk = t->micro_batch; /* what each replica has room for */
+  c.key = (uint64_t)t->micro_steps;
+  c.count = clt__calloc(t->nlocal, sizeof *c.count);
+  c.start = clt__calloc(t->nlocal, sizeof *c.start);
+  if (!c.count || !c.start) { rc = CLT_ENOMEM; goto fail; }
+  CLT_TRY(clt__dp_split_local(t->dp, n, c.count));
+  c.nmicro = 1;
+  for (int i = 0; i < t->nlocal; i++) {
+    c.start[i] = i ? c.start[i - 1] + c.count[i - 1] : 0;
+    int runs = (int)((c.count[i] + c.chunk - 1) / c.chunk);
+    if (runs > c.nmicro) c.nmicro = runs;
+  }
+
+  clt__step_stats st;
+  clt__micro_source src = {caller_next, &c};
+  CLT_TRY(clt__trainer_train_step(t, &src, &st));
+  t->micro_steps++;
+  if (out) {
+    out->loss = st.loss_sum / (double)st.labels;
+    out->accuracy = st.correct / (double)st.labels;
+    out->grad_norm = st.grad_norm;
+    out->skipped = st.skipped;
+    out->global_n = global_n;
+  }
+fail:
+  free(c.count), free(c.start);
+  return rc;
+}

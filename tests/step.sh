@@ -1,0 +1,9 @@
+#!/bin/sh
+# step.sh: clt_trainer_step in the application's own loop (tests/test_step)
+# on 1 and 2 ranks of this machine: against fit, against one device, and
+# bad input.
+srcdir=${srcdir:-.}
+CLT_TIMEOUT=${CLT_TIMEOUT:-60}
+CLT_TEST_LIMIT=${CLT_TEST_LIMIT:-300}
+export CLT_TIMEOUT CLT_TEST_LIMIT
+exec sh "$srcdir/tests/mpi_run.sh" --each "1 2" ./tests/test_step
