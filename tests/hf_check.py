@@ -9,10 +9,15 @@ tests/hf_check.sh, which finds a Python with torch and transformers).
    the mean cross-entropy within 1e-5.
 3. `cltrain hf export` the imported model; GPT2LMHeadModel.from_pretrained
    loads it with every tensor as it was, and its logits are cltrain's.
+4. `cltrain train` the imported model a little on llm.c token shards (bytes
+   of this file) and export it: in transformers its mean loss on the
+   validation shard is the validation loss cltrain reported (its metrics
+   file, full precision) within 1e-5.
 
 Exit 0 when all hold, 1 when one does not, 77 when no OpenCL device exists.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -64,6 +69,63 @@ def cltrain_logits(args, work, prefix, x, y):
     _, total, labels = p.stdout.split()
     logits = np.fromfile(out, dtype="<f4").reshape(x.shape[0], x.shape[1], VOCAB)
     return logits, float(total) / int(labels)
+
+
+def write_shard(path, tokens):
+    """An llm.c .bin shard: 256 int32 of header (magic, version 1, count), uint16 tokens."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (20240520, 1, len(tokens))
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+
+
+def windows(tokens, T):
+    """cltrain's samples of a token stream: windows of T+1 at stride T."""
+    n = (len(tokens) - 1) // T
+    x = np.stack([tokens[i * T:i * T + T] for i in range(n)])
+    y = np.stack([tokens[i * T + 1:i * T + T + 1] for i in range(n)])
+    return x, y
+
+
+def devices():
+    return [] if os.environ.get("CLT_DEVICES") else ["-d", "0"]
+
+
+def train_and_export(args, work, prefix):
+    """Train the imported model on bytes of this file, export it and compare
+    the validation loss cltrain reported with transformers'."""
+    with open(__file__, "rb") as f:
+        text = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int64)
+    T = N_POS
+    train, val = np.resize(text, 160 * T + 1), text[-(16 * T + 1):]
+    train_bin, val_bin = os.path.join(work, "train.bin"), os.path.join(work, "val.bin")
+    write_shard(train_bin, train)
+    write_shard(val_bin, val)
+    metrics, trained = os.path.join(work, "metrics.jsonl"), os.path.join(work, "trained.safetensors")
+    p = run([args.cltrain, "train", prefix + ".model", "--weights", prefix + ".safetensors", "--data", train_bin,
+             "--val", val_bin, "-e", "1", "-b", "8", "-o", "adamw", "--lr", "3e-3", "--metrics", metrics,
+             "-s", trained, "-q"] + devices())
+    check(p.returncode == 0, "cltrain train of the imported model")
+    if p.returncode != 0:
+        return
+    with open(metrics) as f:
+        epochs = [r for r in map(json.loads, f) if r["event"] == "epoch"]
+    steps_loss, val_loss = epochs[-1]["loss"], epochs[-1]["test_loss"]
+    out_dir = os.path.join(work, "trained")
+    p = run([args.cltrain, "hf", "export", prefix + ".model", "--weights", trained, "-o", out_dir])
+    check(p.returncode == 0, "cltrain hf export of the trained model")
+    if p.returncode != 0:
+        return
+    model = GPT2LMHeadModel.from_pretrained(out_dir).eval()
+    x, y = windows(val, T)
+    _, hf_loss = hf_logits(model, x, y)
+    uniform = float(np.log(VOCAB))  # the imported random model is about there too
+    check(val_loss < uniform - 0.5, "trained: validation loss %.4f after a training loss of %.4f (uniform: %.4f)" %
+          (val_loss, steps_loss, uniform))
+    check(abs(hf_loss - val_loss) <= LOSS_TOL,
+          "trained and exported: transformers' validation loss %.7f, cltrain's %.7f (difference %.3g)" %
+          (hf_loss, val_loss, abs(hf_loss - val_loss)))
 
 
 def hf_logits(model, x, y):
@@ -123,6 +185,8 @@ def main():
         diff = float(np.abs(back_logits - logits).max())
         check(diff <= LOGITS_TOL, "exported: transformers' logits within %g of cltrain's (max difference %.3g)" %
               (LOGITS_TOL, diff))
+
+        train_and_export(args, work, prefix)
     return 1 if failed else 0
 
 
