@@ -9,10 +9,12 @@ tests/hf_check.sh, which finds a Python with torch and transformers).
    the mean cross-entropy within 1e-5.
 3. `cltrain hf export` the imported model; GPT2LMHeadModel.from_pretrained
    loads it with every tensor as it was, and its logits are cltrain's.
-4. `cltrain train` the imported model a little on llm.c token shards (bytes
-   of this file) and export it: in transformers its mean loss on the
+4. `cltrain eval` of the imported model on an llm.c token shard prints
+   transformers' loss on the same windows (to its 4 decimals).
+5. `cltrain train` the imported model a little on token shards (bytes of
+   this file) and export it: in transformers its mean loss on the
    validation shard is the validation loss cltrain reported (its metrics
-   file, full precision) within 1e-5.
+   file, full precision) within 1e-5; its last checkpoint exports the same.
 
 Exit 0 when all hold, 1 when one does not, 77 when no OpenCL device exists.
 """
@@ -88,6 +90,10 @@ def windows(tokens, T):
     return x, y
 
 
+def load(work, name):
+    return GPT2LMHeadModel.from_pretrained(os.path.join(work, name)).eval()
+
+
 def devices():
     return [] if os.environ.get("CLT_DEVICES") else ["-d", "0"]
 
@@ -102,10 +108,24 @@ def train_and_export(args, work, prefix):
     train_bin, val_bin = os.path.join(work, "train.bin"), os.path.join(work, "val.bin")
     write_shard(train_bin, train)
     write_shard(val_bin, val)
+    x, y = windows(val, T)
+    # cltrain eval of the imported (untrained) model on the shard: its
+    # printed loss (4 decimals) is transformers' on the same windows
+    p = run([args.cltrain, "eval", prefix + ".model", "--weights", prefix + ".safetensors", "--data", val_bin] +
+            devices())
+    check(p.returncode == 0 and "val loss" in p.stdout, "cltrain eval of the imported model on a token shard")
+    if p.returncode != 0:
+        return
+    printed = float(p.stdout.split("val loss")[1].split()[0])
+    _, hf_loss = hf_logits(load(work, "gpt2"), x, y)
+    check(abs(printed - hf_loss) <= 5e-5, "imported: cltrain eval's val loss %.4f, transformers' %.7f" %
+          (printed, hf_loss))
+
     metrics, trained = os.path.join(work, "metrics.jsonl"), os.path.join(work, "trained.safetensors")
+    ckpt_dir = os.path.join(work, "ckpt")
     p = run([args.cltrain, "train", prefix + ".model", "--weights", prefix + ".safetensors", "--data", train_bin,
              "--val", val_bin, "-e", "1", "-b", "8", "-o", "adamw", "--lr", "3e-3", "--metrics", metrics,
-             "-s", trained, "-q"] + devices())
+             "-s", trained, "--checkpoint-dir", ckpt_dir, "-q"] + devices())
     check(p.returncode == 0, "cltrain train of the imported model")
     if p.returncode != 0:
         return
@@ -117,8 +137,7 @@ def train_and_export(args, work, prefix):
     check(p.returncode == 0, "cltrain hf export of the trained model")
     if p.returncode != 0:
         return
-    model = GPT2LMHeadModel.from_pretrained(out_dir).eval()
-    x, y = windows(val, T)
+    model = load(work, "trained")
     _, hf_loss = hf_logits(model, x, y)
     uniform = float(np.log(VOCAB))  # the imported random model is about there too
     check(val_loss < uniform - 0.5, "trained: validation loss %.4f after a training loss of %.4f (uniform: %.4f)" %
@@ -126,6 +145,14 @@ def train_and_export(args, work, prefix):
     check(abs(hf_loss - val_loss) <= LOSS_TOL,
           "trained and exported: transformers' validation loss %.7f, cltrain's %.7f (difference %.3g)" %
           (hf_loss, val_loss, abs(hf_loss - val_loss)))
+    # the checkpoint training ended with exports to the same model
+    ckpts = sorted(f for f in os.listdir(ckpt_dir) if f.endswith(".safetensors"))
+    p = run([args.cltrain, "hf", "export", prefix + ".model", "--weights", os.path.join(ckpt_dir, ckpts[-1]),
+             "-o", os.path.join(work, "from_ckpt")])
+    check(p.returncode == 0, "cltrain hf export of the last checkpoint")
+    if p.returncode == 0:
+        a, b = model.state_dict(), load(work, "from_ckpt").state_dict()
+        check(all(torch.equal(a[k], b[k]) for k in a), "the checkpoint exports the same tensors as the saved weights")
 
 
 def hf_logits(model, x, y):
@@ -151,8 +178,8 @@ def main():
             p.add_(0.05 * torch.randn_like(p))
 
     rng = np.random.default_rng(1)
-    windows = rng.integers(0, VOCAB, size=(3, N_POS + 1))
-    x, y = windows[:, :-1], windows[:, 1:]
+    w = rng.integers(0, VOCAB, size=(20, N_POS + 1))  # more than hf_logits' batch of 16
+    x, y = w[:, :-1], w[:, 1:]
     ref_logits, ref_loss = hf_logits(model, x, y)
 
     with tempfile.TemporaryDirectory(prefix="hf_check.") as work:
