@@ -15,6 +15,8 @@ tests/hf_check.sh, which finds a Python with torch and transformers).
    this file) and export it: in transformers its mean loss on the
    validation shard is the validation loss cltrain reported (its metrics
    file, full precision) within 1e-5; its last checkpoint exports the same.
+6. The same model saved as float16 and as bfloat16 imports as the float32
+   of those values: its logits are transformers' for them within 1e-4.
 
 Exit 0 when all hold, 1 when one does not, 77 when no OpenCL device exists.
 """
@@ -214,6 +216,24 @@ def main():
               (LOGITS_TOL, diff))
 
         train_and_export(args, work, prefix)
+
+        # saved in half precision: cltrain's logits are those of the same
+        # half values in float32
+        for dtype in (torch.float16, torch.bfloat16):
+            name = str(dtype).split(".")[1]
+            low = GPT2LMHeadModel(cfg).eval()
+            low.load_state_dict(model.state_dict())
+            low.to(dtype).save_pretrained(os.path.join(work, name), safe_serialization=True)
+            low = low.float()
+            p = run([args.cltrain, "hf", "import", os.path.join(work, name), "-o", os.path.join(work, name)])
+            check(p.returncode == 0, "cltrain hf import of a %s checkpoint" % name)
+            if p.returncode != 0:
+                continue
+            want, _ = hf_logits(low, x, y)
+            got, _ = cltrain_logits(args, work, os.path.join(work, name), x, y)
+            diff = float(np.abs(got - want).max())
+            check(diff <= LOGITS_TOL, "%s: logits within %g of transformers' (max difference %.3g)" %
+                  (name, LOGITS_TOL, diff))
     return 1 if failed else 0
 
 

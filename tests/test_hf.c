@@ -20,6 +20,7 @@
 
 #include <cltrain.h>
 
+#include "internal.h"
 #include "io/safetensors.h"
 
 /* The small GPT-2 of these tests. */
@@ -517,6 +518,76 @@ START_TEST(export_with_dropout) {
 }
 END_TEST
 
+/* h's tensors stored as F16 or BF16 (what save_pretrained writes for a
+ * model in half precision), as a safetensors file written by hand; h's
+ * values become the float32 the stored ones widen to. */
+static void write_half(hf_tensors *h, const char *path, int bf16) {
+  json_t *hdr = json_object();
+  size_t off = 0;
+  for (int i = 0; i < h->n; i++) {
+    int64_t count = h->t[i].ndim > 1 ? h->t[i].shape[0] * h->t[i].shape[1] : h->t[i].shape[0];
+    json_t *shape = json_array();
+    for (int d = 0; d < h->t[i].ndim; d++) json_array_append_new(shape, json_integer(h->t[i].shape[d]));
+    json_object_set_new(hdr, h->t[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", bf16 ? "BF16" : "F16", "shape",
+                                                     shape, "data_offsets", (json_int_t)off,
+                                                     (json_int_t)(off + 2 * (size_t)count)));
+    off += 2 * (size_t)count;
+  }
+  json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
+  char *text = json_dumps(hdr, JSON_COMPACT);
+  json_decref(hdr);
+  size_t len = strlen(text), padded = (len + 7) / 8 * 8;
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  for (int b = 0; b < 8; b++) fputc((int)((uint64_t)padded >> (8 * b)) & 0xff, f);
+  fputs(text, f);
+  for (size_t k = len; k < padded; k++) fputc(' ', f);
+  free(text);
+  for (int i = 0; i < h->n; i++) {
+    int64_t count = h->t[i].ndim > 1 ? h->t[i].shape[0] * h->t[i].shape[1] : h->t[i].shape[0];
+    for (int64_t k = 0; k < count; k++) {
+      float v = h->data[i][k];
+      uint32_t bits;
+      memcpy(&bits, &v, 4);
+      uint16_t half = bf16 ? (uint16_t)(bits >> 16) : clt__half_from_float(v);
+      fputc(half & 0xff, f);
+      fputc(half >> 8, f);
+      bits = (uint32_t)half << 16;
+      if (bf16) memcpy(&v, &bits, 4);
+      else v = clt__float_from_half(half);
+      h->data[i][k] = v;
+    }
+  }
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A checkpoint saved in half precision imports as the float32 of its
+ * values: the same bits as a float32 file of those values. */
+START_TEST(half_precision_files) {
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    char dir[512], st[1024], model[512], weights[512], model2[512], weights2[512];
+    hf_tensors h;
+    make_root();
+    write_hf("gpt2", &(variant){.prefix = "transformer.", .inner = 4 * C}, NULL, NULL, &h, dir, sizeof dir);
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    write_half(&h, st, bf16);
+    snprintf(model, sizeof model, "%s/half.model", root);
+    snprintf(weights, sizeof weights, "%s/half.safetensors", root);
+    ck_assert_msg(clt_hf_gpt2_import(dir, 0, model, weights) == CLT_OK, "%s", clt_last_error());
+    const char *meta[] = {"format", "pt", NULL};
+    ck_assert_int_eq(clt__st_write(st, h.t, h.n, meta), CLT_OK); /* the widened values as F32 */
+    snprintf(model2, sizeof model2, "%s/full.model", root);
+    snprintf(weights2, sizeof weights2, "%s/full.safetensors", root);
+    ck_assert_msg(clt_hf_gpt2_import(dir, 0, model2, weights2) == CLT_OK, "%s", clt_last_error());
+    const char *names[] = {"0.weight", "1.weight", "2.weight", "3.qkv.weight", "3.proj.bias", "6.weight",
+                           "16.weight", "18.bias", NULL};
+    same_files(weights, weights2, names);
+    hf_free(&h);
+    teardown();
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hf");
   TCase *tc = tcase_create("gpt2");
@@ -527,6 +598,7 @@ int main(void) {
   tcase_add_test(tc, bad_tensors);
   tcase_add_test(tc, export_structure);
   tcase_add_test(tc, export_with_dropout);
+  tcase_add_test(tc, half_precision_files);
   tcase_add_checked_fixture(tc, NULL, teardown);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
