@@ -605,8 +605,9 @@ CLT_API int clt_model_summary(const clt_model *m, char **out);
 /* ---- Hugging Face GPT-2 checkpoints ------------------------------------------
  *
  * The directory transformers' GPT2LMHeadModel.save_pretrained writes:
- * config.json and model.safetensors (float32; GPT-2's Conv1D weights stored
- * as (in, out), cltrain's as (out, in), so they are transposed on the way).
+ * config.json and model.safetensors (float32, or float16 / bfloat16, read
+ * as float32; GPT-2's Conv1D weights are stored as (in, out), cltrain's as
+ * (out, in), so they are transposed on the way).
  * Both directions need no device. The correspondence of layers and tensors
  * is in src/io/hf_gpt2.h.
  */

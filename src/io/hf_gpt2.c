@@ -222,20 +222,19 @@ static void eps_option(float eps, char *buf, size_t len) {
 }
 
 char *clt__hf_gpt2_spec_text(const clt__hf_config *c, const char *source) {
-  char eps[48], line[160];
+  char eps[48];
   eps_option(c->eps, eps, sizeof eps);
-  size_t size = 4096 + strlen(source);
-  char *text = clt__calloc(1, size);
-  if (!text) return NULL;
-  /* Keep the comment one line whatever the path holds. */
-  size_t at = (size_t)snprintf(text, size, "# GPT-2 imported from Hugging Face: ");
-  for (const char *p = source; *p && at < size - 1; p++) text[at++] = *p == '\n' || *p == '\r' ? ' ' : *p;
-  snprintf(line, sizeof line, "\n# n_layer=%d n_head=%d n_embd=%d n_positions=%d vocab_size=%d\n", c->n_layer,
-           c->n_head, c->n_embd, c->n_positions, c->vocab_size);
-  size_t left = size - strlen(text);
-  strncat(text, line, left - 1);
-  at = strlen(text);
-  snprintf(text + at, size - at,
+  size_t size = 2048 + strlen(source);
+  char *text = clt__calloc(1, size), *src = clt__strdup(source);
+  if (!text || !src) {
+    free(text), free(src);
+    return NULL;
+  }
+  for (char *p = src; *p; p++) /* the comment stays one line whatever the path holds */
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  snprintf(text, size,
+           "# GPT-2 imported from Hugging Face: %s\n"
+           "# n_layer=%d n_head=%d n_embd=%d n_positions=%d vocab_size=%d\n"
            "input tokens %d vocab=%d\n"
            "embedding %d name=wte\n"
            "posembedding positions=%d\n"
@@ -249,12 +248,12 @@ char *clt__hf_gpt2_spec_text(const clt__hf_config *c, const char *source) {
            "  linear %d init=normal std=%.3g\n"
            "  residual\n"
            "end\n"
-           "layernorm%s\n",
-           c->context, c->vocab_size, c->n_embd, c->n_positions, c->n_layer, eps, c->n_head, eps, c->n_inner,
-           c->n_embd, 0.02 / sqrt(2.0 * c->n_layer), eps);
-  at = strlen(text);
-  if (c->tied) snprintf(text + at, size - at, "linear %d tie=wte bias=false\n", c->vocab_size);
-  else snprintf(text + at, size - at, "linear %d bias=false\n", c->vocab_size);
+           "layernorm%s\n"
+           "linear %d%s bias=false\n",
+           src, c->n_layer, c->n_head, c->n_embd, c->n_positions, c->vocab_size, c->context, c->vocab_size,
+           c->n_embd, c->n_positions, c->n_layer, eps, c->n_head, eps, c->n_inner, c->n_embd,
+           0.02 / sqrt(2.0 * c->n_layer), eps, c->vocab_size, c->tied ? " tie=wte" : "");
+  free(src);
   return text;
 }
 

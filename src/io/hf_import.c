@@ -210,6 +210,12 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
   if (!(text = clt__hf_gpt2_spec_text(&cfg, dir))) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(clt__spec_parse(text, model_path, &spec));
   CLT_TRY(clt__hf_gpt2_match(spec, &got, &map, &n));
+  if (got.n_embd != cfg.n_embd || got.n_head != cfg.n_head || got.n_layer != cfg.n_layer ||
+      got.n_positions != cfg.n_positions || got.vocab_size != cfg.vocab_size || got.n_inner != cfg.n_inner ||
+      got.eps != cfg.eps || got.tied != cfg.tied || got.context != cfg.context) {
+    rc = clt__error(CLT_EINTERNAL, "hf import: the spec made for %s does not read back as its config", cfg_path);
+    goto fail;
+  }
 
   /* The weights, tensor by tensor, into one arena. */
   int64_t largest = 0;
