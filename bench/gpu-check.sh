@@ -24,6 +24,8 @@
 #   profile    CLT_PROFILE=1 on a few CNN steps
 #   mpitests   test_dp, test_comm, test_ckpt_dp on 2 ranks
 #   nnbench    bench/nn_bench: every layer call of a CNN step
+#   gpt        GPT-2 124M (examples/gpt2_124m.model, T = 1024) fp32 and fp16 against PyTorch
+#              (bench/pytorch_gpt.py, AMP) on the GPU: tokens/s, ratio, model FLOPs utilisation
 #
 # GROUPS (or GPU_CHECK_ONLY) is a space- or comma-separated subset of those,
 # e.g. GPU_CHECK_ONLY="devices tests train"; default: all of them.
@@ -353,6 +355,15 @@ def main(cmd, args):
         return "%.3f" % (a / b) if a and b else "n/a"
     if cmd == "allreduce":
         return allreduce(args[0])
+    if cmd == "gptpeer":  # tokens/s of bench/pytorch_gpt.py's line
+        for line in open(args[0]):
+            if line.startswith("{"):
+                return "%.0f" % json.loads(line)["tokens_per_s"]
+        return ""
+    if cmd == "mfu":  # tokens/s, parameters, layers, context, width, peak FLOP/s: PaLM's 6N + 12 L T C per token
+        tok, n, l, t, c, peak = (float(a) for a in args)
+        f = tok * (6 * n + 12 * l * t * c)
+        return "%.1f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s" % (f / 1e12, 100 * f / peak, peak / 1e12)
     if cmd in ("peer", "peerrate"):
         for line in open(args[0]):
             if line.startswith("{"):
@@ -504,6 +515,35 @@ if want peer; then
     for m in cnn mlp; do
       c=$(an rate "$OUT/$m.jsonl") p=$(an peerrate "$WORK/peer-$m.out" "$m")
       [ -n "$c" ] && [ -n "$p" ] && result "$m throughput cltrain/PyTorch: $(an ratio "$c" "$p") ($c vs $p samples/s, cltrain median window)"
+    done
+  fi
+fi
+
+# ---- GPT-2 124M (T = 1024) against PyTorch on the same GPU ----------------------------------------
+# The issue's target: at least 0.8x PyTorch's tokens/s, fp32 and fp16 (against AMP), with the model
+# FLOPs utilisation (against the H200's 67 TFLOP/s of fp32 without tensor cores: cltrain's GEMMs are
+# fp32 in both precisions). Tokens: the fortunes bytes, valid ids of GPT-2's vocabulary.
+GPT_TOK=$B/data/fortunes_train.bin
+if want gpt && [ -f "$GPT_TOK" ]; then
+  GB=${GPU_CHECK_GPT_BATCH:-8}
+  if [ "$SMALL" = 1 ]; then GS=3; else GS=24; fi
+  for prec in fp32 fp16; do
+    step gpt gpt2-$prec 200 "${CLT[@]}" train "$EX/gpt2_124m.model" --data "$GPT_TOK" --val none --devices "$DEV" \
+      -o adamw --lr 3e-4 -b "$GB" --max-steps "$GS" --log-every 4 --precision "$prec" --quiet --metrics "$LOG/gpt2-$prec.jsonl"
+    r=$(an rate "$LOG/gpt2-$prec.jsonl")
+    [ -n "$r" ] && result "cltrain gpt2-124m $prec batch $GB: $(an train "$LOG/gpt2-$prec.jsonl"); $(an mfu "$(an ratio "$r" 0.0009765625)" 124439808 12 1024 768 67e12)"
+  done
+  if [ -n "$PY" ]; then
+    for amp in "" --amp; do
+      step gpt gpt2-peer$amp 200 env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 "$PY" "$SRC/bench/pytorch_gpt.py" \
+        --data "$GPT_TOK" --device cuda --layers 12 --width 768 --heads 12 --context 1024 --vocab 50257 --batch "$GB" \
+        --lr 3e-4 --steps "$GS" $amp
+      [ $? -ne 125 ] && cp "$STEP_LOG" "$WORK/gpt2-peer$amp.out"
+    done
+    for pair in "fp32:" "fp16:--amp"; do
+      prec=${pair%%:*} amp=${pair#*:}
+      c=$(an rate "$LOG/gpt2-$prec.jsonl") p=$(an gptpeer "$WORK/gpt2-peer$amp.out")
+      [ -n "$c" ] && [ -n "$p" ] && result "gpt2-124m $prec tokens/s cltrain/PyTorch${amp:+ AMP}: $(an ratio "$(an ratio "$c" 0.0009765625)" "$p") ($(an ratio "$c" 0.0009765625) vs $p)"
     done
   fi
 fi

@@ -17,6 +17,7 @@ cltrain --precision fp16.
 import argparse
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -74,6 +75,11 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(context, width)
         self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
+        for m in self.modules():  # GPT-2's initialisation, as the cltrain spec's init=normal std=0.02
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
 
     def forward(self, idx, targets):
         t = idx.size(1)
@@ -85,11 +91,15 @@ class GPT(nn.Module):
 
 
 def blas_info():
-    cfg = torch.__config__.show()
-    for line in cfg.splitlines():
-        if "BLAS_INFO" in line:
-            return line.split("BLAS_INFO=")[1].split(",")[0].strip()
-    return "unknown"
+    """The BLAS library this process really runs on (Debian's torch says
+    BLAS_INFO=generic at build time and loads whatever libblas.so.3 the
+    alternatives system points at): read from the loaded libraries after a
+    matrix product."""
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    with open("/proc/self/maps") as f:
+        libs = {line.split()[-1] for line in f if "blas" in line.lower() or "mkl" in line.lower()}
+    real = sorted(os.path.realpath(p) for p in libs if p.startswith("/"))
+    return ",".join(real) or "unknown"
 
 
 def main():

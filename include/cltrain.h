@@ -745,6 +745,9 @@ typedef struct clt_train_options {
   clt_optimizer_config optimizer; /* SGD momentum 0.9 */
   clt_schedule schedule;          /* learning rate 0.01, constant */
   float clip;                     /* global-norm gradient clipping; 0: off */
+  int decay_all;                  /* AdamW: decay every parameter; 0 (default): as GPT-2, only the
+                                   * matrices of linear, conv and attention layers, not biases, norms
+                                   * or embeddings. SGD and Adam (L2) always decay everything. */
   uint64_t seed;                  /* initialisation, shuffling, dropout (42) */
   int64_t eval_every;             /* also evaluate every N steps; 0: after each epoch only */
   int64_t log_every;              /* a step event every N steps (50) */

@@ -207,6 +207,8 @@ for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-
   if [ -f "$data/$f" ]; then cp "$data/$f" "$dest/data/"; else echo "$0: warning: no $data/$f" >&2; fi
 done
 cp "$src"/examples/*.model "$dest/examples/"
+# the GPT benchmark's tokens (scripts/make-fortunes-data.sh), when made
+[ -f "$src/data/fortunes_train.bin" ] && cp "$src/data/fortunes_train.bin" "$dest/data/"
 
 # ---- what the bundle needs of the host ------------------------------------------
 needs() { # PATTERN: the highest symbol version of that family any bundled file asks for

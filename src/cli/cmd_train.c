@@ -67,7 +67,7 @@ static void help(FILE *to) {
           "                          when the dataset-fashion-mnist package is installed); for a\n"
           "                          model of tokens, a token file (llm.c's .bin, cltrain tokenize)\n"
           "                          (default " DEFAULT_TOKENS ")\n"
-          "      --val FILE          a language model's validation tokens (default: --data's name\n"
+          "      --val FILE|none     a language model's validation tokens (default: --data's name\n"
           "                          with 'train' made 'val', when that file exists)\n"
           "      --normalize MODE    scale (pixels to [0,1]) or standard (training set mean/std)\n"
           "                          (default standard)\n"
@@ -86,6 +86,8 @@ static void help(FILE *to) {
           "      --momentum X        SGD momentum (default 0.9)\n"
           "      --nesterov          Nesterov momentum\n"
           "      --weight-decay X    L2 for sgd/adam, decoupled for adamw (default 0; adamw 0.01)\n"
+          "      --decay-all         adamw: decay biases, norms and embeddings too (by default, as\n"
+          "                          in GPT-2, only the matrices of linear, conv and attention)\n"
           "      --schedule NAME     constant, step or cosine (default constant)\n"
           "      --warmup N          linear warm-up steps (default 0)\n"
           "      --step-size N       step schedule: steps between decays (default: one epoch)\n"
@@ -155,10 +157,11 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
-         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL };
+         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
-      {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},      {"batch", required_argument, 0, 'b'},
+      {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
+      {"decay-all", no_argument, 0, O_DECAY_ALL},      {"batch", required_argument, 0, 'b'},
       {"accumulate", required_argument, 0, O_ACC}, {"max-steps", required_argument, 0, O_MAXSTEPS},
       {"seed", required_argument, 0, O_SEED},     {"drop-last", no_argument, 0, O_DROPLAST},
       {"optimizer", required_argument, 0, 'o'},   {"lr", required_argument, 0, O_LR},
@@ -188,6 +191,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     switch (c) {
     case 'D': a->data = optarg; break;
     case O_VAL: a->val = optarg; break;
+    case O_DECAY_ALL: o->decay_all = 1; break;
     case O_NORM:
       if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
         fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
@@ -345,6 +349,7 @@ static int open_tokens(const train_args *a, const clt_model *m, clt_dataset **tr
     snprintf(guess, sizeof guess, "%.*sval%s", (int)(at - path), path, at + 5);
     if (access(guess, R_OK) == 0) val = guess;
   }
+  if (val && strcmp(val, "none") == 0) val = NULL;
   return val ? clt_dataset_open_tokens(&val, 1, T, V, test) : CLT_OK;
 }
 

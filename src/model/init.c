@@ -10,6 +10,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <string.h>
 
 static uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -49,5 +50,13 @@ void clt__model_init_params(const clt_model_spec *spec, uint64_t seed, float *pa
         }
       }
     }
+  }
+}
+
+void clt__model_decay_mask(const clt_model_spec *spec, uint8_t *out) {
+  for (int li = 0; li < spec->nlayers; li++) {
+    const clt_layer_spec *l = &spec->layers[li];
+    for (int k = 0; k < l->nparams; k++)
+      if (!l->param[k].tied) memset(out + l->param[k].offset, l->param[k].decay ? 1 : 0, (size_t)l->param[k].count);
   }
 }

@@ -26,4 +26,9 @@ int clt__model_grad_ranges(const clt_model *m, int layer, clt__param_range *out,
  * initial values: the same on every device and replica. */
 void clt__model_init_params(const clt_model_spec *spec, uint64_t seed, float *params);
 
+/* Which parameters take weight decay (decoupled, AdamW) in GPT-2's
+ * practice: 1 for the matrices of linear, conv and attention layers, 0 for
+ * biases, norms and embeddings; spec->param_count values into out. */
+void clt__model_decay_mask(const clt_model_spec *spec, uint8_t *out);
+
 #endif

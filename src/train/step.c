@@ -118,13 +118,15 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
   int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
   for (int i = 0; i < t->nlocal; i++) {
     clt__replica *r = t->rep[i];
-    clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r);
+    clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r), d;
     if (!t->host_params[i]) {
-      CLT_TRY(clt_optimizer_step(t->ctx[i], cfg, step, lr, scale, &p, &g, &s));
+      if (t->decay_dev) CLT_TRY(clt_tensor_view(t->decay_dev[i], 0, CLT_U8, 1, &P, &d));
+      CLT_TRY(clt_optimizer_step_masked(t->ctx[i], cfg, step, lr, scale, &p, &g, &s, t->decay_dev ? &d : NULL));
       continue;
     }
     CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)P * sizeof(float)));
-    clt_optimizer_step_host(cfg, step, lr, scale, t->host_params[i], t->host_grads, t->host_state[i], (size_t)P);
+    clt_optimizer_step_host_masked(cfg, step, lr, scale, t->host_params[i], t->host_grads, t->host_state[i],
+                                   (size_t)P, t->decay_host);
     CLT_TRY(clt_tensor_upload(t->ctx[i], &p, t->host_params[i], (size_t)P * sizeof(float)));
   }
   t->steps_done++;

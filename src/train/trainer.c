@@ -179,6 +179,19 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       if (!t->host_grads && !(t->host_grads = clt__calloc((size_t)P, sizeof(float)))) { rc = CLT_ENOMEM; goto fail; }
     }
   }
+  if (o->optimizer.kind == CLT_OPT_ADAMW && !o->decay_all) {
+    if (!(t->decay_host = clt__calloc((size_t)P, 1)) || !(t->decay_dev = clt__calloc(t->nlocal, sizeof *t->decay_dev))) {
+      rc = CLT_ENOMEM;
+      goto fail;
+    }
+    clt__model_decay_mask(m->spec, t->decay_host);
+    for (int i = 0; i < t->nlocal; i++) {
+      clt_tensor d;
+      CLT_TRY(clt_buffer_create(t->ctx[i], (size_t)P, &t->decay_dev[i]));
+      CLT_TRY(clt_tensor_view(t->decay_dev[i], 0, CLT_U8, 1, &P, &d));
+      CLT_TRY(clt_tensor_upload(t->ctx[i], &d, t->decay_host, (size_t)P));
+    }
+  }
   CLT_TRY(clt__dp_buckets_create(t->dp, m, o->bucket_mb, o->precision, t->rep));
   free(params);
   *out = t;
@@ -194,10 +207,13 @@ void clt_trainer_destroy(clt_trainer *t) {
   clt__dp_destroy(t->dp);
   for (int i = 0; i < t->nlocal; i++) {
     if (t->rep) clt__replica_destroy(t->rep[i]);
+    if (t->decay_dev) clt_buffer_release(t->decay_dev[i]);
     if (t->ctx) clt_context_destroy(t->ctx[i]);
     if (t->host_params) free(t->host_params[i]);
     if (t->host_state) free(t->host_state[i]);
   }
+  free(t->decay_dev);
+  free(t->decay_host);
   free(t->rep);
   free(t->ctx);
   free(t->host_params);

@@ -26,6 +26,10 @@ struct clt_trainer {
   float **host_params;         /* per local replica: host copies for replicas whose */
   float **host_state;          /*   optimizer step runs on the host; else NULL */
   float *host_grads;           /* staging for those */
+  /* AdamW's decay mask (clt__model_decay_mask), on the host and on each
+   * replica's device; NULL when every parameter decays. */
+  uint8_t *decay_host;
+  cl_mem *decay_dev;
   int64_t micro_batch;         /* global samples per micro-batch */
   int64_t steps_done;          /* optimizer steps */
   int64_t micro_steps;         /* micro-batches done (keys dropout masks) */
