@@ -463,6 +463,20 @@ START_TEST(export_structure) {
 }
 END_TEST
 
+/* The GPT examples have GPT-2's structure: their export gets as far as
+ * reading the weights. */
+START_TEST(examples_fit) {
+  const char *examples[] = {"gpt2_124m.model", "gpt_tiny.model", NULL};
+  for (int i = 0; examples[i]; i++) {
+    char model[1024];
+    snprintf(model, sizeof model, "%s/examples/%s", SRCDIR, examples[i]);
+    int rc = clt_hf_gpt2_export(model, "/nonexistent/w.safetensors", "/nonexistent/out");
+    ck_assert_msg(rc == CLT_ENOTFOUND && strstr(clt_last_error(), "/nonexistent/w.safetensors"), "%s: %d (%s)",
+                  examples[i], rc, clt_last_error());
+  }
+}
+END_TEST
+
 /* Dropout layers are the identity in evaluation: a spec with them exports
  * to the same GPT-2. Its weights are m.model's under the layer numbers the
  * dropout lines shift them to. */
@@ -597,6 +611,7 @@ int main(void) {
   tcase_add_test(tc, bad_configs);
   tcase_add_test(tc, bad_tensors);
   tcase_add_test(tc, export_structure);
+  tcase_add_test(tc, examples_fit);
   tcase_add_test(tc, export_with_dropout);
   tcase_add_test(tc, half_precision_files);
   tcase_add_checked_fixture(tc, NULL, teardown);
