@@ -7,7 +7,6 @@
 #include "io/hf_gpt2.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,7 +84,7 @@ static int layernorm(walk *w, clt__hf_config *cfg, const char *prefix, const cha
   return i;
 }
 
-/* A linear with a bias from `in` to `out` features (out 0: any). */
+/* A linear with a bias to `out` features (0: any), GPT-2's Conv1D. */
 static int conv1d(walk *w, int out, const char *prefix, const char *what) {
   int i = skip_dropout(w);
   const clt_layer_spec *l = i < w->s->nlayers ? &w->s->layers[i] : NULL;
@@ -118,7 +117,8 @@ static int block(walk *w, clt__hf_config *cfg, int k) {
   if (ln1 < 0) return ln1;
   int at = skip_dropout(w);
   const clt_layer_spec *a = at < w->s->nlayers ? &w->s->layers[at] : NULL;
-  snprintf(what, sizeof what, "block %d's attention (attention heads=%d with biases)", k, cfg->n_head);
+  if (k == 0) snprintf(what, sizeof what, "block 0's attention (attention heads=H with biases)");
+  else snprintf(what, sizeof what, "block %d's attention (attention heads=%d with biases)", k, cfg->n_head);
   if (!a || a->kind != &clt__kind_attention || !a->bias || (k > 0 && a->heads != cfg->n_head))
     return misfit(w, at, "%s", what);
   cfg->n_head = a->heads;
