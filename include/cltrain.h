@@ -612,7 +612,8 @@ CLT_API int clt_model_summary(const clt_model *m, char **out);
  * is in src/io/hf_gpt2.h.
  */
 
-/* Read dir/config.json and dir/model.safetensors and write a model spec to
+/* Read dir/config.json and dir/model.safetensors (or the shards
+ * dir/model.safetensors.index.json names) and write a model spec to
  * model_path (the form of examples/gpt2_124m.model) and its weights to
  * weights_path (what clt_trainer_load_weights reads). context is the
  * model's T, 1 .. n_positions; 0 means n_positions. A config that asks for

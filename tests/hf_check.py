@@ -15,8 +15,9 @@ tests/hf_check.sh, which finds a Python with torch and transformers).
    this file) and export it: in transformers its mean loss on the
    validation shard is the validation loss cltrain reported (its metrics
    file, full precision) within 1e-5; its last checkpoint exports the same.
-6. The same model saved as float16 and as bfloat16 imports as the float32
-   of those values: its logits are transformers' for them within 1e-4.
+6. The same model saved in shards imports as the same model; saved as
+   float16 and as bfloat16, as the float32 of those values: its logits are
+   transformers' for them within 1e-4.
 
 Exit 0 when all hold, 1 when one does not, 77 when no OpenCL device exists.
 """
@@ -216,6 +217,16 @@ def main():
               (LOGITS_TOL, diff))
 
         train_and_export(args, work, prefix)
+
+        # saved in shards (max_shard_size; GPT-2 XL is by default): the same model
+        sharded = os.path.join(work, "sharded")
+        model.save_pretrained(sharded, safe_serialization=True, max_shard_size="100KB")
+        nshards = len([f for f in os.listdir(sharded) if f.endswith(".safetensors")])
+        p = run([args.cltrain, "hf", "import", sharded, "-o", sharded])
+        check(p.returncode == 0 and nshards > 1, "cltrain hf import of a checkpoint in %d shards" % nshards)
+        if p.returncode == 0:
+            got, _ = cltrain_logits(args, work, sharded, x, y)
+            check(np.array_equal(got, logits), "sharded: the same logits as the whole file's")
 
         # saved in half precision: cltrain's logits are those of the same
         # half values in float32

@@ -602,6 +602,51 @@ START_TEST(half_precision_files) {
 }
 END_TEST
 
+/* h's tensors over two shards and the index save_pretrained writes for
+ * them (the second shard named `second`). */
+static void write_sharded(const hf_tensors *h, const char *dir, const char *second) {
+  char path[1024];
+  int half = h->n / 2;
+  const char *meta[] = {"format", "pt", NULL};
+  snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+  ck_assert_int_eq(clt__st_write(path, h->t, half, meta), CLT_OK);
+  snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+  ck_assert_int_eq(clt__st_write(path, h->t + half, h->n - half, meta), CLT_OK);
+  json_t *map = json_object();
+  for (int i = 0; i < h->n; i++)
+    json_object_set_new(map, h->t[i].name, json_string(i < half ? "model-00001-of-00002.safetensors" : second));
+  json_t *index = json_pack("{s:{s:i}, s:o}", "metadata", "total_size", 0, "weight_map", map);
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  ck_assert_int_eq(json_dump_file(index, path, JSON_INDENT(2)), 0);
+  json_decref(index);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  unlink(path);
+}
+
+/* A checkpoint split into shards imports as the whole file does. */
+START_TEST(sharded_files) {
+  char dir[512], model[512], weights[512], model2[512], weights2[512];
+  hf_tensors h;
+  make_root();
+  write_hf("gpt2", &(variant){.prefix = "transformer.", .inner = 4 * C}, NULL, NULL, &h, dir, sizeof dir);
+  snprintf(model, sizeof model, "%s/whole.model", root);
+  snprintf(weights, sizeof weights, "%s/whole.safetensors", root);
+  ck_assert_msg(clt_hf_gpt2_import(dir, 0, model, weights) == CLT_OK, "%s", clt_last_error());
+  write_sharded(&h, dir, "model-00002-of-00002.safetensors");
+  snprintf(model2, sizeof model2, "%s/sharded.model", root);
+  snprintf(weights2, sizeof weights2, "%s/sharded.safetensors", root);
+  ck_assert_msg(clt_hf_gpt2_import(dir, 0, model2, weights2) == CLT_OK, "%s", clt_last_error());
+  const char *names[] = {"0.weight", "1.weight", "2.weight", "3.qkv.weight", "3.proj.bias", "6.weight",
+                         "11.qkv.weight", "16.weight", "18.bias", NULL};
+  same_files(weights, weights2, names);
+  /* an index naming a shard that is not there */
+  write_sharded(&h, dir, "model-00003-of-00003.safetensors");
+  ck_assert_int_eq(clt_hf_gpt2_import(dir, 0, model2, weights2), CLT_ENOTFOUND);
+  ck_assert_msg(strstr(clt_last_error(), "model-00003-of-00003.safetensors"), "%s", clt_last_error());
+  hf_free(&h);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hf");
   TCase *tc = tcase_create("gpt2");
@@ -614,6 +659,7 @@ int main(void) {
   tcase_add_test(tc, examples_fit);
   tcase_add_test(tc, export_with_dropout);
   tcase_add_test(tc, half_precision_files);
+  tcase_add_test(tc, sharded_files);
   tcase_add_checked_fixture(tc, NULL, teardown);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);

@@ -25,8 +25,9 @@ static void hf_help(FILE *to) {
 static void import_help(FILE *to) {
   fprintf(to, "usage: cltrain hf import DIR -o PREFIX [--context T]\n"
               "\n"
-              "Reads DIR/config.json and DIR/model.safetensors (float32, float16 or bfloat16)\n"
-              "and writes the model spec PREFIX.model and its float32 weights\n"
+              "Reads DIR/config.json and DIR/model.safetensors (float32, float16 or bfloat16;\n"
+              "or its shards, by model.safetensors.index.json) and writes the model spec\n"
+              "PREFIX.model and its float32 weights\n"
               "PREFIX.safetensors, which 'train --weights' and 'eval --weights' read. A config\n"
               "cltrain's GPT cannot follow (another activation function, cross-attention, ...)\n"
               "is refused, naming the key.\n"
