@@ -33,6 +33,8 @@
  *     memory that is already allocated and mapped, and calls no OpenCL or MPI
  *     function. Creating and destroying one with a clt_context uses that
  *     context, so the rule for contexts applies to those two calls.
+ *   - clt_hf_gpt2_import and clt_hf_gpt2_export share nothing: any thread
+ *     may call them, at once, on different files.
  *   - A clt_comm and the plans made on it must be used by one thread at a
  *     time, and every MPI call the library makes is made from that thread, so
  *     MPI_THREAD_FUNNELED is enough as long as that thread is the one that
