@@ -814,13 +814,15 @@ typedef struct clt_step_result {
 /* One optimizer step on the caller's own samples, for applications with
  * their own data loop (a running simulation, a custom sampler), with the
  * semantics of PyTorch DDP: every rank passes ITS OWN n samples, x (n,
- * clt_model_input_size) float32 and y (n * clt_model_labels_per_sample)
- * int32 labels in [0, clt_model_num_classes); n may differ between ranks
+ * clt_model_input_size) float32 (for a language model, token ids as exact
+ * floats) and y (n * clt_model_labels_per_sample) int32 labels in [0,
+ * clt_model_num_classes), or CLT_IGNORE_LABEL for a label that counts for
+ * nothing (the mean is over the others); n may differ between ranks
  * and be 0 on some (x and y may then be NULL), not on all. The trainer
  * splits a rank's samples over its replicas by their shares, runs forward
  * and backward in runs of at most batch / accumulate samples per replica
  * (accumulating), sums the gradients over all replicas of all ranks,
- * divides by the global number of labels and updates every replica: the
+ * divides by the global number of labels that count and updates every replica: the
  * update is the single-device update on the concatenation of all ranks'
  * samples, and all replicas hold the same bits after it. The learning-rate
  * schedule, loss scaling, clipping, balance_every and check_every count
@@ -911,6 +913,20 @@ CLT_API int clt_trainer_load_checkpoint(clt_trainer *t, const char *path);
  * damaged ones, CLT_EFORMAT. A whole checkpoint that does not fit the
  * trainer stops the search with its error. Collective. */
 CLT_API int clt_trainer_resume_latest(clt_trainer *t, const char *dir, char *loaded, size_t size);
+/* What an output path is for, to clt_check_output. */
+typedef enum clt_output_kind {
+  CLT_OUTPUT_FILE = 0,   /* a file written whole and renamed into place (weights, a checkpoint) */
+  CLT_OUTPUT_APPEND = 1, /* a file appended to (metrics) */
+  CLT_OUTPUT_DIR = 2     /* a directory files are written into, made if missing (checkpoints) */
+} clt_output_kind;
+/* Whether path can be written as kind says, checked by doing what the
+ * writer will do (creating its temporary file in the directory, then
+ * removing it): CLT_OK, or CLT_EIO naming the path and the reason: a
+ * directory in a file's place, a missing or read-only directory, no
+ * permission, a name or path too long. Call it before long work whose
+ * result goes there; fit() checks its metrics file and checkpoint
+ * directory itself before the first step. */
+CLT_API int clt_check_output(const char *path, clt_output_kind kind);
 /* The file fit() writes at step `step` in dir: "dir/ckpt-0000000100.safetensors". */
 CLT_API int clt_checkpoint_path(const char *dir, int64_t step, char *out, size_t size);
 /* Write a checkpoint's parameters alone as a weights file (the names and

@@ -2,7 +2,8 @@
 # ckpt_cli.sh: checkpoints as a user of the cltrain tool meets them, on a
 # slice of Fashion-MNIST with the example MLP: --checkpoint-every/--keep, --resume
 # latest giving the very bytes of the run that was not interrupted, a cut
-# newest checkpoint skipped, a missing one named, an empty directory as a
+# newest checkpoint skipped, --keep among damaged files, the newest run
+# continued rather than a higher step of an abandoned one, a missing one named, an empty directory as a
 # fresh start, a full disk (ulimit -f) leaving the previous checkpoint, and
 # `cltrain export`. Exits 77 without a device or the dataset.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -22,6 +23,14 @@ fi
 . "$srcdir/tests/cli_lib.sh"
 same() {
   if cmp -s "$1" "$2"; then echo "ok: $3"; else echo "FAIL: $3: $1 and $2 differ"; fail=1; fi
+}
+# The data section of a safetensors file (every tensor's bytes): a resumed
+# run's checkpoints differ from the uninterrupted run's in their run record
+# (the step the session branched from, when it started), not in their state.
+data() { tail -c +$(($(od -An -tu8 -N8 "$1") + 9)) "$1"; }
+same_data() {
+  data "$1" >"$tmp/data1"; data "$2" >"$tmp/data2"
+  if [ -s "$tmp/data1" ] && cmp -s "$tmp/data1" "$tmp/data2"; then echo "ok: $3"; else echo "FAIL: $3: the tensors of $1 and $2 differ"; fail=1; fi
 }
 
 # A slice of Fashion-MNIST as IDX files (1024 training, 256 test images):
@@ -48,7 +57,26 @@ mkdir "$tmp/b" && cp "$tmp/a/$c4" "$tmp/b/"
 expect 0 "--resume latest" -- $train --checkpoint-dir "$tmp/b" --checkpoint-every 2 --resume latest --save "$tmp/w-b"
 has "$out" "resumed from $tmp/b/$c4: step 4" "the checkpoint resumed is named"
 same "$tmp/w-a" "$tmp/w-b" "resumed weights are the uninterrupted run's"
-same "$tmp/a/$c6" "$tmp/b/$c6" "resumed checkpoints are the uninterrupted run's"
+same_data "$tmp/a/$c6" "$tmp/b/$c6" "resumed checkpoints hold the uninterrupted run's tensors"
+
+# Good steps 2 and 4, damaged 12 and 14 (cut short), then --resume latest
+# --keep 2: it resumes from 4, and rotation keeps the newest whole ones (6
+# and 4), never a damaged one in place of a whole one; the damaged go.
+expect 0 "checkpoints 2 and 4" -- $train --max-steps 4 --checkpoint-dir "$tmp/k" --checkpoint-every 2
+head -c 100000 "$tmp/a/$c6" >"$tmp/k/ckpt-0000000012.safetensors"
+head -c 100000 "$tmp/a/$c6" >"$tmp/k/ckpt-0000000014.safetensors"
+expect 0 "--resume latest --keep 2 among damaged files" -- $train --checkpoint-dir "$tmp/k" --checkpoint-every 2 --keep 2 --resume latest
+has "$out" "resumed from $tmp/k/$c4" "the newest whole one is resumed"
+[ "$(ls "$tmp/k" | tr '\n' ' ')" = "$c4 $c6 " ] && echo "ok: the damaged files went, the newest whole ones stayed" ||
+  { echo "FAIL: --keep 2 among damaged files left: $(ls "$tmp/k")"; fail=1; }
+
+# A run resumed from step 4 of an earlier run that went on to 6: the new
+# run's step 5 is the newest, not the abandoned run's higher step 6.
+mkdir "$tmp/r" && cp "$tmp/a/$c4" "$tmp/a/$c6" "$tmp/r/"
+expect 0 "a branch resumed from step 4" -- train $MODEL -D $tmp/data -d 0 -q --max-steps 5 --lr 0.02 --checkpoint-dir "$tmp/r" --checkpoint-every 5 --resume "$tmp/r/$c4"
+expect 0 "--resume latest after the branch" -- train $MODEL -D $tmp/data -d 0 -q --max-steps 6 --checkpoint-dir "$tmp/r" --checkpoint-every 2 --resume latest
+has "$out" "resumed from $tmp/r/ckpt-0000000005.safetensors: step 5" "the newest run is continued, not the abandoned step 6"
+has "$err" "$tmp/r/$c6 has a higher step" "the abandoned branch is named"
 
 # A newest checkpoint cut short, and a killed save's temporary file: skipped.
 mkdir "$tmp/c" && cp "$tmp/a/$c4" "$tmp/c/"

@@ -52,6 +52,7 @@ mkidx() {
 good=$tmp/good
 mkidx "$good" train 64
 mkidx "$good" t10k 32
+
 model=$tmp/m.model
 printf 'input 1 4 4\nflatten\nlinear 10\n' >"$model"
 run 0 "the valid dataset and model train" -- train "$model" --data "$good" -e 1 -b 16 -d 0 -q --save "$tmp/w.safetensors"
@@ -160,6 +161,12 @@ run 2 "--balance with two weights for one replica" -- train "$model" --data "$go
 has "--balance" "--balance is named"; has "2 weights" "the count given is said"
 run 2 "--balance with a zero weight" -- train "$model" --data "$good" --balance 0 -d 0 -e 1
 has "--balance" "--balance is named"
+run 2 "--balance with a trailing comma" -- train "$model" --data "$good" --balance 1, -d 0 -e 1
+has "--balance" "--balance is named"; has "'1,'" "the bad value is quoted"
+run 2 "--gamma 0" -- train "$model" --data "$good" --gamma 0 -d 0 -e 1
+has "--gamma" "--gamma is named"
+run 2 "--min-lr above --lr" -- train "$model" --data "$good" --schedule cosine --lr 0.1 --min-lr 1 -d 0 -e 1
+has "--min-lr 1 is above --lr 0.1" "both rates are said"
 run 2 "--accumulate not dividing --batch" -- train "$model" --data "$good" --batch 10 --accumulate 3 -d 0 -e 1
 has "--accumulate 3" "--accumulate is named"; has "10" "the batch is said"
 run 2 "--optimizer nonsense" -- train "$model" --data "$good" --optimizer nonsense -d 0
@@ -185,6 +192,40 @@ if [ -n "$max" ] && [ "$max" -gt 0 ]; then
 else
   echo "FAIL: no max_alloc_bytes in 'cltrain devices --json'"; fail=1
 fi
+
+# ---- output paths that cannot be written: refused before the first step -----
+# (not after the run, with its work lost)
+notrained() {
+  if grep -q "epoch 1/" "$out"; then echo "FAIL: $1: it trained first"; fail=1; fi
+}
+tr1="train $model --data $good -e 1 -b 16 -d 0 -q"
+run 1 "--save naming a directory" -- $tr1 --save "$tmp"
+has "--save" "the option is named"; has "$tmp is a directory" "the fault is said"; notrained "--save DIR"
+run 1 "--save in a missing directory" -- $tr1 --save "$tmp/nodir/w.safetensors"
+has "$tmp/nodir does not exist" "the missing directory is named"; notrained "--save in a missing directory"
+run 1 "--save under a file" -- $tr1 --save "$model/w.safetensors"
+has "$model is not a directory" "the file in the way is named"
+run 1 "--save where files cannot be made (/sys)" -- $tr1 --save /sys/w.safetensors
+has "/sys/w.safetensors cannot be written" "the path is named"; notrained "--save in /sys"
+run 1 "--metrics naming a directory" -- $tr1 --metrics "$tmp"
+has "--metrics" "the option is named"; has "is a directory" "the fault is said"; notrained "--metrics DIR"
+run 1 "--checkpoint-dir under a file" -- $tr1 --checkpoint-dir "$model/ckpt" --checkpoint-every 1
+has "--checkpoint-dir" "the option is named"; has "$model is not a directory" "the file in the way is named"
+notrained "--checkpoint-dir under a file"
+n255=$(printf '%0255d' 0); n250=$(printf '%0238d' 0).safetensors
+run 1 "--save with a name longer than NAME_MAX" -- $tr1 --save "$tmp/x$n255"
+has "limited to 255" "the limit is said"; notrained "--save with a long name"
+# A valid 250-byte name, whose temporary name (+ .tmp.PID) would be too long.
+run 0 "--save with a 250-byte name" -- $tr1 --save "$tmp/$n250"
+[ -f "$tmp/$n250" ] && echo "ok: the 250-byte name is written" || { echo "FAIL: no $tmp/$n250"; fail=1; }
+rm -f "$tmp/$n250"
+# Checkpoints in a directory whose path is over 1024 bytes (Linux allows 4096).
+deep=$tmp; for i in 1 2 3 4 5 6; do deep=$deep/$(printf '%0200d' "$i"); done
+run 0 "checkpoints under a 1.2 KB path" -- $tr1 --checkpoint-dir "$deep" --checkpoint-every 2 --max-steps 2
+run 0 "--resume latest from there" -- $tr1 --checkpoint-dir "$deep" --checkpoint-every 2 --max-steps 4 --resume latest
+grep -qF "resumed from $deep/ckpt-0000000002.safetensors" "$out" && echo "ok: resumed under the long path" ||
+  { echo "FAIL: not resumed under the long path:"; cat "$out" "$err"; fail=1; }
+rm -rf "$tmp/$(printf '%0200d' 1)"
 
 # ---- weights files ----------------------------------------------------------
 w=$tmp/w.safetensors
@@ -223,6 +264,30 @@ hdr='{"1.weight":{"dtype":"F32","shape":[1099511627776,1099511627776,16777216],"
 { byte ${#hdr}; printf '\000\000\000\000\000\000\000'; printf '%s' "$hdr"; } >"$tmp/big.safetensors"
 run 1 "weights with a shape that overflows" -- eval "$model" --data "$good" -d 0 --weights "$tmp/big.safetensors"
 has "$tmp/big.safetensors" "the file is named"; has "too large" "the overflow is said"
+# A file from elsewhere (no CRCs) holding a NaN: refused, naming the tensor
+# and where in it (1.weight is (10, 16): element 53 is [3, 5]).
+le64() { byte $(($1 & 255)); byte $(($1 >> 8 & 255)); printf '\000\000\000\000\000\000'; }
+hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias":{"dtype":"F32","shape":[10],"data_offsets":[640,680]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 212 /dev/zero; printf '\000\000\300\177'; head -c 464 /dev/zero; } >"$tmp/nan.safetensors"
+run 1 "weights holding a NaN" -- eval "$model" --data "$good" -d 0 --weights "$tmp/nan.safetensors"
+has "$tmp/nan.safetensors" "the file is named"; has "'1.weight' holds NaN at index [3, 5]" "the tensor and index are said"
+# A key given twice: refused, not read as whichever the parser keeps.
+hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias":{"dtype":"F32","shape":[10],"data_offsets":[640,680]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 680 /dev/zero; } >"$tmp/dup.safetensors"
+run 1 "weights with a tensor named twice" -- eval "$model" --data "$good" -d 0 --weights "$tmp/dup.safetensors"
+has "$tmp/dup.safetensors" "the file is named"; has "duplicate" "the duplicate key is said"
+hdr='{"1.weight":{"dtype":"F32","shape":[10,16],"data_offsets":[0,640]},"1.bias":{"dtype":"F32","shape":[10],"data_offsets":[600,640]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 640 /dev/zero; } >"$tmp/overlap.safetensors"
+run 1 "weights whose tensors overlap" -- eval "$model" --data "$good" -d 0 --weights "$tmp/overlap.safetensors"
+has "overlap" "the overlap is said"; has "'1.bias'" "the tensors are named"
+# eval of a model with fewer outputs than the data's classes (as train
+# refuses), from zero weights of its shape: (5, 16) and (5)
+m5out=$tmp/m5out.model
+printf 'input 1 4 4\nflatten\nlinear 5\n' >"$m5out"
+hdr='{"1.weight":{"dtype":"F32","shape":[5,16],"data_offsets":[0,320]},"1.bias":{"dtype":"F32","shape":[5],"data_offsets":[320,340]}}'
+{ le64 ${#hdr}; printf '%s' "$hdr"; head -c 340 /dev/zero; } >"$tmp/w5.safetensors"
+run 1 "eval of a 5-output model on 10-class data" -- eval "$m5out" --data "$good" -d 0 --weights "$tmp/w5.safetensors"
+has "10 classes" "the data's classes are said"; has "gives 5 scores" "the model's outputs are said"
 head -c 4096 /dev/urandom >"$tmp/noise.safetensors"
 run 1 "random bytes as weights" -- eval "$model" --data "$good" -d 0 --weights "$tmp/noise.safetensors"
 has "$tmp/noise.safetensors" "the noise file is named"

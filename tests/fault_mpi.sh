@@ -7,6 +7,10 @@
 #     Open MPI tearing the job down, whichever comes first;
 #   - a rank stalled (SIGSTOP): Open MPI cannot see it, so the survivors'
 #     timeout must fire, name the stalled rank, and end the job.
+#   - one rank alone given a bad input (data of zero variance, a device
+#     spec that matches nothing there, an unwritable --save): the job must
+#     end within seconds, not after CLT_TIMEOUT (here 60 s), with that
+#     rank's message naming it and the input.
 # Every job runs under tests/mpi_run.sh's time limit, and the stalled rank is
 # killed on exit whatever happens. Exits 77 without MPI or an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -100,4 +104,40 @@ fault 2 1 KILL
 fault 3 2 KILL
 fault 2 1 STOP
 fault 3 1 STOP
+
+# ---- one rank's bad input ---------------------------------------------------
+# Rank ONE_RANK gets ONE_ARGS after the others' (later options win); the
+# other ranks would wait in a collective for it until CLT_TIMEOUT.
+cat >"$tmp/one.sh" <<'ONE'
+r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}
+if [ "$r" = "$ONE_RANK" ]; then eval "exec \"\$@\" $ONE_ARGS"; fi
+exec "$@"
+ONE
+mkdir "$tmp/flat"
+{ printf '\000\000\010\003'; be32 96; be32 4; be32 4; head -c $((96 * 16)) /dev/zero; } >"$tmp/flat/train-images-idx3-ubyte"
+cp "$tmp/train-labels-idx1-ubyte" "$tmp/flat/"
+mkdir "$tmp/adir"
+# one NP RANK WANT DESCRIPTION ARGS: WANT is what the failing rank's message holds.
+one() {
+  np=$1 ONE_RANK=$2 want=$3 what=$4 ONE_ARGS=$5
+  export ONE_RANK ONE_ARGS
+  echo "== $np ranks, only rank $ONE_RANK: $what"
+  start=$(now)
+  CLT_TIMEOUT=60 CLT_TEST_LIMIT=90 sh "$srcdir/tests/mpi_run.sh" "$np" sh "$tmp/one.sh" "$CLTRAIN" train \
+    "$tmp/m.model" --data "$tmp" -e 1 -b 12 -d 0 -q >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  took=$(($(now) - start))
+  if [ $rc -eq 0 ]; then
+    echo "FAIL: the job exited 0"; fail=1
+  elif [ $took -gt 20 ]; then
+    echo "FAIL: the job took $took s to end (CLT_TIMEOUT=60): the other ranks waited for rank $ONE_RANK"; fail=1
+  fi
+  if ! grep "rank $ONE_RANK:" "$tmp/err" | grep -qF -- "$want"; then
+    echo "FAIL: no message of rank $ONE_RANK with '$want':"; sed 's/^/  /' "$tmp/err"; fail=1
+  fi
+  echo "   exit $rc after $took s; $(grep -m1 "rank $ONE_RANK:" "$tmp/err")"
+}
+one 2 1 "$tmp/flat" "data of zero variance" "--data $tmp/flat"
+one 3 2 "99" "a device spec matching nothing" "-d 99"
+one 2 0 "$tmp/adir" "--save naming a directory" "--save $tmp/adir"
 exit $fail

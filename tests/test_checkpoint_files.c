@@ -28,6 +28,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <jansson.h>
+#include <math.h>
+#include <zlib.h>
+
 #include "ckptutil.h"
 
 /* A checkpoint of the MLP after `steps` SGD steps, at path. */
@@ -264,11 +268,14 @@ START_TEST(a_full_disk_leaves_the_previous_checkpoint) {
   ck_assert_int_eq(count_files(dir, "ckpt-"), 1);
   free(before), free(after);
 
-  /* A directory that cannot be made (a file is in the way). */
+  /* A directory that cannot be made (a file is in the way): found before
+   * the first step, not at the first save. */
   snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/ckpt-0000000002.safetensors/sub");
   t = cu_trainer(cu_mlp, "0", &o, &m);
   ck_assert_int_eq(clt_trainer_fit(t, cu_data, NULL), CLT_EIO);
-  ck_assert_msg(strstr(clt_last_error(), "cannot create the checkpoint directory"), "%s", clt_last_error());
+  ck_assert_msg(strstr(clt_last_error(), "cannot be made") && strstr(clt_last_error(), "is not a directory"), "%s",
+                clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 0);
   cu_done(t, m);
   *strstr(dir, "/ckpt-") = 0;
   cu_rmdir(dir);
@@ -389,6 +396,197 @@ START_TEST(keep_rotates_and_export_writes_the_weights) {
 }
 END_TEST
 
+/* ---- file surgery that keeps the CRCs right --------------------------------
+ * rewrite() reads a checkpoint, lets edit() change its JSON header and its
+ * data section, then writes it back as the library would: the data's size
+ * and CRC32 recomputed, the header's CRC32 (over the compact, key-sorted
+ * header without itself) recomputed unless drop_header_crc, the header
+ * padded to 8 bytes. So the file is refused for the edit, not as damage. */
+typedef void (*edit_fn)(json_t *header, unsigned char **data, size_t *len, const void *arg);
+
+static void rewrite(const char *from, const char *to, edit_fn edit, const void *arg, int drop_header_crc) {
+  char *buf;
+  long n;
+  read_all(from, &buf, &n);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | (unsigned char)buf[i];
+  json_error_t jerr;
+  json_t *h = json_loadb(buf + 8, (size_t)hlen, 0, &jerr);
+  ck_assert_msg(h != NULL, "%s: %s", from, jerr.text);
+  size_t len = (size_t)n - 8 - (size_t)hlen;
+  unsigned char *data = malloc(len + 1);
+  memcpy(data, buf + 8 + hlen, len);
+  free(buf);
+  edit(h, &data, &len, arg);
+  json_t *meta = json_object_get(h, "__metadata__");
+  char num[32], hex[16];
+  snprintf(num, sizeof num, "%zu", len);
+  snprintf(hex, sizeof hex, "%08lx", crc32(0, data, (uInt)len));
+  json_object_set_new(meta, "data_bytes", json_string(num));
+  json_object_set_new(meta, "data_crc32", json_string(hex));
+  json_object_del(meta, "header_crc32");
+  char *text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!drop_header_crc) {
+    snprintf(hex, sizeof hex, "%08lx", crc32(0, (const Bytef *)text, (uInt)strlen(text)));
+    free(text);
+    json_object_set_new(meta, "header_crc32", json_string(hex));
+    text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
+  }
+  size_t tl = strlen(text), padded = (tl + 7) / 8 * 8;
+  FILE *f = fopen(to, "wb");
+  for (int i = 0; i < 8; i++) fputc((int)((uint64_t)padded >> (8 * i) & 255), f);
+  fputs(text, f);
+  for (size_t i = tl; i < padded; i++) fputc(' ', f);
+  fwrite(data, 1, len, f);
+  fclose(f);
+  free(text), free(data);
+  json_decref(h);
+}
+
+/* Where element `index` of tensor `name` is in the data section. */
+static size_t element_offset(json_t *h, const char *name, size_t index) {
+  json_t *t = json_object_get(h, name);
+  ck_assert_msg(t != NULL, "no tensor %s", name);
+  return (size_t)json_integer_value(json_array_get(json_object_get(t, "data_offsets"), 0)) + 4 * index;
+}
+
+typedef struct poke {
+  const char *tensor;
+  size_t index;
+  float value;
+} poke;
+
+static void put_value(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  const poke *p = arg;
+  (void)len;
+  memcpy(*data + element_offset(h, p->tensor, p->index), &p->value, 4);
+}
+
+/* A NaN or Inf in the parameters or the optimizer state, in a file whose
+ * CRCs are right (a run that diverged, a file from elsewhere): refused on
+ * load, naming the tensor and the first bad index, as a checkpoint and as
+ * --weights; the trainer is left as it was. */
+START_TEST(non_finite_values_are_refused_on_load) {
+  char dir[64], good[128], bad[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/nan.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+
+  poke nan_param = {"params/0.weight", 3 * 784 + 5, NAN};
+  rewrite(good, bad, put_value, &nan_param, 0);
+  refused(t, m, bad, CLT_ENONFINITE, bad, "tensor 'params/0.weight'", "NaN", "index [3, 5]", NULL);
+  ck_assert_int_eq(clt_trainer_load_weights(t, bad), CLT_ENONFINITE);
+  ck_assert_msg(strstr(clt_last_error(), "'params/0.weight'") && strstr(clt_last_error(), "[3, 5]"), "%s",
+                clt_last_error());
+  poke inf_state = {"optim/momentum/2.bias", 7, -INFINITY};
+  rewrite(good, bad, put_value, &inf_state, 0);
+  refused(t, m, bad, CLT_ENONFINITE, bad, "tensor 'optim/momentum/2.bias'", "-Inf", "index [7]", NULL);
+
+  ck_assert_msg(clt_trainer_load_checkpoint(t, good) == 0, "%s", clt_last_error());
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
+/* One more tensor, 4 bytes at the end of the data. */
+static void add_tensor(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  *data = realloc(*data, *len + 4);
+  memset(*data + *len, 0, 4);
+  json_object_set_new(h, arg, json_pack("{s:s, s:[i], s:[I, I]}", "dtype", "F32", "shape", 1, "data_offsets",
+                                        (json_int_t)*len, (json_int_t)*len + 4));
+  *len += 4;
+}
+
+/* params/2.bias (10 floats) made to cover the first bytes of params/2.weight. */
+static void overlap(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  (void)data, (void)len, (void)arg;
+  json_int_t lo = (json_int_t)element_offset(h, "params/2.weight", 0);
+  json_object_set_new(json_object_get(h, "params/2.bias"), "data_offsets", json_pack("[I, I]", lo, lo + 40));
+}
+
+static void no_edit(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  (void)h, (void)data, (void)len, (void)arg;
+}
+
+/* The metadata "sampler_position" with one member set to a value. */
+typedef struct position_edit {
+  const char *key;
+  json_int_t value;
+} position_edit;
+
+static void set_position(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  const position_edit *e = arg;
+  json_t *meta = json_object_get(h, "__metadata__");
+  (void)data, (void)len;
+  json_t *pos = json_loads(json_string_value(json_object_get(meta, "sampler_position")), 0, NULL);
+  ck_assert(pos != NULL);
+  json_object_set_new(pos, e->key, json_integer(e->value));
+  char *text = json_dumps(pos, JSON_COMPACT);
+  json_object_set_new(meta, "sampler_position", json_string(text));
+  free(text);
+  json_decref(pos);
+}
+
+/* Positions no run writes: an epoch far beyond the steps done (which
+ * would train nothing and exit 0), and a step whose product with the
+ * micro-batch overflows int64 (or passes the training set). */
+START_TEST(impossible_positions_are_refused) {
+  char dir[64], good[128], bad[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+  position_edit epoch = {"epoch", 999999}, overflow = {"step", (json_int_t)1 << 62}, past = {"step", 9};
+  rewrite(good, bad, set_position, &epoch, 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "epoch 1000000", "after 2 steps", NULL);
+  rewrite(good, bad, set_position, &overflow, 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "4611686018427387904 micro-batches of 64", "past the 512", NULL);
+  rewrite(good, bad, set_position, &past, 0); /* 9 x 64 > 512 */
+  refused(t, m, bad, CLT_EFORMAT, bad, "9 micro-batches", NULL);
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
+/* Files whose CRCs are right but whose contents are not what cltrain
+ * wrote: a tensor too many (the "and no more" of the model's tensors),
+ * two tensors sharing bytes, and a checkpoint without its header CRC32
+ * (which would otherwise be read unchecked). */
+START_TEST(unexpected_contents_are_refused) {
+  char dir[64], good[128], bad[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+
+  rewrite(good, bad, add_tensor, "params/9.weight", 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "tensor 'params/9.weight'", "neither a parameter", NULL);
+  rewrite(good, bad, add_tensor, "optim/m/0.weight", 0); /* adam's state in an sgd checkpoint */
+  refused(t, m, bad, CLT_EFORMAT, bad, "tensor 'optim/m/0.weight'", "sgd", NULL);
+  rewrite(good, bad, overlap, NULL, 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "'params/2.weight'", "'params/2.bias'", "overlap", NULL);
+  rewrite(good, bad, no_edit, NULL, 1);
+  refused(t, m, bad, CLT_EFORMAT, bad, "'header_crc32' is missing", NULL);
+  rewrite(good, bad, no_edit, NULL, 0); /* the surgery itself changes nothing that matters */
+  ck_assert_msg(clt_trainer_load_checkpoint(t, bad) == 0, "%s", clt_last_error());
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   int rc = cu_setup();
   if (rc) return rc;
@@ -400,6 +598,9 @@ int main(void) {
   tcase_add_test(tc, a_full_disk_leaves_the_previous_checkpoint);
   tcase_add_test(tc, another_model_optimizer_or_seed_is_named);
   tcase_add_test(tc, keep_rotates_and_export_writes_the_weights);
+  tcase_add_test(tc, non_finite_values_are_refused_on_load);
+  tcase_add_test(tc, unexpected_contents_are_refused);
+  tcase_add_test(tc, impossible_positions_are_refused);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   cu_teardown();

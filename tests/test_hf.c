@@ -79,6 +79,7 @@ typedef struct variant {
   int buffers;             /* attn.bias / attn.masked_bias, as older files have */
   const char *skip;        /* leave this tensor out */
   const char *bad_shape;   /* give this tensor one row too many */
+  const char *extra;       /* one more tensor, of no GPT2LMHeadModel */
 } variant;
 
 /* GPT-2's tensors, in its (in, out) Conv1D layout. */
@@ -115,6 +116,7 @@ static void hf_make(hf_tensors *h, const variant *v) {
   ADD(C, 0, "%sln_f.weight", v->prefix);
   ADD(C, 0, "%sln_f.bias", v->prefix);
   if (v->untied) ADD(V, C, "lm_head.weight");
+  if (v->extra) ADD(C, 0, "%s", v->extra);
 #undef ADD
 }
 
@@ -647,6 +649,42 @@ START_TEST(sharded_files) {
 }
 END_TEST
 
+static char logged[2048];
+
+static void keep_log(clt_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level <= CLT_LOG_WARN) snprintf(logged + strlen(logged), sizeof logged - strlen(logged), "%s\n", msg);
+}
+
+/* Tensors of other heads are left out with a warning naming them; the mask
+ * buffers of older files without one. */
+START_TEST(other_tensors) {
+  char dir[512], model[512], weights[512];
+  hf_tensors h;
+  clt_log_set(keep_log, NULL);
+  make_root();
+  write_hf("gpt2", &(variant){.prefix = "transformer.", .inner = 4 * C, .buffers = 1}, NULL, NULL, &h, dir,
+           sizeof dir);
+  snprintf(model, sizeof model, "%s/m.model", root);
+  snprintf(weights, sizeof weights, "%s/m.safetensors", root);
+  logged[0] = 0;
+  ck_assert_msg(clt_hf_gpt2_import(dir, 0, model, weights) == CLT_OK, "%s", clt_last_error());
+  ck_assert_msg(logged[0] == 0, "warned: %s", logged);
+  hf_free(&h);
+  teardown();
+  make_root();
+  write_hf("gpt2", &(variant){.prefix = "transformer.", .inner = 4 * C, .extra = "multiple_choice_head.summary.bias"},
+           NULL, NULL, &h, dir, sizeof dir);
+  snprintf(model, sizeof model, "%s/m.model", root);
+  snprintf(weights, sizeof weights, "%s/m.safetensors", root);
+  ck_assert_msg(clt_hf_gpt2_import(dir, 0, model, weights) == CLT_OK, "%s", clt_last_error());
+  ck_assert_msg(strstr(logged, "model.safetensors: 1 tensor(s)") && strstr(logged, "multiple_choice_head.summary.bias"),
+                "%s", logged);
+  clt_log_set(NULL, NULL);
+  hf_free(&h);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hf");
   TCase *tc = tcase_create("gpt2");
@@ -660,6 +698,7 @@ int main(void) {
   tcase_add_test(tc, export_with_dropout);
   tcase_add_test(tc, half_precision_files);
   tcase_add_test(tc, sharded_files);
+  tcase_add_test(tc, other_tensors);
   tcase_add_checked_fixture(tc, NULL, teardown);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);

@@ -21,6 +21,14 @@ enum {
  * code that fits the status. */
 int cli_fail(int status, const char *what);
 
+/* Record this process's rank and the job's size (cli_fail names the rank
+ * in a job of several). */
+void cli_set_job(int rank, int size);
+/* Note that the command line itself is at fault: every rank parses it
+ * alike, so each ends by itself, exit 2, without MPI_Abort. Any other
+ * failure of train or eval ends the whole job at once (main.c). */
+void cli_argv_error(void);
+
 /* Discover devices and apply the spec (NULL: CLT_DEVICES, else all). */
 int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 

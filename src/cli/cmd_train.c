@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ static int parse_balance(const char *s, train_args *a) {
   while (*p) {
     char *end;
     double w = strtod(p, &end);
-    if (end == p || !(w > 0) || w > 1e12 || (*end && *end != ',') || n == MAX_WEIGHTS) {
+    if (end == p || !(w > 0) || w > 1e12 || (*end && *end != ',') || (*end == ',' && !end[1]) || n == MAX_WEIGHTS) {
       fprintf(stderr, "cltrain: --balance must be auto, equal or positive weights like 3,1 (one per replica), "
                       "not '%s'\n", s);
       return -1;
@@ -129,6 +130,13 @@ static void help(FILE *to) {
           (long long)d.loss_scale_window, d.max_skips,
           (long long)d.balance_every, d.bucket_mb, (long long)d.check_every, (long long)d.log_every,
           DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
+}
+
+/* A bad command line: every rank finds the same, so none needs the job
+ * ended for it (main.c). */
+static int argv_error(void) {
+  cli_argv_error();
+  return CLI_EXIT_USAGE;
 }
 
 static int parse_long(const char *opt, const char *s, long long lo, long long hi, long long *out) {
@@ -223,7 +231,14 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       break;
     case O_WARM: if (parse_long("--warmup", optarg, 0, 1LL << 40, &v)) return -1; o->schedule.warmup_steps = v; break;
     case O_STEPSIZE: if (parse_long("--step-size", optarg, 1, 1LL << 40, &v)) return -1; o->schedule.step_size = v; break;
-    case O_GAMMA: if (parse_real("--gamma", optarg, 0, 1, &o->schedule.gamma)) return -1; break;
+    case O_GAMMA:
+      if (parse_real("--gamma", optarg, 0, 1, &o->schedule.gamma)) return -1;
+      if (o->schedule.gamma == 0) {
+        fprintf(stderr, "cltrain: --gamma must be above 0 (the step schedule multiplies the rate by it; 0 stops "
+                        "training after the first decay), not '%s'\n", optarg);
+        return -1;
+      }
+      break;
     case O_MINLR: if (parse_real("--min-lr", optarg, 0, 1e6, &o->schedule.min_lr)) return -1; break;
     case O_CLIP: if (parse_real("--clip", optarg, 0, 1e30, &o->clip)) return -1; break;
     case 'd': a->devices = optarg; break;
@@ -285,6 +300,11 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   if (wd_set) o->optimizer.weight_decay = wd;
   if (nesterov && (kind != CLT_OPT_SGD || o->optimizer.momentum == 0)) {
     fprintf(stderr, "cltrain: --nesterov needs the sgd optimizer with momentum\n");
+    return -1;
+  }
+  if (o->schedule.min_lr > o->schedule.lr) {
+    fprintf(stderr, "cltrain: --min-lr %g is above --lr %g: the cosine schedule falls from --lr to --min-lr\n",
+            (double)o->schedule.min_lr, (double)o->schedule.lr);
     return -1;
   }
   if (o->checkpoint_every && !o->checkpoint_dir) o->checkpoint_dir = DEFAULT_CHECKPOINT_DIR;
@@ -414,7 +434,7 @@ static void session_close(session *s) {
 
 /* --resume FILE|latest */
 static int resume(const train_args *a, clt_trainer *tr, clt_comm *comm) {
-  char path[1024];
+  char path[PATH_MAX];
   int rc, root = clt_comm_rank(comm) == 0;
   if (strcmp(a->resume, "latest") == 0) {
     const char *dir = a->o.checkpoint_dir ? a->o.checkpoint_dir : DEFAULT_CHECKPOINT_DIR;
@@ -444,13 +464,27 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   memset(&a, 0, sizeof a);
   if (parse_args(argc, argv, &a, &help_asked) < 0) {
     fprintf(stderr, "(cltrain train --help lists the options)\n");
-    return CLI_EXIT_USAGE;
+    return argv_error();
   }
   if (help_asked) {
     help(stdout);
     return CLI_EXIT_OK;
   }
   session s;
+  memset(&s, 0, sizeof s);
+  /* Rank 0 writes every output: find out now, not after the run, whether
+   * it can (a failure here ends the whole job, main.c). */
+  if (clt_comm_rank(comm) == 0) {
+    const struct { const char *opt, *path; clt_output_kind kind; } out[] = {
+        {"--save", a.save, CLT_OUTPUT_FILE},
+        {"--metrics", a.o.metrics_path, CLT_OUTPUT_APPEND},
+        {"--checkpoint-dir", a.o.checkpoint_dir, CLT_OUTPUT_DIR}};
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+      if (out[i].path && (rc = clt_check_output(out[i].path, out[i].kind)) < 0) {
+        ec = cli_fail(rc, out[i].opt);
+        goto out;
+      }
+  }
   if ((ec = session_open(&a, comm, &s)) != CLI_EXIT_OK) goto out;
   a.o.callback = progress;
   a.o.callback_user = &a;
@@ -514,19 +548,19 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     case 'n':
       if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
         fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
-        return CLI_EXIT_USAGE;
+        return argv_error();
       }
       a.normalize = optarg;
       break;
-    case 'b': if (parse_long("--batch", optarg, 1, 1 << 20, &v)) return CLI_EXIT_USAGE; a.o.batch = v; break;
+    case 'b': if (parse_long("--batch", optarg, 1, 1 << 20, &v)) return argv_error(); a.o.batch = v; break;
     case 'd': a.devices = optarg; break;
     case 'h': eval_help(stdout); return CLI_EXIT_OK;
-    default: eval_help(stderr); return CLI_EXIT_USAGE;
+    default: eval_help(stderr); return argv_error();
     }
   }
   if (optind != argc - 1 || !a.weights) {
     fprintf(stderr, "cltrain eval: one MODEL spec file and --weights FILE are needed\n");
-    return CLI_EXIT_USAGE;
+    return argv_error();
   }
   a.model = argv[optind];
   session s;

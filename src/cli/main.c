@@ -42,9 +42,28 @@ static void usage(FILE *to) {
           "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 256K; 1M with 2 ranks)\n");
 }
 
+/* This process's place in the job (cli_set_job), for messages. */
+static int job_rank = 0, job_size = 1;
+/* Set when the failure is in the command line itself, which every rank
+ * parses alike and so finds alike (cli_argv_error). */
+static int argv_failed = 0;
+
+void cli_set_job(int rank, int size) {
+  job_rank = rank;
+  job_size = size;
+}
+
+void cli_argv_error(void) { argv_failed = 1; }
+
 int cli_fail(int status, const char *what) {
   const char *detail = clt_last_error();
-  fprintf(stderr, "cltrain: %s: %s\n", what, detail && *detail ? detail : clt_strerror(status));
+  if (!detail || !*detail) detail = clt_strerror(status);
+  /* In a job of several ranks, say which one failed (the library's
+   * communication errors name it already). */
+  if (job_size > 1 && strncmp(what, "rank ", 5) != 0 && strncmp(detail, "rank ", 5) != 0)
+    fprintf(stderr, "cltrain: rank %d: %s: %s\n", job_rank, what, detail);
+  else
+    fprintf(stderr, "cltrain: %s: %s\n", what, detail);
   switch (status) {
   case CLT_ENOICD:
   case CLT_ENODEV:
@@ -92,10 +111,14 @@ int main(int argc, char **argv) {
       cli_mpi_finalize();
       return ec;
     }
+    cli_set_job(clt_comm_rank(comm), clt_comm_size(comm));
     ec = (strcmp(cmd, "train") == 0 ? cmd_train : cmd_eval)(argc - 1, argv + 1, comm);
-    /* With several ranks a failure on one can leave the others waiting in a
-     * collective: end the whole job. */
-    if (ec != CLI_EXIT_OK && ec != CLI_EXIT_USAGE) cli_abort_job(comm, ec);
+    /* With several ranks a failure on one leaves the others waiting in a
+     * collective until CLT_TIMEOUT: end the whole job now, whatever the
+     * failure (a bad value in one rank's data is a usage error too, and
+     * only that rank sees it). Only a bad command line, which every rank
+     * parses alike before any MPI work, lets each rank end by itself. */
+    if (ec != CLI_EXIT_OK && !argv_failed) cli_abort_job(comm, ec);
     clt_comm_destroy(comm);
     cli_mpi_finalize();
     return ec;

@@ -123,22 +123,52 @@ fail:
   return rc;
 }
 
+/* Collective: CLT_OK when rc is CLT_OK on every rank, else the failure of
+ * the first rank that failed (on the others an error naming it). A rank
+ * that finds a fault of its own must still come here, so that no peer is
+ * left waiting in the next collective until the timeout. */
+static int all_ok(clt_comm *comm, int rc, const char *what) {
+  int32_t mine = rc, *all;
+  if (!comm || comm->size == 1) return rc;
+  char msg[1024];
+  clt__strlcpy(msg, rc < 0 ? clt_last_error() : "", sizeof msg);
+  if (!(all = clt__calloc((size_t)comm->size, sizeof *all))) return clt__error(CLT_ENOMEM, "%s: out of memory", what);
+  int grc = clt_allgather(comm, &mine, sizeof mine, all);
+  for (int r = 0; grc == CLT_OK && r < comm->size; r++)
+    if (all[r] < 0) {
+      grc = r == comm->rank ? clt__error(all[r], "%s", msg)
+                            : clt__error(all[r], "rank %d: %s: rank %d failed (%s) and said why", comm->rank, what, r,
+                                         clt_strerror(all[r]));
+      break;
+    }
+  free(all);
+  return grc;
+}
+
 int clt_bcast_devices(clt_comm *comm, int root, size_t bytes, int n, const cl_command_queue *queues,
                       const cl_mem *bufs, const size_t *offsets) {
   int rc = CLT_OK;
   unsigned char *host = NULL;
+  /* Every check is this rank's own: each ends in all_ok, never in an
+   * early return, so the others hear of it instead of waiting. */
   if (n < 1 || !queues || !bufs)
-    return clt__error(CLT_EINVAL, "clt_bcast_devices: %d buffers given (at least one is needed)", n);
-  for (int q = 0; q < n; q++) {
+    rc = clt__error(CLT_EINVAL, "clt_bcast_devices: %d buffers given (at least one is needed)", n);
+  for (int q = 0; rc == CLT_OK && q < n; q++) {
     size_t off = offsets ? offsets[q] : 0, size = clt_buffer_size(bufs[q]);
     if (off > size || size - off < bytes)
-      return clt__error(CLT_ESHAPE, "clt_bcast_devices: buffer %d: %zu bytes from offset %zu do not fit in its %zu",
-                        q, bytes, off, size);
+      rc = clt__error(CLT_ESHAPE, "clt_bcast_devices: buffer %d: %zu bytes from offset %zu do not fit in its %zu",
+                      q, bytes, off, size);
   }
-  if (bytes && !(host = clt__calloc(1, bytes))) return CLT_ENOMEM;
+  if (rc == CLT_OK && bytes && !(host = clt__calloc(1, bytes)))
+    rc = clt__error(CLT_ENOMEM, "clt_bcast_devices: no memory for %zu bytes", bytes);
   /* Parameters are broadcast once per job: plain blocking copies do. */
-  if (comm && comm->rank == root && bytes)
-    CLT_CL_TRY(clEnqueueReadBuffer(queues[0], bufs[0], CL_TRUE, offsets ? offsets[0] : 0, bytes, host, 0, NULL, NULL));
+  if (rc == CLT_OK && comm && comm->rank == root && bytes) {
+    cl_int e = clEnqueueReadBuffer(queues[0], bufs[0], CL_TRUE, offsets ? offsets[0] : 0, bytes, host, 0, NULL, NULL);
+    if (e != CL_SUCCESS)
+      rc = clt__error(clt__cl_status(e), "clt_bcast_devices: reading the root's buffer failed with %s (%d)",
+                      clt__cl_error_name(e), (int)e);
+  }
+  CLT_TRY(all_ok(comm, rc, "clt_bcast_devices"));
   CLT_TRY(clt_bcast(comm, host, bytes, root));
   for (int q = 0; q < n && bytes; q++)
     CLT_CL_TRY(clEnqueueWriteBuffer(queues[q], bufs[q], CL_TRUE, offsets ? offsets[q] : 0, bytes, host, 0, NULL,

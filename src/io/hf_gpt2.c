@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/safetensors.h"
 #include "model/layer.h"
 
 /* The walk over the spec's layers; dropout layers are passed over. */
@@ -277,10 +278,8 @@ char *clt__hf_path(const char *dir, const char *file) {
 
 int clt__hf_write_text(const char *path, const char *text) {
   int rc = CLT_OK;
-  size_t len = strlen(path) + 32;
-  char *tmp = clt__calloc(1, len);
+  char *tmp = clt__st_tmp_path(path);
   if (!tmp) return CLT_ENOMEM;
-  snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f) {
     rc = clt__error(CLT_EIO, "cannot create %s: %s", tmp, strerror(errno));

@@ -9,7 +9,6 @@
 #include "io/hf_gpt2.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,18 +249,48 @@ static int files_find(hf_files *fs, const char *name, clt__st_file **f, clt__st_
   return rc;
 }
 
+/* Tensors of the files that the import leaves out, with a warning: the
+ * heads of GPT2DoubleHeadsModel and the like. The attention masks of older
+ * files are buffers, not weights, and lm_head.weight is wte's when tied. */
+static void warn_unused(hf_files *fs, char (*used)[96], int n, int tied) {
+  int left_out = 0;
+  char first[128] = "";
+  void *iter = NULL;
+  const char *name;
+  for (;;) {
+    if (fs->map) {
+      iter = iter ? json_object_iter_next(fs->map, iter) : json_object_iter(fs->map);
+      name = iter ? json_object_iter_key(iter) : NULL;
+    } else {
+      name = clt__st_next_name(fs->files[0], &iter);
+    }
+    if (!name) break;
+    size_t len = strlen(name);
+    int mask = (len >= 10 && strcmp(name + len - 10, ".attn.bias") == 0) ||
+               (len >= 17 && strcmp(name + len - 17, ".attn.masked_bias") == 0);
+    if (mask || (tied && strcmp(name, "lm_head.weight") == 0)) continue;
+    int known = 0;
+    for (int i = 0; i < n && !known; i++) known = strcmp(used[i], name) == 0;
+    if (!known && left_out++ == 0) clt__strlcpy(first, name, sizeof first);
+  }
+  if (left_out)
+    clt__log(CLT_LOG_WARN, "%s: %d tensor(s) that are not part of GPT2LMHeadModel are left out ('%s'%s)", fs->path,
+             left_out, first, left_out > 1 ? ", ..." : "");
+}
+
 /* Tensor t of GPT-2's files into the parameter arena, transposed back when
- * it is a Conv1D weight; buf holds the largest tensor. */
+ * it is a Conv1D weight; buf holds the largest tensor; full gets the name
+ * it has in the file. */
 static int take_tensor(hf_files *fs, const char *cfg_path, const clt_model_spec *spec, const clt__hf_tensor *t,
-                       float *params, float *buf) {
+                       float *params, float *buf, char full[96]) {
   int rc = CLT_OK;
-  char full[96], shape_want[64], shape_have[96];
+  char shape_want[64], shape_have[96];
   clt__st_tensor have;
   clt__st_file *f;
-  snprintf(full, sizeof full, "%s%s", t->base ? "transformer." : "", t->name);
+  snprintf(full, 96, "%s%s", t->base ? "transformer." : "", t->name);
   rc = files_find(fs, full, &f, &have);
   if (rc == 1 && t->base) { /* GPT2Model's files, and some others, have no "transformer." */
-    snprintf(full, sizeof full, "%s", t->name);
+    snprintf(full, 96, "%s", t->name);
     rc = files_find(fs, full, &f, &have);
   }
   if (rc == 1)
@@ -306,6 +335,7 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
   clt__st_tensor *out = NULL;
   hf_files fs = {0};
   float *params = NULL, *buf = NULL;
+  char (*used)[96] = NULL;
   clt__hf_config cfg, got;
   if (!dir || !model_path || !weights_path)
     return clt__error(CLT_EINVAL, "clt_hf_gpt2_import needs a directory, a model path and a weights path");
@@ -339,12 +369,9 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
     goto fail;
   }
   CLT_TRY(files_open(dir, &fs));
-  for (int i = 0; i < n; i++) CLT_TRY(take_tensor(&fs, cfg_path, spec, &map[i], params, buf));
-  for (int64_t i = 0; i < spec->param_count; i++)
-    if (!isfinite(params[i])) {
-      rc = clt__error(CLT_ENONFINITE, "%s holds a NaN or Inf (parameter %lld of the model)", fs.path, (long long)i);
-      goto fail;
-    }
+  if (!(used = clt__calloc((size_t)n, sizeof *used))) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < n; i++) CLT_TRY(take_tensor(&fs, cfg_path, spec, &map[i], params, buf, used[i]));
+  warn_unused(&fs, used, n, cfg.tied);
 
   if (!(out = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *out))) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(clt__arena_tensors(spec, "", params, out, &nw));
@@ -355,6 +382,6 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
 fail:
   files_close(&fs);
   clt__spec_destroy(spec);
-  free(map), free(out), free(params), free(buf), free(text), free(cfg_path);
+  free(map), free(out), free(params), free(buf), free(text), free(cfg_path), free(used);
   return rc;
 }

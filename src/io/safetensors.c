@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,20 @@ static char *header_crc_text(const json_t *h) {
   return text;
 }
 
+char *clt__st_tmp_path(const char *path) {
+  char suffix[48];
+  snprintf(suffix, sizeof suffix, CLT__ST_TMP_INFIX "%ld", (long)getpid());
+  size_t n = strlen(path), ls = strlen(suffix);
+  const char *slash = strrchr(path, '/');
+  size_t base = n - (size_t)(slash ? slash + 1 - path : 0), keep = n;
+  if (base + ls > NAME_MAX) keep = n - (base + ls - NAME_MAX); /* cut the name's end, keep its directory */
+  char *tmp = clt__calloc(1, keep + ls + 1);
+  if (!tmp) return NULL;
+  memcpy(tmp, path, keep);
+  memcpy(tmp + keep, suffix, ls + 1);
+  return tmp;
+}
+
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata) {
   int rc = CLT_OK, fd = -1;
   char *text = NULL, *tmp = NULL, *hdr = NULL, hex[16], num[32];
@@ -104,7 +120,7 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   /* Pad the header with spaces to 8 bytes so the data is aligned. */
   size_t hlen = strlen(text), padded = (hlen + 7) / 8 * 8;
   hdr = clt__calloc(1, padded + 8);
-  if (!hdr || !(tmp = clt__calloc(1, strlen(path) + 32))) goto nomem;
+  if (!hdr || !(tmp = clt__st_tmp_path(path))) goto nomem;
   uint64_t le = padded;
   for (int i = 0; i < 8; i++) hdr[i] = (char)(le >> (8 * i));
   memcpy(hdr + 8, text, hlen);
@@ -113,7 +129,6 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   /* What a failure leaves: the file at path as it was, or no file. */
   struct stat st;
   const char *left = stat(path, &st) == 0 ? "is as it was" : "was not made";
-  snprintf(tmp, strlen(path) + 32, "%s" CLT__ST_TMP_INFIX "%ld", path, (long)getpid());
   if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) {
     rc = clt__error(CLT_EIO, "cannot create %s: %s (%s %s)", tmp, strerror(errno), path, left);
     goto fail;
@@ -229,6 +244,50 @@ int clt__st_check_data(clt__st_file *f, int required) {
   return CLT_OK;
 }
 
+typedef struct range {
+  int64_t lo, hi;
+  const char *name;
+} range;
+
+static int by_start(const void *a, const void *b) {
+  const range *x = a, *y = b;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* No two tensors may share bytes: a reader would see one tensor's values
+ * as the other's, and a writer of either would change both. */
+static int check_overlaps(clt__st_file *f, size_t n) {
+  range *r = n ? clt__calloc(n, sizeof *r) : NULL;
+  const char *key;
+  json_t *v;
+  size_t i = 0;
+  int rc = CLT_OK;
+  if (n && !r) return clt__error(CLT_ENOMEM, "%s: out of memory checking the header", f->path);
+  json_object_foreach(f->header, key, v) {
+    if (strcmp(key, "__metadata__") == 0) continue;
+    json_t *offs = json_object_get(v, "data_offsets");
+    r[i].lo = json_integer_value(json_array_get(offs, 0));
+    r[i].hi = json_integer_value(json_array_get(offs, 1));
+    r[i++].name = key;
+  }
+  qsort(r, n, sizeof *r, by_start);
+  /* Sorted by start, a tensor overlaps an earlier one when it starts
+   * before the furthest end so far (empty tensors hold no bytes). */
+  size_t far = 0;
+  for (i = 1; i < n; i++) {
+    if (r[i].hi == r[i].lo) continue;
+    if (r[i].lo < r[far].hi) {
+      rc = clt__error(CLT_EFORMAT, "%s: tensors '%s' (bytes [%lld, %lld)) and '%s' (bytes [%lld, %lld)) overlap; not "
+                      "a valid safetensors file", f->path, r[far].name, (long long)r[far].lo, (long long)r[far].hi,
+                      r[i].name, (long long)r[i].lo, (long long)r[i].hi);
+      break;
+    }
+    if (r[i].hi > r[far].hi) far = i;
+  }
+  free(r);
+  return rc;
+}
+
 int clt__st_open(const char *path, clt__st_file **out) {
   int rc = CLT_OK;
   unsigned char lenb[8];
@@ -258,7 +317,8 @@ int clt__st_open(const char *path, clt__st_file **out) {
     rc = clt__error(CLT_EFORMAT, "%s: truncated in its header", path);
     goto fail;
   }
-  if (!(f->header = json_loadb(text, hlen, 0, &jerr)) || !json_is_object(f->header)) {
+  /* A key given twice would be read as whichever jansson keeps: refuse. */
+  if (!(f->header = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &jerr)) || !json_is_object(f->header)) {
     rc = clt__error(CLT_EFORMAT, "%s: the header is not a JSON object (%s at byte %d); not a safetensors file, or "
                     "damaged", path, f->header ? "not an object" : jerr.text, jerr.position);
     goto fail;
@@ -268,11 +328,14 @@ int clt__st_open(const char *path, clt__st_file **out) {
   CLT_TRY(check_integrity(f));
   const char *key;
   json_t *v;
+  size_t ntensors = 0;
   json_object_foreach(f->header, key, v) {
     if (strcmp(key, "__metadata__") == 0) continue;
     clt__st_tensor t;
     if ((rc = clt__st_find(f, key, &t)) < 0) goto fail;
+    ntensors++;
   }
+  CLT_TRY(check_overlaps(f, ntensors));
   free(text);
   *out = f;
   return CLT_OK;
@@ -354,12 +417,37 @@ int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t c
   if (have != count)
     return clt__error(CLT_ESHAPE, "%s: tensor '%s' holds %lld values, %lld expected", f->path, t->name,
                       (long long)have, (long long)count);
-  if (t->dtype != CLT__ST_F32) return read_widened(f, t, dst, count);
-
-  if (fseeko(f->fp, (off_t)(f->data_start + (uint64_t)t->offset), SEEK_SET) != 0 ||
-      fread(dst, 4, (size_t)count, f->fp) != (size_t)count)
+  if (t->dtype != CLT__ST_F32) {
+    int rc = read_widened(f, t, dst, count);
+    if (rc < 0) return rc;
+  } else if (fseeko(f->fp, (off_t)(f->data_start + (uint64_t)t->offset), SEEK_SET) != 0 ||
+             fread(dst, 4, (size_t)count, f->fp) != (size_t)count) {
     return clt__error(CLT_EIO, "%s: reading tensor '%s' failed", f->path, t->name);
+  }
+  /* Parameters and optimizer state are all cltrain reads: a NaN or Inf
+   * among them would train on silently (ReLU hides it) and be saved again. */
+  for (int64_t i = 0; i < count; i++)
+    if (!isfinite(dst[i])) {
+      char at[160];
+      size_t n = 0;
+      int64_t rest = i, stride = count;
+      for (int d = 0; d < t->ndim && n < sizeof at; d++) {
+        stride /= t->shape[d] ? t->shape[d] : 1;
+        n += (size_t)snprintf(at + n, sizeof at - n, d ? ", %lld" : "%lld", (long long)(rest / stride));
+        rest %= stride;
+      }
+      return clt__error(CLT_ENONFINITE, "%s: tensor '%s' holds %s at index [%s] (element %lld of %lld); parameters "
+                        "and optimizer state must be finite (did the run that saved them diverge?)", f->path, t->name,
+                        isnan(dst[i]) ? "NaN" : dst[i] > 0 ? "+Inf" : "-Inf", at, (long long)i, (long long)count);
+    }
   return CLT_OK;
+}
+
+const char *clt__st_next_name(clt__st_file *f, void **iter) {
+  *iter = *iter ? json_object_iter_next(f->header, *iter) : json_object_iter(f->header);
+  if (*iter && strcmp(json_object_iter_key(*iter), "__metadata__") == 0)
+    *iter = json_object_iter_next(f->header, *iter);
+  return *iter ? json_object_iter_key(*iter) : NULL;
 }
 
 const char *clt__st_metadata(clt__st_file *f, const char *key) {

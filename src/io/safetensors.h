@@ -36,22 +36,30 @@ typedef struct clt__st_tensor {
  * temporary file is removed and path is untouched. */
 #define CLT__ST_TMP_INFIX ".tmp."
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata);
+/* The temporary name clt__st_write uses for path (malloc'd, or NULL): path
+ * + CLT__ST_TMP_INFIX + the process id, with the file name shortened first
+ * where that would pass NAME_MAX, so a valid name stays valid. */
+char *clt__st_tmp_path(const char *path);
 
 typedef struct clt__st_file clt__st_file;
 /* Open and check a file: header length, JSON, the header's CRC32 and the
- * recorded data size when present, every tensor F32, F16 or BF16 with a shape whose size
- * matches its byte range, ranges inside the file. Errors name the file and
+ * recorded data size when present, no key given twice, every tensor F32,
+ * F16 or BF16 with a shape whose size matches its byte range, ranges inside
+ * the file and no two of them overlapping. Errors name the file and
  * the fault. */
 int clt__st_open(const char *path, clt__st_file **out);
 void clt__st_close(clt__st_file *f);
 /* The tensor called name, or CLT_ENOTFOUND naming it and the file. */
 int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out);
-/* Read count floats of tensor t into dst. */
+/* Read count floats of tensor t into dst; a NaN or Inf among them is
+ * CLT_ENONFINITE naming the file, the tensor and the first bad index. */
 int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t count);
 /* Read the whole data section and compare its CRC32 with data_crc32:
  * CLT_EFORMAT naming the file when it differs, or when it is missing and
  * required is set (without, a file that has none passes). */
 int clt__st_check_data(clt__st_file *f, int required);
+/* The tensors' names one by one: start with *iter NULL; NULL at the end. */
+const char *clt__st_next_name(clt__st_file *f, void **iter);
 /* A metadata value, or NULL. */
 const char *clt__st_metadata(clt__st_file *f, const char *key);
 

@@ -77,19 +77,13 @@ static size_t linear_scratch(const clt_layer_spec *l, int64_t n, clt_dtype dt) {
   return clt_nn_linear_scratch_bytes(n * clt__shape_rows(in), in->dims[in->ndim - 1], l->out, dt);
 }
 
-/* x and y of a (possibly sequence) linear as (rows, features). */
-static int rows_views(const clt__layer_io *io, const clt_tensor *a, int64_t feat, clt_tensor *out) {
-  int64_t shape[2] = {clt_tensor_numel(a) / feat, feat};
-  return clt__reshape(a, 2, shape, out);
-}
-
 static int linear_forward(const clt__layer_io *io) {
   int rc = CLT_OK;
   const clt_layer_spec *l = io->l;
   int64_t fin = l->in_shape.dims[l->in_shape.ndim - 1];
   clt_tensor x, y, w, b;
-  CLT_TRY(rows_views(io, &io->x, fin, &x));
-  CLT_TRY(rows_views(io, &io->y, l->out, &y));
+  CLT_TRY(clt__rows(&io->x, fin, &x));
+  CLT_TRY(clt__rows(&io->y, l->out, &y));
   CLT_TRY(clt__io_param(io, 0, &w));
   if (l->bias) CLT_TRY(clt__io_param(io, 1, &b));
   CLT_TRY(clt_nn_linear_forward(io->ctx, &x, &w, l->bias ? &b : NULL, &y));
@@ -102,9 +96,9 @@ static int linear_backward(const clt__layer_io *io) {
   const clt_layer_spec *l = io->l;
   int64_t fin = l->in_shape.dims[l->in_shape.ndim - 1];
   clt_tensor x, dy, dx, w, dw, db;
-  CLT_TRY(rows_views(io, &io->x, fin, &x));
-  CLT_TRY(rows_views(io, &io->dy, l->out, &dy));
-  if (io->dx.buf) CLT_TRY(rows_views(io, &io->dx, fin, &dx));
+  CLT_TRY(clt__rows(&io->x, fin, &x));
+  CLT_TRY(clt__rows(&io->dy, l->out, &dy));
+  if (io->dx.buf) CLT_TRY(clt__rows(&io->dx, fin, &dx));
   CLT_TRY(clt__io_param(io, 0, &w));
   CLT_TRY(clt__io_grad(io, 0, &dw));
   if (l->bias) CLT_TRY(clt__io_grad(io, 1, &db));

@@ -56,17 +56,12 @@ static int tokens_view(const clt__layer_io *io, clt_tensor *t) {
   return clt__reshape(&io->x, 1, &n, t);
 }
 
-static int rows(const clt_tensor *a, int64_t feat, clt_tensor *out) {
-  int64_t shape[2] = {clt_tensor_numel(a) / feat, feat};
-  return clt__reshape(a, 2, shape, out);
-}
-
 static int embedding_forward(const clt__layer_io *io) {
   int rc = CLT_OK;
   clt_tensor tok, w, y;
   CLT_TRY(tokens_view(io, &tok));
   CLT_TRY(clt__io_param(io, 0, &w));
-  CLT_TRY(rows(&io->y, io->l->out, &y));
+  CLT_TRY(clt__rows(&io->y, io->l->out, &y));
   CLT_TRY(clt_nn_embedding_forward(io->ctx, &tok, &w, &y));
 fail:
   return rc;
@@ -77,7 +72,7 @@ static int embedding_backward(const clt__layer_io *io) {
   clt_tensor tok, dw, dy;
   CLT_TRY(tokens_view(io, &tok));
   CLT_TRY(clt__io_grad(io, 0, &dw));
-  CLT_TRY(rows(&io->dy, io->l->out, &dy));
+  CLT_TRY(clt__rows(&io->dy, io->l->out, &dy));
   CLT_TRY(clt_nn_embedding_backward(io->ctx, &tok, &dy, &dw));
 fail:
   return rc;
@@ -221,10 +216,10 @@ static int attention_forward(const clt__layer_io *io) {
   int b = io->l->bias;
   CLT_TRY(attention_params(io, 0, &p));
   CLT_TRY(attention_saved(io, &qkv, &att, &lse));
-  CLT_TRY(rows(&io->x, C, &x2));
-  CLT_TRY(rows(&qkv, 3 * C, &qkv2));
-  CLT_TRY(rows(&att, C, &att2));
-  CLT_TRY(rows(&io->y, C, &y2));
+  CLT_TRY(clt__rows(&io->x, C, &x2));
+  CLT_TRY(clt__rows(&qkv, 3 * C, &qkv2));
+  CLT_TRY(clt__rows(&att, C, &att2));
+  CLT_TRY(clt__rows(&io->y, C, &y2));
   CLT_TRY(clt_nn_linear_forward(io->ctx, &x2, &p.wqkv, b ? &p.bqkv : NULL, &qkv2));
   CLT_TRY(clt_nn_attention_forward(io->ctx, io->l->heads, &qkv, &att, &lse));
   CLT_TRY(clt_nn_linear_forward(io->ctx, &att2, &p.wproj, b ? &p.bproj : NULL, &y2));
@@ -243,12 +238,12 @@ static int attention_backward(const clt__layer_io *io) {
   CLT_TRY(attention_saved(io, &qkv, &att, &lse));
   CLT_TRY(clt__io_scratch(io, 0, 2, (int64_t[]){T, 3 * C}, &dqkv));
   CLT_TRY(clt__io_scratch(io, T * 3 * C, 2, (int64_t[]){T, C}, &datt));
-  CLT_TRY(rows(&io->x, C, &x2));
-  CLT_TRY(rows(&io->dy, C, &dy2));
-  CLT_TRY(rows(&att, C, &att2));
-  CLT_TRY(rows(&datt, C, &datt2));
-  CLT_TRY(rows(&dqkv, 3 * C, &dqkv2));
-  if (io->dx.buf) CLT_TRY(rows(&io->dx, C, &dx2));
+  CLT_TRY(clt__rows(&io->x, C, &x2));
+  CLT_TRY(clt__rows(&io->dy, C, &dy2));
+  CLT_TRY(clt__rows(&att, C, &att2));
+  CLT_TRY(clt__rows(&datt, C, &datt2));
+  CLT_TRY(clt__rows(&dqkv, 3 * C, &dqkv2));
+  if (io->dx.buf) CLT_TRY(clt__rows(&io->dx, C, &dx2));
   CLT_TRY(clt_nn_linear_backward(io->ctx, &att2, &p.wproj, &dy2, &datt2, &g.wproj, b ? &g.bproj : NULL));
   CLT_TRY(clt_nn_attention_backward(io->ctx, io->l->heads, &qkv, &att, &lse, &datt, &dqkv));
   CLT_TRY(clt_nn_linear_backward(io->ctx, &x2, &p.wqkv, &dqkv2, io->dx.buf ? &dx2 : NULL, &g.wqkv,

@@ -106,6 +106,8 @@ int clt__io_scratch(const clt__layer_io *io, int64_t at, int ndim, const int64_t
 int clt__copy(clt_context *ctx, const clt_tensor *src, const clt_tensor *dst);
 /* The same storage as t seen with another shape (rows x cols, ...). */
 int clt__reshape(const clt_tensor *t, int ndim, const int64_t *shape, clt_tensor *out);
+/* t as (rows, feat): a batch of samples or of sequences, one row a position. */
+int clt__rows(const clt_tensor *t, int64_t feat, clt_tensor *out);
 
 /* Kind flags. */
 enum {

@@ -64,6 +64,11 @@ int clt__reshape(const clt_tensor *t, int ndim, const int64_t *shape, clt_tensor
   return clt_tensor_view(t->buf, t->offset, t->dtype, ndim, shape, out);
 }
 
+int clt__rows(const clt_tensor *t, int64_t feat, clt_tensor *out) {
+  int64_t shape[2] = {clt_tensor_numel(t) / feat, feat};
+  return clt__reshape(t, 2, shape, out);
+}
+
 int clt__copy(clt_context *ctx, const clt_tensor *src, const clt_tensor *dst) {
   int rc = CLT_OK;
   size_t bytes = clt_tensor_bytes(src);

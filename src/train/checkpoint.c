@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "io/safetensors.h"
 
@@ -66,6 +68,36 @@ static json_t *training_json(const clt_trainer *t) {
                    (unsigned)t->opts.balance < 3 ? balance[t->opts.balance] : "?", "shares", shares);
 }
 
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A fresh run's id: 64 random bits as hex (the clock and pid if
+ * /dev/urandom cannot be read). */
+static void new_run_id(char *out, size_t size) {
+  uint64_t r = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (f) {
+    if (fread(&r, sizeof r, 1, f) != 1) r ^= (uint64_t)now_ns();
+    fclose(f);
+  }
+  snprintf(out, size, "%016llx", (unsigned long long)r);
+}
+
+/* The run record; a run that neither resumed nor saved before gets its
+ * identity now (doc/checkpoint.md). */
+static json_t *run_json(clt_trainer *t) {
+  if (!t->run_id[0]) {
+    new_run_id(t->run_id, sizeof t->run_id);
+    t->run_branch = 0;
+    t->run_started = now_ns();
+  }
+  return json_pack("{s:s, s:I, s:I}", "id", t->run_id, "branched_from", (json_int_t)t->run_branch, "started",
+                   (json_int_t)t->run_started);
+}
+
 /* The metadata's JSON values, as strings (safetensors metadata is a map of
  * strings to strings). */
 static char *dump(json_t *v, size_t flags) {
@@ -82,7 +114,7 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   float *buf = clt__calloc((size_t)P * (1 + per), sizeof *buf);
   clt__st_tensor *tensors = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS * (1 + per), sizeof *tensors);
-  char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL;
+  char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL, *run = NULL;
   if (!buf || !tensors) { rc = CLT_ENOMEM; goto fail; }
   double t0 = clt__now();
 
@@ -115,21 +147,22 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   training = dump(training_json(t), 0);
   progress = dump(json_pack("{s:I, s:f, s:f, s:f}", "steps", (json_int_t)t->ep_steps, "loss_sum", t->ep_sums[0],
                             "correct", t->ep_sums[1], "samples", t->ep_sums[2]), 0); /* 17 digits: exact */
+  run = dump(run_json(t), 0);
   scaling = dump(json_pack("{s:s, s:I, s:I}", "precision", t->opts.precision == CLT_F16 ? "fp16" : "fp32",
                            "clean_steps", (json_int_t)t->scale_clean_steps, "skipped", (json_int_t)t->skipped), 0);
-  if (!position || !rng || !optim || !training || !progress || !scaling) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
+  if (!position || !rng || !optim || !training || !progress || !scaling || !run) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
   const char *meta[] = {"format", CLT__CKPT_FORMAT, "format_version", CLT__CKPT_VERSION_STR, "cltrain_version",
                         clt_version(), "model", clt_model_text(t->model), "param_count", params, "step", step,
                         "epoch", epoch, "sampler_position", position, "rng", rng, "loss_scale", scale,
                         "loss_scaling", scaling, "optimizer", optim, "training", training,
-                        "epoch_progress", progress, NULL};
+                        "epoch_progress", progress, "run", run, NULL};
   CLT_TRY(clt__st_write(path, tensors, n, meta));
   char size[32];
   clt__log(CLT_LOG_INFO, "saved checkpoint %s (step %lld, %s) in %.3f s", path, (long long)t->steps_done,
            clt__fmt_bytes((uint64_t)P * (1 + per) * 4, size, sizeof size), clt__now() - t0);
 fail:
   free(buf), free(tensors);
-  free(position), free(rng), free(optim), free(training), free(progress), free(scaling);
+  free(position), free(rng), free(optim), free(training), free(progress), free(scaling), free(run);
   return rc;
 }
 
@@ -216,7 +249,7 @@ static int meta_json(clt__st_file *f, const char *path, const char *key, json_t 
   json_error_t err;
   *out = NULL;
   if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
-  if (!(*out = json_loads(v, 0, &err)) || !json_is_object(*out)) {
+  if (!(*out = json_loads(v, JSON_REJECT_DUPLICATES, &err)) || !json_is_object(*out)) {
     json_decref(*out);
     *out = NULL;
     return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is not a JSON object: '%.80s'", path, key, v);
@@ -236,7 +269,7 @@ static int meta_int(clt__st_file *f, const char *path, const char *key, int64_t 
   return CLT_OK;
 }
 
-int clt__checkpoint_open(const char *path, clt__st_file **out) {
+int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
   int rc = CLT_OK;
   clt__st_file *f = NULL;
   *out = NULL;
@@ -258,7 +291,16 @@ int clt__checkpoint_open(const char *path, clt__st_file **out) {
                     version, clt_version(), CLT__CKPT_VERSION, v > CLT__CKPT_VERSION ? ": a newer cltrain wrote it" : "");
     goto fail;
   }
-  CLT_TRY(clt__st_check_data(f, 1));
+  /* Every checkpoint cltrain writes carries both CRCs and the data size:
+   * one without is not whole (or not ours), and is not read unchecked. */
+  const char *missing = !clt__st_metadata(f, "header_crc32") ? "header_crc32"
+                        : !clt__st_metadata(f, "data_bytes") ? "data_bytes" : NULL;
+  if (missing) {
+    rc = clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing, which every checkpoint cltrain writes carries; "
+                    "the file is damaged or was not written by cltrain", path, missing);
+    goto fail;
+  }
+  if (check_data) CLT_TRY(clt__st_check_data(f, 1));
   *out = f;
   return CLT_OK;
 fail:
@@ -304,6 +346,67 @@ fail:
   return rc;
 }
 
+/* The run record of an open checkpoint; zero when it has none (a file
+ * older than the record). */
+static int run_info(clt__st_file *f, const char *path, clt__run_info *out) {
+  json_t *run = NULL;
+  int rc = CLT_OK;
+  memset(out, 0, sizeof *out);
+  if (!clt__st_metadata(f, "run")) return CLT_OK;
+  CLT_TRY(meta_json(f, path, "run", &run));
+  const char *id = json_string_value(json_object_get(run, "id"));
+  if (!id || !*id || strlen(id) >= sizeof out->id) {
+    rc = clt__error(CLT_EFORMAT, "%s: the metadata 'run' has no id", path);
+    goto fail;
+  }
+  clt__strlcpy(out->id, id, sizeof out->id);
+  CLT_TRY(json_int(path, "run", run, "branched_from", 0, &out->branched_from));
+  CLT_TRY(json_int(path, "run", run, "started", 0, &out->started_ns));
+fail:
+  json_decref(run);
+  return rc;
+}
+
+int clt__checkpoint_run_info(const char *path, int check_data, clt__run_info *out) {
+  clt__st_file *f = NULL;
+  int rc = clt__checkpoint_open(path, check_data, &f);
+  memset(out, 0, sizeof *out);
+  if (rc == CLT_OK) rc = run_info(f, path, out);
+  clt__st_close(f);
+  return rc;
+}
+
+/* The file holds the model's parameters and its optimizer kind's state
+ * "and no more": a tensor of another name is a file edited or written for
+ * another model, and is refused rather than ignored. */
+static int check_no_others(clt_trainer *t, clt__st_file *f, const char *path, const char *kind, float *scratch) {
+  const clt_model_spec *spec = t->model->spec;
+  const char *sgd[] = {"params/", "optim/momentum/", NULL}, *adam[] = {"params/", "optim/m/", "optim/v/", NULL};
+  const char *const *prefixes = strcmp(kind, "sgd") == 0 ? sgd : adam;
+  int rc = CLT_OK, n;
+  void *it = NULL;
+  clt__st_tensor *names = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *names);
+  if (!names) return CLT_ENOMEM;
+  CLT_TRY(clt__arena_tensors(spec, "", scratch, names, &n)); /* for the names only */
+  for (const char *name; (name = clt__st_next_name(f, &it));) {
+    int known = 0;
+    for (int p = 0; !known && prefixes[p]; p++) {
+      size_t lp = strlen(prefixes[p]);
+      if (strncmp(name, prefixes[p], lp) != 0) continue;
+      for (int i = 0; !known && i < n; i++) known = strcmp(name + lp, names[i].name) == 0;
+    }
+    if (!known) {
+      rc = clt__error(CLT_EFORMAT, "%s holds a tensor '%s' that is neither a parameter of the model %s nor %s "
+                      "optimizer state; the file was edited, or written for another model", path, name, spec->name,
+                      kind);
+      goto fail;
+    }
+  }
+fail:
+  free(names);
+  return rc;
+}
+
 /* Rank 0: read and check everything of path into h and payload (params,
  * then state). Nothing of the trainer changes here. */
 static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload) {
@@ -318,7 +421,7 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   memset(h, 0, sizeof *h);
   clt__strlcpy(h->path, path, sizeof h->path);
 
-  CLT_TRY(clt__checkpoint_open(path, &f)); /* magic, version, both CRCs, size */
+  CLT_TRY(clt__checkpoint_open(path, 1, &f)); /* magic, version, both CRCs, size */
   const char *saved_spec = clt__st_metadata(f, "model");
   if (!saved_spec) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", path); goto fail; }
 
@@ -371,6 +474,8 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
       clt__log(CLT_LOG_WARN, "%s: this run uses no momentum, so the saved momentum is left out", path);
   }
 
+  CLT_TRY(check_no_others(t, f, path, kind, payload));
+
   /* Where the run stands. */
   CLT_TRY(meta_int(f, path, "step", &h->steps_done));
   CLT_TRY(meta_json(f, path, "rng", &rng));
@@ -404,6 +509,10 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
     }
   }
 
+  clt__run_info run;
+  CLT_TRY(run_info(f, path, &run));
+  clt__strlcpy(h->run_id, run.id, sizeof h->run_id);
+
   /* The sampler position, in this run's micro-batches: the sample order of
    * an epoch does not depend on the batch size, so a position at a whole
    * number of this run's micro-batches carries over. */
@@ -413,7 +522,21 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   CLT_TRY(json_int(path, "sampler_position", pos, "step", 0, &h->step));
   CLT_TRY(json_int(path, "sampler_position", pos, "micro_batch", 1, &mb));
   CLT_TRY(json_int(path, "sampler_position", pos, "train_samples", 0, &h->count));
-  samples = h->step * mb;
+  /* What no run can have written: an epoch beyond the steps done (every
+   * epoch takes one step at least), or a place in the epoch past its
+   * samples (or past any int64). */
+  if (h->epoch > h->steps_done) {
+    rc = clt__error(CLT_EFORMAT, "%s: its sampler position is epoch %lld, but after %lld steps no run can be past epoch "
+                    "%lld; the file was edited or damaged", path, (long long)h->epoch + 1, (long long)h->steps_done,
+                    (long long)h->steps_done + 1);
+    goto fail;
+  }
+  if (__builtin_mul_overflow(h->step, mb, &samples) || samples > h->count) {
+    rc = clt__error(CLT_EFORMAT, "%s: its sampler position, %lld micro-batches of %lld samples into epoch %lld, is "
+                    "past the %lld training samples it refers to; the file was edited or damaged", path,
+                    (long long)h->step, (long long)mb, (long long)h->epoch + 1, (long long)h->count);
+    goto fail;
+  }
   if (mb != t->micro_batch) {
     if (samples % t->micro_batch) {
       rc = clt__error(CLT_EMISMATCH, "%s stopped after %lld samples of epoch %lld, in micro-batches of %lld; this "
@@ -499,6 +622,14 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
   t->ep_steps = h->ep_steps;
   memcpy(t->ep_sums, h->ep_sums, sizeof t->ep_sums);
   t->saved_step = h->steps_done; /* no need to save this state again */
+  /* A resumed run goes on under the checkpoint's run id (a new one for a
+   * file older than the record), as a session branched from this step. */
+  if (h->run_id[0])
+    clt__strlcpy(t->run_id, h->run_id, sizeof t->run_id);
+  else
+    t->run_id[0] = 0, new_run_id(t->run_id, sizeof t->run_id);
+  t->run_branch = h->steps_done;
+  t->run_started = now_ns();
   if (h->nshares == t->nreplicas) clt__dp_set_shares(t->dp, shares);
   return CLT_OK;
 fail:

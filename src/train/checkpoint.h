@@ -5,6 +5,8 @@
 #ifndef CLT_TRAIN_CHECKPOINT_H
 #define CLT_TRAIN_CHECKPOINT_H
 
+#include <limits.h>
+
 #include "train/trainer.h"
 
 #define CLT__CKPT_FORMAT "cltrain-checkpoint"
@@ -26,15 +28,31 @@ typedef struct clt__ckpt_header {
   double ep_sums[3];
   double loss_scale;         /* f16 runs: the dynamic loss scale and its counters (0: start afresh) */
   int64_t scale_clean_steps, skipped;
-  char path[1024];
+  char run_id[24];           /* the run the checkpoint belongs to ("" in files older than the record) */
+  char path[PATH_MAX];
   char msg[2048];            /* rank 0's error */
 } clt__ckpt_header;
+
+/* A checkpoint's run record (metadata "run", doc/checkpoint.md): the run's
+ * id, kept across resumes; the step the writing session started from (0,
+ * or the step it resumed); and when that session started, in ns since the
+ * Unix epoch. "latest" is the newest session's newest step. */
+typedef struct clt__run_info {
+  char id[24];
+  int64_t branched_from, started_ns;
+} clt__run_info;
+
+/* Open path and check its framing, format, version and header CRC32 (and,
+ * with check_data, its data's CRC32), then read its run record (zero for
+ * files older than the record); the file is closed again. */
+int clt__checkpoint_run_info(const char *path, int check_data, clt__run_info *out);
 
 /* Rank 0: write the trainer's state to path (atomically). */
 int clt__checkpoint_write(clt_trainer *t, const char *path);
 /* Open path and check it is a whole checkpoint of a version we read: the
- * format, the version, the header's and the data's CRC32 and size. */
-int clt__checkpoint_open(const char *path, struct clt__st_file **out);
+ * format, the version, the header's CRC32 and size, and with check_data the
+ * data's CRC32. */
+int clt__checkpoint_open(const char *path, int check_data, struct clt__st_file **out);
 /* Buffers for a load (free each with free()). */
 int clt__checkpoint_alloc(clt_trainer *t, clt__ckpt_header **h, int64_t **shares, float **payload);
 /* Rank 0: read and check path against the trainer (model, optimizer, seed,

@@ -49,12 +49,38 @@ static int is_temporary(const char *name) {
 
 typedef struct entry {
   int64_t step;
-  char path[1024];
+  char path[PATH_MAX];
+  int whole;          /* passed the checks of describe() */
+  clt__run_info run;  /* its run record (zero: none, or not whole) */
 } entry;
 
 static int by_step(const void *a, const void *b) {
   int64_t x = ((const entry *)a)->step, y = ((const entry *)b)->step;
   return (x > y) - (x < y);
+}
+
+/* Newest first, as "latest" means it: the session that started last (a
+ * resumed run starts a new session, so the checkpoints of a branch it
+ * abandoned are older, whatever their steps), then the higher step. Not
+ * whole ones go last. Files older than the run record count as started at
+ * 0: older than any that has one. */
+static int newest_first(const void *a, const void *b) {
+  const entry *x = a, *y = b;
+  if (x->whole != y->whole) return y->whole - x->whole;
+  if (x->run.started_ns != y->run.started_ns) return (y->run.started_ns > x->run.started_ns) ? 1 : -1;
+  return (y->step > x->step) - (y->step < x->step);
+}
+
+/* Read each entry's run record, checking what can be checked without
+ * reading the data (framing, format, version, header CRC32, size); a file
+ * that fails is not whole, and is logged with why. */
+static void describe(entry *list, int n, const char *what) {
+  for (int i = 0; i < n; i++) {
+    int rc = clt__checkpoint_run_info(list[i].path, 0, &list[i].run);
+    list[i].whole = rc == CLT_OK;
+    if (rc < 0) clt__log(CLT_LOG_WARN, "%s a damaged checkpoint: %s", what, clt_last_error());
+  }
+  qsort(list, (size_t)n, sizeof *list, newest_first);
 }
 
 /* The checkpoints in dir, oldest first. A missing dir is CLT_ENOTFOUND. */
@@ -113,7 +139,7 @@ static int make_dirs(const char *dir) {
 static void remove_leftovers(const char *dir) {
   DIR *d = opendir(dir);
   struct dirent *e;
-  char path[1200];
+  char path[PATH_MAX + 256];
   if (!d) return;
   while ((e = readdir(d))) {
     if (!is_temporary(e->d_name)) continue;
@@ -126,23 +152,53 @@ static void remove_leftovers(const char *dir) {
 
 static int save_to_dir(clt_trainer *t) {
   const char *dir = t->opts.checkpoint_dir;
-  char path[1024];
+  char path[PATH_MAX];
   entry *list = NULL;
   int rc = CLT_OK, n;
   CLT_TRY(clt_checkpoint_path(dir, t->steps_done, path, sizeof path));
   CLT_TRY(make_dirs(dir));
   remove_leftovers(dir);
   CLT_TRY(clt__checkpoint_write(t, path));
-  /* Only now that the new one is whole do the oldest go. */
-  if (t->opts.checkpoint_keep > 0 && list_checkpoints(dir, &list, &n) == CLT_OK)
-    for (int i = 0; i < n - t->opts.checkpoint_keep; i++) {
-      if (strcmp(list[i].path, path) == 0) continue;
+  /* Only now that the new one is whole do others go: the newest K whole
+   * ones stay (in latest's order, the new one first), and no whole one is
+   * removed while a damaged one stays, so damaged files go too. Those kept
+   * are checked in full (their data's CRC32 as well), so a damaged file
+   * never takes the place of a whole one. */
+  if (t->opts.checkpoint_keep > 0 && list_checkpoints(dir, &list, &n) == CLT_OK) {
+    int kept = 0;
+    describe(list, n, "removing");
+    for (int i = 0; i < n; i++) {
+      const char *why = NULL;
+      if (strcmp(list[i].path, path) == 0) {
+        kept++;
+        continue;
+      }
+      if (!list[i].whole) {
+        why = "damaged";
+      } else if (kept < t->opts.checkpoint_keep) {
+        clt__run_info again;
+        if (clt__checkpoint_run_info(list[i].path, 1, &again) == CLT_OK) {
+          kept++;
+          continue;
+        }
+        clt__log(CLT_LOG_WARN, "removing a damaged checkpoint: %s", clt_last_error());
+        why = "damaged";
+      }
       if (unlink(list[i].path) != 0)
-        clt__log(CLT_LOG_WARN, "could not remove the old checkpoint %s: %s", list[i].path, strerror(errno));
+        clt__log(CLT_LOG_WARN, "could not remove the %s checkpoint %s: %s", why ? why : "old", list[i].path,
+                 strerror(errno));
     }
+  }
 fail:
   free(list);
   return rc;
+}
+
+int clt__checkpoint_dir_check(clt_trainer *t) {
+  char path[PATH_MAX];
+  if (!t->opts.checkpoint_dir) return CLT_OK;
+  int rc = clt_checkpoint_path(t->opts.checkpoint_dir, INT64_MAX, path, sizeof path); /* the longest name */
+  return rc < 0 ? rc : clt_check_output(t->opts.checkpoint_dir, CLT_OUTPUT_DIR);
 }
 
 int clt__trainer_checkpoint_to_dir(clt_trainer *t) {
@@ -152,28 +208,51 @@ int clt__trainer_checkpoint_to_dir(clt_trainer *t) {
   return rc;
 }
 
-/* Rank 0: read the newest checkpoint of dir that is whole into h. */
+/* Rank 0: read the newest checkpoint of dir that is whole into h:
+ * newest in newest_first's order, the newest session's highest step. */
 static void read_latest(clt_trainer *t, const char *dir, clt__ckpt_header *h, int64_t *shares, float *payload) {
   entry *list = NULL;
   int n = 0, damaged = 0;
   h->rc = list_checkpoints(dir, &list, &n);
   if (h->rc == CLT_OK && n == 0)
     h->rc = clt__error(CLT_ENOTFOUND, "%s holds no checkpoint (" NAME_PREFIX "<step>" NAME_SUFFIX ")", dir);
-  for (int i = n - 1; h->rc == CLT_OK && i >= 0; i--) {
-    int rc = clt__checkpoint_read(t, list[i].path, h, shares, payload);
-    if (rc == CLT_OK) break;
-    /* A damaged file (or one gone since the listing): try the one before.
-     * A whole file that does not fit this run is the user's to fix. */
-    if (rc != CLT_EFORMAT && rc != CLT_EIO && rc != CLT_ENOTFOUND) break;
-    clt__log(CLT_LOG_WARN, "skipping a damaged checkpoint: %s", clt_last_error());
+  int64_t top_step = -1;
+  const char *top = NULL;
+  for (int i = 0; i < n; i++)
+    if (list[i].step > top_step) top_step = list[i].step, top = list[i].path;
+  char newest[PATH_MAX];
+  clt__strlcpy(newest, top ? top : "", sizeof newest);
+  if (h->rc == CLT_OK) describe(list, n, "skipping");
+  int chosen = -1;
+  for (int i = 0; h->rc == CLT_OK && i < n; i++) {
+    int rc = list[i].whole ? clt__checkpoint_read(t, list[i].path, h, shares, payload) : CLT_EFORMAT;
+    if (rc == CLT_OK) {
+      chosen = i;
+      break;
+    }
+    /* A damaged file (or one gone since the listing): try the next. A
+     * whole file that does not fit this run is the user's to fix. */
+    if (list[i].whole && rc != CLT_EFORMAT && rc != CLT_EIO && rc != CLT_ENOTFOUND) break;
+    if (list[i].whole) clt__log(CLT_LOG_WARN, "skipping a damaged checkpoint: %s", clt_last_error());
     damaged++;
     h->rc = CLT_OK;
-    if (i == 0)
+    if (i == n - 1)
       h->rc = clt__error(CLT_EFORMAT, "none of the %d checkpoints in %s is whole (the reasons are above); the newest "
-                         "is %s", damaged, dir, list[n - 1].path);
+                         "is %s", damaged, dir, newest);
   }
   if (h->rc == CLT_OK && damaged)
     clt__log(CLT_LOG_WARN, "resuming from %s, the newest whole checkpoint in %s", h->path, dir);
+  /* Higher steps of a run abandoned since (resumed from an earlier step,
+   * or replaced by a fresh run) are left alone: say so. */
+  if (h->rc == CLT_OK && chosen >= 0) {
+    for (int i = chosen + 1; i < n; i++)
+      if (list[i].whole && list[i].step > list[chosen].step) {
+        clt__log(CLT_LOG_WARN, "%s has a higher step than %s but is from a session that started earlier (run %s, "
+                 "from step %lld): that branch was abandoned; resuming the newest run", list[i].path, h->path,
+                 list[i].run.id[0] ? list[i].run.id : "without a run record", (long long)list[i].run.branched_from);
+        break;
+      }
+  }
   free(list);
 }
 
@@ -207,7 +286,7 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
   if (stat(checkpoint, &a) == 0 && stat(out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
     return clt__error(CLT_EINVAL, "exporting %s onto itself would replace the checkpoint with its weights; name "
                       "another file", checkpoint);
-  CLT_TRY(clt__checkpoint_open(checkpoint, &f));
+  CLT_TRY(clt__checkpoint_open(checkpoint, 1, &f));
   const char *text = clt__st_metadata(f, "model"), *step = clt__st_metadata(f, "step");
   if (!text) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", checkpoint); goto fail; }
   if ((rc = clt__spec_parse(text, checkpoint, &spec)) < 0) {

@@ -7,6 +7,7 @@
  */
 #include "train/trainer.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -169,8 +170,11 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                       clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
   CLT_TRY(check_same_data(t, train));
+  /* Every output before the first step, and every rank learns rank 0's answer. */
   if (t->rank == 0 && o->metrics_path && !(metrics = fopen(o->metrics_path, "a")))
-    return clt__error(CLT_EIO, "cannot open the metrics file %s for appending", o->metrics_path);
+    rc = clt__error(CLT_EIO, "cannot open the metrics file %s for appending: %s", o->metrics_path, strerror(errno));
+  if (rc == CLT_OK && t->rank == 0) rc = clt__checkpoint_dir_check(t);
+  CLT_TRY(clt__trainer_share_status(t, rc));
 
   /* Go on from where the trainer stands (a loaded checkpoint, or an
    * earlier fit): the position means something only on the same data. */

@@ -44,6 +44,12 @@ static int check_options(const clt_train_options *o) {
                       (long long)o->batch);
   if (!(o->schedule.lr > 0) || !isfinite(o->schedule.lr))
     return clt__error(CLT_EINVAL, "the learning rate must be a positive number, not %g", o->schedule.lr);
+  if (!(o->schedule.min_lr >= 0 && o->schedule.min_lr <= o->schedule.lr))
+    return clt__error(CLT_EINVAL, "--min-lr %g must be from 0 to the learning rate %g: the cosine schedule falls from "
+                      "--lr to --min-lr", o->schedule.min_lr, o->schedule.lr);
+  if (!(o->schedule.gamma > 0 && o->schedule.gamma <= 1))
+    return clt__error(CLT_EINVAL, "--gamma %g must be above 0 and at most 1: the step schedule multiplies the "
+                      "rate by it (0 would stop training after the first decay)", o->schedule.gamma);
   if (!(o->clip >= 0)) return clt__error(CLT_EINVAL, "--clip must be 0 (off) or positive, not %g", o->clip);
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
@@ -251,6 +257,10 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
     return clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %lld (%s)", clt_dataset_path(ds),
                       (long long)clt_dataset_labels_per_sample(ds), (long long)lps,
                       lps == 1 ? "a classifier, and this is a token dataset" : "one per position");
+  /* As fit checks: a label past the model's scores would read past them. */
+  if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
+    return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
+                      clt_dataset_path(ds), clt_dataset_num_classes(ds), clt_model_num_classes(t->model));
   idx = clt__calloc((size_t)B, sizeof *idx);
   x = clt__calloc((size_t)(B * in), sizeof *x);
   y = clt__calloc((size_t)(B * lps), sizeof *y);

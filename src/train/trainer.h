@@ -56,6 +56,11 @@ struct clt_trainer {
   int64_t ep_steps;
   int64_t saved_step;          /* steps_done at the last checkpoint written or loaded, or -1 */
   char *checkpoint_dir;        /* opts.checkpoint_dir's copy */
+  /* The run checkpoints record (checkpoint_dir.c): its id, kept across
+   * resumes; the step this session started from; when it started (ns
+   * since the Unix epoch). Set by a resume, else at the first save. */
+  char run_id[24];
+  int64_t run_branch, run_started;
 };
 
 /* ---- one training step (step.c) ---- */
@@ -111,6 +116,10 @@ int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
 /* fit()'s periodic checkpoint: DIR/ckpt-<step>.safetensors, then the
  * oldest beyond opts.checkpoint_keep removed (collective). */
 int clt__trainer_checkpoint_to_dir(clt_trainer *t);
+/* Rank 0, before the first step: whether opts.checkpoint_dir (if any) can
+ * take checkpoints (clt_check_output), so a run does not find out after
+ * its first hours of work. */
+int clt__checkpoint_dir_check(clt_trainer *t);
 
 /* The safetensors tensors of a parameter arena at base, named as
  * nn.Sequential names the layers ("0.weight", "0.bias", ...) after prefix;
