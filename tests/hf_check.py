@@ -15,7 +15,9 @@ tests/hf_check.sh, which finds a Python with torch and transformers).
    this file) and export it: in transformers its mean loss on the
    validation shard is the validation loss cltrain reported (its metrics
    file, full precision) within 1e-5; its last checkpoint exports the same.
-6. The same model saved in shards imports as the same model; saved as
+6. With reorder_and_upcast_attn (which changes only how half precision
+   rounds) the logits are transformers' too. The same model saved in
+   shards imports as the same model; saved as
    float16 and as bfloat16, as the float32 of those values: its logits are
    transformers' for them within 1e-4.
 
@@ -217,6 +219,22 @@ def main():
               (LOGITS_TOL, diff))
 
         train_and_export(args, work, prefix)
+
+        # reorder_and_upcast_attn only changes how half precision rounds: in
+        # float32 the import takes it, and the logits are transformers'
+        cfg2 = GPT2Config(**{**cfg.to_dict(), "reorder_and_upcast_attn": True})
+        reordered = GPT2LMHeadModel(cfg2).eval()
+        reordered.load_state_dict(model.state_dict())
+        rdir = os.path.join(work, "reordered")
+        reordered.save_pretrained(rdir, safe_serialization=True)
+        p = run([args.cltrain, "hf", "import", rdir, "-o", rdir])
+        check(p.returncode == 0, "cltrain hf import of a config with reorder_and_upcast_attn")
+        if p.returncode == 0:
+            want, _ = hf_logits(reordered, x, y)
+            got, _ = cltrain_logits(args, work, rdir, x, y)
+            diff = float(np.abs(got - want).max())
+            check(diff <= LOGITS_TOL, "reorder_and_upcast_attn: logits within %g of transformers' (max difference %.3g)"
+                  % (LOGITS_TOL, diff))
 
         # saved in shards (max_shard_size; GPT-2 XL is by default): the same model
         sharded = os.path.join(work, "sharded")
