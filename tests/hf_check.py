@@ -17,9 +17,9 @@ tests/hf_check.sh, which finds a Python with torch and transformers).
    file, full precision) within 1e-5; its last checkpoint exports the same.
 6. With reorder_and_upcast_attn (which changes only how half precision
    rounds) the logits are transformers' too. The same model saved in
-   shards imports as the same model; saved as
-   float16 and as bfloat16, as the float32 of those values: its logits are
-   transformers' for them within 1e-4.
+   shards imports as the same model; saved as float16 and as bfloat16, as
+   the float32 of those values: its logits are transformers' for them
+   within 1e-4.
 
 Exit 0 when all hold, 1 when one does not, 77 when no OpenCL device exists.
 """
