@@ -15,8 +15,9 @@ tests/hf_check.sh, which finds a Python with torch and transformers).
    this file) and export it: in transformers its mean loss on the
    validation shard is the validation loss cltrain reported (its metrics
    file, full precision) within 1e-5; its last checkpoint exports the same.
-6. With reorder_and_upcast_attn (which changes only how half precision
-   rounds) the logits are transformers' too. The same model saved in
+6. Imported with a shorter context, the logits are those of the first
+   positions. With reorder_and_upcast_attn (which changes only how half
+   precision rounds) the logits are transformers' too. The same model saved in
    shards imports as the same model; saved as float16 and as bfloat16, as
    the float32 of those values: its logits are transformers' for them
    within 1e-4.
@@ -219,6 +220,17 @@ def main():
               (LOGITS_TOL, diff))
 
         train_and_export(args, work, prefix)
+
+        # a shorter context (--context 16 of the 32 positions): causal
+        # attention gives the first 16 positions' logits of the whole window
+        short = os.path.join(work, "short")
+        p = run([args.cltrain, "hf", "import", hf_dir, "-o", short, "--context", "16"])
+        check(p.returncode == 0, "cltrain hf import --context 16")
+        if p.returncode == 0:
+            got, _ = cltrain_logits(args, work, short, x[:, :16], y[:, :16])
+            diff = float(np.abs(got - ref_logits[:, :16]).max())
+            check(diff <= LOGITS_TOL, "context 16: logits within %g of transformers' first 16 positions (max "
+                  "difference %.3g)" % (LOGITS_TOL, diff))
 
         # reorder_and_upcast_attn only changes how half precision rounds: in
         # float32 the import takes it, and the logits are transformers'
