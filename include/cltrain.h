@@ -624,7 +624,9 @@ CLT_API int clt_model_summary(const clt_model *m, char **out);
  * key is CLT_EFORMAT naming config.json and the key; a missing tensor or
  * one of the wrong shape, CLT_ESHAPE naming model.safetensors and the
  * tensor. Unknown keys are ignored, as are the attention mask buffers
- * (attn.bias, attn.masked_bias) of older files. */
+ * (attn.bias, attn.masked_bias) of older files; other tensors (another
+ * model's heads) are left out with a warning. Nothing is written unless
+ * all of it reads. */
 CLT_API int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, const char *weights_path);
 /* The reverse: a GPT spec and its weights (or a checkpoint) into dir
  * (made if missing): config.json and model.safetensors, which
