@@ -33,6 +33,8 @@
  *     memory that is already allocated and mapped, and calls no OpenCL or MPI
  *     function. Creating and destroying one with a clt_context uses that
  *     context, so the rule for contexts applies to those two calls.
+ *   - clt_hf_gpt2_import and clt_hf_gpt2_export share nothing: any thread
+ *     may call them, at once, on different files.
  *   - A clt_comm and the plans made on it must be used by one thread at a
  *     time, and every MPI call the library makes is made from that thread, so
  *     MPI_THREAD_FUNNELED is enough as long as that thread is the one that
@@ -609,13 +611,15 @@ CLT_API int clt_model_summary(const clt_model *m, char **out);
 /* ---- Hugging Face GPT-2 checkpoints ------------------------------------------
  *
  * The directory transformers' GPT2LMHeadModel.save_pretrained writes:
- * config.json and model.safetensors (float32; GPT-2's Conv1D weights stored
- * as (in, out), cltrain's as (out, in), so they are transposed on the way).
+ * config.json and model.safetensors (float32, or float16 / bfloat16, read
+ * as float32; GPT-2's Conv1D weights are stored as (in, out), cltrain's as
+ * (out, in), so they are transposed on the way).
  * Both directions need no device. The correspondence of layers and tensors
  * is in src/io/hf_gpt2.h.
  */
 
-/* Read dir/config.json and dir/model.safetensors and write a model spec to
+/* Read dir/config.json and dir/model.safetensors (or the shards
+ * dir/model.safetensors.index.json names) and write a model spec to
  * model_path (the form of examples/gpt2_124m.model) and its weights to
  * weights_path (what clt_trainer_load_weights reads). context is the
  * model's T, 1 .. n_positions; 0 means n_positions. A config that asks for
@@ -624,7 +628,9 @@ CLT_API int clt_model_summary(const clt_model *m, char **out);
  * key is CLT_EFORMAT naming config.json and the key; a missing tensor or
  * one of the wrong shape, CLT_ESHAPE naming model.safetensors and the
  * tensor. Unknown keys are ignored, as are the attention mask buffers
- * (attn.bias, attn.masked_bias) of older files. */
+ * (attn.bias, attn.masked_bias) of older files; other tensors (another
+ * model's heads) are left out with a warning. Nothing is written unless
+ * all of it reads. */
 CLT_API int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, const char *weights_path);
 /* The reverse: a GPT spec and its weights (or a checkpoint) into dir
  * (made if missing): config.json and model.safetensors, which

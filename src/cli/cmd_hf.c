@@ -25,8 +25,9 @@ static void hf_help(FILE *to) {
 static void import_help(FILE *to) {
   fprintf(to, "usage: cltrain hf import DIR -o PREFIX [--context T]\n"
               "\n"
-              "Reads DIR/config.json and DIR/model.safetensors (float32) and writes the model\n"
-              "spec PREFIX.model and its weights PREFIX.safetensors, which 'train --weights'\n"
+              "Reads DIR/config.json and DIR/model.safetensors (float32, float16 or bfloat16;\n"
+              "or its shards, by model.safetensors.index.json) and writes the model spec\n"
+              "PREFIX.model and its float32 weights PREFIX.safetensors, which 'train --weights'\n"
               "and 'eval --weights' read. A config cltrain's GPT cannot follow (another\n"
               "activation function, cross-attention, ...) is refused, naming the key.\n"
               "\n"

@@ -7,7 +7,6 @@
 #include "io/hf_gpt2.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/safetensors.h"
 #include "model/layer.h"
 
 /* The walk over the spec's layers; dropout layers are passed over. */
@@ -85,7 +85,7 @@ static int layernorm(walk *w, clt__hf_config *cfg, const char *prefix, const cha
   return i;
 }
 
-/* A linear with a bias from `in` to `out` features (out 0: any). */
+/* A linear with a bias to `out` features (0: any), GPT-2's Conv1D. */
 static int conv1d(walk *w, int out, const char *prefix, const char *what) {
   int i = skip_dropout(w);
   const clt_layer_spec *l = i < w->s->nlayers ? &w->s->layers[i] : NULL;
@@ -118,7 +118,8 @@ static int block(walk *w, clt__hf_config *cfg, int k) {
   if (ln1 < 0) return ln1;
   int at = skip_dropout(w);
   const clt_layer_spec *a = at < w->s->nlayers ? &w->s->layers[at] : NULL;
-  snprintf(what, sizeof what, "block %d's attention (attention heads=%d with biases)", k, cfg->n_head);
+  if (k == 0) snprintf(what, sizeof what, "block 0's attention (attention heads=H with biases)");
+  else snprintf(what, sizeof what, "block %d's attention (attention heads=%d with biases)", k, cfg->n_head);
   if (!a || a->kind != &clt__kind_attention || !a->bias || (k > 0 && a->heads != cfg->n_head))
     return misfit(w, at, "%s", what);
   cfg->n_head = a->heads;
@@ -222,20 +223,19 @@ static void eps_option(float eps, char *buf, size_t len) {
 }
 
 char *clt__hf_gpt2_spec_text(const clt__hf_config *c, const char *source) {
-  char eps[48], line[160];
+  char eps[48];
   eps_option(c->eps, eps, sizeof eps);
-  size_t size = 4096 + strlen(source);
-  char *text = clt__calloc(1, size);
-  if (!text) return NULL;
-  /* Keep the comment one line whatever the path holds. */
-  size_t at = (size_t)snprintf(text, size, "# GPT-2 imported from Hugging Face: ");
-  for (const char *p = source; *p && at < size - 1; p++) text[at++] = *p == '\n' || *p == '\r' ? ' ' : *p;
-  snprintf(line, sizeof line, "\n# n_layer=%d n_head=%d n_embd=%d n_positions=%d vocab_size=%d\n", c->n_layer,
-           c->n_head, c->n_embd, c->n_positions, c->vocab_size);
-  size_t left = size - strlen(text);
-  strncat(text, line, left - 1);
-  at = strlen(text);
-  snprintf(text + at, size - at,
+  size_t size = 2048 + strlen(source);
+  char *text = clt__calloc(1, size), *src = clt__strdup(source);
+  if (!text || !src) {
+    free(text), free(src);
+    return NULL;
+  }
+  for (char *p = src; *p; p++) /* the comment stays one line whatever the path holds */
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  snprintf(text, size,
+           "# GPT-2 imported from Hugging Face: %s\n"
+           "# n_layer=%d n_head=%d n_embd=%d n_positions=%d vocab_size=%d\n"
            "input tokens %d vocab=%d\n"
            "embedding %d name=wte\n"
            "posembedding positions=%d\n"
@@ -249,12 +249,12 @@ char *clt__hf_gpt2_spec_text(const clt__hf_config *c, const char *source) {
            "  linear %d init=normal std=%.3g\n"
            "  residual\n"
            "end\n"
-           "layernorm%s\n",
-           c->context, c->vocab_size, c->n_embd, c->n_positions, c->n_layer, eps, c->n_head, eps, c->n_inner,
-           c->n_embd, 0.02 / sqrt(2.0 * c->n_layer), eps);
-  at = strlen(text);
-  if (c->tied) snprintf(text + at, size - at, "linear %d tie=wte bias=false\n", c->vocab_size);
-  else snprintf(text + at, size - at, "linear %d bias=false\n", c->vocab_size);
+           "layernorm%s\n"
+           "linear %d%s bias=false\n",
+           src, c->n_layer, c->n_head, c->n_embd, c->n_positions, c->vocab_size, c->context, c->vocab_size,
+           c->n_embd, c->n_positions, c->n_layer, eps, c->n_head, eps, c->n_inner, c->n_embd,
+           0.02 / sqrt(2.0 * c->n_layer), eps, c->vocab_size, c->tied ? " tie=wte" : "");
+  free(src);
   return text;
 }
 
@@ -278,10 +278,8 @@ char *clt__hf_path(const char *dir, const char *file) {
 
 int clt__hf_write_text(const char *path, const char *text) {
   int rc = CLT_OK;
-  size_t len = strlen(path) + 32;
-  char *tmp = clt__calloc(1, len);
+  char *tmp = clt__st_tmp_path(path);
   if (!tmp) return CLT_ENOMEM;
-  snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f) {
     rc = clt__error(CLT_EIO, "cannot create %s: %s", tmp, strerror(errno));

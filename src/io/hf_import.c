@@ -9,7 +9,6 @@
 #include "io/hf_gpt2.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,25 +137,168 @@ fail:
   return rc;
 }
 
-/* Tensor t of GPT-2's file into the parameter arena, transposed back when
- * it is a Conv1D weight; buf holds the largest tensor. */
-static int take_tensor(clt__st_file *f, const char *path, const char *cfg_path, const clt_model_spec *spec,
-                       const clt__hf_tensor *t, float *params, float *buf) {
-  int rc = CLT_OK;
-  char full[96], shape_want[64], shape_have[96];
-  clt__st_tensor have;
-  snprintf(full, sizeof full, "%s%s", t->base ? "transformer." : "", t->name);
-  rc = clt__st_find(f, full, &have);
-  if (rc == CLT_ENOTFOUND && t->base) { /* GPT2Model's files, and some others, have no "transformer." */
-    clt_clear_error();
-    snprintf(full, sizeof full, "%s", t->name);
-    rc = clt__st_find(f, full, &have);
+/* Where the tensors are: model.safetensors, or the shards that
+ * model.safetensors.index.json maps each tensor to (save_pretrained splits
+ * a model above max_shard_size, 5 GB by default: GPT-2 XL in float32). */
+#define MAX_SHARDS 64
+
+typedef struct hf_files {
+  const char *dir;
+  char *path;                   /* model.safetensors, or the index: for messages */
+  json_t *map;                  /* the index's weight_map, or NULL for one file */
+  int n;
+  char *names[MAX_SHARDS];      /* the shards opened so far (one without an index) */
+  clt__st_file *files[MAX_SHARDS];
+} hf_files;
+
+static void files_close(hf_files *fs) {
+  for (int i = 0; i < fs->n; i++) {
+    clt__st_close(fs->files[i]);
+    free(fs->names[i]);
   }
-  if (rc == CLT_ENOTFOUND)
-    return clt__error(CLT_ESHAPE, "%s has no tensor '%s%s'%s%s%s, which a GPT-2 of %s has", path,
+  json_decref(fs->map);
+  free(fs->path);
+}
+
+static int open_shard(hf_files *fs, const char *name, clt__st_file **out) {
+  int rc = CLT_OK;
+  for (int i = 0; i < fs->n; i++)
+    if (strcmp(fs->names[i], name) == 0) {
+      *out = fs->files[i];
+      return CLT_OK;
+    }
+  if (fs->n == MAX_SHARDS)
+    return clt__error(CLT_EFORMAT, "%s names more than %d shards", fs->path, MAX_SHARDS);
+  if (strchr(name, '/'))
+    return clt__error(CLT_EFORMAT, "%s: shard '%s' is not a file of %s", fs->path, name, fs->dir);
+  char *path = clt__hf_path(fs->dir, name);
+  if (!path || !(fs->names[fs->n] = clt__strdup(name))) {
+    free(path);
+    return CLT_ENOMEM;
+  }
+  rc = clt__st_open(path, &fs->files[fs->n]);
+  free(path);
+  if (rc < 0) {
+    free(fs->names[fs->n]);
+    return rc;
+  }
+  *out = fs->files[fs->n++];
+  return CLT_OK;
+}
+
+static int files_open(const char *dir, hf_files *fs) {
+  int rc = CLT_OK;
+  memset(fs, 0, sizeof *fs);
+  fs->dir = dir;
+  char *single = clt__hf_path(dir, "model.safetensors"), *index = clt__hf_path(dir, "model.safetensors.index.json");
+  if (!single || !index) {
+    rc = CLT_ENOMEM;
+    goto out;
+  }
+  FILE *probe = fopen(single, "rb");
+  if (probe || !(probe = fopen(index, "r"))) { /* one file (or neither: its open says so) */
+    if (probe) fclose(probe);
+    fs->path = single;
+    single = NULL;
+    clt__st_file *f;
+    rc = open_shard(fs, "model.safetensors", &f);
+    if (rc == CLT_ENOTFOUND) {
+      char why[512];
+      clt__strlcpy(why, clt_last_error(), sizeof why);
+      rc = clt__error(rc, "%s: hf import reads the safetensors files save_pretrained writes (pytorch_model.bin is "
+                      "not read: save with safe_serialization=True)", why);
+    }
+    goto out;
+  }
+  fclose(probe);
+  fs->path = index;
+  index = NULL;
+  json_error_t err;
+  json_t *j = json_load_file(fs->path, 0, &err);
+  json_t *map = j ? json_object_get(j, "weight_map") : NULL;
+  if (!json_is_object(map)) {
+    rc = clt__error(CLT_EFORMAT, "%s: %s", fs->path, j ? "no \"weight_map\" object" : err.text);
+  } else {
+    fs->map = json_incref(map);
+  }
+  json_decref(j);
+out:
+  free(single);
+  free(index);
+  return rc;
+}
+
+/* Tensor `name`: 0, or 1 when no file has it, or an error (a shard the
+ * index names that cannot be read is one). */
+static int files_find(hf_files *fs, const char *name, clt__st_file **f, clt__st_tensor *t) {
+  const char *shard = "model.safetensors";
+  if (fs->map) {
+    json_t *v = json_object_get(fs->map, name);
+    if (!v) return 1;
+    if (!json_is_string(v))
+      return clt__error(CLT_EFORMAT, "%s: the weight_map entry of '%s' is not a file name", fs->path, name);
+    shard = json_string_value(v);
+  }
+  int rc = open_shard(fs, shard, f);
+  if (rc < 0) return fs->map ? clt__error_prefix(rc, "%s puts '%s' in %s", fs->path, name, shard) : rc;
+  rc = clt__st_find(*f, name, t);
+  if (rc == CLT_ENOTFOUND) {
+    clt_clear_error();
+    return 1;
+  }
+  return rc;
+}
+
+/* Tensors of the files that the import leaves out, with a warning: the
+ * heads of GPT2DoubleHeadsModel and the like. The attention masks of older
+ * files are buffers, not weights, and lm_head.weight is wte's when tied. */
+static void warn_unused(hf_files *fs, char (*used)[96], int n, int tied) {
+  int left_out = 0;
+  char first[128] = "";
+  void *iter = NULL;
+  const char *name;
+  for (;;) {
+    if (fs->map) {
+      iter = iter ? json_object_iter_next(fs->map, iter) : json_object_iter(fs->map);
+      name = iter ? json_object_iter_key(iter) : NULL;
+    } else {
+      name = clt__st_next_name(fs->files[0], &iter);
+    }
+    if (!name) break;
+    size_t len = strlen(name);
+    int mask = (len >= 10 && strcmp(name + len - 10, ".attn.bias") == 0) ||
+               (len >= 17 && strcmp(name + len - 17, ".attn.masked_bias") == 0);
+    if (mask || (tied && strcmp(name, "lm_head.weight") == 0)) continue;
+    int known = 0;
+    for (int i = 0; i < n && !known; i++) known = strcmp(used[i], name) == 0;
+    if (!known && left_out++ == 0) clt__strlcpy(first, name, sizeof first);
+  }
+  if (left_out)
+    clt__log(CLT_LOG_WARN, "%s: %d tensor(s) that are not part of GPT2LMHeadModel are left out ('%s'%s)", fs->path,
+             left_out, first, left_out > 1 ? ", ..." : "");
+}
+
+/* Tensor t of GPT-2's files into the parameter arena, transposed back when
+ * it is a Conv1D weight; buf holds the largest tensor; full gets the name
+ * it has in the file. */
+static int take_tensor(hf_files *fs, const char *cfg_path, const clt_model_spec *spec, const clt__hf_tensor *t,
+                       float *params, float *buf, char full[96]) {
+  int rc = CLT_OK;
+  char shape_want[64], shape_have[96];
+  clt__st_tensor have;
+  clt__st_file *f;
+  snprintf(full, 96, "%s%s", t->base ? "transformer." : "", t->name);
+  rc = files_find(fs, full, &f, &have);
+  if (rc == 1 && t->base) { /* GPT2Model's files, and some others, have no "transformer." */
+    snprintf(full, 96, "%s", t->name);
+    rc = files_find(fs, full, &f, &have);
+  }
+  if (rc == 1)
+    return clt__error(CLT_ESHAPE, "%s has no tensor '%s%s'%s%s%s, which a GPT-2 of %s has", fs->path,
                       t->base ? "transformer." : "", t->name, t->base ? " (nor '" : "", t->base ? t->name : "",
                       t->base ? "')" : "", cfg_path);
   if (rc < 0) return rc;
+  const char *path = fs->map ? json_string_value(json_object_get(fs->map, full)) : fs->path;
   int64_t want[2];
   int ndim;
   clt__hf_shape(spec, t, want, &ndim);
@@ -170,8 +312,8 @@ static int take_tensor(clt__st_file *f, const char *path, const char *cfg_path, 
     if (at < sizeof shape_have) snprintf(shape_have + at, sizeof shape_have - at, ")");
     if (ndim == 1) snprintf(shape_want, sizeof shape_want, "(%lld)", (long long)want[0]);
     else snprintf(shape_want, sizeof shape_want, "(%lld, %lld)", (long long)want[0], (long long)want[1]);
-    return clt__error(CLT_ESHAPE, "%s: tensor '%s' has shape %s but %s makes it %s", path, full, shape_have,
-                      cfg_path, shape_want);
+    return clt__error(CLT_ESHAPE, "%s%s%s: tensor '%s' has shape %s but %s makes it %s", fs->map ? fs->dir : "",
+                      fs->map ? "/" : "", path, full, shape_have, cfg_path, shape_want);
   }
   const clt_param_spec *p = &spec->layers[t->layer].param[t->param];
   float *dst = params + p->offset;
@@ -187,19 +329,17 @@ fail:
 
 int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, const char *weights_path) {
   int rc = CLT_OK, n = 0, nw = 0;
-  char *cfg_path = NULL, *st_path = NULL, *text = NULL;
+  char *cfg_path = NULL, *text = NULL;
   clt_model_spec *spec = NULL;
   clt__hf_tensor *map = NULL;
   clt__st_tensor *out = NULL;
-  clt__st_file *f = NULL;
+  hf_files fs = {0};
   float *params = NULL, *buf = NULL;
+  char (*used)[96] = NULL;
   clt__hf_config cfg, got;
   if (!dir || !model_path || !weights_path)
     return clt__error(CLT_EINVAL, "clt_hf_gpt2_import needs a directory, a model path and a weights path");
-  if (!(cfg_path = clt__hf_path(dir, "config.json")) || !(st_path = clt__hf_path(dir, "model.safetensors"))) {
-    rc = CLT_ENOMEM;
-    goto fail;
-  }
+  if (!(cfg_path = clt__hf_path(dir, "config.json"))) return CLT_ENOMEM;
   CLT_TRY(read_config(cfg_path, &cfg));
   if (context < 0 || context > cfg.n_positions) {
     rc = clt__error(CLT_EINVAL, "a context of %d positions: %s's n_positions=%d allows 1 to %d", context, cfg_path,
@@ -210,6 +350,12 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
   if (!(text = clt__hf_gpt2_spec_text(&cfg, dir))) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(clt__spec_parse(text, model_path, &spec));
   CLT_TRY(clt__hf_gpt2_match(spec, &got, &map, &n));
+  if (got.n_embd != cfg.n_embd || got.n_head != cfg.n_head || got.n_layer != cfg.n_layer ||
+      got.n_positions != cfg.n_positions || got.vocab_size != cfg.vocab_size || got.n_inner != cfg.n_inner ||
+      got.eps != cfg.eps || got.tied != cfg.tied || got.context != cfg.context) {
+    rc = clt__error(CLT_EINTERNAL, "hf import: the spec made for %s does not read back as its config", cfg_path);
+    goto fail;
+  }
 
   /* The weights, tensor by tensor, into one arena. */
   int64_t largest = 0;
@@ -222,17 +368,10 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
     rc = CLT_ENOMEM;
     goto fail;
   }
-  rc = clt__st_open(st_path, &f);
-  if (rc == CLT_ENOTFOUND)
-    rc = clt__error(rc, "%s: hf import reads the safetensors file save_pretrained writes (pytorch_model.bin is not "
-                    "read: save with safe_serialization=True)", clt_last_error());
-  if (rc < 0) goto fail;
-  for (int i = 0; i < n; i++) CLT_TRY(take_tensor(f, st_path, cfg_path, spec, &map[i], params, buf));
-  for (int64_t i = 0; i < spec->param_count; i++)
-    if (!isfinite(params[i])) {
-      rc = clt__error(CLT_ENONFINITE, "%s holds a NaN or Inf (parameter %lld of the model)", st_path, (long long)i);
-      goto fail;
-    }
+  CLT_TRY(files_open(dir, &fs));
+  if (!(used = clt__calloc((size_t)n, sizeof *used))) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < n; i++) CLT_TRY(take_tensor(&fs, cfg_path, spec, &map[i], params, buf, used[i]));
+  warn_unused(&fs, used, n, cfg.tied);
 
   if (!(out = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *out))) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(clt__arena_tensors(spec, "", params, out, &nw));
@@ -241,8 +380,8 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
   CLT_TRY(clt__st_write(weights_path, out, nw, meta));
   CLT_TRY(clt__hf_write_text(model_path, text));
 fail:
-  clt__st_close(f);
+  files_close(&fs);
   clt__spec_destroy(spec);
-  free(map), free(out), free(params), free(buf), free(text), free(cfg_path), free(st_path);
+  free(map), free(out), free(params), free(buf), free(text), free(cfg_path), free(used);
   return rc;
 }

@@ -1,6 +1,7 @@
 /*
  * safetensors.c: the safetensors reader and atomic writer (see
- * safetensors.h). Only float32 tensors, which is all cltrain stores.
+ * safetensors.h). It writes float32 tensors, which is all cltrain stores,
+ * and reads F16 and BF16 as well, widened to float32.
  */
 #include "internal.h"
 #include "io/safetensors.h"
@@ -370,9 +371,11 @@ int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out) {
          *offs = json_object_get(v, "data_offsets");
   if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offs) || json_array_size(offs) != 2)
     return clt__error(CLT_EFORMAT, "%s: tensor '%s' lacks a dtype, shape or data_offsets", f->path, name);
-  if (strcmp(json_string_value(dtype), "F32") != 0)
-    return clt__error(CLT_EFORMAT, "%s: tensor '%s' is %s; cltrain reads F32 only", f->path, name,
-                      json_string_value(dtype));
+  const char *dt = json_string_value(dtype);
+  out->dtype = strcmp(dt, "F16") == 0 ? CLT__ST_F16 : strcmp(dt, "BF16") == 0 ? CLT__ST_BF16 : CLT__ST_F32;
+  int64_t esize = out->dtype == CLT__ST_F32 ? 4 : 2;
+  if (out->dtype == CLT__ST_F32 && strcmp(dt, "F32") != 0)
+    return clt__error(CLT_EFORMAT, "%s: tensor '%s' is %s; cltrain reads F32, F16 and BF16", f->path, name, dt);
   if (json_array_size(shape) > 6) return clt__error(CLT_EFORMAT, "%s: tensor '%s' has over 6 dimensions", f->path, name);
   int64_t count = 1;
   out->ndim = (int)json_array_size(shape);
@@ -389,9 +392,9 @@ int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out) {
   if (!json_is_integer(a) || !json_is_integer(b))
     return clt__error(CLT_EFORMAT, "%s: tensor '%s' has bad data_offsets", f->path, name);
   int64_t lo = json_integer_value(a), hi = json_integer_value(b);
-  if (lo < 0 || hi < lo || hi - lo != count * 4)
+  if (lo < 0 || hi < lo || hi - lo != count * esize)
     return clt__error(CLT_EFORMAT, "%s: tensor '%s' covers bytes [%lld, %lld) but its shape needs %lld", f->path,
-                      name, (long long)lo, (long long)hi, (long long)count * 4);
+                      name, (long long)lo, (long long)hi, (long long)(count * esize));
   if ((uint64_t)hi > f->data_len)
     return clt__error(CLT_EFORMAT, "%s: tensor '%s' ends at byte %lld of the data but the file holds %llu; truncated?",
                       f->path, name, (long long)hi, (unsigned long long)f->data_len);
@@ -400,15 +403,37 @@ int clt__st_find(clt__st_file *f, const char *name, clt__st_tensor *out) {
   return CLT_OK;
 }
 
+/* An F16 or BF16 tensor's count values as float32 (every one exactly). */
+static int read_widened(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t count) {
+  uint16_t *h = clt__calloc((size_t)count ? (size_t)count : 1, sizeof *h);
+  if (!h) return CLT_ENOMEM;
+  int bad = fseeko(f->fp, (off_t)(f->data_start + (uint64_t)t->offset), SEEK_SET) != 0 ||
+            fread(h, 2, (size_t)count, f->fp) != (size_t)count;
+  for (int64_t i = 0; !bad && i < count; i++) {
+    if (t->dtype == CLT__ST_F16) {
+      dst[i] = clt__float_from_half(h[i]);
+    } else { /* bfloat16 is the high half of a float32 */
+      uint32_t bits = (uint32_t)h[i] << 16;
+      memcpy(&dst[i], &bits, 4);
+    }
+  }
+  free(h);
+  return bad ? clt__error(CLT_EIO, "%s: reading tensor '%s' failed", f->path, t->name) : CLT_OK;
+}
+
 int clt__st_read(clt__st_file *f, const clt__st_tensor *t, float *dst, int64_t count) {
   int64_t have = 1;
   for (int d = 0; d < t->ndim; d++) have *= t->shape[d];
   if (have != count)
     return clt__error(CLT_ESHAPE, "%s: tensor '%s' holds %lld values, %lld expected", f->path, t->name,
                       (long long)have, (long long)count);
-  if (fseeko(f->fp, (off_t)(f->data_start + (uint64_t)t->offset), SEEK_SET) != 0 ||
-      fread(dst, 4, (size_t)count, f->fp) != (size_t)count)
+  if (t->dtype != CLT__ST_F32) {
+    int rc = read_widened(f, t, dst, count);
+    if (rc < 0) return rc;
+  } else if (fseeko(f->fp, (off_t)(f->data_start + (uint64_t)t->offset), SEEK_SET) != 0 ||
+             fread(dst, 4, (size_t)count, f->fp) != (size_t)count) {
     return clt__error(CLT_EIO, "%s: reading tensor '%s' failed", f->path, t->name);
+  }
   /* Parameters and optimizer state are all cltrain reads: a NaN or Inf
    * among them would train on silently (ReLU hides it) and be saved again. */
   for (int64_t i = 0; i < count; i++)

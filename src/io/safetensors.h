@@ -16,12 +16,18 @@
 
 #include <stdint.h>
 
+/* How a tensor is stored. cltrain writes F32; it reads F16 and BF16 too
+ * (Hugging Face checkpoints saved in half precision), widened to float32
+ * exactly as they are read. */
+typedef enum clt__st_dtype { CLT__ST_F32 = 0, CLT__ST_F16 = 1, CLT__ST_BF16 = 2 } clt__st_dtype;
+
 typedef struct clt__st_tensor {
   char name[128];
   int ndim;
   int64_t shape[6];
   const float *data;   /* writing: float32 values */
   int64_t offset;      /* reading: byte offset of the data in the file's data section */
+  clt__st_dtype dtype; /* reading: how it is stored */
 } clt__st_tensor;
 
 /* Write n float32 tensors and string metadata (key/value pairs, NULL-ended
@@ -37,9 +43,9 @@ char *clt__st_tmp_path(const char *path);
 
 typedef struct clt__st_file clt__st_file;
 /* Open and check a file: header length, JSON, the header's CRC32 and the
- * recorded data size when present, no key given twice, every tensor F32
- * with a shape whose size matches its byte range, ranges inside the file
- * and no two of them overlapping. Errors name the file and
+ * recorded data size when present, no key given twice, every tensor F32,
+ * F16 or BF16 with a shape whose size matches its byte range, ranges inside
+ * the file and no two of them overlapping. Errors name the file and
  * the fault. */
 int clt__st_open(const char *path, clt__st_file **out);
 void clt__st_close(clt__st_file *f);
