@@ -87,14 +87,15 @@ fault() {
   if ! grep -q "rank $victim\b" "$tmp/err"; then
     echo "FAIL: nothing names rank $victim:"; sed 's/^/  /' "$tmp/err"; fail=1
   fi
-  # where a survivor reports, it names the lost rank
-  if grep -q "^cltrain: train:" "$tmp/err" && ! grep "^cltrain: train:" "$tmp/err" | grep -q "rank $victim\b"; then
-    echo "FAIL: a survivor's error does not name rank $victim:"; grep "^cltrain: train:" "$tmp/err"; fail=1
+  # where a survivor reports ("cltrain: train: ..." or "cltrain: rank R: train: ..."), it names the lost rank
+  survivor='^cltrain: \(rank [0-9]*: \)\{0,1\}train:'
+  if grep -q "$survivor" "$tmp/err" && ! grep "$survivor" "$tmp/err" | grep -q "rank $victim\b"; then
+    echo "FAIL: a survivor's error does not name rank $victim:"; grep "$survivor" "$tmp/err"; fail=1
   fi
-  if [ "$sig" = STOP ] && ! grep "^cltrain: train:" "$tmp/err" | grep -q "is rank $victim alive"; then
+  if [ "$sig" = STOP ] && ! grep "$survivor" "$tmp/err" | grep -q "is rank $victim alive"; then
     echo "FAIL: no survivor's timeout asks after the stalled rank $victim:"; sed 's/^/  /' "$tmp/err"; fail=1
   fi
-  echo "   exit $rc after $took s; $(grep -m1 -e "^cltrain: train:" -e "rank $victim" "$tmp/err")"
+  echo "   exit $rc after $took s; $(grep -m1 -e "$survivor" -e "rank $victim" "$tmp/err")"
 }
 
 sh "$srcdir/tests/mpi_run.sh" 1 true >/dev/null 2>&1
