@@ -11,7 +11,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *out, int64_t count,
                         double *loss) {
@@ -78,9 +77,9 @@ int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *y, int64
   if (!t) return clt__error(CLT_EINVAL, "clt_trainer_gradient: no trainer");
   int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
   int64_t P = clt_model_param_count(t->model), B = t->micro_batch, labels = 0;
-  clt__replica *r = t->rep ? t->rep[0] : NULL;
   double sum = 0;
   if ((rc = check_gradient_args(t, x, y, n, grad, count, &labels)) < 0) return rc;
+  clt__replica *r = t->rep[0];
 
   /* The backward accumulates the gradient of the SUMMED loss (scaled by the
    * loss scale in f16) over the runs; one division makes it the mean. */
@@ -105,10 +104,7 @@ int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *y, int64
 fail:
   /* A step zeroes the gradients itself; zeroing here too leaves nothing of
    * this call behind for anything that reads them before then. */
-  if (r) {
-    int zrc = clt__replica_zero_grads(r);
-    if (rc == CLT_OK) rc = zrc;
-  }
-  if (rc < 0) memset(grad, 0, (size_t)P * sizeof *grad);
+  if (rc == CLT_OK) rc = clt__replica_zero_grads(r);
+  else (void)clt__replica_zero_grads(r);
   return rc < 0 ? clt__error_prefix(rc, "clt_trainer_gradient") : rc;
 }
