@@ -11,7 +11,8 @@ tests/torch_check.sh, which finds a Python with torch and transformers).
    ||g_cltrain - g_torch|| / ||g_torch|| within 1e-4. cltrain's gradient is
    clt_trainer_gradient's (tests/torch_steps), exported to GPT-2's names and
    Conv1D layout with `cltrain hf export`; the tied wte has the gradient of
-   the embedding and of the output projection on both sides.
+   the embedding and of the output projection on both sides. The first
+   step's own gradient (clt_trainer_step's) has torch's norm within 1e-4.
 3. 20 AdamW steps on the same 20 batches, in order (torch.optim.AdamW, lr
    3e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the blocks'
    matrices alone, as cltrain decays only the matrices of linear and
@@ -170,14 +171,21 @@ def main():
                 worst, worst_name = r, name
         check(worst <= GRAD_TOL, "step 0: every parameter's gradient within %g relative of torch's (largest %.3g, %s)"
               % (GRAD_TOL, worst, worst_name))
+        # the step's own gradient (through the exchange and the division by
+        # the labels) has torch's norm too
+        ref_norm = float(np.sqrt(sum(np.sum(p.grad.double().numpy() ** 2) for p in named.values())))
+        rel = abs(mine["grad_norms"][0] - ref_norm) / ref_norm
+        check(rel <= GRAD_TOL, "step 1: the norm of cltrain's step gradient %.7f, torch's %.7f (relative difference "
+              "%.3g)" % (mine["grad_norms"][0], ref_norm, rel))
 
         # 20 AdamW steps on the same batches
         opt = adamw(model)
-        ref = []
+        ref, norms = [], []
         for k in range(STEPS):
             opt.zero_grad()
             loss = torch_loss(model, x[k], y[k])
             loss.backward()
+            norms.append(float(torch.sqrt(sum(torch.sum(p.grad.double() ** 2) for p in model.parameters()))))
             opt.step()
             ref.append(loss.item())
         diffs = [abs(a - b) for a, b in zip(mine["losses"], ref)]
@@ -185,6 +193,8 @@ def main():
             print("  step %2d: loss %.6f, torch's %.6f (difference %.3g)" % (k + 1, a, b, abs(a - b)))
         check(len(mine["losses"]) == STEPS, "cltrain took %d steps" % len(mine["losses"]))
         check(ref[-1] < ref[0] - 0.5, "the steps train: torch's loss from %.4f to %.4f" % (ref[0], ref[-1]))
+        worst_norm = max(abs(a - b) / b for a, b in zip(mine["grad_norms"], norms))
+        print("  gradient norms of the %d steps: largest relative difference %.3g" % (STEPS, worst_norm))
         k = int(np.argmax(diffs))
         check(max(diffs) <= STEP_TOL, "%d AdamW steps: every loss within %g of torch's (largest difference %.3g, "
               "step %d; relative %.3g)" % (STEPS, STEP_TOL, diffs[k], k + 1, diffs[k] / ref[k]))
