@@ -851,6 +851,23 @@ CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *
  * without. Not collective: no other rank or replica takes part. */
 CLT_API int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *out,
                                 int64_t count, double *loss);
+/* The gradient of the MEAN loss over n samples (x and y as
+ * clt_trainer_step takes them; labels CLT_IGNORE_LABEL count for nothing,
+ * the mean is over the others), without an update: forward and backward of
+ * this rank's first replica in runs of at most batch / accumulate samples,
+ * accumulated, then divided by the labels that count (and by the loss scale
+ * in f16). grad receives clt_model_param_count floats in the layout of
+ * clt_trainer_params (a tied weight once, at its owner, with both
+ * contributions); count is its room. *loss (may be NULL) gets the mean loss
+ * of the same forward. Dropout is active, with the masks the next
+ * clt_trainer_step would draw for the same samples on one replica. The
+ * replica's gradient arena is zeroed before and after; parameters,
+ * optimizer state and the step count are left alone. Bad input (n < 1,
+ * NULL x, y or grad, a label out of range, no label that counts) is
+ * CLT_EINVAL and count below the parameter count CLT_ESHAPE, with grad
+ * untouched. Not collective: no other rank or replica takes part. */
+CLT_API int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *grad,
+                                 int64_t count, double *loss);
 /* A copy of the parameters (count floats = clt_model_param_count). */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);

@@ -1,8 +1,11 @@
 /*
  * forward.c: clt_trainer_forward, the model's output for given inputs: the
  * forward pass of the trainer's first local replica in evaluation mode, its
- * last layer read back. What checks against another framework (transformers'
- * logits, tests/hf_check.py) and inference need; training never calls it.
+ * last layer read back; and clt_trainer_gradient, the same replica's
+ * gradient of the mean loss on given samples, without an update. What
+ * checks against another framework (transformers' logits,
+ * tests/hf_check.py; PyTorch's gradients, tests/torch_check.py) and
+ * inference need; training never calls them.
  */
 #include "train/trainer.h"
 
@@ -39,4 +42,69 @@ int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_
 fail:
   free(zeros);
   return rc;
+}
+
+/* The gradient's input: CLT_OK, or CLT_EINVAL naming what is wrong. */
+static int check_gradient_args(const clt_trainer *t, const float *x, const int32_t *y, int64_t n, const float *grad,
+                               int64_t count, int64_t *counted) {
+  int64_t P = clt_model_param_count(t->model), lps = clt_model_labels_per_sample(t->model);
+  int64_t C = clt_model_num_classes(t->model);
+  if (!x || !y || !grad || n < 1)
+    return clt__error(CLT_EINVAL, "clt_trainer_gradient needs inputs, labels, a gradient buffer and n >= 1 (n = %lld)",
+                      (long long)n);
+  if (t->nlocal < 1) return clt__error(CLT_EINVAL, "clt_trainer_gradient: this rank has no replica");
+  if (count < P)
+    return clt__error(CLT_ESHAPE, "clt_trainer_gradient: the model has %lld parameters but the buffer holds %lld "
+                      "floats", (long long)P, (long long)count);
+  *counted = 0;
+  for (int64_t k = 0; k < n * lps; k++) {
+    if (y[k] == CLT_IGNORE_LABEL) continue;
+    if (y[k] < 0 || y[k] >= C)
+      return clt__error(CLT_EINVAL, "clt_trainer_gradient: label %lld (of sample %lld) is %d, but the model has %lld "
+                        "classes (0 to %lld, or CLT_IGNORE_LABEL)", (long long)k, (long long)(k / lps), (int)y[k],
+                        (long long)C, (long long)C - 1);
+    ++*counted;
+  }
+  if (*counted == 0)
+    return clt__error(CLT_EINVAL, "clt_trainer_gradient: every label is CLT_IGNORE_LABEL; the mean needs at least one "
+                      "that counts");
+  return CLT_OK;
+}
+
+int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *grad, int64_t count,
+                         double *loss) {
+  int rc = CLT_OK;
+  if (!t) return clt__error(CLT_EINVAL, "clt_trainer_gradient: no trainer");
+  int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
+  int64_t P = clt_model_param_count(t->model), B = t->micro_batch, labels = 0;
+  double sum = 0;
+  if ((rc = check_gradient_args(t, x, y, n, grad, count, &labels)) < 0) return rc;
+  clt__replica *r = t->rep[0];
+
+  /* The backward accumulates the gradient of the SUMMED loss (scaled by the
+   * loss scale in f16) over the runs; one division makes it the mean. */
+  CLT_TRY(clt__replica_zero_grads(r));
+  for (int64_t at = 0; at < n; at += B) {
+    int64_t m = n - at < B ? n - at : B;
+    /* Dropout draws the masks the next clt_trainer_step would draw for the
+     * same samples on one replica (it keys them by the same step). */
+    clt__pass pass = {.train = 1, .seed = t->opts.seed, .step = (uint64_t)t->micro_steps, .global_first = at,
+                      .loss_scale = (float)t->loss_scale};
+    float l;
+    int32_t c;
+    CLT_TRY(clt__replica_run(r, x + at * in, y + at * lps, m, &pass));
+    CLT_TRY(clt__replica_read_loss(r, &l, &c));
+    sum += l;
+  }
+  clt_tensor g = clt__replica_grads(r);
+  CLT_TRY(clt_tensor_download(t->ctx[0], &g, grad, (size_t)P * sizeof *grad));
+  double scale = 1.0 / ((double)labels * t->loss_scale);
+  for (int64_t i = 0; i < P; i++) grad[i] = (float)(grad[i] * scale);
+  if (loss) *loss = sum / (double)labels;
+fail:
+  /* A step zeroes the gradients itself; zeroing here too leaves nothing of
+   * this call behind for anything that reads them before then. */
+  if (rc == CLT_OK) rc = clt__replica_zero_grads(r);
+  else (void)clt__replica_zero_grads(r);
+  return rc < 0 ? clt__error_prefix(rc, "clt_trainer_gradient") : rc;
 }

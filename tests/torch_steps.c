@@ -1,0 +1,166 @@
+/*
+ * torch_steps.c: cltrain's gradient and AdamW steps on given batches, for
+ * tests/torch_check.py to compare with PyTorch's:
+ *
+ *   torch_steps [options] MODEL WEIGHTS X.i32 Y.i32 GRAD.safetensors
+ *
+ * X and Y hold K batches of n samples of T little-endian int32 tokens
+ * (inputs and their next tokens; T the model's context, n --batch). Writes
+ * to GRAD the gradient of the mean loss on batch 0 at the given weights
+ * (clt_trainer_gradient), as a weights file (the tensors of
+ * clt_trainer_save_weights, which `cltrain hf export` turns into GPT-2's
+ * names and layout), then takes one clt_trainer_step per batch, in order,
+ * with AdamW (constant learning rate, no warm-up, no clipping; weight decay
+ * on the matrices of linear and attention layers only, cltrain's default).
+ * Prints one line of JSON: {"loss0": the gradient's mean loss, "labels":
+ * its labels, "losses": [each step's mean loss, before its update],
+ * "grad_norms": [...]}. One device: the first of CLT_DEVICES (default:
+ * device 0). Exit 77 without a device, 2 for bad usage.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+#include "train/trainer.h"
+
+static int die(int rc, const char *what) {
+  fprintf(stderr, "torch_steps: %s: %s\n", what, rc < 0 ? clt_last_error() : "");
+  return rc == CLT_ENOICD || rc == CLT_ENODEV ? 77 : 1;
+}
+
+/* The whole file as int32 tokens (malloc'd), *n of them. */
+static int32_t *read_i32(const char *path, int64_t *n) {
+  FILE *f = fopen(path, "rb");
+  *n = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long bytes = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  int32_t *x = bytes > 0 && bytes % 4 == 0 ? malloc((size_t)bytes) : NULL;
+  if (x && fread(x, 1, (size_t)bytes, f) != (size_t)bytes) {
+    free(x);
+    x = NULL;
+  }
+  fclose(f);
+  *n = bytes / 4;
+  return x;
+}
+
+/* grad (the parameter arena's layout) as a weights file. */
+static int write_grad(const clt_model *m, const float *grad, const char *path) {
+  int rc = CLT_OK, n = 0;
+  const clt_model_spec *s = m->spec;
+  clt__st_tensor *t = clt__calloc((size_t)s->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *t);
+  if (!t) return CLT_ENOMEM;
+  CLT_TRY(clt__arena_tensors(s, "", grad, t, &n));
+  const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", clt_model_text(m), NULL};
+  CLT_TRY(clt__st_write(path, t, n, meta));
+fail:
+  free(t);
+  return rc;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: torch_steps [options] MODEL WEIGHTS X.i32 Y.i32 GRAD.safetensors\n"
+             "  -b, --batch N         samples per batch (4)\n"
+             "      --lr X            AdamW's learning rate (1e-3)\n"
+             "      --beta1 X         (0.9)\n"
+             "      --beta2 X         (0.999)\n"
+             "      --eps X           (1e-8)\n"
+             "      --weight-decay X  decoupled, on linear and attention matrices only (0.01)\n");
+}
+
+int main(int argc, char **argv) {
+  clt_train_options o;
+  clt_train_options_defaults(&o);
+  clt_optimizer_defaults(CLT_OPT_ADAMW, &o.optimizer);
+  o.schedule.lr = 1e-3f;
+  o.batch = 4;
+  o.check_every = 0;
+  static const struct option opts[] = {{"batch", required_argument, NULL, 'b'},
+                                       {"lr", required_argument, NULL, 'l'},
+                                       {"beta1", required_argument, NULL, '1'},
+                                       {"beta2", required_argument, NULL, '2'},
+                                       {"eps", required_argument, NULL, 'e'},
+                                       {"weight-decay", required_argument, NULL, 'w'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "b:h", opts, NULL)) != -1;) {
+    switch (c) {
+    case 'b': o.batch = atoll(optarg); break;
+    case 'l': o.schedule.lr = strtof(optarg, NULL); break;
+    case '1': o.optimizer.beta1 = strtof(optarg, NULL); break;
+    case '2': o.optimizer.beta2 = strtof(optarg, NULL); break;
+    case 'e': o.optimizer.eps = strtof(optarg, NULL); break;
+    case 'w': o.optimizer.weight_decay = strtof(optarg, NULL); break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (argc - optind != 5 || o.batch < 1) {
+    usage(stderr);
+    return 2;
+  }
+  char **arg = argv + optind;
+  clt_model *m = NULL;
+  clt_devices *all = NULL, *sel = NULL, *one = NULL;
+  clt_trainer *t = NULL;
+  int rc, ec = 1;
+  int64_t nx, ny;
+  int32_t *x32 = read_i32(arg[2], &nx), *y = read_i32(arg[3], &ny);
+  float *x = NULL, *grad = NULL;
+  double *losses = NULL, *norms = NULL;
+  if (!x32 || !y || nx != ny) {
+    fprintf(stderr, "torch_steps: %s and %s must hold the same number of int32 tokens\n", arg[2], arg[3]);
+    ec = 2;
+    goto out;
+  }
+  if ((rc = clt_model_load(arg[0], &m)) < 0) { ec = die(rc, arg[0]); goto out; }
+  int64_t T = clt_model_input_size(m), P = clt_model_param_count(m), per = o.batch * T, K = nx / per;
+  if (nx % per) {
+    fprintf(stderr, "torch_steps: %lld tokens are not whole batches of %lld x %lld\n", (long long)nx,
+            (long long)o.batch, (long long)T);
+    ec = 2;
+    goto out;
+  }
+  if ((rc = clt_devices_discover(&all)) < 0) { ec = die(rc, "devices"); goto out; }
+  if (clt_devices_count(all) == 0) { ec = die(CLT_ENODEV, "no OpenCL device"); goto out; }
+  const char *spec = getenv("CLT_DEVICES");
+  if ((rc = clt_devices_select(all, spec && *spec ? spec : "0", &sel)) < 0) { ec = die(rc, "devices"); goto out; }
+  char first[16];
+  snprintf(first, sizeof first, "%d", clt_devices_info(sel, 0)->index);
+  if ((rc = clt_devices_select(all, first, &one)) < 0) { ec = die(rc, "devices"); goto out; }
+  if ((rc = clt_trainer_create(m, one, NULL, &o, &t)) < 0) { ec = die(rc, "trainer"); goto out; }
+  if ((rc = clt_trainer_load_weights(t, arg[1])) < 0) { ec = die(rc, arg[1]); goto out; }
+  x = malloc((size_t)nx * sizeof *x);
+  grad = malloc((size_t)P * sizeof *grad);
+  losses = calloc((size_t)K, sizeof *losses);
+  norms = calloc((size_t)K, sizeof *norms);
+  if (!x || !grad || !losses || !norms) { ec = die(CLT_ENOMEM, "memory"); goto out; }
+  for (int64_t i = 0; i < nx; i++) x[i] = (float)x32[i];
+
+  double loss0;
+  if ((rc = clt_trainer_gradient(t, x, y, o.batch, grad, P, &loss0)) < 0) { ec = die(rc, "gradient"); goto out; }
+  if ((rc = write_grad(m, grad, arg[4])) < 0) { ec = die(rc, arg[4]); goto out; }
+  for (int64_t k = 0; k < K; k++) {
+    clt_step_result r;
+    if ((rc = clt_trainer_step(t, x + k * per, y + k * per, o.batch, &r)) < 0) { ec = die(rc, "step"); goto out; }
+    losses[k] = r.loss, norms[k] = r.grad_norm;
+  }
+  printf("{\"loss0\": %.9g, \"labels\": %lld, \"losses\": [", loss0, (long long)per);
+  for (int64_t k = 0; k < K; k++) printf("%s%.9g", k ? ", " : "", losses[k]);
+  printf("], \"grad_norms\": [");
+  for (int64_t k = 0; k < K; k++) printf("%s%.9g", k ? ", " : "", norms[k]);
+  printf("]}\n");
+  ec = 0;
+out:
+  clt_trainer_destroy(t);
+  clt_devices_destroy(one);
+  clt_devices_destroy(sel);
+  clt_devices_destroy(all);
+  clt_model_destroy(m);
+  free(x32), free(y), free(x), free(grad), free(losses), free(norms);
+  return ec;
+}
