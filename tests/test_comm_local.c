@@ -216,6 +216,9 @@ START_TEST(environment) {
   ck_assert_msg(strstr(clt_last_error(), "CLT_ALLREDUCE_CHUNK='2X'") != NULL, "%s", clt_last_error());
   setenv("CLT_ALLREDUCE_CHUNK", "4G", 1);
   ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
+  setenv("CLT_ALLREDUCE_CHUNK", "1", 1); /* below one float: every plan would refuse it */
+  ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
+  ck_assert_msg(strstr(clt_last_error(), "from 4") != NULL, "%s", clt_last_error());
   unsetenv("CLT_ALLREDUCE_CHUNK");
   setenv("CLT_ALLREDUCE_SMALL", "tiny", 1);
   ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);
@@ -224,6 +227,49 @@ START_TEST(environment) {
   ck_assert_int_eq(clt_comm_create_local(&c), 0);
   clt_comm_destroy(c);
   unsetenv("CLT_ALLREDUCE_SMALL");
+}
+END_TEST
+
+/* A device that never finishes (its queue held by a user event that is
+ * never set): the device all-reduce gives up after CLT_TIMEOUT naming the
+ * device and the operation, instead of waiting for ever, and the
+ * communicator refuses more work. */
+START_TEST(a_device_that_never_finishes) {
+  if (!tu_ndev) return;
+  clt_comm *c = NULL;
+  clt_allreduce_plan *plan = NULL;
+  ck_assert_int_eq(clt_comm_create_local(&c), 0);
+  ck_assert_int_eq(clt_comm_set_timeout(c, 1), 0);
+  ck_assert_int_eq(clt_allreduce_plan_create(c, 1000, CLT_F32, CLT_SUM, NULL, &plan), 0);
+  cl_command_queue q = clt_context_queue(tu_ctx[0]);
+  cl_mem buf = tu_buffer(tu_ctx[0], NULL, 1000);
+  /* Once while the device works, so its staging (mapped through the queue)
+   * is made and reused. */
+  ck_assert_msg(clt_allreduce_run_device(plan, q, buf, 0) == 0, "%s", clt_last_error());
+  cl_context cl = NULL;
+  ck_assert_int_eq(clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof cl, &cl, NULL), CL_SUCCESS);
+  cl_int e;
+  cl_event gate = clCreateUserEvent(cl, &e);
+  ck_assert_int_eq(e, CL_SUCCESS);
+  ck_assert_int_eq(clEnqueueMarkerWithWaitList(q, 1, &gate, NULL), CL_SUCCESS);
+  clFlush(q);
+  int rc = clt_allreduce_run_device(plan, q, buf, 0);
+  fprintf(stderr, "a device that never finishes: %s\n", clt_last_error());
+  ck_assert_msg(rc == CLT_ETIMEDOUT, "%s: %s", clt_status_name(rc), clt_last_error());
+  char name[128] = "";
+  cl_device_id d = NULL;
+  clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof d, &d, NULL);
+  clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof name, name, NULL);
+  ck_assert_msg(strstr(clt_last_error(), "has not finished after 1 s") &&
+                strstr(clt_last_error(), "copying the buffer to the host") && strstr(clt_last_error(), name),
+                "%s", clt_last_error());
+  ck_assert_int_eq(clt_allreduce_run_device(plan, q, buf, 0), CLT_ETIMEDOUT); /* refused: broken */
+  clSetUserEventStatus(gate, CL_COMPLETE);
+  clFinish(q);
+  clReleaseEvent(gate);
+  clt_allreduce_plan_destroy(plan);
+  clReleaseMemObject(buf);
+  clt_comm_destroy(c);
 }
 END_TEST
 
@@ -246,6 +292,7 @@ int main(void) {
   tcase_add_test(tc, bcast_allgather_one_rank);
   tcase_add_test(tc, argument_errors);
   tcase_add_test(tc, environment);
+  tcase_add_test(tc, a_device_that_never_finishes);
   suite_add_tcase(s, tc);
   int rc = tu_run(s);
   clt_comm_destroy(comm);

@@ -17,6 +17,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CLT__MAX_LOCAL_REPLICAS 64
 
@@ -124,6 +125,52 @@ static int chunk_ready(struct clt__dev_staging *dev, size_t id, int *ok) {
   return *ok = 1;
 }
 
+/* Wait for n events of replica q's queue, polling, at most CLT_TIMEOUT
+ * without one finishing: a device that never completes ends the wait with
+ * CLT_ETIMEDOUT naming it and the operation, instead of blocking in
+ * clWaitForEvents or clFinish for ever. */
+static int wait_device(const clt_allreduce_plan *plan, cl_command_queue queue, int q, const cl_event *evs, size_t n,
+                       const char *what) {
+  double start = clt__now(), timeout = plan->comm->timeout_s;
+  for (size_t i = 0; i < n; i++) {
+    for (;;) {
+      cl_int st = CL_QUEUED, e = clGetEventInfo(evs[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+      if (e != CL_SUCCESS || st < 0)
+        return clt__error(CLT_ECL, "rank %d: %s on replica %d's device failed: %s", plan->comm->rank, what, q,
+                          clt__cl_error_name(e != CL_SUCCESS ? e : st));
+      if (st == CL_COMPLETE) break;
+      double waited = clt__now() - start;
+      if (waited > timeout) {
+        char name[128] = "?";
+        cl_device_id d = NULL;
+        if (clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof d, &d, NULL) == CL_SUCCESS)
+          clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof name, name, NULL);
+        name[sizeof name - 1] = 0;
+        return clt__error(CLT_ETIMEDOUT, "rank %d: %s on replica %d's device (%s) has not finished after %.0f s "
+                          "(CLT_TIMEOUT): the device or its driver hangs", plan->comm->rank, what, q, name, waited);
+      }
+      struct timespec ts = {0, waited < 0.1 ? 50000 : 1000000}; /* 50 us, later 1 ms */
+      nanosleep(&ts, NULL);
+    }
+  }
+  return CLT_OK;
+}
+
+/* clFinish with the deadline of wait_device. */
+static int finish_device(const clt_allreduce_plan *plan, cl_command_queue queue, int q, const char *what) {
+  cl_event ev = NULL;
+  cl_int e = clEnqueueMarkerWithWaitList(queue, 0, NULL, &ev);
+  if (e == CL_SUCCESS) e = clFlush(queue);
+  if (e != CL_SUCCESS) {
+    if (ev) clReleaseEvent(ev);
+    return clt__error(clt__cl_status(e), "rank %d: %s on replica %d's device: %s", plan->comm->rank, what, q,
+                      clt__cl_error_name(e));
+  }
+  int rc = wait_device(plan, queue, q, &ev, 1, what);
+  clReleaseEvent(ev);
+  return rc;
+}
+
 static int ring_ready(void *user, const clt__ring_chunk *c, int *ok) {
   int rc = chunk_ready(user, c->id, ok);
   return rc < 0 ? rc : CLT_OK;
@@ -199,8 +246,9 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
     CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), ring_ready, ring_final, dev));
   } else {
     /* Recursive doubling and one rank need the whole buffer at once. */
-    for (int q = 0; q < n; q++) /* events of one context per call */
-      CLT_CL_TRY(clWaitForEvents((cl_uint)dev->nstage, dev->events + (size_t)q * dev->nstage));
+    for (int q = 0; q < n; q++)
+      CLT_TRY(wait_device(plan, queues[q], q, dev->events + (size_t)q * dev->nstage, dev->nstage,
+                          "copying the buffer to the host"));
     for (size_t i = 0; i < dev->nstage; i++) {
       int ok;
       CLT_TRY(chunk_ready(dev, i, &ok));
@@ -211,11 +259,19 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
   /* Writes on the reads' queue are waited for (the public calls return
    * with the result in place); on other queues they are the caller's to
    * order (internal.h). */
-  for (int q = 0; q < n; q++) CLT_CL_TRY(clFinish(queues[q]));
+  for (int q = 0; q < n; q++) CLT_TRY(finish_device(plan, queues[q], q, "writing the result back"));
   release_events(dev);
   return CLT_OK;
 
 fail:
+  if (dev && rc == CLT_ETIMEDOUT) {
+    /* A device that hangs may still copy into or out of the staging, and
+     * waiting for it would hang here: the staging is left to it (never
+     * freed or reused), and the communicator refuses further work. */
+    plan->dev = NULL;
+    release_events(dev);
+    return clt__op_break(&op, rc);
+  }
   if (dev) {
     /* Nothing may still be copying into or out of the staging. */
     for (int q = 0; q < dev->n; q++) {
