@@ -59,15 +59,17 @@ has "$out" "resumed from $tmp/b/$c4: step 4" "the checkpoint resumed is named"
 same "$tmp/w-a" "$tmp/w-b" "resumed weights are the uninterrupted run's"
 same_data "$tmp/a/$c6" "$tmp/b/$c6" "resumed checkpoints hold the uninterrupted run's tensors"
 
-# Good steps 2 and 4, damaged 12 and 14 (cut short), then --resume latest
-# --keep 2: it resumes from 4, and rotation keeps the newest whole ones (6
-# and 4), never a damaged one in place of a whole one; the damaged go.
+# Good steps 2 and 4, damaged 12 and 14 (cut short), a weights file named 13,
+# then --resume latest --keep 2: it resumes from 4, and rotation keeps the
+# newest whole ones (6 and 4), never a damaged one in place of a whole one;
+# the damaged go, and the weights file (whole, not a checkpoint) stays.
 expect 0 "checkpoints 2 and 4" -- $train --max-steps 4 --checkpoint-dir "$tmp/k" --checkpoint-every 2
 head -c 100000 "$tmp/a/$c6" >"$tmp/k/ckpt-0000000012.safetensors"
 head -c 100000 "$tmp/a/$c6" >"$tmp/k/ckpt-0000000014.safetensors"
+cp "$tmp/w-a" "$tmp/k/ckpt-0000000013.safetensors"  # whole, but weights only: not ours to delete
 expect 0 "--resume latest --keep 2 among damaged files" -- $train --checkpoint-dir "$tmp/k" --checkpoint-every 2 --keep 2 --resume latest
 has "$out" "resumed from $tmp/k/$c4" "the newest whole one is resumed"
-[ "$(ls "$tmp/k" | tr '\n' ' ')" = "$c4 $c6 " ] && echo "ok: the damaged files went, the newest whole ones stayed" ||
+[ "$(ls "$tmp/k" | tr '\n' ' ')" = "$c4 $c6 ckpt-0000000013.safetensors " ] && echo "ok: the damaged files went, the newest whole ones stayed" ||
   { echo "FAIL: --keep 2 among damaged files left: $(ls "$tmp/k")"; fail=1; }
 
 # A run resumed from step 4 of an earlier run that went on to 6: the new

@@ -174,6 +174,16 @@ static int save_to_dir(clt_trainer *t) {
         continue;
       }
       if (!list[i].whole) {
+        /* Damaged (cut, a CRC32 that fails) goes; a whole file this
+         * cltrain does not read (a newer format version, another format)
+         * is not ours to delete, and does not count either. */
+        clt__st_file *f = NULL;
+        if (clt__st_open(list[i].path, &f) == CLT_OK) {
+          clt__st_close(f);
+          clt__log(CLT_LOG_WARN, "keeping %s: a whole safetensors file, but not a checkpoint this cltrain reads",
+                   list[i].path);
+          continue;
+        }
         why = "damaged";
       } else if (kept < t->opts.checkpoint_keep) {
         clt__run_info again;
