@@ -190,6 +190,42 @@ START_TEST(a_different_dataset_is_named_on_every_rank) {
 }
 END_TEST
 
+/* Rank 1 alone has samples of another size: every rank fails at once, the
+ * others naming rank 1, in fit and in evaluate (not a wait for rank 1 in
+ * the next collective until the timeout). */
+START_TEST(one_rank_with_bad_data_fails_every_rank) {
+  if (nranks < 2) return;
+  clt_model *m;
+  clt_trainer *t;
+  clt_train_options o;
+  options(&o, 48);
+  ck_assert_int_eq(clt_model_parse(mlp, "dp.model", &m), 0);
+  ck_assert_int_eq(clt_trainer_create(m, mine, comm, &o, &t), 0);
+  clt_dataset *other = data;
+  char path[80];
+  snprintf(path, sizeof path, "%s.700", data_path);
+  if (rank == 1) {
+    static const int64_t dims[1] = {700};
+    ck_assert_int_eq(tu_fashion_raw("train", 64, 1, dims, NULL, NULL, path), 0);
+    ck_assert_int_eq(clt_dataset_open_raw(path, &other), 0);
+  }
+  double loss, acc;
+  int rc = clt_trainer_fit(t, other, NULL);
+  ck_assert_msg(rc == CLT_ESHAPE, "rank %d: fit gave %s: %s", rank, clt_status_name(rc), clt_last_error());
+  ck_assert_msg(strstr(clt_last_error(), rank == 1 ? "samples of 700 values" : "failed on rank 1"), "rank %d: %s",
+                rank, clt_last_error());
+  rc = clt_trainer_evaluate(t, other, &loss, &acc);
+  ck_assert_msg(rc == CLT_ESHAPE, "rank %d: evaluate gave %s: %s", rank, clt_status_name(rc), clt_last_error());
+  ck_assert_int_eq(clt_trainer_evaluate(t, data, &loss, &acc), 0); /* and every rank goes on */
+  if (rank == 1) {
+    clt_dataset_destroy(other);
+    unlink(path);
+  }
+  clt_trainer_destroy(t);
+  clt_model_destroy(m);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -227,6 +263,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, fp16_matches_one_device);
   tcase_add_test(tc, a_different_model_is_named_on_every_rank);
   tcase_add_test(tc, a_different_dataset_is_named_on_every_rank);
+  tcase_add_test(tc, one_rank_with_bad_data_fails_every_rank);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   unlink(data_path);

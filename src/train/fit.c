@@ -158,17 +158,20 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   int64_t *first = NULL; /* per local replica: where its slice starts in a global batch */
   int64_t in = clt_model_input_size(t->model);
 
+  /* Each rank checks its own data, and all learn of any failure: a rank
+   * that returned alone would leave the others waiting in a collective. */
   if (clt_dataset_sample_size(train) != in)
-    return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
-                      clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
-  if (clt_dataset_labels_per_sample(train) != clt_model_labels_per_sample(t->model))
-    return clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %d (%s)", clt_dataset_path(train),
-                      (long long)clt_dataset_labels_per_sample(train), clt_model_labels_per_sample(t->model),
-                      clt_model_labels_per_sample(t->model) == 1 ? "a classifier, and this is a token dataset"
-                                                                 : "one per position");
-  if (clt_dataset_num_classes(train) > clt_model_num_classes(t->model))
-    return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
-                      clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
+    rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
+                    clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
+  else if (clt_dataset_labels_per_sample(train) != clt_model_labels_per_sample(t->model))
+    rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %d (%s)", clt_dataset_path(train),
+                    (long long)clt_dataset_labels_per_sample(train), clt_model_labels_per_sample(t->model),
+                    clt_model_labels_per_sample(t->model) == 1 ? "a classifier, and this is a token dataset"
+                                                               : "one per position");
+  else if (clt_dataset_num_classes(train) > clt_model_num_classes(t->model))
+    rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
+                    clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
+  CLT_TRY(clt__trainer_all_ok(t, rc, "checking the training set"));
   CLT_TRY(check_same_data(t, train));
   /* Every output before the first step, and every rank learns rank 0's answer. */
   if (t->rank == 0 && o->metrics_path && !(metrics = fopen(o->metrics_path, "a")))

@@ -249,18 +249,20 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
   float *x = NULL;
   int32_t *y = NULL;
   double sums[2] = {0, 0}; /* loss, correct */
-  if (clt_dataset_sample_size(ds) != in)
-    return clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
-                      clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
   int64_t lps = clt_model_labels_per_sample(t->model);
-  if (clt_dataset_labels_per_sample(ds) != lps)
-    return clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %lld (%s)", clt_dataset_path(ds),
-                      (long long)clt_dataset_labels_per_sample(ds), (long long)lps,
-                      lps == 1 ? "a classifier, and this is a token dataset" : "one per position");
+  if (clt_dataset_sample_size(ds) != in)
+    rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
+                    clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
+  else if (clt_dataset_labels_per_sample(ds) != lps)
+    rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %lld (%s)", clt_dataset_path(ds),
+                    (long long)clt_dataset_labels_per_sample(ds), (long long)lps,
+                    lps == 1 ? "a classifier, and this is a token dataset" : "one per position");
   /* As fit checks: a label past the model's scores would read past them. */
-  if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
-    return clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
-                      clt_dataset_path(ds), clt_dataset_num_classes(ds), clt_model_num_classes(t->model));
+  else if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
+    rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
+                    clt_dataset_path(ds), clt_dataset_num_classes(ds), clt_model_num_classes(t->model));
+  /* All ranks learn of a rank's bad data (they sum their results below). */
+  if ((rc = clt__trainer_all_ok(t, rc, "checking the evaluation set")) < 0) return rc;
   idx = clt__calloc((size_t)B, sizeof *idx);
   x = clt__calloc((size_t)(B * in), sizeof *x);
   y = clt__calloc((size_t)(B * lps), sizeof *y);
