@@ -521,13 +521,13 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   /* Rank 0 writes every output: find out now, not after the run, whether
    * it can (a failure here ends the whole job, main.c). */
   if (clt_comm_rank(comm) == 0) {
-    const struct { const char *opt, *path; clt_output_kind kind; } out[] = {
+    const struct { const char *opt, *path; clt_output_kind kind; } outputs[] = {
         {"--save", a.save, CLT_OUTPUT_FILE},
         {"--metrics", a.o.metrics_path, CLT_OUTPUT_APPEND},
         {"--checkpoint-dir", a.o.checkpoint_dir, CLT_OUTPUT_DIR}};
-    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
-      if (out[i].path && (rc = clt_check_output(out[i].path, out[i].kind)) < 0) {
-        ec = cli_fail(rc, out[i].opt);
+    for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++)
+      if (outputs[i].path && (rc = clt_check_output(outputs[i].path, outputs[i].kind)) < 0) {
+        ec = cli_fail(rc, outputs[i].opt);
         goto out;
       }
   }

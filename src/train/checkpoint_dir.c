@@ -73,12 +73,12 @@ static int newest_first(const void *a, const void *b) {
 
 /* Read each entry's run record, checking what can be checked without
  * reading the data (framing, format, version, header CRC32, size); a file
- * that fails is not whole, and is logged with why. */
+ * that fails is not whole, and is logged with why after `what` (NULL: not). */
 static void describe(entry *list, int n, const char *what) {
   for (int i = 0; i < n; i++) {
     int rc = clt__checkpoint_run_info(list[i].path, 0, &list[i].run);
     list[i].whole = rc == CLT_OK;
-    if (rc < 0) clt__log(CLT_LOG_WARN, "%s a damaged checkpoint: %s", what, clt_last_error());
+    if (rc < 0 && what) clt__log(CLT_LOG_WARN, "%s a damaged checkpoint: %s", what, clt_last_error());
   }
   if (n > 0) qsort(list, (size_t)n, sizeof *list, newest_first);
 }
@@ -166,7 +166,7 @@ static int save_to_dir(clt_trainer *t) {
    * never takes the place of a whole one. */
   if (t->opts.checkpoint_keep > 0 && list_checkpoints(dir, &list, &n) == CLT_OK) {
     int kept = 0;
-    describe(list, n, "removing");
+    describe(list, n, NULL); /* each is named below, with what becomes of it */
     for (int i = 0; i < n; i++) {
       const char *why = NULL;
       if (strcmp(list[i].path, path) == 0) {
@@ -178,12 +178,15 @@ static int save_to_dir(clt_trainer *t) {
          * cltrain does not read (a newer format version, another format)
          * is not ours to delete, and does not count either. */
         clt__st_file *f = NULL;
+        clt__run_info again;
         if (clt__st_open(list[i].path, &f) == CLT_OK) {
           clt__st_close(f);
-          clt__log(CLT_LOG_WARN, "keeping %s: a whole safetensors file, but not a checkpoint this cltrain reads",
-                   list[i].path);
+          clt__checkpoint_run_info(list[i].path, 0, &again); /* for its reason */
+          clt__log(CLT_LOG_WARN, "keeping %s, a whole file but not a checkpoint this cltrain reads: %s", list[i].path,
+                   clt_last_error());
           continue;
         }
+        clt__log(CLT_LOG_WARN, "removing a damaged checkpoint: %s", clt_last_error());
         why = "damaged";
       } else if (kept < t->opts.checkpoint_keep) {
         clt__run_info again;
