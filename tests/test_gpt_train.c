@@ -5,9 +5,9 @@
  *
  *   - it learns: the loss falls clearly over 30 AdamW steps, and the
  *     held-out loss is finite and below chance;
- *   - two replicas in one process (PoCL + rusticl), with equal and unequal
- *     shares, train as one device on the same global batch, and are bitwise
- *     identical after every step;
+ *   - two replicas in one process (PoCL + rusticl), with equal, unequal and
+ *     automatic shares, train as one device on the same global batch, and
+ *     are bitwise identical after every step;
  *   - a batch in accumulated micro-batches trains as the whole batch;
  *   - fp16 trains within a small loss difference of fp32;
  *   - clipping scales the update to the clip norm exactly, a clip above the
@@ -52,6 +52,7 @@ typedef struct grun {
   clt_balance_mode balance;
   const double *weights;
   int nweights;
+  int64_t balance_every;        /* 0: the default */
   const char *checkpoint_dir;
   int64_t checkpoint_every;
   const char *resume;           /* a checkpoint to load before fit */
@@ -66,6 +67,7 @@ typedef struct gtrace {
   double loss[MAX_TRACE], lr[MAX_TRACE], grad_norm[MAX_TRACE];
   int64_t skipped;
   double loss_scale;
+  int64_t shares[2];            /* the first two replicas' shares at the last step */
   double val_loss, val_acc;
 } gtrace;
 
@@ -77,6 +79,7 @@ static void on_event(const clt_train_event *ev, void *user) {
   tr->grad_norm[tr->n] = ev->grad_norm;
   tr->skipped = ev->skipped;
   tr->loss_scale = ev->loss_scale;
+  for (int r = 0; r < 2 && r < ev->nreplicas; r++) tr->shares[r] = ev->shares[r];
   tr->n++;
 }
 
@@ -100,6 +103,7 @@ static void options_of(const grun *r, gtrace *tr, clt_train_options *o) {
   o->balance = r->balance;
   o->balance_weights = r->weights;
   o->balance_nweights = r->nweights;
+  if (r->balance_every) o->balance_every = r->balance_every;
   o->check_every = 1; /* every replica's parameters compared after every step: the trainer fails otherwise */
   o->log_every = 1;
   o->bucket_mb = 0.004; /* several gradient buckets even for this small model */
@@ -114,6 +118,7 @@ static clt_trainer *make_trainer(const grun *r, gtrace *tr, clt_model **m) {
   clt_devices *devs;
   clt_trainer *t;
   clt_train_options o;
+  memset(tr, 0, sizeof *tr);
   options_of(r, tr, &o);
   ck_assert_msg(clt_model_parse(r->spec ? r->spec : gu_spec, "gpt.model", m) == 0, "%s", clt_last_error());
   ck_assert_int_eq(clt_model_param_count(*m), GU_PARAMS);
@@ -132,7 +137,6 @@ static float *params_of(clt_trainer *t) {
 /* Run r; the parameters at the end (malloc'd), its events in tr. */
 static float *train(const grun *r, gtrace *tr) {
   clt_model *m;
-  memset(tr, 0, sizeof *tr);
   clt_trainer *t = make_trainer(r, tr, &m);
   if (r->start_weights) ck_assert_msg(clt_trainer_load_weights(t, r->start_weights) == 0, "%s", clt_last_error());
   if (r->resume) ck_assert_msg(clt_trainer_load_checkpoint(t, r->resume) == 0, "%s", clt_last_error());
@@ -243,8 +247,8 @@ END_TEST
 static double tol_of(const grun *r) { return r->opt == CLT_OPT_SGD ? DP_TOL_SGD : DP_TOL_ADAMW; }
 
 /* a and b, runs of the same steps, end with the same parameters and step
- * losses within the tolerances. */
-static void same_run(const grun *a, const grun *b, const char *what) {
+ * losses within the tolerances; b's trace into *out when not NULL. */
+static void same_run_trace(const grun *a, const grun *b, const char *what, gtrace *out) {
   gtrace ta, tb;
   float *pa = train(a, &ta), *pb = train(b, &tb);
   double key, d = maxdiff_key(pa, pb, &key), dl = 0;
@@ -254,8 +258,11 @@ static void same_run(const grun *a, const grun *b, const char *what) {
   ck_assert_int_eq(ta.n, tb.n);
   ck_assert_msg(d <= tol_of(a), "%s, %s: the parameters differ by %g", what, clt_optimizer_name(a->opt), d);
   ck_assert_msg(dl <= LOSS_TOL, "%s, %s: the step losses differ by %g", what, clt_optimizer_name(a->opt), dl);
+  if (out) *out = tb;
   free(pa), free(pb);
 }
+
+static void same_run(const grun *a, const grun *b, const char *what) { same_run_trace(a, b, what, NULL); }
 
 static void replicas_against_one(clt_balance_mode balance, const double *w, int nw, const char *what) {
   if (tu_ndev < 2) {
@@ -279,6 +286,21 @@ END_TEST
 START_TEST(two_replicas_with_unequal_shares_equal_one_device) {
   static const double w[2] = {3, 1}; /* 6 and 2 of the 8 samples */
   replicas_against_one(CLT_BALANCE_WEIGHTS, w, 2, "two replicas, shares 3:1, against one device");
+}
+END_TEST
+
+/* --balance auto: the split follows the replicas' measured speed (rusticl
+ * is several times slower than PoCL here), re-made every 2 steps. */
+START_TEST(two_replicas_with_automatic_shares_equal_one_device) {
+  if (tu_ndev < 2) return;
+  grun one = gpt_run("0", CLT_OPT_ADAMW, 8), two = one;
+  two.devices = "all";
+  two.balance = CLT_BALANCE_AUTO;
+  two.balance_every = 2;
+  gtrace tr;
+  same_run_trace(&one, &two, "two replicas, automatic shares, against one device", &tr);
+  fprintf(stderr, "automatic shares after 8 steps: %lld and %lld of 8\n", (long long)tr.shares[0],
+          (long long)tr.shares[1]);
 }
 END_TEST
 
@@ -631,20 +653,27 @@ int main(void) {
     return 1;
   }
 
+  /* One case per guarantee, so that CK_RUN_CASE=decay (for one) runs it alone. */
   Suite *s = suite_create("gpt training");
-  TCase *tc = tcase_create("gpt training");
-  tcase_add_test(tc, gpt_learns_on_every_device);
-  tcase_add_test(tc, two_replicas_equal_one_device);
-  tcase_add_test(tc, two_replicas_with_unequal_shares_equal_one_device);
-  tcase_add_test(tc, accumulation_equals_the_whole_batch);
-  tcase_add_test(tc, fp16_trains_close_to_fp32);
-  tcase_add_test(tc, clipping_scales_the_update_to_the_clip);
-  tcase_add_test(tc, warmup_ramps_the_learning_rate);
-  tcase_add_test(tc, resume_is_bitwise_adamw_cosine_clip_accumulate_dropout);
-  tcase_add_test(tc, resume_is_bitwise_fp16_on_two_replicas);
-  tcase_add_test(tc, adamw_decays_exactly_the_matrices);
-  tcase_add_test(tc, ignored_labels_count_for_nothing);
-  suite_add_tcase(s, tc);
+  struct {
+    const char *name;
+    const TTest *tests[4];
+  } cases[] = {
+      {"learning", {gpt_learns_on_every_device}},
+      {"replicas", {two_replicas_equal_one_device, two_replicas_with_unequal_shares_equal_one_device,
+                    two_replicas_with_automatic_shares_equal_one_device}},
+      {"accumulation", {accumulation_equals_the_whole_batch}},
+      {"fp16", {fp16_trains_close_to_fp32}},
+      {"clipping and warm-up", {clipping_scales_the_update_to_the_clip, warmup_ramps_the_learning_rate}},
+      {"checkpoints", {resume_is_bitwise_adamw_cosine_clip_accumulate_dropout, resume_is_bitwise_fp16_on_two_replicas}},
+      {"decay", {adamw_decays_exactly_the_matrices}},
+      {"labels", {ignored_labels_count_for_nothing}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    TCase *tc = tcase_create(cases[c].name);
+    for (int k = 0; k < 4 && cases[c].tests[k]; k++) tcase_add_test(tc, cases[c].tests[k]);
+    suite_add_tcase(s, tc);
+  }
   rc = tu_run(s);
   clt_dataset_destroy(train_ds);
   clt_dataset_destroy(val_ds);
