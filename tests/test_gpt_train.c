@@ -4,7 +4,8 @@
  * GPT (gptutil.h) on pseudo-text written with clt_tokens_write.
  *
  *   - it learns: the loss falls clearly over 30 AdamW steps, and the
- *     held-out loss is finite and below chance;
+ *     held-out loss is finite and below chance; eval_every puts the
+ *     held-out loss into the step events;
  *   - two replicas in one process (PoCL + rusticl), with equal, unequal and
  *     automatic shares, train as one device on the same global batch, and
  *     are bitwise identical after every step;
@@ -58,13 +59,14 @@ typedef struct grun {
   const char *resume;           /* a checkpoint to load before fit */
   const char *start_weights;    /* weights to load before fit */
   int evaluate;                 /* evaluate on val_ds after fit */
+  int64_t eval_every;           /* also evaluate on val_ds every N steps (fit's test set) */
 } grun;
 
 #define MAX_TRACE 64
 
 typedef struct gtrace {
   int n;
-  double loss[MAX_TRACE], lr[MAX_TRACE], grad_norm[MAX_TRACE];
+  double loss[MAX_TRACE], lr[MAX_TRACE], grad_norm[MAX_TRACE], test_loss[MAX_TRACE];
   int64_t skipped;
   double loss_scale;
   int64_t shares[2];            /* the first two replicas' shares at the last step */
@@ -77,6 +79,7 @@ static void on_event(const clt_train_event *ev, void *user) {
   tr->loss[tr->n] = ev->loss;
   tr->lr[tr->n] = ev->lr;
   tr->grad_norm[tr->n] = ev->grad_norm;
+  tr->test_loss[tr->n] = ev->test_loss;
   tr->skipped = ev->skipped;
   tr->loss_scale = ev->loss_scale;
   for (int r = 0; r < 2 && r < ev->nreplicas; r++) tr->shares[r] = ev->shares[r];
@@ -106,6 +109,7 @@ static void options_of(const grun *r, gtrace *tr, clt_train_options *o) {
   if (r->balance_every) o->balance_every = r->balance_every;
   o->check_every = 1; /* every replica's parameters compared after every step: the trainer fails otherwise */
   o->log_every = 1;
+  o->eval_every = r->eval_every;
   o->bucket_mb = 0.004; /* several gradient buckets even for this small model */
   o->checkpoint_dir = r->checkpoint_dir;
   o->checkpoint_every = r->checkpoint_every;
@@ -140,7 +144,7 @@ static float *train(const grun *r, gtrace *tr) {
   clt_trainer *t = make_trainer(r, tr, &m);
   if (r->start_weights) ck_assert_msg(clt_trainer_load_weights(t, r->start_weights) == 0, "%s", clt_last_error());
   if (r->resume) ck_assert_msg(clt_trainer_load_checkpoint(t, r->resume) == 0, "%s", clt_last_error());
-  ck_assert_msg(clt_trainer_fit(t, r->data ? r->data : train_ds, NULL) == 0, "%s on %s: %s", "fit", r->devices,
+  ck_assert_msg(clt_trainer_fit(t, r->data ? r->data : train_ds, r->eval_every ? val_ds : NULL) == 0, "%s on %s: %s", "fit", r->devices,
                 clt_last_error());
   ck_assert_int_eq(clt_trainer_steps_done(t), r->steps);
   tr->val_loss = tr->val_acc = NAN;
@@ -220,6 +224,29 @@ START_TEST(gpt_learns_on_every_device) {
     ck_assert_msg(isfinite(tr.val_loss) && tr.val_loss < log(GU_VOCAB) - 0.5 && tr.val_acc > 1.0 / GU_VOCAB,
                   "held-out loss %.3f, accuracy %.3f", tr.val_loss, tr.val_acc);
   }
+}
+END_TEST
+
+/* eval_every: the held-out loss every N steps, in that step's event: the
+ * very value an evaluation after as many steps gives (evaluation changes
+ * nothing, so the run goes on alike). */
+START_TEST(eval_every_reports_the_held_out_loss) {
+  grun r4 = gpt_run("0", CLT_OPT_ADAMW, 4), r8 = gpt_run("0", CLT_OPT_ADAMW, 8);
+  r4.evaluate = 1;
+  r8.eval_every = 4;
+  gtrace t4, t8;
+  float *p4 = train(&r4, &t4);
+  free(train(&r8, &t8));
+  ck_assert_int_eq(t8.n, 8);
+  for (int k = 0; k < 8; k++)
+    ck_assert_msg(k == 3 || k == 7 ? isfinite(t8.test_loss[k]) : isnan(t8.test_loss[k]), "step %d: test loss %g", k + 1,
+                  t8.test_loss[k]);
+  ck_assert_msg(t8.test_loss[3] == t4.val_loss, "step 4's event says %.9g, an evaluation after 4 steps %.9g",
+                t8.test_loss[3], t4.val_loss);
+  ck_assert_msg(t8.test_loss[7] < t8.test_loss[3], "the held-out loss went from %g to %g", t8.test_loss[3],
+                t8.test_loss[7]);
+  fprintf(stderr, "eval_every 4: held-out loss %.4f at step 4, %.4f at step 8\n", t8.test_loss[3], t8.test_loss[7]);
+  free(p4);
 }
 END_TEST
 
@@ -659,7 +686,7 @@ int main(void) {
     const char *name;
     const TTest *tests[4];
   } cases[] = {
-      {"learning", {gpt_learns_on_every_device}},
+      {"learning", {gpt_learns_on_every_device, eval_every_reports_the_held_out_loss}},
       {"replicas", {two_replicas_equal_one_device, two_replicas_with_unequal_shares_equal_one_device,
                     two_replicas_with_automatic_shares_equal_one_device}},
       {"accumulation", {accumulation_equals_the_whole_batch}},
