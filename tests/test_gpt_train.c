@@ -19,8 +19,9 @@
  *     and fp16 on two replicas);
  *   - AdamW's weight decay applies to exactly the matrices (by default) or
  *     to everything (decay_all);
- *   - clt_trainer_step with CLT_IGNORE_LABEL: a sample whose labels are all
- *     ignored changes nothing, and a label out of range is refused, naming it.
+ *   - clt_trainer_step on fit's batches gives fit's bits; with
+ *     CLT_IGNORE_LABEL, a sample whose labels are all ignored changes
+ *     nothing, and a label out of range is refused, naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -593,6 +594,48 @@ START_TEST(adamw_decays_exactly_the_matrices) {
 }
 END_TEST
 
+/* ---- clt_trainer_step against fit -------------------------------------------- */
+
+/* The batches fit draws (the seeded sampler, through the public API), given
+ * to clt_trainer_step: fit's parameters bit for bit, on one device and on
+ * two replicas (whose slices are consecutive parts of each batch). */
+START_TEST(step_on_fits_batches_gives_fits_bits) {
+  for (int all = 0; all < 1 + (tu_ndev > 1); all++) {
+    grun r = gpt_run(all ? "all" : "0", CLT_OPT_ADAMW, 5);
+    gtrace tr, unused;
+    float *ref = train(&r, &tr);
+    clt_model *m;
+    clt_trainer *t = make_trainer(&r, &unused, &m);
+    int R = clt_trainer_replicas(t);
+    clt_sampler *smp;
+    ck_assert_int_eq(clt_sampler_create(clt_dataset_count(train_ds), 8, 42, 0, &smp), 0);
+    ck_assert_int_eq(clt_sampler_set_shares(smp, R, NULL), 0);
+    float x[8 * GU_T];
+    int32_t y[8 * GU_T];
+    for (int k = 0; k < 5; k++) {
+      int64_t got = 0, n, idx[8];
+      for (int q = 0; q < R; q++) {
+        ck_assert_int_eq(clt_sampler_slice(smp, 0, k, q, idx, &n), 0);
+        ck_assert_int_eq(clt_dataset_get_batch(train_ds, idx, n, x + got * GU_T, y + got * GU_T), 0);
+        got += n;
+      }
+      ck_assert_int_eq(got, 8);
+      clt_step_result res;
+      ck_assert_msg(clt_trainer_step(t, x, y, 8, &res) == 0, "%s", clt_last_error());
+      ck_assert_msg(res.loss == tr.loss[k], "step %d: loss %.9g, fit's %.9g", k + 1, res.loss, tr.loss[k]);
+    }
+    float *p = params_of(t);
+    ck_assert_msg(memcmp(p, ref, GU_PARAMS * sizeof *p) == 0, "%d replica(s): clt_trainer_step differs from fit by %g",
+                  R, maxdiff(p, ref));
+    fprintf(stderr, "%d replica(s): clt_trainer_step on fit's batches gives fit's parameters bit for bit\n", R);
+    clt_sampler_destroy(smp);
+    clt_trainer_destroy(t);
+    clt_model_destroy(m);
+    free(ref), free(p);
+  }
+}
+END_TEST
+
 /* ---- (h) ignored labels in clt_trainer_step -------------------------------- */
 
 static void batch_of(int64_t first, int64_t n, float *x, int32_t *y) {
@@ -694,7 +737,7 @@ int main(void) {
       {"clipping and warm-up", {clipping_scales_the_update_to_the_clip, warmup_ramps_the_learning_rate}},
       {"checkpoints", {resume_is_bitwise_adamw_cosine_clip_accumulate_dropout, resume_is_bitwise_fp16_on_two_replicas}},
       {"decay", {adamw_decays_exactly_the_matrices}},
-      {"labels", {ignored_labels_count_for_nothing}},
+      {"step", {step_on_fits_batches_gives_fits_bits, ignored_labels_count_for_nothing}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     TCase *tc = tcase_create(cases[c].name);
