@@ -87,5 +87,12 @@ expect 0 "eval the 1-rank weights" -- eval "$tmp/gpt.model" --weights "$tmp/w-1"
 same "$tmp/eval-a" "$out" "2 ranks and 1 device evaluate alike"
 mpi_expect 2 0 "eval on 2 ranks" -- eval "$tmp/gpt.model" --weights "$tmp/w-a" --val "$tmp/val.bin"
 same "$tmp/eval-a" "$out" "evaluation split over 2 ranks gives one device's result"
+# generate reads a checkpoint as it reads weights: the same text.
+expect 0 "generate from the weights" -- generate "$tmp/gpt.model" --weights "$tmp/w-a" --prompt "a rank" --tokens 30 \
+  --seed 3 --devices 0
+cp "$out" "$tmp/gen-w"
+expect 0 "generate from the checkpoint" -- generate "$tmp/gpt.model" --weights "$tmp/a/ckpt-0000000008.safetensors" \
+  --prompt "a rank" --tokens 30 --seed 3 --devices 0
+same "$tmp/gen-w" "$out" "a checkpoint and its weights generate the same text"
 [ $fail -eq 0 ] || exit 1
 exit $status
