@@ -727,7 +727,7 @@ typedef struct clt_train_event {
   double lr;
   double samples_per_s;             /* global samples per second (recent) */
   double elapsed_s, eta_s;
-  double test_loss, test_accuracy;  /* EPOCH with a test set */
+  double test_loss, test_accuracy;  /* EPOCH with a test set; STEP when eval_every evaluated then */
   double grad_norm;                 /* STEP: norm of the mean gradient (rank 0's; NaN when skipped) */
   double comm_s;                    /* STEP: seconds in gradient all-reduce since the last event */
   double comm_hidden;               /* STEP: the fraction of it that ran while backward still computed */
@@ -758,7 +758,8 @@ typedef struct clt_train_options {
                                    * matrices of linear, conv and attention layers, not biases, norms
                                    * or embeddings. SGD and Adam (L2) always decay everything. */
   uint64_t seed;                  /* initialisation, shuffling, dropout (42) */
-  int64_t eval_every;             /* also evaluate every N steps; 0: after each epoch only */
+  int64_t eval_every;             /* also evaluate every N steps (into that step's event, which is then
+                                     emitted whatever log_every says); 0: after each epoch only */
   int64_t log_every;              /* a step event every N steps (50) */
   const char *metrics_path;       /* JSON Lines written by rank 0; NULL: none */
   int drop_last;                  /* leave out each epoch's last partial batch */

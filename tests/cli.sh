@@ -130,6 +130,9 @@ expect 0 "train a GPT for a few steps" -- train "$gpt/gpt.model" --data "$gpt/tr
   --devices 0 --max-steps 8 --batch 8 --optimizer adamw --lr 1e-2 --save "$gpt/w.safetensors" --quiet
 has "$out" "val loss [0-9.]* bits per byte [0-9.]*" "training reports the validation loss in bits per byte"
 has "$out" "saved the weights to $gpt/w.safetensors" "the weights are saved"
+expect 0 "train a GPT with --eval-every" -- train "$gpt/gpt.model" --data "$gpt/train.bin" --val "$gpt/val.bin" \
+  --devices 0 --max-steps 8 --batch 8 --optimizer adamw --lr 1e-2 --eval-every 4 --quiet
+has "$out" "^step 4/8: train loss [0-9.]* | val loss [0-9.]* bits per byte" "--eval-every reports the validation loss"
 expect 0 "evaluate the GPT on its validation tokens" -- eval "$gpt/gpt.model" --weights "$gpt/w.safetensors" \
   --val "$gpt/val.bin" --devices 0
 has "$out" "^val loss [0-9.]* bits per byte [0-9.]* accuracy [0-9.]* (72 samples)" "eval reports bits per byte"

@@ -344,6 +344,14 @@ static void print_eval(const train_args *a, const char *lead, double loss, doubl
 /* Progress on rank 0: a rewritten line on a terminal, epoch lines always. */
 static void progress(const clt_train_event *ev, void *user) {
   const train_args *a = user;
+  if (ev->kind == CLT_EVENT_STEP && isfinite(ev->test_loss)) { /* --eval-every */
+    if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
+    printf("step %lld/%lld: train loss %.4f", (long long)ev->step, (long long)ev->steps_total, ev->loss);
+    print_eval(a, " | ", ev->test_loss, ev->test_accuracy);
+    printf(" | %.1f s\n", ev->elapsed_s);
+    fflush(stdout);
+    return;
+  }
   if (ev->kind == CLT_EVENT_STEP) {
     if (a->quiet || !isatty(STDERR_FILENO)) return;
     int eta = (int)(ev->eta_s + 0.5);

@@ -127,6 +127,10 @@ static int emit(clt_trainer *t, FILE *metrics, const clt_train_event *ev) {
   json_object_set_new(o, "samples_per_s", num(ev->samples_per_s));
   json_object_set_new(o, "elapsed_s", num(ev->elapsed_s));
   if (ev->kind == CLT_EVENT_STEP) {
+    if (isfinite(ev->test_loss)) { /* an evaluation of eval_every */
+      json_object_set_new(o, "test_loss", num(ev->test_loss));
+      json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
+    }
     json_object_set_new(o, "grad_norm", num(ev->grad_norm));
     json_object_set_new(o, "comm_s", num(ev->comm_s));
     json_object_set_new(o, "comm_hidden", num(ev->comm_hidden));
@@ -237,16 +241,20 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
       clt_prefetcher_position(pf[0], &t->pos);
       int last = src.last_in_epoch;
 
-      int log = o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total);
+      /* An evaluation due now (the epoch's own comes with its summary)
+       * reaches the callback and the metrics in this step's event, which
+       * it makes due too. */
+      int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
+      int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total));
       if (log) {
         if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(t->dp)); /* auto has them fresh */
         step_event(t, &st, epoch, steps_total, steps_per_epoch, &clock, &ev);
+        if (eval) {
+          CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
+          clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
+                   ev.test_accuracy);
+        }
         CLT_TRY(emit(t, metrics, &ev));
-      }
-      if (o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last) {
-        double tl, ta;
-        CLT_TRY(clt_trainer_evaluate(t, test, &tl, &ta));
-        clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, tl, ta);
       }
       /* Periodic checkpoints; one due at an epoch's last step waits for the
        * epoch's summary below. */
