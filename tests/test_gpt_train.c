@@ -19,6 +19,7 @@
  *     and fp16 on two replicas);
  *   - AdamW's weight decay applies to exactly the matrices (by default) or
  *     to everything (decay_all);
+ *   - clt_trainer_forward is causal bit for bit and its loss is evaluate's;
  *   - clt_trainer_step on fit's batches gives fit's bits; with
  *     CLT_IGNORE_LABEL, a sample whose labels are all ignored changes
  *     nothing, and a label out of range is refused, naming it.
@@ -636,6 +637,53 @@ START_TEST(step_on_fits_batches_gives_fits_bits) {
 }
 END_TEST
 
+/* ---- the forward pass generation uses ---------------------------------------- */
+
+/* clt_trainer_forward: (n, T, V) logits; causal, so changing the tokens
+ * from position j on leaves every logit before j as it was, bit for bit
+ * (generate pads a short prompt after its end on that promise); and its
+ * summed loss over the held-out windows is what clt_trainer_evaluate
+ * averages (a float sum of 1008 terms in another order: 1e-6). */
+START_TEST(forward_is_causal_and_agrees_with_evaluate) {
+  for (int d = 0; d < tu_ndev; d++) {
+    grun r = gpt_run(dev_spec(d), CLT_OPT_ADAMW, 3);
+    clt_model *m;
+    gtrace tr;
+    clt_trainer *t = make_trainer(&r, &tr, &m);
+    ck_assert_int_eq(clt_trainer_fit(t, train_ds, NULL), 0);
+    const int64_t n = clt_dataset_count(val_ds), TV = GU_T * GU_VOCAB;
+    float *x = malloc((size_t)n * GU_T * sizeof *x), *logits = malloc((size_t)(n * TV) * sizeof *logits);
+    float *other = malloc((size_t)TV * sizeof *other);
+    int32_t *y = malloc((size_t)n * GU_T * sizeof *y);
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    for (int64_t i = 0; i < n; i++) idx[i] = i;
+    ck_assert_int_eq(clt_dataset_get_batch(val_ds, idx, n, x, y), 0);
+    double sum, mean, acc;
+    ck_assert_msg(clt_trainer_forward(t, x, y, n, logits, n * TV, &sum) == 0, "%s", clt_last_error());
+    ck_assert_int_eq(clt_trainer_evaluate(t, val_ds, &mean, &acc), 0);
+    ck_assert_msg(fabs(sum / (double)(n * GU_T) - mean) <= 1e-6, "forward's loss %.9g per label, evaluate's %.9g",
+                  sum / (double)(n * GU_T), mean);
+    ck_assert_int_eq(clt_trainer_forward(t, x, NULL, n, logits, n * TV - 1, NULL), CLT_ESHAPE); /* no room */
+    ck_assert_msg(strstr(clt_last_error(), "the buffer holds"), "%s", clt_last_error());
+    for (int j = 1; j < GU_T; j += 5) {
+      float xj[GU_T];
+      memcpy(xj, x, sizeof xj);
+      for (int k = j; k < GU_T; k++) xj[k] = (float)((k * 7 + 3) % GU_VOCAB);
+      ck_assert_int_eq(clt_trainer_forward(t, xj, NULL, 1, other, TV, NULL), 0);
+      ck_assert_msg(memcmp(other, logits, (size_t)j * GU_VOCAB * sizeof *other) == 0,
+                    "on %s, tokens from position %d on changed the logits before it", tu_name(tu_ctx[d]), j);
+      ck_assert_msg(memcmp(other + j * GU_VOCAB, logits + j * GU_VOCAB, GU_VOCAB * sizeof *other) != 0,
+                    "changing position %d's token left its logits alone", j);
+    }
+    fprintf(stderr, "%s: forward is causal, bit for bit; its loss %.6f per label, evaluate's %.6f\n",
+            tu_name(tu_ctx[d]), sum / (double)(n * GU_T), mean);
+    free(x), free(logits), free(other), free(y), free(idx);
+    clt_trainer_destroy(t);
+    clt_model_destroy(m);
+  }
+}
+END_TEST
+
 /* ---- (h) ignored labels in clt_trainer_step -------------------------------- */
 
 static void batch_of(int64_t first, int64_t n, float *x, int32_t *y) {
@@ -730,6 +778,7 @@ int main(void) {
     const TTest *tests[4];
   } cases[] = {
       {"learning", {gpt_learns_on_every_device, eval_every_reports_the_held_out_loss}},
+      {"forward", {forward_is_causal_and_agrees_with_evaluate}},
       {"replicas", {two_replicas_equal_one_device, two_replicas_with_unequal_shares_equal_one_device,
                     two_replicas_with_automatic_shares_equal_one_device}},
       {"accumulation", {accumulation_equals_the_whole_batch}},
