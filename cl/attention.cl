@@ -1,82 +1,189 @@
-// attention.cl: the causal softmax of multi-head self-attention, between
-// the GEMMs of src/nn/attention.c. Everything here is float: under mixed
-// precision the host widens qkv, y and dy into f32 scratch first.
+// attention.cl: causal multi-head self-attention, fused: the scores, the
+// softmax and the products with v in one kernel per pass, one work-item
+// per query (forward, dq) or key (dk, dv) row of one head, walking the
+// rows the causal mask lets it see in increasing order. Nothing of size
+// T x T is ever stored. (FlashAttention's algorithm, without its tiles:
+// on a CPU (PoCL) a work-item is a loop iteration and the rows it reads
+// stay in cache, so each item reading the head's k and v itself costs
+// less than staging them through local memory, and the launch count is
+// what matters: three kernels a layer instead of dozens of GEMMs.)
 //
-// The scores of one chunk of samples are rows of T floats, row r = ((b *
-// heads + h) * T + i) for query i of head h of sample b; one work-group
-// (a power of two) per row, reducing in local memory in a fixed tree
-// order, so the same scores give the same bits every run. Query i sees
-// keys j <= i; the others get probability exactly 0 (never -inf - -inf).
+// Built with -DHEAD_DIM=D (the head width, known to the host) so the D
+// floats of a row are a private array of float vectors, vec_t, that the
+// compiler keeps in registers: every dot product is VW-wide multiply-adds
+// then a fixed tree over the VW lanes, every row update VW-wide. qkv, y,
+// dy and dqkv are act_t (cl/prelude.cl): an f16 variant loads the same
+// floats and does the same float arithmetic, so its results are the f32
+// path's on the same half values, rounded once. Each item sums in a fixed
+// order: the same inputs give the same bits on every run.
+//
+// Layout: qkv (B, T, 3C) with head h of q at columns h*D of each row, of k
+// at C + h*D, of v at 2C + h*D; y, dy (B, T, C) with head h at h*D; lse and
+// delta (B, H, T). Launched over exactly (T, H, B) items.
+#ifndef HEAD_DIM
+#error "attention.cl needs -DHEAD_DIM=<the head width>"
+#endif
 
-// The sum of v over the work-group, in a fixed tree order.
-float group_sum(__local float *scratch, float v) {
-  const uint lid = get_local_id(0), wgs = get_local_size(0);
-  scratch[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = wgs / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] += scratch[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
+#if HEAD_DIM % 8 == 0
+#define VW 8
+typedef float8 vec_t;
+#define VLOADN vload8
+#define VSTOREN vstore8
+float hsum(const float8 v) {
+  const float4 a = v.lo + v.hi;
+  const float2 b = a.lo + a.hi;
+  return b.x + b.y;
+}
+#elif HEAD_DIM % 4 == 0
+#define VW 4
+typedef float4 vec_t;
+#define VLOADN vload4
+#define VSTOREN vstore4
+float hsum(const float4 v) {
+  const float2 b = v.lo + v.hi;
+  return b.x + b.y;
+}
+#elif HEAD_DIM % 2 == 0
+#define VW 2
+typedef float2 vec_t;
+#define VLOADN vload2
+#define VSTOREN vstore2
+float hsum(const float2 v) { return v.x + v.y; }
+#else
+#define VW 1
+typedef float vec_t;
+#define VLOADN(o, p) ((p)[o])
+#define VSTOREN(v, o, p) ((p)[o] = (v))
+float hsum(const float v) { return v; }
+#endif
+#define NV (HEAD_DIM / VW)
+
+// VW act_t values from element i of p, as floats.
+vec_t load_vec(__global const act_t *p, const ulong i) {
+#ifdef CLT_HALF
+  float t[VW];
+  for (int l = 0; l < VW; l++) t[l] = vload_half(i + l, p);
+  return VLOADN(0, t);
+#else
+  return VLOADN(0, p + i);
+#endif
+}
+
+// v rounded to act_t at elements i .. i + VW - 1 of p.
+void store_vec(__global act_t *p, const ulong i, const vec_t v) {
+#ifdef CLT_HALF
+  float t[VW];
+  VSTOREN(v, 0, t);
+  for (int l = 0; l < VW; l++) vstore_half_rte(t[l], i + l, p);
+#else
+  VSTOREN(v, 0, p + i);
+#endif
+}
+
+// The row of D floats at element i of p into r.
+void load_row(vec_t *r, __global const act_t *p, const ulong i) {
+  for (int n = 0; n < NV; n++) r[n] = load_vec(p, i + (ulong)(n * VW));
+}
+
+// sum_d a[d] b[d] of a private row and the row at element i of p: lane
+// sums over d = lane, lane + VW, ..., then the tree over the lanes.
+float dot_row(const vec_t *a, __global const act_t *p, const ulong i) {
+  vec_t t = a[0] * load_vec(p, i);
+  for (int n = 1; n < NV; n++) t += a[n] * load_vec(p, i + (ulong)(n * VW));
+  return hsum(t);
+}
+
+// r += c * (the row at element i of p).
+void axpy_row(vec_t *r, const float c, __global const act_t *p, const ulong i) {
+  for (int n = 0; n < NV; n++) r[n] += c * load_vec(p, i + (ulong)(n * VW));
+}
+
+// Query i of head h of sample b: with s_j = q_i . k_j * scale for j <= i,
+// lse_i = m + log(sum_j exp(s_j - m)) and y_i = sum_j exp(s_j - m) v_j /
+// sum_j exp(s_j - m), m the largest s_j, kept as the walk goes (the online
+// softmax: when a larger score comes, what was summed is rescaled by
+// exp(m_old - m_new), so every exp is at most 1 whatever the scores).
+__kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __global act_t *y, const ulong yoff,
+                                __global float *lse, const ulong loff, const float scale) {
+  const uint i = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+  const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
+  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  vec_t q[NV], acc[NV];
+  load_row(q, qkv, head + i * ld);
+  for (int n = 0; n < NV; n++) acc[n] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (uint j = 0; j <= i; j++) {
+    const ulong kr = head + j * ld + C;
+    const float s = dot_row(q, qkv, kr) * scale;
+    if (s > m) {
+      const float c = exp(m - s);
+      l *= c;
+      for (int n = 0; n < NV; n++) acc[n] *= c;
+      m = s;
+    }
+    const float p = exp(s - m);
+    l += p;
+    axpy_row(acc, p, qkv, kr + C);
   }
-  float r = scratch[0];
-  barrier(CLK_LOCAL_MEM_FENCE); // everyone has read it before scratch is reused
-  return r;
+  const ulong yr = yoff + ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM;
+  for (int n = 0; n < NV; n++) store_vec(y, yr + (ulong)(n * VW), acc[n] / l);
+  lse[loff + ((ulong)b * H + h) * T + i] = m + log(l);
 }
 
-// The maximum of v over the work-group.
-float group_max(__local float *scratch, float v) {
-  const uint lid = get_local_id(0), wgs = get_local_size(0);
-  scratch[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = wgs / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] = fmax(scratch[lid], scratch[lid + s]);
-    barrier(CLK_LOCAL_MEM_FENCE);
+// The backward for query i: p_j = exp(s_j - lse_i) (s_j as the forward
+// computes it), dp_j = dy_i . v_j, ds_j = p_j (dp_j - delta_i) with
+// delta_i = dy_i . y_i (which equals sum_j p_j dp_j); dq_i = scale sum_j
+// ds_j k_j. delta_i is saved for attention_backward_dkv.
+__kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff, __global const act_t *y,
+                                    const ulong yoff, __global const act_t *dy, const ulong dyoff,
+                                    __global const float *lse, const ulong loff, __global float *delta,
+                                    const ulong doff, __global act_t *dqkv, const ulong dqoff, const float scale) {
+  const uint i = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+  const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
+  const ulong ld = 3 * (ulong)C, head = (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong yr = ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM, lr = ((ulong)b * H + h) * T + i;
+  vec_t q[NV], g[NV], acc[NV];
+  load_row(q, qkv, qoff + head + i * ld);
+  load_row(g, dy, dyoff + yr);
+  for (int n = 0; n < NV; n++) acc[n] = 0.0f;
+  const float di = dot_row(g, y, yoff + yr), li = lse[loff + lr];
+  for (uint j = 0; j <= i; j++) {
+    const ulong kr = qoff + head + j * ld + C;
+    const float p = exp(dot_row(q, qkv, kr) * scale - li);
+    const float ds = p * (dot_row(g, qkv, kr + C) - di);
+    axpy_row(acc, ds, qkv, kr);
   }
-  float r = scratch[0];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  return r;
+  const ulong dr = dqoff + head + i * ld;
+  for (int n = 0; n < NV; n++) store_vec(dqkv, dr + (ulong)(n * VW), acc[n] * scale);
+  delta[doff + lr] = di;
 }
 
-// Scores s (already scaled by 1/sqrt(D)) become probabilities in place:
-// lse = m + log(sum_{j <= i} exp(s_j - m)) with m the row's maximum over
-// j <= i (so every exp is in (0, 1]), p_j = exp(s_j - lse) for j <= i and 0
-// beyond. The backward recomputes p from the same s and lse with the same
-// expression, so it sees the forward's probabilities bit for bit.
-__kernel void attention_softmax(__global float *s, const ulong soff, __global float *lse, const ulong lseoff,
-                                const uint T, __local float *scratch) {
-  const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
-  const uint i = row % T;
-  const ulong base = soff + (ulong)row * T;
-  float m = -INFINITY;
-  for (uint j = lid; j <= i; j += wgs) m = fmax(m, s[base + j]);
-  m = group_max(scratch, m);
-  float sum = 0.0f;
-  for (uint j = lid; j <= i; j += wgs) sum += exp(s[base + j] - m);
-  const float l = m + log(group_sum(scratch, sum));
-  for (uint j = lid; j < T; j += wgs) s[base + j] = j <= i ? exp(s[base + j] - l) : 0.0f;
-  if (lid == 0) lse[lseoff + row] = l;
-}
-
-// The backward's softmax step, for query i of head h of sample b (row r):
-// p_j = exp(s_j - lse) overwrites the recomputed scores s (for dV = P^T
-// dY), and dP = dY V^T becomes dS = P * (dP - rowsum(dY * Y)) in place,
-// the rowsum over the head's D columns of y and dy (which equals sum_j p_j
-// dp_j). Masked entries of both are 0. y and dy are (nb, T, C) with the
-// head at columns [h*D, (h+1)*D).
-__kernel void attention_softmax_backward(__global float *s, const ulong soff, __global float *d, const ulong doff,
-                                         __global const float *lse, const ulong lseoff, __global const float *y,
-                                         const ulong yoff, __global const float *dy, const ulong dyoff, const uint T,
-                                         const uint H, const uint C, const uint D, __local float *scratch) {
-  const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
-  const uint i = row % T, bh = row / T, h = bh % H, b = bh / H;
-  const ulong yrow = ((ulong)b * T + i) * C + (ulong)h * D;
-  float dot = 0.0f;
-  for (uint k = lid; k < D; k += wgs) dot += dy[dyoff + yrow + k] * y[yoff + yrow + k];
-  const float rs = group_sum(scratch, dot);
-  const float l = lse[lseoff + row];
-  const ulong base = (ulong)row * T;
-  for (uint j = lid; j < T; j += wgs) {
-    const float p = j <= i ? exp(s[soff + base + j] - l) : 0.0f;
-    s[soff + base + j] = p;
-    d[doff + base + j] = j <= i ? p * (d[doff + base + j] - rs) : 0.0f;
+// The backward for key j (after attention_backward_dq, whose delta it
+// reads): over the queries i >= j, with p_ij, dp_ij and ds_ij computed as
+// there (the same bits), dv_j = sum_i p_ij dy_i and dk_j = scale sum_i
+// ds_ij q_i.
+__kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff, __global const act_t *dy,
+                                     const ulong dyoff, __global const float *lse, const ulong loff,
+                                     __global const float *delta, const ulong doff, __global act_t *dqkv,
+                                     const ulong dqoff, const float scale) {
+  const uint j = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+  const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
+  const ulong ld = 3 * (ulong)C, head = (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong yhead = (ulong)b * T * C + (ulong)h * HEAD_DIM, lrow = ((ulong)b * H + h) * T;
+  vec_t k[NV], v[NV], dk[NV], dv[NV];
+  load_row(k, qkv, qoff + head + j * ld + C);
+  load_row(v, qkv, qoff + head + j * ld + 2 * C);
+  for (int n = 0; n < NV; n++) dk[n] = dv[n] = 0.0f;
+  for (uint i = j; i < T; i++) {
+    const ulong qr = qoff + head + i * ld, gr = dyoff + yhead + i * C;
+    const float p = exp(dot_row(k, qkv, qr) * scale - lse[loff + lrow + i]);
+    const float ds = p * (dot_row(v, dy, gr) - delta[doff + lrow + i]);
+    axpy_row(dv, p, dy, gr);
+    axpy_row(dk, ds, qkv, qr);
+  }
+  const ulong dr = dqoff + head + j * ld + C;
+  for (int n = 0; n < NV; n++) {
+    store_vec(dqkv, dr + (ulong)(n * VW), dk[n] * scale);
+    store_vec(dqkv, dr + C + (ulong)(n * VW), dv[n]);
   }
 }

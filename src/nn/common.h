@@ -105,8 +105,4 @@ int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b,
  * fixed order. */
 int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C, int64_t P);
 
-/* For tests of attention's chunking: the scratch bytes a call may use
- * instead of 256 MiB (0 restores it). Not thread-safe: tests only. */
-void clt__nn_attention_limit(size_t bytes);
-
 #endif
