@@ -96,7 +96,9 @@ int clt__nn_launch_3d(clt_context *ctx, cl_kernel k, size_t gx, size_t gy, size_
 #define NN_GROUP_ITEMS 256
 
 /* A power-of-two work-group size for a kernel that reduces rows of `len`
- * elements: no wider than the row (rounded up), at most `most`, clamped. */
+ * elements: no wider than the row (rounded up), at most `most`, clamped;
+ * 1 on PoCL's CPU devices, where one item walking the row is fastest. The
+ * kernels' fixed reduction order is then the row's order. */
 size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most);
 
 /* y[n, c, p] += b[c], y seen as (N, C, P) (src/nn/bias.c). */
