@@ -270,6 +270,14 @@ static void bench_gpt(int64_t B) {
   bench("linear 128-256 backward", lin_bwd, &head);
   bench("softmax_xent", xent, &x);
   printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
+  printf("SGEMMs inside the GPT's linears (forward NT, dw TN, dx NN)\n");
+  const int64_t widths[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
+  for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+    size_t in = (size_t)widths[i][0], out = (size_t)widths[i][1], n = (size_t)N;
+    bench_gemm(0, 1, n, out, in);
+    bench_gemm(1, 0, out, in, n);
+    bench_gemm(0, 0, n, in, out);
+  }
 }
 
 int main(int argc, char **argv) {

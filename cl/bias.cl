@@ -2,11 +2,22 @@
 // (P = 1) and convolutions (P = OH*OW). y and dy are stored as act_t
 // (cl/prelude.cl); the bias and its gradient are float.
 
-// y[n, c, p] += b[c]
-__kernel void bias_add(__global act_t *y, const ulong yoff, __global const float *b, const ulong boff,
-                       const uint C, const uint P, const uint total) {
-  uint i = get_global_id(0);
-  if (i < total) ASTORE(y, yoff + i, ALOAD(y, yoff + i) + b[boff + (i / P) % C]);
+// y[n, c, p] += b[c], over exactly (P, C, N) items: no division per
+// element (a modulo by C per element kept PoCL from vectorizing, and cost a
+// linear layer more than its GEMM).
+__kernel void bias_add(__global act_t *y, const ulong yoff, __global const float *b, const ulong boff) {
+  const uint p = get_global_id(0), c = get_global_id(1), n = get_global_id(2);
+  const uint P = get_global_size(0), C = get_global_size(1);
+  const ulong i = yoff + ((ulong)n * C + c) * P + p;
+  ASTORE(y, i, ALOAD(y, i) + b[boff + c]);
+}
+
+// The same for P = 1 (a linear layer), over exactly (C, N, 1) items, so
+// that the fastest index runs along a row.
+__kernel void bias_add_rows(__global act_t *y, const ulong yoff, __global const float *b, const ulong boff) {
+  const uint c = get_global_id(0), n = get_global_id(1), C = get_global_size(0);
+  const ulong i = yoff + (ulong)n * C + c;
+  ASTORE(y, i, ALOAD(y, i) + b[boff + c]);
 }
 
 // db[c] += sum over n, p of dy[n, c, p]. One work-group per channel; item t
