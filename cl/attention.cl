@@ -98,11 +98,29 @@ void axpy_row(vec_t *r, const float c, __global const act_t *p, const ulong i) {
   for (int n = 0; n < NV; n++) r[n] += c * load_vec(p, i + (ulong)(n * VW));
 }
 
+// The walks take keys (queries) KB at a time: their KB scores are one
+// float8, so exp and the softmax's bookkeeping run 8 wide; lanes past the
+// causal limit (or the sequence's end) hold -inf, whose exp is exactly 0,
+// and their rows are never read.
+#define KB 8
+
+float max8(const float8 v) {
+  const float4 a = fmax(v.lo, v.hi);
+  const float2 b = fmax(a.lo, a.hi);
+  return fmax(b.x, b.y);
+}
+
+float sum8(const float8 v) {
+  const float4 a = v.lo + v.hi;
+  const float2 b = a.lo + a.hi;
+  return b.x + b.y;
+}
+
 // Query i of head h of sample b: with s_j = q_i . k_j * scale for j <= i,
 // lse_i = m + log(sum_j exp(s_j - m)) and y_i = sum_j exp(s_j - m) v_j /
 // sum_j exp(s_j - m), m the largest s_j, kept as the walk goes (the online
-// softmax: when a larger score comes, what was summed is rescaled by
-// exp(m_old - m_new), so every exp is at most 1 whatever the scores).
+// softmax: when a block brings a larger score, what was summed is rescaled
+// by exp(m_old - m_new), so every exp is at most 1 whatever the scores).
 __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __global act_t *y, const ulong yoff,
                                 __global float *lse, const ulong loff, const float scale) {
   const uint i = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
@@ -112,18 +130,22 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
   load_row(q, qkv, head + i * ld);
   for (int n = 0; n < NV; n++) acc[n] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (uint j = 0; j <= i; j++) {
-    const ulong kr = head + j * ld + C;
-    const float s = dot_row(q, qkv, kr) * scale;
-    if (s > m) {
-      const float c = exp(m - s);
+  for (uint j0 = 0; j0 <= i; j0 += KB) {
+    float sb[KB], pb[KB];
+    for (int e = 0; e < KB; e++) sb[e] = j0 + e <= i ? dot_row(q, qkv, head + (j0 + e) * ld + C) * scale : -INFINITY;
+    const float8 s = vload8(0, sb);
+    const float bm = max8(s);
+    if (bm > m) {
+      const float c = exp(m - bm);
       l *= c;
       for (int n = 0; n < NV; n++) acc[n] *= c;
-      m = s;
+      m = bm;
     }
-    const float p = exp(s - m);
-    l += p;
-    axpy_row(acc, p, qkv, kr + C);
+    const float8 p = exp(s - m);
+    l += sum8(p);
+    vstore8(p, 0, pb);
+    for (int e = 0; e < KB; e++)
+      if (j0 + e <= i) axpy_row(acc, pb[e], qkv, head + (j0 + e) * ld + 2 * C);
   }
   const ulong yr = yoff + ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM;
   for (int n = 0; n < NV; n++) store_vec(y, yr + (ulong)(n * VW), acc[n] / l);
@@ -140,48 +162,63 @@ __kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff,
                                     const ulong doff, __global act_t *dqkv, const ulong dqoff, const float scale) {
   const uint i = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
   const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
-  const ulong ld = 3 * (ulong)C, head = (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
   const ulong yr = ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM, lr = ((ulong)b * H + h) * T + i;
   vec_t q[NV], g[NV], acc[NV];
-  load_row(q, qkv, qoff + head + i * ld);
+  load_row(q, qkv, head + i * ld);
   load_row(g, dy, dyoff + yr);
   for (int n = 0; n < NV; n++) acc[n] = 0.0f;
   const float di = dot_row(g, y, yoff + yr), li = lse[loff + lr];
-  for (uint j = 0; j <= i; j++) {
-    const ulong kr = qoff + head + j * ld + C;
-    const float p = exp(dot_row(q, qkv, kr) * scale - li);
-    const float ds = p * (dot_row(g, qkv, kr + C) - di);
-    axpy_row(acc, ds, qkv, kr);
+  for (uint j0 = 0; j0 <= i; j0 += KB) {
+    float sb[KB], db[KB];
+    for (int e = 0; e < KB; e++) {
+      const ulong kr = head + (j0 + e) * ld + C;
+      const int in = j0 + e <= i;
+      sb[e] = in ? dot_row(q, qkv, kr) * scale - li : -INFINITY;
+      db[e] = in ? dot_row(g, qkv, kr + C) - di : 0.0f;
+    }
+    vstore8(exp(vload8(0, sb)) * vload8(0, db), 0, db); // ds
+    for (int e = 0; e < KB; e++)
+      if (j0 + e <= i) axpy_row(acc, db[e], qkv, head + (j0 + e) * ld + C);
   }
-  const ulong dr = dqoff + head + i * ld;
+  const ulong dr = dqoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM + i * ld;
   for (int n = 0; n < NV; n++) store_vec(dqkv, dr + (ulong)(n * VW), acc[n] * scale);
   delta[doff + lr] = di;
 }
 
 // The backward for key j (after attention_backward_dq, whose delta it
 // reads): over the queries i >= j, with p_ij, dp_ij and ds_ij computed as
-// there (the same bits), dv_j = sum_i p_ij dy_i and dk_j = scale sum_i
-// ds_ij q_i.
+// there, dv_j = sum_i p_ij dy_i and dk_j = scale sum_i ds_ij q_i.
 __kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff, __global const act_t *dy,
                                      const ulong dyoff, __global const float *lse, const ulong loff,
                                      __global const float *delta, const ulong doff, __global act_t *dqkv,
                                      const ulong dqoff, const float scale) {
   const uint j = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
   const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
-  const ulong ld = 3 * (ulong)C, head = (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  const ulong yhead = (ulong)b * T * C + (ulong)h * HEAD_DIM, lrow = ((ulong)b * H + h) * T;
+  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong yhead = dyoff + (ulong)b * T * C + (ulong)h * HEAD_DIM, lrow = ((ulong)b * H + h) * T;
   vec_t k[NV], v[NV], dk[NV], dv[NV];
-  load_row(k, qkv, qoff + head + j * ld + C);
-  load_row(v, qkv, qoff + head + j * ld + 2 * C);
+  load_row(k, qkv, head + j * ld + C);
+  load_row(v, qkv, head + j * ld + 2 * C);
   for (int n = 0; n < NV; n++) dk[n] = dv[n] = 0.0f;
-  for (uint i = j; i < T; i++) {
-    const ulong qr = qoff + head + i * ld, gr = dyoff + yhead + i * C;
-    const float p = exp(dot_row(k, qkv, qr) * scale - lse[loff + lrow + i]);
-    const float ds = p * (dot_row(v, dy, gr) - delta[doff + lrow + i]);
-    axpy_row(dv, p, dy, gr);
-    axpy_row(dk, ds, qkv, qr);
+  for (uint i0 = j; i0 < T; i0 += KB) {
+    float sb[KB], db[KB];
+    for (int e = 0; e < KB; e++) {
+      const uint i = i0 + e;
+      const int in = i < T;
+      sb[e] = in ? dot_row(k, qkv, head + i * ld) * scale - lse[loff + lrow + i] : -INFINITY;
+      db[e] = in ? dot_row(v, dy, yhead + i * C) - delta[doff + lrow + i] : 0.0f;
+    }
+    const float8 p = exp(vload8(0, sb));
+    vstore8(p * vload8(0, db), 0, db); // ds
+    vstore8(p, 0, sb);
+    for (int e = 0; e < KB; e++)
+      if (i0 + e < T) {
+        axpy_row(dv, sb[e], dy, yhead + (i0 + e) * C);
+        axpy_row(dk, db[e], qkv, head + (i0 + e) * ld);
+      }
   }
-  const ulong dr = dqoff + head + j * ld + C;
+  const ulong dr = dqoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM + j * ld + C;
   for (int n = 0; n < NV; n++) {
     store_vec(dqkv, dr + (ulong)(n * VW), dk[n] * scale);
     store_vec(dqkv, dr + C + (ulong)(n * VW), dv[n]);
