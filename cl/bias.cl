@@ -48,3 +48,34 @@ __kernel void bias_grad(__global const act_t *dy, const ulong dyoff, __global fl
   }
   if (lid == 0) db[dboff + c] += scratch[0];
 }
+
+// The same for P = 1 (a linear layer): one work-item per ROWS_VW
+// neighbouring channels walks the N rows in order, summing each channel
+// in one float; over exactly (C / ROWS_VW, 1, 1) items. ROWS_VW (-D, 8
+// when it divides C, else 1) makes each row's read one 32-byte piece: a
+// group per channel read one float per row, C floats apart, which with C
+// a power of two is the worst case of a CPU's cache (2048 x 512: 4 ms).
+#ifndef ROWS_VW
+#define ROWS_VW 1
+#endif
+__kernel void bias_grad_rows(__global const act_t *dy, const ulong dyoff, __global float *db, const ulong dboff,
+                             const uint N) {
+  const uint c0 = get_global_id(0) * ROWS_VW, C = get_global_size(0) * ROWS_VW;
+#if ROWS_VW == 8
+  float8 acc = 0.0f;
+  for (uint n = 0; n < N; n++) {
+    const ulong i = dyoff + (ulong)n * C + c0;
+#ifdef CLT_HALF
+    acc += (float8)(vload_half(i, dy), vload_half(i + 1, dy), vload_half(i + 2, dy), vload_half(i + 3, dy),
+                    vload_half(i + 4, dy), vload_half(i + 5, dy), vload_half(i + 6, dy), vload_half(i + 7, dy));
+#else
+    acc += vload8(0, dy + i);
+#endif
+  }
+  vstore8(vload8(0, db + dboff + c0) + acc, 0, db + dboff + c0);
+#else
+  float acc = 0.0f;
+  for (uint n = 0; n < N; n++) acc += ALOAD(dy, dyoff + (ulong)n * C + c0);
+  db[dboff + c0] += acc;
+#endif
+}

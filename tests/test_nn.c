@@ -112,6 +112,7 @@ START_TEST(linear_matches_reference_and_finite_differences) {
     linear_case(tu_ctx[d], 33, 65, 17, 0, 1);
     linear_case(tu_ctx[d], 2, 300, 10, 1, 0); /* a first layer: no dx */
     linear_case(tu_ctx[d], 64, 128, 10, 1, 1);
+    linear_case(tu_ctx[d], 9, 5, 24, 1, 1); /* out a multiple of 8: the bias gradient 8 channels an item */
   }
 }
 END_TEST
