@@ -116,6 +116,31 @@ float sum8(const float8 v) {
   return b.x + b.y;
 }
 
+// The KB dot products of a private row with the rows at elements r[e] +
+// off of p, as one float8. With vectors of 8 lanes, the 8 sums over lanes
+// are reduced together, 8 vectors to 1 in three steps of halving (for
+// each dot: lanes l and l + 4, then neighbours, then neighbours again);
+// otherwise each dot is dot_row's.
+float8 dots8(const vec_t *a, __global const act_t *p, const ulong *r, const ulong off) {
+#if VW == 8
+  float8 t[KB];
+  for (int e = 0; e < KB; e++) {
+    t[e] = a[0] * load_vec(p, r[e] + off);
+    for (int n = 1; n < NV; n++) t[e] += a[n] * load_vec(p, r[e] + off + (ulong)(n * VW));
+  }
+  const float8 a01 = (float8)(t[0].lo + t[0].hi, t[1].lo + t[1].hi), a23 = (float8)(t[2].lo + t[2].hi, t[3].lo + t[3].hi);
+  const float8 a45 = (float8)(t[4].lo + t[4].hi, t[5].lo + t[5].hi), a67 = (float8)(t[6].lo + t[6].hi, t[7].lo + t[7].hi);
+  const float8 b0 = (float8)(a01.even + a01.odd, a23.even + a23.odd), b1 = (float8)(a45.even + a45.odd, a67.even + a67.odd);
+  return (float8)(b0.even + b0.odd, b1.even + b1.odd);
+#else
+  float d[KB];
+  for (int e = 0; e < KB; e++) d[e] = dot_row(a, p, r[e] + off);
+  return vload8(0, d);
+#endif
+}
+
+#define LANES8 ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+
 // Query i of head h of sample b: with s_j = q_i . k_j * scale for j <= i,
 // lse_i = m + log(sum_j exp(s_j - m)) and y_i = sum_j exp(s_j - m) v_j /
 // sum_j exp(s_j - m), m the largest s_j, kept as the walk goes (the online
@@ -131,9 +156,11 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
   for (int n = 0; n < NV; n++) acc[n] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (uint j0 = 0; j0 <= i; j0 += KB) {
-    float sb[KB], pb[KB];
-    for (int e = 0; e < KB; e++) sb[e] = j0 + e <= i ? dot_row(q, qkv, head + (j0 + e) * ld + C) * scale : -INFINITY;
-    const float8 s = vload8(0, sb);
+    float pb[KB];
+    ulong r[KB]; // key rows, past the causal limit clamped to it (read, then masked)
+    for (int e = 0; e < KB; e++) r[e] = head + min(j0 + e, i) * ld;
+    const int8 out = (int8)(int)j0 + LANES8 > (int8)(int)i;
+    const float8 s = select(dots8(q, qkv, r, C) * scale, (float8)(-INFINITY), out);
     const float bm = max8(s);
     if (bm > m) {
       const float c = exp(m - bm);
@@ -170,14 +197,12 @@ __kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff,
   for (int n = 0; n < NV; n++) acc[n] = 0.0f;
   const float di = dot_row(g, y, yoff + yr), li = lse[loff + lr];
   for (uint j0 = 0; j0 <= i; j0 += KB) {
-    float sb[KB], db[KB];
-    for (int e = 0; e < KB; e++) {
-      const ulong kr = head + (j0 + e) * ld + C;
-      const int in = j0 + e <= i;
-      sb[e] = in ? dot_row(q, qkv, kr) * scale - li : -INFINITY;
-      db[e] = in ? dot_row(g, qkv, kr + C) - di : 0.0f;
-    }
-    vstore8(exp(vload8(0, sb)) * vload8(0, db), 0, db); // ds
+    float db[KB];
+    ulong r[KB]; // as in the forward
+    for (int e = 0; e < KB; e++) r[e] = head + min(j0 + e, i) * ld;
+    const int8 out = (int8)(int)j0 + LANES8 > (int8)(int)i;
+    const float8 p = exp(select(dots8(q, qkv, r, C) * scale - li, (float8)(-INFINITY), out));
+    vstore8(p * (dots8(g, qkv, r, 2 * (ulong)C) - di), 0, db); // ds (0 past the limit: p is)
     for (int e = 0; e < KB; e++)
       if (j0 + e <= i) axpy_row(acc, db[e], qkv, head + (j0 + e) * ld + C);
   }
@@ -202,15 +227,16 @@ __kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff
   load_row(v, qkv, head + j * ld + 2 * C);
   for (int n = 0; n < NV; n++) dk[n] = dv[n] = 0.0f;
   for (uint i0 = j; i0 < T; i0 += KB) {
-    float sb[KB], db[KB];
+    float sb[KB], db[KB], lb[KB], eb[KB];
+    ulong rq[KB], rg[KB]; // query rows of qkv and dy, past the end clamped to the last (read, then masked)
     for (int e = 0; e < KB; e++) {
-      const uint i = i0 + e;
-      const int in = i < T;
-      sb[e] = in ? dot_row(k, qkv, head + i * ld) * scale - lse[loff + lrow + i] : -INFINITY;
-      db[e] = in ? dot_row(v, dy, yhead + i * C) - delta[doff + lrow + i] : 0.0f;
+      const uint i = min(i0 + e, T - 1);
+      rq[e] = head + i * ld, rg[e] = yhead + i * C;
+      lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
     }
-    const float8 p = exp(vload8(0, sb));
-    vstore8(p * vload8(0, db), 0, db); // ds
+    const int8 out = (int8)(int)i0 + LANES8 >= (int8)(int)T;
+    const float8 p = exp(select(dots8(k, qkv, rq, 0) * scale - vload8(0, lb), (float8)(-INFINITY), out));
+    vstore8(p * (dots8(v, dy, rg, 0) - vload8(0, eb)), 0, db); // ds
     vstore8(p, 0, sb);
     for (int e = 0; e < KB; e++)
       if (i0 + e < T) {
