@@ -240,6 +240,15 @@ static int xent(void *p) {
   return clt_nn_softmax_xent(ctx, &x->logits, &x->labels, -1, 1.0f, &x->dlogits, &x->losses, &x->loss, &x->correct);
 }
 
+typedef struct opt_op {
+  clt_optimizer_config cfg;
+  clt_tensor p, g, state, mask;
+} opt_op;
+static int opt_step(void *arg) {
+  opt_op *o = arg;
+  return clt_optimizer_step_masked(ctx, &o->cfg, 1, 1e-3f, 1.0f, &o->p, &o->g, &o->state, &o->mask);
+}
+
 static void bench_gpt(int64_t B) {
   const int64_t T = 128, C = 128, H = 4, V = 256, N = B * T;
   printf("GPT (B=%lld, T=%lld, C=%lld, %lld heads)\n", (long long)B, (long long)T, (long long)C, (long long)H);
@@ -269,6 +278,11 @@ static void bench_gpt(int64_t B) {
   bench("linear 128-256 forward", lin_fwd, &head);
   bench("linear 128-256 backward", lin_bwd, &head);
   bench("softmax_xent", xent, &x);
+  /* AdamW over the model's 445952 parameters, matrices decayed */
+  const int64_t P = 445952, P2 = 2 * P;
+  opt_op o = {{0}, make(1, &P, CLT_F32), make(1, &P, CLT_F32), make(1, &P2, CLT_F32), make(1, &P, CLT_U8)};
+  clt_optimizer_defaults(CLT_OPT_ADAMW, &o.cfg);
+  bench("adamw step (445952 parameters)", opt_step, &o);
   printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
   printf("SGEMMs inside the GPT's linears (forward NT, dw TN, dx NN)\n");
   const int64_t widths[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
