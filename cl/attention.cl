@@ -110,11 +110,6 @@ float max8(const float8 v) {
   return fmax(b.x, b.y);
 }
 
-float sum8(const float8 v) {
-  const float4 a = v.lo + v.hi;
-  const float2 b = a.lo + a.hi;
-  return b.x + b.y;
-}
 
 // The KB dot products of a private row with the rows at elements r[e] +
 // off of p, as one float8. With vectors of 8 lanes, the 8 sums over lanes
@@ -169,7 +164,7 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
       m = bm;
     }
     const float8 p = exp(s - m);
-    l += sum8(p);
+    l += hsum8(p);
     vstore8(p, 0, pb);
     for (int e = 0; e < KB; e++)
       if (j0 + e <= i) axpy_row(acc, pb[e], qkv, head + (j0 + e) * ld + 2 * C);

@@ -65,12 +65,7 @@ __kernel void bias_grad_rows(__global const act_t *dy, const ulong dyoff, __glob
   float8 acc = 0.0f;
   for (uint n = 0; n < N; n++) {
     const ulong i = dyoff + (ulong)n * C + c0;
-#ifdef CLT_HALF
-    acc += (float8)(vload_half(i, dy), vload_half(i + 1, dy), vload_half(i + 2, dy), vload_half(i + 3, dy),
-                    vload_half(i + 4, dy), vload_half(i + 5, dy), vload_half(i + 6, dy), vload_half(i + 7, dy));
-#else
-    acc += vload8(0, dy + i);
-#endif
+    acc += aload8(dy, i);
   }
   vstore8(vload8(0, db + dboff + c0) + acc, 0, db + dboff + c0);
 #else

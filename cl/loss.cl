@@ -15,28 +15,9 @@
 typedef float8 xv_t;
 typedef int8 xi_t;
 #define LANES ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
-xv_t xload(__global const act_t *p, const ulong i) {
-#ifdef CLT_HALF
-  return (float8)(vload_half(i, p), vload_half(i + 1, p), vload_half(i + 2, p), vload_half(i + 3, p),
-                  vload_half(i + 4, p), vload_half(i + 5, p), vload_half(i + 6, p), vload_half(i + 7, p));
-#else
-  return vload8(0, p + i);
-#endif
-}
-void xstore(__global act_t *p, const ulong i, const xv_t v) {
-#ifdef CLT_HALF
-  float t[8];
-  vstore8(v, 0, t);
-  for (int l = 0; l < 8; l++) vstore_half_rte(t[l], i + l, p);
-#else
-  vstore8(v, 0, p + i);
-#endif
-}
-float xsum(const float8 v) {
-  const float4 a = v.lo + v.hi;
-  const float2 b = a.lo + a.hi;
-  return b.x + b.y;
-}
+#define xload(p, i) aload8(p, i)
+#define xstore(p, i, v) astore8(p, i, v)
+#define xsum(v) hsum8(v)
 float xmax(const float8 v) {
   const float4 a = fmax(v.lo, v.hi);
   const float2 b = fmax(a.lo, a.hi);
@@ -76,7 +57,6 @@ __kernel void xent_rows(__global const act_t *logits, const ulong loff, __global
   const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
   const uint first = lid * XENT_VW, step = wgs * XENT_VW;
   const ulong base = loff + (ulong)row * C;
-  const int none = (int)C; // the index of no element (hoisted: rusticl warns of kernel arguments read in loops)
   const int label = labels[laboff + row];
   // An ignored row runs the same code (no early return before barriers,
   // which PoCL's work-group loops do not take) and stores zeros at the end.
@@ -100,11 +80,11 @@ __kernel void xent_rows(__global const act_t *logits, const ulong loff, __global
 
   // sum_j exp(z_j - m), and the first index holding m, in one pass.
   xv_t sv = 0.0f;
-  xi_t iv = (xi_t)none;
+  xi_t iv = (xi_t)(int)C;
   for (uint j = first; j < C; j += step) {
     const xv_t v = xload(logits, base + j);
     sv += exp(v - m);
-    iv = min(iv, select((xi_t)none, (xi_t)(int)j + LANES, v == m));
+    iv = min(iv, select((xi_t)(int)C, (xi_t)(int)j + LANES, v == m));
   }
   fscratch[lid] = xsum(sv);
   iscratch[lid] = xmin(iv);

@@ -449,6 +449,7 @@ START_TEST(layernorm_matches_reference_and_finite_differences) {
     layernorm_case(tu_ctx[d], NU_SHAPE(2, 3, 33), 3.0f); /* |mean| > std: the variance must be two-pass */
     layernorm_case(tu_ctx[d], NU_SHAPE(3, 300), 0.0f);   /* rows wider than a work-group */
     layernorm_case(tu_ctx[d], NU_SHAPE(5, 1), 0.0f);     /* D = 1: y = beta, zero gradient for x */
+    layernorm_case(tu_ctx[d], NU_SHAPE(3, 64), 2.0f);    /* D a multiple of 8: rows read as vectors */
   }
 }
 END_TEST

@@ -375,6 +375,7 @@ START_TEST(layernorm_in_f16_is_the_f32_result_rounded) {
   for (int d = 0; d < tu_ndev; d++) {
     layernorm_case(tu_ctx[d], 6, 37);
     layernorm_case(tu_ctx[d], 3, 300);
+    layernorm_case(tu_ctx[d], 4, 128); /* rows read as vectors */
   }
 }
 END_TEST
