@@ -249,6 +249,18 @@ static int opt_step(void *arg) {
   return clt_optimizer_step_masked(ctx, &o->cfg, 1, 1e-3f, 1.0f, &o->p, &o->g, &o->state, &o->mask);
 }
 
+typedef struct emb_op {
+  clt_tensor tokens, wte, y, dy, dwte;
+} emb_op;
+static int emb_fwd(void *p) {
+  emb_op *e = p;
+  return clt_nn_embedding_forward(ctx, &e->tokens, &e->wte, &e->y);
+}
+static int emb_bwd(void *p) {
+  emb_op *e = p;
+  return clt_nn_embedding_backward(ctx, &e->tokens, &e->dy, &e->dwte);
+}
+
 static void bench_gpt(int64_t B) {
   const int64_t T = 128, C = 128, H = 4, V = 256, N = B * T;
   printf("GPT (B=%lld, T=%lld, C=%lld, %lld heads)\n", (long long)B, (long long)T, (long long)C, (long long)H);
@@ -260,7 +272,16 @@ static void bench_gpt(int64_t B) {
   lin_op qkv = make_lin(N, C, 3 * C, 1), proj = make_lin(N, C, C, 1), fc = make_lin(N, C, 4 * C, 1);
   lin_op fc2 = make_lin(N, 4 * C, C, 1), head = make_lin(N, C, V, 1);
   xent_op x = {T2(N, V), make(1, &N, CLT_I32), T2(N, V), T1(N), T1(1), make(1, (const int64_t[]){1}, CLT_I32)};
+  emb_op e = {make(1, &N, CLT_F32), T2(V, C), T2(N, C), T2(N, C), T2(V, C)};
+  {
+    float *tok = malloc((size_t)N * sizeof *tok); /* byte tokens, as text gives */
+    for (int64_t i = 0; i < N; i++) tok[i] = (float)((i * 7919 + i / 3) % 97 + 32);
+    clt_tensor_upload(ctx, &e.tokens, tok, (size_t)N * sizeof *tok);
+    free(tok);
+  }
   total_ms = total_cpu_ms = 0;
+  bench("token embedding forward", emb_fwd, &e);
+  bench("token embedding backward", emb_bwd, &e);
   bench("attention core forward", attn_fwd, &a);
   bench("attention core backward", attn_bwd, &a);
   bench("layernorm forward", ln_fwd, &l);
