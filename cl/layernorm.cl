@@ -93,21 +93,28 @@ __kernel void layernorm_backward_input(__global const act_t *x, const ulong xoff
   }
 }
 
-// dgamma[d] += sum over rows of dy * xhat; dbeta[d] += sum over rows of dy.
+// dgamma[d] += sum over rows of dy * xhat; dbeta[d] += sum over rows of dy,
+// each column summed over the rows in order by one work-item, LN_VW
+// neighbouring columns an item (over exactly D / LN_VW items), so that each
+// row's read is one piece of LN_VW floats rather than one float per item.
 __kernel void layernorm_backward_params(__global const act_t *x, const ulong xoff, __global const float *mean,
                                         const ulong moff, __global const float *rstd, const ulong roff,
                                         __global const act_t *dy, const ulong dyoff, __global float *dgamma,
                                         const ulong dgoff, __global float *dbeta, const ulong dboff, const uint M,
                                         const uint D) {
-  const uint d = get_global_id(0);
-  if (d >= D) return;
-  float sg = 0.0f, sb = 0.0f;
+  const uint d = get_global_id(0) * LN_VW;
+  lv_t sg = 0.0f, sb = 0.0f;
   for (uint m = 0; m < M; m++) {
     ulong i = (ulong)m * D + d;
-    float g = ALOAD(dy, dyoff + i);
-    sg += g * (ALOAD(x, xoff + i) - mean[moff + m]) * rstd[roff + m];
+    lv_t g = LLOAD(dy, dyoff + i);
+    sg += g * (LLOAD(x, xoff + i) - mean[moff + m]) * rstd[roff + m];
     sb += g;
   }
+#if LN_VW == 8
+  vstore8(vload8(0, dgamma + dgoff + d) + sg, 0, dgamma + dgoff + d);
+  vstore8(vload8(0, dbeta + dboff + d) + sb, 0, dbeta + dboff + d);
+#else
   dgamma[dgoff + d] += sg;
   dbeta[dboff + d] += sb;
+#endif
 }

@@ -77,14 +77,14 @@ int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_t
 
   /* dgamma, dbeta first: the input-gradient kernel reads each dy element
    * before writing the same dx element, so dx may then be dy (in place). */
-  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_params", clt__nn_act_opt(x), &k));
+  char opt[48];
+  CLT_TRY(ln_options(x, D, opt, sizeof opt));
+  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_params", opt, &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(rstd->buf), NN_VAL(roff),
                       NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dgamma->buf), NN_VAL(dgoff), NN_VAL(dbeta->buf),
                       NN_VAL(dboff), NN_VAL(m), NN_VAL(d)));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)D, 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)(D % 8 == 0 ? D / 8 : D), 1, 1));
 
-  char opt[48];
-  CLT_TRY(ln_options(x, D, opt, sizeof opt));
   CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_input", opt, &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, D, 256);
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(gamma->buf), NN_VAL(goff), NN_VAL(mean->buf),
