@@ -2,10 +2,11 @@
  * nn_bench.c: milliseconds per call of every layer kernel that a training
  * step of the Fashion-MNIST models runs (examples/fashion_cnn.model and
  * fashion_mlp.model at batch 64), and of the SGEMMs inside them, on one
- * OpenCL device. Where the trainer's CLT_PROFILE=1 says which layer is
+ * OpenCL device; with --gpt, of the tiny GPT's layers instead
+ * (examples/gpt_tiny.model: context 128, width 128, 4 heads; batch 16). Where the trainer's CLT_PROFILE=1 says which layer is
  * slow, this says which call inside it, without the trainer around it.
  *
- *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B]
+ *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt]
  *
  * Each op is run once to build its kernels, then N times with the queue
  * drained after every call; the median and the minimum wall-clock times
@@ -195,26 +196,148 @@ static void bench_gemm(int ta, int tb, size_t m, size_t n, size_t k) {
   clt_buffer_release(g.a), clt_buffer_release(g.b), clt_buffer_release(g.c);
 }
 
+/* ---- the tiny GPT's layers ---------------------------------------------------- */
+
+typedef struct attn_op {
+  int heads;
+  clt_tensor qkv, y, lse, dy, dqkv;
+} attn_op;
+static int attn_fwd(void *p) {
+  attn_op *a = p;
+  return clt_nn_attention_forward(ctx, a->heads, &a->qkv, &a->y, &a->lse);
+}
+static int attn_bwd(void *p) {
+  attn_op *a = p;
+  return clt_nn_attention_backward(ctx, a->heads, &a->qkv, &a->y, &a->lse, &a->dy, &a->dqkv);
+}
+
+typedef struct ln_op {
+  clt_tensor x, g, b, y, mean, rstd, dy, dx, dg, db;
+} ln_op;
+static int ln_fwd(void *p) {
+  ln_op *l = p;
+  return clt_nn_layernorm_forward(ctx, 1e-5f, &l->x, &l->g, &l->b, &l->y, &l->mean, &l->rstd);
+}
+static int ln_bwd(void *p) {
+  ln_op *l = p;
+  return clt_nn_layernorm_backward(ctx, &l->x, &l->g, &l->mean, &l->rstd, &l->dy, &l->dx, &l->dg, &l->db);
+}
+
+static int gelu_fwd(void *p) {
+  act_op *a = p;
+  return clt_nn_act_forward(ctx, CLT_NN_GELU, 0, &a->x, &a->y);
+}
+static int gelu_bwd(void *p) {
+  act_op *a = p;
+  return clt_nn_act_backward(ctx, CLT_NN_GELU, 0, &a->x, &a->y, &a->dy, &a->dx);
+}
+
+typedef struct xent_op {
+  clt_tensor logits, labels, dlogits, losses, loss, correct;
+} xent_op;
+static int xent(void *p) {
+  xent_op *x = p;
+  return clt_nn_softmax_xent(ctx, &x->logits, &x->labels, -1, 1.0f, &x->dlogits, &x->losses, &x->loss, &x->correct);
+}
+
+typedef struct opt_op {
+  clt_optimizer_config cfg;
+  clt_tensor p, g, state, mask;
+} opt_op;
+static int opt_step(void *arg) {
+  opt_op *o = arg;
+  return clt_optimizer_step_masked(ctx, &o->cfg, 1, 1e-3f, 1.0f, &o->p, &o->g, &o->state, &o->mask);
+}
+
+typedef struct emb_op {
+  clt_tensor tokens, wte, y, dy, dwte;
+} emb_op;
+static int emb_fwd(void *p) {
+  emb_op *e = p;
+  return clt_nn_embedding_forward(ctx, &e->tokens, &e->wte, &e->y);
+}
+static int emb_bwd(void *p) {
+  emb_op *e = p;
+  return clt_nn_embedding_backward(ctx, &e->tokens, &e->dy, &e->dwte);
+}
+
+static void bench_gpt(int64_t B) {
+  const int64_t T = 128, C = 128, H = 4, V = 256, N = B * T;
+  printf("GPT (B=%lld, T=%lld, C=%lld, %lld heads)\n", (long long)B, (long long)T, (long long)C, (long long)H);
+  int64_t sq[3] = {B, T, 3 * C}, sy[3] = {B, T, C}, sl[3] = {B, H, T};
+  attn_op a = {(int)H, make(3, sq, CLT_F32), make(3, sy, CLT_F32), make(3, sl, CLT_F32), make(3, sy, CLT_F32),
+               make(3, sq, CLT_F32)};
+  ln_op l = {T2(N, C), T1(C), T1(C), T2(N, C), T1(N), T1(N), T2(N, C), T2(N, C), T1(C), T1(C)};
+  act_op g = {T2(N, 4 * C), T2(N, 4 * C), T2(N, 4 * C), T2(N, 4 * C)};
+  lin_op qkv = make_lin(N, C, 3 * C, 1), proj = make_lin(N, C, C, 1), fc = make_lin(N, C, 4 * C, 1);
+  lin_op fc2 = make_lin(N, 4 * C, C, 1), head = make_lin(N, C, V, 1);
+  xent_op x = {T2(N, V), make(1, &N, CLT_I32), T2(N, V), T1(N), T1(1), make(1, (const int64_t[]){1}, CLT_I32)};
+  emb_op e = {make(1, &N, CLT_F32), T2(V, C), T2(N, C), T2(N, C), T2(V, C)};
+  {
+    float *tok = malloc((size_t)N * sizeof *tok); /* byte tokens, as text gives */
+    for (int64_t i = 0; i < N; i++) tok[i] = (float)((i * 7919 + i / 3) % 97 + 32);
+    clt_tensor_upload(ctx, &e.tokens, tok, (size_t)N * sizeof *tok);
+    free(tok);
+  }
+  total_ms = total_cpu_ms = 0;
+  bench("token embedding forward", emb_fwd, &e);
+  bench("token embedding backward", emb_bwd, &e);
+  bench("attention core forward", attn_fwd, &a);
+  bench("attention core backward", attn_bwd, &a);
+  bench("layernorm forward", ln_fwd, &l);
+  bench("layernorm backward", ln_bwd, &l);
+  bench("gelu forward", gelu_fwd, &g);
+  bench("gelu backward", gelu_bwd, &g);
+  bench("linear 128-384 forward", lin_fwd, &qkv);
+  bench("linear 128-384 backward", lin_bwd, &qkv);
+  bench("linear 128-128 forward", lin_fwd, &proj);
+  bench("linear 128-128 backward", lin_bwd, &proj);
+  bench("linear 128-512 forward", lin_fwd, &fc);
+  bench("linear 128-512 backward", lin_bwd, &fc);
+  bench("linear 512-128 forward", lin_fwd, &fc2);
+  bench("linear 512-128 backward", lin_bwd, &fc2);
+  bench("linear 128-256 forward", lin_fwd, &head);
+  bench("linear 128-256 backward", lin_bwd, &head);
+  bench("softmax_xent", xent, &x);
+  /* AdamW over the model's 445952 parameters, matrices decayed */
+  const int64_t P = 445952, P2 = 2 * P;
+  opt_op o = {{0}, make(1, &P, CLT_F32), make(1, &P, CLT_F32), make(1, &P2, CLT_F32), make(1, &P, CLT_U8)};
+  clt_optimizer_defaults(CLT_OPT_ADAMW, &o.cfg);
+  bench("adamw step (445952 parameters)", opt_step, &o);
+  printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
+  printf("SGEMMs inside the GPT's linears (forward NT, dw TN, dx NN)\n");
+  const int64_t widths[][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
+  for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+    size_t in = (size_t)widths[i][0], out = (size_t)widths[i][1], n = (size_t)N;
+    bench_gemm(0, 1, n, out, in);
+    bench_gemm(1, 0, out, in, n);
+    bench_gemm(0, 0, n, in, out);
+  }
+}
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {{"devices", required_argument, 0, 'd'},
                                        {"iters", required_argument, 0, 'i'},
                                        {"batch", required_argument, 0, 'b'},
+                                       {"gpt", no_argument, 0, 'g'},
                                        {"help", no_argument, 0, 'h'},
                                        {0}};
   const char *spec = "pocl";
-  int64_t N = 64;
-  int c;
-  while ((c = getopt_long(argc, argv, "d:i:b:h", opts, NULL)) != -1) {
+  int64_t N = 0;
+  int c, gpt = 0;
+  while ((c = getopt_long(argc, argv, "d:i:b:gh", opts, NULL)) != -1) {
     switch (c) {
     case 'd': spec = optarg; break;
     case 'i': iters = atoi(optarg); break;
     case 'b': N = atoll(optarg); break;
+    case 'g': gpt = 1; break;
     default:
-      fprintf(c == 'h' ? stdout : stderr, "usage: nn_bench [--devices SPEC] [--iters N] [--batch B]\n");
+      fprintf(c == 'h' ? stdout : stderr, "usage: nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt]\n");
       return c == 'h' ? 0 : 2;
     }
   }
   if (iters < 1) iters = 1;
+  if (N < 1) N = gpt ? 16 : 64;
   clt_devices *all = NULL, *sel = NULL;
   if (clt_devices_discover(&all) < 0 || clt_devices_select(all, spec, &sel) < 0 || clt_devices_count(sel) < 1) {
     fprintf(stderr, "nn_bench: no device for '%s': %s\n", spec, clt_last_error());
@@ -226,6 +349,10 @@ int main(int argc, char **argv) {
   }
   printf("# %s, batch %lld: ms per call: wall median, wall min, CPU mean (all threads) of %d\n", clt_context_device(ctx)->name, (long long)N, iters);
 
+  if (gpt) {
+    bench_gpt(N);
+    goto done;
+  }
   printf("CNN\n");
   conv_op c1 = make_conv(N, 1, 28, 32, 0), c2 = make_conv(N, 32, 14, 64, 1);
   act_op a1 = {T4(N, 32, 28, 28), T4(N, 32, 28, 28), T4(N, 32, 28, 28), T4(N, 32, 28, 28)};
@@ -275,6 +402,7 @@ int main(int argc, char **argv) {
   bench("relu backward", relu_bwd, &r1);
   bench("linear 784-256 backward (no dx)", lin_bwd, &m1);
   printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
+done:
   clt_context_destroy(ctx);
   clt_devices_destroy(sel);
   clt_devices_destroy(all);

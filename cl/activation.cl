@@ -5,8 +5,9 @@
 // activation with -DACT=<act>, which turns the switch into straight-line
 // code: a switch on a kernel argument kept PoCL from vectorizing the
 // work-item loop and made relu 30x slower than a copy. Without ACT the
-// argument decides. Offsets are in elements; kernels check their bound (the
-// launch rounds up).
+// argument decides. Offsets are in elements; kernels are launched over
+// exactly n items (clt__launch_exact_1d), so they test no bound, which
+// would keep PoCL from vectorizing them.
 
 #define ACT_RELU 0
 #define ACT_LEAKY_RELU 1
@@ -14,11 +15,17 @@
 #define ACT_TANH 3
 #define ACT_SIGMOID 4
 
-// GELU, tanh approximation (as PyTorch's approximate='tanh' and GPT-2).
-// tanh saturates to exactly +-1 from |x| >= 10, where that is the correctly
-// rounded float: PoCL's tanh stops 1 ulp short (0.99999994), and GELU's
-// derivative multiplies 1 - t^2 by ~x^3, which turned that ulp into an
-// error of 6e-3 at x = 100.
+// GELU, tanh approximation (as PyTorch's approximate='tanh' and GPT-2):
+// 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as the
+// equal x g, g = sigmoid(2u) = 1 / (1 + exp(-2u)): exp costs PoCL less than
+// tanh (GELU over 2048 x 512: forward 1.35 -> 0.83 ms, backward 1.6 ->
+// 1.1), and saturates cleanly: exp(-2u) overflows to inf (g = 0, y = -0) or
+// underflows to 0 (g = 1, y = x), where the derivative's g (1 - g), which
+// stands for (1 - tanh^2 u) / 4, is exactly 0.
+//
+// tanh1 (the tanh activation) saturates to exactly +-1 from |x| >= 10,
+// where that is the correctly rounded float: PoCL's tanh stops 1 ulp short
+// (0.99999994).
 #define GELU_C 0.7978845608028654f // sqrt(2 / pi)
 #define GELU_A 0.044715f
 
@@ -28,7 +35,7 @@ float act_value(int act, float x, float alpha) {
   switch (act) {
   case ACT_RELU: return x > 0.0f ? x : 0.0f;
   case ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
-  case ACT_GELU: return 0.5f * x * (1.0f + tanh1(GELU_C * (x + GELU_A * x * x * x)));
+  case ACT_GELU: return x / (1.0f + exp(-2.0f * GELU_C * (x + GELU_A * x * x * x)));
   case ACT_TANH: return tanh1(x);
   default: return 1.0f / (1.0f + exp(-x));
   }
@@ -42,8 +49,8 @@ float act_derivative(int act, float s, float alpha) {
   case ACT_LEAKY_RELU: return s > 0.0f ? 1.0f : alpha;
   case ACT_GELU: {
     float x2 = s * s;
-    float t = tanh1(GELU_C * (s + GELU_A * x2 * s));
-    return 0.5f * (1.0f + t) + 0.5f * s * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * x2);
+    float g = 1.0f / (1.0f + exp(-2.0f * GELU_C * (s + GELU_A * x2 * s)));
+    return g + 2.0f * s * g * (1.0f - g) * GELU_C * (1.0f + 3.0f * GELU_A * x2);
   }
   case ACT_TANH: return 1.0f - s * s;
   default: return s * (1.0f - s);
@@ -60,12 +67,12 @@ float act_derivative(int act, float s, float alpha) {
 __kernel void act_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                           const ulong n, const int act, const float alpha) {
   size_t i = get_global_id(0);
-  if (i < n) ASTORE(y, yoff + i, act_value(ACT_OF(act), ALOAD(x, xoff + i), alpha));
+  ASTORE(y, yoff + i, act_value(ACT_OF(act), ALOAD(x, xoff + i), alpha));
 }
 
 // dx = dy * act'(s)
 __kernel void act_backward(__global const act_t *s, const ulong soff, __global const act_t *dy, const ulong dyoff,
                            __global act_t *dx, const ulong dxoff, const ulong n, const int act, const float alpha) {
   size_t i = get_global_id(0);
-  if (i < n) ASTORE(dx, dxoff + i, ALOAD(dy, dyoff + i) * act_derivative(ACT_OF(act), ALOAD(s, soff + i), alpha));
+  ASTORE(dx, dxoff + i, ALOAD(dy, dyoff + i) * act_derivative(ACT_OF(act), ALOAD(s, soff + i), alpha));
 }

@@ -25,30 +25,21 @@ __kernel void embedding_forward(__global const float *tokens, const ulong toff, 
 
 // link[i] = the next row j > i with tokens[j] == tokens[i] (N when none),
 // stored as is when i is the first row of its token and as -1 - next when
-// an earlier row holds it too. Each item compares its token with every
-// row's, staged through local memory a group-wide tile at a time. The
-// global size is a multiple of the group size; items past N only help
-// stage tiles.
+// an earlier row holds it too. Each item scans forward to the next row
+// with its token and backward to the previous one, stopping at the first:
+// a token's rows split the sequence into gaps that its items' scans cover
+// about twice, so the work is a few times N per distinct token (N^2 only
+// when no token repeats), where comparing every pair of rows was always
+// N^2. Launched over exactly N items.
 __kernel void embedding_links(__global const float *tokens, const ulong toff, const uint N, __global int *link,
-                              const ulong loff, __local float *tile) {
-  const uint i = get_global_id(0), lid = get_local_id(0), wgs = get_local_size(0);
-  const float t = i < N ? tokens[toff + i] : NAN;
-  uint next = N;
-  int first = 1;
-  for (uint base = 0; base < N; base += wgs) {
-    tile[lid] = base + lid < N ? tokens[toff + base + lid] : NAN;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const uint n = N - base < wgs ? N - base : wgs;
-    for (uint k = 0; k < n; k++) {
-      const uint j = base + k;
-      if (tile[k] == t) {
-        if (j < i) first = 0;
-        else if (j > i && next == N) next = j;
-      }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  if (i < N) link[loff + i] = first ? (int)next : -1 - (int)next;
+                              const ulong loff) {
+  const uint i = get_global_id(0);
+  const float t = tokens[toff + i];
+  uint next = i + 1;
+  while (next < N && tokens[toff + next] != t) next++;
+  uint prev = i;
+  while (prev > 0 && tokens[toff + prev - 1] != t) prev--;
+  link[loff + i] = prev == 0 ? (int)next : -1 - (int)next;
 }
 
 // dwte[tokens[i]][c] += dy[i][c] over the chain of rows starting at the

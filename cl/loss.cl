@@ -4,14 +4,50 @@
 // two); the loss of the batch is then summed by one work-group in a fixed
 // order, so the same logits give the same bits every run.
 
+// XENT_VW (-D, 8 when it divides C, else 1): each item takes its row's
+// elements XENT_VW at a time, as one vector, so that exp runs that wide
+// (on PoCL, where one item walks the whole row, a scalar exp per element
+// was most of the cost).
+#ifndef XENT_VW
+#define XENT_VW 1
+#endif
+#if XENT_VW == 8
+typedef float8 xv_t;
+typedef int8 xi_t;
+#define LANES ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+#define xload(p, i) aload8(p, i)
+#define xstore(p, i, v) astore8(p, i, v)
+#define xsum(v) hsum8(v)
+float xmax(const float8 v) {
+  const float4 a = fmax(v.lo, v.hi);
+  const float2 b = fmax(a.lo, a.hi);
+  return fmax(b.x, b.y);
+}
+int xmin(const int8 v) {
+  const int4 a = min(v.lo, v.hi);
+  const int2 b = min(a.lo, a.hi);
+  return min(b.x, b.y);
+}
+#else
+typedef float xv_t;
+typedef int xi_t;
+#define LANES 0
+#define xload(p, i) ALOAD(p, i)
+#define xstore(p, i, v) ASTORE(p, i, v)
+#define xsum(v) (v)
+#define xmax(v) (v)
+#define xmin(v) (v)
+#endif
+
 // Row n: loss = log(sum_j exp(z_j - m)) - (z_label - m) with m the row
 // maximum, which keeps every exp in (0, 1] whatever the logits;
-// dlogits = scale * (softmax - onehot(label)); correct += argmax == label.
-// A label equal to `ignore` (a negative ignore index: padding, say) gives
-// loss 0 and a zero gradient row and is not counted as correct; any other
-// label outside [0, C) gives NaN loss and gradient. scale is the loss
-// scale under mixed precision (up to 65536): a gradient beyond the stored
-// type's range is stored as inf, which the trainer's overflow check sees.
+// dlogits = scale * (softmax - onehot(label)); correct += argmax == label,
+// the argmax being the first index of the maximum. A label equal to
+// `ignore` (a negative ignore index: padding, say) gives loss 0 and a zero
+// gradient row and is not counted as correct; any other label outside
+// [0, C) gives NaN loss and gradient. scale is the loss scale under mixed
+// precision (up to 65536): a gradient beyond the stored type's range is
+// stored as inf, which the trainer's overflow check sees.
 __kernel void xent_rows(__global const act_t *logits, const ulong loff, __global const int *labels,
                         const ulong laboff, const int ignore, __global act_t *dlogits, const ulong doff,
                         const int has_grad,
@@ -19,7 +55,8 @@ __kernel void xent_rows(__global const act_t *logits, const ulong loff, __global
                         const int has_correct, const uint C, const float scale, __local float *fscratch,
                         __local int *iscratch) {
   const uint row = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0);
-  const ulong base = (ulong)row * C;
+  const uint first = lid * XENT_VW, step = wgs * XENT_VW;
+  const ulong base = loff + (ulong)row * C;
   const int label = labels[laboff + row];
   // An ignored row runs the same code (no early return before barriers,
   // which PoCL's work-group loops do not take) and stores zeros at the end.
@@ -27,55 +64,49 @@ __kernel void xent_rows(__global const act_t *logits, const ulong loff, __global
   const int valid = label >= 0 && label < (int)C;
   // Read before the first barrier: with dlogits == logits (in place), the
   // gradient overwrites the row only after every item has passed it.
-  const float zlabel = valid ? ALOAD(logits, loff + base + label) : 0.0f;
+  const float zlabel = valid ? ALOAD(logits, base + label) : 0.0f;
 
-  // Row maximum and its first index: each item scans its own elements in
-  // order, then pairs merge keeping the larger value, the lower index on ties.
-  float best = -INFINITY;
-  int besti = (int)C;
-  for (uint j = lid; j < C; j += wgs) {
-    float v = ALOAD(logits, loff + base + j);
-    if (v > best || besti == (int)C) {
-      best = v;
-      besti = (int)j;
-    }
-  }
-  fscratch[lid] = best;
-  iscratch[lid] = besti;
+  // The row maximum: each item's lanes, then a tree.
+  xv_t mv = -INFINITY;
+  for (uint j = first; j < C; j += step) mv = fmax(mv, xload(logits, base + j));
+  fscratch[lid] = xmax(mv);
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint s = wgs / 2; s > 0; s >>= 1) {
-    if (lid < s) {
-      float ov = fscratch[lid + s];
-      int oi = iscratch[lid + s];
-      float mv = fscratch[lid];
-      int mi = iscratch[lid];
-      if (oi < (int)C && (mi == (int)C || ov > mv || (ov == mv && oi < mi))) {
-        fscratch[lid] = ov;
-        iscratch[lid] = oi;
-      }
-    }
+  for (uint t = wgs / 2; t > 0; t >>= 1) {
+    if (lid < t) fscratch[lid] = fmax(fscratch[lid], fscratch[lid + t]);
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   const float m = fscratch[0];
-  const int argmax = iscratch[0];
   barrier(CLK_LOCAL_MEM_FENCE);
 
-  float s = 0.0f;
-  for (uint j = lid; j < C; j += wgs) s += exp(ALOAD(logits, loff + base + j) - m);
-  fscratch[lid] = s;
+  // sum_j exp(z_j - m), and the first index holding m, in one pass.
+  xv_t sv = 0.0f;
+  xi_t iv = (xi_t)(int)C;
+  for (uint j = first; j < C; j += step) {
+    const xv_t v = xload(logits, base + j);
+    sv += exp(v - m);
+    iv = min(iv, select((xi_t)(int)C, (xi_t)(int)j + LANES, v == m));
+  }
+  fscratch[lid] = xsum(sv);
+  iscratch[lid] = xmin(iv);
   barrier(CLK_LOCAL_MEM_FENCE);
   for (uint t = wgs / 2; t > 0; t >>= 1) {
-    if (lid < t) fscratch[lid] += fscratch[lid + t];
+    if (lid < t) {
+      fscratch[lid] += fscratch[lid + t];
+      iscratch[lid] = min(iscratch[lid], iscratch[lid + t]);
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   const float sum = fscratch[0];
+  const int argmax = iscratch[0];
 
   if (has_grad) {
     const float inv = 1.0f / sum;
-    for (uint j = lid; j < C; j += wgs) {
-      float p = exp(ALOAD(logits, loff + base + j) - m) * inv;
-      float g = ignored ? 0.0f : valid ? scale * (p - ((int)j == label ? 1.0f : 0.0f)) : NAN;
-      ASTORE(dlogits, doff + base + j, g);
+    const xi_t bad = (xi_t)(valid - 1), skip = (xi_t)(-ignored); // all bits set when true
+    for (uint j = first; j < C; j += step) {
+      const xv_t onehot = select((xv_t)0.0f, (xv_t)1.0f, (xi_t)(int)j + LANES == (xi_t)label);
+      xv_t g = scale * (exp(xload(logits, base + j) - m) * inv - onehot);
+      g = select(select(g, (xv_t)NAN, bad), (xv_t)0.0f, skip);
+      xstore(dlogits, doff + (ulong)row * C + j, g);
     }
   }
   if (lid == 0) {

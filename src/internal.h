@@ -59,6 +59,12 @@ void clt__log(clt_log_level level, const char *fmt, ...) CLT__PRINTF(2, 3);
 
 /* Clamp a wanted work-group size to a power of two the kernel and device allow. */
 size_t clt__clamp_wgs(clt_context *ctx, cl_kernel k, size_t want);
+/* Launch k over exactly n items, [0, n): the whole groups of 256 (clamped)
+ * first, then one group of the rest through a global offset, so that the
+ * kernel needs no bound test. PoCL vectorizes a work-group's loop over its
+ * items, which an `if (i < n)` around the body can stop: without it, GELU
+ * over 2048 x 512 ran in 1.35 ms instead of 2.4. */
+int clt__launch_exact_1d(clt_context *ctx, cl_kernel k, size_t n);
 
 /* Pinned host memory for a raw OpenCL context and queue (clt_pinned_create
  * is this for a clt_context); the queue must outlive it. */

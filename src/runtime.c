@@ -332,6 +332,16 @@ fail:
   return clt__error_prefix(rc, "launching a kernel over %zu items on %s", n, ctx->info.name);
 }
 
+int clt__launch_exact_1d(clt_context *ctx, cl_kernel k, size_t n) {
+  int rc = CLT_OK;
+  size_t local = clt__clamp_wgs(ctx, k, 0), body = n / local * local, rest = n - body;
+  if (body) CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &body, &local, 0, NULL, NULL));
+  if (rest) CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 1, &body, &rest, &rest, 0, NULL, NULL));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "launching a kernel over exactly %zu items on %s", n, ctx->info.name);
+}
+
 /* ---- buffers --------------------------------------------------------------- */
 
 static int device_memory_error(clt_context *ctx, size_t bytes, cl_int err) {

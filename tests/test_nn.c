@@ -112,6 +112,7 @@ START_TEST(linear_matches_reference_and_finite_differences) {
     linear_case(tu_ctx[d], 33, 65, 17, 0, 1);
     linear_case(tu_ctx[d], 2, 300, 10, 1, 0); /* a first layer: no dx */
     linear_case(tu_ctx[d], 64, 128, 10, 1, 1);
+    linear_case(tu_ctx[d], 9, 5, 24, 1, 1); /* out a multiple of 8: the bias gradient 8 channels an item */
   }
 }
 END_TEST
@@ -448,6 +449,7 @@ START_TEST(layernorm_matches_reference_and_finite_differences) {
     layernorm_case(tu_ctx[d], NU_SHAPE(2, 3, 33), 3.0f); /* |mean| > std: the variance must be two-pass */
     layernorm_case(tu_ctx[d], NU_SHAPE(3, 300), 0.0f);   /* rows wider than a work-group */
     layernorm_case(tu_ctx[d], NU_SHAPE(5, 1), 0.0f);     /* D = 1: y = beta, zero gradient for x */
+    layernorm_case(tu_ctx[d], NU_SHAPE(3, 64), 2.0f);    /* D a multiple of 8: rows read as vectors */
   }
 }
 END_TEST

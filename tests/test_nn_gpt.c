@@ -298,9 +298,7 @@ static float *attn_input(size_t n, unsigned seed) {
   return x;
 }
 
-/* limit: the scratch bytes a call may use (0: the default), to force the
- * batch into chunks. */
-static void attention_case(clt_context *ctx, int B, int T, int C, int H, size_t limit) {
+static void attention_case(clt_context *ctx, int B, int T, int C, int H) {
   size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
   int D = C / H;
   unsigned seed = (unsigned)(B * 1000 + T * 100 + C * 10 + H);
@@ -309,13 +307,10 @@ static void attention_case(clt_context *ctx, int B, int T, int C, int H, size_t 
   clt_tensor tl = nu_f32(ctx, NULL, NU_SHAPE(B, H, T)), tdy = nu_f32(ctx, dy, NU_SHAPE(B, T, C));
   clt_tensor tdq = nu_f32(ctx, NULL, NU_SHAPE(B, T, 3 * C));
   char what[200];
-  snprintf(what, sizeof what, "attention B=%d T=%d C=%d heads=%d scratch limit %zu on %s", B, T, C, H, limit,
-           tu_name(ctx));
+  snprintf(what, sizeof what, "attention B=%d T=%d C=%d heads=%d on %s", B, T, C, H, tu_name(ctx));
 
-  clt__nn_attention_limit(limit);
   int rf = clt_nn_attention_forward(ctx, H, &tq, &ty, &tl);
   int rb = rf ? rf : clt_nn_attention_backward(ctx, H, &tq, &ty, &tl, &tdy, &tdq);
-  clt__nn_attention_limit(0);
   ck_assert_msg(rf == 0 && rb == 0, "%s: %s", what, clt_last_error());
   float *y = get(ctx, &ty), *lse = get(ctx, &tl), *dq = get(ctx, &tdq);
 
@@ -334,28 +329,20 @@ static void attention_case(clt_context *ctx, int B, int T, int C, int H, size_t 
   free(qkv), free(dy), free(y), free(lse), free(dq), free(s.qkv), free(s.r), free(s.y), free(s.lse), free(rdq);
 }
 
+/* The kernels hold a head's D floats as vectors of 8, 4, 2 or 1 lanes (the
+ * largest dividing D): every width is here, with one or several
+ * work-groups per head. */
 START_TEST(attention_matches_reference_and_finite_differences) {
   for (int d = 0; d < tu_ndev; d++) {
     clt_context *ctx = tu_ctx[d];
-    attention_case(ctx, 2, 5, 8, 2, 0);  /* the small transformer: D = 4 */
-    attention_case(ctx, 1, 1, 4, 1, 0);  /* T = 1: p = 1, y = v, no gradient for q and k */
-    attention_case(ctx, 2, 7, 6, 6, 0);  /* D = 1; more heads than samples */
-    attention_case(ctx, 1, 200, 4, 1, 0);
-    attention_case(ctx, 1, 300, 8, 1, 0);
-    attention_case(ctx, 1, 300, 4, 1, 0); /* rows longer than a 256-item work-group */
-  }
-}
-END_TEST
-
-/* The batch in chunks of 1 and of 2 samples (B = 3: the last chunk is
- * short), GEMMs batched over samples or over heads, as they fit. */
-START_TEST(attention_in_chunks_matches_reference) {
-  const int B = 3, T = 6, C = 8, H = 2;
-  size_t one = clt_nn_attention_scratch_bytes(1, T, C, H, CLT_F32);
-  for (int d = 0; d < tu_ndev; d++) {
-    attention_case(tu_ctx[d], B, T, C, H, one);
-    attention_case(tu_ctx[d], B, T, C, H, 2 * one);
-    attention_case(tu_ctx[d], B, T, C, 1, 2 * clt_nn_attention_scratch_bytes(1, T, C, 1, CLT_F32));
+    attention_case(ctx, 2, 5, 8, 2);  /* the small transformer: D = 4 */
+    attention_case(ctx, 1, 1, 4, 1);  /* T = 1: p = 1, y = v, no gradient for q and k */
+    attention_case(ctx, 2, 7, 6, 6);  /* D = 1; more heads than samples */
+    attention_case(ctx, 3, 6, 12, 2); /* D = 6: lanes of 2 */
+    attention_case(ctx, 1, 200, 4, 1);
+    attention_case(ctx, 1, 300, 8, 1);
+    attention_case(ctx, 1, 300, 4, 1); /* rows longer than a 256-item work-group */
+    attention_case(ctx, 2, 24, 96, 3); /* D = 32 as the tiny GPT's: 4 vectors of 8 */
   }
 }
 END_TEST
@@ -400,18 +387,15 @@ START_TEST(attention_is_causal) {
 }
 END_TEST
 
-/* What the model layer reserves: chunks of as many samples as fit in 256
- * MiB, one at the least. GPT-2 small (T = 1024, 12 heads of 64): 96 MiB of
- * P and dS per sample (2 x 12 x 1024^2 floats), so 2 samples; f16 adds 24
- * MiB of f32 copies per sample (2 x 3C + 2 x C floats per position), 2
- * samples again. T = 2048 with 16 heads needs 512 MiB for its one sample. */
+/* What the model layer reserves: one float per sample, head and query
+ * (the backward's rowsums), of either dtype; nothing of size T x T. GPT-2
+ * small (T = 1024, 12 heads) at batch 8: 384 KiB. */
 START_TEST(attention_scratch_is_bounded) {
-  const size_t MiB = 1 << 20;
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F32), 192 * MiB);
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F16), 240 * MiB);
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(1, 1024, 768, 12, CLT_F32), 96 * MiB);
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(4, 2048, 1024, 16, CLT_F32), 512 * MiB);
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(2, 5, 8, 2, CLT_F32), 2 * 2 * 2 * 25 * 4);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F32), 8 * 12 * 1024 * 4);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F16), 8 * 12 * 1024 * 4);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(4, 2048, 1024, 16, CLT_F32), 4 * 16 * 2048 * 4);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(2, 5, 8, 2, CLT_F32), 2 * 2 * 5 * 4);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(0, 5, 8, 2, CLT_F32), 0);
   ck_assert_uint_eq(clt_nn_embedding_scratch_bytes(8192), 8192 * 4);
 }
 END_TEST
@@ -526,16 +510,15 @@ START_TEST(small_layers_in_f16_are_the_f32_results_rounded) {
 }
 END_TEST
 
-/* The f16 path widens qkv (y, dy) into f32 scratch and runs the f32 path's
- * GEMMs and kernels there, with the same shapes and leading dimensions, so
- * its results are the f32 path's on the same half values rounded once:
- * exactly, not within a tolerance. lse is f32 on both: the same bits. The
+/* The f16 variant of the fused kernels loads qkv (y, dy) as floats and
+ * does the f32 variant's float arithmetic, so its results are the f32
+ * path's on the same half values rounded once: exactly, not within a
+ * tolerance. lse is f32 on both: the same bits. The
  * backward's f32 path is given y as the f16 forward stored it. */
-static void attention_half_case(clt_context *ctx, int B, int T, int C, int H, size_t limit) {
+static void attention_half_case(clt_context *ctx, int B, int T, int C, int H) {
   size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
   char what[200];
-  snprintf(what, sizeof what, "f16 attention B=%d T=%d C=%d heads=%d limit %zu on %s", B, T, C, H, limit,
-           tu_name(ctx));
+  snprintf(what, sizeof what, "f16 attention B=%d T=%d C=%d heads=%d on %s", B, T, C, H, tu_name(ctx));
   float *qkv = attn_input(nq, 91), *dy = nu_random(ny, 92);
   for (size_t i = 0; i < ny; i++) dy[i] *= 1000; /* loss-scaled */
   clt_tensor q32 = F32(ctx, B, T, 3 * C), q16 = F16(ctx, B, T, 3 * C), y32 = F32(ctx, B, T, C);
@@ -543,7 +526,6 @@ static void attention_half_case(clt_context *ctx, int B, int T, int C, int H, si
   clt_tensor dy32 = F32(ctx, B, T, C), dy16 = F16(ctx, B, T, C), dq32 = F32(ctx, B, T, 3 * C);
   clt_tensor dq16 = F16(ctx, B, T, 3 * C);
   halves(ctx, qkv, &q32, &q16), halves(ctx, dy, &dy32, &dy16);
-  clt__nn_attention_limit(limit);
   ck_assert_msg(clt_nn_attention_forward(ctx, H, &q16, &y16, &l16) == 0, "%s", clt_last_error());
   ck_assert_msg(clt_nn_attention_forward(ctx, H, &q32, &y32, &l32) == 0, "%s", clt_last_error());
   float *gy = widened(ctx, &y16), *wy = rounded(ctx, &y32), *gl = get(ctx, &l16), *wl = get(ctx, &l32);
@@ -552,7 +534,6 @@ static void attention_half_case(clt_context *ctx, int B, int T, int C, int H, si
   put(ctx, &y32, gy);
   ck_assert_msg(clt_nn_attention_backward(ctx, H, &q16, &y16, &l16, &dy16, &dq16) == 0, "%s", clt_last_error());
   ck_assert_msg(clt_nn_attention_backward(ctx, H, &q32, &y32, &l32, &dy32, &dq32) == 0, "%s", clt_last_error());
-  clt__nn_attention_limit(0);
   float *gd = widened(ctx, &dq16), *wd = rounded(ctx, &dq32);
   expect_bits(gd, wd, nq, what, "dqkv");
 
@@ -565,8 +546,9 @@ static void attention_half_case(clt_context *ctx, int B, int T, int C, int H, si
 
 START_TEST(attention_in_f16_is_the_f32_result_rounded) {
   for (int d = 0; d < tu_ndev; d++) {
-    attention_half_case(tu_ctx[d], 2, 5, 8, 2, 0);
-    attention_half_case(tu_ctx[d], 3, 9, 12, 3, clt_nn_attention_scratch_bytes(1, 9, 12, 3, CLT_F16)); /* chunks */
+    attention_half_case(tu_ctx[d], 2, 5, 8, 2);
+    attention_half_case(tu_ctx[d], 3, 9, 12, 3);
+    attention_half_case(tu_ctx[d], 2, 24, 96, 3); /* D = 32: vectors of 8 */
   }
 }
 END_TEST
@@ -629,7 +611,7 @@ int main(void) {
   NU_ADD_CASE(s, "posembed", posembed_matches_reference_and_finite_differences);
   NU_ADD_CASE(s, "residual", residual_adds_are_exact);
   NU_ADD_CASE(s, "attention", attention_matches_reference_and_finite_differences,
-              attention_in_chunks_matches_reference, attention_is_causal, attention_scratch_is_bounded);
+              attention_is_causal, attention_scratch_is_bounded);
   NU_ADD_CASE(s, "half", small_layers_in_f16_are_the_f32_results_rounded, attention_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "errors", bad_shapes_are_named);
   rc = tu_run(s);

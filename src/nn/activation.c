@@ -57,7 +57,7 @@ int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_
   NN_ARG(k, 4, n);
   NN_ARG(k, 5, a);
   NN_ARG(k, 6, alpha);
-  CLT_TRY(clt_launch_1d(ctx, k, n, 0));
+  CLT_TRY(clt__launch_exact_1d(ctx, k, n));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
@@ -90,7 +90,7 @@ int clt_nn_act_backward(clt_context *ctx, clt_nn_act act, float alpha, const clt
   NN_ARG(k, 6, n);
   NN_ARG(k, 7, a);
   NN_ARG(k, 8, alpha);
-  CLT_TRY(clt_launch_1d(ctx, k, n, 0));
+  CLT_TRY(clt__launch_exact_1d(ctx, k, n));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);

@@ -140,7 +140,17 @@ fail:
   return clt__error_prefix(rc, "launching a kernel over %zu x %zu x %zu items on %s", gx, gy, gz, ctx->info.name);
 }
 
+/* PoCL on a CPU runs a work-group as a loop over its items, one loop per
+ * stretch between barriers: a row reduced by a tree of 128 items is 2 log2
+ * 128 loops over mostly idle items, and cost the tiny GPT's layernorm 4 ms
+ * where one item walking the row takes 0.45 (nn_bench --gpt). rusticl's
+ * llvmpipe, a CPU too, runs items in SIMD lanes and keeps the tree. */
+static int items_run_as_loops(const clt_context *ctx) {
+  return ctx->info.type == CLT_DEVICE_CPU && strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
+}
+
 size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most) {
+  if (items_run_as_loops(ctx)) return 1;
   size_t want = 1;
   while (want < most && (int64_t)want < len) want *= 2;
   return clt__clamp_wgs(ctx, k, want);

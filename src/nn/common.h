@@ -96,7 +96,9 @@ int clt__nn_launch_3d(clt_context *ctx, cl_kernel k, size_t gx, size_t gy, size_
 #define NN_GROUP_ITEMS 256
 
 /* A power-of-two work-group size for a kernel that reduces rows of `len`
- * elements: no wider than the row (rounded up), at most `most`, clamped. */
+ * elements: no wider than the row (rounded up), at most `most`, clamped;
+ * 1 on PoCL's CPU devices, where one item walking the row is fastest. The
+ * kernels' fixed reduction order is then the row's order. */
 size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most);
 
 /* y[n, c, p] += b[c], y seen as (N, C, P) (src/nn/bias.c). */
@@ -104,9 +106,5 @@ int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b,
 /* db[c] += the sum over n, p of dy[n, c, p], dy seen as (N, C, P), in a
  * fixed order. */
 int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C, int64_t P);
-
-/* For tests of attention's chunking: the scratch bytes a call may use
- * instead of 256 MiB (0 restores it). Not thread-safe: tests only. */
-void clt__nn_attention_limit(size_t bytes);
 
 #endif

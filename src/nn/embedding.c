@@ -59,10 +59,8 @@ int clt_nn_embedding_backward(clt_context *ctx, const clt_tensor *tokens, const 
 
   /* Each row's next row with its token, and whether it is the first. */
   CLT_TRY(clt_context_kernel(ctx, "embedding", "embedding_links", NULL, &k));
-  size_t wgs = clt__clamp_wgs(ctx, k, 256);
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(tokens->buf), NN_VAL(toff), NN_VAL(n), NN_VAL(links), NN_VAL(loff),
-                      NN_LOCAL(wgs * sizeof(float))));
-  CLT_TRY(clt__nn_launch_groups(ctx, k, ((size_t)N + wgs - 1) / wgs, wgs));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(tokens->buf), NN_VAL(toff), NN_VAL(n), NN_VAL(links), NN_VAL(loff)));
+  CLT_TRY(clt__launch_exact_1d(ctx, k, (size_t)N));
 
   /* One item per (channel, row): the first row of each token walks its chain. */
   CLT_TRY(clt_context_kernel(ctx, "embedding", "embedding_backward", clt__nn_act_opt(dy), &k));

@@ -6,6 +6,8 @@
  */
 #include "nn/common.h"
 
+#include <stdio.h>
+
 /* Rows of x (..., D): M = numel / D. gamma and beta (D); mean, rstd (M). */
 static int check_ln(const char *op, const clt_tensor *x, const clt_tensor *gamma, const clt_tensor *beta,
                     const char *beta_name, const clt_tensor *mean, const clt_tensor *rstd, int64_t *M, int64_t *D) {
@@ -25,6 +27,13 @@ static int check_ln(const char *op, const clt_tensor *x, const clt_tensor *gamma
   return CLT_OK;
 }
 
+/* The row kernels' build options: the storage type, and rows read 8 wide
+ * where 8 divides D (cl/layernorm.cl). */
+static int ln_options(const clt_tensor *x, int64_t D, char *opt, size_t len) {
+  snprintf(opt, len, "%s -DLN_VW=%d", clt__nn_act_opt(x), D % 8 == 0 ? 8 : 1);
+  return CLT_OK;
+}
+
 int clt_nn_layernorm_forward(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *gamma,
                              const clt_tensor *beta, const clt_tensor *y, const clt_tensor *mean,
                              const clt_tensor *rstd) {
@@ -38,7 +47,9 @@ int clt_nn_layernorm_forward(clt_context *ctx, float eps, const clt_tensor *x, c
   cl_ulong xoff = clt__nn_off(x), goff = clt__nn_off(gamma), boff = clt__nn_off(beta), yoff = clt__nn_off(y);
   cl_ulong moff = clt__nn_off(mean), roff = clt__nn_off(rstd);
   cl_uint d = (cl_uint)D;
-  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_forward", clt__nn_act_opt(x), &k));
+  char opt[48];
+  CLT_TRY(ln_options(x, D, opt, sizeof opt));
+  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_forward", opt, &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, D, 256);
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(gamma->buf), NN_VAL(goff), NN_VAL(beta->buf),
                       NN_VAL(boff), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(rstd->buf),
@@ -66,13 +77,15 @@ int clt_nn_layernorm_backward(clt_context *ctx, const clt_tensor *x, const clt_t
 
   /* dgamma, dbeta first: the input-gradient kernel reads each dy element
    * before writing the same dx element, so dx may then be dy (in place). */
-  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_params", clt__nn_act_opt(x), &k));
+  char opt[48];
+  CLT_TRY(ln_options(x, D, opt, sizeof opt));
+  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_params", opt, &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(rstd->buf), NN_VAL(roff),
                       NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dgamma->buf), NN_VAL(dgoff), NN_VAL(dbeta->buf),
                       NN_VAL(dboff), NN_VAL(m), NN_VAL(d)));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)D, 0));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)(D % 8 == 0 ? D / 8 : D), 1, 1));
 
-  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_input", clt__nn_act_opt(x), &k));
+  CLT_TRY(clt_context_kernel(ctx, "layernorm", "layernorm_backward_input", opt, &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, D, 256);
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(gamma->buf), NN_VAL(goff), NN_VAL(mean->buf),
                       NN_VAL(moff), NN_VAL(rstd->buf), NN_VAL(roff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dx->buf),

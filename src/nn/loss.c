@@ -7,6 +7,8 @@
  */
 #include "nn/common.h"
 
+#include <stdio.h>
+
 int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_tensor *labels, int ignore_index,
                         float grad_scale,
                         const clt_tensor *dlogits, const clt_tensor *losses, const clt_tensor *loss,
@@ -44,7 +46,9 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
     CLT_CL_TRY(
         clEnqueueFillBuffer(ctx->queue, correct->buf, &zero, sizeof zero, correct->offset, sizeof zero, 0, NULL, NULL));
   }
-  CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", clt__nn_act_opt(logits), &k));
+  char opt[48]; /* vectors of 8 where they tile the row (cl/loss.cl) */
+  snprintf(opt, sizeof opt, "%s -DXENT_VW=%d", clt__nn_act_opt(logits), C % 8 == 0 ? 8 : 1);
+  CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", opt, &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, C, 256);
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(logits->buf), NN_VAL(loff), NN_VAL(labels->buf), NN_VAL(laboff), NN_VAL(ignore_index),
                       NN_VAL(dbuf), NN_VAL(doff), NN_VAL(has_grad), NN_VAL(losses->buf), NN_VAL(lsoff), NN_VAL(cbuf),

@@ -237,19 +237,18 @@ int clt_nn_posembed_backward(clt_context *ctx, const clt_tensor *dy, const clt_t
  * v, heads concatenated in the same column layout.
  * lse (B, heads, T) f32 (overwritten): each query row's log-sum-exp of the
  * scaled, masked scores, saved for the backward.
- * The T x T scores live in the context's scratch space only during the call
- * (clt_nn_attention_scratch_bytes); the backward recomputes them. */
+ * Fused (cl/attention.cl): the T x T scores are never stored; the backward
+ * recomputes them from qkv and lse. */
 int clt_nn_attention_forward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y,
                              const clt_tensor *lse);
 /* dy (B, T, C) act; dqkv (B, T, 3C) act is overwritten (q, k and v parts).
  * qkv, y and lse are the forward's. */
 int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv, const clt_tensor *y,
                               const clt_tensor *lse, const clt_tensor *dy, const clt_tensor *dqkv);
-/* Bytes of the context's scratch space forward and backward use: the batch
- * runs in chunks of samples whose scores (2 T x T floats per head and
- * sample in the backward, plus f32 copies of qkv, y, dy and dqkv for f16)
- * fit in 256 MiB, one sample at the least. For the model layer to reserve
- * when it builds a replica. */
+/* Bytes of the context's scratch space the backward uses: one float per
+ * query row and head (B x heads x T), rowsum(dy * y) passed between its
+ * two kernels; the forward uses none. For the model layer to reserve when
+ * it builds a replica. */
 size_t clt_nn_attention_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads, clt_dtype dtype);
 
 /* ---- residual ---- */

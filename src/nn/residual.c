@@ -29,7 +29,7 @@ int clt_nn_residual_forward(clt_context *ctx, const clt_tensor *x, const clt_ten
   CLT_TRY(clt_context_kernel(ctx, "residual", "residual_add", clt__nn_act_opt(x), &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(skip->buf), NN_VAL(soff), NN_VAL(y->buf), NN_VAL(yoff),
                       NN_VAL(n)));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)n, 0));
+  CLT_TRY(clt__launch_exact_1d(ctx, k, (size_t)n));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
@@ -43,7 +43,7 @@ int clt_nn_accumulate(clt_context *ctx, const clt_tensor *dy, const clt_tensor *
   cl_ulong dyoff = clt__nn_off(dy), goff = clt__nn_off(g), n = (cl_ulong)clt_tensor_numel(dy);
   CLT_TRY(clt_context_kernel(ctx, "residual", "accumulate", clt__nn_act_opt(dy), &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(g->buf), NN_VAL(goff), NN_VAL(n)));
-  CLT_TRY(clt_launch_1d(ctx, k, (size_t)n, 0));
+  CLT_TRY(clt__launch_exact_1d(ctx, k, (size_t)n));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
