@@ -18,7 +18,17 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
+
+# The thread count has to reach OpenBLAS before torch loads it: OpenBLAS
+# ignores torch.set_num_threads and would start its own pool beside torch's
+# OpenMP threads (measured on 2 cores: 2 + 2 threads busy-waiting ran at a
+# third of the speed of either alone). So OpenBLAS gets the same count, and
+# idle OpenMP threads sleep instead of spinning.
+_threads = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--threads"), "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import torch
@@ -158,7 +168,8 @@ def main():
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "blas": blas_info(),
-                      "threads": torch.get_num_threads(), "device": str(dev), "amp": a.amp,
+                      "threads": torch.get_num_threads(), "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "device": str(dev), "amp": a.amp,
                       "params": sum(p.numel() for p in model.parameters()), "batch": a.batch, "context": T,
                       "steps": a.steps, "tokens_per_s": a.steps * a.batch * T / dt,
                       "first_loss": losses[0], "last_loss": losses[-1]}))
