@@ -203,13 +203,13 @@ static void layer_defaults(clt_layer_spec *l, int line) {
   l->skip = -1;
 }
 
-/* name=NAME: unique among the layers before. */
-static int read_name(clt__spec_line *lc, clt_model_spec *spec, clt_layer_spec *l) {
+/* name=NAME, what a later tie= refers to (the nearest layer before it of
+ * that name, so a name inside a repeated block means that pass's layer). */
+static int read_name(clt__spec_line *lc, clt_layer_spec *l) {
   const char *nm = NULL;
   int col = 0;
   int rc = clt__opt_word(lc, "name", &nm, &col);
   if (rc < 0 || !nm) return rc;
-  (void)spec;
   if (!*nm || strlen(nm) >= sizeof l->name) return clt__line_error(lc, col, "a name is 1 to %d characters", (int)sizeof l->name - 1);
   clt__strlcpy(l->name, nm, sizeof l->name);
   return CLT_OK;
@@ -293,7 +293,7 @@ static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *ca
   if (!(l->kind = clt__layer_kind_find(kw)))
     return clt__line_error(&lc, lc.tok[0].col, "unknown layer '%s' (known: %s)", kw, clt__layer_kind_list());
   lc.used = 1;
-  CLT_TRY(read_name(&lc, spec, l));
+  CLT_TRY(read_name(&lc, l));
   const char *tie = NULL;
   int tie_col = 0;
   if (l->kind == &clt__kind_linear) CLT_TRY(clt__opt_word(&lc, "tie", &tie, &tie_col));
