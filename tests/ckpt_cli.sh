@@ -21,17 +21,6 @@ fi
 [ $? -eq 3 ] && { echo "SKIP: no OpenCL device"; exit 77; }
 
 . "$srcdir/tests/cli_lib.sh"
-same() {
-  if cmp -s "$1" "$2"; then echo "ok: $3"; else echo "FAIL: $3: $1 and $2 differ"; fail=1; fi
-}
-# The data section of a safetensors file (every tensor's bytes): a resumed
-# run's checkpoints differ from the uninterrupted run's in their run record
-# (the step the session branched from, when it started), not in their state.
-data() { tail -c +$(($(od -An -tu8 -N8 "$1") + 9)) "$1"; }
-same_data() {
-  data "$1" >"$tmp/data1"; data "$2" >"$tmp/data2"
-  if [ -s "$tmp/data1" ] && cmp -s "$tmp/data1" "$tmp/data2"; then echo "ok: $3"; else echo "FAIL: $3: the tensors of $1 and $2 differ"; fail=1; fi
-}
 
 # A slice of Fashion-MNIST as IDX files (1024 training, 256 test images):
 # the header with the new count, then the first images and labels.

@@ -22,3 +22,18 @@ has() {
     echo "FAIL: $3: no '$2' in:"; sed 's/^/  /' "$1"; fail=1
   fi
 }
+
+# same A B DESCRIPTION: the two files hold the same bytes.
+same() {
+  if cmp -s "$1" "$2"; then echo "ok: $3"; else echo "FAIL: $3: $1 and $2 differ"; fail=1; fi
+}
+
+# same_data A B DESCRIPTION: two safetensors files hold the same tensors (the
+# data section, every tensor's bytes): a resumed run's checkpoints differ
+# from the uninterrupted run's in their run record (the step the session
+# branched from, when it started), not in their state. Uses $tmp.
+data() { tail -c +$(($(od -An -tu8 -N8 "$1") + 9)) "$1"; }
+same_data() {
+  data "$1" >"$tmp/data1"; data "$2" >"$tmp/data2"
+  if [ -s "$tmp/data1" ] && cmp -s "$tmp/data1" "$tmp/data2"; then echo "ok: $3"; else echo "FAIL: $3: the tensors of $1 and $2 differ"; fail=1; fi
+}

@@ -34,9 +34,6 @@ mpi_expect() {
   fi
   echo "ok: $what"
 }
-same() {
-  if cmp -s "$1" "$2"; then echo "ok: $3"; else echo "FAIL: $3: $1 and $2 differ"; fail=1; fi
-}
 
 "$CLTRAIN" devices >/dev/null 2>&1
 [ $? -eq 3 ] && { echo "SKIP: no OpenCL device"; exit $status; }
@@ -76,8 +73,8 @@ mpi_expect 2 0 "resumed on 2 ranks" -- $train --checkpoint-every 4 --checkpoint-
   --save "$tmp/w-b"
 has "$out" "resumed from $tmp/b/ckpt-0000000004.safetensors: step 4" "the checkpoint resumed is named"
 same "$tmp/w-a" "$tmp/w-b" "the resumed run's weights are the uninterrupted run's, byte for byte"
-same "$tmp/a/ckpt-0000000008.safetensors" "$tmp/b/ckpt-0000000008.safetensors" \
-  "the resumed run's last checkpoint is the uninterrupted run's"
+same_data "$tmp/a/ckpt-0000000008.safetensors" "$tmp/b/ckpt-0000000008.safetensors" \
+  "the resumed run's last checkpoint holds the uninterrupted run's tensors"
 # One rank on one device: the same training to float tolerance, so the
 # same validation loss to the 4 decimals printed.
 expect 0 "the same on one device" -- $train --devices 0 --save "$tmp/w-1"
