@@ -8,6 +8,7 @@
  * same gradient in f16 activation storage within half's rounding.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,6 +198,42 @@ START_TEST(gpt_gradient_is_deterministic) {
 }
 END_TEST
 
+/* A device that never finishes (its queue held by a user event that is
+ * never set): reading the loss ends after the replica's timeout with
+ * CLT_ETIMEDOUT naming the device and what was waited for, instead of
+ * blocking for ever; then destroying the replica waits for it no longer
+ * than that either. The gate is opened at the end so the queue drains. */
+START_TEST(a_hung_device_times_out) {
+  clt_context *ctx = tu_ctx[0];
+  fixture f;
+  setup_model(ctx, mlp_spec, CLT_F32, &f);
+  clt__replica_set_timeout(f.r, 1);
+  cl_int e;
+  cl_event gate = clCreateUserEvent(ctx->context, &e);
+  ck_assert_int_eq(e, CL_SUCCESS);
+  ck_assert_int_eq(clEnqueueMarkerWithWaitList(ctx->queue, 1, &gate, NULL), CL_SUCCESS);
+  clt__pass pass = {.train = 1, .record = 1};
+  ck_assert_msg(clt__replica_run(f.r, f.x, f.y, B, &pass) == 0, "%s", clt_last_error());
+  float loss;
+  int32_t correct;
+  double t0 = clt__now();
+  int rc = clt__replica_read_loss(f.r, &loss, &correct);
+  double took = clt__now() - t0;
+  fprintf(stderr, "a device that never finishes: %s (after %.1f s)\n", clt_last_error(), took);
+  ck_assert_msg(rc == CLT_ETIMEDOUT, "%s: %s", clt_status_name(rc), clt_last_error());
+  ck_assert_msg(strstr(clt_last_error(), "has not finished after 1 s") && strstr(clt_last_error(), ctx->info.name) &&
+                    strstr(clt_last_error(), "the forward and backward pass"),
+                "%s", clt_last_error());
+  ck_assert_msg(took < 10, "the timeout of 1 s took %.1f s", took);
+  /* The step's time is unknown rather than waited for. */
+  ck_assert(clt__replica_run_time(f.r) == 0);
+  clSetUserEventStatus(gate, CL_COMPLETE);
+  clFinish(ctx->queue);
+  clReleaseEvent(gate);
+  teardown_model(&f);
+}
+END_TEST
+
 int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
@@ -207,6 +244,7 @@ int main(void) {
   tcase_add_test(tc, residual_mlp_gradients_match_finite_differences);
   tcase_add_test(tc, gpt_f16_close_to_f32);
   tcase_add_test(tc, gpt_gradient_is_deterministic);
+  tcase_add_test(tc, a_hung_device_times_out);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   tu_teardown();

@@ -50,6 +50,7 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   r->max_batch = max_batch;
   r->state_per_param = state_per_param;
   r->act_dtype = act_dtype;
+  r->timeout_s = 300;
   if (!(r->slots = clt__calloc(spec->nlayers, sizeof *r->slots))) { rc = CLT_ENOMEM; goto fail; }
   const char *prof = getenv("CLT_PROFILE");
   if (prof && *prof && strcmp(prof, "0") != 0) {
@@ -263,8 +264,7 @@ fail:
 }
 
 double clt__replica_run_time(clt__replica *r) {
-  if (!r->end_ev) return 0;
-  clWaitForEvents(1, &r->end_ev);
+  if (!r->end_ev || clt__wait_event(r->ctx, r->end_ev, r->timeout_s, "the training step") < 0) return 0;
   /* The callback runs on a driver thread, when the driver gets to it:
    * NVIDIA's was seen 20 ms late, and waiting for it cut a training step's
    * speed by 10. Without it yet, the run ended before now. */
@@ -300,11 +300,26 @@ static void charge(clt__replica *r, double *slot, double *t0) {
   *t0 = t;
 }
 
-/* Wait (up to 10 s) until no completion callback can still come: the
+void clt__replica_set_timeout(clt__replica *r, double timeout_s) { r->timeout_s = timeout_s; }
+
+/* Wait, within the timeout, for everything queued so far. */
+static int queue_done(clt__replica *r, const char *what) {
+  int rc = CLT_OK;
+  cl_event ev = NULL;
+  CLT_CL_TRY(clEnqueueMarkerWithWaitList(r->ctx->queue, 0, NULL, &ev));
+  CLT_CL_TRY(clFlush(r->ctx->queue));
+  rc = clt__wait_event(r->ctx, ev, r->timeout_s, what);
+fail:
+  if (ev) clReleaseEvent(ev);
+  return rc;
+}
+
+/* Wait until the device is done with the replica (within the timeout) and
+ * then (up to 10 s) until no completion callback can still come: the
  * driver calls them on its own thread, NVIDIA's tens of ms late, and one
  * landing after free(r) corrupted the heap (a crash in clReleaseContext). */
 static int callbacks_done(clt__replica *r) {
-  if (r->ctx && r->ctx->queue) clFinish(r->ctx->queue);
+  if (r->ctx && r->ctx->queue && queue_done(r, "the replica's last work") < 0) return 0;
   for (int i = 0; i < 10000 && atomic_load(&r->callbacks_pending) > 0; i++) {
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
@@ -315,8 +330,8 @@ static int callbacks_done(clt__replica *r) {
 void clt__replica_destroy(clt__replica *r) {
   if (!r) return;
   if (!callbacks_done(r)) {
-    clt__log(CLT_LOG_WARN, "a completion callback on %s never came: its replica's memory is left allocated",
-             r->ctx->info.name);
+    clt__log(CLT_LOG_WARN, "%s did not finish the replica's work, or a completion callback never came: its "
+             "replica's memory is left allocated", r->ctx->info.name);
     return;
   }
   if (r->prof_fwd) report_profile(r);
@@ -573,11 +588,15 @@ fail:
 
 int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct) {
   int rc = CLT_OK;
-  unsigned char both[8];
-  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_TRUE, 0, 8, both, 0, NULL, NULL));
-  memcpy(loss, both, 4);
-  memcpy(correct, both + 4, 4);
+  cl_event ev = NULL;
+  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &ev));
+  CLT_CL_TRY(clFlush(r->ctx->queue));
+  CLT_TRY(clt__wait_event(r->ctx, ev, r->timeout_s, "the forward and backward pass and its loss"));
+  clReleaseEvent(ev);
+  memcpy(loss, r->loss_host, 4);
+  memcpy(correct, r->loss_host + 4, 4);
   return CLT_OK;
 fail:
+  if (ev) clReleaseEvent(ev);
   return clt__error_prefix(rc, "reading the loss from %s", r->ctx->info.name);
 }

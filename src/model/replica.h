@@ -55,6 +55,12 @@ struct clt__replica {
   int64_t run_start_ns;
   _Atomic int64_t run_end_ns;
   _Atomic int callbacks_pending; /* registered and not yet run: r must outlive them */
+  /* How long a wait for the device may take before it is an error
+   * (CLT_TIMEOUT; the trainer sets its communicator's), and where the
+   * loss is read to: the replica's own memory, since after a timeout the
+   * device may still write it. */
+  double timeout_s;
+  unsigned char loss_host[8];
   /* CLT_PROFILE=1: wait after every layer and add up seconds per layer
    * (forward, backward), reported when the replica is destroyed. */
   double *prof_fwd, *prof_bwd, prof_loss;
@@ -83,7 +89,12 @@ typedef struct clt__pass {
                            (the run then waits for the forward) */
 } clt__pass;
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
-/* Wait for the last run and read its summed loss and number correct. */
+/* Waits for the device give up after timeout_s seconds (CLT_ETIMEDOUT
+ * naming the device); 300 until set. */
+void clt__replica_set_timeout(clt__replica *r, double timeout_s);
+/* Wait for the last run and read its summed loss and number correct (a
+ * device that does not finish within the timeout: CLT_ETIMEDOUT, and the
+ * replica can then only be destroyed). */
 int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct);
 
 /* Buckets (src/dp/buckets.c lays them out): bucket b is the gradient range

@@ -175,6 +175,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   for (int i = 0; i < t->nlocal; i++) {
     CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
     CLT_TRY(clt__replica_create(t->ctx[i], m->spec, t->micro_batch, per, o->precision, params, &t->rep[i]));
+    clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
     if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
                "replica holds the same bits", clt_context_device(t->ctx[i])->name, clt_optimizer_name(o->optimizer.kind));
