@@ -23,6 +23,7 @@
 #include <mpi.h>
 #include <cltrain/mpi.h>
 
+#include "mpiutil.h"
 #include "testutil.h"
 #include "fashion.h"
 
@@ -199,40 +200,12 @@ START_TEST(rank0_failures_reach_every_rank) {
 }
 END_TEST
 
-static void remove_tree(const char *d) {
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", d);
-}
-
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  int rc = fashion_dir() ? tu_setup() : TU_SKIP;
-  if (rc) {
-    MPI_Finalize();
-    return rc;
-  }
-  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) {
-    fprintf(stderr, "%s\n", clt_last_error());
-    return 1;
-  }
-  char spec[16];
-  snprintf(spec, sizeof spec, nranks == 1 ? "all" : "%d", rank % tu_ndev);
-  clt_devices_select(tu_devices, spec, &mine);
+  int rc = mu_start(&argc, &argv, 1, &rank, &nranks, &comm);
+  if (rc) return rc;
+  mu_rank_devices(rank, nranks, &mine);
   clt_devices_select(tu_devices, "0", &one);
-  if (rank == 0) {
-    snprintf(dir, sizeof dir, "/tmp/clt-ckpt-dp-XXXXXX");
-    if (!mkdtemp(dir)) dir[0] = 0;
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (!dir[0]) {
-    fprintf(stderr, "cannot make a directory in /tmp\n");
-    MPI_Finalize();
-    return 1;
-  }
+  if (mu_shared_tmpdir(rank, "clt-ckpt-dp", dir, sizeof dir) < 0) return mu_finish(1, rank, NULL);
 
   static const int64_t dims[1] = {784};
   snprintf(data_path, sizeof data_path, "/tmp/clt-ckpt-dp-%d-%ld.raw", rank, (long)getpid());
@@ -255,9 +228,5 @@ int main(int argc, char **argv) {
   clt_devices_destroy(one);
   clt_comm_destroy(comm);
   tu_teardown();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) remove_tree(dir);
-  MPI_Finalize();
-  return worst;
+  return mu_finish(rc, rank, dir);
 }

@@ -23,6 +23,7 @@
 #include <mpi.h>
 #include <cltrain/mpi.h>
 
+#include "mpiutil.h"
 #include "testutil.h"
 #include "fashion.h"
 
@@ -227,23 +228,9 @@ START_TEST(one_rank_with_bad_data_fails_every_rank) {
 END_TEST
 
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  int rc = fashion_dir() ? tu_setup() : TU_SKIP;
-  if (rc) {
-    MPI_Finalize();
-    return rc;
-  }
-  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) {
-    fprintf(stderr, "%s\n", clt_last_error());
-    return 1;
-  }
-  /* One device per rank, alternating vendors; one rank takes them all. */
-  char spec[16];
-  snprintf(spec, sizeof spec, nranks == 1 ? "all" : "%d", rank % tu_ndev);
-  clt_devices_select(tu_devices, spec, &mine);
+  int rc = mu_start(&argc, &argv, 1, &rank, &nranks, &comm);
+  if (rc) return rc;
+  mu_rank_devices(rank, nranks, &mine);
 
   /* The first NSAMPLES training images, through the raw format. */
   static const int64_t dims[1] = {784};
@@ -271,9 +258,5 @@ int main(int argc, char **argv) {
   clt_devices_destroy(mine);
   clt_comm_destroy(comm);
   tu_teardown();
-  /* A failure on one rank is a failure of the job. */
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return mu_finish(rc, rank, NULL);
 }

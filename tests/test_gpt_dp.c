@@ -27,6 +27,7 @@
 #include <cltrain/mpi.h>
 
 #include "gptutil.h"
+#include "mpiutil.h"
 #include "testutil.h"
 
 #define STEPS 6
@@ -262,41 +263,12 @@ START_TEST(own_samples_with_ignored_labels_match_one_device) {
 }
 END_TEST
 
-static void remove_tree(const char *d) {
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", d);
-}
-
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  int rc = tu_setup();
-  if (rc) {
-    MPI_Finalize();
-    return rc;
-  }
-  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) {
-    fprintf(stderr, "%s\n", clt_last_error());
-    return 1;
-  }
-  /* One device per rank, alternating vendors; one rank takes them all. */
-  char spec[16];
-  snprintf(spec, sizeof spec, nranks == 1 ? "all" : "%d", rank % tu_ndev);
-  clt_devices_select(tu_devices, spec, &mine);
+  int rc = mu_start(&argc, &argv, 0, &rank, &nranks, &comm);
+  if (rc) return rc;
+  mu_rank_devices(rank, nranks, &mine);
   clt_devices_select(tu_devices, "0", &one);
-  if (rank == 0) {
-    snprintf(dir, sizeof dir, "/tmp/clt-gpt-dp-XXXXXX");
-    if (!mkdtemp(dir)) dir[0] = 0;
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (!dir[0]) {
-    fprintf(stderr, "cannot make a directory in /tmp\n");
-    MPI_Finalize();
-    return 1;
-  }
+  if (mu_shared_tmpdir(rank, "clt-gpt-dp", dir, sizeof dir) < 0) return mu_finish(1, rank, NULL);
   /* Every rank reads its own copy of the same tokens. */
   snprintf(data_path, sizeof data_path, "/tmp/clt-gpt-dp-%d-%ld.bin", rank, (long)getpid());
   const char *dp = data_path;
@@ -321,10 +293,5 @@ int main(int argc, char **argv) {
   clt_devices_destroy(one);
   clt_comm_destroy(comm);
   tu_teardown();
-  /* A failure on one rank is a failure of the job. */
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) remove_tree(dir);
-  MPI_Finalize();
-  return worst;
+  return mu_finish(rc, rank, dir);
 }

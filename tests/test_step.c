@@ -19,6 +19,7 @@
 #include <mpi.h>
 #include <cltrain/mpi.h>
 
+#include "mpiutil.h"
 #include "testutil.h"
 #include "fashion.h"
 
@@ -242,19 +243,8 @@ START_TEST(ranks_with_different_n_match_one_device) {
 END_TEST
 
 int main(int argc, char **argv) {
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  int rc = fashion_dir() ? tu_setup() : TU_SKIP;
-  if (rc) {
-    MPI_Finalize();
-    return rc;
-  }
-  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) {
-    fprintf(stderr, "%s\n", clt_last_error());
-    return 1;
-  }
+  int rc = mu_start(&argc, &argv, 1, &rank, &nranks, &comm);
+  if (rc) return rc;
   static const int64_t dims[1] = {IN};
   snprintf(data_path, sizeof data_path, "/tmp/clt-step-%d-%ld.raw", rank, (long)getpid());
   if (tu_fashion_raw("train", NSAMPLES, 1, dims, NULL, NULL, data_path) < 0 ||
@@ -275,9 +265,5 @@ int main(int argc, char **argv) {
   clt_dataset_destroy(data);
   clt_comm_destroy(comm);
   tu_teardown();
-  /* A failure on one rank is a failure of the job. */
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return mu_finish(rc, rank, NULL);
 }
