@@ -22,31 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driverutil.h"
 #include "io/safetensors.h"
 #include "train/trainer.h"
-
-static int die(int rc, const char *what) {
-  fprintf(stderr, "torch_steps: %s: %s\n", what, rc < 0 ? clt_last_error() : "");
-  return rc == CLT_ENOICD || rc == CLT_ENODEV ? 77 : 1;
-}
-
-/* The whole file as int32 tokens (malloc'd), *n of them. */
-static int32_t *read_i32(const char *path, int64_t *n) {
-  FILE *f = fopen(path, "rb");
-  *n = 0;
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long bytes = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  int32_t *x = bytes > 0 && bytes % 4 == 0 ? malloc((size_t)bytes) : NULL;
-  if (x && fread(x, 1, (size_t)bytes, f) != (size_t)bytes) {
-    free(x);
-    x = NULL;
-  }
-  fclose(f);
-  *n = bytes / 4;
-  return x;
-}
 
 /* grad (the parameter arena's layout) as a weights file. */
 static int write_grad(const clt_model *m, const float *grad, const char *path) {
@@ -105,11 +83,11 @@ int main(int argc, char **argv) {
   }
   char **arg = argv + optind;
   clt_model *m = NULL;
-  clt_devices *all = NULL, *sel = NULL, *one = NULL;
+  clt_devices *all = NULL, *one = NULL;
   clt_trainer *t = NULL;
   int rc, ec = 1;
   int64_t nx, ny;
-  int32_t *x32 = read_i32(arg[2], &nx), *y = read_i32(arg[3], &ny);
+  int32_t *x32 = du_read_i32(arg[2], &nx), *y = du_read_i32(arg[3], &ny);
   float *x = NULL, *grad = NULL;
   double *losses = NULL, *norms = NULL;
   if (!x32 || !y || nx != ny) {
@@ -117,7 +95,7 @@ int main(int argc, char **argv) {
     ec = 2;
     goto out;
   }
-  if ((rc = clt_model_load(arg[0], &m)) < 0) { ec = die(rc, arg[0]); goto out; }
+  if ((rc = clt_model_load(arg[0], &m)) < 0) { ec = du_die("torch_steps", rc, arg[0]); goto out; }
   int64_t T = clt_model_input_size(m), P = clt_model_param_count(m), per = o.batch * T, K = nx / per;
   if (nx % per) {
     fprintf(stderr, "torch_steps: %lld tokens are not whole batches of %lld x %lld\n", (long long)nx,
@@ -125,28 +103,20 @@ int main(int argc, char **argv) {
     ec = 2;
     goto out;
   }
-  if ((rc = clt_devices_discover(&all)) < 0) { ec = die(rc, "devices"); goto out; }
-  if (clt_devices_count(all) == 0) { ec = die(CLT_ENODEV, "no OpenCL device"); goto out; }
-  const char *spec = getenv("CLT_DEVICES");
-  if ((rc = clt_devices_select(all, spec && *spec ? spec : "0", &sel)) < 0) { ec = die(rc, "devices"); goto out; }
-  char first[16];
-  snprintf(first, sizeof first, "%d", clt_devices_info(sel, 0)->index);
-  if ((rc = clt_devices_select(all, first, &one)) < 0) { ec = die(rc, "devices"); goto out; }
-  if ((rc = clt_trainer_create(m, one, NULL, &o, &t)) < 0) { ec = die(rc, "trainer"); goto out; }
-  if ((rc = clt_trainer_load_weights(t, arg[1])) < 0) { ec = die(rc, arg[1]); goto out; }
+  if ((ec = du_trainer("torch_steps", m, &o, arg[1], &t, &all, &one)) != 0) goto out;
   x = malloc((size_t)nx * sizeof *x);
   grad = malloc((size_t)P * sizeof *grad);
   losses = calloc((size_t)K, sizeof *losses);
   norms = calloc((size_t)K, sizeof *norms);
-  if (!x || !grad || !losses || !norms) { ec = die(CLT_ENOMEM, "memory"); goto out; }
+  if (!x || !grad || !losses || !norms) { ec = du_die("torch_steps", CLT_ENOMEM, "memory"); goto out; }
   for (int64_t i = 0; i < nx; i++) x[i] = (float)x32[i];
 
   double loss0;
-  if ((rc = clt_trainer_gradient(t, x, y, o.batch, grad, P, &loss0)) < 0) { ec = die(rc, "gradient"); goto out; }
-  if ((rc = write_grad(m, grad, arg[4])) < 0) { ec = die(rc, arg[4]); goto out; }
+  if ((rc = clt_trainer_gradient(t, x, y, o.batch, grad, P, &loss0)) < 0) { ec = du_die("torch_steps", rc, "gradient"); goto out; }
+  if ((rc = write_grad(m, grad, arg[4])) < 0) { ec = du_die("torch_steps", rc, arg[4]); goto out; }
   for (int64_t k = 0; k < K; k++) {
     clt_step_result r;
-    if ((rc = clt_trainer_step(t, x + k * per, y + k * per, o.batch, &r)) < 0) { ec = die(rc, "step"); goto out; }
+    if ((rc = clt_trainer_step(t, x + k * per, y + k * per, o.batch, &r)) < 0) { ec = du_die("torch_steps", rc, "step"); goto out; }
     losses[k] = r.loss, norms[k] = r.grad_norm;
   }
   printf("{\"loss0\": %.9g, \"labels\": %lld, \"losses\": [", loss0, (long long)per);
@@ -158,7 +128,6 @@ int main(int argc, char **argv) {
 out:
   clt_trainer_destroy(t);
   clt_devices_destroy(one);
-  clt_devices_destroy(sel);
   clt_devices_destroy(all);
   clt_model_destroy(m);
   free(x32), free(y), free(x), free(grad), free(losses), free(norms);
