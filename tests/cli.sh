@@ -106,23 +106,7 @@ while [ $i -lt 120 ]; do
   printf 'the quick brown fox %d jumps over the lazy dog.\n' $i
   i=$((i + 1))
 done >"$gpt/text.txt"                                # 5770 bytes
-cat >"$gpt/gpt.model" <<'SPEC'
-input tokens 16 vocab=256
-embedding 16 name=wte
-posembedding
-block repeat=2
-  layernorm
-  attention heads=2
-  residual
-  layernorm
-  linear 32 init=normal
-  gelu
-  linear 16 init=normal
-  residual
-end
-layernorm
-linear 256 tie=wte bias=false
-SPEC
+tiny_gpt_spec >"$gpt/gpt.model"
 sed 's/vocab=256/vocab=37/; s/linear 256/linear 37/' "$gpt/gpt.model" >"$gpt/small_vocab.model"
 expect 0 "tokenize the GPT's text" -- tokenize "$gpt/text.txt" -o "$gpt/train.bin" --val-fraction 0.2 \
   --val-output "$gpt/val.bin"

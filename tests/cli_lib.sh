@@ -37,3 +37,25 @@ same_data() {
   data "$1" >"$tmp/data1"; data "$2" >"$tmp/data2"
   if [ -s "$tmp/data1" ] && cmp -s "$tmp/data1" "$tmp/data2"; then echo "ok: $3"; else echo "FAIL: $3: the tensors of $1 and $2 differ"; fail=1; fi
 }
+
+# tiny_gpt_spec: a GPT small enough to train in seconds (bytes, T = 16, two
+# blocks, the output tied to the embedding) on standard output.
+tiny_gpt_spec() {
+  cat <<'SPEC'
+input tokens 16 vocab=256
+embedding 16 name=wte
+posembedding
+block repeat=2
+  layernorm
+  attention heads=2
+  residual
+  layernorm
+  linear 32 init=normal
+  gelu
+  linear 16 init=normal
+  residual
+end
+layernorm
+linear 256 tie=wte bias=false
+SPEC
+}

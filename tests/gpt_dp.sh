@@ -44,23 +44,7 @@ while [ $i -lt 100 ]; do
   printf 'a kernel %d on a device, a rank %d in a ring.\n' $i $((i * 7 % 13))
   i=$((i + 1))
 done >"$tmp/text.txt"
-cat >"$tmp/gpt.model" <<'SPEC'
-input tokens 16 vocab=256
-embedding 16 name=wte
-posembedding
-block repeat=2
-  layernorm
-  attention heads=2
-  residual
-  layernorm
-  linear 32 init=normal
-  gelu
-  linear 16 init=normal
-  residual
-end
-layernorm
-linear 256 tie=wte bias=false
-SPEC
+tiny_gpt_spec >"$tmp/gpt.model"
 expect 0 "tokenize" -- tokenize "$tmp/text.txt" -o "$tmp/train.bin" --val-fraction 0.2 --val-output "$tmp/val.bin"
 # Rank r takes device r: PoCL and rusticl when both are there.
 train="train $tmp/gpt.model --data $tmp/train.bin --val $tmp/val.bin --max-steps 8 --batch 8 --optimizer adamw
