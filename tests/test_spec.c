@@ -156,6 +156,11 @@ static const struct {
     {"input tokens 8 vocab=11\nembedding 12 name=wte\nlinear 11 tie=wtf\n", "t.model:3:15:", "tie=wtf names no layer"},
     {"input tokens 8 vocab=11\nembedding 12 name=wte\nlinear 10\nlinear 11 tie=wte\n", "t.model:4:15:",
      "its weight is 11 x 12 but this layer needs 11 x 10"},
+    {"input tokens 8 vocab=11\nembedding 12 name=a_name_of_thirty_two_characters_\nlinear 11\n", "t.model:2:19:",
+     "a name is 1 to 31 characters"},
+    {"input 4\nblock repeat=1000\nblock repeat=1000\nrelu\nend\nend\nlinear 2\n", "t.model:",
+     "more than 100000 layers once blocks are repeated"},
+    {"input 4\nlinear 2 bias=false bias=true\n", "t.model:2:21:", "option 'bias' is given twice"},
 };
 
 START_TEST(mistakes_are_located) {

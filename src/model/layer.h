@@ -139,9 +139,10 @@ typedef struct clt__layer_kind {
   void (*describe)(const clt_layer_spec *l, char *buf, size_t len);
 } clt__layer_kind;
 
-/* The kind called `word`, or NULL; the list of names for messages. */
+/* The kind called `word`, or NULL; the list of names for messages, into
+ * buf (returned). */
 const clt__layer_kind *clt__layer_kind_find(const char *word);
-const char *clt__layer_kind_list(void);
+const char *clt__layer_kind_list(char *buf, size_t len);
 
 /* The kinds, for the table (layer_table.c) and the parser's special cases. */
 extern const clt__layer_kind clt__kind_input, clt__kind_linear, clt__kind_layernorm, clt__kind_relu,

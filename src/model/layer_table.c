@@ -23,15 +23,13 @@ const clt__layer_kind *clt__layer_kind_find(const char *word) {
   return NULL;
 }
 
-const char *clt__layer_kind_list(void) {
-  static char list[512];
-  if (!list[0]) {
-    size_t used = 0;
-    for (size_t i = 0; i < NKINDS && used < sizeof list; i++)
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", kinds[i]->name);
-    if (used < sizeof list) snprintf(list + used, sizeof list - used, "; and block ... end");
-  }
-  return list;
+const char *clt__layer_kind_list(char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < NKINDS && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", kinds[i]->name);
+  if (used < len) snprintf(buf + used, len - used, "; and block ... end");
+  return buf;
 }
 
 static int param_view(cl_mem arena, const clt_param_spec *p, clt_tensor *t) {

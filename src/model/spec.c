@@ -290,8 +290,11 @@ static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *ca
   clt_layer_spec *l = &spec->layers[spec->nlayers];
   layer_defaults(l, lc.line);
   const char *kw = lc.tok[0].text;
-  if (!(l->kind = clt__layer_kind_find(kw)))
-    return clt__line_error(&lc, lc.tok[0].col, "unknown layer '%s' (known: %s)", kw, clt__layer_kind_list());
+  if (!(l->kind = clt__layer_kind_find(kw))) {
+    char known[512];
+    return clt__line_error(&lc, lc.tok[0].col, "unknown layer '%s' (known: %s)", kw,
+                           clt__layer_kind_list(known, sizeof known));
+  }
   lc.used = 1;
   CLT_TRY(read_name(&lc, l));
   const char *tie = NULL;
@@ -341,8 +344,9 @@ fail:
  * the gradient at that layer's output): give each residual a buffer that
  * no other waiting one holds. busy_until[s] is the layer slot s waits for;
  * it is free again from that layer down (-1). */
-static void assign_skip_slots(clt_model_spec *spec) {
-  int busy_until[64], nslots = 0; /* slot -> the source layer it waits for */
+static int assign_skip_slots(clt_model_spec *spec) {
+  int *busy_until = clt__calloc((size_t)spec->nlayers, sizeof *busy_until), nslots = 0; /* at most a slot a layer */
+  if (!busy_until) return CLT_ENOMEM;
   for (int i = spec->nlayers - 1; i >= 0; i--) {
     clt_layer_spec *l = &spec->layers[i];
     for (int s = 0; s < nslots; s++)
@@ -350,11 +354,13 @@ static void assign_skip_slots(clt_model_spec *spec) {
     if (l->skip < 0) continue;
     int s = 0;
     while (s < nslots && busy_until[s] >= 0) s++;
-    if (s == nslots && nslots < 64) nslots++;
+    if (s == nslots) nslots++;
     busy_until[s] = l->skip;
     l->skip_slot = s;
   }
   spec->skip_slots = nslots;
+  free(busy_until);
+  return CLT_OK;
 }
 
 int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
@@ -398,7 +404,7 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
   }
   spec->num_classes = classes;
   spec->labels_per_sample = clt__shape_rows(shape);
-  assign_skip_slots(spec);
+  CLT_TRY(assign_skip_slots(spec));
   *out = spec;
   spec = NULL;
 fail:
