@@ -72,7 +72,7 @@ START_TEST(gpt_models_parse) {
   ck_assert_int_eq(clt_model_param_count(m), 124439808);
   ck_assert_int_eq(clt_model_num_classes(m), 50257);
   ck_assert_int_eq(clt_model_input_size(m), 1024);
-  /* input, embedding, posembedding, 12 x 8 block lines, layernorm, linear */
+  /* input, embedding, posembedding, 12 x 8 block layers (act=gelu is one), layernorm, linear */
   ck_assert_int_eq(clt_model_layer_count(m), 3 + 12 * 8 + 2);
   clt_model_destroy(m);
 
@@ -103,6 +103,26 @@ START_TEST(gpt_models_parse) {
   ck_assert_int_eq(clt_model_layer_count(m), 1 + 2 * (3 * 3 + 1) + 1);
   ck_assert_int_eq(clt_model_param_count(m), 2 * (3 * (16 * 16 + 16) + 32) + 16 * 4 + 4);
   clt_model_destroy(m);
+
+  /* act=NAME is the activation as the next layer, at the same line. */
+  clt_model *a, *b;
+  ck_assert_msg(clt_model_parse("input 1 8 8\nconv2d 4 kernel=3 act=relu\nflatten\nlinear 8 act=leakyrelu\nlinear 2\n",
+                                "a.model", &a) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_model_parse("input 1 8 8\nconv2d 4 kernel=3\nrelu\nflatten\nlinear 8\nleakyrelu\nlinear 2\n",
+                                "b.model", &b) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_model_layer_count(a), 7);
+  ck_assert_int_eq(clt_model_layer_count(a), clt_model_layer_count(b));
+  ck_assert_int_eq(clt_model_param_count(a), clt_model_param_count(b));
+  char *sa, *sb;
+  ck_assert_int_eq(clt_model_summary(a, &sa), 0);
+  ck_assert_int_eq(clt_model_summary(b, &sb), 0);
+  ck_assert_ptr_nonnull(strstr(sa, "\n2     relu"));
+  ck_assert_ptr_nonnull(strstr(sa, "leakyrelu 0.01"));
+  ck_assert_ptr_nonnull(strstr(sb, "leakyrelu 0.01"));
+  free(sa);
+  free(sb);
+  clt_model_destroy(a);
+  clt_model_destroy(b);
 }
 END_TEST
 
@@ -161,6 +181,9 @@ static const struct {
     {"input 4\nblock repeat=1000\nblock repeat=1000\nrelu\nend\nend\nlinear 2\n", "t.model:",
      "more than 100000 layers once blocks are repeated"},
     {"input 4\nlinear 2 bias=false bias=true\n", "t.model:2:21:", "option 'bias' is given twice"},
+    {"input 4\nlinear 8 act=softmax\nlinear 2\n", "t.model:2:14:", "act=softmax is not an activation (relu,"},
+    {"input 4\nlinear 8 act=dropout\nlinear 2\n", "t.model:2:14:", "act=dropout is not an activation"},
+    {"input 4\nlayernorm act=relu\nlinear 2\n", "t.model:2:11:", "unknown option 'act' for layernorm"},
 };
 
 START_TEST(mistakes_are_located) {

@@ -205,7 +205,7 @@ static void describe_leakyrelu(const clt_layer_spec *l, char *buf, size_t len) {
 }
 
 #define ACT_KIND(var, nm, al, ...) \
-  const clt__layer_kind var = {.name = nm, .alias = al, .forward = act_forward, .backward = act_backward, __VA_ARGS__}
+  const clt__layer_kind var = {.name = nm, .alias = al, .flags = CLT_KIND_ACTIVATION, .forward = act_forward, .backward = act_backward, __VA_ARGS__}
 ACT_KIND(clt__kind_relu, "relu", NULL);
 ACT_KIND(clt__kind_leakyrelu, "leakyrelu", "leaky_relu", .parse = leakyrelu_parse, .describe = describe_leakyrelu);
 ACT_KIND(clt__kind_gelu, "gelu", NULL);

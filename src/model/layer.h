@@ -114,7 +114,8 @@ enum {
   CLT_KIND_VIEW = 1,       /* the output is the input's storage seen with another shape (flatten) */
   CLT_KIND_TRAIN_ONLY = 2, /* the identity outside training (dropout) */
   CLT_KIND_INPUT = 4,      /* the first line */
-  CLT_KIND_PASS_GRAD = 8   /* the input gradient is dy itself: backward gets dx = dy and only adds elsewhere */
+  CLT_KIND_PASS_GRAD = 8,  /* the input gradient is dy itself: backward gets dx = dy and only adds elsewhere */
+  CLT_KIND_ACTIVATION = 16 /* elementwise, no parameters: what `act=NAME` on a linear or conv2d line may name */
 };
 
 typedef struct clt__layer_kind {

@@ -3,7 +3,8 @@
  * positional numbers, then name=value options; '#' starts a comment.
  * `block repeat=N` ... `end` repeats the lines between them, `residual`
  * adds the value at the start of the block pass or at the last residual,
- * and `tie=NAME` shares a named layer's weight. Each line's output shape is
+ * `tie=NAME` shares a named layer's weight, and `act=NAME` on a linear or
+ * conv2d line is that activation as the next layer. Each line's output shape is
  * worked out from the one before through the layer table (model/layer.h),
  * so a layer that does not fit is reported where it is written, as
  * file:line:col with the offending text and both shapes.
@@ -281,6 +282,23 @@ static int resolve_tie(clt__spec_line *lc, clt_model_spec *spec, clt_layer_spec 
   return CLT_OK;
 }
 
+/* `act=NAME` on the line just added: the activation NAME as a layer of its
+ * own after it, at the same line (its defaults: leakyrelu's slope 0.01). */
+static int add_activation(clt__spec_line *lc, clt_model_spec *spec, const char *word, int col, int *cap) {
+  const clt__layer_kind *kind = clt__layer_kind_find(word);
+  if (!kind || !(kind->flags & CLT_KIND_ACTIVATION))
+    return clt__line_error(lc, col, "act=%s is not an activation (relu, leakyrelu, gelu, tanh, sigmoid)", word);
+  int rc = grow_layers(spec, cap);
+  if (rc < 0) return rc;
+  clt_layer_spec *l = &spec->layers[spec->nlayers];
+  layer_defaults(l, lc->line);
+  l->kind = kind;
+  l->in_shape = l->out_shape = spec->layers[spec->nlayers - 1].out_shape;
+  l->param_offset = spec->param_count;
+  spec->nlayers++;
+  return CLT_OK;
+}
+
 /* One layer line: parse, connect, infer, place. */
 static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *cap) {
   int rc = CLT_OK;
@@ -297,9 +315,10 @@ static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *ca
   }
   lc.used = 1;
   CLT_TRY(read_name(&lc, l));
-  const char *tie = NULL;
-  int tie_col = 0;
+  const char *tie = NULL, *act = NULL;
+  int tie_col = 0, act_col = 0;
   if (l->kind == &clt__kind_linear) CLT_TRY(clt__opt_word(&lc, "tie", &tie, &tie_col));
+  if (l->kind == &clt__kind_linear || l->kind == &clt__kind_conv2d) CLT_TRY(clt__opt_word(&lc, "act", &act, &act_col));
   if (l->kind->parse) CLT_TRY(l->kind->parse(&lc, l));
   CLT_TRY(check_all_used(&lc));
 
@@ -335,6 +354,7 @@ static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *ca
   }
   CLT_TRY(place_params(&lc, spec, l));
   spec->nlayers++;
+  if (act) CLT_TRY(add_activation(&lc, spec, act, act_col, cap));
 fail:
   return rc;
 }
