@@ -1,7 +1,10 @@
 # CLT_CHECK_MPI: --with-mpi=auto|yes|no.
 # Looks for MPI through pkg-config (ompi-c, mpich, mpi-c) and falls back to
 # asking the mpicc wrapper for its flags. Sets MPI_CFLAGS, MPI_LIBS,
-# HAVE_MPI (AC_DEFINE and AM_CONDITIONAL) and clt_mpi_summary.
+# HAVE_MPI (AC_DEFINE and AM_CONDITIONAL), CLT_HAVE_MPI (1 or 0, for
+# cltrain/version.h), what cltrain.pc needs for cltrain/mpi.h (MPI_PC: the
+# pkg-config module in Requires, or MPI_PC_CFLAGS and MPI_PC_LIBS where MPI
+# came from the wrapper) and clt_mpi_summary.
 # MPI flags are applied only to the sources that need MPI: CC is never mpicc.
 AC_DEFUN([CLT_CHECK_MPI], [
 AC_ARG_WITH([mpi],
@@ -19,6 +22,7 @@ AS_IF([test "x$with_mpi" != xno], [
       MPI_LIBS=`$PKG_CONFIG --libs $clt_mpi_pc`
       clt_have_mpi=yes
       clt_mpi_summary="yes (pkg-config $clt_mpi_pc)"
+      MPI_PC=$clt_mpi_pc
       break])
   done
   AS_IF([test "x$clt_have_mpi" = xno], [
@@ -46,10 +50,16 @@ AS_IF([test "x$with_mpi" != xno], [
     [AC_MSG_ERROR([--with-mpi=yes was given but no usable MPI was found (tried pkg-config ompi-c, mpich, mpi-c and mpicc): install libopenmpi-dev])])
 ])
 AS_IF([test "x$clt_have_mpi" = xyes],
-  [AC_DEFINE([HAVE_MPI], [1], [Define if cltrain is built with MPI])],
-  [MPI_CFLAGS=; MPI_LIBS=])
+  [AC_DEFINE([HAVE_MPI], [1], [Define if cltrain is built with MPI])
+   CLT_HAVE_MPI=1
+   AS_IF([test -z "$MPI_PC"], [MPI_PC_CFLAGS=$MPI_CFLAGS; MPI_PC_LIBS=$MPI_LIBS])],
+  [MPI_CFLAGS=; MPI_LIBS=; MPI_PC=; CLT_HAVE_MPI=0])
 AC_SUBST([MPI_CFLAGS])
 AC_SUBST([MPI_LIBS])
+AC_SUBST([MPI_PC])
+AC_SUBST([MPI_PC_CFLAGS])
+AC_SUBST([MPI_PC_LIBS])
+AC_SUBST([CLT_HAVE_MPI])
 AM_CONDITIONAL([HAVE_MPI], [test "x$clt_have_mpi" = xyes])
 ])
 

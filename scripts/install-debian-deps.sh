@@ -3,8 +3,13 @@
 # test and run on any machine, GPU or not: PoCL and Mesa rusticl give two
 # independent OpenCL implementations on the CPU; Fashion-MNIST (images) and
 # fortunes (English text for language models, scripts/make-fortunes-data.sh)
-# are the data cltrain trains on out of the box. Run as root (or via sudo).
+# are the data cltrain trains on out of the box. As root it installs
+# directly (a fresh Debian container has no sudo); otherwise through sudo.
 set -e
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "$0: run as root, or install sudo" >&2; exit 1; }
+  exec sudo sh "$0" "$@"
+fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
