@@ -2,7 +2,8 @@
  * train_fashion.c: training through libcltrain's public API, the way an
  * application embeds it: its own MPI_Init (when built with MPI), its own
  * communicator, a model spec, the Fashion-MNIST files, and a callback that
- * prints each epoch.
+ * prints each epoch. It uses MPI where the library was built with it
+ * (CLT_HAVE_MPI).
  *
  *   cc train_fashion.c $(pkg-config --cflags --libs cltrain) -o train_fashion
  *   mpirun -np 2 ./train_fashion fashion_mlp.model [DATA_DIR]
@@ -11,7 +12,8 @@
 #include <stdlib.h>
 
 #include <cltrain.h>
-#ifdef WITH_MPI
+#include <cltrain/version.h>
+#if CLT_HAVE_MPI
 #include <cltrain/mpi.h>
 #endif
 
@@ -38,7 +40,7 @@ int main(int argc, char **argv) {
   float mean, std;
   int rc = 1;
 
-#ifdef WITH_MPI
+#if CLT_HAVE_MPI
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) return fail("communicator");
@@ -77,7 +79,7 @@ int main(int argc, char **argv) {
   clt_devices_destroy(mine);
   clt_devices_destroy(all);
   clt_comm_destroy(comm);
-#ifdef WITH_MPI
+#if CLT_HAVE_MPI
   MPI_Finalize();
 #endif
   return rc;
