@@ -361,8 +361,10 @@ static void progress(const clt_train_event *ev, void *user) {
     return;
   }
   if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
-  printf("epoch %lld/%lld: train loss %.4f accuracy %.4f", (long long)ev->epoch, (long long)ev->epochs, ev->loss,
-         ev->accuracy);
+  printf("epoch %lld/%lld", (long long)ev->epoch, (long long)ev->epochs);
+  if (ev->step_in_epoch < ev->steps_per_epoch) /* --max-steps ended it early */
+    printf(" (stopped at step %lld of %lld, --max-steps)", (long long)ev->step_in_epoch, (long long)ev->steps_per_epoch);
+  printf(": train loss %.4f accuracy %.4f", ev->loss, ev->accuracy);
   if (isfinite(ev->test_accuracy)) print_eval(a, " | ", ev->test_loss, ev->test_accuracy);
   printf(" | %.1f s\n", ev->elapsed_s);
   fflush(stdout);
