@@ -762,6 +762,8 @@ typedef struct clt_train_options {
                                      emitted whatever log_every says); 0: after each epoch only */
   int64_t log_every;              /* a step event every N steps (50) */
   const char *metrics_path;       /* JSON Lines written by rank 0; NULL: none */
+  const char *tensorboard_dir;    /* TensorFlow event files for TensorBoard, written by rank 0 into
+                                     this directory (made if missing): every event's scalars; NULL: none */
   int drop_last;                  /* leave out each epoch's last partial batch */
   clt_train_callback callback;    /* called on rank 0 for every event; NULL: none */
   void *callback_user;

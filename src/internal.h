@@ -89,6 +89,8 @@ double clt__now(void);                     /* seconds, monotonic */
 
 void *clt__calloc(size_t n, size_t size);  /* records CLT_ENOMEM on failure */
 char *clt__strdup(const char *s);          /* likewise */
+/* mkdir -p dir; failures name it as `what` ("the checkpoint directory"). */
+int clt__make_dirs(const char *dir, const char *what);
 /* Copy with truncation, always NUL-terminated. */
 void clt__strlcpy(char *dst, const char *src, size_t size);
 /* Case-insensitive substring test. */

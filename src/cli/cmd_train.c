@@ -116,6 +116,7 @@ static void help(FILE *to) {
           "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
           "      --log-every N       a progress record every N steps (default %lld)\n"
           "      --metrics FILE      append JSON Lines metrics to FILE\n"
+          "      --tensorboard DIR   write TensorBoard event files into DIR (made if missing)\n"
           "  -s, --save FILE         save the trained weights as .safetensors (PyTorch loads it)\n"
           "checkpoints (doc/checkpoint.md)\n"
           "      --checkpoint-every N  save a checkpoint every N optimizer steps, and when training\n"
@@ -174,7 +175,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 /* Parse argv into a; returns -1 (after a message) on a bad command line. */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
-         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
+         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
@@ -189,7 +190,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"gamma", required_argument, 0, O_GAMMA},   {"min-lr", required_argument, 0, O_MINLR},
       {"clip", required_argument, 0, O_CLIP},     {"devices", required_argument, 0, 'd'},
       {"eval-every", required_argument, 0, O_EVAL}, {"log-every", required_argument, 0, O_LOG},
-      {"metrics", required_argument, 0, O_METRICS}, {"quiet", no_argument, 0, 'q'},
+      {"metrics", required_argument, 0, O_METRICS}, {"tensorboard", required_argument, 0, O_TENSORBOARD}, {"quiet", no_argument, 0, 'q'},
       {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
       {"balance", required_argument, 0, O_BALANCE}, {"balance-every", required_argument, 0, O_BALEVERY},
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"check-every", required_argument, 0, O_CHECK},
@@ -255,6 +256,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case O_EVAL: if (parse_long("--eval-every", optarg, 0, 1LL << 40, &v)) return -1; o->eval_every = v; break;
     case O_LOG: if (parse_long("--log-every", optarg, 0, 1LL << 40, &v)) return -1; o->log_every = v; break;
     case O_METRICS: o->metrics_path = optarg; break;
+    case O_TENSORBOARD: o->tensorboard_dir = optarg; break;
     case 'q': a->quiet = 1; break;
     case 's': a->save = optarg; break;
     case O_WEIGHTS: a->weights = optarg; break;
@@ -534,6 +536,7 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
     const struct { const char *opt, *path; clt_output_kind kind; } outputs[] = {
         {"--save", a.save, CLT_OUTPUT_FILE},
         {"--metrics", a.o.metrics_path, CLT_OUTPUT_APPEND},
+        {"--tensorboard", a.o.tensorboard_dir, CLT_OUTPUT_DIR},
         {"--checkpoint-dir", a.o.checkpoint_dir, CLT_OUTPUT_DIR}};
     for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++)
       if (outputs[i].path && (rc = clt_check_output(outputs[i].path, outputs[i].kind)) < 0) {

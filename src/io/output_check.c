@@ -126,3 +126,25 @@ int clt_check_output(const char *path, clt_output_kind kind) {
   }
   return clt__error(CLT_EINVAL, "clt_check_output: unknown kind %d", (int)kind);
 }
+
+int clt__make_dirs(const char *dir, const char *what) {
+  char *p = clt__strdup(dir);
+  int rc = CLT_OK;
+  if (!p) return CLT_ENOMEM;
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s) continue;
+    char c = *s;
+    *s = 0;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+      rc = clt__error(CLT_EIO, "cannot create %s %s: %s: %s", what, dir, p, strerror(errno));
+      break;
+    }
+    *s = c;
+    if (!c) break;
+  }
+  free(p);
+  struct stat st;
+  if (rc == CLT_OK && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+    rc = clt__error(CLT_EIO, "%s %s is not a directory", what, dir);
+  return rc;
+}

@@ -110,29 +110,6 @@ static int list_checkpoints(const char *dir, entry **out, int *n) {
   return rc;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *dir) {
-  char *p = clt__strdup(dir);
-  int rc = CLT_OK;
-  if (!p) return CLT_ENOMEM;
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char c = *s;
-    *s = 0;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      rc = clt__error(CLT_EIO, "cannot create the checkpoint directory %s: %s", p, strerror(errno));
-      break;
-    }
-    *s = c;
-    if (!c) break;
-  }
-  free(p);
-  struct stat st;
-  if (rc == CLT_OK && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-    rc = clt__error(CLT_EIO, "the checkpoint directory %s is not a directory", dir);
-  return rc;
-}
-
 /* Temporary files of saves that never finished (a killed job): the whole
  * size of a checkpoint each, and never read. One run owns its directory,
  * so none of them is being written now. */
@@ -156,7 +133,7 @@ static int save_to_dir(clt_trainer *t) {
   entry *list = NULL;
   int rc = CLT_OK, n;
   CLT_TRY(clt_checkpoint_path(dir, t->steps_done, path, sizeof path));
-  CLT_TRY(make_dirs(dir));
+  CLT_TRY(clt__make_dirs(dir, "the checkpoint directory"));
   remove_leftovers(dir);
   CLT_TRY(clt__checkpoint_write(t, path));
   /* Only now that the new one is whole do others go: the newest K whole

@@ -3,8 +3,9 @@
  * around clt__trainer_train_step (step.c), whose micro-batches come from
  * here: every local replica takes its slice of each of `accumulate`
  * micro-batches from its prefetcher (fit_next). Events go to the callback
- * and as JSON Lines metrics from rank 0.
+ * and as JSON Lines metrics and TensorBoard event files from rank 0.
  */
+#include "io/tensorboard.h"
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -113,9 +114,52 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   c->window_samples = 0;
 }
 
-static int emit(clt_trainer *t, FILE *metrics, const clt_train_event *ev) {
+/* Rank 0's outputs of events: JSON Lines and TensorBoard (each may be NULL). */
+typedef struct sinks {
+  FILE *metrics;
+  clt__tb *tb;
+} sinks;
+
+/* The event's scalars for TensorBoard, named as in the JSON Lines (an
+ * epoch's under epoch/). */
+static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
+  enum { FIXED = 12, MAX_TAGS = FIXED + 2 * 64 };
+  const char *tags[MAX_TAGS];
+  double v[MAX_TAGS];
+  char names[2 * 64][32];
+  int n = 0, step = ev->kind == CLT_EVENT_STEP;
+#define TB(tag, x) (tags[n] = (tag), v[n++] = (x))
+  TB(step ? "loss" : "epoch/loss", ev->loss);
+  TB(step ? "accuracy" : "epoch/accuracy", ev->accuracy);
+  TB(step ? "test_loss" : "epoch/test_loss", ev->test_loss);
+  TB(step ? "test_accuracy" : "epoch/test_accuracy", ev->test_accuracy);
+  if (step) {
+    TB("lr", ev->lr);
+    TB("samples_per_s", ev->samples_per_s);
+    TB("grad_norm", ev->grad_norm);
+    TB("comm_s", ev->comm_s);
+    TB("comm_hidden", ev->comm_hidden);
+    TB("loss_scale", ev->loss_scale);
+    TB("skipped", (double)ev->skipped);
+    for (int r = 0; r < ev->nreplicas && r < 64; r++) {
+      snprintf(names[2 * r], sizeof names[0], "replica%d/share", r);
+      snprintf(names[2 * r + 1], sizeof names[0], "replica%d/samples_per_s", r);
+      TB(names[2 * r], (double)ev->shares[r]);
+      TB(names[2 * r + 1], ev->throughput[r]);
+    }
+  }
+#undef TB
+  return clt__tb_scalars(tb, ev->step, n, tags, v);
+}
+
+static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
   if (t->rank != 0) return CLT_OK;
   if (t->opts.callback) t->opts.callback(ev, t->opts.callback_user);
+  if (out->tb) {
+    int rc = emit_tb(out->tb, ev);
+    if (rc < 0) return rc;
+  }
+  FILE *metrics = out->metrics;
   if (!metrics) return CLT_OK;
   json_t *o = json_object();
   json_object_set_new(o, "event", json_string(ev->kind == CLT_EVENT_STEP ? "step" : "epoch"));
@@ -158,7 +202,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   clt_sampler *smp = NULL;
   clt_prefetcher **pf = NULL;
   clt_batch *b = NULL;
-  FILE *metrics = NULL;
+  sinks out = {0};
   int64_t *first = NULL; /* per local replica: where its slice starts in a global batch */
   int64_t in = clt_model_input_size(t->model);
 
@@ -178,8 +222,9 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking the training set"));
   CLT_TRY(check_same_data(t, train));
   /* Every output before the first step, and every rank learns rank 0's answer. */
-  if (t->rank == 0 && o->metrics_path && !(metrics = fopen(o->metrics_path, "a")))
+  if (t->rank == 0 && o->metrics_path && !(out.metrics = fopen(o->metrics_path, "a")))
     rc = clt__error(CLT_EIO, "cannot open the metrics file %s for appending: %s", o->metrics_path, strerror(errno));
+  if (rc == CLT_OK && t->rank == 0 && o->tensorboard_dir) rc = clt__tb_open(o->tensorboard_dir, &out.tb);
   if (rc == CLT_OK && t->rank == 0) rc = clt__checkpoint_dir_check(t);
   CLT_TRY(clt__trainer_share_status(t, rc));
 
@@ -254,7 +299,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
           clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
                    ev.test_accuracy);
         }
-        CLT_TRY(emit(t, metrics, &ev));
+        CLT_TRY(emit(t, &out, &ev));
       }
       /* Periodic checkpoints; one due at an epoch's last step waits for the
        * epoch's summary below. */
@@ -275,7 +320,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     ev.grad_norm = NAN;
     ev.test_loss = ev.test_accuracy = NAN;
     if (test) CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
-    CLT_TRY(emit(t, metrics, &ev));
+    CLT_TRY(emit(t, &out, &ev));
     if (src.last_in_epoch) { /* the epoch is whole: the next one starts from zero */
       memset(t->ep_sums, 0, sizeof t->ep_sums);
       t->ep_steps = 0;
@@ -292,6 +337,7 @@ fail:
   free(b);
   free(first);
   clt_sampler_destroy(smp);
-  if (metrics) fclose(metrics);
+  if (out.metrics) fclose(out.metrics);
+  clt__tb_close(out.tb);
   return rc;
 }
