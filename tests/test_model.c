@@ -283,6 +283,51 @@ START_TEST(replica_memory_is_what_a_replica_allocates) {
 }
 END_TEST
 
+/* A sample's forward pass gives the same bits in any batch: alone, at
+ * either end of a batch or inside one of any size. This is what makes N
+ * replicas differ from one device only in the order of the gradient's sums
+ * (test_dp; README, "Data parallelism: what is the same"): a GEMM that
+ * chose its kernel or tiling by the batch and rounded a sample's values
+ * differently would flip ReLUs and max-pool choices between them. The
+ * example CNN's shapes (its im2col GEMMs span samples) and the GPT. */
+START_TEST(a_samples_forward_does_not_depend_on_its_batch) {
+  const char *cnn28 = "input 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool 2\nconv2d 64 kernel=3 pad=1\nrelu\n"
+                      "maxpool 2\nflatten\nlinear 128\nrelu\ndropout 0.25\nlinear 10\n";
+  const char *specs[] = {cnn28, gpt_spec};
+  enum { N = 16 };
+  for (int d = 0; d < tu_ndev; d++)
+    for (int k = 0; k < 2; k++) {
+      clt_model_spec *s;
+      clt__replica *r;
+      ck_assert_msg(clt__spec_parse(specs[k], "t.model", &s) == 0, "%s", clt_last_error());
+      int64_t in = clt__shape_numel(&s->layers[0].out_shape), out = clt__shape_numel(&s->layers[s->nlayers - 1].out_shape);
+      int vocab = s->layers[0].out_shape.vocab;
+      float *params = malloc((size_t)s->param_count * 4), *x = malloc((size_t)(N * in) * 4);
+      float *all = malloc((size_t)(N * out) * 4), *some = malloc((size_t)(N * out) * 4);
+      int32_t *y = calloc((size_t)(N * s->labels_per_sample), 4);
+      clt__model_init_params(s, 7, params);
+      ref_random(x, (size_t)(N * in), 3);
+      for (int64_t i = 0; vocab && i < N * in; i++) x[i] = (float)((i * 7 + i / 3) % vocab);
+      ck_assert_msg(clt__replica_create(tu_ctx[d], s, N, 0, CLT_F32, params, &r) == 0, "%s", clt_last_error());
+      clt__pass pass = {.train = 0, .logits = all};
+      ck_assert_msg(clt__replica_run(r, x, y, N, &pass) == 0, "%s", clt_last_error());
+      const int runs[][2] = {{0, 1}, {N - 1, 1}, {3, 5}, {1, N - 1}, {0, N / 2}, {N / 2, N / 2}};
+      for (size_t j = 0; j < sizeof runs / sizeof runs[0]; j++) {
+        int at = runs[j][0], n = runs[j][1];
+        pass.logits = some;
+        ck_assert_msg(clt__replica_run(r, x + at * in, y + at * s->labels_per_sample, n, &pass) == 0, "%s",
+                      clt_last_error());
+        ck_assert_msg(memcmp(some, all + at * out, (size_t)(n * out) * 4) == 0,
+                      "%s on %s: samples %d..%d alone give other bits than in a batch of %d",
+                      k ? "the GPT" : "the CNN", tu_name(tu_ctx[d]), at, at + n - 1, N);
+      }
+      clt__replica_destroy(r);
+      free(params), free(x), free(all), free(some), free(y);
+      clt__spec_destroy(s);
+    }
+}
+END_TEST
+
 int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
@@ -295,6 +340,7 @@ int main(void) {
   tcase_add_test(tc, gpt_gradient_is_deterministic);
   tcase_add_test(tc, a_hung_device_times_out);
   tcase_add_test(tc, replica_memory_is_what_a_replica_allocates);
+  tcase_add_test(tc, a_samples_forward_does_not_depend_on_its_batch);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   tu_teardown();
