@@ -42,7 +42,7 @@ static const char *mlp_spec = "input 10\n"
                               "  residual\n"
                               "end\n"
                               "layernorm\n"
-                              "linear 5\n";
+                              "linear 5 init=he\n"; /* not the output layer's zeros: every gradient nonzero */
 
 #define B 3
 
@@ -292,7 +292,7 @@ END_TEST
  * example CNN's shapes (its im2col GEMMs span samples) and the GPT. */
 START_TEST(a_samples_forward_does_not_depend_on_its_batch) {
   const char *cnn28 = "input 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool 2\nconv2d 64 kernel=3 pad=1\nrelu\n"
-                      "maxpool 2\nflatten\nlinear 128\nrelu\ndropout 0.25\nlinear 10\n";
+                      "maxpool 2\nflatten\nlinear 128\nrelu\ndropout 0.25\nlinear 10 init=he\n"; /* scores not all 0 */
   const char *specs[] = {cnn28, gpt_spec};
   enum { N = 16 };
   for (int d = 0; d < tu_ndev; d++)
@@ -328,6 +328,67 @@ START_TEST(a_samples_forward_does_not_depend_on_its_batch) {
 }
 END_TEST
 
+/* The default initialisation (init=auto; README, "Initialisation"): He /
+ * Kaiming uniform over fan_in, U(-g sqrt(3 / fan_in), +), with the gain g
+ * of the activation that follows past pooling, flatten and dropout (ReLU
+ * and GELU sqrt 2, leaky ReLU sqrt(2 / (1 + a^2)), tanh 5/3, sigmoid and
+ * none 1); init=he keeps ReLU's whatever follows; biases and the output
+ * layer start at zero, so the example CNN's first loss is ln 10 (it was
+ * 3.88 with ReLU's gain on the output layer too). */
+START_TEST(default_initialisation_takes_the_gain_of_what_follows) {
+  const char *text = "input 1 8 8\n"
+                     "conv2d 16 kernel=3 pad=1\nmaxpool 2\nrelu\nflatten\n" /* fan_in 9, ReLU past the pool */
+                     "linear 16\nleakyrelu 0.2\n"                           /* fan_in 256 */
+                     "linear 16\ntanh\n"
+                     "linear 16 init=he\nsigmoid\n"
+                     "linear 16\nsigmoid\n"
+                     "linear 16\ngelu\n"
+                     "linear 16\nlayernorm\ndropout 0.1\n"
+                     "linear 10\n";
+  const struct { int layer; double bound; } want[] = {
+      {1, sqrt(2.0) * sqrt(3.0 / 9)}, {5, sqrt(2.0 / 1.04) * sqrt(3.0 / 256)}, {7, 5.0 / 3 * sqrt(3.0 / 16)},
+      {9, sqrt(6.0 / 16)},            {11, sqrt(3.0 / 16)},                    {13, sqrt(6.0 / 16)},
+      {15, sqrt(3.0 / 16)},           {18, 0}};
+  clt_model_spec *s;
+  ck_assert_msg(clt__spec_parse(text, "t.model", &s) == 0, "%s", clt_last_error());
+  float *p = malloc((size_t)s->param_count * 4);
+  clt__model_init_params(s, 7, p);
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const clt_layer_spec *l = &s->layers[want[i].layer];
+    ck_assert_int_eq(l->nparams, 2);
+    const clt_param_spec *w = &l->param[0], *b = &l->param[1];
+    double top = 0;
+    for (int64_t k = 0; k < w->count; k++) top = fmax(top, fabs(p[w->offset + k]));
+    /* 144 or more uniform draws: the largest is within 10% of the bound
+     * (all below 0.9 of it: 0.9^144 = 3e-7) */
+    ck_assert_msg(top <= want[i].bound && top >= 0.9 * want[i].bound, "%s (line %d): largest |weight| %g, bound %g",
+                  l->kind->name, l->line, top, want[i].bound);
+    for (int64_t k = 0; k < b->count; k++) ck_assert(p[b->offset + k] == 0.0f);
+  }
+  free(p);
+  clt__spec_destroy(s);
+
+  /* The example CNN's first loss: every score 0, ln 10 per sample. */
+  const char *cnn28 = "input 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool 2\nconv2d 64 kernel=3 pad=1\nrelu\n"
+                      "maxpool 2\nflatten\nlinear 128\nrelu\ndropout 0.25\nlinear 10\n";
+  ck_assert_msg(clt__spec_parse(cnn28, "cnn.model", &s) == 0, "%s", clt_last_error());
+  enum { N = 8 };
+  clt__replica *r;
+  float *params = malloc((size_t)s->param_count * 4), *x = malloc(N * 784 * 4), loss;
+  int32_t y[N] = {0, 1, 2, 3, 4, 5, 6, 7}, correct;
+  clt__model_init_params(s, 42, params);
+  ref_random(x, N * 784, 9);
+  ck_assert_msg(clt__replica_create(tu_ctx[0], s, N, 0, CLT_F32, params, &r) == 0, "%s", clt_last_error());
+  clt__pass pass = {.train = 1, .seed = 42};
+  ck_assert_msg(clt__replica_run(r, x, y, N, &pass) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt__replica_read_loss(r, &loss, &correct), 0);
+  ck_assert_msg(fabs(loss / N - log(10.0)) < 1e-6, "the first loss is %.7f, not ln 10 = %.7f", loss / N, log(10.0));
+  clt__replica_destroy(r);
+  free(params), free(x);
+  clt__spec_destroy(s);
+}
+END_TEST
+
 int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
@@ -341,6 +402,7 @@ int main(void) {
   tcase_add_test(tc, a_hung_device_times_out);
   tcase_add_test(tc, replica_memory_is_what_a_replica_allocates);
   tcase_add_test(tc, a_samples_forward_does_not_depend_on_its_batch);
+  tcase_add_test(tc, default_initialisation_takes_the_gain_of_what_follows);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   tu_teardown();
