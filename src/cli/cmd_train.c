@@ -605,9 +605,10 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     goto out;
   }
   /* Evaluation runs batches of at most the test set: replicas made for
-   * more would only take memory (each replica still needs one sample). */
+   * more would only take memory (each still needs a sample: at least one
+   * per replica, as far as this rank can tell). */
   int64_t count = clt_dataset_count(s.test), least = (int64_t)clt_comm_size(comm) * clt_devices_count(s.sel);
-  if (a.o.batch > count) a.o.batch = count > least ? count : (a.o.batch < least ? a.o.batch : least);
+  if (a.o.batch > count) a.o.batch = count > least ? count : least;
   if ((rc = clt_trainer_create(s.model, s.sel, comm, &a.o, &s.tr)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
   if ((rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
   if ((rc = clt_trainer_evaluate(s.tr, s.test, &loss, &acc)) < 0) { ec = cli_fail(rc, "eval"); goto out; }

@@ -12,6 +12,10 @@
  * reaches the layer the branch started at. All of these hold f32, or f16
  * under mixed precision (computed in f32 all the same; cl/prelude.cl);
  * token ids, parameters, their gradients and optimizer state are f32.
+ * One layout function (lay_out) places all of it; clt__replica_memory and
+ * the public clt_model_replica_memory report from it what
+ * clt__replica_create allocates, so a model that cannot fit is refused
+ * (clt_replica_memory_check) before anything is allocated.
  */
 #include "model/replica.h"
 
