@@ -795,6 +795,32 @@ typedef struct clt_train_options {
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);
 
+/* What one replica of a model takes on its device for a micro-batch, in
+ * bytes, as clt_trainer_create would allocate it (the one layout both use);
+ * CLBlast's temporary copies of GEMM operands come on top. */
+typedef struct clt_replica_memory {
+  int64_t batch;             /* samples per run: the batch / accumulate of the options */
+  uint64_t parameters;       /* float32 */
+  uint64_t gradients;        /* float32, and their float16 copy when fp16 gradients are all-reduced */
+  uint64_t optimizer_state;  /* momentum, or Adam's two moments */
+  uint64_t activations;      /* every layer's output and what its backward keeps, the input and labels */
+  uint64_t activation_grads; /* the two gradient buffers, backward scratch, residuals' skip gradients */
+  uint64_t workspace;        /* conv2d's im2col and the kernels' scratch space */
+  uint64_t total;
+  uint64_t largest;          /* the largest single buffer, which must fit CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+  const char *largest_what;  /* what it holds ("the activations") */
+} clt_replica_memory;
+
+/* The memory a replica of m needs with the options o (NULL: the defaults):
+ * their batch / accumulate samples per run, optimizer and precision. The
+ * gradients' float16 copy is counted under fp16 (it exists with two
+ * replicas or more). */
+CLT_API int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt_replica_memory *out);
+/* CLT_OK when need fits device d (its total within the global memory, its
+ * largest buffer within one allocation), else CLT_EDEVMEM with a message
+ * that says what is needed, broken down, and what d has, naming d. */
+CLT_API int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_info *d);
+
 typedef struct clt_trainer clt_trainer;
 
 /* Replicas of m on every device of devs (a context each), on this rank of

@@ -90,6 +90,21 @@ has "$out" " ok " "self-check passes"
 expect 0 "summary of the CNN example" -- summary "$srcdir/examples/fashion_cnn.model"
 has "$out" "(64, 7, 7)" "summary shows shapes"
 has "$out" "total parameters: 421642" "summary counts parameters"
+# The memory a replica needs at a batch size (the layout training
+# allocates: test_model holds the two equal), and how it compares with a
+# device: the CNN at the default batch fits device 0; at 100000 its
+# activations (32 GiB in one buffer) fit no device here.
+has "$out" "memory of one replica for batches of 64 (sgd, fp32)" "summary shows the replica's memory"
+has "$out" "activations  *23.3 MiB" "summary shows the activations at batch 64"
+expect 0 "summary against device 0" -- summary "$srcdir/examples/fashion_cnn.model" -d 0
+has "$out" "^device 0 (.*): .* in one buffer: fits$" "the CNN fits device 0"
+expect 0 "summary with Adam in fp16 at batch 128 over 2 micro-batches" -- summary "$srcdir/examples/fashion_cnn.model" -o adam --precision fp16 -b 128 --accumulate 2
+has "$out" "optimizer state  *3.2 MiB" "Adam's two moments are counted"
+has "$out" "activations  *13.0 MiB" "fp16 halves the stored activations of a 64-sample run (the f32 input stays)"
+expect 1 "summary at a batch no device here holds" -- summary "$srcdir/examples/fashion_cnn.model" -b 100000 -d 0
+has "$out" "does not fit" "summary says it does not fit"
+has "$err" "32.0 GiB in its largest buffer (the activations)" "and what does not"
+expect 2 "summary --accumulate that does not divide the batch" -- summary "$srcdir/examples/fashion_cnn.model" --accumulate 3
 bad=$(mktemp)
 printf 'input 784\nlinear 10 bais=false\n' >"$bad"
 expect 1 "a model spec with a typo" -- summary "$bad"

@@ -191,6 +191,8 @@ has "CLT_ALLREDUCE_CHUNK='1'" "the variable is named"; has "from 4" "the plan's 
 # ---- a model too large for the device ---------------------------------------
 # The activations of `linear 1000000` for a batch of B samples take 4e6*B
 # bytes in one buffer: pick B just above what device 0 allows in one buffer.
+# Refused before anything is allocated (the run takes no memory to speak
+# of), saying what the replica needs, broken down, and what the device has.
 max=$("$CLTRAIN" devices --json --devices 0 | sed -n 's/.*"max_alloc_bytes": *\([0-9]*\).*/\1/p' | head -n1)
 if [ -n "$max" ] && [ "$max" -gt 0 ]; then
   batch=$((max / 4000000 + 2))
@@ -199,9 +201,14 @@ if [ -n "$max" ] && [ "$max" -gt 0 ]; then
   printf 'input 1 4 4\nflatten\nlinear 1000000\n' >"$huge"
   mkidx "$tmp/many" train "$batch"  # a batch must fit in the training set
   run 1 "activations larger than the device allows ($batch x 4 MB)" -- train "$huge" --data "$tmp/many" -e 1 -b "$batch" -d 0
-  has "could not allocate" "the failed allocation is said"
-  has "GiB" "how much is said"
-  has "allows" "what the device allows is said"
+  has "a replica for batches of $batch needs" "the batch and the need are said"
+  has "in its largest buffer (the activations)" "the buffer too large is named"
+  has "CL_DEVICE_MAX_MEM_ALLOC_SIZE" "what the device allows is said"
+  if grep -q "could not allocate" "$err"; then echo "FAIL: it was refused only when allocating"; fail=1; fi
+  # The same through `cltrain summary`, which compares with the device.
+  run 1 "summary of the same against device 0" -- summary "$huge" -b "$batch" -d 0
+  has "a replica for batches of $batch needs" "summary says what is needed"
+  grep -q "does not fit" "$out" && echo "ok: summary says it does not fit" || { echo "FAIL: summary: no 'does not fit'"; fail=1; }
 else
   echo "FAIL: no max_alloc_bytes in 'cltrain devices --json'"; fail=1
 fi
@@ -247,7 +254,18 @@ run 2 "--batch larger than the training set" -- train "$model" --data "$good" -e
 has "--batch 100000 is larger than the 64 samples" "the batch and the samples are said"
 huge2=$tmp/huge2.model; printf 'input 1 4 4\nflatten\nlinear 1000000\nlinear 1000000\n' >"$huge2"
 run 1 "10^12 parameters" -- train "$huge2" --data "$good" -e 1 -d 0
-has "1000018000000 parameters need 3.6 TiB in one buffer" "what the model needs is said"; has "allows" "what the device allows is said"
+has "needs 10.9 TiB (parameters 3.6 TiB, gradients 3.6 TiB, optimizer state 3.6 TiB" "what the model needs is said"
+has "3.6 TiB in its largest buffer (the parameters)" "the largest buffer is said"
+has "CL_DEVICE_GLOBAL_MEM_SIZE" "what the device has is said"
+run 1 "summary of 10^12 parameters against device 0" -- summary "$huge2" -d 0
+has "neither the total nor the largest buffer fits" "summary says why"
+run 0 "summary of 10^12 parameters without a device" -- summary "$huge2"
+grep -q "total  *10.9 TiB" "$out" && echo "ok: summary shows the need" || { echo "FAIL: summary shows no 10.9 TiB:"; cat "$out"; fail=1; }
+# eval runs batches of at most the test set: a --batch far larger (whose
+# replica would not fit in one buffer) is clamped to its 32 samples.
+wide=$tmp/wide.model; printf 'input 1 4 4\nflatten\nlinear 2000\nlinear 10\n' >"$wide"
+run 0 "weights of a wider model" -- train "$wide" --data "$good" -e 1 -b 16 -d 0 -q --save "$tmp/wide.safetensors"
+run 0 "eval --batch 1048576 on 32 samples" -- eval "$wide" --weights "$tmp/wide.safetensors" --data "$good" -b 1048576 -d 0
 
 # ---- weights files ----------------------------------------------------------
 w=$tmp/w.safetensors

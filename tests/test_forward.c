@@ -18,7 +18,8 @@
 
 enum { IN = 6, HID = 5, OUT = 3, N = 37, BATCH = 8 };
 
-static const char *mlp = "input 6\nlinear 5\nrelu\nlinear 3\n";
+/* init=he on the output layer: its default zeros would make every output 0. */
+static const char *mlp = "input 6\nlinear 5\nrelu\nlinear 3 init=he\n";
 static char data_path[64];
 static float xs[N * IN];
 static int32_t ys[N];

@@ -42,7 +42,7 @@ static const char *mlp_spec = "input 10\n"
                               "  residual\n"
                               "end\n"
                               "layernorm\n"
-                              "linear 5\n";
+                              "linear 5 init=he\n"; /* not the output layer's zeros: every gradient nonzero */
 
 #define B 3
 
@@ -234,6 +234,161 @@ START_TEST(a_hung_device_times_out) {
 }
 END_TEST
 
+/* What clt__replica_memory reports is what clt__replica_create allocates,
+ * buffer for buffer (the context's shared scratch at least its share), for
+ * a GPT, a residual MLP and a CNN, in f32 and f16 with the f16 gradient
+ * copy: the check that refuses a model before allocating counts the same
+ * bytes training takes. */
+static const char *cnn_spec = "input 1 12 12\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool 2\nflatten\nlinear 16\nrelu\n"
+                              "dropout 0.25\nlinear 10\n";
+
+START_TEST(replica_memory_is_what_a_replica_allocates) {
+  const char *specs[] = {gpt_spec, mlp_spec, cnn_spec};
+  clt_context *ctx = tu_ctx[0];
+  for (int k = 0; k < 3; k++)
+    for (int h = 0; h < 2; h++) {
+      clt_dtype dt = h ? CLT_F16 : CLT_F32;
+      clt_model_spec *s;
+      clt__replica *r;
+      clt_replica_memory need;
+      ck_assert_msg(clt__spec_parse(specs[k], "t.model", &s) == 0, "%s", clt_last_error());
+      float *params = calloc((size_t)s->param_count, 4);
+      ck_assert_msg(clt__replica_create(ctx, s, 7, 2, dt, params, &r) == 0, "%s", clt_last_error());
+      int closed = 1;
+      int64_t lo = 0, hi = s->param_count;
+      ck_assert_msg(clt__replica_set_buckets(r, 1, &closed, &lo, &hi, h) == 0, "%s", clt_last_error());
+      clt__replica_memory(s, 7, 2, dt, h, &need);
+      cl_mem bufs[] = {r->params, r->grads,  r->state,   r->act,    r->dbuf[0], r->dbuf[1], r->aux,
+                       r->workspace, r->labels, r->losses, r->scalars, r->input32, r->wire, r->gscratch};
+      uint64_t own = 0, largest = 0;
+      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        uint64_t b = bufs[i] ? clt_buffer_size(bufs[i]) : 0;
+        own += b;
+        if (b > largest && bufs[i] != r->wire && bufs[i] != r->labels && bufs[i] != r->losses) largest = b;
+      }
+      for (int j = 0; j < s->skip_slots; j++) own += clt_buffer_size(r->skip[j]);
+      uint64_t ws = r->workspace ? clt_buffer_size(r->workspace) : 0, scratch = need.workspace - ws;
+      ck_assert_msg(own + scratch == need.total, "spec %d %s: the replica's buffers hold %llu bytes (and %llu of "
+                    "scratch), the need says %llu", k, clt_dtype_name(dt), (unsigned long long)own,
+                    (unsigned long long)scratch, (unsigned long long)need.total);
+      ck_assert(!scratch || (ctx->scratch && clt_buffer_size(ctx->scratch) >= scratch));
+      ck_assert_msg(need.largest >= largest && need.largest > 0, "largest %llu against %llu",
+                    (unsigned long long)need.largest, (unsigned long long)largest);
+      ck_assert_uint_eq(need.parameters, (uint64_t)s->param_count * 4);
+      ck_assert_uint_eq(need.optimizer_state, (uint64_t)s->param_count * 8);
+      clt__replica_destroy(r);
+      free(params);
+      clt__spec_destroy(s);
+    }
+}
+END_TEST
+
+/* A sample's forward pass gives the same bits in any batch: alone, at
+ * either end of a batch or inside one of any size. This is what makes N
+ * replicas differ from one device only in the order of the gradient's sums
+ * (test_dp; README, "Data parallelism: what is the same"): a GEMM that
+ * chose its kernel or tiling by the batch and rounded a sample's values
+ * differently would flip ReLUs and max-pool choices between them. The
+ * example CNN's shapes (its im2col GEMMs span samples) and the GPT. */
+START_TEST(a_samples_forward_does_not_depend_on_its_batch) {
+  const char *cnn28 = "input 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool 2\nconv2d 64 kernel=3 pad=1\nrelu\n"
+                      "maxpool 2\nflatten\nlinear 128\nrelu\ndropout 0.25\nlinear 10 init=he\n"; /* scores not all 0 */
+  const char *specs[] = {cnn28, gpt_spec};
+  enum { N = 16 };
+  for (int d = 0; d < tu_ndev; d++)
+    for (int k = 0; k < 2; k++) {
+      clt_model_spec *s;
+      clt__replica *r;
+      ck_assert_msg(clt__spec_parse(specs[k], "t.model", &s) == 0, "%s", clt_last_error());
+      int64_t in = clt__shape_numel(&s->layers[0].out_shape), out = clt__shape_numel(&s->layers[s->nlayers - 1].out_shape);
+      int vocab = s->layers[0].out_shape.vocab;
+      float *params = malloc((size_t)s->param_count * 4), *x = malloc((size_t)(N * in) * 4);
+      float *all = malloc((size_t)(N * out) * 4), *some = malloc((size_t)(N * out) * 4);
+      int32_t *y = calloc((size_t)(N * s->labels_per_sample), 4);
+      clt__model_init_params(s, 7, params);
+      ref_random(x, (size_t)(N * in), 3);
+      for (int64_t i = 0; vocab && i < N * in; i++) x[i] = (float)((i * 7 + i / 3) % vocab);
+      ck_assert_msg(clt__replica_create(tu_ctx[d], s, N, 0, CLT_F32, params, &r) == 0, "%s", clt_last_error());
+      clt__pass pass = {.train = 0, .logits = all};
+      ck_assert_msg(clt__replica_run(r, x, y, N, &pass) == 0, "%s", clt_last_error());
+      const int runs[][2] = {{0, 1}, {N - 1, 1}, {3, 5}, {1, N - 1}, {0, N / 2}, {N / 2, N / 2}};
+      for (size_t j = 0; j < sizeof runs / sizeof runs[0]; j++) {
+        int at = runs[j][0], n = runs[j][1];
+        pass.logits = some;
+        ck_assert_msg(clt__replica_run(r, x + at * in, y + at * s->labels_per_sample, n, &pass) == 0, "%s",
+                      clt_last_error());
+        ck_assert_msg(memcmp(some, all + at * out, (size_t)(n * out) * 4) == 0,
+                      "%s on %s: samples %d..%d alone give other bits than in a batch of %d",
+                      k ? "the GPT" : "the CNN", tu_name(tu_ctx[d]), at, at + n - 1, N);
+      }
+      clt__replica_destroy(r);
+      free(params), free(x), free(all), free(some), free(y);
+      clt__spec_destroy(s);
+    }
+}
+END_TEST
+
+/* The default initialisation (init=auto; README, "Initialisation"): He /
+ * Kaiming uniform over fan_in, U(-g sqrt(3 / fan_in), +), with the gain g
+ * of the activation that follows past pooling, flatten and dropout (ReLU
+ * and GELU sqrt 2, leaky ReLU sqrt(2 / (1 + a^2)), tanh 5/3, sigmoid and
+ * none 1); init=he keeps ReLU's whatever follows; biases and the output
+ * layer start at zero, so the example CNN's first loss is ln 10 (it was
+ * 3.88 with ReLU's gain on the output layer too). */
+START_TEST(default_initialisation_takes_the_gain_of_what_follows) {
+  const char *text = "input 1 8 8\n"
+                     "conv2d 16 kernel=3 pad=1\nmaxpool 2\nrelu\nflatten\n" /* fan_in 9, ReLU past the pool */
+                     "linear 16\nleakyrelu 0.2\n"                           /* fan_in 256 */
+                     "linear 16\ntanh\n"
+                     "linear 16 init=he\nsigmoid\n"
+                     "linear 16\nsigmoid\n"
+                     "linear 16\ngelu\n"
+                     "linear 16\nlayernorm\ndropout 0.1\n"
+                     "linear 10\n";
+  const struct { int layer; double bound; } want[] = {
+      {1, sqrt(2.0) * sqrt(3.0 / 9)}, {5, sqrt(2.0 / 1.04) * sqrt(3.0 / 256)}, {7, 5.0 / 3 * sqrt(3.0 / 16)},
+      {9, sqrt(6.0 / 16)},            {11, sqrt(3.0 / 16)},                    {13, sqrt(6.0 / 16)},
+      {15, sqrt(3.0 / 16)},           {18, 0}};
+  clt_model_spec *s;
+  ck_assert_msg(clt__spec_parse(text, "t.model", &s) == 0, "%s", clt_last_error());
+  float *p = malloc((size_t)s->param_count * 4);
+  clt__model_init_params(s, 7, p);
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const clt_layer_spec *l = &s->layers[want[i].layer];
+    ck_assert_int_eq(l->nparams, 2);
+    const clt_param_spec *w = &l->param[0], *b = &l->param[1];
+    double top = 0;
+    for (int64_t k = 0; k < w->count; k++) top = fmax(top, fabs(p[w->offset + k]));
+    /* 144 or more uniform draws: the largest is within 10% of the bound
+     * (all below 0.9 of it: 0.9^144 = 3e-7) */
+    ck_assert_msg(top <= want[i].bound && top >= 0.9 * want[i].bound, "%s (line %d): largest |weight| %g, bound %g",
+                  l->kind->name, l->line, top, want[i].bound);
+    for (int64_t k = 0; k < b->count; k++) ck_assert(p[b->offset + k] == 0.0f);
+  }
+  free(p);
+  clt__spec_destroy(s);
+
+  /* The example CNN's first loss: every score 0, ln 10 per sample. */
+  const char *cnn28 = "input 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool 2\nconv2d 64 kernel=3 pad=1\nrelu\n"
+                      "maxpool 2\nflatten\nlinear 128\nrelu\ndropout 0.25\nlinear 10\n";
+  ck_assert_msg(clt__spec_parse(cnn28, "cnn.model", &s) == 0, "%s", clt_last_error());
+  enum { N = 8 };
+  clt__replica *r;
+  float *params = malloc((size_t)s->param_count * 4), *x = malloc(N * 784 * 4), loss;
+  int32_t y[N] = {0, 1, 2, 3, 4, 5, 6, 7}, correct;
+  clt__model_init_params(s, 42, params);
+  ref_random(x, N * 784, 9);
+  ck_assert_msg(clt__replica_create(tu_ctx[0], s, N, 0, CLT_F32, params, &r) == 0, "%s", clt_last_error());
+  clt__pass pass = {.train = 1, .seed = 42};
+  ck_assert_msg(clt__replica_run(r, x, y, N, &pass) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt__replica_read_loss(r, &loss, &correct), 0);
+  ck_assert_msg(fabs(loss / N - log(10.0)) < 1e-6, "the first loss is %.7f, not ln 10 = %.7f", loss / N, log(10.0));
+  clt__replica_destroy(r);
+  free(params), free(x);
+  clt__spec_destroy(s);
+}
+END_TEST
+
 int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
@@ -245,6 +400,9 @@ int main(void) {
   tcase_add_test(tc, gpt_f16_close_to_f32);
   tcase_add_test(tc, gpt_gradient_is_deterministic);
   tcase_add_test(tc, a_hung_device_times_out);
+  tcase_add_test(tc, replica_memory_is_what_a_replica_allocates);
+  tcase_add_test(tc, a_samples_forward_does_not_depend_on_its_batch);
+  tcase_add_test(tc, default_initialisation_takes_the_gain_of_what_follows);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   tu_teardown();

@@ -29,6 +29,9 @@ void cli_set_job(int rank, int size);
  * failure of train or eval ends the whole job at once (main.c). */
 void cli_argv_error(void);
 
+/* "1.5 GiB": bytes for messages, into buf (returned). */
+const char *cli_bytes(double b, char *buf, size_t size);
+
 /* Discover devices and apply the spec (NULL: CLT_DEVICES, else all). */
 int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 

@@ -134,15 +134,6 @@ static void help(FILE *to) {
           DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
 }
 
-/* "1.5 GiB": bytes for messages. */
-static const char *cli_bytes(double b, char *buf, size_t size) {
-  static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (b >= 1024 && u < 5) b /= 1024, u++;
-  snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
-  return buf;
-}
-
 /* A bad command line: every rank finds the same, so none needs the job
  * ended for it (main.c). */
 static int argv_error(void) {
@@ -447,36 +438,16 @@ static int session_open(train_args *a, clt_comm *comm, session *s) {
   return cli_rank_devices(a->devices, comm, &s->all, &s->sel);
 }
 
-/* What cannot fit, refused before anything is allocated: a batch larger
- * than the training set (the sampler would refuse it only after the
- * replicas took their memory), and a model whose parameters, gradients
- * and optimizer state (one buffer each, on every device) pass what a
- * device allows in one buffer or has in all. */
-static int check_fits(const train_args *a, const session *s) {
-  char need[32], has[32];
+/* A batch larger than the training set, refused before anything is
+ * allocated (the sampler would refuse it only after the replicas took
+ * their memory). What does not fit a device, clt_trainer_create refuses
+ * before it allocates (clt_replica_memory_check). */
+static int check_batch(const train_args *a, const session *s) {
   if (s->train && a->o.batch > clt_dataset_count(s->train)) {
     fprintf(stderr, "cltrain: --batch %lld is larger than the %lld samples of %s; give at most %lld\n",
             (long long)a->o.batch, (long long)clt_dataset_count(s->train), clt_dataset_path(s->train),
             (long long)clt_dataset_count(s->train));
     return CLI_EXIT_USAGE;
-  }
-  double one = (double)clt_model_param_count(s->model) * 4;
-  double all = one * (2 + clt_optimizer_state_per_param(&a->o.optimizer));
-  for (int i = 0; i < clt_devices_count(s->sel); i++) {
-    const clt_device_info *d = clt_devices_info(s->sel, i);
-    if (d->max_alloc_bytes && one > (double)d->max_alloc_bytes) {
-      fprintf(stderr, "cltrain: %s: its %lld parameters need %s in one buffer, and device %d (%s) allows %s in one "
-                      "buffer; use a smaller model\n", a->model, (long long)clt_model_param_count(s->model),
-              cli_bytes(one, need, sizeof need), d->index, d->name, cli_bytes((double)d->max_alloc_bytes, has, sizeof has));
-      return CLI_EXIT_ERROR;
-    }
-    if (d->global_mem_bytes && all > (double)d->global_mem_bytes) {
-      fprintf(stderr, "cltrain: %s: its parameters, gradients and optimizer state need %s, and device %d (%s) has %s "
-                      "in all; use a smaller model (or an optimizer with less state)\n", a->model,
-              cli_bytes(all, need, sizeof need), d->index, d->name,
-              cli_bytes((double)d->global_mem_bytes, has, sizeof has));
-      return CLI_EXIT_ERROR;
-    }
   }
   return CLI_EXIT_OK;
 }
@@ -545,7 +516,7 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
       }
   }
   if ((ec = session_open(&a, comm, &s)) != CLI_EXIT_OK) goto out;
-  if ((ec = check_fits(&a, &s)) != CLI_EXIT_OK) goto out;
+  if ((ec = check_batch(&a, &s)) != CLI_EXIT_OK) goto out;
   a.o.callback = progress;
   a.o.callback_user = &a;
   int64_t per_epoch = (clt_dataset_count(s.train) + a.o.batch - 1) / a.o.batch;
@@ -638,6 +609,11 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     ec = CLI_EXIT_ERROR;
     goto out;
   }
+  /* Evaluation runs batches of at most the test set: replicas made for
+   * more would only take memory (each still needs a sample: at least one
+   * per replica, as far as this rank can tell). */
+  int64_t count = clt_dataset_count(s.test), least = (int64_t)clt_comm_size(comm) * clt_devices_count(s.sel);
+  if (a.o.batch > count) a.o.batch = count > least ? count : least;
   if ((rc = clt_trainer_create(s.model, s.sel, comm, &a.o, &s.tr)) < 0) { ec = cli_fail(rc, "eval"); goto out; }
   if ((rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
   if ((rc = clt_trainer_evaluate(s.tr, s.test, &loss, &acc)) < 0) { ec = cli_fail(rc, "eval"); goto out; }

@@ -89,6 +89,15 @@ int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel) {
   return CLI_EXIT_OK;
 }
 
+/* "1.5 GiB": bytes for messages. */
+const char *cli_bytes(double b, char *buf, size_t size) {
+  static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (b >= 1024 && u < 5) b /= 1024, u++;
+  snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);

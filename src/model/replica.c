@@ -12,6 +12,10 @@
  * reaches the layer the branch started at. All of these hold f32, or f16
  * under mixed precision (computed in f32 all the same; cl/prelude.cl);
  * token ids, parameters, their gradients and optimizer state are f32.
+ * One layout function (lay_out) places all of it; clt__replica_memory and
+ * the public clt_model_replica_memory report from it what
+ * clt__replica_create allocates, so a model that cannot fit is refused
+ * (clt_replica_memory_check) before anything is allocated.
  */
 #include "model/replica.h"
 
@@ -21,6 +25,7 @@
 #include <time.h>
 
 #include "model/layer.h"
+#include "model/model.h"
 #include "nn/nn.h"
 
 static int64_t numel(const clt_shape *s) { return clt__shape_numel(s); }
@@ -37,6 +42,127 @@ static int make_view(cl_mem buf, int64_t off, clt_dtype dt, int64_t n, const clt
 
 static int make_flat(cl_mem buf, int64_t off, clt_dtype dt, int64_t count, clt_tensor *t) {
   return clt_tensor_view(buf, (size_t)off * clt_dtype_size(dt), dt, 1, &count, t);
+}
+
+/* Where a replica's buffers go, for max_batch samples: the one layout that
+ * clt__replica_create allocates and clt__replica_memory reports. Offsets
+ * into slots (NULL: sizes only); sizes in elements of the activation dtype
+ * (act, largest, gscratch, skip), f32 (aux) or bytes (workspace, scratch). */
+typedef struct replica_layout {
+  int64_t act;       /* the activation arena: every layer's output and what its backward keeps */
+  int64_t aux;       /* f32 / i32 values kept for the backward */
+  int64_t largest;   /* each of the two activation-gradient buffers */
+  int64_t gscratch;  /* backward scratch of the layer that needs most */
+  int64_t skip;      /* each skip-branch gradient slot */
+  int64_t workspace; /* conv2d's im2col */
+  size_t scratch;    /* the context's scratch */
+  int first_trainable;
+} replica_layout;
+
+static void lay_out(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype, clt__layer_slot *slots,
+                    replica_layout *lo) {
+  clt__layer_slot dummy, prev = {0, 0, 0};
+  memset(lo, 0, sizeof *lo);
+  lo->first_trainable = spec->nlayers;
+  for (int i = 0; i < spec->nlayers; i++) {
+    const clt_layer_spec *l = &spec->layers[i];
+    clt__layer_slot *sl = slots ? &slots[i] : &dummy;
+    int64_t out_n = numel(&l->out_shape) * max_batch, in_n = numel(&l->in_shape) * max_batch;
+    if (i == 0 && is_tokens(spec)) { /* token ids stay f32, in input32 */
+      sl->act_offset = 0;
+    } else if (i > 0 && has(l, CLT_KIND_VIEW)) {
+      sl->act_offset = prev.act_offset;
+    } else {
+      sl->act_offset = lo->act;
+      lo->act += out_n;
+    }
+    sl->saved_offset = lo->act;
+    lo->act += l->saved_act * max_batch;
+    if (out_n > lo->largest) lo->largest = out_n;
+    if (i > 0 && in_n > lo->largest) lo->largest = in_n;
+    sl->aux_offset = lo->aux;
+    lo->aux += l->saved_f32 * max_batch;
+    if (l->grad_scratch * max_batch > lo->gscratch) lo->gscratch = l->grad_scratch * max_batch;
+    if (l->skip >= 0 && out_n > lo->skip) lo->skip = out_n;
+    if (l->nparams && i < lo->first_trainable) lo->first_trainable = i;
+    if (l->kind->workspace_bytes) {
+      size_t b = l->kind->workspace_bytes(l, max_batch);
+      if ((int64_t)b > lo->workspace) lo->workspace = (int64_t)b;
+    }
+    if (l->kind->scratch_bytes) {
+      size_t b = l->kind->scratch_bytes(l, max_batch, act_dtype);
+      if (b > lo->scratch) lo->scratch = b;
+    }
+    prev = *sl;
+  }
+}
+
+void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
+                         int wire, clt_replica_memory *m) {
+  replica_layout lo;
+  lay_out(spec, max_batch, act_dtype, NULL, &lo);
+  uint64_t P = (uint64_t)spec->param_count, e = clt_dtype_size(act_dtype);
+  uint64_t in_n = (uint64_t)(numel(&spec->layers[0].out_shape) * max_batch);
+  uint64_t labels_n = (uint64_t)(max_batch * spec->labels_per_sample);
+  memset(m, 0, sizeof *m);
+  m->batch = max_batch;
+  m->parameters = P * 4;
+  m->gradients = P * 4 + (wire ? P * 2 : 0);
+  m->optimizer_state = P * 4 * (uint64_t)state_per_param;
+  m->activations = (uint64_t)(lo.act ? lo.act : 1) * e + (uint64_t)(lo.aux ? lo.aux : 1) * 4 +
+                   (act_dtype != CLT_F32 || is_tokens(spec) ? in_n * 4 : 0) + 2 * labels_n * 4 + 8;
+  m->activation_grads = 2 * (uint64_t)lo.largest * e + (uint64_t)lo.gscratch * e +
+                        (uint64_t)spec->skip_slots * (uint64_t)lo.skip * e;
+  m->workspace = (uint64_t)lo.workspace + lo.scratch;
+  m->total = m->parameters + m->gradients + m->optimizer_state + m->activations + m->activation_grads + m->workspace;
+  /* The largest single buffer: each arena is one. */
+  struct { uint64_t bytes; const char *what; } one[] = {
+      {P * 4, "the parameters"},
+      {P * 4 * (uint64_t)state_per_param, "the optimizer state"},
+      {(uint64_t)lo.act * e, "the activations"},
+      {(uint64_t)lo.aux * 4, "the values layers keep for the backward"},
+      {(uint64_t)lo.largest * e, "the largest layer's activation gradient"},
+      {(uint64_t)lo.gscratch * e, "a layer's backward scratch"},
+      {(uint64_t)lo.workspace, "conv2d's im2col workspace"},
+      {(uint64_t)lo.scratch, "a layer's scratch space"}};
+  for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+    if (one[i].bytes > m->largest) m->largest = one[i].bytes, m->largest_what = one[i].what;
+}
+
+int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt_replica_memory *out) {
+  clt_train_options d;
+  if (!m || !out) return clt__error(CLT_EINVAL, "clt_model_replica_memory: a model and a result are needed");
+  if (!o) clt_train_options_defaults(&d), o = &d;
+  if (o->batch < 1 || o->accumulate < 1 || o->batch % o->accumulate)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory: batch %lld and accumulate %d: the batch must be at "
+                      "least 1 and divide by accumulate", (long long)o->batch, o->accumulate);
+  if (o->precision != CLT_F32 && o->precision != CLT_F16)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory: the precision must be fp32 or fp16, not %s",
+                      clt_dtype_name(o->precision));
+  clt__replica_memory(m->spec, o->batch / o->accumulate, clt_optimizer_state_per_param(&o->optimizer), o->precision,
+                      o->precision == CLT_F16, out);
+  return CLT_OK;
+}
+
+int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_info *d) {
+  char a[32], b[32], c[32], e[32], f[32], g[32], t[32], l[32], hg[32], ha[32];
+  if (!need || !d) return clt__error(CLT_EINVAL, "clt_replica_memory_check: a need and a device are needed");
+  int too_large = d->max_alloc_bytes && need->largest > d->max_alloc_bytes;
+  int too_much = d->global_mem_bytes && need->total > d->global_mem_bytes;
+  if (!too_large && !too_much) return CLT_OK;
+  return clt__error(CLT_EDEVMEM, "a replica for batches of %lld needs %s (parameters %s, gradients %s, optimizer state "
+                    "%s, activations %s, their gradients %s, workspace %s), %s in its largest buffer (%s); device %d "
+                    "(%s) has %s (CL_DEVICE_GLOBAL_MEM_SIZE) and allows %s in one buffer "
+                    "(CL_DEVICE_MAX_MEM_ALLOC_SIZE): %s; use a smaller batch (or --accumulate) or model",
+                    (long long)need->batch, clt__fmt_bytes(need->total, t, sizeof t),
+                    clt__fmt_bytes(need->parameters, a, sizeof a), clt__fmt_bytes(need->gradients, b, sizeof b),
+                    clt__fmt_bytes(need->optimizer_state, c, sizeof c), clt__fmt_bytes(need->activations, e, sizeof e),
+                    clt__fmt_bytes(need->activation_grads, f, sizeof f), clt__fmt_bytes(need->workspace, g, sizeof g),
+                    clt__fmt_bytes(need->largest, l, sizeof l), need->largest_what, d->index, d->name,
+                    clt__fmt_bytes(d->global_mem_bytes, hg, sizeof hg), clt__fmt_bytes(d->max_alloc_bytes, ha, sizeof ha),
+                    too_much && too_large ? "neither the total nor the largest buffer fits"
+                    : too_much            ? "the total does not fit"
+                                          : "the largest buffer does not fit");
 }
 
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
@@ -60,38 +186,11 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   }
 
   /* Lay out activations, what layers keep for their backward, and scratch. */
-  int64_t act = 0, aux = 0, largest = 0, gscratch = 0, skip = 0, ws = 0;
-  size_t scratch = 0;
-  r->first_trainable = spec->nlayers;
-  for (int i = 0; i < spec->nlayers; i++) {
-    const clt_layer_spec *l = &spec->layers[i];
-    int64_t out_n = numel(&l->out_shape) * max_batch, in_n = numel(&l->in_shape) * max_batch;
-    if (i == 0 && is_tokens(spec)) { /* token ids stay f32, in input32 */
-      r->slots[i].act_offset = 0;
-    } else if (i > 0 && has(l, CLT_KIND_VIEW)) {
-      r->slots[i].act_offset = r->slots[i - 1].act_offset;
-    } else {
-      r->slots[i].act_offset = act;
-      act += out_n;
-    }
-    r->slots[i].saved_offset = act;
-    act += l->saved_act * max_batch;
-    if (out_n > largest) largest = out_n;
-    if (i > 0 && in_n > largest) largest = in_n;
-    r->slots[i].aux_offset = aux;
-    aux += l->saved_f32 * max_batch;
-    if (l->grad_scratch * max_batch > gscratch) gscratch = l->grad_scratch * max_batch;
-    if (l->skip >= 0 && out_n > skip) skip = out_n;
-    if (l->nparams && i < r->first_trainable) r->first_trainable = i;
-    if (l->kind->workspace_bytes) {
-      size_t b = l->kind->workspace_bytes(l, max_batch);
-      if ((int64_t)b > ws) ws = (int64_t)b;
-    }
-    if (l->kind->scratch_bytes) {
-      size_t b = l->kind->scratch_bytes(l, max_batch, act_dtype);
-      if (b > scratch) scratch = b;
-    }
-  }
+  replica_layout lo;
+  lay_out(spec, max_batch, act_dtype, r->slots, &lo);
+  r->first_trainable = lo.first_trainable;
+  int64_t act = lo.act, aux = lo.aux, largest = lo.largest, gscratch = lo.gscratch, skip = lo.skip, ws = lo.workspace;
+  size_t scratch = lo.scratch;
 
   size_t pbytes = (size_t)spec->param_count * 4, esize = clt_dtype_size(act_dtype);
   int64_t in_n = numel(&spec->layers[0].out_shape) * max_batch, labels_n = max_batch * spec->labels_per_sample;

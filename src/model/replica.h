@@ -73,6 +73,12 @@ struct clt__replica {
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                         clt_dtype act_dtype, const float *params, clt__replica **out);
 void clt__replica_destroy(clt__replica *r);
+/* What clt__replica_create(ctx, spec, max_batch, state_per_param,
+ * act_dtype) allocates, from the same layout; wire: with the f16 copy of
+ * the gradients that clt__replica_set_buckets may add. */
+void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
+                         int wire, clt_replica_memory *out);
+
 
 /* Upload n samples (n, input size) and their labels, run the forward pass
  * and the loss; with `train`, dropout is active (keyed by seed, step and the

@@ -29,7 +29,11 @@ typedef struct clt_shape {
   int vocab;
 } clt_shape;
 
-typedef enum clt_init_kind { CLT_INIT_HE, CLT_INIT_XAVIER, CLT_INIT_NORMAL } clt_init_kind;
+/* A weight's initialisation (init=): auto, the default of linear and
+ * conv2d, is He / Kaiming uniform with the gain of the activation that
+ * follows, and zeros for the output layer (spec.c, default_gains; README,
+ * "Initialisation"); he always takes ReLU's gain. */
+typedef enum clt_init_kind { CLT_INIT_AUTO, CLT_INIT_HE, CLT_INIT_XAVIER, CLT_INIT_NORMAL } clt_init_kind;
 
 /* How a parameter tensor starts. */
 typedef enum clt_param_init {

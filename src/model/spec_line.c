@@ -150,10 +150,11 @@ int clt__opt_word(clt__spec_line *lc, const char *key, const char **out, int *co
 int clt__opt_init(clt__spec_line *lc, clt_layer_spec *l) {
   clt__token v;
   if (option(lc, "init", &v)) {
-    if (strcmp(v.text, "he") == 0 || strcmp(v.text, "kaiming") == 0) l->init = CLT_INIT_HE;
+    if (strcmp(v.text, "auto") == 0) l->init = CLT_INIT_AUTO;
+    else if (strcmp(v.text, "he") == 0 || strcmp(v.text, "kaiming") == 0) l->init = CLT_INIT_HE;
     else if (strcmp(v.text, "xavier") == 0 || strcmp(v.text, "glorot") == 0) l->init = CLT_INIT_XAVIER;
     else if (strcmp(v.text, "normal") == 0) l->init = CLT_INIT_NORMAL;
-    else return clt__line_error(lc, v.col, "init must be he, xavier or normal, not '%s'", v.text);
+    else return clt__line_error(lc, v.col, "init must be auto, he, xavier or normal, not '%s'", v.text);
   }
   return clt__opt_float(lc, "std", 0, 10, 1, &l->std);
 }
@@ -173,8 +174,11 @@ clt_param_spec *clt__add_param(clt_layer_spec *l, const char *name, int ndim, co
 }
 
 void clt__weight_init(const clt_layer_spec *l, double fan_in, double fan_out, clt_param_init *init, double *scale) {
-  /* Uniform(-a, a) has variance a^2/3: He wants 2/fan_in, Xavier 2/(fan_in+fan_out). */
+  /* Uniform(-a, a) has variance a^2/3: He wants 2/fan_in, Xavier
+   * 2/(fan_in+fan_out); auto starts at 1/fan_in (LeCun: gain 1), and the
+   * spec's last pass sets its gain from the layer that follows. */
   if (l->init == CLT_INIT_NORMAL) *init = CLT_PINIT_NORMAL, *scale = l->std;
   else if (l->init == CLT_INIT_XAVIER) *init = CLT_PINIT_UNIFORM, *scale = sqrt(6.0 / (fan_in + fan_out));
+  else if (l->init == CLT_INIT_AUTO) *init = CLT_PINIT_UNIFORM, *scale = sqrt(3.0 / fan_in);
   else *init = CLT_PINIT_UNIFORM, *scale = sqrt(6.0 / fan_in);
 }

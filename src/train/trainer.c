@@ -160,6 +160,16 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
 
   CLT_TRY(clt__dp_shares_init(t->dp, o, t->micro_batch));
 
+  /* What cannot fit is refused before anything is allocated, on every
+   * rank at once: each replica is made for the whole micro-batch. */
+  clt_replica_memory need;
+  clt__replica_memory(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), o->precision,
+                      t->nreplicas > 1 && o->precision == CLT_F16, &need);
+  for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
+    if ((rc = clt_replica_memory_check(&need, clt_devices_info(devs, i))) < 0)
+      clt__error_prefix(rc, "%s", m->spec->name);
+  CLT_TRY(clt__trainer_all_ok(t, rc, "checking that the replicas fit their devices"));
+
   /* Parameters: initialised from the seed on rank 0, broadcast to all. */
   int64_t P = clt_model_param_count(m);
   if (!(params = clt__calloc((size_t)P, sizeof *params))) { rc = CLT_ENOMEM; goto fail; }
