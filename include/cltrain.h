@@ -595,15 +595,36 @@ CLT_API void clt_model_destroy(clt_model *m);
 CLT_API int clt_model_layer_count(const clt_model *m);   /* the input line included */
 CLT_API int64_t clt_model_param_count(const clt_model *m);
 CLT_API int64_t clt_model_input_size(const clt_model *m); /* floats per sample */
+/* Scores per label of a classifier or language model; 0 for a regression
+ * model. */
 CLT_API int clt_model_num_classes(const clt_model *m);
 /* A language model's vocabulary: the model takes token ids below it
  * (`input tokens T vocab=V`, samples of T ids carried as exact floats) and
  * gives V scores per position. 0 for a model of features or images. */
 CLT_API int clt_model_vocab(const clt_model *m);
 /* Labels per sample: the int32 labels a training step takes for each sample
- * (1 for classifiers; a sequence model labels every position). Losses and
- * the update are means over labels. */
+ * (1 for classifiers; a sequence model labels every position), or for a
+ * regression model the float32 targets: one per value of the output,
+ * whatever its shape. Losses and the update are means over labels (over
+ * target values). */
 CLT_API int clt_model_labels_per_sample(const clt_model *m);
+/* What a model is trained to minimise: the spec's `loss` line, after the
+ * last layer. Cross-entropy (the default) takes int32 class labels; the
+ * regression losses take float32 targets of the output's shape and are
+ * PyTorch's MSELoss, L1Loss and HuberLoss(delta) with the mean reduction
+ * over every target value of the global batch. */
+typedef enum clt_loss_kind {
+  CLT_LOSS_CROSSENTROPY = 0, /* softmax cross-entropy on class labels */
+  CLT_LOSS_MSE = 1,          /* (y - t)^2 */
+  CLT_LOSS_L1 = 2,           /* |y - t| */
+  CLT_LOSS_HUBER = 3         /* 0.5 (y - t)^2 within delta of the target, else delta (|y - t| - delta / 2) */
+} clt_loss_kind;
+CLT_API clt_loss_kind clt_model_loss(const clt_model *m);
+/* Huber's delta (1 unless the spec says; NaN for the other losses). */
+CLT_API double clt_model_huber_delta(const clt_model *m);
+/* "crossentropy", "mse", "l1", "huber" (NULL for anything else): the
+ * spec's words. */
+CLT_API const char *clt_loss_name(clt_loss_kind k);
 CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written */
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);
