@@ -1,9 +1,9 @@
 /*
  * test_nn.c: the dense layer kernels of src/nn/ on every device (PoCL and
  * rusticl): linear, the activations, dropout, layernorm, softmax
- * cross-entropy, the regression losses (MSE, L1, Huber) and flatten. Each forward is checked against the plain-C
- * reference (src/ref/ref_nn.c, in double), each backward against the
- * reference backward AND against central finite differences of
+ * cross-entropy, the regression losses (MSE, L1, Huber) and flatten. Each
+ * forward is checked against the plain-C reference (src/ref/ref_nn.c, in
+ * double), each backward against the reference backward AND against central finite differences of
  * f = sum(y * r) computed with the reference forward in double, where r is
  * the upstream gradient dy. Parameter gradients start from random values
  * so accumulation (+=) is checked too; outputs start as NaN so a missed
