@@ -834,8 +834,10 @@ CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_
 
 /* What one clt_trainer_step did; the same on every rank. */
 typedef struct clt_step_result {
-  double loss;      /* mean over the global batch (per label) */
-  double accuracy;  /* fraction of the global batch's labels predicted right */
+  double loss;      /* mean over the global batch (per label, or per target value) */
+  double accuracy;  /* fraction of the global batch's labels predicted right; NaN for regression */
+  double rmse;      /* regression: the root of the mean squared error over the global batch's target
+                       values (whatever the loss); NaN for a classifier */
   double grad_norm; /* norm of the mean gradient (rank 0's replica 0; NaN when skipped) */
   int skipped;      /* 1: fp16 loss scaling skipped the update (the gradient overflowed) */
   int64_t global_n; /* samples in the global batch: the sum of every rank's n */
@@ -862,6 +864,26 @@ typedef struct clt_step_result {
  * the rank that gave it and the rank elsewhere; nothing is changed. out
  * may be NULL. Collective: every rank calls it the same number of times. */
 CLT_API int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out);
+/* The same step for a regression model (a spec with `loss mse`, `l1` or
+ * `huber`): targets (n, clt_model_labels_per_sample) float32, one per
+ * value of the model's output, whatever its shape; count is the number of
+ * floats in targets, n * clt_model_labels_per_sample (so a buffer of the
+ * wrong shape is caught). The loss is the mean over every target value of
+ * the global batch (PyTorch's reduction='mean' on the concatenation of all
+ * ranks' samples) and the update divides by that count; everything else
+ * (splitting, accumulation, the exchange, bitwise-identical replicas, f16
+ * loss scaling, clipping) is clt_trainer_step's, through the same internal
+ * step. A separate function rather than a `const void *` y keeps the
+ * element type checked by the compiler (and by Fortran's interfaces), and
+ * the model's loss says which one it takes: labels to a regression model,
+ * or targets to a classifier, are CLT_EINVAL naming the function to call.
+ * Bad input on any rank (n < 0, NULL x or targets with n > 0, count that
+ * is not n times the targets per sample, a target that is NaN or infinite,
+ * naming its index and sample) is CLT_EINVAL on every rank, as for
+ * clt_trainer_step; nothing is changed. out->rmse is the RMSE and
+ * out->accuracy NaN. Collective. */
+CLT_API int clt_trainer_step_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, int64_t count,
+                                     clt_step_result *out);
 /* Mean loss and accuracy over the whole of ds, split across all replicas of
  * all ranks. Collective. */
 CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy);
@@ -875,6 +897,16 @@ CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *
  * without. Not collective: no other rank or replica takes part. */
 CLT_API int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *out,
                                 int64_t count, double *loss);
+/* clt_trainer_forward for a regression model: the output (n x the targets
+ * per sample floats) into out, and with targets (the same count as the
+ * output, as clt_trainer_step_targets takes them; may be NULL) *loss gets
+ * the SUMMED regression loss over every target value, as training computes
+ * it (NaN without targets); *sq_error (may be NULL) the summed squared
+ * error, so that sqrt(sq_error / (n x targets per sample)) is the RMSE.
+ * Labels to a regression model (clt_trainer_forward with y) or targets to
+ * a classifier are CLT_EINVAL. Not collective. */
+CLT_API int clt_trainer_forward_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, float *out,
+                                        int64_t count, double *loss, double *sq_error);
 /* The gradient of the MEAN loss over n samples (x and y as
  * clt_trainer_step takes them; labels CLT_IGNORE_LABEL count for nothing,
  * the mean is over the others), without an update: forward and backward of

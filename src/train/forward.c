@@ -1,47 +1,77 @@
 /*
- * forward.c: clt_trainer_forward, the model's output for given inputs: the
- * forward pass of the trainer's first local replica in evaluation mode, its
- * last layer read back; and clt_trainer_gradient, the same replica's
- * gradient of the mean loss on given samples, without an update. What
- * checks against another framework (transformers' logits,
- * tests/hf_check.py; PyTorch's gradients, tests/torch_check.py) and
- * inference need; training never calls them.
+ * forward.c: clt_trainer_forward (and _targets, for a regression model),
+ * the model's output for given inputs: the forward pass of the trainer's
+ * first local replica in evaluation mode, its last layer read back; and
+ * clt_trainer_gradient, the same replica's gradient of the mean loss on
+ * given samples, without an update. What checks against another framework
+ * (transformers' logits, tests/hf_check.py; PyTorch's gradients,
+ * tests/torch_check.py) and inference need; training never calls them.
  */
 #include "train/trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *out, int64_t count,
-                        double *loss) {
+/* The forward of either entry point: labels y (a classifier) or float
+ * targets (a regression model), or neither (the output alone). */
+static int forward_on(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
+                      int64_t n, float *out, int64_t count, double *loss, double *sq_error) {
   int rc = CLT_OK;
+  if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", fn);
   const clt_model_spec *s = t->model->spec;
+  int regression = s->loss != CLT_LOSS_CROSSENTROPY;
   int64_t in = clt_model_input_size(t->model), B = t->micro_batch;
-  int64_t labels = s->labels_per_sample, outs = labels * s->num_classes;
-  int32_t *zeros = NULL;
-  double sum = 0;
+  int64_t labels = s->labels_per_sample, outs = regression ? labels : labels * s->num_classes;
+  void *zeros = NULL;
+  double sum = 0, sq = 0;
   if (!x || !out || n < 1)
-    return clt__error(CLT_EINVAL, "clt_trainer_forward needs inputs, an output buffer and n >= 1 (n = %lld)",
-                      (long long)n);
-  if (t->nlocal < 1) return clt__error(CLT_EINVAL, "clt_trainer_forward: this rank has no replica");
+    return clt__error(CLT_EINVAL, "%s needs inputs, an output buffer and n >= 1 (n = %lld)", fn, (long long)n);
+  if (t->nlocal < 1) return clt__error(CLT_EINVAL, "%s: this rank has no replica", fn);
+  if (regression && y)
+    return clt__error(CLT_EINVAL, "%s: y is int32 labels, but the model is a regression model (loss %s) and takes "
+                      "float targets: call clt_trainer_forward_targets", fn, clt_loss_name((clt_loss_kind)s->loss));
+  if (!regression && targets)
+    return clt__error(CLT_EINVAL, "%s: targets are float values, but the model is a classifier (loss crossentropy) "
+                      "and takes int32 labels: call clt_trainer_forward", fn);
   if (count < n * outs)
-    return clt__error(CLT_ESHAPE, "clt_trainer_forward: %lld samples give %lld x %lld outputs but the buffer holds "
-                      "%lld floats", (long long)n, (long long)n, (long long)outs, (long long)count);
-  /* Without labels the loss is computed against class 0 and not reported. */
-  if (!y && !(zeros = clt__calloc((size_t)(B * labels), sizeof *zeros))) return CLT_ENOMEM;
+    return clt__error(CLT_ESHAPE, "%s: %lld samples give %lld x %lld outputs but the buffer holds %lld floats", fn,
+                      (long long)n, (long long)n, (long long)outs, (long long)count);
+  for (int64_t k = 0; targets && k < n * labels; k++)
+    if (!isfinite(targets[k]))
+      return clt__error(CLT_EINVAL, "%s: target %lld (value %lld of sample %lld) is %g; targets must be finite", fn,
+                        (long long)k, (long long)(k % labels), (long long)(k / labels), (double)targets[k]);
+  /* Without labels or targets the loss is computed against class 0 (or
+   * targets of 0) and not reported. */
+  int given = regression ? targets != NULL : y != NULL;
+  if (!given && !(zeros = clt__calloc((size_t)(B * labels), 4))) return CLT_ENOMEM;
   for (int64_t at = 0; at < n; at += B) {
     int64_t m = n - at < B ? n - at : B;
     clt__pass pass = {.train = 0, .global_first = at, .logits = out + at * outs};
+    const int32_t *ly = NULL;
+    if (regression) pass.targets = targets ? targets + at * labels : zeros;
+    else ly = y ? y + at * labels : zeros;
     float l;
-    int32_t c;
-    CLT_TRY(clt__replica_run(t->rep[0], x + at * in, y ? y + at * labels : zeros, m, &pass));
+    double c;
+    CLT_TRY(clt__replica_run(t->rep[0], x + at * in, ly, m, &pass));
     CLT_TRY(clt__replica_read_loss(t->rep[0], &l, &c));
     sum += l;
+    sq += c;
   }
-  if (loss) *loss = y ? sum : NAN;
+  if (loss) *loss = given ? sum : NAN;
+  if (sq_error) *sq_error = given && regression ? sq : NAN;
 fail:
   free(zeros);
   return rc;
+}
+
+int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *out, int64_t count,
+                        double *loss) {
+  return forward_on(t, "clt_trainer_forward", x, y, NULL, n, out, count, loss, NULL);
+}
+
+int clt_trainer_forward_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, float *out,
+                                int64_t count, double *loss, double *sq_error) {
+  return forward_on(t, "clt_trainer_forward_targets", x, NULL, targets, n, out, count, loss, sq_error);
 }
 
 /* The gradient's input: CLT_OK, or CLT_EINVAL naming what is wrong. */
@@ -53,6 +83,9 @@ static int check_gradient_args(const clt_trainer *t, const float *x, const int32
     return clt__error(CLT_EINVAL, "clt_trainer_gradient needs inputs, labels, a gradient buffer and n >= 1 (n = %lld)",
                       (long long)n);
   if (t->nlocal < 1) return clt__error(CLT_EINVAL, "clt_trainer_gradient: this rank has no replica");
+  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY)
+    return clt__error(CLT_EINVAL, "clt_trainer_gradient takes int32 labels, but the model is a regression model "
+                      "(loss %s)", clt_loss_name(clt_model_loss(t->model)));
   if (count < P)
     return clt__error(CLT_ESHAPE, "clt_trainer_gradient: the model has %lld parameters but the buffer holds %lld "
                       "floats", (long long)P, (long long)count);
@@ -91,7 +124,7 @@ int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *y, int64
     clt__pass pass = {.train = 1, .seed = t->opts.seed, .step = (uint64_t)t->micro_steps, .global_first = at,
                       .loss_scale = (float)t->loss_scale};
     float l;
-    int32_t c;
+    double c;
     CLT_TRY(clt__replica_run(r, x + at * in, y + at * lps, m, &pass));
     CLT_TRY(clt__replica_read_loss(r, &l, &c));
     sum += l;

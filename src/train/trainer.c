@@ -251,6 +251,10 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
   int32_t *y = NULL;
   double sums[2] = {0, 0}; /* loss, correct */
   int64_t lps = clt_model_labels_per_sample(t->model);
+  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
+    return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
+                      "int32 class labels; evaluate it with clt_trainer_forward_targets",
+                      clt_loss_name(clt_model_loss(t->model)));
   if (clt_dataset_sample_size(ds) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
@@ -279,7 +283,7 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
       clt__pass pass = {.train = 0, .global_first = at};
       CLT_TRY(clt__replica_run(t->rep[i], x, y, n, &pass));
       float l;
-      int32_t c;
+      double c;
       CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
       sums[0] += l;
       sums[1] += c;
