@@ -244,6 +244,10 @@ int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
 }
 
 int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
+  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
+    return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
+                      "int32 class labels; evaluate it with clt_trainer_forward_targets",
+                      clt_loss_name(clt_model_loss(t->model)));
   int rc = CLT_OK;
   int64_t count = clt_dataset_count(ds), B = t->micro_batch, in = clt_model_input_size(t->model);
   int64_t *idx = NULL;
@@ -251,10 +255,6 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
   int32_t *y = NULL;
   double sums[2] = {0, 0}; /* loss, correct */
   int64_t lps = clt_model_labels_per_sample(t->model);
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
-    return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
-                      "int32 class labels; evaluate it with clt_trainer_forward_targets",
-                      clt_loss_name(clt_model_loss(t->model)));
   if (clt_dataset_sample_size(ds) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
