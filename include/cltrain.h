@@ -836,11 +836,11 @@ CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_
 typedef struct clt_step_result {
   double loss;      /* mean over the global batch (per label, or per target value) */
   double accuracy;  /* fraction of the global batch's labels predicted right; NaN for regression */
-  double rmse;      /* regression: the root of the mean squared error over the global batch's target
-                       values (whatever the loss); NaN for a classifier */
   double grad_norm; /* norm of the mean gradient (rank 0's replica 0; NaN when skipped) */
   int skipped;      /* 1: fp16 loss scaling skipped the update (the gradient overflowed) */
   int64_t global_n; /* samples in the global batch: the sum of every rank's n */
+  double rmse;      /* regression: the root of the mean squared error over the global batch's target
+                       values (whatever the loss); NaN for a classifier */
 } clt_step_result;
 
 /* One optimizer step on the caller's own samples, for applications with
@@ -924,6 +924,13 @@ CLT_API int clt_trainer_forward_targets(clt_trainer *t, const float *x, const fl
  * untouched. Not collective: no other rank or replica takes part. */
 CLT_API int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *grad,
                                  int64_t count, double *loss);
+/* clt_trainer_gradient for a regression model: targets (n x the targets
+ * per sample floats, as clt_trainer_step_targets takes them, every one
+ * finite), the gradient of the mean loss over every target value. Labels
+ * to a regression model (clt_trainer_gradient) or targets to a classifier
+ * are CLT_EINVAL. Not collective. */
+CLT_API int clt_trainer_gradient_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, float *grad,
+                                         int64_t count, double *loss);
 /* A copy of the parameters (count floats = clt_model_param_count). */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);

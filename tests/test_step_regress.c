@@ -4,12 +4,14 @@
  * on 1 and 2 ranks (tests/step.sh). The model is an MLP from 8 inputs to 3
  * float outputs; the data a smooth function of the inputs, made here.
  *
- *   - the loss the step reports and the forward's loss are the plain-C
- *     MSE, L1 and Huber of the forward's own outputs, and the RMSE theirs;
+ *   - the loss the step, the forward and the gradient report are the
+ *     plain-C MSE, L1 and Huber of the forward's own outputs, the RMSE
+ *     theirs, the step moves the parameters by lr times the gradient, and
+ *     along it the loss falls by lr |g|^2 (the gradient is the loss's);
  *   - trained on every device of this process at once (PoCL and rusticl,
  *     two replicas, checked bit for bit after every step), the parameters
  *     are those of one device on the same global batches, and the loss
- *     falls;
+ *     falls; in f16 too;
  *   - bad input (NULL or non-finite targets, a wrong count, labels to a
  *     regression model, targets to a classifier) is refused naming it, and
  *     changes nothing; fit refuses a regression model;
@@ -110,8 +112,13 @@ START_TEST(losses_are_the_plain_c_ones) {
     clt_model *m = model(losses[k]);
     clt_train_options o;
     options(&o, B);
+    o.optimizer.momentum = 0; /* p1 = p0 - lr g: the step's gradient shows */
+    o.optimizer.weight_decay = 0;
+    o.schedule.lr = 2e-3f;
     clt_trainer *tr = trainer(m, "0", NULL, &o);
-    double loss, sq, rsq;
+    double loss, sq, rsq, gloss;
+    int64_t P = clt_model_param_count(m);
+    float *g = malloc((size_t)P * sizeof *g), *p0 = params_of(tr, m);
     ck_assert_msg(clt_trainer_forward_targets(tr, x, t, B, y, B * OUT, &loss, &sq) == 0, "%s", clt_last_error());
     double want = ref_loss(clt_model_loss(m), clt_model_huber_delta(m), B * OUT, y, t, &rsq);
     ck_assert_msg(fabs(loss - want) <= LOSS_TOL * (1 + fabs(want)), "%s: forward's loss %.9g, plain C %.9g", losses[k],
@@ -123,9 +130,35 @@ START_TEST(losses_are_the_plain_c_ones) {
     ck_assert(isnan(loss) && isnan(sq) && memcmp(y, y2, sizeof y) == 0);
     ck_assert_int_eq(clt_trainer_forward(tr, x, NULL, B, y2, B * OUT, &loss), 0);
     ck_assert(memcmp(y, y2, sizeof y) == 0);
-    /* the step reports the mean of the same loss, before its update */
+    /* clt_trainer_gradient_targets: the gradient of the mean of the same loss */
+    ck_assert_msg(clt_trainer_gradient_targets(tr, x, t, B, g, P, &gloss) == 0, "%s", clt_last_error());
+    ck_assert_msg(fabs(gloss - want / (B * OUT)) <= LOSS_TOL * (1 + gloss), "%s: gradient's loss %.9g, plain C %.9g",
+                  losses[k], gloss, want / (B * OUT));
+    /* the step reports the mean of the same loss, before its update, and
+     * moves the parameters by lr times that gradient (p0 - lr g rounds to
+     * parameters below 1: 6e-8 each, over lr) */
     clt_step_result res;
     ck_assert_msg(clt_trainer_step_targets(tr, x, t, B, B * OUT, &res) == 0, "%s", clt_last_error());
+    float *p1 = params_of(tr, m);
+    double worst = 0, gmax = 0;
+    for (int64_t i = 0; i < P; i++) {
+      worst = fmax(worst, fabs((p0[i] - (double)p1[i]) / o.schedule.lr - g[i]));
+      gmax = fmax(gmax, fabs(g[i]));
+    }
+    ck_assert_msg(gmax > 1e-3 && worst <= 1.2e-7 / o.schedule.lr + 1e-3 * gmax, "%s: the step moved the parameters "
+                  "by lr x %g off the gradient (largest %g)", losses[k], worst, gmax);
+    /* ... and the gradient is the loss's own: along -lr g the mean loss
+     * falls by lr |g|^2, to first order (the second, lr/2 times the
+     * curvature, is ~1% here; the loss's rounding ~1e-3 of the fall). A
+     * gradient off by a factor moves the ratio by that factor. */
+    double gg = 0, after, sq1;
+    for (int64_t i = 0; i < P; i++) gg += (double)g[i] * g[i];
+    ck_assert_int_eq(clt_trainer_forward_targets(tr, x, t, B, y2, B * OUT, &after, &sq1), 0);
+    double ratio = (want - after) / (B * OUT) / (o.schedule.lr * gg);
+    ck_assert_msg(fabs(ratio - 1) < 0.05, "%s: the loss fell by %g of lr |g|^2 along the gradient", losses[k], ratio);
+    fprintf(stderr, "%s: loss %.6g as plain C's, along the gradient it falls by %.4f of lr |g|^2\n", losses[k],
+            res.loss, ratio);
+    free(g), free(p0), free(p1);
     ck_assert_msg(fabs(res.loss - want / (B * OUT)) <= LOSS_TOL * (1 + res.loss), "%s: step's loss %.9g, plain C %.9g",
                   losses[k], res.loss, want / (B * OUT));
     ck_assert_msg(fabs(res.rmse - sqrt(rsq / (B * OUT))) <= LOSS_TOL, "%s: rmse %.9g, plain C %.9g", losses[k],
@@ -194,6 +227,42 @@ START_TEST(l1_and_huber_replicas_match_one_device) {
 }
 END_TEST
 
+/* Mixed precision: outputs and their gradients stored as f16 under loss
+ * scaling, on every device at once. The replicas still agree bit for bit
+ * (check_every), the loss falls as in f32, and the first step's loss is
+ * f32's within half's rounding of the outputs (2^-11 relative of values
+ * ~1, squared: ~1e-3 of the loss). */
+START_TEST(f16_trains_like_f32) {
+  if (rank != 0) return;
+  clt_model *m = model("huber");
+  clt_train_options o;
+  options(&o, B);
+  clt_trainer *f32 = trainer(m, "all", NULL, &o);
+  o.precision = CLT_F16;
+  o.loss_scale = 1024;
+  clt_trainer *f16 = trainer(m, "all", NULL, &o);
+  float x[B * IN], t[B * OUT];
+  double first = 0, last = 0;
+  for (int k = 0; k < NSTEPS; k++) {
+    batch(k % 8, x, t);
+    clt_step_result a, h;
+    ck_assert_msg(clt_trainer_step_targets(f32, x, t, B, B * OUT, &a) == 0, "%s", clt_last_error());
+    ck_assert_msg(clt_trainer_step_targets(f16, x, t, B, B * OUT, &h) == 0, "%s", clt_last_error());
+    ck_assert_int_eq(h.skipped, 0);
+    if (k == 0) ck_assert_msg(fabs(a.loss - h.loss) <= 2e-3 * a.loss, "f16 loss %g, f32 %g", h.loss, a.loss);
+    if (k < 8) first += h.loss;
+    if (k >= NSTEPS - 8) last += h.loss;
+  }
+  ck_assert_msg(last < 0.7 * first, "f16: the loss did not fall: %g over the first 8 steps, %g over the last",
+                first / 8, last / 8);
+  fprintf(stderr, "huber in f16, %d replicas: mean loss %.4g -> %.4g\n", clt_trainer_replicas(f16), first / 8,
+          last / 8);
+  clt_trainer_destroy(f32);
+  clt_trainer_destroy(f16);
+  clt_model_destroy(m);
+}
+END_TEST
+
 /* A refused step leaves the trainer as it was. */
 static void refused(int rc, const char *expect) {
   ck_assert_msg(rc == CLT_EINVAL, "returned %d (%s), not CLT_EINVAL; wanted \"%s\"", rc, clt_strerror(rc), expect);
@@ -228,7 +297,11 @@ START_TEST(bad_input_is_refused_naming_it) {
           "targets are float values, but the model is a classifier (loss crossentropy)");
   refused(clt_trainer_forward_targets(c, x, tg, 8, y, 8 * OUT, &loss, NULL), "call clt_trainer_forward");
   float grad[1000];
-  refused(clt_trainer_gradient(t, x, labels, 8, grad, 1000, &loss), "regression model");
+  refused(clt_trainer_gradient(t, x, labels, 8, grad, 1000, &loss), "call clt_trainer_gradient_targets");
+  refused(clt_trainer_gradient_targets(c, x, tg, 8, grad, 1000, &loss), "call clt_trainer_gradient");
+  tg[2] = NAN;
+  refused(clt_trainer_gradient_targets(t, x, tg, 8, grad, 1000, &loss), "target 2 (value 2 of sample 0) is nan");
+  tg[2] = 0;
   ck_assert_int_eq(clt_trainer_forward_targets(t, x, tg, 8, y, 8 * OUT - 1, &loss, NULL), CLT_ESHAPE);
   refused(clt_trainer_fit(t, NULL, NULL), "clt_trainer_fit: the model is a regression model (loss mse)");
   refused(clt_trainer_evaluate(t, NULL, &loss, &loss), "clt_trainer_evaluate: the model is a regression model");
@@ -315,6 +388,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, losses_are_the_plain_c_ones);
   tcase_add_test(tc, mse_replicas_match_one_device);
   tcase_add_test(tc, l1_and_huber_replicas_match_one_device);
+  tcase_add_test(tc, f16_trains_like_f32);
   tcase_add_test(tc, bad_input_is_refused_naming_it);
   tcase_add_test(tc, ranks_with_different_n_match_one_device);
   suite_add_tcase(s, tc);
