@@ -11,7 +11,7 @@
  *   - trained on every device of this process at once (PoCL and rusticl,
  *     two replicas, checked bit for bit after every step), the parameters
  *     are those of one device on the same global batches, and the loss
- *     falls; in f16 too;
+ *     falls; in f16 too; a checkpoint resumes the run bit for bit;
  *   - bad input (NULL or non-finite targets, a wrong count, labels to a
  *     regression model, targets to a classifier) is refused naming it, and
  *     changes nothing; fit refuses a regression model;
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mpi.h>
 #include <cltrain/mpi.h>
@@ -263,6 +264,49 @@ START_TEST(f16_trains_like_f32) {
 }
 END_TEST
 
+/* A checkpoint of a regression model (its spec keeps the loss line)
+ * resumes the run bit for bit: 6 steps, save, load into a new trainer, 6
+ * more, against 12 uninterrupted. */
+START_TEST(checkpoint_resumes_bit_for_bit) {
+  if (rank != 0) return;
+  clt_model *m = model("l1");
+  int64_t P = clt_model_param_count(m);
+  clt_train_options o;
+  options(&o, B);
+  o.optimizer.kind = CLT_OPT_ADAM;
+  o.schedule.lr = 1e-2f;
+  clt_trainer *whole = trainer(m, "all", NULL, &o), *first = trainer(m, "all", NULL, &o);
+  float x[B * IN], t[B * OUT];
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/clt-regress-%ld.safetensors", (long)getpid());
+  for (int k = 0; k < 12; k++) {
+    batch(k, x, t);
+    ck_assert_msg(clt_trainer_step_targets(whole, x, t, B, B * OUT, NULL) == 0, "%s", clt_last_error());
+    if (k < 6) ck_assert_msg(clt_trainer_step_targets(first, x, t, B, B * OUT, NULL) == 0, "%s", clt_last_error());
+  }
+  ck_assert_msg(clt_trainer_save_checkpoint(first, path) == 0, "%s", clt_last_error());
+  clt_trainer_destroy(first);
+  clt_model *again;
+  ck_assert_int_eq(clt_model_parse(clt_model_text(m), "again.model", &again), 0);
+  ck_assert_int_eq(clt_model_loss(again), CLT_LOSS_L1);
+  clt_trainer *resumed = trainer(again, "all", NULL, &o);
+  ck_assert_msg(clt_trainer_load_checkpoint(resumed, path) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(resumed), 6);
+  for (int k = 6; k < 12; k++) {
+    batch(k, x, t);
+    ck_assert_msg(clt_trainer_step_targets(resumed, x, t, B, B * OUT, NULL) == 0, "%s", clt_last_error());
+  }
+  float *pw = params_of(whole, m), *pr = params_of(resumed, again);
+  ck_assert_msg(memcmp(pw, pr, (size_t)P * sizeof *pw) == 0, "the resumed run's parameters differ from the whole run's");
+  unlink(path);
+  free(pw), free(pr);
+  clt_trainer_destroy(whole);
+  clt_trainer_destroy(resumed);
+  clt_model_destroy(m);
+  clt_model_destroy(again);
+}
+END_TEST
+
 /* A refused step leaves the trainer as it was. */
 static void refused(int rc, const char *expect) {
   ck_assert_msg(rc == CLT_EINVAL, "returned %d (%s), not CLT_EINVAL; wanted \"%s\"", rc, clt_strerror(rc), expect);
@@ -389,6 +433,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, mse_replicas_match_one_device);
   tcase_add_test(tc, l1_and_huber_replicas_match_one_device);
   tcase_add_test(tc, f16_trains_like_f32);
+  tcase_add_test(tc, checkpoint_resumes_bit_for_bit);
   tcase_add_test(tc, bad_input_is_refused_naming_it);
   tcase_add_test(tc, ranks_with_different_n_match_one_device);
   suite_add_tcase(s, tc);
