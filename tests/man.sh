@@ -1,0 +1,129 @@
+#!/bin/sh
+# man.sh: the man pages cannot drift from what they describe. Every command
+# of `cltrain --help` has its section in doc/cltrain.1, and every option
+# that `cltrain COMMAND --help` defines has its entry there, in that
+# command's section (short and long form as the help gives them), and no
+# entry names an option the command lacks; every variable of the help's
+# environment list is in its ENVIRONMENT. Every layer kind the spec parser
+# knows (the list its unknown-layer error gives) has its entry under LAYERS
+# in doc/cltrain-model.5. Where groff is installed, each page formats
+# without a warning (and so does `man --warnings -l`, lintian's check, where
+# man runs). Needs no device.
+CLTRAIN=${CLTRAIN:-./cltrain}
+srcdir=${srcdir:-.}
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+page1=$srcdir/doc/cltrain.1
+page5=$srcdir/doc/cltrain-model.5
+page3=$srcdir/doc/libcltrain.3
+
+nbad=0
+bad() { echo "FAIL: $*"; fail=1; nbad=$((nbad + 1)); }
+
+# norm PAGE: the page's text with roff's escapes undone, as the help writes
+# it: '\-' is '-', font changes and quotes go, a font macro's arguments stay
+# on its line (".BR \-\-data 's" is "--data 's"); comments are dropped.
+norm() {
+  sed -E -e '/^\.\\"/d' -e 's/\\-/-/g' -e 's/\\\(hy/-/g' -e "s/\\\\\\(aq/'/g" \
+    -e 's/\\f[BIRP]//g' -e 's/\\f\(..//g' -e 's/\\&//g' -e 's/\\c$//' -e 's/\\%//g' \
+    -e 's/^\.(B|I|BR|IR|RB|RI|BI|IB) //' -e 's/"//g' "$1"
+}
+
+# subsection FILE HEADING: the lines after the line HEADING up to the next
+# .SS or .SH; section FILE HEADING: up to the next .SH.
+subsection() { awk -v h="$2" '$0 == h { on = 1; next } on && /^\.S[SH]( |$)/ { exit } on' "$1"; }
+section() { awk -v h="$2" '$0 == h { on = 1; next } on && /^\.SH( |$)/ { exit } on' "$1"; }
+# tags: the tag lines of the .TP items on standard input.
+tags() { awk 'tp { print; tp = 0; next } /^\.TP( |$)/ { tp = 1 }'; }
+
+for p in "$page1" "$page5" "$page3"; do
+  [ -f "$p" ] || { bad "$p is missing"; exit 1; }
+done
+norm "$page1" >"$tmp/page1"
+norm "$page5" >"$tmp/page5"
+
+# ---- cltrain(1): commands ------------------------------------------------------
+if ! "$CLTRAIN" --help >"$tmp/top" 2>&1 </dev/null; then
+  bad "'cltrain --help' failed:"; sed 's/^/  /' "$tmp/top"; exit 1
+fi
+# "  bench gemm   check GEMM ...": the name, then two spaces or more.
+sed -n '/^commands:/,/^$/p' "$tmp/top" | grep '^  [a-z]' | sed -e 's/^  //' -e 's/  .*//' >"$tmp/commands"
+[ -s "$tmp/commands" ] || bad "no commands found in 'cltrain --help' (has its 'commands:' list changed?)"
+section "$tmp/page1" ".SH COMMANDS" | sed -n 's/^\.SS //p' >"$tmp/sections"
+while read -r cmd; do
+  grep -qxF "$cmd" "$tmp/sections" || bad "command '$cmd' of 'cltrain --help' has no section (.SS $cmd) under COMMANDS in doc/cltrain.1"
+done <"$tmp/commands"
+while read -r s; do
+  grep -qxF "$s" "$tmp/commands" || bad "doc/cltrain.1 has a section for '$s', which 'cltrain --help' does not list"
+done <"$tmp/sections"
+
+# ---- cltrain(1): each command's options ---------------------------------------
+# An option the help defines: a line "  -d, --devices SPEC ..." or
+# "      --json ...": its key is "-d, --devices" or "--json".
+while read -r cmd; do
+  # shellcheck disable=SC2086 # "bench gemm" is two words
+  if ! "$CLTRAIN" $cmd --help >"$tmp/help" 2>&1 </dev/null; then
+    bad "'cltrain $cmd --help' failed:"; sed 's/^/  /' "$tmp/help"; continue
+  fi
+  grep -E '^ {2,}(-[A-Za-z0-9], +)?--[a-z0-9][a-z0-9-]*' "$tmp/help" |
+    sed -E 's/^ +((-[A-Za-z0-9], +)?--[a-z0-9][a-z0-9-]*).*/\1/; s/, +/, /' >"$tmp/keys"
+  sed -E 's/.*--//' "$tmp/keys" >"$tmp/longs"
+  subsection "$tmp/page1" ".SS $cmd" | tags | grep -- '^-' >"$tmp/entries"
+  n=0 before=$nbad
+  while read -r key; do
+    n=$((n + 1))
+    # the entry's tag starts with the key: "-d, --devices SPEC"
+    grep -qE -- "^$key([^A-Za-z0-9-]|\$)" "$tmp/entries" ||
+      bad "option '$key' of 'cltrain $cmd --help' has no entry (a .TP item '$key ...') in the '$cmd' section of doc/cltrain.1"
+  done <"$tmp/keys"
+  while read -r entry; do
+    long=$(printf '%s\n' "$entry" | sed -nE 's/^(-[A-Za-z0-9], )?--([a-z0-9][a-z0-9-]*).*/\2/p')
+    if [ -z "$long" ] || ! grep -qxF -- "$long" "$tmp/longs"; then
+      bad "doc/cltrain.1 documents '$entry' for '$cmd', which 'cltrain $cmd --help' does not define"
+    fi
+  done <"$tmp/entries"
+  [ $nbad -eq $before ] && echo "ok: cltrain $cmd: its $n options in doc/cltrain.1"
+done <"$tmp/commands"
+
+# ---- cltrain(1): the environment ------------------------------------------------
+sed -n '/^environment:/,/^$/p' "$tmp/top" | sed -nE 's/^  ([A-Z][A-Z0-9_]*) .*/\1/p' >"$tmp/vars"
+[ -s "$tmp/vars" ] || bad "no variables found in the 'environment:' list of 'cltrain --help'"
+section "$tmp/page1" ".SH ENVIRONMENT" | tags >"$tmp/envtags"
+while read -r v; do
+  grep -qxF "$v" "$tmp/envtags" || bad "$v of 'cltrain --help' has no entry under ENVIRONMENT in doc/cltrain.1"
+done <"$tmp/vars"
+
+# ---- cltrain-model(5): layer kinds --------------------------------------------
+# "unknown layer 'bogus' (known: input, linear, ...; and block ... end)"
+printf 'input 4\nbogus\n' >"$tmp/x.model"
+"$CLTRAIN" summary "$tmp/x.model" >"$tmp/out" 2>&1 </dev/null
+sed -n 's/.*(known: \(.*\))$/\1/p' "$tmp/out" | head -n 1 | sed -e 's/; and /, /' -e 's/ \.\.\. /, /g' |
+  tr ',' '\n' | sed 's/^ *//; s/ *$//' | grep . >"$tmp/kinds"
+if [ ! -s "$tmp/kinds" ]; then
+  bad "no list of known layers in what 'cltrain summary' says of an unknown one:"; sed 's/^/  /' "$tmp/out"
+fi
+section "$tmp/page5" ".SH LAYERS" | tags | awk '{ print $1 }' >"$tmp/kindtags"
+n=0 before=$nbad
+while read -r k; do
+  n=$((n + 1))
+  grep -qxF "$k" "$tmp/kindtags" || bad "layer kind '$k' of the spec parser has no entry (a .TP item '$k ...') under LAYERS in doc/cltrain-model.5"
+done <"$tmp/kinds"
+[ $nbad -eq $before ] && echo "ok: the $n layer kinds in doc/cltrain-model.5"
+
+# ---- formatting ------------------------------------------------------------------
+if command -v groff >/dev/null 2>&1; then
+  for p in "$page1" "$page5" "$page3"; do
+    w=$(groff -man -Tutf8 -ww -z "$p" 2>&1)
+    if [ -n "$w" ]; then bad "groff warns about $p:"; printf '%s\n' "$w" | sed 's/^/  /'; else echo "ok: groff formats $p"; fi
+    # lintian's check (manpage-has-errors-from-man), where man runs
+    if w=$(LC_ALL=C.UTF-8 MANROFFSEQ='' MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z "$p" 2>&1 >/dev/null); then
+      if [ -n "$w" ]; then bad "man --warnings -l warns about $p:"; printf '%s\n' "$w" | sed 's/^/  /'; fi
+    fi
+  done
+else
+  echo "SKIP (part): groff is not installed (apt-get install groff-base); the pages' formatting is not checked"
+fi
+
+[ $fail -eq 0 ] && echo "ok: the man pages match the tool and the spec parser"
+exit $fail
