@@ -206,12 +206,13 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   int64_t *first = NULL; /* per local replica: where its slice starts in a global batch */
   int64_t in = clt_model_input_size(t->model);
 
-  /* Each rank checks its own data, and all learn of any failure: a rank
-   * that returned alone would leave the others waiting in a collective. */
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank: no collective needed */
+  /* The model is the same on every rank, so every rank returns here alike. */
+  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY)
     return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
                       "int32 class labels; train it on float targets with clt_trainer_step_targets",
                       clt_loss_name(clt_model_loss(t->model)));
+  /* Each rank checks its own data, and all learn of any failure: a rank
+   * that returned alone would leave the others waiting in a collective. */
   if (clt_dataset_sample_size(train) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);

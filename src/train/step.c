@@ -13,8 +13,10 @@
  *   after_update                        replica CRC checks and rebalancing when due
  *
  * The micro-batches come from a source: fit.c's prefetchers, or here the
- * caller's own batch (clt_trainer_step, DDP-style: each rank passes its own
- * samples, the update is the mean over all of them).
+ * caller's own batch (clt_trainer_step with labels, clt_trainer_step_targets
+ * with a regression model's float targets, both through step_on; DDP-style:
+ * each rank passes its own samples, the update is the mean over all of
+ * them).
  */
 #include "train/trainer.h"
 
@@ -150,8 +152,8 @@ static int forward_backward(clt_trainer *t, const clt__slice *s, int record) {
   int rc = CLT_OK;
   for (int i = 0; i < t->nlocal; i++) {
     clt__pass pass = {.train = 1, .record = record, .seed = t->opts.seed, .step = s[i].dropout_step,
-                      .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale};
-    pass.targets = s[i].targets;
+                      .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale,
+                      .targets = s[i].targets};
     if (s[i].n > 0)
       CLT_TRY(clt__replica_run(t->rep[i], s[i].x, s[i].y, s[i].n, &pass));
     else if (record)
