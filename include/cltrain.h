@@ -891,7 +891,8 @@ CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *
  * ids for a language model): the forward pass of this rank's first replica
  * in evaluation mode (dropout off, no gradient), the last layer's output
  * (the logits: n x outputs floats, outputs = num_classes for a classifier,
- * T x vocabulary for a language model) into out, which holds count floats.
+ * T x vocabulary for a language model, the targets per sample for a
+ * regression model) into out, which holds count floats.
  * With labels y (n x labels per sample, may be NULL) *loss (may be NULL)
  * gets the SUMMED cross-entropy over them, as training computes it; NaN
  * without. Not collective: no other rank or replica takes part. */
