@@ -862,7 +862,9 @@ typedef struct clt_step_result {
  * fit's and are left alone. Bad input on any rank (n < 0, NULL x or y with
  * n > 0, a label out of range) is CLT_EINVAL on every rank, naming it on
  * the rank that gave it and the rank elsewhere; nothing is changed. out
- * may be NULL. Collective: every rank calls it the same number of times. */
+ * may be NULL. A regression model takes float targets through
+ * clt_trainer_step_targets instead (labels to it are CLT_EINVAL).
+ * Collective: every rank calls it the same number of times. */
 CLT_API int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out);
 /* The same step for a regression model (a spec with `loss mse`, `l1` or
  * `huber`): targets (n, clt_model_labels_per_sample) float32, one per
