@@ -129,3 +129,36 @@ __kernel void xent_sum(__global const float *losses, const ulong lsoff, const ui
   }
   if (lid == 0) loss[loff] = scratch[0];
 }
+
+// Regression losses, one item per value (launched over exactly M items):
+// d = y - target, and as PyTorch's MSELoss, L1Loss and HuberLoss before
+// their reduction,
+//   kind 1 (MSE)   d^2                                   gradient 2d
+//   kind 2 (L1)    |d|                                   gradient sign(d), 0 at d = 0
+//   kind 3 (Huber) 0.5 d^2 where |d| < delta,            gradient d clamped to
+//                  else delta (|d| - 0.5 delta)          [-delta, delta]
+// (the kinds are clt_loss_kind's values). losses[i] is the loss and sq[i]
+// the squared error d^2 (what the RMSE is made of); dy = scale * gradient,
+// NOT divided by the count: the trainer divides by the global batch's
+// target values. A NaN output or target gives NaN loss and gradient.
+__kernel void regress_elems(__global const act_t *y, const ulong yoff, __global const float *target,
+                            const ulong toff, __global act_t *dy, const ulong doff, const int has_grad,
+                            __global float *losses, const ulong lsoff, __global float *sq, const ulong sqoff,
+                            const int kind, const float delta, const float scale) {
+  const uint i = get_global_id(0);
+  const float d = ALOAD(y, yoff + i) - target[toff + i], a = fabs(d);
+  float l, g;
+  if (kind == 1) {
+    l = d * d;
+    g = 2.0f * d;
+  } else if (kind == 2) {
+    l = a;
+    g = d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : d * 0.0f; // 0 at 0, NaN stays NaN
+  } else {
+    l = a < delta ? 0.5f * d * d : delta * (a - 0.5f * delta);
+    g = d > delta ? delta : d < -delta ? -delta : d;
+  }
+  losses[lsoff + i] = l;
+  sq[sqoff + i] = d * d;
+  if (has_grad) ASTORE(dy, doff + i, scale * g);
+}

@@ -595,15 +595,36 @@ CLT_API void clt_model_destroy(clt_model *m);
 CLT_API int clt_model_layer_count(const clt_model *m);   /* the input line included */
 CLT_API int64_t clt_model_param_count(const clt_model *m);
 CLT_API int64_t clt_model_input_size(const clt_model *m); /* floats per sample */
+/* Scores per label of a classifier or language model; 0 for a regression
+ * model. */
 CLT_API int clt_model_num_classes(const clt_model *m);
 /* A language model's vocabulary: the model takes token ids below it
  * (`input tokens T vocab=V`, samples of T ids carried as exact floats) and
  * gives V scores per position. 0 for a model of features or images. */
 CLT_API int clt_model_vocab(const clt_model *m);
 /* Labels per sample: the int32 labels a training step takes for each sample
- * (1 for classifiers; a sequence model labels every position). Losses and
- * the update are means over labels. */
+ * (1 for classifiers; a sequence model labels every position), or for a
+ * regression model the float32 targets: one per value of the output,
+ * whatever its shape. Losses and the update are means over labels (over
+ * target values). */
 CLT_API int clt_model_labels_per_sample(const clt_model *m);
+/* What a model is trained to minimise: the spec's `loss` line, after the
+ * last layer. Cross-entropy (the default) takes int32 class labels; the
+ * regression losses take float32 targets of the output's shape and are
+ * PyTorch's MSELoss, L1Loss and HuberLoss(delta) with the mean reduction
+ * over every target value of the global batch. */
+typedef enum clt_loss_kind {
+  CLT_LOSS_CROSSENTROPY = 0, /* softmax cross-entropy on class labels */
+  CLT_LOSS_MSE = 1,          /* (y - t)^2 */
+  CLT_LOSS_L1 = 2,           /* |y - t| */
+  CLT_LOSS_HUBER = 3         /* 0.5 (y - t)^2 within delta of the target, else delta (|y - t| - delta / 2) */
+} clt_loss_kind;
+CLT_API clt_loss_kind clt_model_loss(const clt_model *m);
+/* Huber's delta (1 unless the spec says; NaN for the other losses). */
+CLT_API double clt_model_huber_delta(const clt_model *m);
+/* "crossentropy", "mse", "l1", "huber" (NULL for anything else): the
+ * spec's words. */
+CLT_API const char *clt_loss_name(clt_loss_kind k);
 CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written */
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);
@@ -839,11 +860,13 @@ CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_
 
 /* What one clt_trainer_step did; the same on every rank. */
 typedef struct clt_step_result {
-  double loss;      /* mean over the global batch (per label) */
-  double accuracy;  /* fraction of the global batch's labels predicted right */
+  double loss;      /* mean over the global batch (per label, or per target value) */
+  double accuracy;  /* fraction of the global batch's labels predicted right; NaN for regression */
   double grad_norm; /* norm of the mean gradient (rank 0's replica 0; NaN when skipped) */
   int skipped;      /* 1: fp16 loss scaling skipped the update (the gradient overflowed) */
   int64_t global_n; /* samples in the global batch: the sum of every rank's n */
+  double rmse;      /* regression: the root of the mean squared error over the global batch's target
+                       values (whatever the loss); NaN for a classifier */
 } clt_step_result;
 
 /* One optimizer step on the caller's own samples, for applications with
@@ -865,8 +888,30 @@ typedef struct clt_step_result {
  * fit's and are left alone. Bad input on any rank (n < 0, NULL x or y with
  * n > 0, a label out of range) is CLT_EINVAL on every rank, naming it on
  * the rank that gave it and the rank elsewhere; nothing is changed. out
- * may be NULL. Collective: every rank calls it the same number of times. */
+ * may be NULL. A regression model takes float targets through
+ * clt_trainer_step_targets instead (labels to it are CLT_EINVAL).
+ * Collective: every rank calls it the same number of times. */
 CLT_API int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out);
+/* The same step for a regression model (a spec with `loss mse`, `l1` or
+ * `huber`): targets (n, clt_model_labels_per_sample) float32, one per
+ * value of the model's output, whatever its shape; count is the number of
+ * floats in targets, n * clt_model_labels_per_sample (so a buffer of the
+ * wrong shape is caught). The loss is the mean over every target value of
+ * the global batch (PyTorch's reduction='mean' on the concatenation of all
+ * ranks' samples) and the update divides by that count; everything else
+ * (splitting, accumulation, the exchange, bitwise-identical replicas, f16
+ * loss scaling, clipping) is clt_trainer_step's, through the same internal
+ * step. A separate function rather than a `const void *` y keeps the
+ * element type checked by the compiler (and by Fortran's interfaces), and
+ * the model's loss says which one it takes: labels to a regression model,
+ * or targets to a classifier, are CLT_EINVAL naming the function to call.
+ * Bad input on any rank (n < 0, NULL x or targets with n > 0, count that
+ * is not n times the targets per sample, a target that is NaN or infinite,
+ * naming its index and sample) is CLT_EINVAL on every rank, as for
+ * clt_trainer_step; nothing is changed. out->rmse is the RMSE and
+ * out->accuracy NaN. Collective. */
+CLT_API int clt_trainer_step_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, int64_t count,
+                                     clt_step_result *out);
 /* Mean loss and accuracy over the whole of ds, split across all replicas of
  * all ranks. Collective. */
 CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy);
@@ -874,12 +919,23 @@ CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *
  * ids for a language model): the forward pass of this rank's first replica
  * in evaluation mode (dropout off, no gradient), the last layer's output
  * (the logits: n x outputs floats, outputs = num_classes for a classifier,
- * T x vocabulary for a language model) into out, which holds count floats.
+ * T x vocabulary for a language model, the targets per sample for a
+ * regression model) into out, which holds count floats.
  * With labels y (n x labels per sample, may be NULL) *loss (may be NULL)
  * gets the SUMMED cross-entropy over them, as training computes it; NaN
  * without. Not collective: no other rank or replica takes part. */
 CLT_API int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *out,
                                 int64_t count, double *loss);
+/* clt_trainer_forward for a regression model: the output (n x the targets
+ * per sample floats) into out, and with targets (the same count as the
+ * output, as clt_trainer_step_targets takes them; may be NULL) *loss gets
+ * the SUMMED regression loss over every target value, as training computes
+ * it (NaN without targets); *sq_error (may be NULL) the summed squared
+ * error, so that sqrt(sq_error / (n x targets per sample)) is the RMSE.
+ * Labels to a regression model (clt_trainer_forward with y) or targets to
+ * a classifier are CLT_EINVAL. Not collective. */
+CLT_API int clt_trainer_forward_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, float *out,
+                                        int64_t count, double *loss, double *sq_error);
 /* The gradient of the MEAN loss over n samples (x and y as
  * clt_trainer_step takes them; labels CLT_IGNORE_LABEL count for nothing,
  * the mean is over the others), without an update: forward and backward of
@@ -897,6 +953,13 @@ CLT_API int clt_trainer_forward(clt_trainer *t, const float *x, const int32_t *y
  * untouched. Not collective: no other rank or replica takes part. */
 CLT_API int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *y, int64_t n, float *grad,
                                  int64_t count, double *loss);
+/* clt_trainer_gradient for a regression model: targets (n x the targets
+ * per sample floats, as clt_trainer_step_targets takes them, every one
+ * finite), the gradient of the mean loss over every target value. Labels
+ * to a regression model (clt_trainer_gradient) or targets to a classifier
+ * are CLT_EINVAL. Not collective. */
+CLT_API int clt_trainer_gradient_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, float *grad,
+                                         int64_t count, double *loss);
 /* A copy of the parameters (count floats = clt_model_param_count). */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);

@@ -78,7 +78,7 @@ static const char *const spec_dict[] = {
     "input", "linear", "conv2d", "relu", "maxpool", "flatten", "dropout", "layernorm", "kernel=", "pad=",
     "stride=", "bias=false", "bias=", "=", "0", "-1", "1e30", "nan", "inf", "0.999999", "4294967297",
     "99999999999999999999", "\n", "#", " ", "\t", "\r", "1000000", "65536", "input 1 1 1\n", "\nlinear 1000000\n",
-    "\nconv2d 1 kernel=1\n", NULL};
+    "\nconv2d 1 kernel=1\n", "\nloss mse\n", "loss", "huber", "delta=", "l1", "crossentropy", NULL};
 static const char *const json_dict[] = {
     "\"F32\"", "\"F16\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"", "[", "]", "{", "}",
     ",", ":", "-1", "0", "1e308", "18446744073709551615", "9223372036854775807", "1099511627776", "null",

@@ -20,6 +20,7 @@ const char *const fuzz_seed_specs[] = {
     "input 784\nlinear 256\nrelu\nlinear 128\nrelu\nlinear 10\n",
     "input 3 8 8\nconv2d 4 kernel=3 stride=2 pad=1 bias=false\nflatten\nlayernorm\nlinear 10 bias=false\n",
     "input 16   # comment\n\n  linear 10\n",
+    "input 8\nlinear 16\ntanh\nlinear 3\nloss huber delta=0.5\n",
     NULL};
 
 void fuzz_write_file(const char *path, const uint8_t *data, size_t n) {
@@ -58,7 +59,8 @@ int fuzz_spec(const uint8_t *data, size_t n) {
   } else {
     char *summary = NULL;
     if (clt_model_layer_count(m) < 1 || clt_model_param_count(m) < 0 || clt_model_input_size(m) < 1 ||
-        clt_model_num_classes(m) < 1) {
+        (clt_model_loss(m) == CLT_LOSS_CROSSENTROPY ? clt_model_num_classes(m) < 2 : clt_model_num_classes(m) != 0) ||
+        clt_model_labels_per_sample(m) < 1 || !clt_loss_name(clt_model_loss(m))) {
       fprintf(stderr, "spec: accepted a model with impossible sizes\n");
       ret = -1;
     }

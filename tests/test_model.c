@@ -4,8 +4,9 @@
  * parameter tensor against central finite differences of the forward
  * pass, for a small GPT (token and position embeddings, two blocks of
  * layernorm, causal attention and a GELU MLP with residuals, the output
- * projection tied to the embedding) and an MLP of residual blocks; and the
- * same gradient in f16 activation storage within half's rounding.
+ * projection tied to the embedding), an MLP of residual blocks and a
+ * regression MLP under MSE, L1 and Huber; and the same gradient in f16
+ * activation storage within half's rounding.
  */
 #include <math.h>
 #include <stdio.h>
@@ -50,7 +51,8 @@ typedef struct fixture {
   clt_model_spec *spec;
   clt__replica *r;
   float *x;
-  int32_t *y;
+  int32_t *y;   /* a classifier's labels, or NULL */
+  float *t;     /* a regression model's targets, or NULL */
   int64_t P;
 } fixture;
 
@@ -70,23 +72,31 @@ static void setup_model(clt_context *ctx, const char *text, clt_dtype dt, fixtur
   ref_random(noise, (size_t)(B * in), 5);
   for (int64_t i = 0; i < B * in; i++) /* tokens repeat, so the embedding's scatter adds */
     f->x[i] = vocab ? (float)((i * 7 + i / 5) % 5 * 2) : noise[i];
-  for (int64_t i = 0; i < labels; i++) f->y[i] = (int32_t)((i * 5 + 3) % s->num_classes);
+  if (s->loss != CLT_LOSS_CROSSENTROPY) { /* targets of the outputs' size */
+    free(f->y), f->y = NULL;
+    f->t = malloc((size_t)labels * 4);
+    ref_random(f->t, (size_t)labels, 9);
+    f->t[0] = 3.0f; /* beyond Huber's delta of the output, whatever the parameters */
+  } else {
+    f->t = NULL;
+    for (int64_t i = 0; i < labels; i++) f->y[i] = (int32_t)((i * 5 + 3) % s->num_classes);
+  }
   free(noise);
 }
 
 static void teardown_model(fixture *f) {
   clt__replica_destroy(f->r);
   clt__spec_destroy(f->spec);
-  free(f->x), free(f->y);
+  free(f->x), free(f->y), free(f->t);
 }
 
 static double loss_at(fixture *f, const float *params) {
   clt_tensor p = clt__replica_params(f->r);
   ck_assert_int_eq(clt_tensor_upload(f->r->ctx, &p, params, (size_t)f->P * 4), 0);
-  clt__pass pass = {0};
+  clt__pass pass = {.targets = f->t};
   ck_assert_msg(clt__replica_run(f->r, f->x, f->y, B, &pass) == 0, "%s", clt_last_error());
   float loss;
-  int32_t correct;
+  double correct;
   ck_assert_int_eq(clt__replica_read_loss(f->r, &loss, &correct), 0);
   return loss;
 }
@@ -95,7 +105,7 @@ static void gradient_at(fixture *f, const float *params, float *grad) {
   clt_tensor p = clt__replica_params(f->r), g = clt__replica_grads(f->r);
   ck_assert_int_eq(clt_tensor_upload(f->r->ctx, &p, params, (size_t)f->P * 4), 0);
   ck_assert_int_eq(clt__replica_zero_grads(f->r), 0);
-  clt__pass pass = {.train = 1};
+  clt__pass pass = {.train = 1, .targets = f->t};
   ck_assert_msg(clt__replica_run(f->r, f->x, f->y, B, &pass) == 0, "%s", clt_last_error());
   ck_assert_int_eq(clt_tensor_download(f->r->ctx, &g, grad, (size_t)f->P * 4), 0);
 }
@@ -142,6 +152,30 @@ static void check_gradients(clt_context *ctx, const char *text, const char *what
   free(p0), free(g), free(pp);
   teardown_model(&f);
 }
+
+/* Regression: an MLP whose output is 12 values, under each regression
+ * loss (summing 3 x 12 terms: the same tolerance holds). L1 is piecewise
+ * linear with kinks at d = 0 and Huber's second derivative jumps at |d| =
+ * delta: a kink inside the step of 1e-2 would change one of the 36 terms'
+ * difference quotients by up to its slope, and the fixed seeds keep every
+ * d further than that from one (t[0] = 3 sits past delta). */
+static const char *regress_spec = "input 8\n"
+                                  "linear 16\n"
+                                  "tanh\n"
+                                  "linear 12\n"
+                                  "layernorm\n"
+                                  "linear 12\n";
+
+START_TEST(regression_mlp_gradients_match_finite_differences) {
+  static const char *const losses[] = {"loss mse\n", "loss l1\n", "loss huber delta=0.5\n"};
+  char text[256];
+  for (int d = 0; d < tu_ndev; d++)
+    for (int k = 0; k < 3; k++) {
+      snprintf(text, sizeof text, "%s%s", regress_spec, losses[k]);
+      check_gradients(tu_ctx[d], text, losses[k]);
+    }
+}
+END_TEST
 
 START_TEST(gpt_gradients_match_finite_differences) {
   for (int d = 0; d < tu_ndev; d++) check_gradients(tu_ctx[d], gpt_spec, "gpt");
@@ -215,7 +249,7 @@ START_TEST(a_hung_device_times_out) {
   clt__pass pass = {.train = 1, .record = 1};
   ck_assert_msg(clt__replica_run(f.r, f.x, f.y, B, &pass) == 0, "%s", clt_last_error());
   float loss;
-  int32_t correct;
+  double correct;
   double t0 = clt__now();
   int rc = clt__replica_read_loss(f.r, &loss, &correct);
   double took = clt__now() - t0;
@@ -397,6 +431,7 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, gpt_gradients_match_finite_differences);
   tcase_add_test(tc, residual_mlp_gradients_match_finite_differences);
+  tcase_add_test(tc, regression_mlp_gradients_match_finite_differences);
   tcase_add_test(tc, gpt_f16_close_to_f32);
   tcase_add_test(tc, gpt_gradient_is_deterministic);
   tcase_add_test(tc, a_hung_device_times_out);

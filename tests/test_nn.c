@@ -1,9 +1,9 @@
 /*
  * test_nn.c: the dense layer kernels of src/nn/ on every device (PoCL and
  * rusticl): linear, the activations, dropout, layernorm, softmax
- * cross-entropy and flatten. Each forward is checked against the plain-C
- * reference (src/ref/ref_nn.c, in double), each backward against the
- * reference backward AND against central finite differences of
+ * cross-entropy, the regression losses (MSE, L1, Huber) and flatten. Each
+ * forward is checked against the plain-C reference (src/ref/ref_nn.c, in
+ * double), each backward against the reference backward AND against central finite differences of
  * f = sum(y * r) computed with the reference forward in double, where r is
  * the upstream gradient dy. Parameter gradients start from random values
  * so accumulation (+=) is checked too; outputs start as NaN so a missed
@@ -593,6 +593,104 @@ START_TEST(softmax_xent_is_stable_for_extreme_logits) {
 }
 END_TEST
 
+/* ---- regression losses ------------------------------------------------------ */
+
+typedef struct regress_state {
+  int kind, M;
+  double delta, *y, *t, *losses;
+} regress_state;
+
+static double regress_f(void *p) {
+  regress_state *s = p;
+  double loss, sq;
+  ref_regression_loss(s->kind, s->delta, s->M, s->y, s->t, s->losses, &loss, &sq, NULL);
+  return loss;
+}
+
+/* Each value's loss and gradient is a few float operations (1e-6 of its
+ * size); the sums add M terms: NU_SUM_TOL(M). The loss is piecewise smooth:
+ * L1 has a kink at d = 0, where its gradient (0, as PyTorch's) is what the
+ * central difference gives too; Huber's first derivative is continuous at
+ * |d| = delta, so finite differences hold everywhere. */
+static void regress_case(clt_context *ctx, clt_loss_kind kind, float delta, int M, const float *y, const float *t,
+                         float scale, int inplace) {
+  clt_tensor ty = nu_f32(ctx, y, NU_SHAPE(M)), tt = nu_f32(ctx, t, NU_SHAPE(M));
+  clt_tensor tdy = inplace ? ty : nu_f32(ctx, NULL, NU_SHAPE(M)), tls = nu_f32(ctx, NULL, NU_SHAPE(M));
+  clt_tensor tsq = nu_f32(ctx, NULL, NU_SHAPE(M)), tloss = nu_f32(ctx, NULL, NU_SHAPE(1));
+  clt_tensor tsse = nu_f32(ctx, NULL, NU_SHAPE(1));
+  ck_assert_msg(clt_nn_regression_loss(ctx, kind, delta, &ty, &tt, scale, &tdy, &tls, &tsq, &tloss, &tsse) == 0, "%s",
+                clt_last_error());
+  float *dy = malloc(M * 4), *losses = malloc(M * 4), *sq = malloc(M * 4), loss, sse, loss2;
+  nu_get(ctx, &tdy, dy), nu_get(ctx, &tls, losses), nu_get(ctx, &tsq, sq), nu_get(ctx, &tloss, &loss);
+  nu_get(ctx, &tsse, &sse);
+
+  regress_state s = {(int)kind, M, delta, nu_to_double(y, M), nu_to_double(t, M), malloc(M * 8)};
+  double *rlosses = malloc(M * 8), *rdy = malloc(M * 8), *rsq = malloc(M * 8), rloss, rsse;
+  ref_regression_loss((int)kind, delta, M, s.y, s.t, rlosses, &rloss, &rsse, rdy);
+  for (int i = 0; i < M; i++) rdy[i] *= scale, rsq[i] = (s.y[i] - s.t[i]) * (s.y[i] - s.t[i]);
+  char what[128];
+  snprintf(what, sizeof what, "regression loss %s delta=%g M=%d scale=%g%s on %s", clt_loss_name(kind),
+           (double)delta, M, (double)scale, inplace ? " in place" : "", tu_name(ctx));
+  double e, tol = NU_SUM_TOL(M);
+  ck_assert_msg((e = nu_err(losses, rlosses, M)) <= tol, "%s: losses error %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_err(sq, rsq, M)) <= tol, "%s: squared errors error %g" NU_AT, what, e, NU_AT_ARGS);
+  ck_assert_msg((e = nu_err(&loss, &rloss, 1)) <= tol, "%s: loss %g vs %g", what, loss, rloss);
+  ck_assert_msg((e = nu_err(&sse, &rsse, 1)) <= tol, "%s: squared error %g vs %g", what, sse, rsse);
+  ck_assert_msg((e = nu_err(dy, rdy, M)) <= tol, "%s: dy error %g" NU_AT, what, e, NU_AT_ARGS);
+  for (int i = 0; i < M; i++)
+    if (kind == CLT_LOSS_L1 && y[i] == t[i]) ck_assert_msg(dy[i] == 0.0f, "%s: L1 gradient %g at d = 0", what, dy[i]);
+  if (scale == 1.0f && !inplace)
+    ck_assert_msg((e = nu_fd_error(regress_f, &s, s.y, M, dy, NU_FD_H, 100)) <= tol, "%s: dy vs fd %g" NU_AT, what, e,
+                  NU_AT_ARGS);
+  if (!inplace) { /* the same values give the same loss bits (fixed summation order) */
+    ck_assert_int_eq(clt_nn_regression_loss(ctx, kind, delta, &ty, &tt, scale, NULL, &tls, &tsq, &tloss, &tsse), 0);
+    nu_get(ctx, &tloss, &loss2);
+    ck_assert_msg(memcmp(&loss, &loss2, 4) == 0, "%s: loss not repeatable", what);
+  }
+  nu_check_guards(ctx, what);
+  nu_free_all();
+  free(dy), free(losses), free(sq), free(s.y), free(s.t), free(s.losses), free(rlosses), free(rdy), free(rsq);
+}
+
+START_TEST(regression_losses_match_reference_and_finite_differences) {
+  static const clt_loss_kind kinds[] = {CLT_LOSS_MSE, CLT_LOSS_L1, CLT_LOSS_HUBER};
+  static const int sizes[] = {1, 37, 1000};
+  for (int d = 0; d < tu_ndev; d++)
+    for (int k = 0; k < 3; k++)
+      for (int z = 0; z < 3; z++) {
+        int M = sizes[z];
+        float *y = nu_random(M, (unsigned)(11 + M)), *t = nu_random(M, (unsigned)(29 + M));
+        for (int i = 0; i < M; i++) y[i] *= 3.0f; /* |d| on both sides of delta */
+        if (M > 5) t[5] = y[5];                   /* d = 0: L1's gradient is 0 */
+        if (M > 7) t[7] = y[7] - 1.0f;            /* |d| = delta: Huber's two branches meet */
+        regress_case(tu_ctx[d], kinds[k], 1.0f, M, y, t, 1.0f, 0);
+        if (z == 1) {
+          regress_case(tu_ctx[d], kinds[k], 1.0f, M, y, t, 0.25f, 0); /* loss scaling */
+          regress_case(tu_ctx[d], kinds[k], 1.0f, M, y, t, 1.0f, 1);  /* dy over y */
+          if (kinds[k] == CLT_LOSS_HUBER) regress_case(tu_ctx[d], kinds[k], 0.3f, M, y, t, 1.0f, 0);
+        }
+        free(y), free(t);
+      }
+}
+END_TEST
+
+/* What PyTorch gives for these (torch.nn.MSELoss, L1Loss, HuberLoss(delta=0.5)
+ * with reduction='sum' on y = [0.5, -1, 2, 0], t = [0, 0, 0.5, 0]): known
+ * answers, so the reference itself is checked. */
+START_TEST(regression_losses_known_answers) {
+  const double y[4] = {0.5, -1, 2, 0}, t[4] = {0, 0, 0.5, 0};
+  double losses[4], loss, sq, dy[4];
+  ref_regression_loss(CLT_LOSS_MSE, 1, 4, y, t, losses, &loss, &sq, dy);
+  ck_assert(loss == 0.25 + 1 + 2.25 && sq == loss && dy[0] == 1 && dy[1] == -2 && dy[2] == 3 && dy[3] == 0);
+  ref_regression_loss(CLT_LOSS_L1, 1, 4, y, t, losses, &loss, &sq, dy);
+  ck_assert(loss == 0.5 + 1 + 1.5 && dy[0] == 1 && dy[1] == -1 && dy[2] == 1 && dy[3] == 0);
+  ref_regression_loss(CLT_LOSS_HUBER, 0.5, 4, y, t, losses, &loss, &sq, dy);
+  /* |d| = 0.5 is not below delta: delta * (0.5 - 0.25) = 0.125, as 0.5 * 0.25 */
+  ck_assert(losses[0] == 0.125 && losses[1] == 0.5 * (1 - 0.25) && losses[2] == 0.5 * (1.5 - 0.25) && losses[3] == 0);
+  ck_assert(dy[0] == 0.5 && dy[1] == -0.5 && dy[2] == 0.5 && dy[3] == 0);
+}
+END_TEST
+
 /* ---- flatten --------------------------------------------------------------- */
 
 START_TEST(flatten_is_a_view) {
@@ -656,6 +754,14 @@ START_TEST(bad_shapes_are_named) {
             "hold one element");
   NU_EXPECT(clt_nn_softmax_xent(ctx, &y, &i4, 0, 1, NULL, &f4, &one, NULL), CLT_EINVAL, "softmax_xent",
             "ignore_index 0 must be negative");
+  NU_EXPECT(clt_nn_regression_loss(ctx, CLT_LOSS_MSE, 1, &f4, &i4, 1, NULL, &f4, &f4, &one, &one), CLT_ESHAPE,
+            "regression_loss", "targets must be a 1-D f32 tensor (M), got (4) i32");
+  NU_EXPECT(clt_nn_regression_loss(ctx, CLT_LOSS_L1, 1, &f4, &v10, 1, NULL, &f4, &f4, &one, &one), CLT_ESHAPE,
+            "regression_loss", "y (4) f32", "targets (10) f32", "one element per value of y, 4");
+  NU_EXPECT(clt_nn_regression_loss(ctx, CLT_LOSS_HUBER, 0, &f4, &f4, 1, NULL, &f4, &f4, &one, &one), CLT_EINVAL,
+            "huber's delta 0 must be positive");
+  NU_EXPECT(clt_nn_regression_loss(ctx, CLT_LOSS_CROSSENTROPY, 1, &f4, &f4, 1, NULL, &f4, &f4, &one, &one),
+            CLT_EINVAL, "not a regression loss");
   nu_free_all();
 }
 END_TEST
@@ -673,6 +779,8 @@ int main(void) {
   NU_ADD_CASE(s, "layernorm", layernorm_matches_reference_and_finite_differences);
   NU_ADD_CASE(s, "softmax_xent", softmax_xent_matches_reference_and_finite_differences,
               softmax_xent_is_stable_for_extreme_logits);
+  NU_ADD_CASE(s, "regression", regression_losses_match_reference_and_finite_differences,
+              regression_losses_known_answers);
   NU_ADD_CASE(s, "flatten", flatten_is_a_view);
   NU_ADD_CASE(s, "errors", bad_shapes_are_named);
   rc = tu_run(s);

@@ -3,6 +3,7 @@
  * parameter counts, and every kind of mistake reported as file:line:col with
  * the offending text.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,52 @@ START_TEST(gpt_models_parse) {
 }
 END_TEST
 
+/* A `loss` line after the last layer: the default stays cross-entropy;
+ * regression takes one float target per output value, whatever its shape. */
+START_TEST(loss_lines_parse) {
+  clt_model *m;
+  ck_assert_msg(clt_model_parse("input 784\nlinear 10\n", "c.model", &m) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_model_loss(m), CLT_LOSS_CROSSENTROPY);
+  ck_assert_int_eq(clt_model_num_classes(m), 10);
+  ck_assert_int_eq(clt_model_labels_per_sample(m), 1);
+  ck_assert(isnan(clt_model_huber_delta(m)));
+  clt_model_destroy(m);
+  ck_assert_msg(clt_model_parse("input 784\nlinear 10\nloss CrossEntropy # explicit\n", "c.model", &m) == 0, "%s",
+                clt_last_error());
+  ck_assert_int_eq(clt_model_loss(m), CLT_LOSS_CROSSENTROPY);
+  ck_assert_int_eq(clt_model_num_classes(m), 10);
+  clt_model_destroy(m);
+
+  ck_assert_msg(clt_model_parse("input 8\nlinear 16\ntanh\nlinear 3\nloss mse\n", "r.model", &m) == 0, "%s",
+                clt_last_error());
+  ck_assert_int_eq(clt_model_loss(m), CLT_LOSS_MSE);
+  ck_assert_int_eq(clt_model_num_classes(m), 0);
+  ck_assert_int_eq(clt_model_labels_per_sample(m), 3);
+  char *summary;
+  ck_assert_int_eq(clt_model_summary(m, &summary), 0);
+  ck_assert_msg(strstr(summary, "regression, 3 targets per sample, loss mse"), "%s", summary);
+  free(summary);
+  clt_model_destroy(m);
+
+  /* a single output, and an image-shaped one */
+  ck_assert_msg(clt_model_parse("input 8\nlinear 1\nloss l1\n", "r.model", &m) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_model_loss(m), CLT_LOSS_L1);
+  ck_assert_int_eq(clt_model_labels_per_sample(m), 1);
+  clt_model_destroy(m);
+  ck_assert_msg(clt_model_parse("input 2 6 6\nconv2d 3 kernel=3 pad=1\n\nloss huber delta=0.5\n", "r.model", &m) == 0,
+                "%s", clt_last_error());
+  ck_assert_int_eq(clt_model_loss(m), CLT_LOSS_HUBER);
+  ck_assert(clt_model_huber_delta(m) == 0.5);
+  ck_assert_int_eq(clt_model_labels_per_sample(m), 3 * 6 * 6);
+  clt_model_destroy(m);
+  ck_assert_msg(clt_model_parse("input 8\nlinear 2\nloss huber\n", "r.model", &m) == 0, "%s", clt_last_error());
+  ck_assert(clt_model_huber_delta(m) == 1.0);
+  clt_model_destroy(m);
+  ck_assert_str_eq(clt_loss_name(CLT_LOSS_HUBER), "huber");
+  ck_assert_ptr_null(clt_loss_name((clt_loss_kind)7));
+}
+END_TEST
+
 /* Each bad spec, the file:line:col it must report and a fragment of the
  * message that names the offending text. */
 static const struct {
@@ -184,6 +231,22 @@ static const struct {
     {"input 4\nlinear 8 act=softmax\nlinear 2\n", "t.model:2:14:", "act=softmax is not an activation (relu,"},
     {"input 4\nlinear 8 act=dropout\nlinear 2\n", "t.model:2:14:", "act=dropout is not an activation"},
     {"input 4\nlayernorm act=relu\nlinear 2\n", "t.model:2:11:", "unknown option 'act' for layernorm"},
+    /* the loss line */
+    {"input 8\nlinear 3\nloss mae\n", "t.model:3:6:", "unknown loss 'mae' (known: crossentropy, mse, l1, huber)"},
+    {"input 8\nlinear 3\nloss\n", "t.model:3:1:", "loss needs a kind"},
+    {"input 8\nlinear 3\nloss delta=2\n", "t.model:3:1:", "loss needs a kind"},
+    {"input 8\nlinear 3\nloss mse\nloss l1\n", "t.model:4:1:", "a second loss line (the first is line 3)"},
+    {"loss mse\ninput 8\nlinear 3\n", "t.model:1:1:", "no layers before it"},
+    {"input 8\nloss mse\nlinear 3\n", "t.model:3:1:", "a layer after the loss line (line 2)"},
+    {"input 8\nlinear 1\nloss crossentropy\n", "t.model:3:6:", "loss crossentropy needs at least 2 classes"},
+    {"input 8\nlinear 1\n", "t.model:2:", "for regression add a line 'loss mse'"},
+    {"input 8\nlinear 3\nloss mse delta=2\n", "t.model:3:10:", "delta= is an option of loss huber, not of mse"},
+    {"input 8\nlinear 3\nloss huber delta=0\n", "t.model:3:18:", "above 0"},
+    {"input 8\nlinear 3\nloss huber delta=x\n", "t.model:3:18:", "not 'x'"},
+    {"input 8\nlinear 3\nloss huber 2\n", "t.model:3:12:", "unexpected '2'"},
+    {"input 8\nlinear 3\nloss l1 reduction=sum\n", "t.model:3:9:", "unknown option 'reduction' for loss"},
+    {"input 8\nblock repeat=2\nlinear 8\nloss mse\nend\n", "t.model:4:1:", "not inside a block"},
+    {"input 8\nrelu\nloss mse\n", "t.model:2:", "has no parameters"},
 };
 
 START_TEST(mistakes_are_located) {
@@ -220,6 +283,7 @@ int main(void) {
   tcase_add_test(tc, example_models_parse);
   tcase_add_test(tc, options_comments_and_shapes);
   tcase_add_test(tc, gpt_models_parse);
+  tcase_add_test(tc, loss_lines_parse);
   tcase_add_loop_test(tc, mistakes_are_located, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, file_errors);
   suite_add_tcase(s, tc);

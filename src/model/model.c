@@ -7,6 +7,7 @@
 #include "model/model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,10 @@ const char *clt_model_text(const clt_model *m) { return m->spec->text; }
 /* Classifiers label each sample once; sequence models label each
  * position. */
 int clt_model_labels_per_sample(const clt_model *m) { return (int)m->spec->labels_per_sample; }
+clt_loss_kind clt_model_loss(const clt_model *m) { return (clt_loss_kind)m->spec->loss; }
+double clt_model_huber_delta(const clt_model *m) {
+  return m->spec->loss == CLT_LOSS_HUBER ? (double)m->spec->huber_delta : NAN;
+}
 
 /* Each parameter tensor's range, a tied one's in its owner's place;
  * neighbours joined into one run. */
@@ -110,8 +115,16 @@ int clt_model_summary(const clt_model *m, char **out) {
     used += snprintf(buf + used, cap - used, "%-5d %-28s %-18s %12lld\n", l->line, what, shape,
                      (long long)l->param_count);
   }
-  snprintf(buf + used, cap - used, "total parameters: %lld (%.2f MiB as float32); %d classes\n",
-           (long long)s->param_count, s->param_count * 4.0 / 1048576.0, s->num_classes);
+  used += snprintf(buf + used, cap - used, "total parameters: %lld (%.2f MiB as float32); ", (long long)s->param_count,
+                   s->param_count * 4.0 / 1048576.0);
+  if (s->loss == CLT_LOSS_CROSSENTROPY)
+    snprintf(buf + used, cap - used, "%d classes\n", s->num_classes);
+  else if (s->loss == CLT_LOSS_HUBER)
+    snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss huber (delta %g)\n",
+             (long long)s->labels_per_sample, (double)s->huber_delta);
+  else
+    snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss %s\n",
+             (long long)s->labels_per_sample, clt_loss_name((clt_loss_kind)s->loss));
   *out = buf;
   return CLT_OK;
 }

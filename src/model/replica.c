@@ -32,6 +32,7 @@ static int64_t numel(const clt_shape *s) { return clt__shape_numel(s); }
 
 static int has(const clt_layer_spec *l, unsigned flag) { return (l->kind->flags & flag) != 0; }
 static int is_tokens(const clt_model_spec *s) { return s->layers[0].out_shape.vocab > 0; }
+static int is_regression(const clt_model_spec *s) { return s->loss != CLT_LOSS_CROSSENTROPY; }
 
 /* Views at an offset in elements of their dtype. */
 static int make_view(cl_mem buf, int64_t off, clt_dtype dt, int64_t n, const clt_shape *s, clt_tensor *t) {
@@ -212,7 +213,8 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   CLT_TRY(clt_buffer_create(ctx, (size_t)(aux ? aux : 1) * 4, &r->aux));
   if (ws) CLT_TRY(clt_buffer_create(ctx, (size_t)ws, &r->workspace));
   CLT_TRY(clt_buffer_create(ctx, (size_t)labels_n * 4, &r->labels));
-  CLT_TRY(clt_buffer_create(ctx, (size_t)labels_n * 4, &r->losses));
+  /* regression: each value's loss, then its squared error */
+  CLT_TRY(clt_buffer_create(ctx, (size_t)labels_n * 4 * (is_regression(spec) ? 2 : 1), &r->losses));
   CLT_TRY(clt_buffer_create(ctx, 8, &r->scalars));
 
   clt_tensor p = clt__replica_params(r);
@@ -575,8 +577,9 @@ fail:
 }
 
 /* Upload the batch: images (rounded to f16 on the device under mixed
- * precision) or token ids (always f32), and the labels. */
-static int upload(clt__replica *r, const float *x, const int32_t *y, int64_t n, clt_tensor *in) {
+ * precision) or token ids (always f32), and the labels (i32) or the
+ * regression targets (f32), 4 bytes each either way. */
+static int upload(clt__replica *r, const float *x, const void *y, int64_t n, clt_tensor *in) {
   int rc = CLT_OK;
   const clt_model_spec *s = r->spec;
   size_t in_bytes = (size_t)(n * numel(&s->layers[0].out_shape)) * 4;
@@ -594,8 +597,42 @@ static int upload(clt__replica *r, const float *x, const int32_t *y, int64_t n, 
     CLT_TRY(make_view(r->act, r->slots[0].act_offset, r->act_dtype, n, &s->layers[0].out_shape, in));
     CLT_TRY(clt_tensor_upload_async(r->ctx, in, x, in_bytes));
   }
-  CLT_TRY(make_flat(r->labels, 0, CLT_I32, n * s->labels_per_sample, &labels));
+  CLT_TRY(make_flat(r->labels, 0, is_regression(s) ? CLT_F32 : CLT_I32, n * s->labels_per_sample, &labels));
   CLT_TRY(clt_tensor_upload_async(r->ctx, &labels, y, (size_t)(n * s->labels_per_sample) * 4));
+fail:
+  return rc;
+}
+
+/* The loss of the last layer's output out: the SUM over the slice's labels
+ * (one per sample, or one per position of a sequence) or target values,
+ * into scalars[0], with the number correct (i32) or the summed squared
+ * error (f32) in scalars[1]; in training its gradient (dlogits = softmax -
+ * onehot, or the regression loss's), not divided, into dbuf[0]. */
+static int run_loss(clt__replica *r, int64_t n, const clt_tensor *out, const clt__pass *pass) {
+  int rc = CLT_OK;
+  const clt_model_spec *s = r->spec;
+  int64_t C = s->num_classes, M = n * s->labels_per_sample;
+  float grad_scale = pass->loss_scale > 0 ? pass->loss_scale : 1.0f;
+  clt_tensor labels, losses, loss, second, grad, y;
+  CLT_TRY(make_flat(r->losses, 0, CLT_F32, M, &losses));
+  CLT_TRY(make_flat(r->scalars, 0, CLT_F32, 1, &loss));
+  if (is_regression(s)) {
+    clt_tensor sq;
+    CLT_TRY(make_flat(r->labels, 0, CLT_F32, M, &labels));
+    CLT_TRY(make_flat(r->losses, M, CLT_F32, M, &sq));
+    CLT_TRY(make_flat(r->scalars, 1, CLT_F32, 1, &second));
+    CLT_TRY(make_flat(r->dbuf[0], 0, r->act_dtype, M, &grad));
+    CLT_TRY(clt__reshape(out, 1, &M, &y));
+    return clt_nn_regression_loss(r->ctx, (clt_loss_kind)s->loss, s->huber_delta, &y, &labels, grad_scale,
+                                  pass->train ? &grad : NULL, &losses, &sq, &loss, &second);
+  }
+  int64_t lshape[2] = {M, C};
+  CLT_TRY(make_flat(r->labels, 0, CLT_I32, M, &labels));
+  CLT_TRY(make_flat(r->scalars, 1, CLT_I32, 1, &second));
+  CLT_TRY(clt_tensor_view(r->dbuf[0], 0, r->act_dtype, 2, lshape, &grad));
+  CLT_TRY(clt__reshape(out, 2, lshape, &y));
+  CLT_TRY(clt_nn_softmax_xent(r->ctx, &y, &labels, CLT_IGNORE_LABEL, grad_scale, pass->train ? &grad : NULL, &losses,
+                              &loss, &second));
 fail:
   return rc;
 }
@@ -616,15 +653,19 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   int rc = CLT_OK;
   const clt_model_spec *s = r->spec;
   int L = s->nlayers;
-  clt_tensor *outs = NULL, labels, losses, loss, correct, dlogits, logits;
+  clt_tensor *outs = NULL;
+  const void *targets = is_regression(s) ? (const void *)pass->targets : (const void *)y;
 
   if (n < 1 || n > r->max_batch)
     return clt__error(CLT_EINVAL, "a batch of %lld samples on a replica made for 1 to %lld", (long long)n,
                       (long long)r->max_batch);
+  if (!targets || (is_regression(s) && y))
+    return clt__error(CLT_EINVAL, "a run of a %s model takes %s", is_regression(s) ? "regression" : "classification",
+                      is_regression(s) ? "float targets (pass->targets), not labels" : "int32 labels");
   if (!(outs = clt__calloc(L, sizeof *outs))) return CLT_ENOMEM;
 
   /* Forward. outs[i] is layer i's output; outs[0] the input batch. */
-  CLT_TRY(upload(r, x, y, n, &outs[0]));
+  CLT_TRY(upload(r, x, targets, n, &outs[0]));
   double t0 = clt__now();
   if (r->prof_fwd) r->prof_runs += pass->train;
   if (pass->record) {
@@ -638,19 +679,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
     if (pass->train) charge(r, &r->prof_fwd[i], &t0);
   }
 
-  /* Loss: the SUM over the slice's labels (one per sample, or one per
-   * position of a sequence); dlogits = softmax - onehot, not divided. */
-  int64_t C = s->num_classes, M = n * s->labels_per_sample;
-  int64_t lshape[2] = {M, C};
-  CLT_TRY(make_flat(r->labels, 0, CLT_I32, M, &labels));
-  CLT_TRY(make_flat(r->losses, 0, CLT_F32, M, &losses));
-  CLT_TRY(make_flat(r->scalars, 0, CLT_F32, 1, &loss));
-  CLT_TRY(make_flat(r->scalars, 1, CLT_I32, 1, &correct));
-  CLT_TRY(clt_tensor_view(r->dbuf[0], 0, r->act_dtype, 2, lshape, &dlogits));
-  CLT_TRY(clt__reshape(&outs[L - 1], 2, lshape, &logits));
-  float grad_scale = pass->loss_scale > 0 ? pass->loss_scale : 1.0f;
-  CLT_TRY(clt_nn_softmax_xent(r->ctx, &logits, &labels, CLT_IGNORE_LABEL, grad_scale, pass->train ? &dlogits : NULL,
-                              &losses, &loss, &correct));
+  CLT_TRY(run_loss(r, n, &outs[L - 1], pass));
   if (pass->train) charge(r, &r->prof_loss, &t0);
   if (pass->logits) CLT_TRY(read_output(r, &outs[L - 1], pass->logits));
 
@@ -685,7 +714,7 @@ fail:
   return rc;
 }
 
-int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct) {
+int clt__replica_read_loss(clt__replica *r, float *loss, double *metric) {
   int rc = CLT_OK;
   cl_event ev = NULL;
   CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &ev));
@@ -693,7 +722,15 @@ int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct) {
   CLT_TRY(clt__wait_event(r->ctx, ev, r->timeout_s, "the forward and backward pass and its loss"));
   clReleaseEvent(ev);
   memcpy(loss, r->loss_host, 4);
-  memcpy(correct, r->loss_host + 4, 4);
+  if (is_regression(r->spec)) {
+    float sq;
+    memcpy(&sq, r->loss_host + 4, 4);
+    *metric = sq;
+  } else {
+    int32_t correct;
+    memcpy(&correct, r->loss_host + 4, 4);
+    *metric = correct;
+  }
   return CLT_OK;
 fail:
   if (ev) clReleaseEvent(ev);

@@ -80,7 +80,8 @@ void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int stat
                          int wire, clt_replica_memory *out);
 
 
-/* Upload n samples (n, input size) and their labels, run the forward pass
+/* Upload n samples (n, input size) and their labels (or a regression
+ * model's targets, pass->targets), run the forward pass
  * and the loss; with `train`, dropout is active (keyed by seed, step and the
  * first sample's global index) and the backward pass accumulates the
  * gradient of the summed loss into the gradient arena. Only enqueues work:
@@ -93,15 +94,18 @@ typedef struct clt__pass {
   float loss_scale;     /* the backward starts from loss_scale * dloss (0 means 1) */
   float *logits;        /* not NULL: the last layer's output, (n, its shape) as f32, is read back into it
                            (the run then waits for the forward) */
+  const float *targets; /* a regression model's float targets (n * labels_per_sample), which it takes in
+                           place of the labels y (NULL then); must stay valid as y */
 } clt__pass;
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
 /* Waits for the device give up after timeout_s seconds (CLT_ETIMEDOUT
  * naming the device); 300 until set. */
 void clt__replica_set_timeout(clt__replica *r, double timeout_s);
-/* Wait for the last run and read its summed loss and number correct (a
- * device that does not finish within the timeout: CLT_ETIMEDOUT, and the
- * replica can then only be destroyed). */
-int clt__replica_read_loss(clt__replica *r, float *loss, int32_t *correct);
+/* Wait for the last run and read its summed loss and *metric: the number
+ * correct, or for a regression model the summed squared error (a device
+ * that does not finish within the timeout: CLT_ETIMEDOUT, and the replica
+ * can then only be destroyed). */
+int clt__replica_read_loss(clt__replica *r, float *loss, double *metric);
 
 /* Buckets (src/dp/buckets.c lays them out): bucket b is the gradient range
  * [lo[b], hi[b]), complete once the backward of layer closed_at[b] is done

@@ -4,7 +4,8 @@
  * `block repeat=N` ... `end` repeats the lines between them, `residual`
  * adds the value at the start of the block pass or at the last residual,
  * `tie=NAME` shares a named layer's weight, and `act=NAME` on a linear or
- * conv2d line is that activation as the next layer. Each line's output shape is
+ * conv2d line is that activation as the next layer; a last line `loss
+ * KIND` chooses the loss (cross-entropy by default). Each line's output shape is
  * worked out from the one before through the layer table (model/layer.h),
  * so a layer that does not fit is reported where it is written, as
  * file:line:col with the offending text and both shapes.
@@ -182,6 +183,12 @@ static int expand(parser *p, int from, int to) {
         return clt__line_error(&lc, lc.tok[t].col, "unexpected '%s': block takes only repeat=N", lc.tok[t].text);
     for (j = i + 1; j < to && depth; j++) depth += is_word(&p->lines[j], "block") - is_word(&p->lines[j], "end");
     if (depth) return clt__line_error(&lc, r->tok[0].col, "this block has no 'end'");
+    for (int k = i + 1; k < j - 1; k++)
+      if (is_word(&p->lines[k], "loss")) {
+        clt__spec_line in;
+        line_ctx(p, k, &in);
+        return clt__line_error(&in, in.tok[0].col, "the loss line goes after the last layer, not inside a block");
+      }
     for (int k = 0; k < repeat; k++) {
       CLT_TRY(push_item(p, -1));
       CLT_TRY(expand(p, i + 1, j - 1));
@@ -360,6 +367,81 @@ fail:
   return rc;
 }
 
+/* The loss kinds a `loss` line names, by clt_loss_kind. */
+static const char *const loss_names[] = {"crossentropy", "mse", "l1", "huber"};
+
+const char *clt_loss_name(clt_loss_kind k) {
+  return (int)k >= 0 && (int)k < (int)(sizeof loss_names / sizeof *loss_names) ? loss_names[k] : NULL;
+}
+
+/* `loss KIND [delta=D]`: after the last layer, once. */
+static int add_loss(parser *p, int raw, clt_model_spec *spec) {
+  int rc = CLT_OK;
+  clt__spec_line lc;
+  line_ctx(p, raw, &lc);
+  int col = lc.tok[0].col;
+  if (spec->loss_line)
+    return clt__line_error(&lc, col, "a second loss line (the first is line %d); give the loss once", spec->loss_line);
+  if (spec->nlayers == 0)
+    return clt__line_error(&lc, col, "the loss line goes after the last layer, and there are no layers before it "
+                           "(the first line must be 'input')");
+  if (lc.ntok < 2 || strchr(lc.tok[1].text, '='))
+    return clt__line_error(&lc, col, "loss needs a kind: loss mse, loss l1, loss huber [delta=1.0] or loss "
+                           "crossentropy");
+  const char *kind = lc.tok[1].text;
+  int k = 0, n = (int)(sizeof loss_names / sizeof *loss_names);
+  while (k < n && strcmp(loss_names[k], kind) != 0) k++;
+  if (k == n)
+    return clt__line_error(&lc, lc.tok[1].col, "unknown loss '%s' (known: crossentropy, mse, l1, huber)", kind);
+  lc.used = 3;
+  spec->loss = k;
+  spec->loss_line = lc.line;
+  spec->huber_delta = 1.0f;
+  if (k == CLT_LOSS_HUBER) CLT_TRY(clt__opt_float(&lc, "delta", 0, 1e30, 1, &spec->huber_delta));
+  for (int i = 2; i < lc.ntok; i++)
+    if (!(lc.used & (1u << i)) && strncmp(lc.tok[i].text, "delta=", 6) == 0)
+      return clt__line_error(&lc, lc.tok[i].col, "delta= is an option of loss huber, not of %s", kind);
+  CLT_TRY(check_all_used(&lc));
+fail:
+  return rc;
+}
+
+/* The model's output must fit its loss: one score per class (at least 2)
+ * for cross-entropy; any shape for regression, one target per value. */
+static int check_output(const parser *p, clt_model_spec *spec, int loss_raw) {
+  const clt_layer_spec *last = &spec->layers[spec->nlayers - 1];
+  const clt_shape *shape = &last->out_shape;
+  char s[64];
+  if (spec->loss != CLT_LOSS_CROSSENTROPY) {
+    if (spec->nlayers < 2 || spec->param_count == 0)
+      return clt__error(CLT_EFORMAT, "%s:%d: the model ends with %s and has no parameters; a regression model needs "
+                        "a layer with parameters after the input (e.g. 'linear 3')", p->name, last->line,
+                        clt__shape_str(shape, s, sizeof s));
+    spec->num_classes = 0;
+    spec->labels_per_sample = clt__shape_numel(shape);
+    return CLT_OK;
+  }
+  if (spec->nlayers < 2 || shape->ndim > 2 || shape->vocab || spec->param_count == 0)
+    return clt__error(CLT_EFORMAT, "%s:%d: the last layer must give one score per class (e.g. 'linear 10'), or per "
+                      "position and token ('linear VOCAB' on a sequence), but the model ends with %s%s; for "
+                      "regression on outputs of any shape add a line 'loss mse' (or l1, huber)", p->name, last->line,
+                      clt__shape_str(shape, s, sizeof s), spec->param_count == 0 ? " and has no parameters" : "");
+  int classes = shape->dims[shape->ndim - 1];
+  if (classes < 2) {
+    if (loss_raw >= 0) {
+      clt__spec_line lc;
+      line_ctx(p, loss_raw, &lc);
+      return clt__line_error(&lc, lc.tok[1].col, "loss crossentropy needs at least 2 classes but the model ends with "
+                             "%d output; for regression use loss mse, l1 or huber", classes);
+    }
+    return clt__error(CLT_EFORMAT, "%s:%d: the model ends with %d output; classification needs at least 2 classes "
+                      "(for regression add a line 'loss mse', or l1, huber)", p->name, last->line, classes);
+  }
+  spec->num_classes = classes;
+  spec->labels_per_sample = clt__shape_rows(shape);
+  return CLT_OK;
+}
+
 /* A skip branch's gradient waits from its residual's backward until the
  * backward reaches the layer the branch started at (where it is added to
  * the gradient at that layer's output): give each residual a buffer that
@@ -432,11 +514,23 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
   }
   CLT_TRY(read_lines(&p, text));
   CLT_TRY(expand(&p, 0, p.nlines));
-  int cap = 0, mark = -1;
+  int cap = 0, mark = -1, loss_raw = -1;
   for (int i = 0; i < p.nitems; i++) {
     if (p.items[i].raw < 0) { /* a block pass starts: the next residual adds this */
       mark = spec->nlayers - 1;
       continue;
+    }
+    if (is_word(&p.lines[p.items[i].raw], "loss")) {
+      CLT_TRY(add_loss(&p, p.items[i].raw, spec));
+      loss_raw = p.items[i].raw;
+      continue;
+    }
+    if (spec->loss_line) {
+      clt__spec_line lc;
+      line_ctx(&p, p.items[i].raw, &lc);
+      rc = clt__line_error(&lc, lc.tok[0].col, "a layer after the loss line (line %d): the loss goes after the "
+                           "last layer", spec->loss_line);
+      goto fail;
     }
     CLT_TRY(add_layer(&p, p.items[i].raw, spec, mark, &cap));
     if (spec->layers[spec->nlayers - 1].kind == &clt__kind_residual) mark = spec->nlayers - 1;
@@ -445,23 +539,7 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
     rc = clt__error(CLT_EFORMAT, "%s: the model spec has no layers (it needs at least 'input' and one more)", p.name);
     goto fail;
   }
-  const clt_layer_spec *last = &spec->layers[spec->nlayers - 1];
-  const clt_shape *shape = &last->out_shape;
-  if (spec->nlayers < 2 || shape->ndim > 2 || shape->vocab || spec->param_count == 0) {
-    char s[64];
-    rc = clt__error(CLT_EFORMAT, "%s:%d: the last layer must give one score per class (e.g. 'linear 10'), or per "
-                    "position and token ('linear VOCAB' on a sequence), but the model ends with %s%s", p.name,
-                    last->line, clt__shape_str(shape, s, sizeof s), spec->param_count == 0 ? " and has no parameters" : "");
-    goto fail;
-  }
-  int classes = shape->dims[shape->ndim - 1];
-  if (classes < 2) {
-    rc = clt__error(CLT_EFORMAT, "%s:%d: the model ends with %d output; classification needs at least 2 classes",
-                    p.name, last->line, classes);
-    goto fail;
-  }
-  spec->num_classes = classes;
-  spec->labels_per_sample = clt__shape_rows(shape);
+  CLT_TRY(check_output(&p, spec, loss_raw));
   CLT_TRY(assign_skip_slots(spec));
   default_gains(spec);
   *out = spec;

@@ -10,7 +10,9 @@
  * messages still name the line written); `residual` adds the value at the
  * start of the current block pass, or at the last residual, whichever is
  * later; `tie=NAME` makes a linear layer use the weight of the layer named
- * NAME (the output projection tied to the token embedding).
+ * NAME (the output projection tied to the token embedding). A last line
+ * `loss mse|l1|huber [delta=D]|crossentropy` says what training minimises
+ * (model/spec.c); without one, cross-entropy on class labels.
  */
 #ifndef CLT_MODEL_SPEC_H
 #define CLT_MODEL_SPEC_H
@@ -93,8 +95,12 @@ typedef struct clt_model_spec {
   int nlayers;         /* including the input line; blocks expanded */
   clt_layer_spec *layers;
   int64_t param_count;
-  int num_classes;     /* the last layer's features (the vocabulary for a sequence model) */
-  int64_t labels_per_sample; /* 1 for a classifier, T for a sequence model (a label per position) */
+  int num_classes;     /* the last layer's features (the vocabulary for a sequence model); 0 for regression */
+  int64_t labels_per_sample; /* 1 for a classifier, T for a sequence model (a label per position); for
+                                regression the float targets per sample: the output's values */
+  int loss;            /* clt_loss_kind: the `loss` line (after the last layer), else cross-entropy */
+  float huber_delta;   /* huber's delta= (1) */
+  int loss_line;       /* where the loss line is (0: none, the default) */
   int skip_slots;      /* pending skip-branch gradients at most at once in the backward */
 } clt_model_spec;
 

@@ -198,6 +198,23 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
                         float grad_scale, const clt_tensor *dlogits, const clt_tensor *losses, const clt_tensor *loss,
                         const clt_tensor *correct);
 
+/* ---- regression losses (forward and backward fused) ---------------------- */
+
+/* kind CLT_LOSS_MSE, CLT_LOSS_L1 or CLT_LOSS_HUBER (with delta > 0; the
+ * others ignore it) over M values: y (M) act, targets (M) f32.
+ *   losses (M) f32: each value's loss (PyTorch's, reduction='none');
+ *   sq_errors (M) f32: each (y - target)^2, what an RMSE is made of;
+ *   loss, sq_error (1) f32: the SUMS of losses and sq_errors, each summed
+ *     in a fixed order (as softmax_xent's loss);
+ *   dy (M) act or NULL: grad_scale * d(loss)/dy, the gradient of
+ *     grad_scale * loss, NOT divided by M (the trainer divides by the
+ *     global count of target values). L1's gradient is 0 where y equals
+ *     the target, as PyTorch's. dy may be y (in place).
+ * A NaN output or target gives a NaN loss and gradient there. */
+int clt_nn_regression_loss(clt_context *ctx, clt_loss_kind kind, float delta, const clt_tensor *y,
+                           const clt_tensor *targets, float grad_scale, const clt_tensor *dy, const clt_tensor *losses,
+                           const clt_tensor *sq_errors, const clt_tensor *loss, const clt_tensor *sq_error);
+
 /* ---- the transformer's layers (GPT-2) --------------------------------------
  * Activations ("act": x, y, dy, qkv, dqkv) are f32 or f16 as above, all of
  * one call alike; embedding tables, their gradients and lse are f32.

@@ -306,3 +306,18 @@ void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels,
         dlogits[(long)n * C + j] = valid ? exp(z[j] - m) / sum - (j == label ? 1.0 : 0.0) : NAN;
   }
 }
+
+void ref_regression_loss(int kind, double delta, int M, const double *y, const double *t, double *losses,
+                         double *loss, double *sq_error, double *dy) {
+  *loss = *sq_error = 0;
+  for (int i = 0; i < M; i++) {
+    double d = y[i] - t[i], a = fabs(d), l, g;
+    if (kind == 1) l = d * d, g = 2 * d;
+    else if (kind == 2) l = a, g = d > 0 ? 1 : d < 0 ? -1 : 0;
+    else l = a < delta ? 0.5 * d * d : delta * (a - 0.5 * delta), g = d > delta ? delta : d < -delta ? -delta : d;
+    losses[i] = l;
+    *loss += l;
+    *sq_error += d * d;
+    if (dy) dy[i] = g;
+  }
+}

@@ -72,4 +72,11 @@ void ref_layernorm_backward(int M, int D, const double *x, const double *gamma, 
 void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels, int ignore_index, double *losses,
                       double *loss, int *correct, double *dlogits);
 
+/* Regression losses over M values (kind as clt_loss_kind: 1 MSE, 2 L1,
+ * 3 Huber with delta), PyTorch's before the reduction: losses (M), *loss
+ * their sum, *sq_error the sum of (y - t)^2, dy (M) the gradient of *loss
+ * (L1's is 0 where y equals t), or NULL. */
+void ref_regression_loss(int kind, double delta, int M, const double *y, const double *t, double *losses,
+                         double *loss, double *sq_error, double *dy);
+
 #endif

@@ -68,7 +68,7 @@ static int fit_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *l
   for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_next(f->pf[i], &f->b[i]));
   uint64_t key = (uint64_t)t->micro_steps++; /* every micro-batch draws its own dropout masks */
   for (int i = 0; i < t->nlocal; i++)
-    s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key};
+    s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, NULL};
   f->last_in_epoch = f->b[0].last_in_epoch;
   f->samples += f->b[0].global_n;
   *labels = f->b[0].global_n * clt_model_labels_per_sample(t->model);
@@ -206,6 +206,11 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   int64_t *first = NULL; /* per local replica: where its slice starts in a global batch */
   int64_t in = clt_model_input_size(t->model);
 
+  /* The model is the same on every rank, so every rank returns here alike. */
+  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY)
+    return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
+                      "int32 class labels; train it on float targets with clt_trainer_step_targets",
+                      clt_loss_name(clt_model_loss(t->model)));
   /* Each rank checks its own data, and all learn of any failure: a rank
    * that returned alone would leave the others waiting in a collective. */
   if (clt_dataset_sample_size(train) != in)

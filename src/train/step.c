@@ -13,8 +13,10 @@
  *   after_update                        replica CRC checks and rebalancing when due
  *
  * The micro-batches come from a source: fit.c's prefetchers, or here the
- * caller's own batch (clt_trainer_step, DDP-style: each rank passes its own
- * samples, the update is the mean over all of them).
+ * caller's own batch (clt_trainer_step with labels, clt_trainer_step_targets
+ * with a regression model's float targets, both through step_on; DDP-style:
+ * each rank passes its own samples, the update is the mean over all of
+ * them).
  */
 #include "train/trainer.h"
 
@@ -150,7 +152,8 @@ static int forward_backward(clt_trainer *t, const clt__slice *s, int record) {
   int rc = CLT_OK;
   for (int i = 0; i < t->nlocal; i++) {
     clt__pass pass = {.train = 1, .record = record, .seed = t->opts.seed, .step = s[i].dropout_step,
-                      .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale};
+                      .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale,
+                      .targets = s[i].targets};
     if (s[i].n > 0)
       CLT_TRY(clt__replica_run(t->rep[i], s[i].x, s[i].y, s[i].n, &pass));
     else if (record)
@@ -160,14 +163,14 @@ fail:
   return rc;
 }
 
-/* Wait for every replica's run, add its loss sum and correct count to
- * sums, and give the balancer the recorded run's time. */
+/* Wait for every replica's run, add its loss sum and correct count (or
+ * squared error) to sums, and give the balancer the recorded run's time. */
 static int read_losses(clt_trainer *t, const clt__slice *s, int recorded, double *sums) {
   int rc = CLT_OK;
   for (int i = 0; i < t->nlocal; i++) {
     if (s[i].n == 0) continue;
     float l;
-    int32_t c;
+    double c;
     CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
     sums[0] += l;
     sums[1] += c;
@@ -228,12 +231,25 @@ fail:
 
 /* ---- the public step: the caller's own samples ------------------------------ */
 
+/* A step's targets, tagged by the entry point that took them: int32 labels
+ * (clt_trainer_step) or float32 values (clt_trainer_step_targets). One
+ * internal step serves both; which one the caller meant is checked against
+ * the model's loss. */
+typedef struct step_targets {
+  const char *fn;        /* the public function, for messages */
+  int regression;        /* 1: values (and count), 0: labels */
+  const int32_t *labels;
+  const float *values;
+  int64_t count;         /* clt_trainer_step_targets: the floats in values */
+} step_targets;
+
 /* This rank's batch, cut for its replicas: replica i takes count[i]
  * samples from start[i], in runs of at most `chunk` (its activation
  * memory), one micro-batch per run. */
 typedef struct caller_batch {
   const float *x;
   const int32_t *y;
+  const float *targets;
   int64_t in, lps, chunk;
   int64_t *count, *start;
   int64_t rank_first;    /* global index of this rank's first sample */
@@ -248,37 +264,66 @@ static int caller_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t
     int64_t lo = (int64_t)k * c->chunk, n = c->count[i] - lo;
     n = n < 0 ? 0 : n > c->chunk ? c->chunk : n;
     int64_t at = c->start[i] + lo;
-    s[i] = (clt__slice){n ? c->x + at * c->in : NULL, n ? c->y + at * c->lps : NULL, n, c->rank_first + at, c->key};
+    s[i] = (clt__slice){n && c->x ? c->x + at * c->in : NULL, n && c->y ? c->y + at * c->lps : NULL, n,
+                        c->rank_first + at, c->key, n && c->targets ? c->targets + at * c->lps : NULL};
   }
   *labels = k == 0 ? c->global_labels : 0;
   *last = k == c->nmicro - 1;
   return CLT_OK;
 }
 
-/* This rank's input: CLT_OK or an error naming what is wrong. */
-static int check_input(const clt_trainer *t, const float *x, const int32_t *y, int64_t n) {
-  if (n < 0) return clt__error(CLT_EINVAL, "clt_trainer_step: n is %lld; give 0 or more samples", (long long)n);
-  if (n > 0 && !x) return clt__error(CLT_EINVAL, "clt_trainer_step: x is NULL with n = %lld samples", (long long)n);
-  if (n > 0 && !y) return clt__error(CLT_EINVAL, "clt_trainer_step: y is NULL with n = %lld samples", (long long)n);
+/* The targets fit the model: labels for a classifier, values for a
+ * regression model, as many as n samples take, every one valid. */
+static int check_targets(const clt_trainer *t, const step_targets *tg, int64_t n) {
+  const char *fn = tg->fn;
+  clt_loss_kind loss = clt_model_loss(t->model);
   int64_t lps = clt_model_labels_per_sample(t->model), C = clt_model_num_classes(t->model);
+  if (tg->regression && loss == CLT_LOSS_CROSSENTROPY)
+    return clt__error(CLT_EINVAL, "%s: targets are float values, but the model is a classifier (loss crossentropy) "
+                      "and takes int32 labels: call clt_trainer_step", fn);
+  if (!tg->regression && loss != CLT_LOSS_CROSSENTROPY)
+    return clt__error(CLT_EINVAL, "%s: y is int32 labels, but the model is a regression model (loss %s) and takes "
+                      "float targets: call clt_trainer_step_targets", fn, clt_loss_name(loss));
+  if (tg->regression) {
+    if (tg->count != n * lps)
+      return clt__error(CLT_EINVAL, "%s: count is %lld, but %lld samples of %lld targets each are %lld", fn,
+                        (long long)tg->count, (long long)n, (long long)lps, (long long)(n * lps));
+    if (n > 0 && !tg->values)
+      return clt__error(CLT_EINVAL, "%s: targets is NULL with n = %lld samples", fn, (long long)n);
+    for (int64_t k = 0; k < n * lps; k++)
+      if (!isfinite(tg->values[k]))
+        return clt__error(CLT_EINVAL, "%s: target %lld (value %lld of sample %lld) is %g; targets must be finite", fn,
+                          (long long)k, (long long)(k % lps), (long long)(k / lps), (double)tg->values[k]);
+    return CLT_OK;
+  }
+  if (n > 0 && !tg->labels) return clt__error(CLT_EINVAL, "%s: y is NULL with n = %lld samples", fn, (long long)n);
   for (int64_t k = 0; k < n * lps; k++)
-    if ((y[k] < 0 || y[k] >= C) && y[k] != CLT_IGNORE_LABEL)
-      return clt__error(CLT_EINVAL, "clt_trainer_step: label %lld (of sample %lld) is %d, but the model has %lld "
-                        "classes (0 to %lld, or CLT_IGNORE_LABEL)", (long long)k, (long long)(k / lps), (int)y[k],
+    if ((tg->labels[k] < 0 || tg->labels[k] >= C) && tg->labels[k] != CLT_IGNORE_LABEL)
+      return clt__error(CLT_EINVAL, "%s: label %lld (of sample %lld) is %d, but the model has %lld classes (0 to "
+                        "%lld, or CLT_IGNORE_LABEL)", fn, (long long)k, (long long)(k / lps), (int)tg->labels[k],
                         (long long)C, (long long)C - 1);
   return CLT_OK;
 }
 
-/* The labels that count (not CLT_IGNORE_LABEL): what the mean divides by. */
-static int64_t counted_labels(const clt_trainer *t, const int32_t *y, int64_t n) {
+/* This rank's input: CLT_OK or an error naming what is wrong. */
+static int check_input(const clt_trainer *t, const float *x, const step_targets *tg, int64_t n) {
+  if (n < 0) return clt__error(CLT_EINVAL, "%s: n is %lld; give 0 or more samples", tg->fn, (long long)n);
+  if (n > 0 && !x) return clt__error(CLT_EINVAL, "%s: x is NULL with n = %lld samples", tg->fn, (long long)n);
+  return check_targets(t, tg, n);
+}
+
+/* What the mean divides by: the labels that count (not CLT_IGNORE_LABEL),
+ * or every target value. */
+static int64_t counted_labels(const clt_trainer *t, const step_targets *tg, int64_t n) {
   int64_t m = 0, all = n * clt_model_labels_per_sample(t->model);
-  for (int64_t k = 0; k < all; k++) m += y[k] != CLT_IGNORE_LABEL;
+  if (tg->regression) return all;
+  for (int64_t k = 0; k < all; k++) m += tg->labels[k] != CLT_IGNORE_LABEL;
   return m;
 }
 
 /* Collective: every rank's n and input check. All ranks fail alike when
  * one's input is bad (naming it), so none is left waiting in the exchange. */
-static int gather_counts(clt_trainer *t, int64_t n, int64_t labels, int rc, int64_t *global_n,
+static int gather_counts(clt_trainer *t, const char *fn, int64_t n, int64_t labels, int rc, int64_t *global_n,
                          int64_t *global_labels, int64_t *before) {
   int64_t mine[3] = {rc, n, labels}, *all = NULL;
   *global_n = n, *global_labels = labels, *before = 0;
@@ -289,7 +334,7 @@ static int gather_counts(clt_trainer *t, int64_t n, int64_t labels, int rc, int6
   for (int r = 0; grc == CLT_OK && r < t->nranks; r++) {
     if (all[3 * r] < 0) {
       grc = r == t->rank ? (int)all[3 * r]
-                         : clt__error((int)all[3 * r], "clt_trainer_step: rank %d's input is bad (%s)", r,
+                         : clt__error((int)all[3 * r], "%s: rank %d's input is bad (%s)", fn, r,
                                       clt_strerror((int)all[3 * r]));
       break;
     }
@@ -301,26 +346,27 @@ static int gather_counts(clt_trainer *t, int64_t n, int64_t labels, int rc, int6
   return grc;
 }
 
-int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out) {
+/* The one step behind clt_trainer_step and clt_trainer_step_targets. */
+static int step_on(clt_trainer *t, const float *x, const step_targets *tg, int64_t n, clt_step_result *out) {
   int rc = CLT_OK;
   caller_batch c;
   memset(&c, 0, sizeof c);
-  if (!t) return clt__error(CLT_EINVAL, "clt_trainer_step: no trainer");
+  if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", tg->fn);
   if (out) memset(out, 0, sizeof *out);
   int64_t global_n;
-  int in_rc = check_input(t, x, y, n);
-  CLT_TRY(gather_counts(t, n, in_rc < 0 ? 0 : counted_labels(t, y, n), in_rc, &global_n, &c.global_labels,
+  int in_rc = check_input(t, x, tg, n);
+  CLT_TRY(gather_counts(t, tg->fn, n, in_rc < 0 ? 0 : counted_labels(t, tg, n), in_rc, &global_n, &c.global_labels,
                         &c.rank_first));
   if (global_n == 0) {
-    rc = clt__error(CLT_EINVAL, "clt_trainer_step: no rank gave any samples; a step needs at least one");
+    rc = clt__error(CLT_EINVAL, "%s: no rank gave any samples; a step needs at least one", tg->fn);
     goto fail;
   }
   if (c.global_labels == 0) {
-    rc = clt__error(CLT_EINVAL, "clt_trainer_step: every label of the step is CLT_IGNORE_LABEL; a step needs at "
-                    "least one that counts");
+    rc = clt__error(CLT_EINVAL, "%s: every label of the step is CLT_IGNORE_LABEL; a step needs at least one that "
+                    "counts", tg->fn);
     goto fail;
   }
-  c.x = x, c.y = y;
+  c.x = x, c.y = tg->labels, c.targets = tg->values;
   c.in = clt_model_input_size(t->model);
   c.lps = clt_model_labels_per_sample(t->model);
   c.chunk = t->micro_batch; /* what each replica has room for */
@@ -342,7 +388,8 @@ int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n
   t->micro_steps++;
   if (out) {
     out->loss = st.loss_sum / (double)st.labels;
-    out->accuracy = st.correct / (double)st.labels;
+    out->accuracy = tg->regression ? NAN : st.correct / (double)st.labels;
+    out->rmse = tg->regression ? sqrt(st.correct / (double)st.labels) : NAN;
     out->grad_norm = st.grad_norm;
     out->skipped = st.skipped;
     out->global_n = global_n;
@@ -350,4 +397,15 @@ int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n
 fail:
   free(c.count), free(c.start);
   return rc;
+}
+
+int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, int64_t n, clt_step_result *out) {
+  step_targets tg = {.fn = "clt_trainer_step", .labels = y};
+  return step_on(t, x, &tg, n, out);
+}
+
+int clt_trainer_step_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, int64_t count,
+                             clt_step_result *out) {
+  step_targets tg = {.fn = "clt_trainer_step_targets", .regression = 1, .values = targets, .count = count};
+  return step_on(t, x, &tg, n, out);
 }

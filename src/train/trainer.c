@@ -254,6 +254,10 @@ int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
 }
 
 int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
+  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
+    return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
+                      "int32 class labels; evaluate it with clt_trainer_forward_targets",
+                      clt_loss_name(clt_model_loss(t->model)));
   int rc = CLT_OK;
   int64_t count = clt_dataset_count(ds), B = t->micro_batch, in = clt_model_input_size(t->model);
   int64_t *idx = NULL;
@@ -289,7 +293,7 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
       clt__pass pass = {.train = 0, .global_first = at};
       CLT_TRY(clt__replica_run(t->rep[i], x, y, n, &pass));
       float l;
-      int32_t c;
+      double c;
       CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
       sums[0] += l;
       sums[1] += c;

@@ -66,13 +66,15 @@ struct clt_trainer {
 /* ---- one training step (step.c) ---- */
 
 /* One local replica's part of a micro-batch: n samples, x (n, input size)
- * f32 and y (n * labels per sample) i32; x and y may be NULL when n is 0. */
+ * f32 and y (n * labels per sample) i32, or for a regression model targets
+ * (as many) f32 and y NULL; x, y and targets may be NULL when n is 0. */
 typedef struct clt__slice {
   const float *x;
   const int32_t *y;
   int64_t n;
   int64_t global_first;  /* global index of its first sample (keys dropout masks) */
   uint64_t dropout_step; /* the micro-batch's dropout key */
+  const float *targets;
 } clt__slice;
 
 /* Where a step's micro-batches come from (fit: the prefetchers; the public
@@ -86,8 +88,8 @@ typedef struct clt__micro_source {
 
 /* What a step did, the same on every rank. */
 typedef struct clt__step_stats {
-  double loss_sum, correct; /* over the global batch */
-  int64_t labels;           /* in the global batch: the divisor */
+  double loss_sum, correct; /* over the global batch; for regression `correct` is the summed squared error */
+  int64_t labels;           /* in the global batch (labels that count, or target values): the divisor */
   double grad_norm;         /* of the mean gradient, rank 0's replica 0 (NaN when skipped) */
   int skipped;              /* f16 loss scaling skipped the update */
   int counted;              /* its sums belong in the epoch's means (not a skipped overflow) */
