@@ -60,7 +60,8 @@ contains
   end function f
 end module clt_conftest]])],
         [AC_MSG_RESULT([yes]); clt_fortran=yes],
-        [AC_MSG_RESULT([no])])])
+        [AC_MSG_RESULT([no])])],
+      [AC_MSG_WARN([$FC cannot compile .f90 files: the Fortran module is not built])])
     dnl (.F90, the preprocessed form, for the test's MPI and no-MPI halves)
     AS_IF([test "x$clt_fortran" = xyes], [AC_FC_PP_SRCEXT([F90], [], [clt_fortran=no])])
     AS_IF([test "x$clt_fortran" = xyes], [
