@@ -87,19 +87,24 @@ end module clt_conftest]])],
       AS_IF([test "x$clt_have_mpi" = xyes], [
         AC_PATH_PROGS([MPIFC], [mpifort mpif90], [])
         save_FCFLAGS=$FCFLAGS; save_LIBS=$LIBS
+        clt_mpif_pc_any=
         for clt_mpif in pc:ompi-fort pc:mpich-fort pc:mpi-fort wrapper; do
           MPI_FORT_PC=; MPI_FORT_PC_FCFLAGS=; MPI_FORT_PC_LIBS=
           AS_CASE([$clt_mpif],
             [pc:*], [clt_mpif_pc=`echo "$clt_mpif" | sed "s/^pc://"`
                      $PKG_CONFIG --exists $clt_mpif_pc 2>/dev/null || continue
+                     test -n "$clt_mpif_pc_any" || clt_mpif_pc_any=$clt_mpif_pc
                      MPI_FCFLAGS=`$PKG_CONFIG --cflags $clt_mpif_pc`
                      MPI_FCLIBS=`$PKG_CONFIG --libs $clt_mpif_pc`
                      MPI_FORT_PC=$clt_mpif_pc],
             [test -n "$MPIFC" || continue
              MPI_FCFLAGS=`$MPIFC --showme:compile 2>/dev/null` || continue
              MPI_FCLIBS=`$MPIFC --showme:link 2>/dev/null` || continue
+             dnl For cltrain-fortran.pc: the .pc that exists (for its libraries)
+             dnl and the wrapper's -I (for mpi.mod), else the wrapper's all.
              MPI_FORT_PC_FCFLAGS=$MPI_FCFLAGS
-             MPI_FORT_PC_LIBS=$MPI_FCLIBS])
+             AS_IF([test -n "$clt_mpif_pc_any"], [MPI_FORT_PC=$clt_mpif_pc_any],
+               [MPI_FORT_PC_LIBS=`echo " $MPI_FCLIBS" | tr ' ' '\n' | grep -E '^-(L|l|Wl|pthread)' | tr '\n' ' '`])])
           FCFLAGS="$save_FCFLAGS $MPI_FCFLAGS"; LIBS="$MPI_FCLIBS $save_LIBS"
           AC_MSG_CHECKING([whether a Fortran program that uses MPI's module links with $clt_mpif's flags])
           AC_LINK_IFELSE([AC_LANG_SOURCE([[
