@@ -13,7 +13,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
-  build-essential autoconf automake libtool pkg-config \
+  build-essential gfortran autoconf automake libtool pkg-config \
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd mesa-opencl-icd libclblast-dev \
   libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler \
   dataset-fashion-mnist fortunes

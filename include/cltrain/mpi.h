@@ -26,6 +26,13 @@ extern "C" {
  * here; clt_comm_default_device() uses it. CLT_TIMEOUT and
  * CLT_ALLREDUCE_CHUNK are read here; junk in them is CLT_EINVAL. */
 CLT_API int clt_comm_create(MPI_Comm comm, clt_comm **out);
+/* The same from a Fortran handle (an INTEGER of `use mpi`, or comm%MPI_VAL
+ * of an mpi_f08 type(MPI_Comm)), for the Fortran module (use cltrain):
+ * converted by MPI_Comm_f2c and checked first, locally, so a handle that
+ * names no communicator (garbage, a freed one, MPI_COMM_NULL) is
+ * CLT_EINVAL naming it on the rank that gave it, not a crash or a hang.
+ * A build without MPI has it too and returns CLT_EUNSUPPORTED. */
+CLT_API int clt_comm_create_f(MPI_Fint comm, clt_comm **out);
 
 #ifdef __cplusplus
 }

@@ -194,3 +194,49 @@ fail:
   clt_comm_destroy(comm);
   return rc;
 }
+
+/* Whether c is a communicator MPI knows. MPI_Comm_f2c of a handle that names
+ * nothing gives "an invalid C handle" (MPI-3.1 17.2.4), which Open MPI makes
+ * a NULL pointer (MPICH, whose handles are integers, gives the integer back).
+ * Anything else is asked of MPI itself: MPI_Comm_size on an invalid
+ * communicator raises the error on MPI_COMM_WORLD (MPI-3) or MPI_COMM_SELF
+ * (MPI-4), so both return errors for the moment of the question. */
+static int comm_is_valid(MPI_Comm c) {
+  MPI_Comm zero;
+  memset(&zero, 0, sizeof zero);
+  if (memcmp(&c, &zero, sizeof c) == 0) return 0;
+  MPI_Errhandler world_eh, self_eh;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world_eh);
+  MPI_Comm_get_errhandler(MPI_COMM_SELF, &self_eh);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  int size = 0, e = MPI_Comm_size(c, &size);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, world_eh);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, self_eh);
+  MPI_Errhandler_free(&world_eh);
+  MPI_Errhandler_free(&self_eh);
+  return e == MPI_SUCCESS && size > 0;
+}
+
+int clt_comm_create_f(MPI_Fint fcomm, clt_comm **out) {
+  int flag = 0;
+  if (!out) return clt__error(CLT_EINVAL, "clt_comm_create_f: no place for the result");
+  *out = NULL;
+  /* f2c before MPI_Init is undefined: say so first. */
+  MPI_Initialized(&flag);
+  if (!flag)
+    return clt__error(CLT_EINVAL, "clt_comm_create_f: communicator handle %d given before MPI is initialised: call "
+                                  "MPI_Init_thread (MPI_THREAD_FUNNELED is enough) first; cltrain never initialises "
+                                  "MPI itself", (int)fcomm);
+  MPI_Finalized(&flag);
+  if (flag) return clt__error(CLT_EINVAL, "clt_comm_create_f: MPI is already finalised");
+  MPI_Comm c = MPI_Comm_f2c(fcomm);
+  if (c == MPI_COMM_NULL)
+    return clt__error(CLT_EINVAL, "clt_comm_create_f: the communicator (Fortran handle %d) is MPI_COMM_NULL",
+                      (int)fcomm);
+  if (!comm_is_valid(c))
+    return clt__error(CLT_EINVAL, "clt_comm_create_f: the communicator (Fortran handle %d) is not an MPI "
+                                  "communicator: pass MPI_COMM_WORLD, a communicator the program made, or "
+                                  "comm%%MPI_VAL of an mpi_f08 type(MPI_Comm)", (int)fcomm);
+  return clt_comm_create(c, out);
+}

@@ -30,3 +30,14 @@ void clt__tp_abandon(clt_comm *comm, clt__req *req) {
 }
 
 void clt__tp_destroy(clt_comm *comm) { comm->mpi = NULL; }
+
+/* cltrain/mpi.h's Fortran entry, here too so that the symbol (and the
+ * Fortran module's call of it) exists in every build; MPI_Fint is an int
+ * wherever MPI is. */
+CLT_API int clt_comm_create_f(int fcomm, clt_comm **out);
+int clt_comm_create_f(int fcomm, clt_comm **out) {
+  if (out) *out = NULL;
+  return clt__error(CLT_EUNSUPPORTED, "clt_comm_create_f: the communicator (Fortran handle %d) cannot be used: "
+                                      "cltrain was built without MPI; use clt_comm_create_local, or reconfigure "
+                                      "--with-mpi", fcomm);
+}
