@@ -22,7 +22,9 @@ program test_fortran
   type(clt_devices_t) :: alldevs, mine, nodevs
   type(clt_comm_t) :: comm, bad
   type(clt_model_t) :: model, badmodel
-  type(clt_trainer_t) :: trainer, never
+  type(clt_trainer_t) :: trainer, never, reg
+  type(clt_model_t) :: regmodel
+  real(c_float) :: tg(2, nlocal), tg_bad(3, nlocal), pout(2, nlocal)
   type(clt_options_t) :: opts
   type(clt_step_result_t) :: res
   real(c_float) :: x(nfeat, nlocal), x5(nfeat + 1, nlocal), out(nclass, nlocal), out2(nclass - 1, nlocal)
@@ -214,6 +216,35 @@ program test_fortran
   call two_steps(q2, loss_b)
   call check(all(transfer(q1, 1_c_int32_t, size(q1)) == transfer(q2, 1_c_int32_t, size(q2))) .and. &
        loss_a == loss_b, 'a resumed run is the uninterrupted one, bit for bit')
+
+  ! ---- regression: float targets through clt_trainer_step_targets
+  rc = clt_model_parse('input 4' // nl // 'linear 16 act=tanh' // nl // 'linear 2' // nl // 'loss mse' // nl, &
+       'reg', regmodel)
+  call require(rc == CLT_OK, 'regression model: ' // clt_error_message())
+  rc = clt_trainer_create(regmodel, mine, comm, opts, reg)
+  call require(rc == CLT_OK, 'regression trainer')
+  call check(clt_trainer_outputs(reg) == 2, 'a regression model''s outputs are its target values')
+  call make_batch(x, y)
+  tg(1, :) = 0.5 * (x(1, :) - x(2, :))
+  tg(2, :) = 0.25 * x(3, :)
+  do i = 1, 30
+     rc = clt_trainer_step_targets(reg, x, tg, res)
+     call check(rc == CLT_OK, 'regression step: ' // clt_error_message())
+     if (i == 1) first_loss = res%loss
+     last_loss = res%loss
+  end do
+  call check(last_loss < 0.5 * first_loss .and. ieee_is_finite(res%rmse) .and. res%rmse > 0, &
+       'the regression loss falls by half in 30 steps, with its RMSE')
+  call check(abs(res%rmse - sqrt(res%loss)) < 1e-6 * max(1.0_c_double, res%rmse), 'MSE''s RMSE is its root')
+  rc = clt_trainer_predict(reg, x, pout)
+  call check(rc == CLT_OK, 'regression predict: ' // clt_error_message())
+  rc = clt_trainer_step_targets(reg, x, tg_bad, res)
+  msg = clt_error_message()
+  call check(rc == CLT_EINVAL .and. index(msg, 'targets is 3 x') > 0, 'targets of the wrong shape: ' // msg)
+  rc = clt_trainer_step(reg, x, y, res)
+  call check(rc == CLT_EINVAL, 'labels to a regression model are refused: ' // clt_error_message())
+  call clt_trainer_destroy(reg)
+  call clt_model_destroy(regmodel)
 
   if (rank == 0) then
      call remove_file(weights)

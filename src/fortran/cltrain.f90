@@ -95,6 +95,7 @@ module cltrain
      real(c_double) :: grad_norm = 0
      integer(c_int) :: skipped = 0       ! 1: fp16 loss scaling skipped the update
      integer(c_int64_t) :: global_n = 0  ! samples of all ranks together
+     real(c_double) :: rmse = 0          ! regression: RMSE over the global batch; NaN for a classifier
   end type clt_step_result_t
 
   public :: clt_error_message, clt_status_name, clt_strerror, clt_clear_error, clt_version
@@ -105,7 +106,8 @@ module cltrain
   public :: clt_model_load, clt_model_parse, clt_model_destroy, clt_model_input_size, clt_model_num_classes
   public :: clt_model_labels_per_sample, clt_model_param_count, clt_model_outputs
   public :: clt_options_default
-  public :: clt_trainer_create, clt_trainer_destroy, clt_trainer_step, clt_trainer_predict, clt_trainer_params
+  public :: clt_trainer_create, clt_trainer_destroy, clt_trainer_step, clt_trainer_step_targets, clt_trainer_predict
+  public :: clt_trainer_params
   public :: clt_trainer_steps_done, clt_trainer_outputs
   public :: clt_trainer_save_weights, clt_trainer_load_weights, clt_trainer_save_checkpoint
   public :: clt_trainer_load_checkpoint
@@ -277,6 +279,14 @@ module cltrain
        type(clt_step_result_t), intent(out) :: res
        integer(c_int) :: rc
      end function c_trainer_step
+     function c_trainer_step_targets(t, x, y, n, count, res) bind(C, name="clt_trainer_step_targets") result(rc)
+       import :: c_ptr, c_int, c_int64_t, c_float, clt_step_result_t
+       type(c_ptr), value :: t
+       real(c_float), intent(in) :: x(*), y(*)
+       integer(c_int64_t), value :: n, count
+       type(clt_step_result_t), intent(out) :: res
+       integer(c_int) :: rc
+     end function c_trainer_step_targets
      function c_trainer_forward(t, x, y, n, out, count, loss) bind(C, name="clt_trainer_forward") result(rc)
        import :: c_ptr, c_int, c_int64_t, c_float, c_double
        type(c_ptr), value :: t, y
@@ -619,7 +629,11 @@ contains
     type(clt_model_t), intent(in) :: m
     integer(c_int64_t) :: n
     n = c_model_num_classes(m%p)
-    if (c_model_labels_per_sample(m%p) > 1) n = n * c_model_labels_per_sample(m%p)
+    if (n == 0) then ! a regression model: one output per target value
+       n = c_model_labels_per_sample(m%p)
+    else if (c_model_labels_per_sample(m%p) > 1) then
+       n = n * c_model_labels_per_sample(m%p)
+    end if
   end function clt_model_outputs
 
   ! Labels per sample (1 for a classifier).
@@ -700,6 +714,30 @@ contains
     rc = c_trainer_step(t%p, x, y, n, r)
     if (present(res)) res = r
   end function clt_trainer_step
+
+  ! The same step for a regression model (a spec ending `loss mse`, `l1` or
+  ! `huber`): targets(outputs, n), one float per output value of each of the
+  ! n = size(x, 2) samples. res%rmse gets the RMSE over the global batch.
+  function clt_trainer_step_targets(t, x, targets, res) result(rc)
+    type(clt_trainer_t), intent(in) :: t
+    real(c_float), intent(in), contiguous :: x(:, :), targets(:, :)
+    type(clt_step_result_t), intent(out), optional :: res
+    integer(c_int) :: rc
+    type(clt_step_result_t) :: r
+    integer(c_int64_t) :: n
+    call begin()
+    rc = check_batch(t, 'clt_trainer_step_targets', x, 0_c_int64_t, .false.)
+    if (rc /= CLT_OK) return
+    n = size(x, 2, kind=c_int64_t)
+    if (size(targets, 2, kind=c_int64_t) /= n .or. size(targets, 1, kind=c_int64_t) /= t%labels_per_sample) then
+       rc = fail(CLT_EINVAL, 'clt_trainer_step_targets: targets is ' // itoa(size(targets, 1, kind=c_int64_t)) // &
+            ' x ' // itoa(size(targets, 2, kind=c_int64_t)) // ' but the ' // itoa(n) // ' samples of x need ' // &
+            itoa(t%labels_per_sample) // ' x ' // itoa(n) // ' (targets(outputs, n))')
+       return
+    end if
+    rc = c_trainer_step_targets(t%p, x, targets, n, size(targets, kind=c_int64_t), r)
+    if (present(res)) res = r
+  end function clt_trainer_step_targets
 
   ! The model's output for the n = size(x, 2) samples of x(input_size, n)
   ! into out(outputs, n) (outputs = clt_trainer_outputs: the classes of a
