@@ -229,7 +229,7 @@ program test_fortran
   tg(2, :) = 0.25 * x(3, :)
   do i = 1, 30
      rc = clt_trainer_step_targets(reg, x, tg, res)
-     call check(rc == CLT_OK, 'regression step: ' // clt_error_message())
+     if (rc /= CLT_OK) call check(.false., 'regression step: ' // clt_error_message())
      if (i == 1) first_loss = res%loss
      last_loss = res%loss
   end do
