@@ -3,12 +3,14 @@
 # test and run on any machine, GPU or not: PoCL and Mesa rusticl give two
 # independent OpenCL implementations on the CPU; Fashion-MNIST (images) and
 # fortunes (English text for language models, scripts/make-fortunes-data.sh)
-# are the data cltrain trains on out of the box. Run as root (or via sudo).
+# are the data cltrain trains on out of the box; OpenBLAS (optional for the
+# build) runs CPU devices' GEMMs on the host (src/blas_host.c). Run as root
+# (or via sudo).
 set -e
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool pkg-config \
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd mesa-opencl-icd libclblast-dev \
-  libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev \
+  libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev libopenblas-dev \
   dataset-fashion-mnist fortunes

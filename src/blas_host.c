@@ -1,0 +1,161 @@
+/*
+ * blas_host.c: GEMMs of CPU devices whose buffers live in host memory
+ * (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL, rusticl's llvmpipe), handed to the
+ * host's CBLAS (OpenBLAS when configure found it) on mapped buffers.
+ *
+ * Why: on such a device an OpenCL GEMM and a host GEMM run on the same
+ * cores over the same memory, and a maintained host BLAS is faster than
+ * CLBlast's generic kernels compiled by PoCL (bench/nn_bench: the CNN's
+ * conv2 weight gradient 64x288x12544 ran 11.5 ms there, see NEWS).
+ *
+ * Ordering with the device queue: every operand's bytes are mapped on the
+ * compute queue (non-blocking, one mapping per distinct buffer covering
+ * every range the GEMM touches), the host waits for the last map's event
+ * (the in-order queue has then run everything queued before), runs the
+ * GEMM, and enqueues the unmaps, which every later command waits behind.
+ * On PoCL and rusticl these maps are the buffer's own memory, no copies.
+ *
+ * Threads: the host BLAS gets the device's thread budget, its compute
+ * units (PoCL: POCL_MAX_PTHREAD_COUNT or cltrain --threads), bounded by
+ * the cores, set before each call where it changed (OpenBLAS's count is
+ * process-wide).
+ *
+ * Results: the GEMM is the host BLAS's, deterministic for a given thread
+ * count, shape and library, so replicas on such devices agree bit for bit
+ * and a resumed run repeats the uninterrupted one; each is checked against
+ * the plain-C references as CLBlast's are (tests/test_blas). CLT_HOST_BLAS=0
+ * in the environment sends every GEMM to CLBlast instead.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+int clt__host_blas_available(void) { return HAVE_CBLAS; }
+
+const char *clt__host_blas_name(void) {
+#if HAVE_CBLAS
+  return CLT_CBLAS_NAME;
+#else
+  return "none";
+#endif
+}
+
+int clt__host_blas_threads(const clt_context *ctx) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = ctx->info.compute_units > 0 ? (int)ctx->info.compute_units : 1;
+  if (cores > 0 && n > cores) n = (int)cores;
+  return n;
+}
+
+int clt__host_blas_use(const clt_context *ctx) {
+  if (!HAVE_CBLAS) return 0;
+  if (ctx->info.type != CLT_DEVICE_CPU || !ctx->info.unified_memory) return 0;
+  const char *env = getenv("CLT_HOST_BLAS");
+  return !(env && strcmp(env, "0") == 0);
+}
+
+#if HAVE_CBLAS
+
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+#endif
+
+/* One mapping: a buffer and the float range [lo, hi) of it the GEMM uses. */
+typedef struct host_map {
+  cl_mem buf;
+  size_t lo, hi;
+  int write;
+  void *ptr;
+} host_map;
+
+/* Add operand x's range (rows x cols stored, `batch` copies `stride`
+ * apart) to the mappings, merging with one of the same buffer. */
+static int add_range(host_map *maps, int n, clt_matrix x, size_t rows, size_t cols, size_t stride, size_t batch,
+                     int write) {
+  size_t lo = x.offset, hi = x.offset + (batch - 1) * stride + (rows - 1) * x.ld + cols;
+  for (int i = 0; i < n; i++)
+    if (maps[i].buf == x.buf) {
+      if (lo < maps[i].lo) maps[i].lo = lo;
+      if (hi > maps[i].hi) maps[i].hi = hi;
+      maps[i].write |= write;
+      return n;
+    }
+  maps[n] = (host_map){x.buf, lo, hi, write, NULL};
+  return n + 1;
+}
+
+static double wait_timeout(void) {
+  const char *t = getenv("CLT_TIMEOUT");
+  double v = t && *t ? strtod(t, NULL) : 0;
+  return v > 0 ? v : 300.0;
+}
+
+static CBLAS_TRANSPOSE cblas_trans(clt_transpose t) { return t == CLT_TRANS ? CblasTrans : CblasNoTrans; }
+
+int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
+                    clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
+                    size_t batch) {
+  int rc = CLT_OK, nmaps = 0, mapped = 0;
+  host_map maps[3];
+  cl_event ev = NULL;
+  nmaps = add_range(maps, nmaps, a, ta ? k : m, ta ? m : k, as, batch, 0);
+  nmaps = add_range(maps, nmaps, b, tb ? n : k, tb ? k : n, bs, batch, 0);
+  nmaps = add_range(maps, nmaps, c, m, n, cs, batch, 1);
+  for (int i = 0; i < nmaps; i++) {
+    cl_int err;
+    cl_event *last = i == nmaps - 1 ? &ev : NULL;
+    maps[i].ptr = clEnqueueMapBuffer(ctx->queue, maps[i].buf, CL_FALSE,
+                                     maps[i].write ? CL_MAP_READ | CL_MAP_WRITE : CL_MAP_READ,
+                                     maps[i].lo * sizeof(float), (maps[i].hi - maps[i].lo) * sizeof(float), 0, NULL,
+                                     last, &err);
+    CLT_CL_TRY(err);
+    mapped = i + 1;
+  }
+  CLT_CL_TRY(clFlush(ctx->queue)); /* polling an event makes no progress on every driver (rusticl) without it */
+  CLT_TRY(clt__wait_event(ctx, ev, wait_timeout(), "the work queued before a host GEMM"));
+
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+  int threads = clt__host_blas_threads(ctx);
+  if (openblas_get_num_threads() != threads) openblas_set_num_threads(threads);
+#endif
+  /* each operand's first float, relative to its mapping */
+  const float *pa = NULL, *pb = NULL;
+  float *pc = NULL;
+  for (int i = 0; i < nmaps; i++) {
+    if (maps[i].buf == a.buf) pa = (const float *)maps[i].ptr + (a.offset - maps[i].lo);
+    if (maps[i].buf == b.buf) pb = (const float *)maps[i].ptr + (b.offset - maps[i].lo);
+    if (maps[i].buf == c.buf) pc = (float *)maps[i].ptr + (c.offset - maps[i].lo);
+  }
+  for (size_t i = 0; i < batch; i++)
+    cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), (int)m, (int)n, (int)k, alpha, pa + i * as,
+                (int)a.ld, pb + i * bs, (int)b.ld, beta, pc + i * cs, (int)c.ld);
+
+fail:
+  for (int i = 0; i < mapped; i++) {
+    cl_int err = clEnqueueUnmapMemObject(ctx->queue, maps[i].buf, maps[i].ptr, 0, NULL, NULL);
+    if (err != CL_SUCCESS && rc == CLT_OK)
+      rc = clt__error(clt__cl_status(err), "unmapping a host GEMM's operand on %s: %s", ctx->info.name,
+                      clt__cl_error_name(err));
+  }
+  if (ev) clReleaseEvent(ev);
+  if (rc < 0)
+    return clt__error_prefix(rc, "host sgemm(m=%zu, n=%zu, k=%zu, batch=%zu) on %s", m, n, k, batch, ctx->info.name);
+  return CLT_OK;
+}
+
+#else
+
+int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
+                    clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
+                    size_t batch) {
+  return clt__error(CLT_EINVAL, "this cltrain was built without a host BLAS (configure --with-cblas)");
+}
+
+#endif
