@@ -156,6 +156,7 @@ struct clt_context {
   cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
   cl_mem scratch;        /* clt__context_scratch's */
   int counted;           /* made whole: counted among the live contexts */
+  int blas_said;         /* its GEMM backend logged (src/blas.c) */
 };
 
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
