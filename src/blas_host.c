@@ -91,7 +91,8 @@ static int add_range(host_map *maps, int n, clt_matrix x, size_t rows, size_t co
   return n + 1;
 }
 
-static double wait_timeout(void) {
+static double wait_timeout(const clt_context *ctx) {
+  if (ctx->wait_timeout_s > 0) return ctx->wait_timeout_s;
   const char *t = getenv("CLT_TIMEOUT");
   double v = t && *t ? strtod(t, NULL) : 0;
   return v > 0 ? v : 300.0;
@@ -119,7 +120,7 @@ int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t
     mapped = i + 1;
   }
   CLT_CL_TRY(clFlush(ctx->queue)); /* polling an event makes no progress on every driver (rusticl) without it */
-  CLT_TRY(clt__wait_event(ctx, ev, wait_timeout(), "the work queued before a host GEMM"));
+  CLT_TRY(clt__wait_event(ctx, ev, wait_timeout(ctx), "the work queued before a host GEMM"));
 
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
   int threads = clt__host_blas_threads(ctx);

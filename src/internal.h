@@ -157,6 +157,7 @@ struct clt_context {
   cl_mem scratch;        /* clt__context_scratch's */
   int counted;           /* made whole: counted among the live contexts */
   int blas_said;         /* its GEMM backend logged (src/blas.c) */
+  double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
 };
 
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
