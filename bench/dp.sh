@@ -7,7 +7,8 @@
 #
 #  1. weak scaling: 2 ranks x 1 thread with global batch 2B against 1 rank
 #     x 1 thread with batch B (target: >= 90% of twice the 1-rank rate);
-#  2. PyTorch DDP (gloo, 1 thread per rank) on the same model and batch;
+#  2. PyTorch DDP (gloo, 1 thread per rank, OpenBLAS too) on the same model
+#     and batch, with the BLAS and threads each side used;
 #  3. the fraction of all-reduce time hidden behind the backward pass;
 #  4. PoCL + rusticl in one job, --balance auto and equal, against the sum
 #     of their solo rates.
@@ -27,7 +28,7 @@ mpi="mpirun --oversubscribe --bind-to none -x POCL_MAX_PTHREAD_COUNT=1 -x RUSTIC
 train() { # NAME NP ARGS...
   name=$1 np=$2
   shift 2
-  RUSTICL_ENABLE=${RUSTICL_ENABLE-} $mpi -np "$np" ./cltrain train "$spec" --epochs 100 --max-steps "$steps" \
+  CLT_LOG_LEVEL=info RUSTICL_ENABLE=${RUSTICL_ENABLE-} $mpi -np "$np" -x CLT_LOG_LEVEL ./cltrain train "$spec" --epochs 100 --max-steps "$steps" \
     --log-every 20 --quiet --metrics "$tmp/$name.jsonl" "$@" >/dev/null 2>"$tmp/$name.err" || {
     cat "$tmp/$name.err"; exit 1; }
 }
@@ -38,9 +39,11 @@ train two 2 --devices pocl --batch $((2 * B))
 r1=$(rate "$tmp/one.jsonl") r2=$(rate "$tmp/two.jsonl")
 echo "1 rank, batch $B:            $r1 samples/s"
 echo "2 ranks, batch $((2 * B)):          $r2 samples/s   weak scaling $(ratio "$r2" "$(ratio "$r1" 0.5)") of 2x"
-ddp=$(/usr/bin/python3 "$here/pytorch_ddp.py" --model "$model" --ranks 2 --batch $((2 * B)) --steps "$steps" |
-      /usr/bin/python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["samples_per_s"])')
+/usr/bin/python3 "$here/pytorch_ddp.py" --model "$model" --ranks 2 --batch $((2 * B)) --steps "$steps" > "$tmp/ddp.json"
+ddp=$(/usr/bin/python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["samples_per_s"])' "$tmp/ddp.json")
 echo "PyTorch DDP gloo, 2 ranks:   $ddp samples/s   cltrain/DDP $(ratio "$r2" "$ddp")"
+echo "  cltrain: $(sed -n 's/^cltrain: info: \(GEMMs on .*\)/\1/p' "$tmp/two.err" | head -1) per rank"
+echo "  PyTorch: $(peer_says "$tmp/ddp.json") per rank"
 echo "all-reduce hidden behind backward (2 ranks): $(hidden "$tmp/two.jsonl")"
 
 if [ -n "$(RUSTICL_ENABLE=llvmpipe ./cltrain devices --devices rusticl 2>/dev/null | grep rusticl)" ]; then

@@ -28,3 +28,20 @@ peer() {
   /usr/bin/python3 "$(dirname "$0")/pytorch_fashion.py" "$@" |
     /usr/bin/python3 -c 'import json, sys; print("%.1f" % json.load(sys.stdin)["samples_per_s"])'
 }
+
+# median FILE: the median of the numbers in FILE, one a line.
+median() {
+  sort -n "$1" | /usr/bin/python3 -c '
+import sys
+v = [float(l) for l in sys.stdin if l.strip()]
+print(v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2)'
+}
+
+# peer_says FILE: torch version, threads and BLAS of a peer's JSON line.
+peer_says() {
+  /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("torch %s, %s thread(s) (OpenBLAS %s), BLAS %s" % (d["torch"], d.get("threads", d.get("threads_per_rank")),
+      d.get("openblas_threads"), d.get("blas")))' "$1"
+}

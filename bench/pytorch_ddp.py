@@ -3,7 +3,8 @@
 
 Trains the Fashion-MNIST MLP or CNN with DistributedDataParallel over N
 processes on this machine (gloo backend, one thread each), global batch B
-split evenly, SGD with momentum, and prints one JSON line with the global
+split evenly, SGD with momentum, OpenBLAS at one thread per rank too
+(bench/peer_env.py; the run is refused on the netlib reference BLAS), and prints one JSON line with the global
 samples/s over the timed steps. Compare with
 `mpirun -np N cltrain train ... --batch B` in the same run (bench/dp.sh).
 
@@ -15,12 +16,18 @@ import os
 import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_env  # noqa: E402  (before torch: OpenBLAS reads its thread count when it loads)
+
+# one thread per rank, OpenBLAS's pool included (the spawned workers inherit it)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_fashion import load, model  # noqa: E402
 
 
@@ -71,11 +78,14 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--port", type=int, default=29517)
     a = ap.parse_args()
+    blas = peer_env.blas_info()
+    peer_env.check_blas(blas)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     mp.spawn(worker, args=(a, out), nprocs=a.ranks, join=True)
     print(json.dumps({"peer": "pytorch-ddp-gloo", "torch": torch.__version__, "model": a.model, "ranks": a.ranks,
-                      "batch": a.batch, "threads_per_rank": 1, "samples_per_s": out.get()}))
+                      "batch": a.batch, "threads_per_rank": 1, "blas": blas,
+                      "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "samples_per_s": out.get()}))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ prints one JSON line: samples/s over the training steps and the final test
 accuracy. Uses Debian's python3-torch (or any torch: --device auto takes
 the GPU when there is one, and --amp trains in fp16 with autocast and a
 GradScaler there, the peer of cltrain --precision fp16); reads the IDX
-files itself.
+files itself. OpenBLAS gets the same thread count as torch (bench/peer_env.py),
+and the BLAS really loaded and the thread counts are in the output; a run
+on the netlib reference BLAS is refused (PEER_ANY_BLAS=1 times it anyway).
 
   /usr/bin/python3 bench/pytorch_fashion.py --model mlp --epochs 1 --threads 1
 """
@@ -18,10 +20,16 @@ import gzip
 import json
 import os
 import struct
+import sys
 import time
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_env  # noqa: E402  (before torch: OpenBLAS reads its thread count when it loads)
+
+peer_env.threads_from_argv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 import torch.nn as nn
 
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -67,6 +75,9 @@ def main():
     ap.add_argument("--amp", action="store_true", help="fp16 autocast and loss scaling (cuda only)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    blas = peer_env.blas_info()
+    if a.device != "cuda":
+        peer_env.check_blas(blas)
     torch.manual_seed(a.seed)
     dev = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
                        "cpu" if a.device == "auto" else a.device)
@@ -114,7 +125,10 @@ def main():
     with torch.no_grad():
         correct = sum((net(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
                       for i in range(0, len(xte), 1000))
-    print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": a.model, "threads": a.threads,
+    print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": a.model,
+                      "threads": torch.get_num_threads(), "blas": blas,
+                      "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                       "device": dev.type, "amp": amp,
                       "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "", "batch": a.batch, "steps": steps, "samples_per_s": samples / t_train,
                       "test_accuracy": correct / len(xte)}))

@@ -3,7 +3,9 @@
  * SGEMM on (cl_mem, offset, ld) operands, with shapes and buffer bounds
  * checked before CLBlast sees them, and CLBlast failures turned into errors
  * that name the routine and the shapes; tuned kernel parameters applied to
- * devices CLBlast's own database does not know.
+ * devices CLBlast's own database does not know. CPU devices whose buffers
+ * are host memory run their GEMMs on the host's CBLAS instead
+ * (src/blas_host.c), behind the same checks.
  */
 #include "internal.h"
 
@@ -197,6 +199,21 @@ static int apply_tuned(clt_context *ctx) {
 
 void clt__blas_clear_cache(void) { CLBlastClearCache(); }
 
+/* Which backend runs ctx's GEMMs, logged (info) at its first GEMM. */
+static int host_blas(clt_context *ctx) {
+  int host = clt__host_blas_use(ctx);
+  if (!ctx->blas_said) {
+    ctx->blas_said = 1;
+    if (host)
+      clt__log(CLT_LOG_INFO, "GEMMs on %s: host %s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
+               clt__host_blas_name(), clt__host_blas_threads(ctx));
+    else
+      clt__log(CLT_LOG_INFO, "GEMMs on %s: CLBlast%s, %u compute unit(s)", ctx->info.name,
+               apply_tuned(ctx) ? " (tuned parameters)" : "", ctx->info.compute_units);
+  }
+  return host;
+}
+
 /* ---- row-major through CLBlast's column-major entry ------------------------
  *
  * CLBlast's indirect GEMM kernel takes A as stored column-major, B
@@ -222,6 +239,7 @@ int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, si
   if (rc < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, 0, 1);
+  if (host_blas(ctx)) return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1);
   apply_tuned(ctx);
   CLBlastStatusCode s = sgemm_one(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
   if (s != CLBlastSuccess) return blas_error(ctx, s, "CLBlastSgemm", m, n, k, 1);
@@ -236,6 +254,8 @@ int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb, size
   if (rc < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, c_stride, batch);
+  if (host_blas(ctx))
+    return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch);
   /* CLBlast 1.5's strided batched indirect kernel gives wrong results with
    * the tuned PoCL Xgemm parameters above whenever it has to pad (for
    * example 300 x 300 x 8, or 100 x 100 x 100): on such devices the batch

@@ -158,10 +158,27 @@ struct clt_context {
   cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
   cl_mem scratch;        /* clt__context_scratch's */
   int counted;           /* made whole: counted among the live contexts */
+  int blas_said;         /* its GEMM backend logged (src/blas.c) */
+  double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
 };
 
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
 void clt__blas_clear_cache(void);
+
+/* GEMMs on the host's CBLAS for CPU devices with unified memory
+ * (src/blas_host.c). _use: whether ctx's GEMMs go there (built with a host
+ * BLAS, a CPU device, unified memory, CLT_HOST_BLAS not 0); _threads: the
+ * threads it gives them (the device's compute units, at most the cores);
+ * _name: the library configure found ("none" without). _sgemm: row-major
+ * C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch on mapped buffers,
+ * ordered with ctx's queue; shapes already checked, m, n, k > 0. */
+int clt__host_blas_available(void);
+int clt__host_blas_use(const clt_context *ctx);
+int clt__host_blas_threads(const clt_context *ctx);
+const char *clt__host_blas_name(void);
+int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
+                    clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
+                    size_t batch);
 
 /* Wait until ev completes, for at most timeout_s seconds (<= 0: forever):
  * CLT_ETIMEDOUT naming `what` and the device when it does not, the

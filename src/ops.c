@@ -136,13 +136,15 @@ static int reduce(clt_context *ctx, const clt_tensor *x, int square, float *out)
   CLT_TRY(check_f32(x, op));
   CLT_TRY(clt_context_kernel(ctx, "reduce", "reduce_sum_f32", square ? "-DSQUARE=1" : "-DSQUARE=0", &k1));
   CLT_TRY(clt_context_kernel(ctx, "reduce", "reduce_sum_f32", "-DSQUARE=0", &k2));
-  size_t wgs1 = clt__clamp_wgs(ctx, k1, 256), wgs2 = clt__clamp_wgs(ctx, k2, REDUCE_GROUPS);
+  /* A CPU device runs a work-group at a time per thread, each start a cost
+   * of its own (PoCL: 256 groups took longer than the sums in them): 8. */
+  size_t groups = ctx->info.type == CLT_DEVICE_CPU ? 8 : REDUCE_GROUPS;
+  size_t wgs1 = clt__clamp_wgs(ctx, k1, 256), wgs2 = clt__clamp_wgs(ctx, k2, groups);
   /* partial[0..G) from pass 1, partial[G] the result of pass 2. */
   if (!ctx->reduce_scratch) CLT_TRY(clt_buffer_create(ctx, (REDUCE_GROUPS + 1) * sizeof(float), &ctx->reduce_scratch));
   cl_mem partial = ctx->reduce_scratch;
-  CLT_TRY(reduce_pass(ctx, k1, x->buf, elem_off(x), (cl_ulong)clt_tensor_numel(x), partial, 0, REDUCE_GROUPS,
-                      wgs1));
-  CLT_TRY(reduce_pass(ctx, k2, partial, 0, REDUCE_GROUPS, partial, REDUCE_GROUPS, 1, wgs2));
+  CLT_TRY(reduce_pass(ctx, k1, x->buf, elem_off(x), (cl_ulong)clt_tensor_numel(x), partial, 0, groups, wgs1));
+  CLT_TRY(reduce_pass(ctx, k2, partial, 0, groups, partial, REDUCE_GROUPS, 1, wgs2));
   CLT_CL_TRY(clEnqueueReadBuffer(ctx->queue, partial, CL_TRUE, REDUCE_GROUPS * sizeof(float), sizeof(float), out,
                                  0, NULL, NULL));
   return CLT_OK;

@@ -1,7 +1,10 @@
 /*
- * test_blas.c: SGEMM and strided batched SGEMM through CLBlast against the
- * plain-C reference on every device: all four transpose cases, offsets,
- * padded leading dimensions, odd shapes, k = 0, and the shape checks.
+ * test_blas.c: SGEMM and strided batched SGEMM against the plain-C
+ * reference on every device, through each backend the device has (CLBlast;
+ * CPU devices with unified memory also the host BLAS, src/blas_host.c): all
+ * four transpose cases, offsets, padded leading dimensions, odd shapes,
+ * k = 0, operands sharing a buffer, ordering with the device queue, and the
+ * shape checks.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,16 +44,64 @@ static void run_case(clt_context *ctx, int ta, int tb, size_t m, size_t n, size_
   free(a), free(b), free(c), free(want);
 }
 
+/* Backend 0: the default (the host BLAS where the device takes it); 1:
+ * CLBlast alone (CLT_HOST_BLAS=0). */
+static void set_backend(int b) {
+  if (b) setenv("CLT_HOST_BLAS", "0", 1);
+  else unsetenv("CLT_HOST_BLAS");
+}
+
 START_TEST(sgemm_matches_plain_c) {
-  for (int d = 0; d < tu_ndev; d++)
-    for (size_t s = 0; s < NSHAPES; s++)
-      for (int t = 0; t < 4; t++) run_case(tu_ctx[d], t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 1);
+  for (int be = 0; be < 2; be++, set_backend(0))
+    for (int d = 0; d < tu_ndev; d++)
+      for (size_t s = 0; s < NSHAPES; s++)
+        for (int t = 0; t < 4; t++) {
+          set_backend(be);
+          run_case(tu_ctx[d], t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 1);
+        }
+}
+END_TEST
+
+/* A, B and C in one buffer (as a layer's input, weights and output may
+ * be), C first filled by a kernel queued just before the GEMM and read by
+ * one queued just after: the host BLAS maps the buffer once, after the
+ * fill, and the scale after sees its result. */
+START_TEST(sgemm_shared_buffer_in_queue_order) {
+  enum { M = 7, N = 5, K = 6 };
+  size_t ao = 3, bo = ao + M * K + 1, co = bo + K * N + 2, total = co + M * N + 4;
+  for (int be = 0; be < 2; be++, set_backend(0))
+    for (int d = 0; d < tu_ndev; d++) {
+      set_backend(be);
+      clt_context *ctx = tu_ctx[d];
+      float *h = malloc(total * 4), *want = malloc(total * 4), *got = malloc(total * 4);
+      ref_random(h, total, 77);
+      cl_mem buf = tu_buffer(ctx, h, total);
+      clt_tensor ct;
+      int64_t len = M * N;
+      ck_assert_int_eq(clt_tensor_view(buf, co * 4, CLT_F32, 1, &len, &ct), 0);
+      ck_assert_int_eq(clt_fill(ctx, &ct, 1.0f), 0);
+      clt_matrix a = {buf, ao, K}, b = {buf, bo, N}, c = {buf, co, N};
+      ck_assert_msg(clt_sgemm(ctx, CLT_NO_TRANS, CLT_NO_TRANS, M, N, K, 2.0f, a, b, 0.5f, c) == 0, "%s",
+                    clt_last_error());
+      ck_assert_int_eq(clt_scale(ctx, &ct, 3.0f), 0);
+      tu_read(ctx, buf, 0, got, total);
+      memcpy(want, h, total * 4);
+      for (size_t i = 0; i < M * N; i++) want[co + i] = 1.0f;
+      ref_sgemm(0, 0, M, N, K, 2.0f, h + ao, K, h + bo, N, 0.5f, want + co, N);
+      for (size_t i = 0; i < M * N; i++) want[co + i] *= 3.0f;
+      double err = ref_max_rel_error(got, want, total);
+      ck_assert_msg(err <= GEMM_TOL, "shared-buffer sgemm on %s (backend %d): error %g", tu_name(ctx), be, err);
+      clt_buffer_release(buf);
+      free(h), free(want), free(got);
+    }
 }
 END_TEST
 
 START_TEST(batched_sgemm_matches_plain_c) {
-  for (int d = 0; d < tu_ndev; d++)
+  for (int be = 0; be < 2; be++, set_backend(0))
+    for (int d = 0; d < tu_ndev; d++)
     for (int t = 0; t < 4; t++) {
+      set_backend(be);
       run_case(tu_ctx[d], t & 1, t >> 1, 9, 14, 25, 2, 3);
       run_case(tu_ctx[d], t & 1, t >> 1, 32, 8, 16, 0, 5);
       run_case(tu_ctx[d], t & 1, t >> 1, 100, 100, 100, 1, 3); /* above 64^3: the indirect kernel, padded */
@@ -118,6 +169,7 @@ int main(void) {
   Suite *s = suite_create("blas");
   TCase *tc = tcase_create("blas");
   tcase_add_test(tc, sgemm_matches_plain_c);
+  tcase_add_test(tc, sgemm_shared_buffer_in_queue_order);
   tcase_add_test(tc, batched_sgemm_matches_plain_c);
   tcase_add_test(tc, k_zero_scales_c);
   tcase_add_test(tc, bad_shapes_are_named);

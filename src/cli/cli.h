@@ -37,7 +37,7 @@ int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 
 /* This rank's devices (cli_mpi.c): the spec (or CLT_DEVICES) if given, else one device
  * per rank by local rank when there are several ranks, else all. */
-int cli_rank_devices(const char *spec, clt_comm *comm, clt_devices **all, clt_devices **sel);
+int cli_rank_devices(const char *spec, int threads, clt_comm *comm, clt_devices **all, clt_devices **sel);
 
 int cmd_devices(int argc, char **argv);
 int cmd_train(int argc, char **argv, clt_comm *comm);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef HAVE_MPI
 #  include <cltrain/mpi.h>
@@ -28,6 +29,10 @@ double cli_now(void) {
 int cli_mpi_init(int *argc, char ***argv) {
 #ifdef HAVE_MPI
   int provided = 0;
+  /* Open MPI's hwloc would otherwise list OpenCL devices in MPI_Init,
+   * starting PoCL before cpu_threads below could give it its thread count
+   * (it reads POCL_MAX_PTHREAD_COUNT once); MPI needs no OpenCL devices. */
+  setenv("HWLOC_COMPONENTS", "-opencl", 0);
   if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "cltrain: MPI_Init_thread failed\n");
     return CLI_EXIT_ERROR;
@@ -92,7 +97,30 @@ void cli_abort_job(const clt_comm *comm, int exit_code) {
   (void)comm, (void)exit_code;
 }
 
-int cli_rank_devices(const char *spec, clt_comm *comm, clt_devices **all, clt_devices **sel) {
+/* A CPU device's threads, before any OpenCL call reads them: --threads N
+ * sets them; without it, POCL_MAX_PTHREAD_COUNT (and rusticl's
+ * LP_NUM_THREADS) as the user set them, else with several ranks on this
+ * node the cores split evenly between them (at least 1 each), so that
+ * ranks sharing a node do not oversubscribe it. The host BLAS of such a
+ * device takes the same count (src/blas_host.c: the device's compute
+ * units). */
+static void cpu_threads(int threads, clt_comm *comm) {
+  char n[16];
+  const char *pocl = getenv("POCL_MAX_PTHREAD_COUNT");
+  int explicit_env = pocl && *pocl;
+  if (threads <= 0 && !explicit_env) {
+    int local = clt_comm_local_size(comm);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local > 1 && cores > 0) threads = cores / local > 0 ? (int)(cores / local) : 1;
+  }
+  if (threads <= 0) return;
+  snprintf(n, sizeof n, "%d", threads);
+  setenv("POCL_MAX_PTHREAD_COUNT", n, 1);
+  setenv("LP_NUM_THREADS", n, 1);
+}
+
+int cli_rank_devices(const char *spec, int threads, clt_comm *comm, clt_devices **all, clt_devices **sel) {
+  cpu_threads(threads, comm);
   const char *env = getenv("CLT_DEVICES");
   int explicit_spec = (spec && *spec) || (env && *env);
   int ec = cli_select_devices(explicit_spec ? spec : "all", all, sel);

@@ -26,6 +26,7 @@
 typedef struct train_args {
   const char *model, *data, *val, *devices, *normalize, *save, *weights, *resume;
   int quiet;
+  int threads;               /* --threads: a CPU device's threads (0: the default) */
   int eval;                  /* cltrain eval: a language model's --val alone will do */
   int vocab;                 /* a language model's vocabulary, else 0 */
   double balance_weights[MAX_WEIGHTS];
@@ -105,6 +106,9 @@ static void help(FILE *to) {
           "devices and output\n"
           "  -d, --devices SPEC      this rank's devices (default: CLT_DEVICES, else one device\n"
           "                          per rank chosen by local rank, or all devices with one rank)\n"
+          "      --threads N         threads of a CPU device (PoCL, rusticl) and of its host GEMMs\n"
+          "                          (default: POCL_MAX_PTHREAD_COUNT if set, else the cores split\n"
+          "                          evenly over the ranks on this node)\n"
           "      --balance MODE      split each batch over the replicas: equal, auto (by measured\n"
           "                          throughput, so unequal devices keep pace) or weights W1,W2,...\n"
           "                          one per replica, rank by rank (default equal)\n"
@@ -167,7 +171,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
-         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL };
+         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -180,6 +184,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"warmup", required_argument, 0, O_WARM},   {"step-size", required_argument, 0, O_STEPSIZE},
       {"gamma", required_argument, 0, O_GAMMA},   {"min-lr", required_argument, 0, O_MINLR},
       {"clip", required_argument, 0, O_CLIP},     {"devices", required_argument, 0, 'd'},
+      {"threads", required_argument, 0, O_THREADS},
       {"eval-every", required_argument, 0, O_EVAL}, {"log-every", required_argument, 0, O_LOG},
       {"metrics", required_argument, 0, O_METRICS}, {"tensorboard", required_argument, 0, O_TENSORBOARD}, {"quiet", no_argument, 0, 'q'},
       {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
@@ -244,6 +249,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case O_MINLR: if (parse_real("--min-lr", optarg, 0, 1e6, &o->schedule.min_lr)) return -1; break;
     case O_CLIP: if (parse_real("--clip", optarg, 0, 1e30, &o->clip)) return -1; break;
     case 'd': a->devices = optarg; break;
+    case O_THREADS: if (parse_long("--threads", optarg, 1, 4096, &v)) return -1; a->threads = (int)v; break;
     case O_EVAL: if (parse_long("--eval-every", optarg, 0, 1LL << 40, &v)) return -1; o->eval_every = v; break;
     case O_LOG: if (parse_long("--log-every", optarg, 0, 1LL << 40, &v)) return -1; o->log_every = v; break;
     case O_METRICS: o->metrics_path = optarg; break;
@@ -435,7 +441,7 @@ static int session_open(train_args *a, clt_comm *comm, session *s) {
   if ((rc = clt_model_load(a->model, &s->model)) < 0) return cli_fail(rc, "model");
   a->vocab = clt_model_vocab(s->model);
   if ((rc = open_data(a, s->model, &s->train, &s->test)) < 0) return cli_fail(rc, "data");
-  return cli_rank_devices(a->devices, comm, &s->all, &s->sel);
+  return cli_rank_devices(a->devices, a->threads, comm, &s->all, &s->sel);
 }
 
 /* A batch larger than the training set, refused before anything is
@@ -557,6 +563,7 @@ static void eval_help(FILE *to) {
               "      --normalize MODE  as for train: scale or standard (default standard)\n"
               "  -b, --batch N         samples per device batch (default 256)\n"
               "  -d, --devices SPEC    as for train\n"
+              "      --threads N       as for train\n"
               "  -h, --help            this text\n", DEFAULT_DATA);
 }
 
@@ -565,7 +572,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
                                        {"val", required_argument, 0, 'V'},
                                        {"normalize", required_argument, 0, 'n'}, {"batch", required_argument, 0, 'b'},
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
-                                       {0}};
+                                       {"threads", required_argument, 0, 't'}, {0}};
   train_args a;
   long long v;
   int c, rc, ec = CLI_EXIT_OK;
@@ -588,6 +595,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
       break;
     case 'b': if (parse_long("--batch", optarg, 1, 1 << 20, &v)) return argv_error(); a.o.batch = v; break;
     case 'd': a.devices = optarg; break;
+    case 't': if (parse_long("--threads", optarg, 1, 4096, &v)) return argv_error(); a.threads = (int)v; break;
     case 'h': eval_help(stdout); return CLI_EXIT_OK;
     default: eval_help(stderr); return argv_error();
     }

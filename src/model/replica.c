@@ -401,7 +401,12 @@ static void charge(clt__replica *r, double *slot, double *t0) {
   *t0 = t;
 }
 
-void clt__replica_set_timeout(clt__replica *r, double timeout_s) { r->timeout_s = timeout_s; }
+/* The context's too: a host GEMM (src/blas_host.c) inside the replica's
+ * run waits for the queue as long as the replica's own waits do. */
+void clt__replica_set_timeout(clt__replica *r, double timeout_s) {
+  r->timeout_s = timeout_s;
+  r->ctx->wait_timeout_s = timeout_s;
+}
 
 /* Wait, within the timeout, for everything queued so far. */
 static int queue_done(clt__replica *r, const char *what) {

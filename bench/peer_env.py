@@ -1,0 +1,47 @@
+"""Thread and BLAS settings of cltrain's PyTorch peers (bench/pytorch_*.py),
+imported BEFORE torch.
+
+Debian's torch is built with BLAS_INFO=generic and runs its linear layers on
+whatever libblas.so.3 the alternatives system points at: the netlib
+reference BLAS unless an optimised one is installed (libopenblas0-pthread).
+OpenBLAS ignores torch.set_num_threads and starts its own pool beside
+torch's OpenMP threads (on 2 cores, 2 + 2 busy-waiting threads ran at a
+third of the speed of either alone), so it gets the peer's thread count
+here, before torch loads it, and idle OpenMP threads sleep.
+
+  import peer_env; peer_env.threads_from_argv()   # then import torch
+  peer_env.blas_info()                            # the library really loaded
+"""
+import os
+import sys
+
+
+def threads_from_argv(default="1", flag="--threads"):
+    """Give OpenBLAS (and OpenMP) the count the command line asks for."""
+    n = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == flag), default)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(n))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return n
+
+
+def blas_info():
+    """The BLAS libraries this process really runs on, read from its mapped
+    libraries after a matrix product."""
+    import torch
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    with open("/proc/self/maps") as f:
+        libs = {line.split()[-1] for line in f if "blas" in line.lower() or "mkl" in line.lower()}
+    real = sorted({os.path.realpath(p) for p in libs if p.startswith("/")})
+    return ",".join(real) or "unknown"
+
+
+def blas_optimised(info):
+    """False for the netlib reference BLAS (Debian's /usr/lib/<triplet>/blas/)."""
+    return any(x in info for x in ("openblas", "mkl", "blis", "atlas"))
+
+
+def check_blas(info):
+    """Refuse to time a peer on the reference BLAS unless PEER_ANY_BLAS=1."""
+    if not blas_optimised(info) and os.environ.get("PEER_ANY_BLAS") != "1":
+        sys.exit("peer: PyTorch runs on the reference BLAS (%s): its timings would not be a fair peer; install "
+                 "libopenblas0-pthread (or set PEER_ANY_BLAS=1 to time it anyway)" % info)
