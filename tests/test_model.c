@@ -415,7 +415,8 @@ START_TEST(default_initialisation_takes_the_gain_of_what_follows) {
   enum { N = 8 };
   clt__replica *r;
   float *params = malloc((size_t)s->param_count * 4), *x = malloc(N * 784 * 4), loss;
-  int32_t y[N] = {0, 1, 2, 3, 4, 5, 6, 7}, correct;
+  int32_t y[N] = {0, 1, 2, 3, 4, 5, 6, 7};
+  double correct;
   clt__model_init_params(s, 42, params);
   ref_random(x, N * 784, 9);
   ck_assert_msg(clt__replica_create(tu_ctx[0], s, N, 0, CLT_F32, params, &r) == 0, "%s", clt_last_error());

@@ -39,7 +39,8 @@ static void usage(FILE *to) {
           "  CLT_LOG_LEVEL    none|error|warn|info|debug|trace (default warn)\n"
           "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n"
           "  CLT_TIMEOUT      seconds a collective waits for a peer before failing (default 300)\n"
-          "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 256K; 1M with 2 ranks)\n");
+          "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 256K; 1M with 2 ranks)\n"
+          "  CLT_HOST_BLAS    0: CPU devices' GEMMs on CLBlast instead of the host BLAS (OpenBLAS)\n");
 }
 
 /* This process's place in the job (cli_set_job), for messages. */
