@@ -177,28 +177,43 @@ float row_dot(const vec_t *a, const vec_t *b) {
 
 // The scores of a tile: s[r] = sum_d x_r[d] * colT[d * TP + j0 .. + KL) for
 // the QB rows r of this item at elements xr[r] of x, rank-1 updates over d.
-void tile_scores(lane_t *s, __global const act_t *x, const ulong *xr, __global const float *colT, const ulong c0,
-                 const uint TP) {
+// Always inlined, with the sums in locals: called, PoCL kept s in memory
+// (s might alias x) and stored every multiply-add. z is 0, but opaque to
+// the compiler (the host's `zero` times the walk's position): with plain
+// offsets LLVM hoisted the QB x D broadcasts of x out of the walk, as
+// QB x D vectors spilled to the stack (8 KiB an item, stored before every
+// walk); with z they stay loads folded into the multiply-adds.
+__attribute__((always_inline)) void tile_scores(lane_t *s, __global const act_t *x, const ulong *xr, const ulong z,
+                                                __global const float *colT, const ulong c0, const uint TP) {
+  lane_t a[QB];
+  ulong o[QB];
   #pragma unroll
-  for (int r = 0; r < QB; r++) s[r] = 0.0f;
+  for (int r = 0; r < QB; r++) a[r] = 0.0f, o[r] = xr[r] + z;
   #pragma unroll
   for (int d = 0; d < HEAD_DIM; d++) {
     const lane_t c = LVLOAD(0, colT + c0 + (ulong)d * TP);
     #pragma unroll
-    for (int r = 0; r < QB; r++) s[r] += ALOAD(x, xr[r] + d) * c;
+    for (int r = 0; r < QB; r++) a[r] += ALOAD(x, o[r] + d) * c;
   }
+  #pragma unroll
+  for (int r = 0; r < QB; r++) s[r] = a[r];
 }
 
 // Rows t of the head columns col + h*D of src (B, T, ld) into dst (B, H,
-// D, TP) as f32, transposed; rows T .. TP-1 zero. Over (TP, H, B) items.
+// D, TP) as f32, transposed, and with two > 0, of the next C columns into
+// dst + two (k and v together); rows T .. TP-1 zero. Over (TP, H, B) items.
 __kernel void attention_transpose(__global const act_t *src, const ulong soff, const uint ld, const uint T,
-                                  __global float *dst, const ulong doff) {
+                                  __global float *dst, const ulong doff, const ulong two) {
   const uint t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
   const uint TP = get_global_size(0), H = get_global_size(1);
   const ulong s = soff + ((ulong)b * T + min(t, T - 1)) * ld + (ulong)h * HEAD_DIM;
   const ulong o = doff + ((ulong)b * H + h) * HEAD_DIM * TP + t;
   #pragma unroll
   for (int d = 0; d < HEAD_DIM; d++) dst[o + (ulong)d * TP] = t < T ? ALOAD(src, s + d) : 0.0f;
+  if (two) {
+    #pragma unroll
+    for (int d = 0; d < HEAD_DIM; d++) dst[two + o + (ulong)d * TP] = t < T ? ALOAD(src, s + H * HEAD_DIM + d) : 0.0f;
+  }
 }
 
 // Queries i0 .. i0 + QB - 1 of head h of sample b: with s_j = q_i . k_j *
@@ -210,7 +225,7 @@ __kernel void attention_transpose(__global const act_t *src, const ulong soff, c
 // kT: the keys transposed.
 __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __global const float *kT,
                                 const ulong ktoff, const uint T, const uint TP, __global act_t *y, const ulong yoff,
-                                __global float *lse, const ulong loff, const float scale) {
+                                __global float *lse, const ulong loff, const float scale, const uint zero) {
   const uint i0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
   const uint H = get_global_size(1), C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
   const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
@@ -228,7 +243,7 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
   }
   for (uint j0 = 0; j0 <= last; j0 += KL) {
     lane_t s[QB];
-    tile_scores(s, qkv, qr, kT, kt + j0, TP);
+    tile_scores(s, qkv, qr, (ulong)zero * j0, kT, kt + j0, TP);
     #pragma unroll
     for (int r = 0; r < QB; r++) {
       const ilane_t out = (ilane_t)(int)j0 + LANE_IDS > (ilane_t)(int)(i0 + r);
@@ -271,14 +286,14 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
 // The backward for queries i0 .. i0 + QB - 1: p_j = exp(s_j - lse_i) (s_j
 // as the forward computes it), dp_j = dy_i . v_j, ds_j = p_j (dp_j -
 // delta_i) with delta_i = dy_i . y_i (which equals sum_j p_j dp_j); dq_i =
-// scale sum_j ds_j k_j. delta_i is saved for attention_backward_dkv. kT,
-// vT: the keys and values transposed.
-__kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff, __global const float *kvT,
-                                    const ulong ktoff, const ulong vtoff, const uint T, const uint TP,
-                                    __global const act_t *y, const ulong yoff, __global const act_t *dy,
+// scale sum_j ds_j k_j. delta_i is saved for attention_backward_dkv. tr
+// holds the keys and values transposed (at ktoff, vtoff).
+__kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff, __global const float *tr,
+                                    const ulong ktoff, const ulong vtoff, const uint T,
+                                    const uint TP, __global const act_t *y, const ulong yoff, __global const act_t *dy,
                                     const ulong dyoff, __global const float *lse, const ulong loff,
                                     __global float *delta, const ulong doff, __global act_t *dqkv, const ulong dqoff,
-                                    const float scale) {
+                                    const float scale, const uint zero) {
   const uint i0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
   const uint H = get_global_size(1), C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
   const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
@@ -299,8 +314,8 @@ __kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff,
   }
   for (uint j0 = 0; j0 <= last; j0 += KL) {
     lane_t s[QB], dp[QB];
-    tile_scores(s, qkv, qr, kvT, ktoff + tt + j0, TP);
-    tile_scores(dp, dy, gr, kvT, vtoff + tt + j0, TP);
+    tile_scores(s, qkv, qr, (ulong)zero * j0, tr, ktoff + tt + j0, TP);
+    tile_scores(dp, dy, gr, (ulong)zero * j0, tr, vtoff + tt + j0, TP);
     #pragma unroll
     for (int r = 0; r < QB; r++) {
       const ilane_t out = (ilane_t)(int)j0 + LANE_IDS > (ilane_t)(int)(i0 + r);
@@ -337,7 +352,7 @@ __kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff
                                      const ulong qtoff, const ulong gtoff, const uint T, const uint TP,
                                      __global const act_t *dy, const ulong dyoff, __global const float *lse,
                                      const ulong loff, __global const float *delta, const ulong doff,
-                                     __global act_t *dqkv, const ulong dqoff, const float scale) {
+                                     __global act_t *dqkv, const ulong dqoff, const float scale, const uint zero) {
   const uint j0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
   const uint H = get_global_size(1), C = H * HEAD_DIM;
   const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
@@ -361,8 +376,8 @@ __kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff
       lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
     }
     const lane_t lv = LVLOAD(0, lb), ev = LVLOAD(0, eb);
-    tile_scores(s, qkv, kr, qgT, qtoff + tt + i0, TP);
-    tile_scores(dp, qkv, vr, qgT, gtoff + tt + i0, TP);
+    tile_scores(s, qkv, kr, (ulong)zero * i0, qgT, qtoff + tt + i0, TP);
+    tile_scores(dp, qkv, vr, (ulong)zero * i0, qgT, gtoff + tt + i0, TP);
     const ilane_t ids = (ilane_t)(int)i0 + LANE_IDS;
     #pragma unroll
     for (int r = 0; r < QB; r++) {

@@ -63,15 +63,17 @@ static int attention_kernel(clt_context *ctx, const clt_tensor *qkv, int64_t D, 
 }
 
 /* Head columns col .. of src (B, T, ld) transposed into the scratch place at
- * dst floats: (B, H, D, TP) f32. */
+ * dst floats: (B, H, D, TP) f32; with two > 0, the next C columns too, at
+ * dst + two. */
 static int transpose_heads(clt_context *ctx, const clt_tensor *src, const attn_dims *d, cl_uint ld, cl_ulong col,
-                           cl_mem scratch, cl_ulong dst) {
+                           cl_mem scratch, cl_ulong dst, cl_ulong two) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong soff = clt__nn_off(src) + col;
   cl_uint T = (cl_uint)d->T;
   CLT_TRY(attention_kernel(ctx, src, d->D, "attention_transpose", &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(src->buf), NN_VAL(soff), NN_VAL(ld), NN_VAL(T), NN_VAL(scratch), NN_VAL(dst)));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(src->buf), NN_VAL(soff), NN_VAL(ld), NN_VAL(T), NN_VAL(scratch), NN_VAL(dst),
+                      NN_VAL(two)));
   CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)padded_T(d->T), (size_t)d->H, (size_t)d->B));
 fail:
   return rc;
@@ -120,11 +122,12 @@ int clt_nn_attention_forward(clt_context *ctx, int heads, const clt_tensor *qkv,
   cl_ulong qoff = clt__nn_off(qkv), yoff = clt__nn_off(y), loff = clt__nn_off(lse), ktoff = 0;
   cl_uint T = (cl_uint)d.T, TP = (cl_uint)padded_T(d.T);
   float scale = 1.0f / sqrtf((float)d.D);
+  cl_uint zero = 0; /* see tile_scores in cl/attention.cl */
   CLT_TRY(clt__context_scratch(ctx, clt_nn_attention_scratch_bytes(d.B, d.T, d.C, heads, qkv->dtype), &scratch));
-  CLT_TRY(transpose_heads(ctx, qkv, &d, (cl_uint)(3 * d.C), (cl_ulong)d.C, scratch, ktoff));
+  CLT_TRY(transpose_heads(ctx, qkv, &d, (cl_uint)(3 * d.C), (cl_ulong)d.C, scratch, ktoff, 0));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_forward", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(ktoff), NN_VAL(T), NN_VAL(TP),
-                      NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(lse->buf), NN_VAL(loff), NN_VAL(scale)));
+                      NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(lse->buf), NN_VAL(loff), NN_VAL(scale), NN_VAL(zero)));
   CLT_TRY(clt__nn_launch_3d(ctx, k, row_items(ctx, d.T), (size_t)d.H, (size_t)d.B));
   return CLT_OK;
 fail:
@@ -146,20 +149,21 @@ int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv
   cl_ulong qt = delta_floats(d.B, d.T, d.H), kt = qt + slab, vt = kt + slab, gt = vt + slab;
   cl_uint T = (cl_uint)d.T, TP = (cl_uint)padded_T(d.T), ld = (cl_uint)(3 * d.C);
   float scale = 1.0f / sqrtf((float)d.D);
+  cl_uint zero = 0; /* see tile_scores in cl/attention.cl */
   CLT_TRY(clt__context_scratch(ctx, clt_nn_attention_scratch_bytes(d.B, d.T, d.C, heads, qkv->dtype), &scratch));
-  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, 0, scratch, qt));
-  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, (cl_ulong)d.C, scratch, kt));
-  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, 2 * (cl_ulong)d.C, scratch, vt));
-  CLT_TRY(transpose_heads(ctx, dy, &d, (cl_uint)d.C, 0, scratch, gt));
+  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, 0, scratch, qt, 0));
+  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, (cl_ulong)d.C, scratch, kt, vt - kt));
+  CLT_TRY(transpose_heads(ctx, dy, &d, (cl_uint)d.C, 0, scratch, gt, 0));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_backward_dq", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(kt), NN_VAL(vt), NN_VAL(T),
                       NN_VAL(TP), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(lse->buf),
-                      NN_VAL(loff), NN_VAL(scratch), NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff), NN_VAL(scale)));
+                      NN_VAL(loff), NN_VAL(scratch), NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff), NN_VAL(scale),
+                      NN_VAL(zero)));
   CLT_TRY(clt__nn_launch_3d(ctx, k, row_items(ctx, d.T), (size_t)d.H, (size_t)d.B));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_backward_dkv", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(qt), NN_VAL(gt), NN_VAL(T),
                       NN_VAL(TP), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(lse->buf), NN_VAL(loff), NN_VAL(scratch),
-                      NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff), NN_VAL(scale)));
+                      NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff), NN_VAL(scale), NN_VAL(zero)));
   CLT_TRY(clt__nn_launch_3d(ctx, k, row_items(ctx, d.T), (size_t)d.H, (size_t)d.B));
   return CLT_OK;
 fail:
