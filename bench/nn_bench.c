@@ -338,7 +338,8 @@ int main(int argc, char **argv) {
     case 'g': gpt = 1; break;
     case 'o': only = optarg; break;
     default:
-      fprintf(c == 'h' ? stdout : stderr, "usage: nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt] [--only SUBSTRING]\n");
+      fprintf(c == 'h' ? stdout : stderr,
+              "usage: nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt] [--only SUBSTRING]\n");
       return c == 'h' ? 0 : 2;
     }
   }

@@ -71,10 +71,12 @@ static int transpose_heads(clt_context *ctx, const clt_tensor *src, const attn_d
   cl_kernel k;
   cl_ulong soff = clt__nn_off(src) + col;
   cl_uint T = (cl_uint)d->T;
-  CLT_TRY(attention_kernel(ctx, src, d->D, "attention_transpose", &k));
+  /* On CPUs that run items as loops, 16 rows an item where 16 divides D */
+  int tiles = clt__nn_items_run_as_loops(ctx) && d->D % 16 == 0;
+  CLT_TRY(attention_kernel(ctx, src, d->D, tiles ? "attention_transpose16" : "attention_transpose", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(src->buf), NN_VAL(soff), NN_VAL(ld), NN_VAL(T), NN_VAL(scratch), NN_VAL(dst),
                       NN_VAL(two)));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)padded_T(d->T), (size_t)d->H, (size_t)d->B));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)padded_T(d->T) / (tiles ? 16 : 1), (size_t)d->H, (size_t)d->B));
 fail:
   return rc;
 }
