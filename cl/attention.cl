@@ -200,19 +200,19 @@ __attribute__((always_inline)) void tile_scores(lane_t *s, __global const act_t 
 }
 
 // Rows t of the head columns col + h*D of src (B, T, ld) into dst (B, H,
-// D, TP) as f32, transposed, and with two > 0, of the next C columns into
-// dst + two (k and v together); rows T .. TP-1 zero. Over (TP, H, B) items.
+// D, TP) as f32, transposed, and of the next parts - 1 groups of C columns
+// into dst + stride, + 2 stride (q, k and v of qkv at once); rows T .. TP-1
+// zero. Over (TP, H, B) items.
 __kernel void attention_transpose(__global const act_t *src, const ulong soff, const uint ld, const uint T,
-                                  __global float *dst, const ulong doff, const ulong two) {
+                                  __global float *dst, const ulong doff, const uint parts, const ulong stride) {
   const uint t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
   const uint TP = get_global_size(0), H = get_global_size(1);
   const ulong s = soff + ((ulong)b * T + min(t, T - 1)) * ld + (ulong)h * HEAD_DIM;
   const ulong o = doff + ((ulong)b * H + h) * HEAD_DIM * TP + t;
-  #pragma unroll
-  for (int d = 0; d < HEAD_DIM; d++) dst[o + (ulong)d * TP] = t < T ? ALOAD(src, s + d) : 0.0f;
-  if (two) {
+  for (uint part = 0; part < parts; part++) {
+    const ulong sp = s + (ulong)part * H * HEAD_DIM, op = o + part * stride;
     #pragma unroll
-    for (int d = 0; d < HEAD_DIM; d++) dst[two + o + (ulong)d * TP] = t < T ? ALOAD(src, s + H * HEAD_DIM + d) : 0.0f;
+    for (int d = 0; d < HEAD_DIM; d++) dst[op + (ulong)d * TP] = t < T ? ALOAD(src, sp + d) : 0.0f;
   }
 }
 
@@ -244,13 +244,13 @@ void transpose16(float16 *r) {
 // as 16 column vectors (one item a row, PoCL gathered each column from 8
 // rows apart, and took as long as the dq kernel). Over (TP / 16, H, B) items.
 __kernel void attention_transpose16(__global const act_t *src, const ulong soff, const uint ld, const uint T,
-                                    __global float *dst, const ulong doff, const ulong two) {
+                                    __global float *dst, const ulong doff, const uint parts, const ulong stride) {
   const uint t0 = get_global_id(0) * 16, h = get_global_id(1), b = get_global_id(2);
   const uint TP = get_global_size(0) * 16, H = get_global_size(1);
   const ulong s = soff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
   const ulong o = doff + ((ulong)b * H + h) * HEAD_DIM * TP + t0;
-  for (int part = 0; part < (two ? 2 : 1); part++) {
-    const ulong sp = s + (ulong)part * H * HEAD_DIM, op = o + (ulong)part * two;
+  for (uint part = 0; part < parts; part++) {
+    const ulong sp = s + (ulong)part * H * HEAD_DIM, op = o + part * stride;
     #pragma unroll
     for (int c = 0; c < HEAD_DIM; c += 16) {
       float16 r[16];

@@ -10,8 +10,12 @@
  *   backward  P = exp(S - lse) from S recomputed; dP = dY V^T;
  *             dS = P * (dP - rowsum(dY * Y)); dV = P^T dY;
  *             dQ = dS K / sqrt(D); dK = dS^T Q / sqrt(D)
- * One launch for the forward, two for the backward (dQ, then dK and dV);
- * none of them stores anything of size T x T. Under mixed precision the
+ * Two launches for the forward (k transposed, then the kernel), four for
+ * the backward (q, k, v and dy transposed, dQ, then dK and dV); the
+ * kernels tile in registers and read the other side's rows from those
+ * transposed f32 copies, in scratch (4 B T C + B H T floats, linear in T;
+ * the layer's saved activations are unchanged). None of them stores
+ * anything of size T x T. Under mixed precision the
  * kernels' f16 variant loads the same floats and does the same float
  * arithmetic, so an f16 result is the f32 path's on the same half inputs,
  * rounded once.
@@ -63,10 +67,10 @@ static int attention_kernel(clt_context *ctx, const clt_tensor *qkv, int64_t D, 
 }
 
 /* Head columns col .. of src (B, T, ld) transposed into the scratch place at
- * dst floats: (B, H, D, TP) f32; with two > 0, the next C columns too, at
- * dst + two. */
+ * dst floats: (B, H, D, TP) f32; and the next parts - 1 groups of C
+ * columns, at dst + stride, dst + 2 stride. */
 static int transpose_heads(clt_context *ctx, const clt_tensor *src, const attn_dims *d, cl_uint ld, cl_ulong col,
-                           cl_mem scratch, cl_ulong dst, cl_ulong two) {
+                           cl_mem scratch, cl_ulong dst, cl_uint parts, cl_ulong stride) {
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong soff = clt__nn_off(src) + col;
@@ -75,7 +79,7 @@ static int transpose_heads(clt_context *ctx, const clt_tensor *src, const attn_d
   int tiles = clt__nn_items_run_as_loops(ctx) && d->D % 16 == 0;
   CLT_TRY(attention_kernel(ctx, src, d->D, tiles ? "attention_transpose16" : "attention_transpose", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(src->buf), NN_VAL(soff), NN_VAL(ld), NN_VAL(T), NN_VAL(scratch), NN_VAL(dst),
-                      NN_VAL(two)));
+                      NN_VAL(parts), NN_VAL(stride)));
   CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)padded_T(d->T) / (tiles ? 16 : 1), (size_t)d->H, (size_t)d->B));
 fail:
   return rc;
@@ -126,7 +130,7 @@ int clt_nn_attention_forward(clt_context *ctx, int heads, const clt_tensor *qkv,
   float scale = 1.0f / sqrtf((float)d.D);
   cl_uint zero = 0; /* see tile_scores in cl/attention.cl */
   CLT_TRY(clt__context_scratch(ctx, clt_nn_attention_scratch_bytes(d.B, d.T, d.C, heads, qkv->dtype), &scratch));
-  CLT_TRY(transpose_heads(ctx, qkv, &d, (cl_uint)(3 * d.C), (cl_ulong)d.C, scratch, ktoff, 0));
+  CLT_TRY(transpose_heads(ctx, qkv, &d, (cl_uint)(3 * d.C), (cl_ulong)d.C, scratch, ktoff, 1, 0));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_forward", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(ktoff), NN_VAL(T), NN_VAL(TP),
                       NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(lse->buf), NN_VAL(loff), NN_VAL(scale), NN_VAL(zero)));
@@ -153,9 +157,8 @@ int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv
   float scale = 1.0f / sqrtf((float)d.D);
   cl_uint zero = 0; /* see tile_scores in cl/attention.cl */
   CLT_TRY(clt__context_scratch(ctx, clt_nn_attention_scratch_bytes(d.B, d.T, d.C, heads, qkv->dtype), &scratch));
-  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, 0, scratch, qt, 0));
-  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, (cl_ulong)d.C, scratch, kt, vt - kt));
-  CLT_TRY(transpose_heads(ctx, dy, &d, (cl_uint)d.C, 0, scratch, gt, 0));
+  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, 0, scratch, qt, 3, slab)); /* q, k, v */
+  CLT_TRY(transpose_heads(ctx, dy, &d, (cl_uint)d.C, 0, scratch, gt, 1, 0));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_backward_dq", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(kt), NN_VAL(vt), NN_VAL(T),
                       NN_VAL(TP), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(lse->buf),
