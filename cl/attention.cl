@@ -216,57 +216,49 @@ __kernel void attention_transpose(__global const act_t *src, const ulong soff, c
   }
 }
 
-#if HEAD_DIM % 16 == 0
-// Swaps bit `h` of the row and the column index of a 16 x 16 tile held as 16
+#if HEAD_DIM % 8 == 0
+// Swaps bit `h` of the row and the column index of an 8 x 8 tile held as 8
 // rows r[i]: the off-diagonal h x h blocks of every 2h x 2h block trade
-// places. Doing it for h = 8, 4, 2, 1 transposes the tile; each step is 16
+// places. Doing it for h = 4, 2, 1 transposes the tile; each step is 8
 // shuffles of two vectors (vector literals of swizzles, which clang turns
-// into shuffles).
+// into shuffles). 8 x 8 tiles of float8 stay in registers with their
+// temporaries (16 x 16 of float16 spilled).
 #define SWAP_BLOCKS(r, h, LO, HI)                                                                                    \
-  _Pragma("unroll") for (int i = 0; i < 16; i++) if ((i & (h)) == 0) {                                              \
-    const float16 a = r[i], b = r[i + (h)];                                                                          \
+  _Pragma("unroll") for (int i = 0; i < 8; i++) if ((i & (h)) == 0) {                                               \
+    const float8 a = r[i], b = r[i + (h)];                                                                           \
     r[i] = LO, r[i + (h)] = HI;                                                                                      \
   }
 
-void transpose16(float16 *r) {
-  SWAP_BLOCKS(r, 8, ((float16)(a.lo, b.lo)), ((float16)(a.hi, b.hi)));
-  SWAP_BLOCKS(r, 4, ((float16)(a.s0123, b.s0123, a.s89ab, b.s89ab)), ((float16)(a.s4567, b.s4567, a.scdef, b.scdef)));
-  SWAP_BLOCKS(r, 2, ((float16)(a.s01, b.s01, a.s45, b.s45, a.s89, b.s89, a.scd, b.scd)),
-              ((float16)(a.s23, b.s23, a.s67, b.s67, a.sab, b.sab, a.sef, b.sef)));
-  SWAP_BLOCKS(r, 1, ((float16)(a.s0, b.s0, a.s2, b.s2, a.s4, b.s4, a.s6, b.s6, a.s8, b.s8, a.sa, b.sa, a.sc, b.sc,
-                               a.se, b.se)),
-              ((float16)(a.s1, b.s1, a.s3, b.s3, a.s5, b.s5, a.s7, b.s7, a.s9, b.s9, a.sb, b.sb, a.sd, b.sd, a.sf,
-                         b.sf)));
-}
-
-// attention_transpose for CPUs, 16 rows an item: each 16 x 16 tile of a
-// head's columns read as 16 row vectors, transposed in registers, written
-// as 16 column vectors (one item a row, PoCL gathered each column from 8
-// rows apart, and took as long as the dq kernel). Over (TP / 16, H, B) items.
+// attention_transpose for CPUs, 16 rows an item: each 8 x 8 tile of a head's
+// columns read as 8 row vectors, transposed in registers, written as 8
+// column vectors (one item a row, PoCL gathered each column from 8 rows
+// apart, and took as long as the dq kernel). Over (TP / 16, H, B) items.
 __kernel void attention_transpose16(__global const act_t *src, const ulong soff, const uint ld, const uint T,
                                     __global float *dst, const ulong doff, const uint parts, const ulong stride) {
-  const uint t0 = get_global_id(0) * 16, h = get_global_id(1), b = get_global_id(2);
+  const uint h = get_global_id(1), b = get_global_id(2);
   const uint TP = get_global_size(0) * 16, H = get_global_size(1);
   const ulong s = soff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  const ulong o = doff + ((ulong)b * H + h) * HEAD_DIM * TP + t0;
   for (uint part = 0; part < parts; part++) {
-    const ulong sp = s + (ulong)part * H * HEAD_DIM, op = o + part * stride;
+    const ulong sp = s + (ulong)part * H * HEAD_DIM;
     #pragma unroll
-    for (int c = 0; c < HEAD_DIM; c += 16) {
-      float16 r[16];
+    for (int part8 = 0; part8 < 2; part8++) {
+      const uint t0 = get_global_id(0) * 16 + part8 * 8;
+      const ulong op = doff + ((ulong)b * H + h) * HEAD_DIM * TP + t0 + part * stride;
       #pragma unroll
-      for (int i = 0; i < 16; i++) {
-        const ulong e = sp + (ulong)min(t0 + i, T - 1) * ld + c;
-#ifdef CLT_HALF
-        const float16 v = (float16)(aload8(src, e), aload8(src, e + 8));
-#else
-        const float16 v = vload16(0, src + e);
-#endif
-        r[i] = t0 + i < T ? v : (float16)0.0f;
+      for (int c = 0; c < HEAD_DIM; c += 8) {
+        float8 r[8];
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+          const ulong e = sp + (ulong)min(t0 + i, T - 1) * ld + c;
+          r[i] = t0 + i < T ? aload8(src, e) : (float8)0.0f;
+        }
+        SWAP_BLOCKS(r, 4, ((float8)(a.lo, b.lo)), ((float8)(a.hi, b.hi)));
+        SWAP_BLOCKS(r, 2, ((float8)(a.s01, b.s01, a.s45, b.s45)), ((float8)(a.s23, b.s23, a.s67, b.s67)));
+        SWAP_BLOCKS(r, 1, ((float8)(a.s0, b.s0, a.s2, b.s2, a.s4, b.s4, a.s6, b.s6)),
+                    ((float8)(a.s1, b.s1, a.s3, b.s3, a.s5, b.s5, a.s7, b.s7)));
+        #pragma unroll
+        for (int j = 0; j < 8; j++) vstore8(r[j], 0, dst + op + (ulong)(c + j) * TP);
       }
-      transpose16(r);
-      #pragma unroll
-      for (int j = 0; j < 16; j++) vstore16(r[j], 0, dst + op + (ulong)(c + j) * TP);
     }
   }
 }

@@ -415,7 +415,7 @@ static void attention_case(clt_context *ctx, int B, int T, int C, int H) {
   hf_free_all();
 }
 
-/* Heads of 8 (vectors of 8) and of 32 (of 16, and PoCL's 16-row transposes). */
+/* Heads of 8 (vectors of 8) and of 32 (of 16), both through PoCL's tiled transposes. */
 START_TEST(attention_in_f16_is_the_f32_result_rounded) {
   for (int d = 0; d < tu_ndev; d++) {
     attention_case(tu_ctx[d], 2, 19, 16, 2);

@@ -75,8 +75,8 @@ static int transpose_heads(clt_context *ctx, const clt_tensor *src, const attn_d
   cl_kernel k;
   cl_ulong soff = clt__nn_off(src) + col;
   cl_uint T = (cl_uint)d->T;
-  /* On CPUs that run items as loops, 16 rows an item where 16 divides D */
-  int tiles = clt__nn_items_run_as_loops(ctx) && d->D % 16 == 0;
+  /* On CPUs that run items as loops, 16 rows an item where 8 divides D */
+  int tiles = clt__nn_items_run_as_loops(ctx) && d->D % 8 == 0;
   CLT_TRY(attention_kernel(ctx, src, d->D, tiles ? "attention_transpose16" : "attention_transpose", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(src->buf), NN_VAL(soff), NN_VAL(ld), NN_VAL(T), NN_VAL(scratch), NN_VAL(dst),
                       NN_VAL(parts), NN_VAL(stride)));
