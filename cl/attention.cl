@@ -417,13 +417,18 @@ __kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff
   }
   for (uint i0 = j0 / KL * KL; i0 < T; i0 += KL) {
     lane_t s[QB], dp[QB];
-    float lb[KL], eb[KL];
-    #pragma unroll
-    for (int e = 0; e < KL; e++) {
-      const uint i = min(i0 + e, T - 1);
-      lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
+    lane_t lv, ev;
+    if (i0 + KL <= T) {
+      lv = LVLOAD(0, lse + loff + lrow + i0), ev = LVLOAD(0, delta + doff + lrow + i0);
+    } else { // the last tile: rows past the end clamped to the last
+      float lb[KL], eb[KL];
+      #pragma unroll
+      for (int e = 0; e < KL; e++) {
+        const uint i = min(i0 + e, T - 1);
+        lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
+      }
+      lv = LVLOAD(0, lb), ev = LVLOAD(0, eb);
     }
-    const lane_t lv = LVLOAD(0, lb), ev = LVLOAD(0, eb);
     tile_scores(s, qkv, kr, (ulong)zero * i0, qgT, qtoff + tt + i0, TP);
     tile_scores(dp, qkv, vr, (ulong)zero * i0, qgT, gtoff + tt + i0, TP);
     const ilane_t ids = (ilane_t)(int)i0 + LANE_IDS;
