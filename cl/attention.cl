@@ -319,14 +319,22 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
       }
     }
   }
+  float sum[QB], lg[QB];
+  #pragma unroll
+  for (int r = 0; r < QB; r++) sum[r] = lane_sum(l[r]);
+#if QB == 4 // one vector log, not 4 calls
+  vstore4(log(vload4(0, sum)), 0, lg);
+#else
+  #pragma unroll
+  for (int r = 0; r < QB; r++) lg[r] = log(sum[r]);
+#endif
   #pragma unroll
   for (int r = 0; r < QB; r++) {
     if (i0 + r < T) {
-      const float sum = lane_sum(l[r]);
       const ulong yr = yoff + ((ulong)b * T + i0 + r) * C + (ulong)h * HEAD_DIM;
       #pragma unroll
-      for (int n = 0; n < NV; n++) store_vec(y, yr + (ulong)(n * VW), acc[r][n] / sum);
-      lse[loff + ((ulong)b * H + h) * T + i0 + r] = m[r] + log(sum);
+      for (int n = 0; n < NV; n++) store_vec(y, yr + (ulong)(n * VW), acc[r][n] / sum[r]);
+      lse[loff + ((ulong)b * H + h) * T + i0 + r] = m[r] + lg[r];
     }
   }
 }
