@@ -25,10 +25,12 @@
 // qkv, y, dy and dqkv are act_t (cl/prelude.cl): an f16 variant loads the
 // same floats and does the same float arithmetic, so its results are the
 // f32 path's on the same half values, rounded once. Each item sums in a
-// fixed order that depends on its own row only (lanes past the causal
+// fixed order that depends on its own rows only (lanes past the causal
 // limit or the sequence's end hold -inf scores, whose exp is exactly 0,
 // and add exact zeros): the same inputs give the same bits on every run,
-// and a row's results are the same whatever follows it.
+// and a query's forward results are the same whatever follows it (as long
+// as what follows is finite: a row of the tile past the causal limit is
+// multiplied by an exact 0, and 0 * inf is NaN).
 //
 // Layout: qkv (B, T, 3C) with head h of q at columns h*D of each row, of k
 // at C + h*D, of v at 2C + h*D; y, dy (B, T, C) with head h at h*D; lse and
