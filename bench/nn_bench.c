@@ -6,7 +6,9 @@
  * (examples/gpt_tiny.model: context 128, width 128, 4 heads; batch 16). Where the trainer's CLT_PROFILE=1 says which layer is
  * slow, this says which call inside it, without the trainer around it.
  *
- *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt]
+ *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt] [--only SUBSTRING]
+ *
+ * --only runs the ops whose names contain SUBSTRING ("attention", "sgemm").
  *
  * Each op is run once to build its kernels, then N times with the queue
  * drained after every call; the median and the minimum wall-clock times
@@ -43,6 +45,7 @@ static double cpu(void) {
 
 static clt_context *ctx;
 static int iters = 20;
+static const char *only; /* --only: the ops whose names contain it */
 
 /* A float32 (or int32) tensor of the given shape, filled with uniform
  * values in [-1, 1) (int32: zeros). */
@@ -72,6 +75,7 @@ typedef int (*op_fn)(void *);
 static double total_ms, total_cpu_ms;
 
 static void bench(const char *name, op_fn f, void *arg) {
+  if (only && !strstr(name, only)) return;
   double *t = malloc((size_t)iters * sizeof *t);
   if (f(arg) < 0 || clt_context_finish(ctx) < 0) {
     fprintf(stderr, "nn_bench: %s: %s\n", name, clt_last_error());
@@ -320,19 +324,22 @@ int main(int argc, char **argv) {
                                        {"iters", required_argument, 0, 'i'},
                                        {"batch", required_argument, 0, 'b'},
                                        {"gpt", no_argument, 0, 'g'},
+                                       {"only", required_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0}};
   const char *spec = "pocl";
   int64_t N = 0;
   int c, gpt = 0;
-  while ((c = getopt_long(argc, argv, "d:i:b:gh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "d:i:b:go:h", opts, NULL)) != -1) {
     switch (c) {
     case 'd': spec = optarg; break;
     case 'i': iters = atoi(optarg); break;
     case 'b': N = atoll(optarg); break;
     case 'g': gpt = 1; break;
+    case 'o': only = optarg; break;
     default:
-      fprintf(c == 'h' ? stdout : stderr, "usage: nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt]\n");
+      fprintf(c == 'h' ? stdout : stderr,
+              "usage: nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt] [--only SUBSTRING]\n");
       return c == 'h' ? 0 : 2;
     }
   }

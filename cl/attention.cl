@@ -1,67 +1,134 @@
 // attention.cl: causal multi-head self-attention, fused: the scores, the
-// softmax and the products with v in one kernel per pass, one work-item
-// per query (forward, dq) or key (dk, dv) row of one head, walking the
-// rows the causal mask lets it see in increasing order. Nothing of size
-// T x T is ever stored. (FlashAttention's algorithm, without its tiles:
-// on a CPU (PoCL) a work-item is a loop iteration and the rows it reads
-// stay in cache, so each item reading the head's k and v itself costs
-// less than staging them through local memory, and the launch count is
-// what matters: three kernels a layer instead of dozens of GEMMs.)
+// softmax and the products with v in one kernel per pass (forward; dq;
+// dk and dv), register-tiled. Nothing of size T x T is ever stored.
+// (FlashAttention's algorithm, with a work-item's registers as its tile.)
 //
-// Built with -DHEAD_DIM=D (the head width, known to the host) so the D
-// floats of a row are a private array of float vectors, vec_t, that the
-// compiler keeps in registers: every dot product is VW-wide multiply-adds
-// then a fixed tree over the VW lanes, every row update VW-wide. qkv, y,
-// dy and dqkv are act_t (cl/prelude.cl): an f16 variant loads the same
-// floats and does the same float arithmetic, so its results are the f32
-// path's on the same half values, rounded once. Each item sums in a fixed
-// order: the same inputs give the same bits on every run.
+// A work-item takes QB neighbouring rows of one head (queries in the
+// forward and dq, keys in dk/dv) against the other side's rows KL at a
+// time, the KL lanes of one lane_t vector. The QB x KL scores of a tile
+// are rank-1 updates over the head's D columns: for each column d, one
+// load of the other side's column d (KL rows, from a transposed f32 copy:
+// attention_transpose, into scratch) and QB multiply-adds by this item's
+// own elements, broadcast. No lane sums, each loaded vector used QB times.
+// The softmax and its gradient run KL wide. The products that go back to
+// rows (P V, dS K, P^T dY, dS^T Q) are row updates, each other-side row
+// loaded once for the QB rows of the item: row vectors of VW floats
+// (vec_t, the widest of 16, 8, 4, 2, 1 dividing D), QB x D / VW of them
+// accumulated in registers.
 //
-// Every loop over lanes, vectors of a row or keys of a block has a fixed
-// trip count and is marked `#pragma unroll`: PoCL left them rolled, and
-// unrolled they ran forward 3.4 -> 2.75 ms, backward 8.0 -> 5.3 (one PoCL
-// thread, nn_bench --gpt).
+// On a CPU (PoCL) a work-item is a loop iteration, its vectors are SIMD
+// registers (float16 in a function's arguments lets LLVM use 512-bit ones
+// where the CPU has them), and the other side's rows of a head stay in
+// cache; on a GPU the host picks fewer lanes and rows (a work-item's
+// registers are fewer). The host passes -DHEAD_DIM, -DQB and -DKL.
+//
+// qkv, y, dy and dqkv are act_t (cl/prelude.cl): an f16 variant loads the
+// same floats and does the same float arithmetic, so its results are the
+// f32 path's on the same half values, rounded once. Each item sums in a
+// fixed order that depends on its own rows only (lanes past the causal
+// limit or the sequence's end hold -inf scores, whose exp is exactly 0,
+// and add exact zeros): the same inputs give the same bits on every run,
+// and a query's forward results are the same whatever follows it (as long
+// as what follows is finite: a row of the tile past the causal limit is
+// multiplied by an exact 0, and 0 * inf is NaN).
 //
 // Layout: qkv (B, T, 3C) with head h of q at columns h*D of each row, of k
 // at C + h*D, of v at 2C + h*D; y, dy (B, T, C) with head h at h*D; lse and
-// delta (B, H, T). Launched over exactly (T, H, B) items.
+// delta (B, H, T); the transposed copies (B, H, D, TP) f32, TP = T rounded
+// up to a multiple of 16, rows T .. TP-1 zero. The row kernels are launched
+// over (ceil(T / QB), H, B) items.
 #ifndef HEAD_DIM
 #error "attention.cl needs -DHEAD_DIM=<the head width>"
 #endif
+#ifndef QB
+#define QB 4
+#endif
+#ifndef KL
+#define KL 16
+#endif
 
-#if HEAD_DIM % 8 == 0
+#if HEAD_DIM % 16 == 0
+#define VW 16
+typedef float16 vec_t;
+#define VLOADN vload16
+#define VSTOREN vstore16
+#elif HEAD_DIM % 8 == 0
 #define VW 8
 typedef float8 vec_t;
 #define VLOADN vload8
 #define VSTOREN vstore8
-float hsum(const float8 v) {
-  const float4 a = v.lo + v.hi;
-  const float2 b = a.lo + a.hi;
-  return b.x + b.y;
-}
 #elif HEAD_DIM % 4 == 0
 #define VW 4
 typedef float4 vec_t;
 #define VLOADN vload4
 #define VSTOREN vstore4
-float hsum(const float4 v) {
-  const float2 b = v.lo + v.hi;
-  return b.x + b.y;
-}
 #elif HEAD_DIM % 2 == 0
 #define VW 2
 typedef float2 vec_t;
 #define VLOADN vload2
 #define VSTOREN vstore2
-float hsum(const float2 v) { return v.x + v.y; }
 #else
 #define VW 1
 typedef float vec_t;
 #define VLOADN(o, p) ((p)[o])
 #define VSTOREN(v, o, p) ((p)[o] = (v))
-float hsum(const float v) { return v; }
 #endif
 #define NV (HEAD_DIM / VW)
+
+#if KL == 16
+typedef float16 lane_t;
+typedef int16 ilane_t;
+#define LVLOAD vload16
+#define LVSTORE vstore16
+#define LANE_IDS ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+float lane_max(const float16 v) {
+  const float8 a = fmax(v.lo, v.hi);
+  const float4 b = fmax(a.lo, a.hi);
+  const float2 c = fmax(b.lo, b.hi);
+  return fmax(c.x, c.y);
+}
+float lane_sum(const float16 v) {
+  const float8 a = v.lo + v.hi;
+  const float4 b = a.lo + a.hi;
+  const float2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+#elif KL == 8
+typedef float8 lane_t;
+typedef int8 ilane_t;
+#define LVLOAD vload8
+#define LVSTORE vstore8
+#define LANE_IDS ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+float lane_max(const float8 v) {
+  const float4 b = fmax(v.lo, v.hi);
+  const float2 c = fmax(b.lo, b.hi);
+  return fmax(c.x, c.y);
+}
+float lane_sum(const float8 v) {
+  const float4 b = v.lo + v.hi;
+  const float2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+#elif KL == 4
+typedef float4 lane_t;
+typedef int4 ilane_t;
+#define LVLOAD vload4
+#define LVSTORE vstore4
+#define LANE_IDS ((int4)(0, 1, 2, 3))
+float lane_max(const float4 v) {
+  const float2 c = fmax(v.lo, v.hi);
+  return fmax(c.x, c.y);
+}
+float lane_sum(const float4 v) {
+  const float2 c = v.lo + v.hi;
+  return c.x + c.y;
+}
+#else
+#error "KL (lanes of the other side's rows) must be 4, 8 or 16"
+#endif
+
+// exp(s) where the lane is kept, exactly 0 where it is masked (s is -inf there).
+lane_t masked_exp(const lane_t s, const ilane_t out) { return exp(select(s, (lane_t)(-INFINITY), out)); }
 
 // VW act_t values from element i of p, as floats.
 vec_t load_vec(__global const act_t *p, const ulong i) {
@@ -93,181 +160,319 @@ void load_row(vec_t *r, __global const act_t *p, const ulong i) {
   for (int n = 0; n < NV; n++) r[n] = load_vec(p, i + (ulong)(n * VW));
 }
 
-// sum_d a[d] b[d] of a private row and the row at element i of p: lane
-// sums over d = lane, lane + VW, ..., then the tree over the lanes.
-float dot_row(const vec_t *a, __global const act_t *p, const ulong i) {
-  vec_t t = a[0] * load_vec(p, i);
+// sum_d a[d] b[d] of two rows of D floats, in a fixed order.
+float row_dot(const vec_t *a, const vec_t *b) {
+  vec_t t = a[0] * b[0];
   #pragma unroll
-  for (int n = 1; n < NV; n++) t += a[n] * load_vec(p, i + (ulong)(n * VW));
-  return hsum(t);
-}
-
-// r += c * (the row at element i of p).
-void axpy_row(vec_t *r, const float c, __global const act_t *p, const ulong i) {
-  #pragma unroll
-  for (int n = 0; n < NV; n++) r[n] += c * load_vec(p, i + (ulong)(n * VW));
-}
-
-// The walks take keys (queries) KB at a time: their KB scores are one
-// float8, so exp and the softmax's bookkeeping run 8 wide; lanes past the
-// causal limit (or the sequence's end) hold -inf, whose exp is exactly 0,
-// and their rows are never read.
-#define KB 8
-
-float max8(const float8 v) {
-  const float4 a = fmax(v.lo, v.hi);
-  const float2 b = fmax(a.lo, a.hi);
-  return fmax(b.x, b.y);
-}
-
-
-// The KB dot products of a private row with the rows at elements r[e] +
-// off of p, as one float8. With vectors of 8 lanes, the 8 sums over lanes
-// are reduced together, 8 vectors to 1 in three steps of halving (for
-// each dot: lanes l and l + 4, then neighbours, then neighbours again);
-// otherwise each dot is dot_row's.
-float8 dots8(const vec_t *a, __global const act_t *p, const ulong *r, const ulong off) {
-#if VW == 8
-  float8 t[KB];
-  #pragma unroll
-  for (int e = 0; e < KB; e++) {
-    t[e] = a[0] * load_vec(p, r[e] + off);
-    #pragma unroll
-    for (int n = 1; n < NV; n++) t[e] += a[n] * load_vec(p, r[e] + off + (ulong)(n * VW));
-  }
-  const float8 a01 = (float8)(t[0].lo + t[0].hi, t[1].lo + t[1].hi), a23 = (float8)(t[2].lo + t[2].hi, t[3].lo + t[3].hi);
-  const float8 a45 = (float8)(t[4].lo + t[4].hi, t[5].lo + t[5].hi), a67 = (float8)(t[6].lo + t[6].hi, t[7].lo + t[7].hi);
-  const float8 b0 = (float8)(a01.even + a01.odd, a23.even + a23.odd), b1 = (float8)(a45.even + a45.odd, a67.even + a67.odd);
-  return (float8)(b0.even + b0.odd, b1.even + b1.odd);
+  for (int n = 1; n < NV; n++) t += a[n] * b[n];
+#if VW == 1
+  return t;
 #else
-  float d[KB];
+  float l[VW];
+  VSTOREN(t, 0, l);
+  float s = l[0];
   #pragma unroll
-  for (int e = 0; e < KB; e++) d[e] = dot_row(a, p, r[e] + off);
-  return vload8(0, d);
+  for (int e = 1; e < VW; e++) s += l[e];
+  return s;
 #endif
 }
 
-#define LANES8 ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
-
-// Query i of head h of sample b: with s_j = q_i . k_j * scale for j <= i,
-// lse_i = m + log(sum_j exp(s_j - m)) and y_i = sum_j exp(s_j - m) v_j /
-// sum_j exp(s_j - m), m the largest s_j, kept as the walk goes (the online
-// softmax: when a block brings a larger score, what was summed is rescaled
-// by exp(m_old - m_new), so every exp is at most 1 whatever the scores).
-__kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __global act_t *y, const ulong yoff,
-                                __global float *lse, const ulong loff, const float scale) {
-  const uint i = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
-  const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
-  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  vec_t q[NV], acc[NV];
-  load_row(q, qkv, head + i * ld);
+// The scores of a tile: s[r] = sum_d x_r[d] * colT[d * TP + j0 .. + KL) for
+// the QB rows r of this item at elements xr[r] of x, rank-1 updates over d.
+// Always inlined, with the sums in locals: called, PoCL kept s in memory
+// (s might alias x) and stored every multiply-add. z is 0, but opaque to
+// the compiler (the host's `zero` times the walk's position): with plain
+// offsets LLVM hoisted the QB x D broadcasts of x out of the walk, as
+// QB x D vectors spilled to the stack (8 KiB an item, stored before every
+// walk); with z they stay loads folded into the multiply-adds.
+__attribute__((always_inline)) void tile_scores(lane_t *s, __global const act_t *x, const ulong *xr, const ulong z,
+                                                __global const float *colT, const ulong c0, const uint TP) {
+  lane_t a[QB];
+  ulong o[QB];
   #pragma unroll
-  for (int n = 0; n < NV; n++) acc[n] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
-  for (uint j0 = 0; j0 <= i; j0 += KB) {
-    float pb[KB];
-    ulong r[KB]; // key rows, past the causal limit clamped to it (read, then masked)
+  for (int r = 0; r < QB; r++) a[r] = 0.0f, o[r] = xr[r] + z;
+  #pragma unroll
+  for (int d = 0; d < HEAD_DIM; d++) {
+    const lane_t c = LVLOAD(0, colT + c0 + (ulong)d * TP);
     #pragma unroll
-    for (int e = 0; e < KB; e++) r[e] = head + min(j0 + e, i) * ld;
-    const int8 out = (int8)(int)j0 + LANES8 > (int8)(int)i;
-    const float8 s = select(dots8(q, qkv, r, C) * scale, (float8)(-INFINITY), out);
-    const float bm = max8(s);
-    if (bm > m) {
-      const float c = exp(m - bm);
-      l *= c;
+    for (int r = 0; r < QB; r++) a[r] += ALOAD(x, o[r] + d) * c;
+  }
+  #pragma unroll
+  for (int r = 0; r < QB; r++) s[r] = a[r];
+}
+
+// Rows t of the head columns col + h*D of src (B, T, ld) into dst (B, H,
+// D, TP) as f32, transposed, and of the next parts - 1 groups of C columns
+// into dst + stride, + 2 stride (q, k and v of qkv at once); rows T .. TP-1
+// zero. Over (TP, H, B) items.
+__kernel void attention_transpose(__global const act_t *src, const ulong soff, const uint ld, const uint T,
+                                  __global float *dst, const ulong doff, const uint parts, const ulong stride) {
+  const uint t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+  const uint TP = get_global_size(0), H = get_global_size(1);
+  const ulong s = soff + ((ulong)b * T + min(t, T - 1)) * ld + (ulong)h * HEAD_DIM;
+  const ulong o = doff + ((ulong)b * H + h) * HEAD_DIM * TP + t;
+  for (uint part = 0; part < parts; part++) {
+    const ulong sp = s + (ulong)part * H * HEAD_DIM, op = o + part * stride;
+    #pragma unroll
+    for (int d = 0; d < HEAD_DIM; d++) dst[op + (ulong)d * TP] = t < T ? ALOAD(src, sp + d) : 0.0f;
+  }
+}
+
+#if HEAD_DIM % 8 == 0
+// Swaps bit `h` of the row and the column index of an 8 x 8 tile held as 8
+// rows r[i]: the off-diagonal h x h blocks of every 2h x 2h block trade
+// places. Doing it for h = 4, 2, 1 transposes the tile; each step is 8
+// shuffles of two vectors (vector literals of swizzles, which clang turns
+// into shuffles). 8 x 8 tiles of float8 stay in registers with their
+// temporaries (16 x 16 of float16 spilled).
+#define SWAP_BLOCKS(r, h, LO, HI)                                                                                    \
+  _Pragma("unroll") for (int i = 0; i < 8; i++) if ((i & (h)) == 0) {                                               \
+    const float8 a = r[i], b = r[i + (h)];                                                                           \
+    r[i] = LO, r[i + (h)] = HI;                                                                                      \
+  }
+
+// attention_transpose for CPUs, 16 rows an item: each 8 x 8 tile of a head's
+// columns read as 8 row vectors, transposed in registers, written as 8
+// column vectors (one item a row, PoCL gathered each column from 8 rows
+// apart, and took as long as the dq kernel). Over (TP / 16, H, B) items.
+__kernel void attention_transpose16(__global const act_t *src, const ulong soff, const uint ld, const uint T,
+                                    __global float *dst, const ulong doff, const uint parts, const ulong stride) {
+  const uint h = get_global_id(1), b = get_global_id(2);
+  const uint TP = get_global_size(0) * 16, H = get_global_size(1);
+  const ulong s = soff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  for (uint part = 0; part < parts; part++) {
+    const ulong sp = s + (ulong)part * H * HEAD_DIM;
+    #pragma unroll
+    for (int part8 = 0; part8 < 2; part8++) {
+      const uint t0 = get_global_id(0) * 16 + part8 * 8;
+      const ulong op = doff + ((ulong)b * H + h) * HEAD_DIM * TP + t0 + part * stride;
       #pragma unroll
-      for (int n = 0; n < NV; n++) acc[n] *= c;
-      m = bm;
-    }
-    const float8 p = exp(s - m);
-    l += hsum8(p);
-    vstore8(p, 0, pb);
-    #pragma unroll
-    for (int e = 0; e < KB; e++)
-      if (j0 + e <= i) axpy_row(acc, pb[e], qkv, head + (j0 + e) * ld + 2 * C);
-  }
-  const ulong yr = yoff + ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM;
-  #pragma unroll
-  for (int n = 0; n < NV; n++) store_vec(y, yr + (ulong)(n * VW), acc[n] / l);
-  lse[loff + ((ulong)b * H + h) * T + i] = m + log(l);
-}
-
-// The backward for query i: p_j = exp(s_j - lse_i) (s_j as the forward
-// computes it), dp_j = dy_i . v_j, ds_j = p_j (dp_j - delta_i) with
-// delta_i = dy_i . y_i (which equals sum_j p_j dp_j); dq_i = scale sum_j
-// ds_j k_j. delta_i is saved for attention_backward_dkv.
-__kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff, __global const act_t *y,
-                                    const ulong yoff, __global const act_t *dy, const ulong dyoff,
-                                    __global const float *lse, const ulong loff, __global float *delta,
-                                    const ulong doff, __global act_t *dqkv, const ulong dqoff, const float scale) {
-  const uint i = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
-  const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
-  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  const ulong yr = ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM, lr = ((ulong)b * H + h) * T + i;
-  vec_t q[NV], g[NV], acc[NV];
-  load_row(q, qkv, head + i * ld);
-  load_row(g, dy, dyoff + yr);
-  #pragma unroll
-  for (int n = 0; n < NV; n++) acc[n] = 0.0f;
-  const float di = dot_row(g, y, yoff + yr), li = lse[loff + lr];
-  for (uint j0 = 0; j0 <= i; j0 += KB) {
-    float db[KB];
-    ulong r[KB]; // as in the forward
-    #pragma unroll
-    for (int e = 0; e < KB; e++) r[e] = head + min(j0 + e, i) * ld;
-    const int8 out = (int8)(int)j0 + LANES8 > (int8)(int)i;
-    const float8 p = exp(select(dots8(q, qkv, r, C) * scale - li, (float8)(-INFINITY), out));
-    vstore8(p * (dots8(g, qkv, r, 2 * (ulong)C) - di), 0, db); // ds (0 past the limit: p is)
-    #pragma unroll
-    for (int e = 0; e < KB; e++)
-      if (j0 + e <= i) axpy_row(acc, db[e], qkv, head + (j0 + e) * ld + C);
-  }
-  const ulong dr = dqoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM + i * ld;
-  #pragma unroll
-  for (int n = 0; n < NV; n++) store_vec(dqkv, dr + (ulong)(n * VW), acc[n] * scale);
-  delta[doff + lr] = di;
-}
-
-// The backward for key j (after attention_backward_dq, whose delta it
-// reads): over the queries i >= j, with p_ij, dp_ij and ds_ij computed as
-// there, dv_j = sum_i p_ij dy_i and dk_j = scale sum_i ds_ij q_i.
-__kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff, __global const act_t *dy,
-                                     const ulong dyoff, __global const float *lse, const ulong loff,
-                                     __global const float *delta, const ulong doff, __global act_t *dqkv,
-                                     const ulong dqoff, const float scale) {
-  const uint j = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
-  const uint T = get_global_size(0), H = get_global_size(1), C = H * HEAD_DIM;
-  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  const ulong yhead = dyoff + (ulong)b * T * C + (ulong)h * HEAD_DIM, lrow = ((ulong)b * H + h) * T;
-  vec_t k[NV], v[NV], dk[NV], dv[NV];
-  load_row(k, qkv, head + j * ld + C);
-  load_row(v, qkv, head + j * ld + 2 * C);
-  #pragma unroll
-  for (int n = 0; n < NV; n++) dk[n] = dv[n] = 0.0f;
-  for (uint i0 = j; i0 < T; i0 += KB) {
-    float sb[KB], db[KB], lb[KB], eb[KB];
-    ulong rq[KB], rg[KB]; // query rows of qkv and dy, past the end clamped to the last (read, then masked)
-    #pragma unroll
-    for (int e = 0; e < KB; e++) {
-      const uint i = min(i0 + e, T - 1);
-      rq[e] = head + i * ld, rg[e] = yhead + i * C;
-      lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
-    }
-    const int8 out = (int8)(int)i0 + LANES8 >= (int8)(int)T;
-    const float8 p = exp(select(dots8(k, qkv, rq, 0) * scale - vload8(0, lb), (float8)(-INFINITY), out));
-    vstore8(p * (dots8(v, dy, rg, 0) - vload8(0, eb)), 0, db); // ds
-    vstore8(p, 0, sb);
-    #pragma unroll
-    for (int e = 0; e < KB; e++)
-      if (i0 + e < T) {
-        axpy_row(dv, sb[e], dy, yhead + (i0 + e) * C);
-        axpy_row(dk, db[e], qkv, head + (i0 + e) * ld);
+      for (int c = 0; c < HEAD_DIM; c += 8) {
+        float8 r[8];
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+          const ulong e = sp + (ulong)min(t0 + i, T - 1) * ld + c;
+          r[i] = t0 + i < T ? aload8(src, e) : (float8)0.0f;
+        }
+        SWAP_BLOCKS(r, 4, ((float8)(a.lo, b.lo)), ((float8)(a.hi, b.hi)));
+        SWAP_BLOCKS(r, 2, ((float8)(a.s01, b.s01, a.s45, b.s45)), ((float8)(a.s23, b.s23, a.s67, b.s67)));
+        SWAP_BLOCKS(r, 1, ((float8)(a.s0, b.s0, a.s2, b.s2, a.s4, b.s4, a.s6, b.s6)),
+                    ((float8)(a.s1, b.s1, a.s3, b.s3, a.s5, b.s5, a.s7, b.s7)));
+        #pragma unroll
+        for (int j = 0; j < 8; j++) vstore8(r[j], 0, dst + op + (ulong)(c + j) * TP);
       }
+    }
   }
-  const ulong dr = dqoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM + j * ld + C;
+}
+#endif
+
+// Queries i0 .. i0 + QB - 1 of head h of sample b: with s_j = q_i . k_j *
+// scale for j <= i, lse_i = m + log(sum_j exp(s_j - m)) and y_i = sum_j
+// exp(s_j - m) v_j / sum_j exp(s_j - m), m the largest s_j, kept as the
+// walk goes (the online softmax: when a tile brings a larger score, what
+// was summed is rescaled by exp(m_old - m_new), so every exp is at most 1
+// whatever the scores). The sums of exps stay KL lanes until the end.
+// kT: the keys transposed.
+__kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __global const float *kT,
+                                const ulong ktoff, const uint T, const uint TP, __global act_t *y, const ulong yoff,
+                                __global float *lse, const ulong loff, const float scale, const uint zero) {
+  const uint i0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
+  const uint H = get_global_size(1), C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
+  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong kt = ktoff + ((ulong)b * H + h) * HEAD_DIM * TP;
+  ulong qr[QB]; // query rows past the end clamped to the last (computed, never stored)
+  lane_t l[QB];
+  float m[QB], pb[QB][KL];
+  vec_t acc[QB][NV];
   #pragma unroll
-  for (int n = 0; n < NV; n++) {
-    store_vec(dqkv, dr + (ulong)(n * VW), dk[n] * scale);
-    store_vec(dqkv, dr + C + (ulong)(n * VW), dv[n]);
+  for (int r = 0; r < QB; r++) {
+    qr[r] = head + min(i0 + r, T - 1) * ld;
+    l[r] = 0.0f, m[r] = -INFINITY;
+    #pragma unroll
+    for (int n = 0; n < NV; n++) acc[r][n] = 0.0f;
+  }
+  for (uint j0 = 0; j0 <= last; j0 += KL) {
+    lane_t s[QB];
+    tile_scores(s, qkv, qr, (ulong)zero * j0, kT, kt + j0, TP);
+    #pragma unroll
+    for (int r = 0; r < QB; r++) {
+      const ilane_t out = (ilane_t)(int)j0 + LANE_IDS > (ilane_t)(int)(i0 + r);
+      const lane_t sr = select(s[r] * scale, (lane_t)(-INFINITY), out);
+      const float bm = lane_max(sr);
+      if (bm > m[r]) {
+        const float c = exp(m[r] - bm);
+        l[r] *= c;
+        #pragma unroll
+        for (int n = 0; n < NV; n++) acc[r][n] *= c;
+        m[r] = bm;
+      }
+      const lane_t p = exp(sr - m[r]);
+      l[r] += p;
+      LVSTORE(p, 0, pb[r]);
+    }
+    const uint ne = min((uint)KL, last + 1 - j0);
+    for (uint e = 0; e < ne; e++) {
+      vec_t v[NV];
+      load_row(v, qkv, head + (j0 + e) * ld + 2 * C);
+      #pragma unroll
+      for (int r = 0; r < QB; r++) {
+        #pragma unroll
+        for (int n = 0; n < NV; n++) acc[r][n] += pb[r][e] * v[n];
+      }
+    }
+  }
+  float sum[QB], lg[QB];
+  #pragma unroll
+  for (int r = 0; r < QB; r++) sum[r] = lane_sum(l[r]);
+#if QB == 4 // one vector log, not 4 calls
+  vstore4(log(vload4(0, sum)), 0, lg);
+#else
+  #pragma unroll
+  for (int r = 0; r < QB; r++) lg[r] = log(sum[r]);
+#endif
+  #pragma unroll
+  for (int r = 0; r < QB; r++) {
+    if (i0 + r < T) {
+      const ulong yr = yoff + ((ulong)b * T + i0 + r) * C + (ulong)h * HEAD_DIM;
+      #pragma unroll
+      for (int n = 0; n < NV; n++) store_vec(y, yr + (ulong)(n * VW), acc[r][n] / sum[r]);
+      lse[loff + ((ulong)b * H + h) * T + i0 + r] = m[r] + lg[r];
+    }
+  }
+}
+
+// The backward for queries i0 .. i0 + QB - 1: p_j = exp(s_j - lse_i) (s_j
+// as the forward computes it), dp_j = dy_i . v_j, ds_j = p_j (dp_j -
+// delta_i) with delta_i = dy_i . y_i (which equals sum_j p_j dp_j); dq_i =
+// scale sum_j ds_j k_j. delta_i is saved for attention_backward_dkv. tr
+// holds the keys and values transposed (at ktoff, vtoff).
+__kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff, __global const float *tr,
+                                    const ulong ktoff, const ulong vtoff, const uint T,
+                                    const uint TP, __global const act_t *y, const ulong yoff, __global const act_t *dy,
+                                    const ulong dyoff, __global const float *lse, const ulong loff,
+                                    __global float *delta, const ulong doff, __global act_t *dqkv, const ulong dqoff,
+                                    const float scale, const uint zero) {
+  const uint i0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
+  const uint H = get_global_size(1), C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
+  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong tt = ((ulong)b * H + h) * HEAD_DIM * TP, lrow = ((ulong)b * H + h) * T;
+  ulong qr[QB], gr[QB]; // rows of q and dy, past the end clamped to the last
+  float di[QB], li[QB], db[QB][KL];
+  vec_t acc[QB][NV];
+  #pragma unroll
+  for (int r = 0; r < QB; r++) {
+    const uint i = min(i0 + r, T - 1);
+    vec_t g[NV], yv[NV];
+    qr[r] = head + i * ld, gr[r] = dyoff + ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM;
+    load_row(g, dy, gr[r]);
+    load_row(yv, y, yoff + ((ulong)b * T + i) * C + (ulong)h * HEAD_DIM);
+    di[r] = row_dot(g, yv), li[r] = lse[loff + lrow + i];
+    #pragma unroll
+    for (int n = 0; n < NV; n++) acc[r][n] = 0.0f;
+  }
+  for (uint j0 = 0; j0 <= last; j0 += KL) {
+    lane_t s[QB], dp[QB];
+    tile_scores(s, qkv, qr, (ulong)zero * j0, tr, ktoff + tt + j0, TP);
+    tile_scores(dp, dy, gr, (ulong)zero * j0, tr, vtoff + tt + j0, TP);
+    #pragma unroll
+    for (int r = 0; r < QB; r++) {
+      const ilane_t out = (ilane_t)(int)j0 + LANE_IDS > (ilane_t)(int)(i0 + r);
+      const lane_t p = masked_exp(s[r] * scale - li[r], out);
+      LVSTORE(p * (dp[r] - di[r]), 0, db[r]); // ds (0 past the limit: p is)
+    }
+    const uint ne = min((uint)KL, last + 1 - j0);
+    for (uint e = 0; e < ne; e++) {
+      vec_t k[NV];
+      load_row(k, qkv, head + (j0 + e) * ld + C);
+      #pragma unroll
+      for (int r = 0; r < QB; r++) {
+        #pragma unroll
+        for (int n = 0; n < NV; n++) acc[r][n] += db[r][e] * k[n];
+      }
+    }
+  }
+  #pragma unroll
+  for (int r = 0; r < QB; r++) {
+    if (i0 + r < T) {
+      const ulong dr = dqoff + ((ulong)b * T + i0 + r) * ld + (ulong)h * HEAD_DIM;
+      #pragma unroll
+      for (int n = 0; n < NV; n++) store_vec(dqkv, dr + (ulong)(n * VW), acc[r][n] * scale);
+      delta[doff + lrow + i0 + r] = di[r];
+    }
+  }
+}
+
+// The backward for keys j0 .. j0 + QB - 1 (after attention_backward_dq,
+// whose delta it reads): over the queries i >= j, with p_ij, dp_ij and
+// ds_ij computed as there, dv_j = sum_i p_ij dy_i and dk_j = scale sum_i
+// ds_ij q_i. qT, dyT: the queries and dy transposed.
+__kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff, __global const float *qgT,
+                                     const ulong qtoff, const ulong gtoff, const uint T, const uint TP,
+                                     __global const act_t *dy, const ulong dyoff, __global const float *lse,
+                                     const ulong loff, __global const float *delta, const ulong doff,
+                                     __global act_t *dqkv, const ulong dqoff, const float scale, const uint zero) {
+  const uint j0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
+  const uint H = get_global_size(1), C = H * HEAD_DIM;
+  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong yhead = dyoff + (ulong)b * T * C + (ulong)h * HEAD_DIM;
+  const ulong tt = ((ulong)b * H + h) * HEAD_DIM * TP, lrow = ((ulong)b * H + h) * T;
+  ulong kr[QB], vr[QB]; // key and value rows, past the end clamped to the last
+  float pb[QB][KL], db[QB][KL];
+  vec_t dk[QB][NV], dv[QB][NV];
+  #pragma unroll
+  for (int r = 0; r < QB; r++) {
+    kr[r] = head + min(j0 + r, T - 1) * ld + C, vr[r] = kr[r] + C;
+    #pragma unroll
+    for (int n = 0; n < NV; n++) dk[r][n] = dv[r][n] = 0.0f;
+  }
+  for (uint i0 = j0 / KL * KL; i0 < T; i0 += KL) {
+    lane_t s[QB], dp[QB];
+    lane_t lv, ev;
+    if (i0 + KL <= T) {
+      lv = LVLOAD(0, lse + loff + lrow + i0), ev = LVLOAD(0, delta + doff + lrow + i0);
+    } else { // the last tile: rows past the end clamped to the last
+      float lb[KL], eb[KL];
+      #pragma unroll
+      for (int e = 0; e < KL; e++) {
+        const uint i = min(i0 + e, T - 1);
+        lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
+      }
+      lv = LVLOAD(0, lb), ev = LVLOAD(0, eb);
+    }
+    tile_scores(s, qkv, kr, (ulong)zero * i0, qgT, qtoff + tt + i0, TP);
+    tile_scores(dp, qkv, vr, (ulong)zero * i0, qgT, gtoff + tt + i0, TP);
+    const ilane_t ids = (ilane_t)(int)i0 + LANE_IDS;
+    #pragma unroll
+    for (int r = 0; r < QB; r++) {
+      const ilane_t out = ids < (ilane_t)(int)(j0 + r) || ids >= (ilane_t)(int)T;
+      const lane_t p = masked_exp(s[r] * scale - lv, out);
+      LVSTORE(p, 0, pb[r]);
+      LVSTORE(p * (dp[r] - ev), 0, db[r]); // ds
+    }
+    const uint e0 = j0 > i0 ? j0 - i0 : 0, ne = min((uint)KL, T - i0);
+    for (uint e = e0; e < ne; e++) {
+      vec_t q[NV], g[NV];
+      load_row(q, qkv, head + (i0 + e) * ld);
+      load_row(g, dy, yhead + (i0 + e) * C);
+      #pragma unroll
+      for (int r = 0; r < QB; r++) {
+        #pragma unroll
+        for (int n = 0; n < NV; n++) {
+          dv[r][n] += pb[r][e] * g[n];
+          dk[r][n] += db[r][e] * q[n];
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int r = 0; r < QB; r++) {
+    if (j0 + r < T) {
+      const ulong dr = dqoff + ((ulong)b * T + j0 + r) * ld + (ulong)h * HEAD_DIM + C;
+      #pragma unroll
+      for (int n = 0; n < NV; n++) {
+        store_vec(dqkv, dr + (ulong)(n * VW), dk[r][n] * scale);
+        store_vec(dqkv, dr + C + (ulong)(n * VW), dv[r][n]);
+      }
+    }
   }
 }

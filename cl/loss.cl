@@ -4,14 +4,34 @@
 // two); the loss of the batch is then summed by one work-group in a fixed
 // order, so the same logits give the same bits every run.
 
-// XENT_VW (-D, 8 when it divides C, else 1): each item takes its row's
-// elements XENT_VW at a time, as one vector, so that exp runs that wide
-// (on PoCL, where one item walks the whole row, a scalar exp per element
-// was most of the cost).
+// XENT_VW (-D, 8 when it divides C, else 1; 16 on PoCL where 16 divides
+// C): each item takes its row's elements XENT_VW at a time, as one vector,
+// so that exp runs that wide (on PoCL, where one item walks the whole row,
+// a scalar exp per element was most of the cost; float16 in a function's
+// arguments lets LLVM use 512-bit registers).
 #ifndef XENT_VW
 #define XENT_VW 1
 #endif
-#if XENT_VW == 8
+#if XENT_VW == 16
+typedef float16 xv_t;
+typedef int16 xi_t;
+#define LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#define xload(p, i) ((float16)(aload8(p, i), aload8(p, (i) + 8)))
+#define xstore(p, i, v) (astore8(p, i, (v).lo), astore8(p, (i) + 8, (v).hi))
+float xsum(const float16 v) { return hsum8(v.lo + v.hi); }
+float xmax(const float16 v) {
+  const float8 a0 = fmax(v.lo, v.hi);
+  const float4 a = fmax(a0.lo, a0.hi);
+  const float2 b = fmax(a.lo, a.hi);
+  return fmax(b.x, b.y);
+}
+int xmin(const int16 v) {
+  const int8 a0 = min(v.lo, v.hi);
+  const int4 a = min(a0.lo, a0.hi);
+  const int2 b = min(a.lo, a.hi);
+  return min(b.x, b.y);
+}
+#elif XENT_VW == 8
 typedef float8 xv_t;
 typedef int8 xi_t;
 #define LANES ((int8)(0, 1, 2, 3, 4, 5, 6, 7))

@@ -329,9 +329,10 @@ static void attention_case(clt_context *ctx, int B, int T, int C, int H) {
   free(qkv), free(dy), free(y), free(lse), free(dq), free(s.qkv), free(s.r), free(s.y), free(s.lse), free(rdq);
 }
 
-/* The kernels hold a head's D floats as vectors of 8, 4, 2 or 1 lanes (the
- * largest dividing D): every width is here, with one or several
- * work-groups per head. */
+/* The kernels hold a head's D floats as vectors of 16, 8, 4, 2 or 1 lanes
+ * (the largest dividing D) and take rows in tiles of 4 x 16 (PoCL) or 1 x 4:
+ * every width is here, with sequences shorter than a tile, ending inside
+ * one and spanning several, and one or several work-groups per head. */
 START_TEST(attention_matches_reference_and_finite_differences) {
   for (int d = 0; d < tu_ndev; d++) {
     clt_context *ctx = tu_ctx[d];
@@ -342,7 +343,9 @@ START_TEST(attention_matches_reference_and_finite_differences) {
     attention_case(ctx, 1, 200, 4, 1);
     attention_case(ctx, 1, 300, 8, 1);
     attention_case(ctx, 1, 300, 4, 1); /* rows longer than a 256-item work-group */
-    attention_case(ctx, 2, 24, 96, 3); /* D = 32 as the tiny GPT's: 4 vectors of 8 */
+    attention_case(ctx, 2, 24, 96, 3); /* D = 32 as the tiny GPT's: 2 vectors of 16 */
+    attention_case(ctx, 2, 35, 16, 2); /* D = 8; T = 2 tiles of 16 and 3 rows */
+    attention_case(ctx, 1, 33, 48, 3); /* D = 16: 1 vector of 16; T ends one row into a tile */
   }
 }
 END_TEST
@@ -388,13 +391,17 @@ START_TEST(attention_is_causal) {
 END_TEST
 
 /* What the model layer reserves: one float per sample, head and query
- * (the backward's rowsums), of either dtype; nothing of size T x T. GPT-2
- * small (T = 1024, 12 heads) at batch 8: 384 KiB. */
+ * (the backward's rowsums, rounded up to 16), then the transposed f32
+ * copies of q, k, v and dy that the tiles read, T rounded up to 16; of
+ * either dtype; linear in T, nothing of size T x T. GPT-2 small (T = 1024,
+ * 12 heads) at batch 8: 96 MiB, shared by all layers. */
 START_TEST(attention_scratch_is_bounded) {
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F32), 8 * 12 * 1024 * 4);
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F16), 8 * 12 * 1024 * 4);
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(4, 2048, 1024, 16, CLT_F32), 4 * 16 * 2048 * 4);
-  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(2, 5, 8, 2, CLT_F32), 2 * 2 * 5 * 4);
+  const size_t gpt2 = (8 * 12 * 1024 + 4 * 8 * 1024 * 768) * 4;
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F32), gpt2);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(8, 1024, 768, 12, CLT_F16), gpt2);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(4, 2048, 1024, 16, CLT_F32),
+                    (4 * 16 * 2048 + 4 * 4 * 2048 * 1024) * 4);
+  ck_assert_uint_eq(clt_nn_attention_scratch_bytes(2, 5, 8, 2, CLT_F32), (32 + 4 * 2 * 16 * 8) * 4);
   ck_assert_uint_eq(clt_nn_attention_scratch_bytes(0, 5, 8, 2, CLT_F32), 0);
   ck_assert_uint_eq(clt_nn_embedding_scratch_bytes(8192), 8192 * 4);
 }

@@ -1,8 +1,9 @@
 /*
  * test_nn_half.c: mixed precision in the layers of src/nn/ that store
  * activations as f16 (cl/prelude.cl: stored half, computed float): the
- * activations, bias add and gradient, dropout, layernorm, softmax
- * cross-entropy and max / average / global-average pooling, forward and
+ * activations, bias add and gradient, dropout, layernorm, the attention
+ * core, softmax cross-entropy and max / average / global-average pooling,
+ * forward and
  * backward, and flatten, on every device (PoCL and rusticl).
  *
  * Method: random f32 inputs are rounded to half on the device (clt_convert
@@ -237,7 +238,10 @@ static void act_case(clt_context *ctx, clt_nn_act act, float alpha, int rows, in
 
 START_TEST(activations_in_f16_are_the_f32_results_rounded) {
   for (int d = 0; d < tu_ndev; d++)
-    for (int a = CLT_NN_RELU; a <= CLT_NN_SIGMOID; a++) act_case(tu_ctx[d], (clt_nn_act)a, 0.1f, 8, 125);
+    for (int a = CLT_NN_RELU; a <= CLT_NN_SIGMOID; a++) {
+      act_case(tu_ctx[d], (clt_nn_act)a, 0.1f, 8, 125);
+      act_case(tu_ctx[d], (clt_nn_act)a, 0.1f, 8, 128); /* PoCL's GELU 16 an item */
+    }
 }
 END_TEST
 
@@ -380,6 +384,46 @@ START_TEST(layernorm_in_f16_is_the_f32_result_rounded) {
 }
 END_TEST
 
+/* ---- attention ---------------------------------------------------------------- */
+
+/* The attention core: y from f16 qkv is f32's y rounded, lse the same
+ * float sums; the backward from the same y (rounded, as f16 stores it) and
+ * lse gives f32's dqkv rounded. */
+static void attention_case(clt_context *ctx, int B, int T, int C, int H) {
+  size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
+  char what[200];
+  snprintf(what, sizeof what, "attention B=%d T=%d C=%d heads=%d on %s", B, T, C, H, tu_name(ctx));
+  unsigned seed = (unsigned)(B * 1000 + T * 100 + C * 10 + H);
+  hf_pair qkv = hf_pair_of(ctx, hf_random(nq, seed, 2.0f, 0.0f), NU_SHAPE(B, T, 3 * C));
+  hf_pair y = hf_out(ctx, NU_SHAPE(B, T, C));
+  clt_tensor l32 = nu_f32(ctx, NULL, NU_SHAPE(B, H, T)), l16 = nu_f32(ctx, NULL, NU_SHAPE(B, H, T));
+  ck_assert_msg(clt_nn_attention_forward(ctx, H, &qkv.f32, &y.f32, &l32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_attention_forward(ctx, H, &qkv.f16, &y.f16, &l16) == 0, "%s", clt_last_error());
+  float *y32 = hf_get32(ctx, &y.f32), *lse = hf_get32(ctx, &l32);
+  hf_expect_rounded(hf_get16(ctx, &y.f16), y32, ny, what, "y");
+  hf_expect_close(hf_get32(ctx, &l16), lse, nl, NU_SUM_TOL(T + C / H), what, "lse");
+
+  hf_pair ys = hf_pair_of(ctx, y32, NU_SHAPE(B, T, C));
+  hf_pair dy = hf_pair_of(ctx, hf_random(ny, seed + 1, 1.0f, 0.0f), NU_SHAPE(B, T, C));
+  hf_pair dq = hf_out(ctx, NU_SHAPE(B, T, 3 * C));
+  ck_assert_msg(clt_nn_attention_backward(ctx, H, &qkv.f32, &ys.f32, &l32, &dy.f32, &dq.f32) == 0, "%s",
+                clt_last_error());
+  ck_assert_msg(clt_nn_attention_backward(ctx, H, &qkv.f16, &ys.f16, &l32, &dy.f16, &dq.f16) == 0, "%s",
+                clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &dq.f16), hf_get32(ctx, &dq.f32), nq, what, "dqkv");
+  hf_check_guards(ctx, what);
+  hf_free_all();
+}
+
+/* Heads of 8 (vectors of 8) and of 32 (of 16), both through PoCL's tiled transposes. */
+START_TEST(attention_in_f16_is_the_f32_result_rounded) {
+  for (int d = 0; d < tu_ndev; d++) {
+    attention_case(tu_ctx[d], 2, 19, 16, 2);
+    attention_case(tu_ctx[d], 2, 37, 64, 2);
+  }
+}
+END_TEST
+
 /* ---- softmax cross-entropy -------------------------------------------------- */
 
 static void xent_case(clt_context *ctx, int N, int C, float scale) {
@@ -422,7 +466,7 @@ START_TEST(softmax_xent_in_f16_is_the_f32_result_rounded) {
   for (int d = 0; d < tu_ndev; d++) {
     xent_case(tu_ctx[d], 16, 10, 1.0f);
     xent_case(tu_ctx[d], 5, 300, 1024.0f);
-    xent_case(tu_ctx[d], 6, 256, 1024.0f); /* C a multiple of 8: rows read as vectors */
+    xent_case(tu_ctx[d], 6, 256, 1024.0f); /* C a multiple of 16: rows read as vectors (of 16 on PoCL) */
   }
 }
 END_TEST
@@ -630,6 +674,7 @@ int main(void) {
   NU_ADD_CASE(s, "bias", bias_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "dropout", dropout_in_f16_has_the_f32_mask_and_rounded_values);
   NU_ADD_CASE(s, "layernorm", layernorm_in_f16_is_the_f32_result_rounded);
+  NU_ADD_CASE(s, "attention", attention_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "softmax_xent", softmax_xent_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "pool", pooling_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "flatten", flatten_keeps_f16);

@@ -39,6 +39,11 @@ static int check_pair(const char *op, const char *an, const clt_tensor *a, const
   return CLT_OK;
 }
 
+/* GELU 16 elements a work-item (cl/activation.cl) on PoCL where 16 divides n. */
+static int gelu16(const clt_context *ctx, clt_nn_act act, cl_ulong n) {
+  return act == CLT_NN_GELU && n % 16 == 0 && clt__nn_items_run_as_loops(ctx);
+}
+
 int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_tensor *x, const clt_tensor *y) {
   char op[64];
   snprintf(op, sizeof op, "%s forward", clt_nn_act_name(act));
@@ -49,6 +54,12 @@ int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_
   cl_int a = (cl_int)act;
   char opts[48]; /* one program per activation (see cl/activation.cl) and storage type */
   snprintf(opts, sizeof opts, "-DACT=%d %s", (int)act, clt__nn_act_opt(x));
+  if (gelu16(ctx, act, n)) {
+    CLT_TRY(clt_context_kernel(ctx, "activation", "gelu_forward16", opts, &k));
+    CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(y->buf), NN_VAL(yoff)));
+    CLT_TRY(clt__launch_exact_1d(ctx, k, n / 16));
+    return CLT_OK;
+  }
   CLT_TRY(clt_context_kernel(ctx, "activation", "act_forward", opts, &k));
   NN_ARG(k, 0, x->buf);
   NN_ARG(k, 1, xoff);
@@ -80,6 +91,13 @@ int clt_nn_act_backward(clt_context *ctx, clt_nn_act act, float alpha, const clt
   cl_int a = (cl_int)act;
   char opts[48];
   snprintf(opts, sizeof opts, "-DACT=%d %s", (int)act, clt__nn_act_opt(dy));
+  if (gelu16(ctx, act, n)) {
+    CLT_TRY(clt_context_kernel(ctx, "activation", "gelu_backward16", opts, &k));
+    CLT_TRY(NN_SET_ARGS(k, NN_VAL(s->buf), NN_VAL(soff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dx->buf),
+                        NN_VAL(dxoff)));
+    CLT_TRY(clt__launch_exact_1d(ctx, k, n / 16));
+    return CLT_OK;
+  }
   CLT_TRY(clt_context_kernel(ctx, "activation", "act_backward", opts, &k));
   NN_ARG(k, 0, s->buf);
   NN_ARG(k, 1, soff);

@@ -10,8 +10,12 @@
  *   backward  P = exp(S - lse) from S recomputed; dP = dY V^T;
  *             dS = P * (dP - rowsum(dY * Y)); dV = P^T dY;
  *             dQ = dS K / sqrt(D); dK = dS^T Q / sqrt(D)
- * One launch for the forward, two for the backward (dQ, then dK and dV);
- * none of them stores anything of size T x T. Under mixed precision the
+ * Two launches for the forward (k transposed, then the kernel), four for
+ * the backward (q, k, v and dy transposed, dQ, then dK and dV); the
+ * kernels tile in registers and read the other side's rows from those
+ * transposed f32 copies, in scratch (4 B T C + B H T floats, linear in T;
+ * the layer's saved activations are unchanged). None of them stores
+ * anything of size T x T. Under mixed precision the
  * kernels' f16 variant loads the same floats and does the same float
  * arithmetic, so an f16 result is the f32 path's on the same half inputs,
  * rounded once.
@@ -25,19 +29,67 @@ typedef struct attn_dims {
   int64_t B, T, C, H, D;
 } attn_dims;
 
-/* The backward's rowsums delta = rowsum(dY * Y), (B, H, T) f32, passed from
- * its first kernel to its second. */
+/* T rounded up to a multiple of 16: the rows of the transposed copies, so
+ * that tiles of up to 16 rows never run past them. */
+static int64_t padded_T(int64_t T) { return (T + 15) / 16 * 16; }
+
+/* Scratch, in floats: the backward's rowsums delta = rowsum(dY * Y), (B,
+ * H, T), rounded up to 16; then the transposed copies (B, H, D, TP) of q,
+ * k, v and dy (the forward uses the first place, for k). */
+static size_t delta_floats(int64_t B, int64_t T, int64_t H) { return (size_t)((B * H * T + 15) / 16 * 16); }
+static size_t slab_floats(int64_t B, int64_t T, int64_t C) { return (size_t)(B * C * padded_T(T)); }
+
 size_t clt_nn_attention_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads, clt_dtype dtype) {
-  (void)C, (void)dtype;
+  (void)dtype;
   if (B < 1 || T < 1 || heads < 1) return 0;
-  return (size_t)B * (size_t)heads * (size_t)T * sizeof(float);
+  return (delta_floats(B, T, heads) + 4 * slab_floats(B, T, C)) * sizeof(float);
 }
 
-/* A kernel of cl/attention.cl built for head width D and qkv's dtype. */
+/* Rows per work-item (QB) and rows per vector of the other side (KL): on
+ * CPUs that run items as loops a work-item's tile is SIMD registers, 4 x
+ * 16 (4 rows of D floats for each of the accumulators, 512-bit lanes);
+ * elsewhere (GPUs, rusticl's llvmpipe, which runs items in SIMD lanes) an
+ * item's registers are few and items many: 1 x 4. Either way the results
+ * are deterministic; they differ in rounding between the two. */
+static void attention_tile(const clt_context *ctx, int *qb, int *kl) {
+  int cpu = clt__nn_items_run_as_loops(ctx);
+  *qb = cpu ? 4 : 1;
+  *kl = cpu ? 16 : 4;
+}
+
+/* A kernel of cl/attention.cl built for head width D, the tile and qkv's dtype. */
 static int attention_kernel(clt_context *ctx, const clt_tensor *qkv, int64_t D, const char *name, cl_kernel *k) {
-  char opt[64];
-  snprintf(opt, sizeof opt, "%s -DHEAD_DIM=%lld", clt__nn_act_opt(qkv), (long long)D);
+  char opt[96];
+  int qb, kl;
+  attention_tile(ctx, &qb, &kl);
+  snprintf(opt, sizeof opt, "%s -DHEAD_DIM=%lld -DQB=%d -DKL=%d", clt__nn_act_opt(qkv), (long long)D, qb, kl);
   return clt_context_kernel(ctx, "attention", name, opt, k);
+}
+
+/* Head columns col .. of src (B, T, ld) transposed into the scratch place at
+ * dst floats: (B, H, D, TP) f32; and the next parts - 1 groups of C
+ * columns, at dst + stride, dst + 2 stride. */
+static int transpose_heads(clt_context *ctx, const clt_tensor *src, const attn_dims *d, cl_uint ld, cl_ulong col,
+                           cl_mem scratch, cl_ulong dst, cl_uint parts, cl_ulong stride) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_ulong soff = clt__nn_off(src) + col;
+  cl_uint T = (cl_uint)d->T;
+  /* On CPUs that run items as loops, 16 rows an item where 8 divides D */
+  int tiles = clt__nn_items_run_as_loops(ctx) && d->D % 8 == 0;
+  CLT_TRY(attention_kernel(ctx, src, d->D, tiles ? "attention_transpose16" : "attention_transpose", &k));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(src->buf), NN_VAL(soff), NN_VAL(ld), NN_VAL(T), NN_VAL(scratch), NN_VAL(dst),
+                      NN_VAL(parts), NN_VAL(stride)));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)padded_T(d->T) / (tiles ? 16 : 1), (size_t)d->H, (size_t)d->B));
+fail:
+  return rc;
+}
+
+/* Work-items of the row kernels along T: QB rows each. */
+static size_t row_items(clt_context *ctx, int64_t T) {
+  int qb, kl;
+  attention_tile(ctx, &qb, &kl);
+  return (size_t)((T + qb - 1) / qb);
 }
 
 /* Shapes: qkv (B, T, 3C), y (B, T, C) of one dtype, lse (B, heads, T) f32,
@@ -71,13 +123,18 @@ int clt_nn_attention_forward(clt_context *ctx, int heads, const clt_tensor *qkv,
   attn_dims d;
   int rc = check_attention(op, heads, qkv, y, lse, &d);
   if (rc < 0) return rc;
+  cl_mem scratch;
   cl_kernel k;
-  cl_ulong qoff = clt__nn_off(qkv), yoff = clt__nn_off(y), loff = clt__nn_off(lse);
+  cl_ulong qoff = clt__nn_off(qkv), yoff = clt__nn_off(y), loff = clt__nn_off(lse), ktoff = 0;
+  cl_uint T = (cl_uint)d.T, TP = (cl_uint)padded_T(d.T);
   float scale = 1.0f / sqrtf((float)d.D);
+  cl_uint zero = 0; /* see tile_scores in cl/attention.cl */
+  CLT_TRY(clt__context_scratch(ctx, clt_nn_attention_scratch_bytes(d.B, d.T, d.C, heads, qkv->dtype), &scratch));
+  CLT_TRY(transpose_heads(ctx, qkv, &d, (cl_uint)(3 * d.C), (cl_ulong)d.C, scratch, ktoff, 1, 0));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_forward", &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(lse->buf), NN_VAL(loff),
-                      NN_VAL(scale)));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)d.T, (size_t)d.H, (size_t)d.B));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(ktoff), NN_VAL(T), NN_VAL(TP),
+                      NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(lse->buf), NN_VAL(loff), NN_VAL(scale), NN_VAL(zero)));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, row_items(ctx, d.T), (size_t)d.H, (size_t)d.B));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
@@ -91,21 +148,28 @@ int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv
   if (rc < 0) return rc;
   if ((rc = clt__nn_check_like(op, "dy", dy, "y", y)) < 0) return rc;
   if ((rc = clt__nn_check_like(op, "dqkv", dqkv, "qkv", qkv)) < 0) return rc;
-  cl_mem delta;
+  cl_mem scratch;
   cl_kernel k;
   cl_ulong qoff = clt__nn_off(qkv), yoff = clt__nn_off(y), loff = clt__nn_off(lse), dyoff = clt__nn_off(dy);
-  cl_ulong dqoff = clt__nn_off(dqkv), doff = 0;
+  cl_ulong dqoff = clt__nn_off(dqkv), doff = 0, slab = slab_floats(d.B, d.T, d.C);
+  cl_ulong qt = delta_floats(d.B, d.T, d.H), kt = qt + slab, vt = kt + slab, gt = vt + slab;
+  cl_uint T = (cl_uint)d.T, TP = (cl_uint)padded_T(d.T), ld = (cl_uint)(3 * d.C);
   float scale = 1.0f / sqrtf((float)d.D);
-  CLT_TRY(clt__context_scratch(ctx, clt_nn_attention_scratch_bytes(d.B, d.T, d.C, heads, qkv->dtype), &delta));
+  cl_uint zero = 0; /* see tile_scores in cl/attention.cl */
+  CLT_TRY(clt__context_scratch(ctx, clt_nn_attention_scratch_bytes(d.B, d.T, d.C, heads, qkv->dtype), &scratch));
+  CLT_TRY(transpose_heads(ctx, qkv, &d, ld, 0, scratch, qt, 3, slab)); /* q, k, v */
+  CLT_TRY(transpose_heads(ctx, dy, &d, (cl_uint)d.C, 0, scratch, gt, 1, 0));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_backward_dq", &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(dy->buf), NN_VAL(dyoff),
-                      NN_VAL(lse->buf), NN_VAL(loff), NN_VAL(delta), NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff),
-                      NN_VAL(scale)));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)d.T, (size_t)d.H, (size_t)d.B));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(kt), NN_VAL(vt), NN_VAL(T),
+                      NN_VAL(TP), NN_VAL(y->buf), NN_VAL(yoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(lse->buf),
+                      NN_VAL(loff), NN_VAL(scratch), NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff), NN_VAL(scale),
+                      NN_VAL(zero)));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, row_items(ctx, d.T), (size_t)d.H, (size_t)d.B));
   CLT_TRY(attention_kernel(ctx, qkv, d.D, "attention_backward_dkv", &k));
-  CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(lse->buf),
-                      NN_VAL(loff), NN_VAL(delta), NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff), NN_VAL(scale)));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)d.T, (size_t)d.H, (size_t)d.B));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(qkv->buf), NN_VAL(qoff), NN_VAL(scratch), NN_VAL(qt), NN_VAL(gt), NN_VAL(T),
+                      NN_VAL(TP), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(lse->buf), NN_VAL(loff), NN_VAL(scratch),
+                      NN_VAL(doff), NN_VAL(dqkv->buf), NN_VAL(dqoff), NN_VAL(scale), NN_VAL(zero)));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, row_items(ctx, d.T), (size_t)d.H, (size_t)d.B));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
