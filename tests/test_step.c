@@ -18,6 +18,7 @@
 
 #include <mpi.h>
 #include <cltrain/mpi.h>
+#include <cltrain/opencl.h>
 
 #include "mpiutil.h"
 #include "testutil.h"
@@ -170,6 +171,59 @@ START_TEST(bad_input_is_refused_naming_it) {
 }
 END_TEST
 
+/* The same batches from the application's device buffers (written on a
+ * queue of the last device: another context than the trainer's replica
+ * when there are two) give the host-memory step's parameters bit for bit;
+ * a buffer too small or missing, or no queue, is refused naming it and
+ * changes nothing. */
+START_TEST(step_buffers_match_the_host_step) {
+  const int steps = 3;
+  const int64_t B = 32;
+  clt_model *m;
+  ck_assert_int_eq(clt_model_parse(mlp, "step.model", &m), 0);
+  int64_t P = clt_model_param_count(m);
+  clt_train_options o;
+  options(&o, B);
+  clt_context *app = tu_ctx[tu_ndev - 1];
+  cl_command_queue q = clt_context_queue(app);
+  cl_mem bx, by, small;
+  ck_assert_int_eq(clt_buffer_create(app, B * IN * sizeof(float), &bx), 0);
+  ck_assert_int_eq(clt_buffer_create(app, B * sizeof(int32_t), &by), 0);
+  ck_assert_int_eq(clt_buffer_create(app, 16, &small), 0);
+  clt_trainer *host = trainer(m, "0", NULL, &o), *dev = trainer(m, "0", NULL, &o);
+  float *x = malloc(B * IN * sizeof *x);
+  int32_t *y = malloc(B * sizeof *y);
+  float *before = params_of(dev, P);
+  clt_step_result res;
+  ck_assert_int_eq(clt_trainer_step_buffers(dev, q, small, by, B, &res), CLT_EINVAL);
+  ck_assert_msg(strstr(clt_last_error(), "x holds 16 bytes"), "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_step_buffers(dev, q, bx, NULL, B, &res), CLT_EINVAL);
+  ck_assert_msg(strstr(clt_last_error(), "y is not a buffer"), "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_step_buffers(dev, NULL, bx, by, B, &res), CLT_EINVAL);
+  ck_assert_msg(strstr(clt_last_error(), "queue is NULL"), "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(dev), 0);
+  float *still = params_of(dev, P);
+  ck_assert(memcmp(before, still, (size_t)P * sizeof *before) == 0);
+  for (int k = 0; k < steps; k++) {
+    int64_t n = fit_batch(B, 1, k, o.seed, x, y);
+    ck_assert_msg(clt_trainer_step(host, x, y, n, NULL) == 0, "%s", clt_last_error());
+    ck_assert_int_eq(clEnqueueWriteBuffer(q, bx, CL_FALSE, 0, (size_t)(n * IN) * sizeof *x, x, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueWriteBuffer(q, by, CL_FALSE, 0, (size_t)n * sizeof *y, y, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_msg(clt_trainer_step_buffers(dev, q, bx, by, n, &res) == 0, "%s", clt_last_error());
+    ck_assert_int_eq(res.global_n, n);
+  }
+  float *a = params_of(host, P), *b = params_of(dev, P);
+  ck_assert_msg(memcmp(a, b, (size_t)P * sizeof *a) == 0, "the step from device buffers differs from the host step");
+  if (rank == 0) fprintf(stderr, "clt_trainer_step_buffers (buffers on %s) gives the host step's parameters bit for bit\n",
+                         tu_name(app));
+  clt_trainer_destroy(host);
+  clt_trainer_destroy(dev);
+  clt_buffer_release(bx), clt_buffer_release(by), clt_buffer_release(small);
+  free(x), free(y), free(before), free(still), free(a), free(b);
+  clt_model_destroy(m);
+}
+END_TEST
+
 /* Float32 sums in another order (per replica, then across ranks) differ by
  * a few ulps per step; after a few SGD steps with momentum the parameters
  * (of size ~0.1) differ by ~1e-7. 2e-5, as in test_dp, leaves room for
@@ -258,6 +312,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, step_matches_fit_on_every_device);
   tcase_add_test(tc, step_matches_fit_with_accumulation);
   tcase_add_test(tc, bad_input_is_refused_naming_it);
+  tcase_add_test(tc, step_buffers_match_the_host_step);
   tcase_add_test(tc, ranks_with_different_n_match_one_device);
   suite_add_tcase(s, tc);
   rc = tu_run(s);

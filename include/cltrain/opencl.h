@@ -186,6 +186,24 @@ CLT_API int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_
 CLT_API int clt_bcast_devices(clt_comm *comm, int root, size_t bytes, int n, const cl_command_queue *queues,
                               const cl_mem *bufs, const size_t *offsets);
 
+/* ---- training on a batch in device buffers -------------------------------
+ *
+ * clt_trainer_step, or clt_trainer_step_targets for a regression model, on
+ * n samples that an application keeps in OpenCL buffers of its own (a
+ * simulation on a GPU): x holds n * clt_model_input_size float32 and y n *
+ * clt_model_labels_per_sample values, each from byte 0: int32 labels for a
+ * classifier, float32 targets for a regression model (the model's loss says
+ * which). They are read on the caller's `queue`, so after everything queued
+ * on it before (the step that wrote them), into host memory, and the step
+ * then runs exactly as on host memory: the buffers may be on any device
+ * and context, the labels or targets are checked, and every guarantee of
+ * clt_trainer_step holds. A buffer smaller than n samples need, no queue
+ * with n > 0, or a read that fails is CLT_EINVAL naming it, on every rank
+ * (nothing changes). n may be 0 on some ranks (x, y and queue then unused).
+ * Collective. */
+CLT_API int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, cl_mem y, int64_t n,
+                                     clt_step_result *out);
+
 #ifdef __cplusplus
 }
 #endif

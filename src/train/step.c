@@ -241,6 +241,7 @@ typedef struct step_targets {
   const int32_t *labels;
   const float *values;
   int64_t count;         /* clt_trainer_step_targets: the floats in values */
+  int failed;            /* <0: the caller's own input already failed (still joins the step's gather) */
 } step_targets;
 
 /* This rank's batch, cut for its replicas: replica i takes count[i]
@@ -354,7 +355,7 @@ static int step_on(clt_trainer *t, const float *x, const step_targets *tg, int64
   if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", tg->fn);
   if (out) memset(out, 0, sizeof *out);
   int64_t global_n;
-  int in_rc = check_input(t, x, tg, n);
+  int in_rc = tg->failed < 0 ? tg->failed : check_input(t, x, tg, n);
   CLT_TRY(gather_counts(t, tg->fn, n, in_rc < 0 ? 0 : counted_labels(t, tg, n), in_rc, &global_n, &c.global_labels,
                         &c.rank_first));
   if (global_n == 0) {
@@ -408,4 +409,46 @@ int clt_trainer_step_targets(clt_trainer *t, const float *x, const float *target
                              clt_step_result *out) {
   step_targets tg = {.fn = "clt_trainer_step_targets", .regression = 1, .values = targets, .count = count};
   return step_on(t, x, &tg, n, out);
+}
+
+/* Read `bytes` of buf on the caller's queue into host, or say which buffer
+ * is too small or unreadable. */
+static int read_buffer(cl_command_queue q, cl_mem buf, const char *name, size_t bytes, void *host, int64_t n) {
+  size_t have = 0;
+  cl_int e = buf ? clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof have, &have, NULL) : CL_INVALID_MEM_OBJECT;
+  if (e != CL_SUCCESS)
+    return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s is not a buffer (OpenCL error %d)", name, (int)e);
+  if (have < bytes)
+    return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s holds %zu bytes, but %lld samples need %zu", name, have,
+                      (long long)n, bytes);
+  e = clEnqueueReadBuffer(q, buf, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+  if (e != CL_SUCCESS)
+    return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: reading %s on the given queue fails (OpenCL error %d)", name,
+                      (int)e);
+  return CLT_OK;
+}
+
+int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, cl_mem y, int64_t n,
+                             clt_step_result *out) {
+  if (!t) return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: no trainer");
+  int regression = clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY;
+  int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
+  step_targets tg = {.fn = "clt_trainer_step_buffers", .regression = regression, .count = n * lps};
+  float *hx = NULL;
+  void *hy = NULL;
+  int rc = CLT_OK;
+  if (n < 0)
+    rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: n is %lld; it must be 0 or more", (long long)n);
+  else if (n > 0 && !queue)
+    rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: queue is NULL with n = %lld samples", (long long)n);
+  else if (n > 0 && (!(hx = malloc((size_t)(n * in) * sizeof *hx)) || !(hy = malloc((size_t)(n * lps) * 4))))
+    rc = clt__error(CLT_ENOMEM, "clt_trainer_step_buffers: no host memory to stage %lld samples", (long long)n);
+  if (rc == CLT_OK && n > 0) rc = read_buffer(queue, x, "x", (size_t)(n * in) * sizeof *hx, hx, n);
+  if (rc == CLT_OK && n > 0) rc = read_buffer(queue, y, "y", (size_t)(n * lps) * 4, hy, n);
+  tg.failed = rc;
+  if (regression) tg.values = hy;
+  else tg.labels = hy;
+  rc = step_on(t, hx, &tg, rc < 0 ? 0 : n, out);
+  free(hx), free(hy);
+  return rc;
 }
