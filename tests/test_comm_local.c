@@ -2,7 +2,9 @@
  * test_comm_local.c: the one-rank communicator, which every build has (the
  * only one without MPI): several devices in one process summed and written
  * back (float32 and fp16), averages, broadcast and allgather on one rank, and the argument and
- * environment errors of the communicator and plans.
+ * environment errors of the communicator and plans; in an MPI build, a
+ * communicator asked for before the application initialised MPI (this
+ * program never does) is refused, saying so.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,10 @@
 
 #include "commtest.h"
 #include "testutil.h"
+#include <cltrain/version.h>
+#if CLT_HAVE_MPI
+#include <cltrain/mpi.h>
+#endif
 
 static clt_comm *comm;
 
@@ -273,6 +279,22 @@ START_TEST(a_device_that_never_finishes) {
 }
 END_TEST
 
+#if CLT_HAVE_MPI
+START_TEST(mpi_before_its_initialisation) {
+  clt_comm *c = (clt_comm *)1;
+  ck_assert_int_eq(clt_comm_create(MPI_COMM_WORLD, &c), CLT_EINVAL);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(clt_last_error(), "clt_comm_create: MPI is not initialised") &&
+                    strstr(clt_last_error(), "cltrain never initialises MPI itself"),
+                "%s", clt_last_error());
+  c = (clt_comm *)1;
+  ck_assert_int_eq(clt_comm_create_f(0, &c), CLT_EINVAL);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(clt_last_error(), "clt_comm_create_f: MPI is not initialised"), "%s", clt_last_error());
+}
+END_TEST
+#endif
+
 int main(void) {
   unsetenv("CLT_TIMEOUT");
   unsetenv("CLT_ALLREDUCE_CHUNK");
@@ -293,6 +315,9 @@ int main(void) {
   tcase_add_test(tc, argument_errors);
   tcase_add_test(tc, environment);
   tcase_add_test(tc, a_device_that_never_finishes);
+#if CLT_HAVE_MPI
+  tcase_add_test(tc, mpi_before_its_initialisation);
+#endif
   suite_add_tcase(s, tc);
   int rc = tu_run(s);
   clt_comm_destroy(comm);

@@ -123,8 +123,19 @@ static int wait_for_dup(clt_comm *comm, MPI_Request *req) {
   return CLT_OK;
 }
 
+/* MPI is the application's: initialised by it and not yet finalised. */
+static int mpi_running(const char *fn) {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  if (!flag)
+    return clt__error(CLT_EINVAL, "%s: MPI is not initialised: initialise it first (MPI_Init_thread "
+                      "with MPI_THREAD_FUNNELED is enough); cltrain never initialises MPI itself", fn);
+  MPI_Finalized(&flag);
+  return flag ? clt__error(CLT_EINVAL, "%s: MPI is already finalised", fn) : CLT_OK;
+}
+
 int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
-  int rc = CLT_OK, e, flag = 0;
+  int rc = CLT_OK, e;
   clt_comm *comm = NULL;
   struct clt__mpi *m = NULL;
   MPI_Comm local = MPI_COMM_NULL;
@@ -132,12 +143,7 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
 
   if (!out) return clt__error(CLT_EINVAL, "clt_comm_create: no place for the result");
   *out = NULL;
-  MPI_Initialized(&flag);
-  if (!flag)
-    return clt__error(CLT_EINVAL, "clt_comm_create: MPI is not initialised: initialise it first (MPI_Init_thread "
-                                  "with MPI_THREAD_FUNNELED is enough); cltrain never initialises MPI itself");
-  MPI_Finalized(&flag);
-  if (flag) return clt__error(CLT_EINVAL, "clt_comm_create: MPI is already finalised");
+  if ((rc = mpi_running("clt_comm_create")) < 0) return rc;
   if (user_comm == MPI_COMM_NULL) return clt__error(CLT_EINVAL, "clt_comm_create: the communicator is MPI_COMM_NULL");
 
   if (!(comm = clt__calloc(1, sizeof *comm)) || !(m = clt__calloc(1, sizeof *m))) {
@@ -164,7 +170,7 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
 
   /* Tags: the top one is for timeout diagnoses, the rest carry operation
    * numbers. MPI guarantees at least 32767. */
-  int *tag_ub = NULL, ub = 32767;
+  int *tag_ub = NULL, ub = 32767, flag = 0;
   if (MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag) == MPI_SUCCESS && flag && tag_ub) ub = *tag_ub;
   comm->diag_tag = ub;
   comm->tag_ops = (ub - 1) / CLT__TAG_PHASES;
@@ -219,17 +225,10 @@ static int comm_is_valid(MPI_Comm c) {
 }
 
 int clt_comm_create_f(MPI_Fint fcomm, clt_comm **out) {
-  int flag = 0;
   if (!out) return clt__error(CLT_EINVAL, "clt_comm_create_f: no place for the result");
   *out = NULL;
-  /* f2c before MPI_Init is undefined: say so first. */
-  MPI_Initialized(&flag);
-  if (!flag)
-    return clt__error(CLT_EINVAL, "clt_comm_create_f: communicator handle %d given before MPI is initialised: call "
-                                  "MPI_Init_thread (MPI_THREAD_FUNNELED is enough) first; cltrain never initialises "
-                                  "MPI itself", (int)fcomm);
-  MPI_Finalized(&flag);
-  if (flag) return clt__error(CLT_EINVAL, "clt_comm_create_f: MPI is already finalised");
+  int rc = mpi_running("clt_comm_create_f"); /* f2c before initialisation is undefined: say so first */
+  if (rc < 0) return rc;
   MPI_Comm c = MPI_Comm_f2c(fcomm);
   if (c == MPI_COMM_NULL)
     return clt__error(CLT_EINVAL, "clt_comm_create_f: the communicator (Fortran handle %d) is MPI_COMM_NULL",
