@@ -3,6 +3,8 @@
  */
 #include "mpiutil.h"
 
+#include <check.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,4 +58,22 @@ int mu_finish(int rc, int rank, const char *tmpdir) {
   if (rank == 0 && tmpdir && tmpdir[0]) mu_remove_tree(tmpdir);
   MPI_Finalize();
   return worst;
+}
+
+clt_trainer *mu_trainer(const clt_model *m, const char *devspec, clt_comm *comm, const clt_train_options *o) {
+  clt_devices *devs;
+  clt_trainer *t;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ck_assert_int_eq(clt_devices_select(tu_devices, devspec, &devs), 0);
+  ck_assert_msg(clt_trainer_create(m, devs, comm, o, &t) == 0, "rank %d: %s", rank, clt_last_error());
+  clt_devices_destroy(devs);
+  return t;
+}
+
+float *mu_params(clt_trainer *t, const clt_model *m) {
+  int64_t P = clt_model_param_count(m);
+  float *p = malloc((size_t)P * sizeof *p);
+  ck_assert_int_eq(clt_trainer_params(t, p, P), 0);
+  return p;
 }

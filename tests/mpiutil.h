@@ -24,6 +24,11 @@ void mu_rank_devices(int rank, int nranks, clt_devices **mine);
 /* A new directory /tmp/PREFIX-XXXXXX made by rank 0 and told to every rank
  * (collective); 0, or -1 after a message. */
 int mu_shared_tmpdir(int rank, const char *prefix, char *dir, size_t len);
+/* A trainer of m on the devices devspec selects from tu_devices, over comm
+ * (NULL: this process alone); a failure fails the test naming the rank. */
+clt_trainer *mu_trainer(const clt_model *m, const char *devspec, clt_comm *comm, const clt_train_options *o);
+/* A malloc'd copy of t's parameters (m's parameter count of them). */
+float *mu_params(clt_trainer *t, const clt_model *m);
 /* rm -rf d. */
 void mu_remove_tree(const char *d);
 /* The job's result: the worst rc of any rank (a failure on one rank is a

@@ -43,21 +43,6 @@ static void options(clt_train_options *o, int64_t batch) {
   o->bucket_mb = 0.01; /* several buckets even for this small model */
 }
 
-static clt_trainer *trainer(clt_model *m, const char *devspec, clt_comm *c, const clt_train_options *o) {
-  clt_devices *devs;
-  clt_trainer *t;
-  ck_assert_int_eq(clt_devices_select(tu_devices, devspec, &devs), 0);
-  ck_assert_msg(clt_trainer_create(m, devs, c, o, &t) == 0, "rank %d: %s", rank, clt_last_error());
-  clt_devices_destroy(devs);
-  return t;
-}
-
-static float *params_of(clt_trainer *t, int64_t P) {
-  float *p = malloc((size_t)P * sizeof *p);
-  ck_assert_int_eq(clt_trainer_params(t, p, P), 0);
-  return p;
-}
-
 /* Global batch `step` of epoch 0 as fit's sampler draws it (micro-batches
  * of `micro` split over R replicas equally), replica by replica: the order
  * in which the trainer's replicas take their slices. */
@@ -92,14 +77,14 @@ static void step_against_fit(const char *devspec, int accumulate, const char *wh
   o.accumulate = accumulate;
   o.max_steps = steps;
 
-  clt_trainer *t = trainer(m, devspec, NULL, &o);
+  clt_trainer *t = mu_trainer(m, devspec, NULL, &o);
   ck_assert_msg(clt_trainer_fit(t, data, NULL) == 0, "%s", clt_last_error());
   ck_assert_int_eq(clt_trainer_steps_done(t), steps);
-  float *ref = params_of(t, P);
+  float *ref = mu_params(t, m);
   int R = clt_trainer_replicas(t);
   clt_trainer_destroy(t);
 
-  t = trainer(m, devspec, NULL, &o);
+  t = mu_trainer(m, devspec, NULL, &o);
   float *x = malloc(B * IN * sizeof *x);
   int32_t *y = malloc(B * sizeof *y);
   for (int k = 0; k < steps; k++) {
@@ -115,7 +100,7 @@ static void step_against_fit(const char *devspec, int accumulate, const char *wh
     ck_assert_msg(isfinite(res.grad_norm) && res.grad_norm > 0, "gradient norm %g", res.grad_norm);
   }
   ck_assert_int_eq(clt_trainer_steps_done(t), steps);
-  float *mine = params_of(t, P);
+  float *mine = mu_params(t, m);
   int64_t differ = 0;
   for (int64_t i = 0; i < P; i++) differ += memcmp(&ref[i], &mine[i], sizeof *ref) != 0;
   ck_assert_msg(differ == 0, "%s: %lld of %lld parameters differ from fit's", what, (long long)differ, (long long)P);
@@ -146,8 +131,8 @@ START_TEST(bad_input_is_refused_naming_it) {
   int64_t P = clt_model_param_count(m);
   clt_train_options o;
   options(&o, 16);
-  clt_trainer *t = trainer(m, "0", NULL, &o);
-  float *before = params_of(t, P);
+  clt_trainer *t = mu_trainer(m, "0", NULL, &o);
+  float *before = mu_params(t, m);
   float *x = calloc(8 * IN, sizeof *x);
   int32_t y[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   refused(t, x, y, -1, "n is -1");
@@ -159,7 +144,7 @@ START_TEST(bad_input_is_refused_naming_it) {
   y[5] = -1;
   refused(t, x, y, 8, "is -1");
   ck_assert_int_eq(clt_trainer_steps_done(t), 0);
-  float *after = params_of(t, P);
+  float *after = mu_params(t, m);
   ck_assert(memcmp(before, after, (size_t)P * sizeof *before) == 0);
   /* and it still trains */
   y[5] = 5;
@@ -190,10 +175,10 @@ START_TEST(step_buffers_match_the_host_step) {
   ck_assert_int_eq(clt_buffer_create(app, B * IN * sizeof(float), &bx), 0);
   ck_assert_int_eq(clt_buffer_create(app, B * sizeof(int32_t), &by), 0);
   ck_assert_int_eq(clt_buffer_create(app, 16, &small), 0);
-  clt_trainer *host = trainer(m, "0", NULL, &o), *dev = trainer(m, "0", NULL, &o);
+  clt_trainer *host = mu_trainer(m, "0", NULL, &o), *dev = mu_trainer(m, "0", NULL, &o);
   float *x = malloc(B * IN * sizeof *x);
   int32_t *y = malloc(B * sizeof *y);
-  float *before = params_of(dev, P);
+  float *before = mu_params(dev, m);
   clt_step_result res;
   ck_assert_int_eq(clt_trainer_step_buffers(dev, q, small, by, B, &res), CLT_EINVAL);
   ck_assert_msg(strstr(clt_last_error(), "x holds 16 bytes"), "%s", clt_last_error());
@@ -202,7 +187,7 @@ START_TEST(step_buffers_match_the_host_step) {
   ck_assert_int_eq(clt_trainer_step_buffers(dev, NULL, bx, by, B, &res), CLT_EINVAL);
   ck_assert_msg(strstr(clt_last_error(), "queue is NULL"), "%s", clt_last_error());
   ck_assert_int_eq(clt_trainer_steps_done(dev), 0);
-  float *still = params_of(dev, P);
+  float *still = mu_params(dev, m);
   ck_assert(memcmp(before, still, (size_t)P * sizeof *before) == 0);
   for (int k = 0; k < steps; k++) {
     int64_t n = fit_batch(B, 1, k, o.seed, x, y);
@@ -212,7 +197,7 @@ START_TEST(step_buffers_match_the_host_step) {
     ck_assert_msg(clt_trainer_step_buffers(dev, q, bx, by, n, &res) == 0, "%s", clt_last_error());
     ck_assert_int_eq(res.global_n, n);
   }
-  float *a = params_of(host, P), *b = params_of(dev, P);
+  float *a = mu_params(host, m), *b = mu_params(dev, m);
   ck_assert_msg(memcmp(a, b, (size_t)P * sizeof *a) == 0, "the step from device buffers differs from the host step");
   if (rank == 0) fprintf(stderr, "clt_trainer_step_buffers (buffers on %s) gives the host step's parameters bit for bit\n",
                          tu_name(app));
@@ -256,7 +241,7 @@ START_TEST(ranks_with_different_n_match_one_device) {
   options(&o, 16); /* at most 16 samples a run: rank 0's 20 and 32 take two */
   char devspec[16];
   snprintf(devspec, sizeof devspec, "%d", rank % tu_ndev); /* PoCL and rusticl alternate */
-  clt_trainer *ref = trainer(m, "0", NULL, &o), *t = trainer(m, devspec, comm, &o);
+  clt_trainer *ref = mu_trainer(m, "0", NULL, &o), *t = mu_trainer(m, devspec, comm, &o);
   float *x = malloc(B * IN * sizeof *x);
   int32_t *y = malloc(B * sizeof *y);
   int64_t idx[32];
@@ -273,7 +258,7 @@ START_TEST(ranks_with_different_n_match_one_device) {
     ck_assert_msg(fabs(a.loss - b.loss) < 1e-5 && a.accuracy == b.accuracy, "rank %d step %d: loss %g vs %g",
                   rank, k, b.loss, a.loss);
   }
-  float *pr = params_of(ref, P), *pt = params_of(t, P);
+  float *pr = mu_params(ref, m), *pt = mu_params(t, m);
   double worst = 0;
   for (int64_t i = 0; i < P; i++) worst = fmax(worst, fabs((double)pr[i] - pt[i]));
   ck_assert_msg(worst <= STEP_TOL, "rank %d of %d: parameters differ from one device's by %g", rank, nranks, worst);

@@ -56,22 +56,6 @@ static void options(clt_train_options *o, int64_t batch) {
   o->bucket_mb = 0.0005; /* several buckets even for this small model */
 }
 
-static clt_trainer *trainer(clt_model *m, const char *devspec, clt_comm *c, const clt_train_options *o) {
-  clt_devices *devs;
-  clt_trainer *t;
-  ck_assert_int_eq(clt_devices_select(tu_devices, devspec, &devs), 0);
-  ck_assert_msg(clt_trainer_create(m, devs, c, o, &t) == 0, "rank %d: %s", rank, clt_last_error());
-  clt_devices_destroy(devs);
-  return t;
-}
-
-static float *params_of(clt_trainer *t, clt_model *m) {
-  int64_t P = clt_model_param_count(m);
-  float *p = malloc((size_t)P * sizeof *p);
-  ck_assert_int_eq(clt_trainer_params(t, p, P), 0);
-  return p;
-}
-
 /* Global batch k: inputs in [-1, 1) and targets a smooth function of them
  * that the MLP can learn. */
 static void batch(int k, float *x, float *t) {
@@ -116,10 +100,10 @@ START_TEST(losses_are_the_plain_c_ones) {
     o.optimizer.momentum = 0; /* p1 = p0 - lr g: the step's gradient shows */
     o.optimizer.weight_decay = 0;
     o.schedule.lr = 2e-3f;
-    clt_trainer *tr = trainer(m, "0", NULL, &o);
+    clt_trainer *tr = mu_trainer(m, "0", NULL, &o);
     double loss, sq, rsq, gloss;
     int64_t P = clt_model_param_count(m);
-    float *g = malloc((size_t)P * sizeof *g), *p0 = params_of(tr, m);
+    float *g = malloc((size_t)P * sizeof *g), *p0 = mu_params(tr, m);
     ck_assert_msg(clt_trainer_forward_targets(tr, x, t, B, y, B * OUT, &loss, &sq) == 0, "%s", clt_last_error());
     double want = ref_loss(clt_model_loss(m), clt_model_huber_delta(m), B * OUT, y, t, &rsq);
     ck_assert_msg(fabs(loss - want) <= LOSS_TOL * (1 + fabs(want)), "%s: forward's loss %.9g, plain C %.9g", losses[k],
@@ -140,7 +124,7 @@ START_TEST(losses_are_the_plain_c_ones) {
      * parameters below 1: 6e-8 each, over lr) */
     clt_step_result res;
     ck_assert_msg(clt_trainer_step_targets(tr, x, t, B, B * OUT, &res) == 0, "%s", clt_last_error());
-    float *p1 = params_of(tr, m);
+    float *p1 = mu_params(tr, m);
     double worst = 0, gmax = 0;
     for (int64_t i = 0; i < P; i++) {
       worst = fmax(worst, fabs((p0[i] - (double)p1[i]) / o.schedule.lr - g[i]));
@@ -188,7 +172,7 @@ static void replicas_against_one_device(const char *loss, int accumulate) {
   clt_train_options o;
   options(&o, B);
   o.accumulate = accumulate;
-  clt_trainer *one = trainer(m, "0", NULL, &o), *all = trainer(m, "all", NULL, &o);
+  clt_trainer *one = mu_trainer(m, "0", NULL, &o), *all = mu_trainer(m, "all", NULL, &o);
   float x[B * IN], t[B * OUT];
   double first = 0, last = 0;
   for (int k = 0; k < NSTEPS; k++) {
@@ -201,7 +185,7 @@ static void replicas_against_one_device(const char *loss, int accumulate) {
     if (k < 8) first += a.loss;
     if (k >= NSTEPS - 8) last += a.loss;
   }
-  float *p1 = params_of(one, m), *pa = params_of(all, m);
+  float *p1 = mu_params(one, m), *pa = mu_params(all, m);
   double worst = 0;
   for (int64_t i = 0; i < P; i++) worst = fmax(worst, fabs((double)p1[i] - pa[i]));
   ck_assert_msg(worst <= STEP_TOL, "%s: %d replicas differ from one device by %g", loss, clt_trainer_replicas(all),
@@ -238,10 +222,10 @@ START_TEST(f16_trains_like_f32) {
   clt_model *m = model("huber");
   clt_train_options o;
   options(&o, B);
-  clt_trainer *f32 = trainer(m, "all", NULL, &o);
+  clt_trainer *f32 = mu_trainer(m, "all", NULL, &o);
   o.precision = CLT_F16;
   o.loss_scale = 1024;
-  clt_trainer *f16 = trainer(m, "all", NULL, &o);
+  clt_trainer *f16 = mu_trainer(m, "all", NULL, &o);
   float x[B * IN], t[B * OUT];
   double first = 0, last = 0;
   for (int k = 0; k < NSTEPS; k++) {
@@ -275,7 +259,7 @@ START_TEST(checkpoint_resumes_bit_for_bit) {
   options(&o, B);
   o.optimizer.kind = CLT_OPT_ADAM;
   o.schedule.lr = 1e-2f;
-  clt_trainer *whole = trainer(m, "all", NULL, &o), *first = trainer(m, "all", NULL, &o);
+  clt_trainer *whole = mu_trainer(m, "all", NULL, &o), *first = mu_trainer(m, "all", NULL, &o);
   float x[B * IN], t[B * OUT];
   char path[64];
   snprintf(path, sizeof path, "/tmp/clt-regress-%ld.safetensors", (long)getpid());
@@ -289,14 +273,14 @@ START_TEST(checkpoint_resumes_bit_for_bit) {
   clt_model *again;
   ck_assert_int_eq(clt_model_parse(clt_model_text(m), "again.model", &again), 0);
   ck_assert_int_eq(clt_model_loss(again), CLT_LOSS_L1);
-  clt_trainer *resumed = trainer(again, "all", NULL, &o);
+  clt_trainer *resumed = mu_trainer(again, "all", NULL, &o);
   ck_assert_msg(clt_trainer_load_checkpoint(resumed, path) == 0, "%s", clt_last_error());
   ck_assert_int_eq(clt_trainer_steps_done(resumed), 6);
   for (int k = 6; k < 12; k++) {
     batch(k, x, t);
     ck_assert_msg(clt_trainer_step_targets(resumed, x, t, B, B * OUT, NULL) == 0, "%s", clt_last_error());
   }
-  float *pw = params_of(whole, m), *pr = params_of(resumed, again);
+  float *pw = mu_params(whole, m), *pr = mu_params(resumed, again);
   ck_assert_msg(memcmp(pw, pr, (size_t)P * sizeof *pw) == 0, "the resumed run's parameters differ from the whole run's");
   unlink(path);
   free(pw), free(pr);
@@ -319,8 +303,8 @@ START_TEST(bad_input_is_refused_naming_it) {
   ck_assert_int_eq(clt_model_parse("input 8\nlinear 3\n", "c.model", &cls), 0);
   clt_train_options o;
   options(&o, 16);
-  clt_trainer *t = trainer(m, "0", NULL, &o), *c = trainer(cls, "0", NULL, &o);
-  float *before = params_of(t, m), x[8 * IN] = {0}, tg[8 * OUT] = {0}, y[8 * OUT];
+  clt_trainer *t = mu_trainer(m, "0", NULL, &o), *c = mu_trainer(cls, "0", NULL, &o);
+  float *before = mu_params(t, m), x[8 * IN] = {0}, tg[8 * OUT] = {0}, y[8 * OUT];
   int32_t labels[8] = {0};
   double loss;
   refused(clt_trainer_step_targets(t, x, NULL, 8, 8 * OUT, NULL), "clt_trainer_step_targets: targets is NULL");
@@ -350,7 +334,7 @@ START_TEST(bad_input_is_refused_naming_it) {
   refused(clt_trainer_fit(t, NULL, NULL), "clt_trainer_fit: the model is a regression model (loss mse)");
   refused(clt_trainer_evaluate(t, NULL, &loss, &loss), "clt_trainer_evaluate: the model is a regression model");
   ck_assert_int_eq(clt_trainer_steps_done(t), 0);
-  float *after = params_of(t, m);
+  float *after = mu_params(t, m);
   ck_assert(memcmp(before, after, (size_t)clt_model_param_count(m) * sizeof *before) == 0);
   /* and it still trains */
   ck_assert_msg(clt_trainer_step_targets(t, x, tg, 8, 8 * OUT, NULL) == 0, "%s", clt_last_error());
@@ -386,7 +370,7 @@ START_TEST(ranks_with_different_n_match_one_device) {
   options(&o, 16); /* at most 16 samples a run: rank 0's 20 and 32 take two */
   char devspec[16];
   snprintf(devspec, sizeof devspec, "%d", rank % tu_ndev); /* PoCL and rusticl alternate */
-  clt_trainer *ref = trainer(m, "0", NULL, &o), *t = trainer(m, devspec, comm, &o);
+  clt_trainer *ref = mu_trainer(m, "0", NULL, &o), *t = mu_trainer(m, devspec, comm, &o);
   float x[B * IN], tg[B * OUT];
   for (int k = 0; k < 3 * NPARTS; k++) {
     batch(k, x, tg);
@@ -400,7 +384,7 @@ START_TEST(ranks_with_different_n_match_one_device) {
     ck_assert_msg(fabs(a.loss - b.loss) < 1e-5 && fabs(a.rmse - b.rmse) < 1e-5, "rank %d step %d: loss %g vs %g",
                   rank, k, b.loss, a.loss);
   }
-  float *pr = params_of(ref, m), *pt = params_of(t, m);
+  float *pr = mu_params(ref, m), *pt = mu_params(t, m);
   double worst = 0;
   for (int64_t i = 0; i < P; i++) worst = fmax(worst, fabs((double)pr[i] - pt[i]));
   ck_assert_msg(worst <= STEP_TOL, "rank %d of %d: parameters differ from one device's by %g", rank, nranks, worst);
