@@ -874,6 +874,14 @@ typedef struct clt_train_options {
                                      and the scale halved */
   int64_t loss_scale_window;      /* CLT_F16: double the scale after N clean steps in a row (2000) */
   int max_skips;                  /* CLT_F16: stop (CLT_ENONFINITE) after N skipped steps in a row (20) */
+  /* sharding (ZeRO) */
+  int zero;                       /* 0 (default): every replica keeps all optimizer state; 1: each rank
+                                     keeps it only for its shard of the parameters (the all-reduce's
+                                     own segment of every gradient bucket), the gradients are
+                                     reduce-scattered (all-reduced whole when clip > 0, which needs
+                                     their norm), each rank steps its shard and the parameters are
+                                     allgathered: bitwise the parameters of zero 0. The same on every
+                                     rank; on one rank a no-op. 2 is not implemented yet */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);

@@ -157,7 +157,7 @@ CLT_API int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose 
 CLT_API int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
                                float grad_scale, const clt_tensor *params, const clt_tensor *grads,
                                const clt_tensor *state);
-/* The same with a decay mask: n u8 values from the start of their buffer,
+/* The same with a decay mask: n u8 values from the tensor's offset,
  * 0 where weight decay does not apply (biases, norms and embeddings in
  * GPT-2's AdamW), or NULL for every parameter. */
 CLT_API int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,

@@ -115,6 +115,9 @@ static void help(FILE *to) {
           "      --balance-every N   auto: re-split every N steps (default %lld)\n"
           "      --bucket-mb X       all-reduce gradients in buckets of X MiB, overlapping the\n"
           "                          backward pass (default %g; 0: one bucket at the end)\n"
+          "      --zero S            ZeRO sharding across ranks: 0 every rank keeps all optimizer\n"
+          "                          state; 1 each keeps it for its shard of the parameters only,\n"
+          "                          same results bit for bit (default 0; no-op on one rank)\n"
           "      --check-every N     compare parameter checksums of all replicas every N steps\n"
           "                          (default %lld; 0: never)\n"
           "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
@@ -171,7 +174,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
-         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS };
+         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -192,6 +195,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"check-every", required_argument, 0, O_CHECK},
       {"precision", required_argument, 0, O_PRECISION}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
       {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
+      {"zero", required_argument, 0, O_ZERO},
       {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
@@ -273,6 +277,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       }
       o->checkpoint_dir = optarg;
       break;
+    case O_ZERO: if (parse_long("--zero", optarg, 0, 2, &v)) return -1; o->zero = (int)v; break;
     case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
     case O_RESUME:
       if (!*optarg) {

@@ -87,3 +87,6 @@ int clt_allgather_run_devices(clt_allgather_plan *plan, int n, const cl_command_
 int clt_allgather_run_device(clt_allgather_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset) {
   return clt_allgather_run_devices(plan, 1, &queue, &buf, &offset);
 }
+
+clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan) { return plan ? &plan->p : NULL; }
+clt_allreduce_plan *clt__allgather_base(clt_allgather_plan *plan) { return plan ? &plan->p : NULL; }

@@ -168,6 +168,11 @@ int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_in
 
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                         clt_dtype act_dtype, const float *params, clt__replica **out) {
+  return clt__replica_create_sharded(ctx, spec, max_batch, state_per_param, spec->param_count, act_dtype, params, out);
+}
+
+int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                                int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out) {
   int rc = CLT_OK;
   clt__replica *r = clt__calloc(1, sizeof *r);
   *out = NULL;
@@ -176,6 +181,7 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   r->spec = spec;
   r->max_batch = max_batch;
   r->state_per_param = state_per_param;
+  r->state_params = state_params;
   r->act_dtype = act_dtype;
   r->timeout_s = 300;
   if (!(r->slots = clt__calloc(spec->nlayers, sizeof *r->slots))) { rc = CLT_ENOMEM; goto fail; }
@@ -197,7 +203,8 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   int64_t in_n = numel(&spec->layers[0].out_shape) * max_batch, labels_n = max_batch * spec->labels_per_sample;
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->params));
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
-  if (state_per_param) CLT_TRY(clt_buffer_create(ctx, pbytes * state_per_param, &r->state));
+  if (state_per_param && state_params > 0)
+    CLT_TRY(clt_buffer_create(ctx, (size_t)state_params * 4 * state_per_param, &r->state));
   CLT_TRY(clt_buffer_create(ctx, (size_t)(act ? act : 1) * esize, &r->act));
   CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[0]));
   CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[1]));
@@ -471,7 +478,7 @@ clt_tensor clt__replica_grads(const clt__replica *r) {
 clt_tensor clt__replica_state(const clt__replica *r) {
   clt_tensor t;
   memset(&t, 0, sizeof t);
-  if (r->state) make_flat(r->state, 0, CLT_F32, r->spec->param_count * r->state_per_param, &t);
+  if (r->state) make_flat(r->state, 0, CLT_F32, r->state_params * r->state_per_param, &t);
   return t;
 }
 
