@@ -875,6 +875,8 @@ typedef struct clt_train_options {
   int64_t loss_scale_window;      /* CLT_F16: double the scale after N clean steps in a row (2000) */
   int max_skips;                  /* CLT_F16: stop (CLT_ENONFINITE) after N skipped steps in a row (20) */
   /* sharding (ZeRO) */
+  uint64_t max_device_memory;     /* bytes of each device a replica may use (also per buffer); 0 (default):
+                                     all of it. A replica that needs more is refused (CLT_EDEVMEM) */
   int zero;                       /* 0 (default): every replica keeps all optimizer state; 1: each rank
                                      keeps it only for its shard of the parameters (the all-reduce's
                                      own segment of every gradient bucket), the gradients are
@@ -907,6 +909,14 @@ typedef struct clt_replica_memory {
  * gradients' float16 copy is counted under fp16 (it exists with two
  * replicas or more). */
 CLT_API int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt_replica_memory *out);
+/* The same for one replica of a job of nranks ranks (one replica each):
+ * under o->zero 1, optimizer state for the largest rank's shard of the
+ * parameters (the all-reduce's segments of o->bucket_mb buckets), which is
+ * what clt_trainer_create allocates there; with o->zero 0 or one rank, as
+ * clt_model_replica_memory. *shard_params, when not NULL, receives the
+ * parameters that state covers. */
+CLT_API int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,
+                                           clt_replica_memory *out, int64_t *shard_params);
 /* CLT_OK when need fits device d (its total within the global memory, its
  * largest buffer within one allocation), else CLT_EDEVMEM with a message
  * that says what is needed, broken down, and what d has, naming d. */

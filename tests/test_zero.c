@@ -14,6 +14,10 @@
  *   - a checkpoint saved at --zero 1 holds the whole state: resumed at
  *     --zero 1 and at --zero 0 on the same ranks, and on rank 0 alone, it
  *     continues exactly as a --zero 0 checkpoint does;
+ *   - the memory report (clt_model_replica_memory_ranks) counts the state
+ *     of the largest shard, which is what the ranks allocate; under a
+ *     --max-device-memory between the two, --zero 0 is refused on every
+ *     rank naming it and --zero 1 trains;
  *   - --zero 3 and --zero 2 are refused; ranks that ask for different
  *     stages are refused on every rank, naming the option; on one rank
  *     --zero 1 is a no-op that says so.
@@ -180,9 +184,18 @@ START_TEST(shards_cover_the_arena) {
   } else {
     ck_assert_msg(at && sscanf(at, "optimizer state for %lld of %lld", &mine_n, &P) == 2, "%s", kept_log);
     ck_assert_msg(mine_n < P && mine_n > 0, "rank %d keeps state for %lld of %lld parameters", rank, mine_n, P);
-    long long total = 0;
+    long long total = 0, most = 0;
     MPI_Allreduce(&mine_n, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine_n, &most, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
     ck_assert_msg(total == P, "the shards hold %lld parameters over %d ranks, the model %lld", total, nranks, P);
+    /* The report counts the largest of them. */
+    clt_replica_memory need, all;
+    int64_t shard = 0;
+    ck_assert_int_eq(clt_model_replica_memory_ranks(m, &o, nranks, &need, &shard), 0);
+    ck_assert_msg(shard == most, "the report's shard %lld, the largest rank's %lld", (long long)shard, most);
+    ck_assert_int_eq(clt_model_replica_memory(m, &o, &all), 0);
+    ck_assert(need.optimizer_state == (uint64_t)shard * 4 && all.optimizer_state == (uint64_t)P * 4);
+    ck_assert(need.total + all.optimizer_state == all.total + need.optimizer_state);
   }
   clt_trainer_destroy(t);
   clt_model_destroy(m);
@@ -251,6 +264,37 @@ START_TEST(checkpoints_hold_the_whole_state) {
 }
 END_TEST
 
+/* A cap between the two needs: --zero 0 does not fit, --zero 1 does. */
+START_TEST(max_device_memory) {
+  if (nranks == 1) return;
+  clt_train_options o;
+  options(&o, 0);
+  clt_optimizer_defaults(CLT_OPT_ADAMW, &o.optimizer);
+  o.schedule.lr = 0.003f;
+  clt_model *m;
+  clt_trainer *t = NULL;
+  clt_replica_memory full, sharded;
+  ck_assert_int_eq(clt_model_parse(mlp, "zero.model", &m), 0);
+  ck_assert_int_eq(clt_model_replica_memory_ranks(m, &o, nranks, &full, NULL), 0);
+  o.zero = 1;
+  ck_assert_int_eq(clt_model_replica_memory_ranks(m, &o, nranks, &sharded, NULL), 0);
+  ck_assert(sharded.total < full.total);
+  o.max_device_memory = (full.total + sharded.total) / 2;
+  o.zero = 0;
+  int rc = clt_trainer_create(m, mine, comm, &o, &t);
+  /* Rank 0 says why; the others that rank 0 failed (the first to fail). */
+  ck_assert_msg(rc == CLT_EDEVMEM && (rank == 0 ? strstr(clt_last_error(), "--max-device-memory") &&
+                                                      strstr(clt_last_error(), "the total does not fit")
+                                                : strstr(clt_last_error(), "failed on rank 0") != NULL),
+                "rank %d: %s", rank, clt_last_error());
+  o.zero = 1;
+  ck_assert_msg(clt_trainer_create(m, mine, comm, &o, &t) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_msg(clt_trainer_fit(t, data, NULL) == 0, "rank %d: %s", rank, clt_last_error());
+  clt_trainer_destroy(t);
+  clt_model_destroy(m);
+}
+END_TEST
+
 START_TEST(refusals) {
   clt_train_options o;
   clt_model *m;
@@ -300,6 +344,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, fp16_wire);
   tcase_add_test(tc, shards_cover_the_arena);
   tcase_add_test(tc, checkpoints_hold_the_whole_state);
+  tcase_add_test(tc, max_device_memory);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
   rc = tu_run(s);

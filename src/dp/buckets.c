@@ -101,7 +101,7 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
 }
 
 /* The model's written ranges, layer by layer. */
-static int model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *out) {
+int clt__dp_model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *out) {
   int L = clt_model_layer_count(m), rc = CLT_OK, total = 0;
   int *first = clt__calloc((size_t)L + 1, sizeof *first);
   clt__param_range *ranges = NULL;
@@ -122,7 +122,7 @@ fail:
 int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision) {
   int rc = CLT_OK;
   clt__bucket_layout *b = &dp->buckets;
-  CLT_TRY(model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), b));
+  CLT_TRY(clt__dp_model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), b));
   if (!(dp->plans = clt__calloc(b->n ? b->n : 1, sizeof *dp->plans))) { rc = CLT_ENOMEM; goto fail; }
   /* In f16, gradients travel as f16 (half the bytes), rounded per bucket
    * as its backward ends and summed in f32 on the host. */

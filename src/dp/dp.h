@@ -130,6 +130,10 @@ typedef struct clt__shard_range {
  * all-reduced whole and only the optimizer state is sharded. On one rank
  * there is nothing to shard: stage 0, said in the log. */
 void clt__dp_zero_set(clt__dp *dp, int stage, int full_grads);
+/* Pure: the parameters whose optimizer state rank `rank` of nranks keeps
+ * under stage 1 with buckets of bucket_mb MiB (every parameter with one
+ * rank): what clt__dp_buckets_create will make its shard. */
+int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params);
 /* The stage in effect (0 on one rank). */
 int clt__dp_zero(const clt__dp *dp);
 /* Only this rank's shard of the summed gradient is valid after the

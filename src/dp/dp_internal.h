@@ -44,6 +44,9 @@ struct clt__dp {
   int64_t shard_params;
 };
 
+/* buckets.c: the bucket layout of a model (pure). */
+int clt__dp_model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *out);
+
 /* zero.c: the ZeRO plans and this rank's shard, made by
  * clt__dp_buckets_create once the layout is known; and their release. */
 int clt__dp_zero_plans(clt__dp *dp, int64_t P);

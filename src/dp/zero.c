@@ -174,3 +174,56 @@ fail:
   clt_allgather_plan_destroy(plan);
   return rc < 0 ? clt__error_prefix(rc, "gathering the optimizer state of every rank (--zero %d)", dp->zero) : rc;
 }
+
+int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(m), covered = 0;
+  clt__bucket_layout b;
+  size_t *seg = NULL;
+  *params = P;
+  if (nranks <= 1) return CLT_OK;
+  CLT_TRY(clt__dp_model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), &b));
+  if (!(seg = clt__calloc((size_t)nranks + 1, sizeof *seg))) {
+    rc = CLT_ENOMEM;
+    goto done;
+  }
+  /* Rank r's part of a bucket is its segment (r + 1) mod N (halves.c). */
+  int64_t mine = 0;
+  int j = (rank + 1) % nranks;
+  for (int k = 0; k < b.n; k++) {
+    clt__segments((size_t)(b.hi[k] - b.lo[k]), nranks, seg);
+    mine += (int64_t)(seg[j + 1] - seg[j]);
+    covered += b.hi[k] - b.lo[k];
+  }
+  *params = mine + (P - covered);
+done:
+  free(seg);
+  clt__bucket_layout_free(&b);
+fail:
+  return rc;
+}
+
+int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,
+                                   clt_replica_memory *out, int64_t *shard_params) {
+  clt_train_options d;
+  int rc = CLT_OK;
+  if (!o) clt_train_options_defaults(&d), o = &d;
+  CLT_TRY(clt_model_replica_memory(m, o, out)); /* checks m, out and the options */
+  if (nranks < 1) return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: %d ranks (at least 1)", nranks);
+  if (o->zero < 0 || o->zero > 1)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0 or 1)", o->zero);
+  int64_t most = clt_model_param_count(m);
+  if (o->zero == 1 && nranks > 1) {
+    most = 0;
+    for (int r = 0; r < nranks; r++) {
+      int64_t p;
+      CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, nranks, r, &p));
+      if (p > most) most = p;
+    }
+    clt__replica_memory_sharded(m->spec, o->batch / o->accumulate, clt_optimizer_state_per_param(&o->optimizer), most,
+                                o->precision, o->precision == CLT_F16, out);
+  }
+  if (shard_params) *shard_params = most;
+fail:
+  return rc;
+}

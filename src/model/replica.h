@@ -83,6 +83,12 @@ void clt__replica_destroy(clt__replica *r);
  * the gradients that clt__replica_set_buckets may add. */
 void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
                          int wire, clt_replica_memory *out);
+/* The same with optimizer state for state_params parameters (a ZeRO shard). */
+void clt__replica_memory_sharded(const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                                 int64_t state_params, clt_dtype act_dtype, int wire, clt_replica_memory *out);
+/* clt_replica_memory_check against d with at most cap bytes of it (0: all
+ * of it; cap also bounds one buffer): --max-device-memory. */
+int clt__replica_memory_fits(const clt_replica_memory *need, const clt_device_info *d, uint64_t cap);
 
 
 /* Upload n samples (n, input size) and their labels (or a regression

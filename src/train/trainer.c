@@ -169,10 +169,12 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   /* What cannot fit is refused before anything is allocated, on every
    * rank at once: each replica is made for the whole micro-batch. */
   clt_replica_memory need;
-  clt__replica_memory(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), o->precision,
-                      t->nreplicas > 1 && o->precision == CLT_F16, &need);
+  int64_t state_params = clt_model_param_count(m);
+  if (o->zero == 1) CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, t->nranks, t->rank, &state_params));
+  clt__replica_memory_sharded(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), state_params,
+                              o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
-    if ((rc = clt_replica_memory_check(&need, clt_devices_info(devs, i))) < 0)
+    if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0)
       clt__error_prefix(rc, "%s", m->spec->name);
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking that the replicas fit their devices"));
 
@@ -189,6 +191,11 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   int nshard;
   int64_t shard_params;
   clt__dp_shard(t->dp, &nshard, &shard_params);
+  if (shard_params != state_params) {
+    rc = clt__error(CLT_EINTERNAL, "rank %d: the ZeRO shard holds %lld parameters, the memory check counted %lld",
+                    t->rank, (long long)shard_params, (long long)state_params);
+    goto fail;
+  }
 
   int per = clt_optimizer_state_per_param(&o->optimizer);
   t->ctx = clt__calloc(t->nlocal, sizeof *t->ctx);
