@@ -8,7 +8,8 @@
  *   - the parameters are bit for bit those of --zero 0 after every run:
  *     SGD with momentum (and Nesterov, weight decay), SGD without state,
  *     AdamW with its decay mask, Adam with clipping (the global norm),
- *     accumulated micro-batches, fp16 gradients on the wire;
+ *     accumulated micro-batches, fp16 gradients on the wire, two devices
+ *     on every rank;
  *   - the shards cover the arena once: their sizes add up to the
  *     parameter count over the ranks, each smaller than it on 2+ ranks;
  *   - a checkpoint saved at --zero 1 holds the whole state: resumed at
@@ -157,6 +158,26 @@ START_TEST(fp16_wire) {
   o.precision = CLT_F16;
   o.loss_scale = 1024;
   same_as_zero0(&o, "fp16, gradients as half on the wire");
+}
+END_TEST
+
+/* Two devices on every rank (PoCL and rusticl): the reduce-scatter sums a
+ * rank's replicas first, each replica steps the rank's shard with state of
+ * its own, and the allgather hands the parameters to both. */
+START_TEST(two_devices_per_rank) {
+  if (tu_ndev < 2 || nranks == 1) return;
+  clt_devices *both, *keep = mine;
+  ck_assert_int_eq(clt_devices_select(tu_devices, "all", &both), 0);
+  mine = both;
+  clt_train_options o;
+  options(&o, 1);
+  same_as_zero0(&o, "SGD momentum, two devices per rank");
+  options(&o, 1);
+  clt_optimizer_defaults(CLT_OPT_ADAMW, &o.optimizer);
+  o.schedule.lr = 0.003f;
+  same_as_zero0(&o, "AdamW, two devices per rank");
+  mine = keep;
+  clt_devices_destroy(both);
 }
 END_TEST
 
@@ -342,6 +363,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, adam_clipping);
   tcase_add_test(tc, accumulation);
   tcase_add_test(tc, fp16_wire);
+  tcase_add_test(tc, two_devices_per_rank);
   tcase_add_test(tc, shards_cover_the_arena);
   tcase_add_test(tc, checkpoints_hold_the_whole_state);
   tcase_add_test(tc, max_device_memory);
