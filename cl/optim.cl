@@ -14,7 +14,8 @@
 
 // decay (NULL: every parameter) says per parameter whether weight decay
 // applies: GPT-2's AdamW skips biases, norms and embeddings. A parameter it
-// skips is updated with wd = 0.
+// skips is updated with wd = 0. Its entries start at doff (a sharded step
+// over part of the arena reads the mask of that part).
 //
 // SGD with momentum mu (PyTorch semantics, no dampening):
 //   g += wd * p;  buf = mu * buf + g;  g = nesterov ? g + mu * buf : buf;  p -= lr * g
@@ -22,13 +23,14 @@
 // p, grad and buf start at element offsets poff, goff and boff.
 __kernel void sgd_step(__global float *p, const ulong poff, __global const float *grad, const ulong goff,
                        __global float *buf, const ulong boff, const ulong n, const float lr, const float gscale,
-                       const float mu, const float wd_all, const int nesterov, __global const uchar *decay) {
+                       const float mu, const float wd_all, const int nesterov, __global const uchar *decay,
+                       const ulong doff) {
   size_t i = get_global_id(0);
   if (i >= n) return;
   p += poff;
   grad += goff;
   buf += boff;
-  const float wd = decay && !decay[i] ? 0.0f : wd_all;
+  const float wd = decay && !decay[doff + i] ? 0.0f : wd_all;
   float w = p[i];
   float g = grad[i] * gscale + wd * w;
   if (mu != 0.0f) {
@@ -46,10 +48,10 @@ __kernel void sgd_step(__global float *p, const ulong poff, __global const float
 __kernel void adam_step(__global float *p, const ulong poff, __global const float *grad, const ulong goff,
                         __global float *state, const ulong soff, const ulong n, const float lr, const float gscale,
                         const float beta1, const float beta2, const float eps, const float wd_all, const int decoupled,
-                        const float bc1, const float bc2, __global const uchar *decay) {
+                        const float bc1, const float bc2, __global const uchar *decay, const ulong doff) {
   size_t i = get_global_id(0);
   if (i >= n) return;
-  const float wd = decay && !decay[i] ? 0.0f : wd_all;
+  const float wd = decay && !decay[doff + i] ? 0.0f : wd_all;
   p += poff;
   grad += goff;
   __global float *m = state + soff;

@@ -303,6 +303,68 @@ CLT_API const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan)
  * Device buffers: clt_allreduce_run_device in cltrain/opencl.h. */
 CLT_API int clt_allreduce_run(clt_allreduce_plan *plan, void *buf);
 
+/* ---- reduce-scatter and allgather: the all-reduce's two halves ----------
+ *
+ * The ring all-reduce is a reduce-scatter (after N - 1 steps each rank
+ * holds the finished sum of one part of the buffer) followed by an
+ * allgather (N - 1 more steps hand every part to every rank). Each half is
+ * planned and run on its own here, on the same ring and code, with the
+ * all-reduce's checks: (count, per-rank counts, dtype, op, chunk size)
+ * compared across ranks when the plan is made (CLT_EMISMATCH on every rank,
+ * naming the ranks and values), numbered messages, CLT_TIMEOUT deadlines.
+ * This is what ZeRO-style sharding needs: reduce-scatter the gradients,
+ * update your part, allgather the parameters.
+ *
+ * Parts. With counts NULL, the parts are the all-reduce's own segments
+ * (count split into N, the first count % N one element longer), and rank
+ * r's part is the segment the ring finishes there, segment (r + 1) mod N:
+ * a reduce-scatter part is then bit for bit that segment of
+ * clt_allreduce_run's result on the same data, for every count (small
+ * counts too: the reduce-scatter then runs the all-reduce's small-message
+ * algorithm whole), so a reduce-scatter followed by an allgather gives
+ * exactly the all-reduce's bits. Ask a plan where a rank's part is with
+ * clt_reduce_scatter_plan_part. With counts given (N entries summing to
+ * count, any of them 0), rank r's part is counts[r] elements from
+ * counts[0] + ... + counts[r - 1], in rank order as MPI_Reduce_scatter
+ * lays them out. Counts smaller than N and 0 work.
+ *
+ * Runs are in place on a buffer of the plan's whole count: a
+ * reduce-scatter reads all of it and leaves the result in this rank's part
+ * (the rest of a host buffer is overwritten with partial sums; a device
+ * buffer is written in the part only); an allgather reads this rank's part
+ * and fills every other part. Averages (CLT_AVG) divide by the number of
+ * buffers in the job, as the all-reduce does. An allgather has no op.
+ * Device buffers: clt_reduce_scatter_run_device and clt_allgather_run_device
+ * in cltrain/opencl.h. */
+typedef struct clt_reduce_scatter_plan clt_reduce_scatter_plan;
+typedef struct clt_allgather_plan clt_allgather_plan;
+
+/* Collective. counts: NULL (the all-reduce's segments) or one per rank;
+ * opts as for an all-reduce plan (NULL for the defaults). */
+CLT_API int clt_reduce_scatter_plan_create(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                                           clt_reduce_op op, const clt_allreduce_opts *opts,
+                                           clt_reduce_scatter_plan **out);
+CLT_API void clt_reduce_scatter_plan_destroy(clt_reduce_scatter_plan *plan);
+CLT_API size_t clt_reduce_scatter_plan_count(const clt_reduce_scatter_plan *plan);
+/* Rank `rank`'s part: elements [*offset, *offset + *n) of the buffer. */
+CLT_API int clt_reduce_scatter_plan_part(const clt_reduce_scatter_plan *plan, int rank, size_t *offset, size_t *n);
+/* As clt_allreduce_plan_algorithm: the small-message algorithms run whole. */
+CLT_API const char *clt_reduce_scatter_plan_algorithm(const clt_reduce_scatter_plan *plan);
+/* Reduce a host buffer of count elements; this rank's part holds the result. */
+CLT_API int clt_reduce_scatter_run(clt_reduce_scatter_plan *plan, void *buf);
+
+/* Collective. counts: NULL (the parts of a reduce-scatter plan made with
+ * NULL, so the two chain) or one per rank. */
+CLT_API int clt_allgather_plan_create(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                                      const clt_allreduce_opts *opts, clt_allgather_plan **out);
+CLT_API void clt_allgather_plan_destroy(clt_allgather_plan *plan);
+CLT_API size_t clt_allgather_plan_count(const clt_allgather_plan *plan);
+CLT_API int clt_allgather_plan_part(const clt_allgather_plan *plan, int rank, size_t *offset, size_t *n);
+/* Fill every part of a host buffer of count elements from the rank that
+ * holds it (this rank's part is its input). Every rank ends with the same
+ * bits. */
+CLT_API int clt_allgather_run(clt_allgather_plan *plan, void *buf);
+
 /* Broadcast `bytes` bytes from root's buf to every rank's buf. Collective;
  * (bytes, root) must agree across ranks (else CLT_EMISMATCH on every rank). */
 CLT_API int clt_bcast(clt_comm *comm, void *buf, size_t bytes, int root);
@@ -812,6 +874,16 @@ typedef struct clt_train_options {
                                      and the scale halved */
   int64_t loss_scale_window;      /* CLT_F16: double the scale after N clean steps in a row (2000) */
   int max_skips;                  /* CLT_F16: stop (CLT_ENONFINITE) after N skipped steps in a row (20) */
+  /* sharding (ZeRO) */
+  uint64_t max_device_memory;     /* bytes of each device a replica may use (also per buffer); 0 (default):
+                                     all of it. A replica that needs more is refused (CLT_EDEVMEM) */
+  int zero;                       /* 0 (default): every replica keeps all optimizer state; 1: each rank
+                                     keeps it only for its shard of the parameters (the all-reduce's
+                                     own segment of every gradient bucket), the gradients are
+                                     reduce-scattered (all-reduced whole when clip > 0, which needs
+                                     their norm), each rank steps its shard and the parameters are
+                                     allgathered: bitwise the parameters of zero 0. The same on every
+                                     rank; on one rank a no-op. 2 is not implemented yet */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);
@@ -837,6 +909,14 @@ typedef struct clt_replica_memory {
  * gradients' float16 copy is counted under fp16 (it exists with two
  * replicas or more). */
 CLT_API int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt_replica_memory *out);
+/* The same for one replica of a job of nranks ranks (one replica each):
+ * under o->zero 1, optimizer state for the largest rank's shard of the
+ * parameters (the all-reduce's segments of o->bucket_mb buckets), which is
+ * what clt_trainer_create allocates there; with o->zero 0 or one rank, as
+ * clt_model_replica_memory. *shard_params, when not NULL, receives the
+ * parameters that state covers. */
+CLT_API int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,
+                                           clt_replica_memory *out, int64_t *shard_params);
 /* CLT_OK when need fits device d (its total within the global memory, its
  * largest buffer within one allocation), else CLT_EDEVMEM with a message
  * that says what is needed, broken down, and what d has, naming d. */

@@ -82,6 +82,13 @@ int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t byt
  * run, whose reads follow the writes on those queues. */
 int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                      const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets);
+/* Segment offsets for `count` elements over `size` ranks (size + 1): the
+ * first count % size segments get one element more (src/comm/ring.c). */
+void clt__segments(size_t count, int size, size_t *seg_off);
+/* A reduce-scatter or allgather plan as the plan behind it, for
+ * clt__allreduce_run_devices_split (src/comm/halves.c). */
+clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan);
+clt_allreduce_plan *clt__allgather_base(clt_allgather_plan *plan);
 
 /* ---- small helpers -------------------------------------------------------- */
 

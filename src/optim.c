@@ -149,10 +149,11 @@ int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_config *cfg,
                       clt_optimizer_name(cfg->kind), per, (unsigned long long)n,
                       clt_tensor_shape_str(state, s1, sizeof s1));
   if (t < 1) return clt__error(CLT_EINVAL, "optimizer step: step numbers start at 1, not %lld", (long long)t);
-  if (decay && (decay->dtype != CLT_U8 || (cl_ulong)clt_tensor_numel(decay) != n || decay->offset))
-    return clt__error(CLT_ESHAPE, "optimizer step: the decay mask must be %llu u8 values from the start of its "
-                      "buffer, not %s", (unsigned long long)n, clt_tensor_shape_str(decay, s1, sizeof s1));
+  if (decay && (decay->dtype != CLT_U8 || (cl_ulong)clt_tensor_numel(decay) != n))
+    return clt__error(CLT_ESHAPE, "optimizer step: the decay mask must be %llu u8 values, not %s",
+                      (unsigned long long)n, clt_tensor_shape_str(decay, s1, sizeof s1));
   cl_mem mask = decay ? decay->buf : NULL;
+  cl_ulong moff = decay ? (cl_ulong)decay->offset : 0;
 
   cl_ulong poff = params->offset / sizeof(float), goff = grads->offset / sizeof(float);
   cl_ulong soff = per ? state->offset / sizeof(float) : 0;
@@ -167,6 +168,7 @@ int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_config *cfg,
     CLT_CL_TRY(clSetKernelArg(k, 10, sizeof(float), &cfg->weight_decay));
     CLT_CL_TRY(clSetKernelArg(k, 11, sizeof nesterov, &nesterov));
     CLT_CL_TRY(clSetKernelArg(k, 12, sizeof mask, mask ? &mask : NULL));
+    CLT_CL_TRY(clSetKernelArg(k, 13, sizeof moff, &moff));
   } else {
     cl_int decoupled = cfg->kind == CLT_OPT_ADAMW;
     float bc1 = (float)(1.0 - pow(cfg->beta1, (double)t)), bc2 = (float)(1.0 - pow(cfg->beta2, (double)t));
@@ -186,6 +188,7 @@ int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_config *cfg,
     CLT_CL_TRY(clSetKernelArg(k, 14, sizeof bc1, &bc1));
     CLT_CL_TRY(clSetKernelArg(k, 15, sizeof bc2, &bc2));
     CLT_CL_TRY(clSetKernelArg(k, 16, sizeof mask, mask ? &mask : NULL));
+    CLT_CL_TRY(clSetKernelArg(k, 17, sizeof moff, &moff));
   }
   /* The first six arguments are the same for both kernels. */
   CLT_CL_TRY(clSetKernelArg(k, 0, sizeof(cl_mem), &params->buf));

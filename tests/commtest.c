@@ -74,6 +74,7 @@ uint16_t ct_half_input(size_t i, int who, int salt) {
 
 static float f16(uint16_t h) { return (float)ct_half_value(h); }
 static uint16_t add16(uint16_t a, uint16_t b) { return ct_half(f16(a) + f16(b)); }
+uint16_t ct_half_add(uint16_t a, uint16_t b) { return add16(a, b); }
 
 /* Rank r's contribution to element i: its replicas added in float, rounded once. */
 static uint16_t local_sum(size_t i, int r, int replicas, int salt) {

@@ -30,6 +30,8 @@ uint64_t ct_hash(const void *p, size_t bytes);
 uint16_t ct_half(float x);          /* NaN gives 0x7e00 */
 double ct_half_value(uint16_t h);   /* exact; NaN for NaN */
 int ct_half_finite(uint16_t h);
+/* One reduction step of the fp16 collectives: a + b in float, rounded to half. */
+uint16_t ct_half_add(uint16_t a, uint16_t b);
 /* Contributor who's element i: a half of either sign and a magnitude from
  * 2^-18 to 2^7 (some subnormal), different for every contributor and salt. */
 uint16_t ct_half_input(size_t i, int who, int salt);

@@ -154,6 +154,49 @@ static void absent_rank(size_t count, size_t chunk, const char *algorithm) {
   clt_comm_destroy(c);
 }
 
+/* The halves have the all-reduce's deadlines: the last rank never joins a
+ * reduce-scatter (then, on a fresh communicator, an allgather), and the
+ * others fail naming it and the operation. */
+static void absent_rank_half(int gather) {
+  clt_comm *c = NULL;
+  int absent = nranks - 1;
+  const size_t count = 50000;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  clt_reduce_scatter_plan *rs = NULL;
+  clt_allgather_plan *ag = NULL;
+  clt_allreduce_opts opts = {.chunk_bytes = 1024};
+  if (gather)
+    ck_assert_msg(clt_allgather_plan_create(c, count, NULL, CLT_F32, &opts, &ag) == 0, "%s", clt_last_error());
+  else
+    ck_assert_msg(clt_reduce_scatter_plan_create(c, count, NULL, CLT_F32, CLT_SUM, &opts, &rs) == 0, "%s",
+                  clt_last_error());
+  float *x = calloc(count, sizeof *x);
+  if (rank != absent) {
+    int rc = gather ? clt_allgather_run(ag, x) : clt_reduce_scatter_run(rs, x);
+    ck_assert_msg(rc == CLT_ETIMEDOUT, "expected CLT_ETIMEDOUT, got %s: %s", clt_status_name(rc), clt_last_error());
+    char want[64];
+    snprintf(want, sizeof want, "is rank %d alive?", absent);
+    fprintf(stderr, "rank %d: %s\n", rank, clt_last_error());
+    assert_contains(clt_last_error(), want);
+    snprintf(want, sizeof want, "rank %d: %s #2 waited", rank, gather ? "allgather" : "reduce-scatter");
+    assert_contains(clt_last_error(), want);
+    assert_contains(clt_last_error(), "(step ");
+  } else {
+    sleep((unsigned)clt_comm_timeout(c) + 3);
+    free(x); /* the ranks that gave up keep theirs: abandoned receives may land */
+  }
+  clt_reduce_scatter_plan_destroy(rs);
+  clt_allgather_plan_destroy(ag);
+  MPI_Barrier(MPI_COMM_WORLD);
+  clt_comm_destroy(c);
+}
+
+START_TEST(absent_rank_reduce_scatter) { absent_rank_half(0); }
+END_TEST
+
+START_TEST(absent_rank_allgather) { absent_rank_half(1); }
+END_TEST
+
 START_TEST(absent_rank_small) { absent_rank(10, 0, NULL); }
 END_TEST
 
@@ -200,6 +243,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, collective_mismatch);
   tcase_add_test(tc, absent_rank_small);
   tcase_add_test(tc, absent_rank_ring);
+  tcase_add_test(tc, absent_rank_reduce_scatter);
+  tcase_add_test(tc, absent_rank_allgather);
   tcase_add_test(tc, bad_environment);
   suite_add_tcase(s, tc);
   int rc = tu_run(s);

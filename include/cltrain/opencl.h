@@ -157,7 +157,7 @@ CLT_API int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose 
 CLT_API int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
                                float grad_scale, const clt_tensor *params, const clt_tensor *grads,
                                const clt_tensor *state);
-/* The same with a decay mask: n u8 values from the start of their buffer,
+/* The same with a decay mask: n u8 values from the tensor's offset,
  * 0 where weight decay does not apply (biases, norms and embeddings in
  * GPT-2's AdamW), or NULL for every parameter. */
 CLT_API int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
@@ -180,6 +180,21 @@ CLT_API int clt_allreduce_run_device(clt_allreduce_plan *plan, cl_command_queue 
  * replicas are summed first (in the order given, the same on every run),
  * then the ring runs across ranks, then every replica gets the result. */
 CLT_API int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                                      const cl_mem *bufs, const size_t *offsets);
+/* Reduce-scatter count elements of buf from byte offset `offset`: this
+ * rank's part of buf receives the result, the rest of buf is not written. */
+CLT_API int clt_reduce_scatter_run_device(clt_reduce_scatter_plan *plan, cl_command_queue queue, cl_mem buf,
+                                          size_t offset);
+/* The plan's `replicas` buffers of this process are summed first (as in
+ * clt_allreduce_run_devices); every one gets this rank's part. */
+CLT_API int clt_reduce_scatter_run_devices(clt_reduce_scatter_plan *plan, int n, const cl_command_queue *queues,
+                                           const cl_mem *bufs, const size_t *offsets);
+/* Allgather count elements of buf from byte offset `offset`: this rank's
+ * part is read, every other part is written. */
+CLT_API int clt_allgather_run_device(clt_allgather_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset);
+/* The plan's `replicas` buffers: this rank's part is read from the first
+ * (they hold the same), and every buffer gets the whole result. */
+CLT_API int clt_allgather_run_devices(clt_allgather_plan *plan, int n, const cl_command_queue *queues,
                                       const cl_mem *bufs, const size_t *offsets);
 /* Broadcast `bytes` bytes from the root rank's first buffer to every buffer
  * of every rank (n buffers on this rank, at byte offsets). */

@@ -1,8 +1,9 @@
 /*
  * cmd_summary.c: `cltrain summary MODEL`: the layers of a model spec with
  * their output shapes and parameter counts, the memory one replica needs
- * for a batch (clt_model_replica_memory, the layout training allocates),
- * and with --devices, whether that fits each device.
+ * for a batch (clt_model_replica_memory_ranks, the layout training
+ * allocates, with ZeRO's shard of the optimizer state over --ranks), and
+ * with --devices, whether that fits each device.
  */
 #include "config.h"
 
@@ -26,21 +27,32 @@ static void help(FILE *to) {
           "      --accumulate K    as train's: runs of N / K samples (default 1)\n"
           "  -o, --optimizer NAME  sgd, adam or adamw: their state (default sgd, with momentum)\n"
           "      --precision P     fp32 or fp16 (default fp32)\n"
+          "      --zero S          as train's --zero: 1 counts the optimizer state of the\n"
+          "                        largest rank's shard only (default 0)\n"
+          "      --ranks N         ranks of the job, one replica each (default 1)\n"
+          "      --bucket-mb X     as train's: the buckets the shards are cut from (default %g)\n"
           "  -d, --devices SPEC    compare the need with these devices (as train's --devices);\n"
           "                        exit 1 when it does not fit one of them\n"
           "  -h, --help            this text\n",
-          (long long)d.batch);
+          (long long)d.batch, d.bucket_mb);
 }
 
 /* The replica's need, line by line. */
-static void print_need(const clt_replica_memory *m, const clt_train_options *o) {
+static void print_need(const clt_replica_memory *m, const clt_train_options *o, int nranks, int64_t shard,
+                       int64_t P) {
   char b[32];
   const struct { const char *what; uint64_t bytes; } rows[] = {
       {"parameters", m->parameters},           {"gradients", m->gradients},
       {"optimizer state", m->optimizer_state}, {"activations", m->activations},
       {"activation gradients", m->activation_grads}, {"workspace", m->workspace}};
-  printf("memory of one replica for batches of %lld (%s, %s):\n", (long long)m->batch,
+  printf("memory of one replica for batches of %lld (%s, %s", (long long)m->batch,
          clt_optimizer_name(o->optimizer.kind), o->precision == CLT_F16 ? "fp16" : "fp32");
+  if (o->zero && nranks > 1)
+    printf(", --zero %d over %d ranks: optimizer state for at most %lld of %lld parameters", o->zero, nranks,
+           (long long)shard, (long long)P);
+  else if (o->zero)
+    printf(", --zero %d on one rank changes nothing", o->zero);
+  printf("):\n");
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     printf("  %-22s %12s\n", rows[i].what, cli_bytes((double)rows[i].bytes, b, sizeof b));
   printf("  %-22s %12s", "total", cli_bytes((double)m->total, b, sizeof b));
@@ -52,7 +64,9 @@ int cmd_summary(int argc, char **argv) {
                                        {"optimizer", required_argument, 0, 'o'},
                                        {"precision", required_argument, 0, 'p'},
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
-                                       {0}};
+                                       {"zero", required_argument, 0, 'z'},   {"ranks", required_argument, 0, 'r'},
+                                       {"bucket-mb", required_argument, 0, 'm'}, {0}};
+  int nranks = 1;
   clt_train_options o;
   const char *devices = NULL;
   clt_optimizer_kind kind = CLT_OPT_SGD;
@@ -88,6 +102,28 @@ int cmd_summary(int argc, char **argv) {
       }
       o.precision = strcmp(optarg, "fp16") == 0 ? CLT_F16 : CLT_F32;
       break;
+    case 'z':
+    case 'r': {
+      long long v = strtoll(optarg, &end, 10), lo = c == 'z' ? 0 : 1, hi = c == 'z' ? 1 : 1 << 20;
+      if (end == optarg || *end || v < lo || v > hi) {
+        fprintf(stderr, "cltrain summary: %s must be a whole number from %lld to %lld, not '%s'%s\n",
+                c == 'z' ? "--zero" : "--ranks", lo, hi, optarg,
+                c == 'z' && strcmp(optarg, "2") == 0 ? " (--zero 2 is not implemented yet)" : "");
+        return CLI_EXIT_USAGE;
+      }
+      if (c == 'z') o.zero = (int)v;
+      else nranks = (int)v;
+      break;
+    }
+    case 'm': {
+      double v = strtod(optarg, &end);
+      if (end == optarg || *end || !(v >= 0 && v <= 1e6)) {
+        fprintf(stderr, "cltrain summary: --bucket-mb must be a number from 0 to 1e6, not '%s'\n", optarg);
+        return CLI_EXIT_USAGE;
+      }
+      o.bucket_mb = v;
+      break;
+    }
     case 'd': devices = optarg; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
     default: help(stderr); return CLI_EXIT_USAGE;
@@ -105,16 +141,17 @@ int cmd_summary(int argc, char **argv) {
   clt_model *m;
   clt_devices *all = NULL, *sel = NULL;
   clt_replica_memory need;
+  int64_t shard = 0;
   char *text;
   int rc = clt_model_load(argv[optind], &m), ec = CLI_EXIT_OK;
   if (rc < 0) return cli_fail(rc, "summary");
-  if ((rc = clt_model_summary(m, &text)) < 0 || (rc = clt_model_replica_memory(m, &o, &need)) < 0) {
+  if ((rc = clt_model_summary(m, &text)) < 0 || (rc = clt_model_replica_memory_ranks(m, &o, nranks, &need, &shard)) < 0) {
     clt_model_destroy(m);
     return cli_fail(rc, "summary");
   }
   fputs(text, stdout);
   free(text);
-  print_need(&need, &o);
+  print_need(&need, &o, nranks, shard, clt_model_param_count(m));
   if (devices && (ec = cli_select_devices(devices, &all, &sel)) == CLI_EXIT_OK) {
     for (int i = 0; i < clt_devices_count(sel); i++) {
       const clt_device_info *d = clt_devices_info(sel, i);

@@ -115,6 +115,11 @@ static void help(FILE *to) {
           "      --balance-every N   auto: re-split every N steps (default %lld)\n"
           "      --bucket-mb X       all-reduce gradients in buckets of X MiB, overlapping the\n"
           "                          backward pass (default %g; 0: one bucket at the end)\n"
+          "      --max-device-memory B  use at most B bytes of each device (like 512M or 2G;\n"
+          "                          default: all of it); a replica that needs more is refused\n"
+          "      --zero S            ZeRO sharding across ranks: 0 every rank keeps all optimizer\n"
+          "                          state; 1 each keeps it for its shard of the parameters only,\n"
+          "                          same results bit for bit (default 0; no-op on one rank)\n"
           "      --check-every N     compare parameter checksums of all replicas every N steps\n"
           "                          (default %lld; 0: never)\n"
           "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
@@ -156,6 +161,21 @@ static int parse_long(const char *opt, const char *s, long long lo, long long hi
   return 0;
 }
 
+/* "1048576", "512K", "64M", "2G" (binary units) into bytes, at least 1. */
+static int parse_bytes(const char *opt, const char *s, uint64_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+              : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+  if (unit > 1) end++;
+  if (end == s || *end || !(v * unit >= 1) || v * unit > 1e18) {
+    fprintf(stderr, "cltrain: %s must be a size in bytes, like 512M or 2G, not '%s'\n", opt, s);
+    return -1;
+  }
+  *out = (uint64_t)(v * unit);
+  return 0;
+}
+
 static int parse_real(const char *opt, const char *s, double lo, double hi, float *out) {
   char *end;
   double v = strtod(s, &end);
@@ -171,7 +191,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
-         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS };
+         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -192,6 +212,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"check-every", required_argument, 0, O_CHECK},
       {"precision", required_argument, 0, O_PRECISION}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
       {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
+      {"zero", required_argument, 0, O_ZERO},     {"max-device-memory", required_argument, 0, O_MAXMEM},
       {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
@@ -273,6 +294,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       }
       o->checkpoint_dir = optarg;
       break;
+    case O_MAXMEM: if (parse_bytes("--max-device-memory", optarg, &o->max_device_memory)) return -1; break;
+    case O_ZERO: if (parse_long("--zero", optarg, 0, 2, &v)) return -1; o->zero = (int)v; break;
     case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
     case O_RESUME:
       if (!*optarg) {

@@ -6,6 +6,7 @@
  */
 #include "comm_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,32 +98,81 @@ const clt__dtype_ops *clt__dtype_ops_find(clt_dtype dtype) {
 
 /* ---- plans ------------------------------------------------------------------ */
 
+const clt__coll_kind clt__kind_allreduce = {"allreduce", "clt_allreduce_plan_create", "clt_allreduce_run",
+                                            "clt_allreduce_run_devices", CLT__FP_ALLREDUCE_PLAN, 1, 1};
+const clt__coll_kind clt__kind_reduce_scatter = {"reduce-scatter", "clt_reduce_scatter_plan_create",
+                                                 "clt_reduce_scatter_run", "clt_reduce_scatter_run_devices",
+                                                 CLT__FP_REDUCE_SCATTER_PLAN, 1, 0};
+const clt__coll_kind clt__kind_allgather = {"allgather", "clt_allgather_plan_create", "clt_allgather_run",
+                                            "clt_allgather_run_devices", CLT__FP_ALLGATHER_PLAN, 0, 1};
+
 static int plan_steps(const clt_allreduce_plan *plan) {
   int n = plan->comm->size;
   if (n == 1 || plan->count == 0) return 0;
-  return plan->algorithm == CLT__RING ? 2 * (n - 1) : clt__small_steps(n, plan->algorithm);
+  if (plan->algorithm != CLT__RING) return clt__small_steps(n, plan->algorithm);
+  return (plan->kind->reduces + plan->kind->gathers) * (n - 1);
 }
 
-int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt_reduce_op op,
-                              const clt_allreduce_opts *opts, clt_allreduce_plan **out) {
+/* FNV-1a of the per-rank counts: what the ranks compare (0 is kept for
+ * "none given"). */
+static uint64_t counts_hash(const size_t *counts, int n) {
+  uint64_t h = 1469598103934665603ull;
+  if (!counts) return 0;
+  for (int r = 0; r < n; r++) {
+    uint64_t v = counts[r];
+    for (int b = 0; b < 8; b++) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  }
+  return h ? h : 1;
+}
+
+/* Parts and the ring's segment table. Rank r's part is the segment the
+ * reduce-scatter finishes there, ring segment (r + 1) mod N: with the
+ * all-reduce's segments that is segment (r + 1) mod N of the buffer; with
+ * counts given, rank r's part is the r-th block of the buffer, and ring
+ * segment j is rank (j - 1) mod N's block. */
+static void lay_out(clt_allreduce_plan *plan, const size_t *counts) {
+  int n = plan->comm->size;
+  clt__segments(plan->count, n, plan->seg_off);
+  size_t at = 0;
+  for (int r = 0; r < n; r++) {
+    if (counts) {
+      plan->part_lo[r] = at;
+      plan->part_hi[r] = at += counts[r];
+    } else {
+      plan->part_lo[r] = plan->seg_off[(r + 1) % n];
+      plan->part_hi[r] = plan->seg_off[(r + 1) % n + 1];
+    }
+  }
+  for (int j = 0; j < n; j++) {
+    plan->seg_lo[j] = plan->part_lo[(j + n - 1) % n];
+    plan->seg_hi[j] = plan->part_hi[(j + n - 1) % n];
+  }
+}
+
+int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                     clt_reduce_op op, const clt_allreduce_opts *opts, clt_allreduce_plan **out) {
   int rc = CLT_OK;
   clt_allreduce_plan *plan = NULL;
   clt__fingerprint *all = NULL;
   clt__op o;
+  const char *fn = kind->create_fn;
 
-  if (!out) return clt__error(CLT_EINVAL, "clt_allreduce_plan_create: no place for the plan");
+  if (!out) return clt__error(CLT_EINVAL, "%s: no place for the plan", fn);
   *out = NULL;
-  if (!comm) return clt__error(CLT_EINVAL, "clt_allreduce_plan_create: no communicator");
+  if (!comm) return clt__error(CLT_EINVAL, "%s: no communicator", fn);
   size_t chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : comm->chunk_bytes;
   int replicas = opts && opts->replicas ? opts->replicas : 1;
+  if (!kind->reduces) op = CLT_SUM; /* nothing is reduced: the op is not part of an allgather */
 
   /* Compare first, complain later: a rank that returned early on a local
    * error would leave the others waiting. After the check every rank holds
    * the same values and fails the same checks below. */
-  CLT_TRY(clt__op_begin(comm, "allreduce plan", comm->size - 1, &o));
-  clt__fingerprint mine = {.kind = CLT__FP_ALLREDUCE_PLAN, .dtype = (int32_t)dtype, .op = (int32_t)op,
+  char what[48];
+  snprintf(what, sizeof what, "%s plan", kind->op_name);
+  CLT_TRY(clt__op_begin(comm, what, comm->size - 1, &o));
+  clt__fingerprint mine = {.kind = kind->fp_kind, .dtype = (int32_t)dtype, .op = (int32_t)op,
                            .count = count, .chunk = chunk_bytes, .replicas = replicas,
-                           .small = (int32_t)comm->small_bytes};
+                           .small = (int32_t)comm->small_bytes, .parts = counts_hash(counts, comm->size)};
   if (!(all = clt__calloc((size_t)comm->size, sizeof *all))) {
     rc = CLT_ENOMEM;
     goto fail;
@@ -131,34 +181,49 @@ int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt
 
   const clt__dtype_ops *ops = clt__dtype_ops_find(dtype);
   if (!ops) {
-    rc = clt__error(CLT_EUNSUPPORTED, "clt_allreduce_plan_create: %s all-reduce is not implemented (f32 and f16 are)",
-                    clt_dtype_name(dtype));
+    rc = clt__error(CLT_EUNSUPPORTED, "%s: %s %s is not implemented (f32 and f16 are)", fn, clt_dtype_name(dtype),
+                    kind->op_name);
     goto fail;
   }
   if (op != CLT_SUM && op != CLT_AVG) {
-    rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: unknown op %d (CLT_SUM or CLT_AVG)", (int)op);
+    rc = clt__error(CLT_EINVAL, "%s: unknown op %d (CLT_SUM or CLT_AVG)", fn, (int)op);
     goto fail;
   }
   if (chunk_bytes < ops->esize || chunk_bytes > ((size_t)1 << 30)) {
-    rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: chunk of %zu bytes (from %zu to 1 GiB)", chunk_bytes,
-                    ops->esize);
+    rc = clt__error(CLT_EINVAL, "%s: chunk of %zu bytes (from %zu to 1 GiB)", fn, chunk_bytes, ops->esize);
     goto fail;
   }
   if (count > SIZE_MAX / ops->esize) {
-    rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: %zu elements do not fit in memory", count);
+    rc = clt__error(CLT_EINVAL, "%s: %zu elements do not fit in memory", fn, count);
     goto fail;
+  }
+  if (counts) {
+    size_t sum = 0;
+    for (int r = 0; r < comm->size; r++) {
+      if (counts[r] > count - sum) {
+        rc = clt__error(CLT_EINVAL, "%s: the per-rank counts add up to more than count %zu (by rank %d's %zu)", fn,
+                        count, r, counts[r]);
+        goto fail;
+      }
+      sum += counts[r];
+    }
+    if (sum != count) {
+      rc = clt__error(CLT_EINVAL, "%s: the per-rank counts add up to %zu, not count %zu", fn, sum, count);
+      goto fail;
+    }
   }
   for (int r = 0; r < comm->size; r++)
     if (all[r].replicas < 1 || all[r].replicas > CLT__MAX_REPLICAS) {
-      rc = clt__error(CLT_EINVAL, "clt_allreduce_plan_create: rank %d gives %d replicas (1 to %d)", r,
-                      (int)all[r].replicas, CLT__MAX_REPLICAS);
+      rc = clt__error(CLT_EINVAL, "%s: rank %d gives %d replicas (1 to %d)", fn, r, (int)all[r].replicas,
+                      CLT__MAX_REPLICAS);
       goto fail;
     }
 
-  if (!(plan = clt__calloc(1, sizeof *plan))) {
+  if (!(plan = clt__calloc(1, sizeof(struct clt_reduce_scatter_plan)))) {
     rc = CLT_ENOMEM;
     goto fail;
   }
+  plan->kind = kind;
   plan->comm = comm;
   plan->count = count;
   plan->dtype = dtype;
@@ -167,69 +232,95 @@ int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt
   plan->chunk_bytes = chunk_bytes;
   plan->chunk_elems = chunk_bytes / ops->esize;
   plan->replicas = replicas;
+  plan->natural = !counts;
   for (int r = 0; r < comm->size; r++) plan->total_replicas += all[r].replicas;
   plan->algorithm = CLT__RING;
-  if (comm->size > 1) {
+  if (comm->size > 1 && kind->reduces) {
     /* Gathering to rank 0 beats the ring on 3 to 8 ranks up to 4 times
-     * further than recursive doubling does (bench/allreduce.sh, 3 ranks). */
+     * further than recursive doubling does (bench/allreduce.sh, 3 ranks).
+     * A reduce-scatter chooses as the all-reduce does and then runs it
+     * whole, so its part has the all-reduce's bits at every size. */
     enum clt__algorithm small = clt__small_algorithm(comm->size);
     size_t limit = small == CLT__GATHER && comm->small_bytes <= SIZE_MAX / 4 ? 4 * comm->small_bytes
                                                                              : comm->small_bytes;
     if (count * ops->esize <= limit) plan->algorithm = small;
   }
 
-  if (!(plan->seg_off = clt__calloc((size_t)comm->size + 1, sizeof *plan->seg_off))) {
+  size_t n = (size_t)comm->size;
+  if (!(plan->seg_off = clt__calloc(n + 1, sizeof *plan->seg_off)) ||
+      !(plan->seg_lo = clt__calloc(4 * n, sizeof *plan->seg_lo))) {
     rc = CLT_ENOMEM;
     goto fail;
   }
-  clt__segments(count, comm->size, plan->seg_off);
-  CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_off, plan->chunk_elems, comm->size - 1,
-                                 2 * (comm->size - 1), &plan->sched));
+  plan->seg_hi = plan->seg_lo + n;
+  plan->part_lo = plan->seg_lo + 2 * n;
+  plan->part_hi = plan->seg_lo + 3 * n;
+  lay_out(plan, counts);
+  /* An allgather alone starts where the reduce-scatter ends: the ring over
+   * the parts, rank r starting with its own. */
+  if (!kind->reduces)
+    CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->part_lo, plan->part_hi, plan->chunk_elems, 0,
+                                   comm->size - 1, &plan->sched));
+  else
+    CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_lo, plan->seg_hi, plan->chunk_elems,
+                                   comm->size - 1, (1 + kind->gathers) * (comm->size - 1), &plan->sched));
   if (plan->algorithm != CLT__RING) {
     plan->slot_bytes = count * ops->esize;
     plan->nslots = plan->algorithm == CLT__GATHER && comm->rank == 0 ? comm->size - 1 : 1;
-  } else {
-    size_t longest = plan->seg_off[1] - plan->seg_off[0]; /* segment 0 is never shorter */
+  } else if (kind->reduces) {
+    size_t longest = 0;
+    for (int j = 0; j < comm->size; j++)
+      if (plan->seg_hi[j] - plan->seg_lo[j] > longest) longest = plan->seg_hi[j] - plan->seg_lo[j];
     plan->slot_bytes = (longest < plan->chunk_elems ? longest : plan->chunk_elems) * ops->esize;
     plan->nslots = CLT__RING_SLOTS;
-  }
+  } /* an allgather receives into place: no staging */
   if (plan->slot_bytes && !(plan->staging = clt__calloc((size_t)plan->nslots, plan->slot_bytes))) {
     rc = CLT_ENOMEM;
     goto fail;
   }
-  clt__log(CLT_LOG_DEBUG, "rank %d: allreduce plan #%llu: %zu x %s %s, %s, chunk %zu bytes, %d of %d replicas",
-           comm->rank, (unsigned long long)o.number, count, clt_dtype_name(dtype), clt_reduce_op_name(op),
-           clt_allreduce_plan_algorithm(plan), chunk_bytes, replicas, plan->total_replicas);
+  clt__log(CLT_LOG_DEBUG, "rank %d: %s #%llu: %zu x %s %s, %s, chunk %zu bytes, %d of %d replicas%s", comm->rank,
+           what, (unsigned long long)o.number, count, clt_dtype_name(dtype), clt_reduce_op_name(op),
+           clt_allreduce_plan_algorithm(plan), chunk_bytes, replicas, plan->total_replicas,
+           counts ? ", per-rank counts" : "");
   free(all);
   *out = plan;
   return CLT_OK;
 
 fail:
   free(all);
-  clt_allreduce_plan_destroy(plan);
+  clt__plan_destroy(plan);
   return rc;
 }
 
-void clt_allreduce_plan_destroy(clt_allreduce_plan *plan) {
+void clt__plan_destroy(clt_allreduce_plan *plan) {
   if (!plan) return;
   /* After a failure that left messages in flight (a timeout, an MPI
    * error), receives abandoned then may still be matched, and MPI write
    * into the plan's staging buffers, at any time until MPI_Finalize: those
    * buffers are kept (left allocated) rather than freed under it. */
   if (plan->comm && plan->comm->broken) {
-    clt__log(CLT_LOG_DEBUG, "all-reduce plan of %zu elements destroyed after a failure: its staging buffers are "
-             "kept, since abandoned messages may still arrive in them", plan->count);
+    clt__log(CLT_LOG_DEBUG, "%s plan of %zu elements destroyed after a failure: its staging buffers are kept, since "
+             "abandoned messages may still arrive in them", plan->kind->op_name, plan->count);
     clt__ring_sched_free(&plan->sched);
     free(plan->seg_off);
+    free(plan->seg_lo);
     free(plan);
     return;
   }
   clt__dev_staging_free(plan->dev);
   clt__ring_sched_free(&plan->sched);
   free(plan->seg_off);
+  free(plan->seg_lo);
   free(plan->staging);
   free(plan);
 }
+
+int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt_reduce_op op,
+                              const clt_allreduce_opts *opts, clt_allreduce_plan **out) {
+  return clt__plan_create(&clt__kind_allreduce, comm, count, NULL, dtype, op, opts, out);
+}
+
+void clt_allreduce_plan_destroy(clt_allreduce_plan *plan) { clt__plan_destroy(plan); }
 
 size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan) { return plan ? plan->count : 0; }
 
@@ -290,17 +381,23 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
 }
 
 int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op) {
-  return clt__op_begin(plan->comm, "allreduce", plan_steps(plan), op);
+  return clt__op_begin(plan->comm, plan->kind->op_name, plan_steps(plan), op);
+}
+
+int clt__plan_run(clt_allreduce_plan *plan, void *buf) {
+  clt__op op;
+  int rc;
+  if (!plan) return clt__error(CLT_EINVAL, "a host run: no plan");
+  const char *fn = plan->kind->run_fn;
+  if (!buf && plan->count) return clt__error(CLT_EINVAL, "rank %d: %s: no buffer", plan->comm->rank, fn);
+  if (plan->replicas != 1)
+    return clt__error(CLT_EINVAL, "%s: the plan was made for %d replicas per rank; a host run gives one buffer (use "
+                                  "%s)", fn, plan->replicas, plan->kind->run_devices_fn);
+  if ((rc = clt__allreduce_begin(plan, &op)) < 0) return rc;
+  return clt__allreduce_exec(plan, &op, buf, NULL, NULL, NULL);
 }
 
 int clt_allreduce_run(clt_allreduce_plan *plan, void *buf) {
-  clt__op op;
-  int rc;
   if (!plan) return clt__error(CLT_EINVAL, "clt_allreduce_run: no plan");
-  if (!buf && plan->count) return clt__error(CLT_EINVAL, "clt_allreduce_run: no buffer");
-  if (plan->replicas != 1)
-    return clt__error(CLT_EINVAL, "clt_allreduce_run: the plan was made for %d replicas per rank; a host run gives "
-                                  "one buffer (use clt_allreduce_run_devices)", plan->replicas);
-  if ((rc = clt__allreduce_begin(plan, &op)) < 0) return rc;
-  return clt__allreduce_exec(plan, &op, buf, NULL, NULL, NULL);
+  return clt__plan_run(plan, buf);
 }

@@ -102,11 +102,15 @@ static unsigned char *staged(const struct clt__dev_staging *dev, int q, size_t e
   return (unsigned char *)clt_pinned_ptr(dev->pinned[q]) + elem * dev->plan->ops->esize;
 }
 
+/* The replicas whose data goes in: every one for a reduction, the first
+ * for an allgather (every replica holds the same part). */
+static int readers(const struct clt__dev_staging *dev) { return dev->plan->kind->reduces ? dev->n : 1; }
+
 /* Chunk id has arrived from every replica (summed when there are several)? */
 static int chunk_ready(struct clt__dev_staging *dev, size_t id, int *ok) {
   *ok = 0;
   if (dev->ready[id]) return *ok = 1;
-  for (int q = 0; q < dev->n; q++) {
+  for (int q = 0; q < readers(dev); q++) {
     cl_int status = CL_QUEUED;
     cl_int e = clGetEventInfo(dev->events[(size_t)q * dev->nstage + id], CL_EVENT_COMMAND_EXECUTION_STATUS,
                               sizeof status, &status, NULL);
@@ -120,7 +124,7 @@ static int chunk_ready(struct clt__dev_staging *dev, size_t id, int *ok) {
   clt__plan_stage_chunk(dev->plan, id, &off, &n);
   for (int q = 1; q < dev->n; q++) others[q - 1] = staged(dev, q, off);
   /* One rounding for all of them: fp16 replicas are summed in float. */
-  if (dev->n > 1) dev->plan->ops->sum(staged(dev, 0, off), others, dev->n - 1, n);
+  if (readers(dev) > 1) dev->plan->ops->sum(staged(dev, 0, off), others, dev->n - 1, n);
   dev->ready[id] = 1;
   return *ok = 1;
 }
@@ -176,10 +180,12 @@ static int ring_ready(void *user, const clt__ring_chunk *c, int *ok) {
   return rc < 0 ? rc : CLT_OK;
 }
 
-/* Write elements [off, off + n) of the result back to every replica. */
-static int write_back(struct clt__dev_staging *dev, size_t off, size_t n) {
+/* Write elements [off, off + n) of the result back to replicas first ..
+ * n - 1. */
+static int write_back_from(struct clt__dev_staging *dev, int first, size_t off, size_t n) {
   size_t esize = dev->plan->ops->esize;
-  for (int q = 0; q < dev->n; q++) {
+  if (n == 0) return CLT_OK;
+  for (int q = first; q < dev->n; q++) {
     cl_int e = clEnqueueWriteBuffer(dev->write_queues[q], dev->bufs[q], CL_FALSE, dev->offs[q] + off * esize, n * esize,
                                     staged(dev, 0, off), 0, NULL, NULL);
     if (e == CL_SUCCESS) e = clFlush(dev->write_queues[q]);
@@ -190,14 +196,17 @@ static int write_back(struct clt__dev_staging *dev, size_t off, size_t n) {
   return CLT_OK;
 }
 
+static int write_back(struct clt__dev_staging *dev, size_t off, size_t n) { return write_back_from(dev, 0, off, n); }
+
 static int ring_final(void *user, const clt__ring_chunk *c) { return write_back(user, c->off, c->n); }
 
 static int check_buffer(const clt_allreduce_plan *plan, int q, cl_mem buf, size_t offset) {
   size_t need = plan->count * plan->ops->esize, size = clt_buffer_size(buf);
-  if (!buf) return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: replica %d has no buffer", q);
+  if (!buf) return clt__error(CLT_EINVAL, "rank %d: %s: replica %d has no buffer", plan->comm->rank,
+                              plan->kind->run_devices_fn, q);
   if (offset > size || size - offset < need)
-    return clt__error(CLT_ESHAPE, "clt_allreduce_run_devices: replica %d: %zu bytes from offset %zu do not fit in "
-                                  "its buffer of %zu bytes", q, need, offset, size);
+    return clt__error(CLT_ESHAPE, "rank %d: %s: replica %d: %zu bytes from offset %zu do not fit in its buffer of %zu "
+                                  "bytes", plan->comm->rank, plan->kind->run_devices_fn, q, need, offset, size);
   return CLT_OK;
 }
 
@@ -213,13 +222,12 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
   clt__op op;
   static const size_t zeros[CLT__MAX_LOCAL_REPLICAS];
 
-  if (!plan) return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: no plan");
+  if (!plan) return clt__error(CLT_EINVAL, "a device run: no plan");
+  const char *fn = plan->kind->run_devices_fn;
   if (n != plan->replicas || !queues || !bufs)
-    return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: %d buffers given, the plan was made for %d replicas", n,
-                      plan->replicas);
+    return clt__error(CLT_EINVAL, "%s: %d buffers given, the plan was made for %d replicas", fn, n, plan->replicas);
   if (n > CLT__MAX_LOCAL_REPLICAS)
-    return clt__error(CLT_EINVAL, "clt_allreduce_run_devices: %d replicas (at most %d per process)", n,
-                      CLT__MAX_LOCAL_REPLICAS);
+    return clt__error(CLT_EINVAL, "%s: %d replicas (at most %d per process)", fn, n, CLT__MAX_LOCAL_REPLICAS);
   for (int q = 0; q < n; q++) CLT_TRY(check_buffer(plan, q, bufs[q], offsets ? offsets[q] : 0));
   CLT_TRY(clt__allreduce_begin(plan, &op));
   if (plan->count == 0) return CLT_OK;
@@ -232,7 +240,7 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
 
   /* Every read at once, in the order the ring needs them. */
   size_t esize = plan->ops->esize;
-  for (int q = 0; q < n; q++) {
+  for (int q = 0; q < readers(dev); q++) {
     for (size_t i = 0; i < dev->nstage; i++) {
       size_t off, cnt;
       clt__plan_stage_chunk(plan, i, &off, &cnt);
@@ -242,11 +250,20 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
     CLT_CL_TRY(clFlush(queues[q]));
   }
 
+  /* What this rank ends with: everything, or its part alone. */
+  size_t lo = 0, hi = plan->count;
+  if (!plan->kind->gathers) lo = plan->part_lo[plan->comm->rank], hi = plan->part_hi[plan->comm->rank];
   if (plan->comm->size > 1 && plan->algorithm == CLT__RING) {
     CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), ring_ready, ring_final, dev));
+    /* An allgather's own part is on the first replica only. */
+    if (!plan->kind->reduces) {
+      size_t plo = plan->part_lo[plan->comm->rank], phi = plan->part_hi[plan->comm->rank];
+      CLT_TRY(wait_device(plan, queues[0], 0, dev->events, dev->nstage, "copying the buffer to the host"));
+      CLT_TRY(write_back_from(dev, 1, plo, phi - plo));
+    }
   } else {
     /* Recursive doubling and one rank need the whole buffer at once. */
-    for (int q = 0; q < n; q++)
+    for (int q = 0; q < readers(dev); q++)
       CLT_TRY(wait_device(plan, queues[q], q, dev->events + (size_t)q * dev->nstage, dev->nstage,
                           "copying the buffer to the host"));
     for (size_t i = 0; i < dev->nstage; i++) {
@@ -254,7 +271,8 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
       CLT_TRY(chunk_ready(dev, i, &ok));
     }
     CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), NULL, NULL, NULL));
-    CLT_TRY(write_back(dev, 0, plan->count));
+    /* One rank's allgather has nothing new for the first replica. */
+    CLT_TRY(write_back_from(dev, plan->kind->reduces ? 0 : 1, lo, hi - lo));
   }
   /* Writes on the reads' queue are waited for (the public calls return
    * with the result in place); on other queues they are the caller's to

@@ -20,7 +20,8 @@
 static int ring_allgather(clt__op *op, unsigned char *buf, const size_t *seg_off) {
   clt__ring_sched sched;
   clt_comm *comm = op->comm;
-  int rc = clt__ring_sched_create(comm->rank, comm->size, seg_off, comm->chunk_bytes, 0, comm->size - 1, &sched);
+  int rc = clt__ring_sched_create(comm->rank, comm->size, seg_off, seg_off + 1, comm->chunk_bytes, 0,
+                                  comm->size - 1, &sched);
   if (rc < 0) return rc;
   clt__ring_io io = {.base = buf};
   rc = clt__ring_exec(op, &sched, &io);

@@ -107,9 +107,16 @@ typedef struct clt__fingerprint {
   uint64_t chunk;
   int32_t replicas;
   int32_t small;           /* the small-message threshold: it picks the algorithm */
+  uint64_t parts;          /* a hash of per-rank counts; 0: the all-reduce's segments */
 } clt__fingerprint;
 
-enum clt__fp_kind { CLT__FP_ALLREDUCE_PLAN = 1, CLT__FP_BCAST = 2, CLT__FP_ALLGATHER = 3 };
+enum clt__fp_kind {
+  CLT__FP_ALLREDUCE_PLAN = 1,
+  CLT__FP_BCAST = 2,
+  CLT__FP_ALLGATHER = 3,
+  CLT__FP_REDUCE_SCATTER_PLAN = 4,
+  CLT__FP_ALLGATHER_PLAN = 5
+};
 
 /* Exchange fingerprints with every rank (the check phase of op) and compare:
  * a difference is CLT_EMISMATCH on every rank, naming the ranks and values.
@@ -155,11 +162,13 @@ typedef struct clt__ring_sched {
   size_t nsend;            /* own chunks, then the receives that are passed on */
 } clt__ring_sched;
 
-/* Segments: seg_off[0..size] element offsets. reduce_steps = size - 1 and
- * total_steps = 2 (size - 1) for an all-reduce; 0 and size - 1 for an
- * allgather of blocks (rank r starts with block r). */
-int clt__ring_sched_create(int rank, int size, const size_t *seg_off, size_t chunk_elems, int reduce_steps,
-                           int total_steps, clt__ring_sched *out);
+/* Segment j is elements [lo[j], hi[j]) (for consecutive segments from one
+ * array of offsets: lo = off, hi = off + 1). reduce_steps = size - 1 and
+ * total_steps = 2 (size - 1) for an all-reduce; both size - 1 for a
+ * reduce-scatter (rank r finishes segment (r + 1) mod size); 0 and
+ * size - 1 for an allgather of blocks (rank r starts with block r). */
+int clt__ring_sched_create(int rank, int size, const size_t *lo, const size_t *hi, size_t chunk_elems,
+                           int reduce_steps, int total_steps, clt__ring_sched *out);
 void clt__ring_sched_free(clt__ring_sched *s);
 
 /* Where the data is and what to do with it. */
@@ -201,7 +210,23 @@ int clt__small_exec(clt__op *op, enum clt__algorithm algorithm, unsigned char *b
 
 struct clt__dev_staging;
 
+/* What a plan does: the whole ring, or one of its halves. One descriptor
+ * per kind (allreduce.c), so the plan code asks it instead of switching. */
+typedef struct clt__coll_kind {
+  const char *op_name;       /* the operation in messages: "allreduce" */
+  const char *create_fn;     /* the public functions, for messages */
+  const char *run_fn, *run_devices_fn;
+  int32_t fp_kind;           /* its fingerprint */
+  int reduces;               /* has the reduce-scatter half */
+  int gathers;               /* has the allgather half */
+} clt__coll_kind;
+
+extern const clt__coll_kind clt__kind_allreduce, clt__kind_reduce_scatter, clt__kind_allgather;
+
+/* One plan type behind clt_allreduce_plan, clt_reduce_scatter_plan and
+ * clt_allgather_plan (the latter two wrap it: allreduce.c). */
 struct clt_allreduce_plan {
+  const clt__coll_kind *kind;
   clt_comm *comm;
   size_t count;
   clt_dtype dtype;
@@ -211,13 +236,31 @@ struct clt_allreduce_plan {
   int replicas;            /* buffers this rank gives each run */
   int total_replicas;      /* over every rank: the divisor of an average */
   enum clt__algorithm algorithm;
-  size_t *seg_off;         /* size + 1 */
+  size_t *seg_off;         /* size + 1: the all-reduce's segments */
+  size_t *seg_lo, *seg_hi; /* size each: the ring's segment table */
+  size_t *part_lo, *part_hi; /* size each: rank r's part (reduce-scatter result, allgather input) */
+  int natural;             /* parts are the all-reduce's segments (no per-rank counts given) */
   clt__ring_sched sched;
   unsigned char *staging;  /* ring: nslots chunk buffers; small messages: see clt__small_exec */
   int nslots;
   size_t slot_bytes;
   struct clt__dev_staging *dev; /* pinned staging of device runs, made on first use */
 };
+
+struct clt_reduce_scatter_plan {
+  struct clt_allreduce_plan p;
+};
+struct clt_allgather_plan {
+  struct clt_allreduce_plan p;
+};
+
+/* Make a plan of any kind; counts (size entries) or NULL for the
+ * all-reduce's segments. */
+int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                     clt_reduce_op op, const clt_allreduce_opts *opts, clt_allreduce_plan **out);
+void clt__plan_destroy(clt_allreduce_plan *plan);
+/* Run a plan of any kind on host memory at buf. */
+int clt__plan_run(clt_allreduce_plan *plan, void *buf);
 
 /* Start one run of the plan (numbers it, refuses on a broken communicator). */
 int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op);

@@ -1,7 +1,7 @@
 /*
  * fingerprint.c: before a collective whose shape the ranks must agree on
- * (an all-reduce plan, a broadcast, an allgather), every rank sends every
- * other rank what it is about to do (kind, count, type, op, root, chunk)
+ * (a plan, a broadcast, an allgather), every rank sends every other rank
+ * what it is about to do (kind, count, type, op, root, chunk, per-rank counts)
  * over the ring. Every rank then sees every fingerprint, so a mismatch is
  * the same error on every rank, naming the ranks and values, instead of a
  * hang or a buffer of garbage. Nothing is left in flight, so the
@@ -14,11 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { NFIELDS = 8 };
+
 static const char *kind_name(int32_t kind) {
   switch (kind) {
   case CLT__FP_ALLREDUCE_PLAN: return "making an allreduce plan";
   case CLT__FP_BCAST: return "broadcasting";
   case CLT__FP_ALLGATHER: return "gathering (allgather)";
+  case CLT__FP_REDUCE_SCATTER_PLAN: return "making a reduce-scatter plan";
+  case CLT__FP_ALLGATHER_PLAN: return "making an allgather plan";
   }
   return "doing something unknown";
 }
@@ -33,6 +37,10 @@ static void field_text(int f, const clt__fingerprint *p, char *buf, size_t len) 
   case 4: snprintf(buf, len, "%d", (int)p->root); break;
   case 5: snprintf(buf, len, "%" PRIu64, p->chunk); break;
   case 6: snprintf(buf, len, "%d", (int)p->small); break;
+  case 7:
+    if (p->parts) snprintf(buf, len, "counts given (hash %016" PRIx64 ")", p->parts);
+    else snprintf(buf, len, "none (the all-reduce's segments)");
+    break;
   default: buf[0] = '\0';
   }
 }
@@ -46,6 +54,7 @@ static int field_differs(int f, const clt__fingerprint *a, const clt__fingerprin
   case 4: return a->root != b->root;
   case 5: return a->chunk != b->chunk;
   case 6: return a->small != b->small;
+  case 7: return a->parts != b->parts;
   }
   return 0;
 }
@@ -53,8 +62,8 @@ static int field_differs(int f, const clt__fingerprint *a, const clt__fingerprin
 static const char *field_name(int f, int32_t kind) {
   static const char *names[] = {"what they are doing", "count",       "dtype",
                                 "op",                  "root",        "chunk bytes",
-                                "CLT_ALLREDUCE_SMALL"};
-  if (f == 1 && kind != CLT__FP_ALLREDUCE_PLAN) return "bytes";
+                                "CLT_ALLREDUCE_SMALL", "per-rank counts"};
+  if (f == 1 && (kind == CLT__FP_BCAST || kind == CLT__FP_ALLGATHER)) return "bytes";
   return names[f];
 }
 
@@ -66,7 +75,7 @@ static int mismatch_error(clt__op *op, const clt__fingerprint *all) {
   size_t used = (size_t)snprintf(msg, sizeof msg, "rank %d: %s #%llu: the ranks disagree", comm->rank, op->name,
                                  (unsigned long long)op->number);
   /* A different kind makes the other fields meaningless: report it alone. */
-  int last_field = 6;
+  int last_field = NFIELDS - 1;
   for (int r = 1; r < comm->size; r++)
     if (field_differs(0, &all[0], &all[r])) last_field = 0;
   for (int f = 0; f <= last_field && used < sizeof msg; f++) {
@@ -104,12 +113,12 @@ int clt__fingerprint_check(clt__op *op, const clt__fingerprint *mine, clt__finge
   }
   all[comm->rank] = *mine;
   for (int j = 0; j <= comm->size; j++) seg_off[j] = (size_t)j * fp;
-  CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, seg_off, fp, 0, comm->size - 1, &sched));
+  CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, seg_off, seg_off + 1, fp, 0, comm->size - 1, &sched));
   clt__ring_io io = {.base = (unsigned char *)all, .tag_phase = CLT__TAG_CHECK};
   CLT_TRY(clt__ring_exec(op, &sched, &io));
   /* replicas may differ (ranks drive different numbers of devices). */
   for (int r = 1; r < comm->size; r++)
-    for (int f = 0; f <= 6; f++)
+    for (int f = 0; f < NFIELDS; f++)
       if (field_differs(f, &all[0], &all[r])) {
         rc = mismatch_error(op, all);
         goto done;

@@ -1,6 +1,6 @@
 /*
- * ring.c: the pipelined ring, the engine of the all-reduce and of the
- * allgather that broadcast and allgather are built on.
+ * ring.c: the pipelined ring, the one engine of the all-reduce, the
+ * reduce-scatter and the allgathers (planned, broadcast, clt_allgather).
  *
  * N ranks in a ring; each sends only to its right neighbour and receives
  * only from its left one. The buffer is cut into N segments (the first
@@ -38,8 +38,21 @@
  * segment's. Small messages are latency-bound (2 (N - 1) a), which is why
  * plans of small messages use recursive doubling (log2 N steps) instead.
  *
- * The same engine, started at the allgather half (reduce_steps = 0, rank r
- * owning block r), is the allgather of broadcast and allgather.
+ * The all-reduce is these two halves run back to back; each half is also a
+ * collective of its own, on the same schedule and the same code:
+ *
+ *   reduce-scatter  the first N - 1 steps only (total_steps = reduce_steps):
+ *                   rank r ends with segment (r + 1) mod N finished, bit
+ *                   for bit what the all-reduce has there;
+ *   allgather       the last N - 1 steps only (reduce_steps = 0), over the
+ *                   segment table rotated so that rank r starts with the
+ *                   segment the reduce-scatter finished there. broadcast and
+ *                   clt_allgather run it over blocks in rank order.
+ *
+ * Segments are given as a table (lo[j], hi[j]) rather than one array of
+ * offsets, so that a reduce-scatter or allgather with counts chosen per
+ * rank can lay rank r's part at the r-th place of the buffer while the
+ * ring still hands it to rank r.
  */
 #include "comm_internal.h"
 
@@ -60,31 +73,31 @@ void clt__segments(size_t count, int size, size_t *seg_off) {
 
 static int ring_mod(int a, int n) { return ((a % n) + n) % n; }
 
-static size_t seg_chunks(const size_t *seg_off, int seg, size_t ce) {
-  size_t len = seg_off[seg + 1] - seg_off[seg];
+static size_t seg_chunks(const size_t *lo, const size_t *hi, int seg, size_t ce) {
+  size_t len = hi[seg] - lo[seg];
   return (len + ce - 1) / ce;
 }
 
-static clt__ring_chunk make_chunk(const size_t *seg_off, int step, int seg, size_t c, size_t ce) {
+static clt__ring_chunk make_chunk(const size_t *lo, const size_t *hi, int step, int seg, size_t c, size_t ce) {
   clt__ring_chunk ch;
   ch.step = step;
   ch.seg = seg;
-  ch.off = seg_off[seg] + c * ce;
-  ch.n = seg_off[seg + 1] - ch.off < ce ? seg_off[seg + 1] - ch.off : ce;
+  ch.off = lo[seg] + c * ce;
+  ch.n = hi[seg] - ch.off < ce ? hi[seg] - ch.off : ce;
   ch.id = 0;
   ch.dep_send = -1;
   return ch;
 }
 
-int clt__ring_sched_create(int rank, int size, const size_t *seg_off, size_t ce, int reduce_steps, int total_steps,
-                           clt__ring_sched *out) {
+int clt__ring_sched_create(int rank, int size, const size_t *lo, const size_t *hi, size_t ce, int reduce_steps,
+                           int total_steps, clt__ring_sched *out) {
   memset(out, 0, sizeof *out);
   out->rank = rank;
   out->size = size;
   out->reduce_steps = reduce_steps;
   out->total_steps = total_steps;
-  out->nown = seg_chunks(seg_off, rank, ce);
-  for (int s = 0; s < total_steps; s++) out->nrecv += seg_chunks(seg_off, ring_mod(rank - s - 1, size), ce);
+  out->nown = seg_chunks(lo, hi, rank, ce);
+  for (int s = 0; s < total_steps; s++) out->nrecv += seg_chunks(lo, hi, ring_mod(rank - s - 1, size), ce);
   size_t *step_start = clt__calloc((size_t)total_steps + 1, sizeof *step_start);
   out->own = clt__calloc(out->nown, sizeof *out->own);
   out->recv = clt__calloc(out->nrecv, sizeof *out->recv);
@@ -94,16 +107,16 @@ int clt__ring_sched_create(int rank, int size, const size_t *seg_off, size_t ce,
     return CLT_ENOMEM;
   }
   for (size_t c = 0; c < out->nown; c++) {
-    out->own[c] = make_chunk(seg_off, 0, rank, c, ce);
+    out->own[c] = make_chunk(lo, hi, 0, rank, c, ce);
     out->own[c].id = c;
   }
   size_t k = 0;
   for (int s = 0; s < total_steps; s++) {
     int seg = ring_mod(rank - s - 1, size);
     step_start[s] = k;
-    for (size_t c = 0; c < seg_chunks(seg_off, seg, ce); c++, k++) {
+    for (size_t c = 0; c < seg_chunks(lo, hi, seg, ce); c++, k++) {
       clt__ring_chunk *ch = &out->recv[k];
-      *ch = make_chunk(seg_off, s, seg, c, ce);
+      *ch = make_chunk(lo, hi, s, seg, c, ce);
       /* Staging order (the order device data is needed): own chunks, then
        * the reduce-scatter receives. A receive into place of step s lands
        * where segment (r - s - 1) was: received at step s - N, or our own. */

@@ -16,7 +16,7 @@
 
 /* What must agree across ranks, compared field by field at start. */
 typedef struct agreement {
-  int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer, checkpoints;
+  int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer, checkpoints, zero;
   uint32_t spec_crc;
   float lr;
 } agreement;
@@ -33,6 +33,7 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
   mine.seed = (int64_t)o->seed;
   mine.optimizer = o->optimizer.kind;
   mine.checkpoints = o->checkpoint_dir ? o->checkpoint_every : -1;
+  mine.zero = o->zero;
   mine.lr = o->schedule.lr;
   const char *text = clt_model_text(m);
   mine.spec_crc = (uint32_t)crc32(0, (const Bytef *)text, (uInt)strlen(text));
@@ -56,6 +57,7 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
     FIELD(seed, "the seed")
     FIELD(optimizer, "the optimizer")
     FIELD(checkpoints, "checkpoints (-1: none, else --checkpoint-every)")
+    FIELD(zero, "--zero (the ZeRO stage)")
 #undef FIELD
     if (a->lr != b->lr) {
       rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on the learning rate (%g vs %g)", r, b->lr, a->lr);

@@ -101,7 +101,7 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
 }
 
 /* The model's written ranges, layer by layer. */
-static int model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *out) {
+int clt__dp_model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *out) {
   int L = clt_model_layer_count(m), rc = CLT_OK, total = 0;
   int *first = clt__calloc((size_t)L + 1, sizeof *first);
   clt__param_range *ranges = NULL;
@@ -119,22 +119,32 @@ fail:
   return rc;
 }
 
-int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision,
-                           clt__replica *const *reps) {
+int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision) {
   int rc = CLT_OK;
   clt__bucket_layout *b = &dp->buckets;
-  CLT_TRY(model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), b));
+  CLT_TRY(clt__dp_model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), b));
   if (!(dp->plans = clt__calloc(b->n ? b->n : 1, sizeof *dp->plans))) { rc = CLT_ENOMEM; goto fail; }
   /* In f16, gradients travel as f16 (half the bytes), rounded per bucket
    * as its backward ends and summed in f32 on the host. */
-  int wire = dp->nreplicas > 1 && precision == CLT_F16;
-  for (int i = 0; i < dp->nlocal; i++) CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, wire));
-  if (dp->nreplicas > 1) {
+  dp->wire = dp->nreplicas > 1 && precision == CLT_F16;
+  /* ZeRO reduce-scatters the buckets instead (zero.c), unless the whole
+   * gradient is needed. */
+  if (dp->nreplicas > 1 && !clt__dp_zero_sharded_grads(dp)) {
     clt_allreduce_opts ao = {0, dp->nlocal};
     for (int k = 0; k < b->n; k++)
-      CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), wire ? CLT_F16 : CLT_F32, CLT_SUM,
-                                        &ao, &dp->plans[k]));
+      CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
+                                        CLT_SUM, &ao, &dp->plans[k]));
   }
+  CLT_TRY(clt__dp_zero_plans(dp, clt_model_param_count(m)));
+fail:
+  return rc;
+}
+
+int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
+  int rc = CLT_OK;
+  const clt__bucket_layout *b = &dp->buckets;
+  for (int i = 0; i < dp->nlocal; i++)
+    CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, dp->wire));
 fail:
   return rc;
 }
@@ -165,7 +175,8 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step) {
       offs[i] = (size_t)dp->buckets.lo[b] * esize[i];
     }
     double t0 = clt__now();
-    CLT_TRY(clt__allreduce_run_devices_split(dp->plans[b], n, q, wq, bufs, offs));
+    clt_allreduce_plan *plan = dp->rs ? clt__reduce_scatter_base(dp->rs[b]) : dp->plans[b];
+    CLT_TRY(clt__allreduce_run_devices_split(plan, n, q, wq, bufs, offs));
     double dt = clt__now() - t0;
     dp->comm_s += dt;
     /* Hidden if some replica's backward was still running when it ended. */

@@ -45,6 +45,7 @@ void clt__dp_destroy(clt__dp *dp) {
   if (!dp) return;
   for (int b = 0; dp->plans && b < dp->buckets.n; b++) clt_allreduce_plan_destroy(dp->plans[b]);
   free(dp->plans);
+  clt__dp_zero_free(dp);
   clt__bucket_layout_free(&dp->buckets);
   free(dp->rank_first);
   free(dp->rank_count);

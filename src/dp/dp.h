@@ -9,6 +9,8 @@
  *              and CRC32s of every replica's parameters during training;
  *   balance.c  the split of the global batch (shares) and its rebalancing
  *              from measured throughput;
+ *   zero.c     ZeRO stage 1: the shards, their plans, the parameter
+ *              allgather and the state's gather for checkpoints;
  *   buckets.c  gradient buckets laid out from the parameter ranges each
  *              layer's backward writes, and their all-reduce overlapped
  *              with the backward pass (f16 on the wire under mixed
@@ -95,11 +97,13 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
                             clt__bucket_layout *out);
 void clt__bucket_layout_free(clt__bucket_layout *b);
 
-/* Collective: buckets of about bucket_mb MiB for the model, set on every
- * local replica (reps[nlocal]), with one all-reduce plan each when the job
- * has more than one replica; under CLT_F16 gradients travel as f16. */
-int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision,
-                           clt__replica *const *reps);
+/* Collective: buckets of about bucket_mb MiB for the model, with one
+ * all-reduce plan each when the job has more than one replica (under ZeRO
+ * reduce-scatter and allgather plans, and this rank's shard: zero.c);
+ * under CLT_F16 gradients travel as f16. Before the replicas are made, so
+ * that they hold state for the shard only; clt__dp_buckets_attach then
+ * sets the buckets on them. */
+int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision);
 /* Collective: sum the gradients of every replica of every rank into each
  * of them, bucket by bucket as the recorded backward pass completes them
  * (it may still be running). `step` (1-based) is for messages. */
@@ -107,5 +111,46 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step);
 /* Seconds spent in the exchange, and those while some backward still ran,
  * since the last reset; reset zeroes them. */
 void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);
+/* Set what clt__dp_buckets_create made on every local replica
+ * (reps[nlocal]): the bucket markers and the f16 copy of the gradients. */
+int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps);
+
+/* ---- ZeRO (zero.c) ---- */
+
+/* One range of this rank's shard: parameters [lo, lo + n) of the arena,
+ * whose optimizer state is per x n floats from float state_at * per of the
+ * shard's state (component c, Adam's m or v, from (state_at * per + c n)). */
+typedef struct clt__shard_range {
+  int64_t lo, n, state_at;
+} clt__shard_range;
+
+/* Before clt__dp_buckets_create: ZeRO stage (0 or 1; the caller refuses
+ * others) for a model of P parameters; full_grads: the update needs the
+ * whole summed gradient (clipping by its norm), so the gradients are
+ * all-reduced whole and only the optimizer state is sharded. On one rank
+ * there is nothing to shard: stage 0, said in the log. */
+void clt__dp_zero_set(clt__dp *dp, int stage, int full_grads);
+/* Pure: the parameters whose optimizer state rank `rank` of nranks keeps
+ * under stage 1 with buckets of bucket_mb MiB (every parameter with one
+ * rank): what clt__dp_buckets_create will make its shard. */
+int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params);
+/* The stage in effect (0 on one rank). */
+int clt__dp_zero(const clt__dp *dp);
+/* Only this rank's shard of the summed gradient is valid after the
+ * exchange (a reduce-scatter ran). */
+int clt__dp_zero_sharded_grads(const clt__dp *dp);
+/* This rank's shard, after clt__dp_buckets_create: *n ranges covering
+ * *params parameters (every parameter when ZeRO is off). */
+const clt__shard_range *clt__dp_shard(const clt__dp *dp, int *n, int64_t *params);
+/* Collective: every local replica's parameters from the ranks that own
+ * them, after each rank's optimizer step on its shard (queued on the
+ * replicas' compute queues; it reads after them). `step` for messages. */
+int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step);
+/* Collective: the state of every rank's shard (shard: this rank's, per x
+ * shard_params floats) into the whole layout, full (per x P floats,
+ * component c from c P), on every rank. */
+int clt__dp_gather_state(clt__dp *dp, const float *shard, int per, int64_t P, float *full);
+/* This rank's shard of a whole-layout state (the inverse, local). */
+void clt__dp_scatter_state(const clt__dp *dp, const float *full, int per, int64_t P, float *shard);
 
 #endif

@@ -30,6 +30,26 @@ struct clt__dp {
   clt__bucket_layout buckets;
   clt_allreduce_plan **plans;
   double comm_s, comm_hidden_s;
+  int wire;                    /* gradients travel as f16 */
+
+  /* zero.c: ZeRO stage 1 (0: off, and on one rank). Per bucket a
+   * reduce-scatter plan of the gradients (instead of plans[], unless the
+   * whole gradient is needed: full_grads) and an allgather plan of the
+   * parameters; this rank's shard of the arena, range by range. */
+  int zero, full_grads;
+  clt_reduce_scatter_plan **rs;
+  clt_allgather_plan **ag;
+  clt__shard_range *shard;
+  int nshard;
+  int64_t shard_params;
 };
+
+/* buckets.c: the bucket layout of a model (pure). */
+int clt__dp_model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *out);
+
+/* zero.c: the ZeRO plans and this rank's shard, made by
+ * clt__dp_buckets_create once the layout is known; and their release. */
+int clt__dp_zero_plans(clt__dp *dp, int64_t P);
+void clt__dp_zero_free(clt__dp *dp);
 
 #endif

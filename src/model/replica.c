@@ -100,6 +100,11 @@ static void lay_out(const clt_model_spec *spec, int64_t max_batch, clt_dtype act
 
 void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
                          int wire, clt_replica_memory *m) {
+  clt__replica_memory_sharded(spec, max_batch, state_per_param, spec->param_count, act_dtype, wire, m);
+}
+
+void clt__replica_memory_sharded(const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                                 int64_t state_params, clt_dtype act_dtype, int wire, clt_replica_memory *m) {
   replica_layout lo;
   lay_out(spec, max_batch, act_dtype, NULL, &lo);
   uint64_t P = (uint64_t)spec->param_count, e = clt_dtype_size(act_dtype);
@@ -109,7 +114,7 @@ void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int stat
   m->batch = max_batch;
   m->parameters = P * 4;
   m->gradients = P * 4 + (wire ? P * 2 : 0);
-  m->optimizer_state = P * 4 * (uint64_t)state_per_param;
+  m->optimizer_state = (uint64_t)state_params * 4 * (uint64_t)state_per_param;
   m->activations = (uint64_t)(lo.act ? lo.act : 1) * e + (uint64_t)(lo.aux ? lo.aux : 1) * 4 +
                    (act_dtype != CLT_F32 || is_tokens(spec) ? in_n * 4 : 0) + 2 * labels_n * 4 + 8;
   m->activation_grads = 2 * (uint64_t)lo.largest * e + (uint64_t)lo.gscratch * e +
@@ -119,7 +124,7 @@ void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int stat
   /* The largest single buffer: each arena is one. */
   struct { uint64_t bytes; const char *what; } one[] = {
       {P * 4, "the parameters"},
-      {P * 4 * (uint64_t)state_per_param, "the optimizer state"},
+      {m->optimizer_state, "the optimizer state"},
       {(uint64_t)lo.act * e, "the activations"},
       {(uint64_t)lo.aux * 4, "the values layers keep for the backward"},
       {(uint64_t)lo.largest * e, "the largest layer's activation gradient"},
@@ -145,6 +150,16 @@ int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt
   return CLT_OK;
 }
 
+int clt__replica_memory_fits(const clt_replica_memory *need, const clt_device_info *d, uint64_t cap) {
+  if (!cap || !d || (d->global_mem_bytes && d->global_mem_bytes <= cap)) return clt_replica_memory_check(need, d);
+  clt_device_info capped = *d;
+  capped.global_mem_bytes = cap;
+  if (!capped.max_alloc_bytes || capped.max_alloc_bytes > cap) capped.max_alloc_bytes = cap;
+  int rc = clt_replica_memory_check(need, &capped);
+  char c[32];
+  return rc < 0 ? clt__error_prefix(rc, "--max-device-memory %s", clt__fmt_bytes(cap, c, sizeof c)) : rc;
+}
+
 int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_info *d) {
   char a[32], b[32], c[32], e[32], f[32], g[32], t[32], l[32], hg[32], ha[32];
   if (!need || !d) return clt__error(CLT_EINVAL, "clt_replica_memory_check: a need and a device are needed");
@@ -168,6 +183,11 @@ int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_in
 
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                         clt_dtype act_dtype, const float *params, clt__replica **out) {
+  return clt__replica_create_sharded(ctx, spec, max_batch, state_per_param, spec->param_count, act_dtype, params, out);
+}
+
+int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                                int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out) {
   int rc = CLT_OK;
   clt__replica *r = clt__calloc(1, sizeof *r);
   *out = NULL;
@@ -176,6 +196,7 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   r->spec = spec;
   r->max_batch = max_batch;
   r->state_per_param = state_per_param;
+  r->state_params = state_params;
   r->act_dtype = act_dtype;
   r->timeout_s = 300;
   if (!(r->slots = clt__calloc(spec->nlayers, sizeof *r->slots))) { rc = CLT_ENOMEM; goto fail; }
@@ -197,7 +218,8 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   int64_t in_n = numel(&spec->layers[0].out_shape) * max_batch, labels_n = max_batch * spec->labels_per_sample;
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->params));
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
-  if (state_per_param) CLT_TRY(clt_buffer_create(ctx, pbytes * state_per_param, &r->state));
+  if (state_per_param && state_params > 0)
+    CLT_TRY(clt_buffer_create(ctx, (size_t)state_params * 4 * state_per_param, &r->state));
   CLT_TRY(clt_buffer_create(ctx, (size_t)(act ? act : 1) * esize, &r->act));
   CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[0]));
   CLT_TRY(clt_buffer_create(ctx, (size_t)largest * esize, &r->dbuf[1]));
@@ -471,7 +493,7 @@ clt_tensor clt__replica_grads(const clt__replica *r) {
 clt_tensor clt__replica_state(const clt__replica *r) {
   clt_tensor t;
   memset(&t, 0, sizeof t);
-  if (r->state) make_flat(r->state, 0, CLT_F32, r->spec->param_count * r->state_per_param, &t);
+  if (r->state) make_flat(r->state, 0, CLT_F32, r->state_params * r->state_per_param, &t);
   return t;
 }
 

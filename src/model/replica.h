@@ -26,7 +26,8 @@ struct clt__replica {
   const clt_model_spec *spec;
   int64_t max_batch;
   int state_per_param;
-  cl_mem params, grads, state; /* (P), (P), (k*P) floats; state NULL when k = 0 */
+  int64_t state_params;        /* the parameters the state covers: P, or a ZeRO shard's (src/dp/zero.c) */
+  cl_mem params, grads, state; /* (P), (P), (k*state_params) floats; state NULL when k = 0 */
   clt_dtype act_dtype;         /* how act and dbuf store values: f32, or f16 (mixed precision) */
   cl_mem act;                  /* every layer's output for max_batch samples */
   cl_mem dbuf[2];              /* gradient ping-pong, the largest layer output */
@@ -72,12 +73,22 @@ struct clt__replica {
  * and optimizer state start at zero. */
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                         clt_dtype act_dtype, const float *params, clt__replica **out);
+/* The same with optimizer state for state_params parameters only (a ZeRO
+ * shard, laid out as src/dp/zero.c says) instead of all of them. */
+int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                                int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out);
 void clt__replica_destroy(clt__replica *r);
 /* What clt__replica_create(ctx, spec, max_batch, state_per_param,
  * act_dtype) allocates, from the same layout; wire: with the f16 copy of
  * the gradients that clt__replica_set_buckets may add. */
 void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
                          int wire, clt_replica_memory *out);
+/* The same with optimizer state for state_params parameters (a ZeRO shard). */
+void clt__replica_memory_sharded(const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                                 int64_t state_params, clt_dtype act_dtype, int wire, clt_replica_memory *out);
+/* clt_replica_memory_check against d with at most cap bytes of it (0: all
+ * of it; cap also bounds one buffer): --max-device-memory. */
+int clt__replica_memory_fits(const clt_replica_memory *need, const clt_device_info *d, uint64_t cap);
 
 
 /* Upload n samples (n, input size) and their labels (or a regression

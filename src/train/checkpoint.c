@@ -121,7 +121,9 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
 
   CLT_TRY(clt_trainer_params(t, buf, P));
   if (per) {
-    if (t->host_state[0]) {
+    if (t->zero_state) { /* gathered from every rank's shard */
+      memcpy(buf + P, t->zero_state, (size_t)(per * P) * sizeof *buf);
+    } else if (t->host_state[0]) {
       memcpy(buf + P, t->host_state[0], (size_t)(per * P) * sizeof *buf);
     } else {
       clt_tensor s = clt__replica_state(t->rep[0]);
@@ -167,9 +169,32 @@ fail:
   return rc;
 }
 
+int clt__checkpoint_gather_state(clt_trainer *t) {
+  int rc = CLT_OK, n;
+  int64_t P = clt_model_param_count(t->model), params;
+  int per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  float *shard = NULL;
+  if (!clt__dp_zero(t->dp) || per == 0) return CLT_OK;
+  clt__dp_shard(t->dp, &n, &params);
+  if (!t->zero_state && !(t->zero_state = clt__calloc((size_t)(per * P), sizeof *t->zero_state))) return CLT_ENOMEM;
+  if (t->host_state[0]) {
+    shard = t->host_state[0];
+  } else {
+    clt_tensor s = clt__replica_state(t->rep[0]);
+    if (!(shard = clt__calloc((size_t)(per * params) + 1, sizeof *shard))) return CLT_ENOMEM;
+    CLT_TRY(clt_tensor_download(t->ctx[0], &s, shard, (size_t)(per * params) * sizeof *shard));
+  }
+  rc = clt__dp_gather_state(t->dp, shard, per, P, t->zero_state);
+fail:
+  if (shard != t->host_state[0]) free(shard);
+  return rc;
+}
+
 int clt_trainer_save_checkpoint(clt_trainer *t, const char *path) {
   if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_save_checkpoint: trainer and path are needed");
-  int rc = t->rank == 0 ? clt__checkpoint_write(t, path) : CLT_OK;
+  int rc = clt__checkpoint_gather_state(t);
+  if (rc < 0) return rc;
+  rc = t->rank == 0 ? clt__checkpoint_write(t, path) : CLT_OK;
   return clt__trainer_share_status(t, rc);
 }
 
@@ -595,6 +620,7 @@ int clt__checkpoint_read(clt_trainer *t, const char *path, clt__ckpt_header *h, 
  * place on every local replica. */
 int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, float *payload) {
   int rc = CLT_OK;
+  float *shard_state = NULL;
   int64_t P = clt_model_param_count(t->model);
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   if (t->nranks > 1) {
@@ -605,15 +631,26 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
     CLT_TRY(clt_bcast(t->comm, payload, (size_t)P * (1 + per) * sizeof *payload, 0));
   }
   if (h->rc < 0) return h->rc;
+  /* The file holds the whole state; under ZeRO this rank keeps its shard. */
+  int nshard;
+  int64_t params;
+  clt__dp_shard(t->dp, &nshard, &params);
+  float *state = payload + P;
+  if (per && clt__dp_zero(t->dp)) {
+    if (!(state = shard_state = clt__calloc((size_t)(per * params) + 1, sizeof *state))) return CLT_ENOMEM;
+    clt__dp_scatter_state(t->dp, payload + P, per, P, state);
+  }
   for (int i = 0; i < t->nlocal; i++) {
     clt_tensor p = clt__replica_params(t->rep[i]), s = clt__replica_state(t->rep[i]);
     CLT_TRY(clt_tensor_upload(t->ctx[i], &p, payload, (size_t)P * sizeof *payload));
-    if (per) CLT_TRY(clt_tensor_upload(t->ctx[i], &s, payload + P, (size_t)(per * P) * sizeof *payload));
+    if (per) CLT_TRY(clt_tensor_upload(t->ctx[i], &s, state, (size_t)(per * params) * sizeof *payload));
     if (t->host_params[i]) {
       memcpy(t->host_params[i], payload, (size_t)P * sizeof *payload);
-      if (per) memcpy(t->host_state[i], payload + P, (size_t)(per * P) * sizeof *payload);
+      if (per) memcpy(t->host_state[i], state, (size_t)(per * params) * sizeof *payload);
     }
   }
+  free(shard_state);
+  shard_state = NULL;
   t->steps_done = h->steps_done;
   t->micro_steps = h->micro_steps;
   if (t->opts.precision == CLT_F16) {
@@ -639,6 +676,7 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
   if (h->nshares == t->nreplicas) clt__dp_set_shares(t->dp, shares);
   return CLT_OK;
 fail:
+  free(shard_state);
   return clt__error_prefix(rc, "loading checkpoint %s", h->path);
 }
 

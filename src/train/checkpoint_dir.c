@@ -192,7 +192,9 @@ int clt__checkpoint_dir_check(clt_trainer *t) {
 }
 
 int clt__trainer_checkpoint_to_dir(clt_trainer *t) {
-  int rc = t->rank == 0 ? save_to_dir(t) : CLT_OK;
+  int rc = clt__checkpoint_gather_state(t);
+  if (rc < 0) return rc;
+  rc = t->rank == 0 ? save_to_dir(t) : CLT_OK;
   rc = clt__trainer_share_status(t, rc);
   if (rc == CLT_OK) t->saved_step = t->steps_done;
   return rc;

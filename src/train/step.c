@@ -72,6 +72,71 @@ static int skip_step(clt_trainer *t, int *skipped) {
   return CLT_OK;
 }
 
+/* The sum of squares of the summed gradient. Every replica of every rank
+ * holds all of it, except under ZeRO without clipping, where each rank
+ * holds its shard: the shards' sums are then added over the ranks (in rank
+ * order, the same on every rank; an inf or NaN anywhere reaches all). */
+static int gradient_sumsq(clt_trainer *t, float *ss) {
+  int rc = CLT_OK;
+  clt_tensor g = clt__replica_grads(t->rep[0]);
+  if (!clt__dp_zero_sharded_grads(t->dp)) return clt_sumsq(t->ctx[0], &g, ss);
+  int n;
+  int64_t params;
+  const clt__shard_range *s = clt__dp_shard(t->dp, &n, &params);
+  double v[1] = {0};
+  for (int k = 0; k < n; k++) {
+    clt_tensor r;
+    float part = 0;
+    CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &r));
+    CLT_TRY(clt_sumsq(t->ctx[0], &r, &part));
+    v[0] += part;
+  }
+  CLT_TRY(clt__trainer_sum(t, v, 1));
+  *ss = (float)v[0];
+fail:
+  return rc;
+}
+
+/* The optimizer step of local replica i on its shard (every parameter
+ * without ZeRO): the fused kernels range by range on the device, or the
+ * host's arithmetic on the same ranges for a device that rounds loosely. */
+static int step_replica(clt_trainer *t, int i, int64_t step, float lr, float scale) {
+  int rc = CLT_OK, n;
+  int64_t P = clt_model_param_count(t->model), params;
+  const clt_optimizer_config *cfg = &t->opts.optimizer;
+  const int per = clt_optimizer_state_per_param(cfg);
+  const clt__shard_range *s = clt__dp_shard(t->dp, &n, &params);
+  clt__replica *r = t->rep[i];
+  clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), st = clt__replica_state(r);
+  if (!t->host_params[i]) {
+    for (int k = 0; k < n; k++) {
+      clt_tensor pk, gk, sk, dk;
+      int64_t sn = per * s[k].n;
+      CLT_TRY(clt_tensor_view(p.buf, p.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &pk));
+      CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &gk));
+      if (per) CLT_TRY(clt_tensor_view(st.buf, st.offset + (size_t)(s[k].state_at * per) * 4, CLT_F32, 1, &sn, &sk));
+      if (t->decay_dev) CLT_TRY(clt_tensor_view(t->decay_dev[i], (size_t)s[k].lo, CLT_U8, 1, &s[k].n, &dk));
+      CLT_TRY(clt_optimizer_step_masked(t->ctx[i], cfg, step, lr, scale, &pk, &gk, per ? &sk : &st,
+                                        t->decay_dev ? &dk : NULL));
+    }
+    return CLT_OK;
+  }
+  CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)P * sizeof(float)));
+  for (int k = 0; k < n; k++) {
+    size_t lo = (size_t)s[k].lo;
+    clt_optimizer_step_host_masked(cfg, step, lr, scale, t->host_params[i] + lo, t->host_grads + lo,
+                                   t->host_state[i] + (size_t)(s[k].state_at * per), (size_t)s[k].n,
+                                   t->decay_host ? t->decay_host + lo : NULL);
+    /* Only the shard: the rest of the host copy is stale under ZeRO (the
+     * allgather brings it to the device). */
+    clt_tensor pk;
+    CLT_TRY(clt_tensor_view(p.buf, p.offset + lo * 4, CLT_F32, 1, &s[k].n, &pk));
+    CLT_TRY(clt_tensor_upload(t->ctx[i], &pk, t->host_params[i] + lo, (size_t)s[k].n * sizeof(float)));
+  }
+fail:
+  return rc;
+}
+
 /* The optimizer step on every local replica once the gradients of `labels`
  * labels are summed: scale, clip, update. *grad_norm gets the norm of the
  * mean gradient (this rank's replica 0; with clipping, rank 0's for
@@ -79,8 +144,6 @@ static int skip_step(clt_trainer *t, int *skipped) {
  * instead (the gradient was not finite). */
 static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skipped) {
   int rc = CLT_OK;
-  int64_t P = clt_model_param_count(t->model);
-  const clt_optimizer_config *cfg = &t->opts.optimizer;
   float scale = 1.0f / (float)labels;
   *grad_norm = NAN;
   *skipped = 0;
@@ -89,8 +152,7 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
    * each rank can tell alone whether it is finite (and stop before the
    * update spoils the parameters), and clipping can use its norm. */
   float ss = 0;
-  clt_tensor g = clt__replica_grads(t->rep[0]);
-  CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
+  CLT_TRY(gradient_sumsq(t, &ss));
   if (t->opts.precision == CLT_F16) {
     /* The gradient was scaled by the loss scale; in f16 an inf or NaN
      * means the scale is too large (or the data overflow f16 outright). */
@@ -118,19 +180,8 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
 
   float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
   int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
-  for (int i = 0; i < t->nlocal; i++) {
-    clt__replica *r = t->rep[i];
-    clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r), d;
-    if (!t->host_params[i]) {
-      if (t->decay_dev) CLT_TRY(clt_tensor_view(t->decay_dev[i], 0, CLT_U8, 1, &P, &d));
-      CLT_TRY(clt_optimizer_step_masked(t->ctx[i], cfg, step, lr, scale, &p, &g, &s, t->decay_dev ? &d : NULL));
-      continue;
-    }
-    CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)P * sizeof(float)));
-    clt_optimizer_step_host_masked(cfg, step, lr, scale, t->host_params[i], t->host_grads, t->host_state[i],
-                                   (size_t)P, t->decay_host);
-    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, t->host_params[i], (size_t)P * sizeof(float)));
-  }
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(step_replica(t, i, step, lr, scale)); /* this rank's shard */
+  CLT_TRY(clt__dp_allgather_params(t->dp, t->rep, t->steps_done + 1));            /* ZeRO: everyone's */
   t->steps_done++;
   return CLT_OK;
 fail:

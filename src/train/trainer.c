@@ -51,6 +51,12 @@ static int check_options(const clt_train_options *o) {
     return clt__error(CLT_EINVAL, "--gamma %g must be above 0 and at most 1: the step schedule multiplies the "
                       "rate by it (0 would stop training after the first decay)", o->schedule.gamma);
   if (!(o->clip >= 0)) return clt__error(CLT_EINVAL, "--clip must be 0 (off) or positive, not %g", o->clip);
+  if (o->zero < 0 || o->zero > 2)
+    return clt__error(CLT_EINVAL, "--zero %d: the ZeRO stages are 0 (off), 1 (optimizer state sharded across ranks) "
+                      "and 2 (gradients too)", o->zero);
+  if (o->zero == 2)
+    return clt__error(CLT_EUNSUPPORTED, "--zero 2 (gradients sharded too) is not implemented yet; --zero 1 shards "
+                      "the optimizer state");
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
@@ -163,10 +169,12 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   /* What cannot fit is refused before anything is allocated, on every
    * rank at once: each replica is made for the whole micro-batch. */
   clt_replica_memory need;
-  clt__replica_memory(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), o->precision,
-                      t->nreplicas > 1 && o->precision == CLT_F16, &need);
+  int64_t state_params = clt_model_param_count(m);
+  if (o->zero == 1) CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, t->nranks, t->rank, &state_params));
+  clt__replica_memory_sharded(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), state_params,
+                              o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
-    if ((rc = clt_replica_memory_check(&need, clt_devices_info(devs, i))) < 0)
+    if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0)
       clt__error_prefix(rc, "%s", m->spec->name);
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking that the replicas fit their devices"));
 
@@ -176,6 +184,19 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (t->rank == 0) clt__model_init_params(m->spec, o->seed, params);
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
 
+  /* Buckets and their plans first: under ZeRO they say which shard of the
+   * optimizer state this rank's replicas keep. */
+  clt__dp_zero_set(t->dp, o->zero, o->clip > 0);
+  CLT_TRY(clt__dp_buckets_create(t->dp, m, o->bucket_mb, o->precision));
+  int nshard;
+  int64_t shard_params;
+  clt__dp_shard(t->dp, &nshard, &shard_params);
+  if (shard_params != state_params) {
+    rc = clt__error(CLT_EINTERNAL, "rank %d: the ZeRO shard holds %lld parameters, the memory check counted %lld",
+                    t->rank, (long long)shard_params, (long long)state_params);
+    goto fail;
+  }
+
   int per = clt_optimizer_state_per_param(&o->optimizer);
   t->ctx = clt__calloc(t->nlocal, sizeof *t->ctx);
   t->rep = clt__calloc(t->nlocal, sizeof *t->rep);
@@ -184,13 +205,14 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++) {
     CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
-    CLT_TRY(clt__replica_create(t->ctx[i], m->spec, t->micro_batch, per, o->precision, params, &t->rep[i]));
+    CLT_TRY(clt__replica_create_sharded(t->ctx[i], m->spec, t->micro_batch, per, shard_params, o->precision, params,
+                                        &t->rep[i]));
     clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
     if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
                "replica holds the same bits", clt_context_device(t->ctx[i])->name, clt_optimizer_name(o->optimizer.kind));
       t->host_params[i] = clt__calloc((size_t)P, sizeof(float));
-      t->host_state[i] = clt__calloc((size_t)P * (per ? per : 1), sizeof(float));
+      t->host_state[i] = clt__calloc((size_t)(shard_params ? shard_params : 1) * (per ? per : 1), sizeof(float));
       if (!t->host_params[i] || !t->host_state[i]) { rc = CLT_ENOMEM; goto fail; }
       memcpy(t->host_params[i], params, (size_t)P * sizeof(float));
       if (!t->host_grads && !(t->host_grads = clt__calloc((size_t)P, sizeof(float)))) { rc = CLT_ENOMEM; goto fail; }
@@ -209,7 +231,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       CLT_TRY(clt_tensor_upload(t->ctx[i], &d, t->decay_host, (size_t)P));
     }
   }
-  CLT_TRY(clt__dp_buckets_create(t->dp, m, o->bucket_mb, o->precision, t->rep));
+  CLT_TRY(clt__dp_buckets_attach(t->dp, t->rep));
   free(params);
   *out = t;
   return CLT_OK;
@@ -236,6 +258,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->host_params);
   free(t->host_state);
   free(t->host_grads);
+  free(t->zero_state);
   if (t->own_comm) clt_comm_destroy(t->comm);
   free(t->checkpoint_dir);
   free(t);

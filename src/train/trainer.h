@@ -37,6 +37,9 @@ struct clt_trainer {
   /* Data parallelism (src/dp): replica numbering, gradient buckets and
    * their all-reduce, shares of the batch, agreement checks. */
   clt__dp *dp;
+  /* ZeRO: the optimizer state of every rank's shard in the whole layout,
+   * gathered for rank 0 to save (clt__checkpoint_gather_state); else NULL. */
+  float *zero_state;
 
   /* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
    * the scale, clean steps since it last changed, skipped steps in a row
@@ -114,6 +117,10 @@ int clt__trainer_share_status(clt_trainer *t, int rc);
 /* Collective: CLT_OK when rc is CLT_OK on every rank; else the failure of
  * the first rank that failed (named on the others, with `what`). */
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
+
+/* Collective: under ZeRO, every rank's shard of the optimizer state into
+ * t->zero_state, in the whole layout a checkpoint holds; else nothing. */
+int clt__checkpoint_gather_state(clt_trainer *t);
 
 /* fit()'s periodic checkpoint: DIR/ckpt-<step>.safetensors, then the
  * oldest beyond opts.checkpoint_keep removed (collective). */

@@ -1,0 +1,92 @@
+/*
+ * halves.c: the public reduce-scatter and allgather plans, the two halves
+ * of the ring all-reduce (ring.c). They are all-reduce plans of another
+ * kind (clt__coll_kind in comm_internal.h), made, checked and run by the
+ * all-reduce's own code in allreduce.c and allreduce_device.c; this file
+ * only gives them their names and types.
+ */
+#include "comm_internal.h"
+
+static int plan_part(const clt_allreduce_plan *plan, const char *fn, int rank, size_t *offset, size_t *n) {
+  if (!plan || !offset || !n) return clt__error(CLT_EINVAL, "%s: no %s", fn, plan ? "place for the result" : "plan");
+  if (rank < 0 || rank >= plan->comm->size)
+    return clt__error(CLT_EINVAL, "%s: rank %d is not a rank (0 to %d)", fn, rank, plan->comm->size - 1);
+  *offset = plan->part_lo[rank];
+  *n = plan->part_hi[rank] - plan->part_lo[rank];
+  return CLT_OK;
+}
+
+/* ---- reduce-scatter ---- */
+
+int clt_reduce_scatter_plan_create(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                                   clt_reduce_op op, const clt_allreduce_opts *opts, clt_reduce_scatter_plan **out) {
+  clt_allreduce_plan *p = NULL;
+  if (!out) return clt__error(CLT_EINVAL, "clt_reduce_scatter_plan_create: no place for the plan");
+  int rc = clt__plan_create(&clt__kind_reduce_scatter, comm, count, counts, dtype, op, opts, &p);
+  *out = (clt_reduce_scatter_plan *)p;
+  return rc;
+}
+
+void clt_reduce_scatter_plan_destroy(clt_reduce_scatter_plan *plan) { clt__plan_destroy(plan ? &plan->p : NULL); }
+
+size_t clt_reduce_scatter_plan_count(const clt_reduce_scatter_plan *plan) { return plan ? plan->p.count : 0; }
+
+int clt_reduce_scatter_plan_part(const clt_reduce_scatter_plan *plan, int rank, size_t *offset, size_t *n) {
+  return plan_part(plan ? &plan->p : NULL, "clt_reduce_scatter_plan_part", rank, offset, n);
+}
+
+const char *clt_reduce_scatter_plan_algorithm(const clt_reduce_scatter_plan *plan) {
+  return clt_allreduce_plan_algorithm(plan ? &plan->p : NULL);
+}
+
+int clt_reduce_scatter_run(clt_reduce_scatter_plan *plan, void *buf) {
+  if (!plan) return clt__error(CLT_EINVAL, "clt_reduce_scatter_run: no plan");
+  return clt__plan_run(&plan->p, buf);
+}
+
+int clt_reduce_scatter_run_devices(clt_reduce_scatter_plan *plan, int n, const cl_command_queue *queues,
+                                   const cl_mem *bufs, const size_t *offsets) {
+  if (!plan) return clt__error(CLT_EINVAL, "clt_reduce_scatter_run_devices: no plan");
+  return clt__allreduce_run_devices_split(&plan->p, n, queues, queues, bufs, offsets);
+}
+
+int clt_reduce_scatter_run_device(clt_reduce_scatter_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset) {
+  return clt_reduce_scatter_run_devices(plan, 1, &queue, &buf, &offset);
+}
+
+/* ---- allgather ---- */
+
+int clt_allgather_plan_create(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                              const clt_allreduce_opts *opts, clt_allgather_plan **out) {
+  clt_allreduce_plan *p = NULL;
+  if (!out) return clt__error(CLT_EINVAL, "clt_allgather_plan_create: no place for the plan");
+  int rc = clt__plan_create(&clt__kind_allgather, comm, count, counts, dtype, CLT_SUM, opts, &p);
+  *out = (clt_allgather_plan *)p;
+  return rc;
+}
+
+void clt_allgather_plan_destroy(clt_allgather_plan *plan) { clt__plan_destroy(plan ? &plan->p : NULL); }
+
+size_t clt_allgather_plan_count(const clt_allgather_plan *plan) { return plan ? plan->p.count : 0; }
+
+int clt_allgather_plan_part(const clt_allgather_plan *plan, int rank, size_t *offset, size_t *n) {
+  return plan_part(plan ? &plan->p : NULL, "clt_allgather_plan_part", rank, offset, n);
+}
+
+int clt_allgather_run(clt_allgather_plan *plan, void *buf) {
+  if (!plan) return clt__error(CLT_EINVAL, "clt_allgather_run: no plan");
+  return clt__plan_run(&plan->p, buf);
+}
+
+int clt_allgather_run_devices(clt_allgather_plan *plan, int n, const cl_command_queue *queues, const cl_mem *bufs,
+                              const size_t *offsets) {
+  if (!plan) return clt__error(CLT_EINVAL, "clt_allgather_run_devices: no plan");
+  return clt__allreduce_run_devices_split(&plan->p, n, queues, queues, bufs, offsets);
+}
+
+int clt_allgather_run_device(clt_allgather_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset) {
+  return clt_allgather_run_devices(plan, 1, &queue, &buf, &offset);
+}
+
+clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan) { return plan ? &plan->p : NULL; }
+clt_allreduce_plan *clt__allgather_base(clt_allgather_plan *plan) { return plan ? &plan->p : NULL; }

@@ -1,0 +1,8 @@
+#!/bin/sh
+# halves.sh: the all-reduce's two halves as collectives of their own
+# (tests/test_halves: reduce-scatter and allgather plans) on 1 to 5 ranks of
+# this machine, host buffers and device buffers on every OpenCL device.
+srcdir=${srcdir:-.}
+CLT_TIMEOUT=${CLT_TIMEOUT:-30}
+export CLT_TIMEOUT
+exec sh "$srcdir/tests/mpi_run.sh" --each "1 2 3 4 5" ./tests/test_halves
