@@ -10,10 +10,13 @@
  *
  * Ordering with the device queue: every operand's bytes are mapped on the
  * compute queue (non-blocking, one mapping per distinct buffer covering
- * every range the GEMM touches), the host waits for the last map's event
- * (the in-order queue has then run everything queued before), runs the
- * GEMM, and enqueues the unmaps, which every later command waits behind.
- * On PoCL and rusticl these maps are the buffer's own memory, no copies.
+ * every range the GEMM touches), the GEMM runs once the maps have, and
+ * the unmaps are enqueued behind it, which every later command waits
+ * behind. Where the device runs native kernels (PoCL), the GEMM is one,
+ * enqueued between the maps and the unmaps, and the calling thread never
+ * waits; elsewhere (rusticl) the calling thread waits for the last map's
+ * event and runs it. On PoCL and rusticl these maps are the buffer's own
+ * memory, no copies.
  *
  * Threads: a GEMM gets the device's thread budget, its compute units
  * (PoCL: POCL_MAX_PTHREAD_COUNT or cltrain --threads), bounded by the
@@ -200,10 +203,55 @@ static void run_job(gemm_job *j) {
   pthread_mutex_unlock(&pool_use);
 }
 
+/* Bands of at least 32 rows or columns, and enough work to share: a
+ * thread's wake-up costs more than a small GEMM. */
+static int job_parts(const clt_context *ctx, size_t m, size_t n, size_t k, size_t batch) {
+  size_t len = m >= n ? m : n, work = m * n * k * batch;
+  int parts = clt__host_blas_threads(ctx);
+  if ((size_t)parts > len / 32) parts = (int)(len / 32);
+  if (work < (size_t)1 << 18) parts = 1;
+  return parts < 1 ? 1 : parts;
+}
+
+static void single_threaded_blas(void) {
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1); /* the bands are the threads */
+#endif
+}
+
+/* ---- a GEMM as a native kernel on the queue ---------------------------------
+ *
+ * Where the device runs native kernels (PoCL's CPU device does; rusticl
+ * does not), the GEMM between its maps and unmaps is enqueued as one: the
+ * queue runs it in order on its own worker thread, on the mapped pointers
+ * (which a non-blocking map gives at once, valid from when the map has
+ * run, which the in-order queue ensures), and the calling thread goes on
+ * enqueueing: the step never waits for the queue between kernels and host
+ * GEMMs (perf: a fifth of the MLP's time went to the two threads waking
+ * each other at every GEMM). The same bands, the same bits as when the
+ * host waits. The buffers go through maps rather than the native kernel's
+ * own mem_list, whose relocation PoCL 3.1 scrambles when it sorts the
+ * list in place. */
+static void native_gemm_run(void *args) {
+  single_threaded_blas();
+  run_job(args);
+}
+
+int clt__host_blas_native(clt_context *ctx) {
+  if (ctx->native_gemm == 0) {
+    cl_device_exec_capabilities caps = 0;
+    const char *env = getenv("CLT_HOST_BLAS_NATIVE");
+    int off = env && strcmp(env, "0") == 0;
+    ctx->native_gemm = !off && clGetDeviceInfo(ctx->device, CL_DEVICE_EXECUTION_CAPABILITIES, sizeof caps, &caps,
+                                               NULL) == CL_SUCCESS && (caps & CL_EXEC_NATIVE_KERNEL) ? 1 : -1;
+  }
+  return ctx->native_gemm > 0;
+}
+
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
                     size_t batch) {
-  int rc = CLT_OK, nmaps = 0, mapped = 0;
+  int rc = CLT_OK, nmaps = 0, mapped = 0, native = clt__host_blas_native(ctx);
   host_map maps[3];
   cl_event ev = NULL;
   nmaps = add_range(maps, nmaps, a, ta ? k : m, ta ? m : k, as, batch, 0);
@@ -211,7 +259,7 @@ int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t
   nmaps = add_range(maps, nmaps, c, m, n, cs, batch, 1);
   for (int i = 0; i < nmaps; i++) {
     cl_int err;
-    cl_event *last = i == nmaps - 1 ? &ev : NULL;
+    cl_event *last = i == nmaps - 1 && !native ? &ev : NULL;
     maps[i].ptr = clEnqueueMapBuffer(ctx->queue, maps[i].buf, CL_FALSE,
                                      maps[i].write ? CL_MAP_READ | CL_MAP_WRITE : CL_MAP_READ,
                                      maps[i].lo * sizeof(float), (maps[i].hi - maps[i].lo) * sizeof(float), 0, NULL,
@@ -219,26 +267,27 @@ int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t
     CLT_CL_TRY(err);
     mapped = i + 1;
   }
-  CLT_CL_TRY(clFlush(ctx->queue)); /* polling an event makes no progress on every driver (rusticl) without it */
-  CLT_TRY(clt__wait_event(ctx, ev, wait_timeout(ctx), "the work queued before a host GEMM"));
-
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1); /* the bands are the threads */
-#endif
-  gemm_job job = {ta, tb, m, n, k, batch, as, bs, cs, alpha, beta, NULL, NULL, NULL, a.ld, b.ld, c.ld, 1};
+  gemm_job job = {ta, tb, m, n, k, batch, as, bs, cs, alpha, beta, NULL, NULL, NULL, a.ld, b.ld, c.ld,
+                  job_parts(ctx, m, n, k, batch)};
   for (int i = 0; i < nmaps; i++) {
     if (maps[i].buf == a.buf) job.a = (const float *)maps[i].ptr + (a.offset - maps[i].lo);
     if (maps[i].buf == b.buf) job.b = (const float *)maps[i].ptr + (b.offset - maps[i].lo);
     if (maps[i].buf == c.buf) job.c = (float *)maps[i].ptr + (c.offset - maps[i].lo);
   }
-  /* Bands of at least 32 rows or columns, and enough work to share: a
-   * thread's wake-up costs more than a small GEMM. */
-  size_t len = m >= n ? m : n, work = m * n * k * batch;
-  int parts = clt__host_blas_threads(ctx);
-  if ((size_t)parts > len / 32) parts = (int)(len / 32);
-  if (work < (size_t)1 << 18) parts = 1;
-  job.parts = parts;
-  run_job(&job);
+  if (native) {
+    cl_int err = clEnqueueNativeKernel(ctx->queue, native_gemm_run, &job, sizeof job, 0, NULL, NULL, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+      rc = clt__error(clt__cl_status(err), "enqueueing a host GEMM as a native kernel on %s: %s "
+                      "(CLT_HOST_BLAS_NATIVE=0 runs it on the calling thread instead)", ctx->info.name,
+                      clt__cl_error_name(err));
+      goto fail;
+    }
+  } else {
+    CLT_CL_TRY(clFlush(ctx->queue)); /* polling an event makes no progress on every driver (rusticl) without it */
+    CLT_TRY(clt__wait_event(ctx, ev, wait_timeout(ctx), "the work queued before a host GEMM"));
+    single_threaded_blas();
+    run_job(&job);
+  }
 
 fail:
   for (int i = 0; i < mapped; i++) {
@@ -254,6 +303,11 @@ fail:
 }
 
 #else
+
+int clt__host_blas_native(clt_context *ctx) {
+  (void)ctx;
+  return 0;
+}
 
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,

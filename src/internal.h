@@ -167,6 +167,7 @@ struct clt_context {
   int counted;           /* made whole: counted among the live contexts */
   int blas_said;         /* its GEMM backend logged (src/blas.c) */
   double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
+  int native_gemm;       /* host GEMMs as native kernels on the queue: 0 not asked yet, 1 yes, -1 no */
 };
 
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
@@ -182,6 +183,10 @@ void clt__blas_clear_cache(void);
 int clt__host_blas_available(void);
 int clt__host_blas_use(const clt_context *ctx);
 int clt__host_blas_threads(const clt_context *ctx);
+/* Whether ctx's host GEMMs are native kernels on its queue (the device runs
+ * them, CLT_HOST_BLAS_NATIVE is not 0), so the calling thread never waits
+ * for the queue; else the calling thread waits and runs them. */
+int clt__host_blas_native(clt_context *ctx);
 const char *clt__host_blas_name(void);
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,

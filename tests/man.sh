@@ -6,7 +6,8 @@
 # entry names an option the command lacks; every variable of the help's
 # environment list is in its ENVIRONMENT. Every layer kind the spec parser
 # knows (the list its unknown-layer error gives) has its entry under LAYERS
-# in doc/cltrain-model.5. Where groff is installed, each page formats
+# in doc/cltrain-model.5. Every public function of the headers is named in
+# doc/libcltrain.3. Where groff is installed, each page formats
 # without a warning (and so does `man --warnings -l`, lintian's check, where
 # man runs). Needs no device.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -110,6 +111,19 @@ while read -r k; do
   grep -qxF "$k" "$tmp/kindtags" || bad "layer kind '$k' of the spec parser has no entry (a .TP item '$k ...') under LAYERS in doc/cltrain-model.5"
 done <"$tmp/kinds"
 [ $nbad -eq $before ] && echo "ok: the $n layer kinds in doc/cltrain-model.5"
+
+# ---- libcltrain(3): every public function ---------------------------------------
+# Each function the installed headers declare (CLT_API) is named in the page.
+norm "$page3" >"$tmp/page3"
+cat "$srcdir"/include/cltrain.h "$srcdir"/include/cltrain/*.h | grep -E '^CLT_API ' |
+  grep -oE '\bclt_[a-z0-9_]+ *\(' | sed 's/ *(//' | sort -u >"$tmp/functions"
+[ -s "$tmp/functions" ] || bad "no CLT_API functions found in $srcdir/include"
+n=0 before=$nbad
+while read -r f; do
+  n=$((n + 1))
+  grep -qw -- "$f" "$tmp/page3" || bad "$f, declared in include/, is not named in doc/libcltrain.3"
+done <"$tmp/functions"
+[ $nbad -eq $before ] && echo "ok: the $n public functions in doc/libcltrain.3"
 
 # ---- formatting ------------------------------------------------------------------
 if command -v groff >/dev/null 2>&1; then
