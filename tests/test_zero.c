@@ -1,6 +1,6 @@
 /*
  * test_zero.c: ZeRO stage 1 (--zero 1) against --zero 0 on the same ranks,
- * run under mpirun on 1, 2 and 3 ranks (tests/zero.sh); rank r trains on
+ * run under mpirun on 1 to 4 ranks (tests/zero.sh); rank r trains on
  * device r % D, so PoCL and rusticl alternate (a mixed-vendor job). The
  * model has 25450 parameters in several buckets, so at 3 ranks the shards
  * are uneven.

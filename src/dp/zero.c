@@ -25,6 +25,18 @@
  * the state is sharded; without it only the shards are reduced, and the
  * reported norm is the sum of the shards' sums of squares (in rank order:
  * the same on every rank), equal to --zero 0's up to rounding.
+ *
+ * Stage 2 (gradients kept for the shard only) is refused for now. What it
+ * needs, for whoever builds it: backward writes every layer's gradients
+ * into the one P-float arena (model/replica.c), so holding less means
+ * pointing each bucket's layer views into a small pool of bucket buffers
+ * that the device may reuse only once the host has reduce-scattered them
+ * (markers both ways between the queue and the exchange), with the
+ * reduced shard kept in a packed shard buffer. And with --accumulate K the
+ * bits of --zero 0 come from summing the K micro-batches locally before
+ * one reduction; reducing each micro-batch and summing the shards adds in
+ * another order, so bitwise equality with accumulation needs the whole
+ * local gradient kept across micro-batches (no saving until the last).
  */
 #include "dp/dp_internal.h"
 
