@@ -17,6 +17,7 @@
 /* What must agree across ranks, compared field by field at start. */
 typedef struct agreement {
   int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer, checkpoints;
+  int64_t balance, balance_every, balance_min_share; /* the rebalance is collective: all re-split alike */
   uint32_t spec_crc;
   float lr;
 } agreement;
@@ -34,6 +35,9 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
   mine.optimizer = o->optimizer.kind;
   mine.checkpoints = o->checkpoint_dir ? o->checkpoint_every : -1;
   mine.lr = o->schedule.lr;
+  mine.balance = o->balance;
+  mine.balance_every = o->balance == CLT_BALANCE_AUTO ? o->balance_every : 0;
+  mine.balance_min_share = o->balance == CLT_BALANCE_AUTO ? o->balance_min_share : 0;
   const char *text = clt_model_text(m);
   mine.spec_crc = (uint32_t)crc32(0, (const Bytef *)text, (uInt)strlen(text));
   agreement *all = clt__calloc(dp->nranks, sizeof *all);
@@ -56,6 +60,9 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
     FIELD(seed, "the seed")
     FIELD(optimizer, "the optimizer")
     FIELD(checkpoints, "checkpoints (-1: none, else --checkpoint-every)")
+    FIELD(balance, "--balance (0 equal, 1 weights, 2 auto)")
+    FIELD(balance_every, "--balance-every")
+    FIELD(balance_min_share, "--balance-min-share")
 #undef FIELD
     if (a->lr != b->lr) {
       rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on the learning rate (%g vs %g)", r, b->lr, a->lr);

@@ -8,7 +8,7 @@
  *   agree.c    agreement across ranks: the model and options at create,
  *              and CRC32s of every replica's parameters during training;
  *   balance.c  the split of the global batch (shares) and its rebalancing
- *              from measured throughput;
+ *              from each replica's fitted fixed and per-sample cost;
  *   buckets.c  gradient buckets laid out from the parameter ranges each
  *              layer's backward writes, and their all-reduce overlapped
  *              with the backward pass (f16 on the wire under mixed
@@ -49,29 +49,62 @@ int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t
 
 /* ---- balancing (balance.c) ---- */
 
+/* A replica's time for its part of a micro-batch of n > 0 samples:
+ * fixed_s + per_sample_s * n seconds; shares_seen 0: no model yet. */
+typedef struct clt__cost {
+  double fixed_s, per_sample_s;
+  int shares_seen; /* distinct shares the fit saw */
+} clt__cost;
+
+/* Pure: the least-squares fit of fixed + per-sample cost to n runs of
+ * shares[k] samples in seconds[k] (non-positive entries are skipped), each
+ * distinct share taken at the median of its times. With one share seen,
+ * the time is taken as proportional (fixed 0); neither cost comes out
+ * negative. */
+int clt__cost_fit(int n, const int64_t *shares, const double *seconds, clt__cost *out);
+/* Pure: integer shares of total (summing to it, each >= min_share, 0
+ * allowed) that minimise the largest predicted time over the R replicas,
+ * ties to the lower index; the same bits on every machine (integer
+ * picoseconds). */
+int clt__shares_minmax(int R, const clt__cost *costs, int64_t total, int64_t min_share, int64_t *shares);
+/* The largest predicted time of those shares, picoseconds. */
+int64_t clt__shares_predict_ps(int R, const clt__cost *costs, const int64_t *shares, int64_t total);
+
 /* The first split of a global micro-batch of micro_batch samples over the
- * job's replicas, from o->balance (equal, weights; auto starts equal). */
+ * job's replicas, from o->balance (equal, weights; auto starts equal), and
+ * auto's floor (o->balance_min_share, checked against the micro-batch). */
 int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_batch);
-/* Per global replica: its share of a full global micro-batch. */
+/* Per global replica: its share of a full global micro-batch (may be 0). */
 const int64_t *clt__dp_shares(const clt__dp *dp);
 /* Shares from elsewhere (a checkpoint): one per global replica, summing to
- * the micro-batch. */
-void clt__dp_set_shares(clt__dp *dp, const int64_t *shares);
+ * the micro-batch, each at least the floor; else CLT_EINVAL and nothing
+ * changes. */
+int clt__dp_set_shares(clt__dp *dp, const int64_t *shares);
 /* Where local replica i's slice starts in a full global micro-batch. */
 int64_t clt__dp_slice_start(const clt__dp *dp, int i);
 /* Split n samples of this rank over its replicas in proportion to their
- * shares (largest remainder; some may get 0): counts[nlocal]. */
+ * shares (largest remainder; some may get 0; all at 0: one takes them):
+ * counts[nlocal]. */
 int clt__dp_split_local(const clt__dp *dp, int64_t n, int64_t *counts);
 /* Local replica i ran n samples of a recorded run in `seconds` of device
- * time (0: unknown): fold it into its smoothed throughput. */
+ * time (0: unknown): fold it into its throughput and its cost model. */
 void clt__dp_note_run(clt__dp *dp, int i, int64_t n, double seconds);
-/* Collective: every replica's smoothed throughput, to clt__dp_throughput. */
+/* Collective: every replica's smoothed throughput and cost model, to
+ * clt__dp_throughput and clt__dp_costs. */
 int clt__dp_gather_rates(clt__dp *dp);
 /* Per global replica: samples per second (0: not measured). */
 const double *clt__dp_throughput(const clt__dp *dp);
-/* Collective: gather, then new shares in proportion to throughput (every
- * rank computes the same ones). *changed says whether they moved. */
-int clt__dp_rebalance(clt__dp *dp, int *changed);
+/* Per global replica: its cost model as last gathered. */
+const clt__cost *clt__dp_costs(const clt__dp *dp);
+/* The same as two arrays (fixed, per sample; seconds), valid as long as dp. */
+void clt__dp_cost_arrays(const clt__dp *dp, const double **fixed_s, const double **per_sample_s);
+/* Whether --balance auto re-splits after step steps_done: every
+ * balance_every steps, and right after a probe. The same on every rank. */
+int clt__dp_rebalance_due(const clt__dp *dp, int64_t steps_done);
+/* Collective: gather, then the min-max shares of the cost models (every
+ * rank computes the same ones), with a replica at 0 probed now and then.
+ * *changed says whether they moved. */
+int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed);
 
 /* ---- gradient buckets (buckets.c) ---- */
 

@@ -7,6 +7,16 @@
 
 #include "dp/dp.h"
 
+/* A local replica's recent recorded runs (a ring of the newest). */
+#define CLT__COST_WINDOW 32
+typedef struct clt__cost_obs {
+  int64_t n[CLT__COST_WINDOW];
+  double t[CLT__COST_WINDOW];
+  int count, next;
+  int warm;          /* its first run (not counted) is behind it */
+  int probe_pending; /* its next run is a probe: compare it with the model */
+} clt__cost_obs;
+
 struct clt__dp {
   clt_comm *comm;              /* the trainer's; not owned */
   int rank, nranks;
@@ -17,13 +27,23 @@ struct clt__dp {
   int *rank_first;             /* per rank: global index of its first replica */
   int *rank_count;             /* per rank: its replicas */
 
-  /* balance.c: per global replica, its share of the global micro-batch and
-   * its smoothed throughput (samples/s, 0: not measured); per local
-   * replica, its own smoothed rate. */
+  /* balance.c: the split of a global micro-batch. Per global replica:
+   * its share, its smoothed throughput (samples/s, 0: not measured), its
+   * cost model (gathered fits), and for one at 0 samples the gap to its
+   * next probe (in rebalances) and the step it is due. Per local replica:
+   * its own smoothed rate and its recent runs. */
   int64_t micro_batch;
+  int auto_balance;
+  int64_t every;               /* --balance-every */
+  int64_t min_share;           /* --balance-min-share (auto) */
   int64_t *shares;
   double *throughput;
+  clt__cost *cost;
+  double *fixed_s, *per_sample_s; /* the same, as arrays for the step events */
+  int64_t *probe_gap, *probe_at;
+  int probed;                  /* the replica probed in the step after the last rebalance, or -1 */
   double *local_rate;
+  clt__cost_obs *obs;
 
   /* buckets.c: the layout, an all-reduce plan per bucket (NULL with one
    * replica in the job), and the time the exchange took. */

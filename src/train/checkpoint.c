@@ -570,7 +570,7 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
     int ok = 1;
     for (int r = 0; r < t->nreplicas; r++) {
       json_t *e = json_array_get(sh, (size_t)r);
-      ok &= json_is_integer(e) && json_integer_value(e) >= 1;
+      ok &= json_is_integer(e) && json_integer_value(e) >= t->opts.balance_min_share;
       shares[r] = ok ? json_integer_value(e) : 0;
       sum += shares[r];
     }
@@ -636,7 +636,7 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
     t->run_id[0] = 0, new_run_id(t->run_id, sizeof t->run_id);
   t->run_branch = h->steps_done;
   t->run_started = now_ns();
-  if (h->nshares == t->nreplicas) clt__dp_set_shares(t->dp, shares);
+  if (h->nshares == t->nreplicas) (void)clt__dp_set_shares(t->dp, shares); /* checked when read */
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "loading checkpoint %s", h->path);

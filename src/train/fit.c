@@ -108,6 +108,7 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->nreplicas = t->nreplicas;
   ev->shares = clt__dp_shares(t->dp);
   ev->throughput = clt__dp_throughput(t->dp);
+  if (o->balance == CLT_BALANCE_AUTO) clt__dp_cost_arrays(t->dp, &ev->fixed_s, &ev->per_sample_s);
   ev->loss_scale = t->loss_scale;
   ev->skipped = t->skipped;
   c->window_t = tn;
@@ -185,6 +186,20 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
     }
     json_object_set_new(o, "shares", sh);
     json_object_set_new(o, "throughput", tp);
+    /* the replicas at 0 samples, said outright; and auto's cost models */
+    json_t *idle = json_array();
+    for (int r = 0; r < ev->nreplicas; r++)
+      if (ev->shares[r] == 0) json_array_append_new(idle, json_integer(r));
+    json_object_set_new(o, "idle_replicas", idle);
+    if (ev->fixed_s && ev->per_sample_s) {
+      json_t *fx = json_array(), *ps = json_array();
+      for (int r = 0; r < ev->nreplicas; r++) {
+        json_array_append_new(fx, num(ev->fixed_s[r]));
+        json_array_append_new(ps, num(ev->per_sample_s[r]));
+      }
+      json_object_set_new(o, "fixed_s", fx);
+      json_object_set_new(o, "per_sample_s", ps);
+    }
     json_object_set_new(o, "loss_scale", num(ev->loss_scale));
     json_object_set_new(o, "skipped", json_integer(ev->skipped));
   } else {

@@ -12,6 +12,11 @@
  *                                       optimizer step on every replica, identically
  *   after_update                        replica CRC checks and rebalancing when due
  *
+ * A replica may have 0 samples of a micro-batch (the balancer gave it none,
+ * or a partial batch left it none): it runs nothing, records the markers
+ * the exchange waits on (its gradient stays 0), and takes the update with
+ * the others, so its parameters and optimizer state stay theirs bit for bit.
+ *
  * The micro-batches come from a source: fit.c's prefetchers, or here the
  * caller's own batch (clt_trainer_step with labels, clt_trainer_step_targets
  * with a regression model's float targets, both through step_on; DDP-style:
@@ -188,8 +193,7 @@ static int after_update(clt_trainer *t, int *shares_changed) {
   *shares_changed = 0;
   if (o->check_every > 0 && t->steps_done % o->check_every == 0)
     CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->steps_done));
-  if (o->balance == CLT_BALANCE_AUTO && t->steps_done % o->balance_every == 0)
-    CLT_TRY(clt__dp_rebalance(t->dp, shares_changed));
+  if (clt__dp_rebalance_due(t->dp, t->steps_done)) CLT_TRY(clt__dp_rebalance(t->dp, t->steps_done, shares_changed));
 fail:
   return rc;
 }

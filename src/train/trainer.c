@@ -54,6 +54,9 @@ static int check_options(const clt_train_options *o) {
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
+  if (o->balance_min_share < 0)
+    return clt__error(CLT_EINVAL, "--balance-min-share must be 0 or more samples, not %lld",
+                      (long long)o->balance_min_share);
   if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
   if (o->precision != CLT_F32 && o->precision != CLT_F16)
     return clt__error(CLT_EINVAL, "the precision must be fp32 or fp16, not %s", clt_dtype_name(o->precision));
