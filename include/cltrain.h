@@ -765,7 +765,7 @@ typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
 
 typedef enum clt_balance_mode {
   CLT_BALANCE_EQUAL = 0,   /* the same share for every replica (the first B % R get one more) */
-  CLT_BALANCE_WEIGHTS = 1, /* shares in proportion to given weights */
+  CLT_BALANCE_WEIGHTS = 1, /* shares in proportion to given weights (0: none) */
   CLT_BALANCE_AUTO = 2     /* shares that minimise the slowest replica's time, by a fixed + per-sample
                             * cost model of each fitted to its measured runs (0 allowed) */
 } clt_balance_mode;
@@ -795,7 +795,8 @@ typedef struct clt_train_options {
   double bucket_mb;               /* gradient bucket size, MiB (1): each bucket is all-reduced as
                                      soon as its layers' backward is done; 0: one bucket at the end */
   clt_balance_mode balance;       /* how the global batch is split over replicas (equal) */
-  const double *balance_weights;  /* CLT_BALANCE_WEIGHTS: one weight per replica of all ranks */
+  const double *balance_weights;  /* CLT_BALANCE_WEIGHTS: one weight per replica of all ranks (>= 0,
+                                     not all 0; a replica of weight 0 takes no samples) */
   int balance_nweights;
   int64_t balance_every;          /* CLT_BALANCE_AUTO: re-split every N steps (10) */
   int64_t balance_min_share;      /* CLT_BALANCE_AUTO: at least N samples of each micro-batch per

@@ -132,6 +132,42 @@ START_TEST(automatic_shares_match_one_device) {
 }
 END_TEST
 
+/* Replicas given 0 samples (the balancer's choice for a device that would
+ * only slow the step; here by weights of 0): they contribute a zero
+ * gradient, the update is still the global batch's, and they stay bitwise
+ * identical to the others (check_every = 1). Every other replica, or all
+ * but replica 0, at 0: on 2 ranks or more a rank with nothing at all. */
+static void zero_weights(clt_train_options *o, double *w, int every_other) {
+  int R = 0;
+  MPI_Allreduce(&(int){clt_devices_count(mine)}, &R, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < R; i++) w[i] = every_other ? (i % 2 == 0) : (i == 0);
+  o->balance = CLT_BALANCE_WEIGHTS;
+  o->balance_weights = w;
+  o->balance_nweights = R;
+}
+
+START_TEST(zero_shares_match_one_device) {
+  clt_train_options o;
+  double w[16];
+  options(&o, 48);
+  zero_weights(&o, w, 1);
+  against_reference(&o, "every other replica at 0 samples");
+  options(&o, 48);
+  zero_weights(&o, w, 0);
+  against_reference(&o, "all replicas but the first at 0 samples");
+}
+END_TEST
+
+START_TEST(zero_shares_with_accumulation) {
+  clt_train_options o;
+  double w[16];
+  options(&o, 64);
+  o.accumulate = 4;
+  zero_weights(&o, w, 1);
+  against_reference(&o, "4 accumulated micro-batches, every other replica at 0");
+}
+END_TEST
+
 START_TEST(accumulation_matches_one_batch) {
   clt_train_options o;
   options(&o, 64);
@@ -188,6 +224,18 @@ START_TEST(the_cnn_matches_one_device) {
   options(&o, 48);
   o.schedule.lr = 0.01f;
   against_reference_of(cnn, &o, "the CNN, 6 steps", DP_TOL);
+}
+END_TEST
+
+/* The CNN (dropout, max-pool) with a replica at 0 samples. */
+START_TEST(zero_shares_the_cnn) {
+  clt_train_options o;
+  double w[16];
+  options(&o, 48);
+  o.schedule.lr = 0.01f;
+  o.max_steps = 2;
+  zero_weights(&o, w, 1);
+  against_reference_of(cnn_he, &o, "the CNN, every other replica at 0", DP_TOL);
 }
 END_TEST
 
@@ -290,6 +338,9 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, unequal_shares_match_one_device);
   tcase_add_test(tc, automatic_shares_match_one_device);
   tcase_add_test(tc, accumulation_matches_one_batch);
+  tcase_add_test(tc, zero_shares_match_one_device);
+  tcase_add_test(tc, zero_shares_with_accumulation);
+  tcase_add_test(tc, zero_shares_the_cnn);
   tcase_add_test(tc, fp16_matches_one_device);
   tcase_add_test(tc, the_cnn_one_step_matches_one_device);
   tcase_add_test(tc, the_cnn_matches_one_device);

@@ -214,15 +214,20 @@ int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_b
     if (!o->balance_weights || o->balance_nweights != dp->nreplicas)
       rc = clt__error(CLT_EINVAL, "--balance gives %d weights but the job has %d replicas (one weight per replica, "
                       "rank by rank)", o->balance_nweights, dp->nreplicas);
+    double sum = 0;
     for (int r = 0; rc == CLT_OK && r < dp->nreplicas; r++) {
-      w[r] = o->balance_weights[r];
-      if (!(w[r] > 0) || !isfinite(w[r]))
-        rc = clt__error(CLT_EINVAL, "--balance weight %d is %g; weights must be positive numbers", r + 1, w[r]);
+      sum += w[r] = o->balance_weights[r];
+      if (!(w[r] >= 0) || !isfinite(w[r]))
+        rc = clt__error(CLT_EINVAL, "--balance weight %d is %g; weights must be numbers of 0 or more", r + 1, w[r]);
     }
+    if (rc == CLT_OK && !(sum > 0))
+      rc = clt__error(CLT_EINVAL, "--balance gives every replica a weight of 0; at least one must take samples");
   } else {
     for (int r = 0; r < dp->nreplicas; r++) w[r] = 1.0;
   }
-  if (rc == CLT_OK) rc = clt_shares_from_weights(dp->nreplicas, w, micro_batch, 1, dp->shares);
+  /* Weights of 0 give replicas of 0 samples; equal and auto start with at least 1 each. */
+  if (rc == CLT_OK)
+    rc = clt_shares_from_weights(dp->nreplicas, w, micro_batch, o->balance == CLT_BALANCE_WEIGHTS ? 0 : 1, dp->shares);
   free(w);
   return rc;
 }

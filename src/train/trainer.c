@@ -57,6 +57,10 @@ static int check_options(const clt_train_options *o) {
   if (o->balance_min_share < 0)
     return clt__error(CLT_EINVAL, "--balance-min-share must be 0 or more samples, not %lld",
                       (long long)o->balance_min_share);
+  if (o->balance_min_share > 0 && o->balance != CLT_BALANCE_AUTO)
+    return clt__error(CLT_EINVAL, "--balance-min-share %lld is the floor of --balance auto; with --balance %s "
+                      "the shares are given (weights of 0 or more)", (long long)o->balance_min_share,
+                      o->balance == CLT_BALANCE_EQUAL ? "equal" : "weights");
   if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
   if (o->precision != CLT_F32 && o->precision != CLT_F16)
     return clt__error(CLT_EINVAL, "the precision must be fp32 or fp16, not %s", clt_dtype_name(o->precision));
