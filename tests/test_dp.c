@@ -134,27 +134,36 @@ END_TEST
 
 /* Replicas given 0 samples (the balancer's choice for a device that would
  * only slow the step; here by weights of 0): they contribute a zero
- * gradient, the update is still the global batch's, and they stay bitwise
- * identical to the others (check_every = 1). Every other replica, or all
- * but replica 0, at 0: on 2 ranks or more a rank with nothing at all. */
-static void zero_weights(clt_train_options *o, double *w, int every_other) {
+ * gradient, the update is still the global batch's, and they are bitwise
+ * identical to the others whenever read (check_every = 1: after every
+ * step). Every other replica, all but replica 0, or replica 0 alone at 0:
+ * on 2 ranks or more a rank with nothing at all. */
+enum { EVERY_OTHER, ALL_BUT_FIRST, FIRST };
+static int zero_weights(clt_train_options *o, double *w, int which) {
   int R = 0;
   MPI_Allreduce(&(int){clt_devices_count(mine)}, &R, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  for (int i = 0; i < R; i++) w[i] = every_other ? (i % 2 == 0) : (i == 0);
+  for (int i = 0; i < R; i++) w[i] = which == EVERY_OTHER ? (i % 2 == 0) : which == FIRST ? (i != 0) : (i == 0);
   o->balance = CLT_BALANCE_WEIGHTS;
   o->balance_weights = w;
   o->balance_nweights = R;
+  return R;
 }
 
 START_TEST(zero_shares_match_one_device) {
   clt_train_options o;
   double w[16];
   options(&o, 48);
-  zero_weights(&o, w, 1);
+  zero_weights(&o, w, EVERY_OTHER);
   against_reference(&o, "every other replica at 0 samples");
   options(&o, 48);
-  zero_weights(&o, w, 0);
+  zero_weights(&o, w, ALL_BUT_FIRST);
   against_reference(&o, "all replicas but the first at 0 samples");
+  /* A replica that sits out steps is brought up to date when read: here
+   * only by the check after the last step, and replica 0, which
+   * clt_trainer_params reads, is the one at 0. */
+  options(&o, 48);
+  o.check_every = STEPS;
+  if (zero_weights(&o, w, FIRST) > 1) against_reference(&o, "replica 0 at 0 samples, checked after the last step");
 }
 END_TEST
 
@@ -163,7 +172,7 @@ START_TEST(zero_shares_with_accumulation) {
   double w[16];
   options(&o, 64);
   o.accumulate = 4;
-  zero_weights(&o, w, 1);
+  zero_weights(&o, w, EVERY_OTHER);
   against_reference(&o, "4 accumulated micro-batches, every other replica at 0");
 }
 END_TEST
@@ -234,7 +243,7 @@ START_TEST(zero_shares_the_cnn) {
   options(&o, 48);
   o.schedule.lr = 0.01f;
   o.max_steps = 2;
-  zero_weights(&o, w, 1);
+  zero_weights(&o, w, EVERY_OTHER);
   against_reference_of(cnn_he, &o, "the CNN, every other replica at 0", DP_TOL);
 }
 END_TEST

@@ -184,6 +184,8 @@ int64_t clt__shares_predict_ps(int R, const clt__cost *costs, const int64_t *sha
 
 /* ---- the job's shares ------------------------------------------------------ */
 
+static int adopt_shares(clt__dp *dp, const int64_t *next);
+
 int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_batch) {
   int rc = CLT_OK;
   dp->micro_batch = micro_batch;
@@ -241,10 +243,30 @@ int clt__dp_set_shares(clt__dp *dp, const int64_t *shares) {
     sum += shares[r];
   }
   if (sum != dp->micro_batch) return CLT_EINVAL;
-  memcpy(dp->shares, shares, (size_t)dp->nreplicas * sizeof *shares);
   /* a replica at 0 without a model is probed at the next rebalance */
   for (int r = 0; r < dp->nreplicas; r++) dp->probe_at[r] = 0, dp->probe_gap[r] = PROBE_GAP_FIRST;
-  return CLT_OK;
+  return adopt_shares(dp, shares);
+}
+
+/* clt__dp_active for any rank's replica: g global, on rank r. */
+static int active_on(const clt__dp *dp, const int64_t *shares, int r, int g) {
+  if (shares[g] > 0) return 1;
+  for (int k = dp->rank_first[r]; k < dp->rank_first[r] + dp->rank_count[r]; k++)
+    if (shares[k] > 0) return 0;
+  return g == dp->rank_first[r];
+}
+
+int clt__dp_active(const clt__dp *dp, int i) { return active_on(dp, dp->shares, dp->rank, dp->first_replica + i); }
+
+/* New shares; the plans follow when who takes part changed on any rank
+ * (the same decision on every rank: collective). */
+static int adopt_shares(clt__dp *dp, const int64_t *next) {
+  int moved = 0;
+  for (int r = 0; r < dp->nranks; r++)
+    for (int g = dp->rank_first[r]; g < dp->rank_first[r] + dp->rank_count[r]; g++)
+      moved |= active_on(dp, dp->shares, r, g) != active_on(dp, next, r, g);
+  memcpy(dp->shares, next, (size_t)dp->nreplicas * sizeof *next);
+  return moved && dp->plans ? clt__dp_replan(dp) : CLT_OK;
 }
 
 int64_t clt__dp_slice_start(const clt__dp *dp, int i) {
@@ -262,16 +284,8 @@ int clt__dp_split_local(const clt__dp *dp, int64_t n, int64_t *counts) {
   if (!w) return CLT_ENOMEM;
   for (int i = 0; i < dp->nlocal; i++) sum += w[i] = (double)dp->shares[dp->first_replica + i];
   /* Every replica of this rank at 0 of the global split: this rank's own
-   * samples still need one of them (the fastest by its model, else the first). */
-  if (!(sum > 0)) {
-    int best = 0;
-    for (int i = 1; i < dp->nlocal; i++) {
-      const clt__cost *a = &dp->cost[dp->first_replica + i], *b = &dp->cost[dp->first_replica + best];
-      if (a->shares_seen && (!b->shares_seen || a->fixed_s + a->per_sample_s * n < b->fixed_s + b->per_sample_s * n))
-        best = i;
-    }
-    w[best] = 1;
-  }
+   * samples still need one, the first (clt__dp_active). */
+  if (!(sum > 0)) w[0] = 1;
   int rc = clt_shares_from_weights(dp->nlocal, w, n, 0, counts);
   free(w);
   return rc;
@@ -412,7 +426,7 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   }
   *changed = memcmp(next, dp->shares, (size_t)R * sizeof *next) != 0;
   if (*changed) {
-    memcpy(dp->shares, next, (size_t)R * sizeof *next);
+    CLT_TRY(adopt_shares(dp, next));
     char line[512];
     int at = 0;
     for (int r = 0; r < R && at < (int)sizeof line - 24; r++)

@@ -119,6 +119,31 @@ fail:
   return rc;
 }
 
+/* This rank's replicas that take part in steps (clt__dp_active). */
+static int local_active(const clt__dp *dp) {
+  int n = 0;
+  for (int i = 0; i < dp->nlocal; i++) n += clt__dp_active(dp, i);
+  return n;
+}
+
+/* The all-reduce plans for the replicas taking part now: none when one
+ * replica alone does (its gradient is the sum). Collective, when any rank
+ * needs plans: every rank makes one per bucket, each for its own count. */
+int clt__dp_replan(clt__dp *dp) {
+  int rc = CLT_OK;
+  const clt__bucket_layout *b = &dp->buckets;
+  int n = local_active(dp);
+  for (int k = 0; dp->plans && k < b->n; k++) clt_allreduce_plan_destroy(dp->plans[k]), dp->plans[k] = NULL;
+  dp->plan_replicas = n;
+  if (dp->nreplicas == 1 || (dp->nranks == 1 && n == 1)) return CLT_OK;
+  clt_allreduce_opts ao = {0, n};
+  for (int k = 0; k < b->n; k++)
+    CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
+                                      CLT_SUM, &ao, &dp->plans[k]));
+fail:
+  return rc;
+}
+
 int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision,
                            clt__replica *const *reps) {
   int rc = CLT_OK;
@@ -127,21 +152,27 @@ int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, cl
   if (!(dp->plans = clt__calloc(b->n ? b->n : 1, sizeof *dp->plans))) { rc = CLT_ENOMEM; goto fail; }
   /* In f16, gradients travel as f16 (half the bytes), rounded per bucket
    * as its backward ends and summed in f32 on the host. */
-  int wire = dp->nreplicas > 1 && precision == CLT_F16;
-  for (int i = 0; i < dp->nlocal; i++) CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, wire));
-  if (dp->nreplicas > 1) {
-    clt_allreduce_opts ao = {0, dp->nlocal};
-    for (int k = 0; k < b->n; k++)
-      CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), wire ? CLT_F16 : CLT_F32, CLT_SUM,
-                                        &ao, &dp->plans[k]));
-  }
+  dp->wire = dp->nreplicas > 1 && precision == CLT_F16;
+  for (int i = 0; i < dp->nlocal; i++)
+    CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, dp->wire));
+  CLT_TRY(clt__dp_replan(dp));
 fail:
   return rc;
 }
 
-int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step) {
-  int rc = CLT_OK, n = dp->nlocal;
-  if (dp->nreplicas == 1) return CLT_OK; /* the one replica's sum is its own */
+int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
+  int rc = CLT_OK, n = 0;
+  if (!dp->plans || !dp->plans[0]) return CLT_OK; /* one replica alone: its sum is its own */
+  /* The replicas taking part (one at 0 samples sits the step out). */
+  clt__replica **reps = clt__calloc(dp->nlocal, sizeof *reps);
+  if (!reps) return CLT_ENOMEM;
+  for (int i = 0; i < dp->nlocal; i++)
+    if (clt__dp_active(dp, i)) reps[n++] = all_reps[i];
+  if (n != dp->plan_replicas) {
+    free(reps);
+    return clt__error(CLT_EINVAL, "internal: step %lld has %d replicas taking part, the plans %d", (long long)step,
+                      n, dp->plan_replicas);
+  }
   cl_command_queue *q = clt__calloc(n, sizeof *q), *wq = clt__calloc(n, sizeof *wq);
   cl_mem *bufs = clt__calloc(n, sizeof *bufs);
   size_t *offs = clt__calloc(n, sizeof *offs), *esize = clt__calloc(n, sizeof *esize);
@@ -179,7 +210,7 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step) {
    * are on the same in-order queue). */
   for (int i = 0; i < n; i++) CLT_TRY(clt__replica_wire_to_grads(reps[i]));
 fail:
-  free(q), free(wq), free(bufs), free(offs), free(esize);
+  free(q), free(wq), free(bufs), free(offs), free(esize), free(reps);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
 }
 

@@ -80,10 +80,11 @@ const int64_t *clt__dp_shares(const clt__dp *dp);
  * the micro-batch, each at least the floor; else CLT_EINVAL and nothing
  * changes. */
 int clt__dp_set_shares(clt__dp *dp, const int64_t *shares);
+/* (Collective when it changes who takes part: call it on every rank.) */
 /* Where local replica i's slice starts in a full global micro-batch. */
 int64_t clt__dp_slice_start(const clt__dp *dp, int i);
 /* Split n samples of this rank over its replicas in proportion to their
- * shares (largest remainder; some may get 0; all at 0: one takes them):
+ * shares (largest remainder; some may get 0; all at 0: the first takes them):
  * counts[nlocal]. */
 int clt__dp_split_local(const clt__dp *dp, int64_t n, int64_t *counts);
 /* Local replica i ran n samples of a recorded run in `seconds` of device
@@ -133,8 +134,19 @@ void clt__bucket_layout_free(clt__bucket_layout *b);
  * has more than one replica; under CLT_F16 gradients travel as f16. */
 int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision,
                            clt__replica *const *reps);
-/* Collective: sum the gradients of every replica of every rank into each
- * of them, bucket by bucket as the recorded backward pass completes them
+/* Whether local replica i takes part in steps under the current shares:
+ * it has a share, or every replica of this rank is at 0 and it is the
+ * first (the rank's own samples in clt_trainer_step, and its place in the
+ * all-reduce, need one). One that does not sits steps out: no work, no
+ * exchange, no update (the trainer brings it up to date before anything
+ * reads it). A function of the shares alone, so every rank knows every
+ * rank's. */
+int clt__dp_active(const clt__dp *dp, int i);
+/* Collective when the shares changed who takes part: the all-reduce plans
+ * for the replicas taking part now (balance.c calls it). */
+int clt__dp_replan(clt__dp *dp);
+/* Collective: sum the gradients of every replica taking part of every rank
+ * into each of them, bucket by bucket as the recorded backward pass completes them
  * (it may still be running). `step` (1-based) is for messages. */
 int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step);
 /* Seconds spent in the exchange, and those while some backward still ran,

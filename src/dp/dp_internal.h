@@ -48,7 +48,9 @@ struct clt__dp {
   /* buckets.c: the layout, an all-reduce plan per bucket (NULL with one
    * replica in the job), and the time the exchange took. */
   clt__bucket_layout buckets;
-  clt_allreduce_plan **plans;
+  clt_allreduce_plan **plans;  /* for plan_replicas replicas: those taking part (clt__dp_active) */
+  int plan_replicas;
+  int wire;                    /* f16 on the wire */
   double comm_s, comm_hidden_s;
 };
 

@@ -440,6 +440,7 @@ void clt__replica_destroy(clt__replica *r) {
              "replica's memory is left allocated", r->ctx->info.name);
     return;
   }
+  clt__replica_poll_cancel(r);
   if (r->prof_fwd) report_profile(r);
   free(r->prof_fwd);
   free(r->prof_bwd);
@@ -719,13 +720,8 @@ fail:
   return rc;
 }
 
-int clt__replica_read_loss(clt__replica *r, float *loss, double *metric) {
-  int rc = CLT_OK;
-  cl_event ev = NULL;
-  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &ev));
-  CLT_CL_TRY(clFlush(r->ctx->queue));
-  CLT_TRY(clt__wait_event(r->ctx, ev, r->timeout_s, "the forward and backward pass and its loss"));
-  clReleaseEvent(ev);
+/* The loss and metric from loss_host. */
+static void unpack_loss(const clt__replica *r, float *loss, double *metric) {
   memcpy(loss, r->loss_host, 4);
   if (is_regression(r->spec)) {
     float sq;
@@ -736,6 +732,46 @@ int clt__replica_read_loss(clt__replica *r, float *loss, double *metric) {
     memcpy(&correct, r->loss_host + 4, 4);
     *metric = correct;
   }
+}
+
+int clt__replica_poll_loss(clt__replica *r, int *ready, float *loss, double *metric) {
+  int rc = CLT_OK;
+  *ready = 0;
+  if (!r->loss_ev) {
+    CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &r->loss_ev));
+    CLT_CL_TRY(clFlush(r->ctx->queue));
+  }
+  cl_int st = CL_COMPLETE;
+  CLT_CL_TRY(clGetEventInfo(r->loss_ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+  if (st < 0) {
+    rc = clt__error(clt__cl_status(st), "the forward pass on %s failed with %s", r->ctx->info.name,
+                    clt__cl_error_name(st));
+    goto fail;
+  }
+  if (st != CL_COMPLETE) return CLT_OK;
+  clReleaseEvent(r->loss_ev), r->loss_ev = NULL;
+  unpack_loss(r, loss, metric);
+  *ready = 1;
+  return CLT_OK;
+fail:
+  if (r->loss_ev) clReleaseEvent(r->loss_ev), r->loss_ev = NULL;
+  return clt__error_prefix(rc, "reading the loss from %s", r->ctx->info.name);
+}
+
+void clt__replica_poll_cancel(clt__replica *r) {
+  if (!r->loss_ev) return;
+  clWaitForEvents(1, &r->loss_ev); /* it writes into r */
+  clReleaseEvent(r->loss_ev), r->loss_ev = NULL;
+}
+
+int clt__replica_read_loss(clt__replica *r, float *loss, double *metric) {
+  int rc = CLT_OK;
+  cl_event ev = NULL;
+  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &ev));
+  CLT_CL_TRY(clFlush(r->ctx->queue));
+  CLT_TRY(clt__wait_event(r->ctx, ev, r->timeout_s, "the forward and backward pass and its loss"));
+  clReleaseEvent(ev);
+  unpack_loss(r, loss, metric);
   return CLT_OK;
 fail:
   if (ev) clReleaseEvent(ev);

@@ -636,7 +636,7 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
     t->run_id[0] = 0, new_run_id(t->run_id, sizeof t->run_id);
   t->run_branch = h->steps_done;
   t->run_started = now_ns();
-  if (h->nshares == t->nreplicas) (void)clt__dp_set_shares(t->dp, shares); /* checked when read */
+  if (h->nshares == t->nreplicas) CLT_TRY(clt__dp_set_shares(t->dp, shares)); /* checked when read; collective */
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "loading checkpoint %s", h->path);

@@ -34,7 +34,8 @@
  * every layer before, so the culprit is the last layer with one. */
 static int nonfinite_layer(clt_trainer *t) {
   const clt_model_spec *s = t->model->spec;
-  clt_tensor grads = clt__replica_grads(t->rep[0]);
+  int lead = clt__trainer_lead(t);
+  clt_tensor grads = clt__replica_grads(t->rep[lead]);
   for (int i = s->nlayers - 1; i >= 1; i--) {
     clt__param_range r[8];
     int nr = clt__model_grad_ranges(t->model, i, r, 8), bad = 0;
@@ -43,7 +44,7 @@ static int nonfinite_layer(clt_trainer *t) {
       clt_tensor g;
       float ss = 0;
       bad = n > 0 && clt_tensor_view(grads.buf, grads.offset + (size_t)r[k].lo * 4, CLT_F32, 1, &n, &g) == CLT_OK &&
-            clt_sumsq(t->ctx[0], &g, &ss) == CLT_OK && !isfinite(ss);
+            clt_sumsq(t->ctx[lead], &g, &ss) == CLT_OK && !isfinite(ss);
     }
     if (!bad) continue;
     const clt_layer_spec *l = &s->layers[i];
@@ -94,8 +95,9 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
    * each rank can tell alone whether it is finite (and stop before the
    * update spoils the parameters), and clipping can use its norm. */
   float ss = 0;
-  clt_tensor g = clt__replica_grads(t->rep[0]);
-  CLT_TRY(clt_sumsq(t->ctx[0], &g, &ss));
+  int lead = clt__trainer_lead(t);
+  clt_tensor g = clt__replica_grads(t->rep[lead]);
+  CLT_TRY(clt_sumsq(t->ctx[lead], &g, &ss));
   if (t->opts.precision == CLT_F16) {
     /* The gradient was scaled by the loss scale; in f16 an inf or NaN
      * means the scale is too large (or the data overflow f16 outright). */
@@ -124,6 +126,10 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
   float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
   int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
   for (int i = 0; i < t->nlocal; i++) {
+    if (!clt__dp_active(t->dp, i)) { /* it sat the step out: up to date before it is read */
+      t->stale[i] = 1;
+      continue;
+    }
     clt__replica *r = t->rep[i];
     clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), s = clt__replica_state(r), d;
     if (!t->host_params[i]) {
@@ -142,9 +148,15 @@ fail:
   return clt__error_prefix(rc, "optimizer step %lld", (long long)t->steps_done + 1);
 }
 
+/* A replica at 0 samples sits the step out (clt__dp_active): it would
+ * only add a zero gradient and repeat the others' update, and a device's
+ * fixed cost per command would make even that the slowest part of the
+ * step. It is brought up to date when it takes part again, or is read. */
 static int zero_grads(clt_trainer *t) {
   int rc = CLT_OK;
-  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
+  CLT_TRY(clt__trainer_sync_replicas(t, 1));
+  for (int i = 0; i < t->nlocal; i++)
+    if (clt__dp_active(t->dp, i)) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
 fail:
   return rc;
 }
@@ -156,6 +168,7 @@ fail:
 static int forward_backward(clt_trainer *t, const clt__slice *s, int record) {
   int rc = CLT_OK;
   for (int i = 0; i < t->nlocal; i++) {
+    if (!clt__dp_active(t->dp, i)) continue; /* its slices are empty */
     clt__pass pass = {.train = 1, .record = record, .seed = t->opts.seed, .step = s[i].dropout_step,
                       .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale,
                       .targets = s[i].targets};
@@ -191,8 +204,10 @@ static int after_update(clt_trainer *t, int *shares_changed) {
   int rc = CLT_OK;
   const clt_train_options *o = &t->opts;
   *shares_changed = 0;
-  if (o->check_every > 0 && t->steps_done % o->check_every == 0)
+  if (o->check_every > 0 && t->steps_done % o->check_every == 0) {
+    CLT_TRY(clt__trainer_sync_replicas(t, 0)); /* the copies of those that sat out are checked too */
     CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->steps_done));
+  }
   if (clt__dp_rebalance_due(t->dp, t->steps_done)) CLT_TRY(clt__dp_rebalance(t->dp, t->steps_done, shares_changed));
 fail:
   return rc;

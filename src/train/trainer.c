@@ -184,6 +184,8 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
 
   int per = clt_optimizer_state_per_param(&o->optimizer);
+  t->stale = clt__calloc(t->nlocal, sizeof *t->stale);
+  if (!t->stale) { rc = CLT_ENOMEM; goto fail; }
   t->ctx = clt__calloc(t->nlocal, sizeof *t->ctx);
   t->rep = clt__calloc(t->nlocal, sizeof *t->rep);
   t->host_params = clt__calloc(t->nlocal, sizeof *t->host_params);
@@ -243,6 +245,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->host_params);
   free(t->host_state);
   free(t->host_grads);
+  free(t->stale);
   if (t->own_comm) clt_comm_destroy(t->comm);
   free(t->checkpoint_dir);
   free(t);
@@ -251,65 +254,57 @@ void clt_trainer_destroy(clt_trainer *t) {
 int64_t clt_trainer_steps_done(const clt_trainer *t) { return t->steps_done; }
 int clt_trainer_replicas(const clt_trainer *t) { return t->nreplicas; }
 
+int clt__trainer_lead(const clt_trainer *t) {
+  for (int i = 0; i < t->nlocal; i++)
+    if (clt__dp_active(t->dp, i)) return i;
+  return 0;
+}
+
+/* Replica dst takes src's parameters and optimizer state (its host copies
+ * too, where its step runs on the host). */
+static int copy_replica(clt_trainer *t, int dst, int src) {
+  int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = clt_model_param_count(t->model);
+  size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
+  float *buf = clt__calloc((size_t)P * (size_t)(1 + per), sizeof *buf);
+  if (!buf) return CLT_ENOMEM;
+  clt_tensor p = clt__replica_params(t->rep[src]), s = clt__replica_state(t->rep[src]);
+  if (t->host_params[src]) memcpy(buf, t->host_params[src], pb);
+  else CLT_TRY(clt_tensor_download(t->ctx[src], &p, buf, pb));
+  if (per && t->host_params[src]) memcpy(buf + P, t->host_state[src], sb);
+  else if (per) CLT_TRY(clt_tensor_download(t->ctx[src], &s, buf + P, sb));
+  p = clt__replica_params(t->rep[dst]), s = clt__replica_state(t->rep[dst]);
+  CLT_TRY(clt_tensor_upload(t->ctx[dst], &p, buf, pb));
+  if (per) CLT_TRY(clt_tensor_upload(t->ctx[dst], &s, buf + P, sb));
+  if (t->host_params[dst]) {
+    memcpy(t->host_params[dst], buf, pb);
+    if (per) memcpy(t->host_state[dst], buf + P, sb);
+  }
+fail:
+  free(buf);
+  return rc;
+}
+
+int clt__trainer_sync_replicas(clt_trainer *t, int only_active) {
+  int rc = CLT_OK, src = -1;
+  for (int i = 0; i < t->nlocal && src < 0; i++)
+    if (!t->stale[i]) src = i;
+  for (int i = 0; src >= 0 && i < t->nlocal; i++) {
+    if (!t->stale[i] || (only_active && !clt__dp_active(t->dp, i))) continue;
+    CLT_TRY(copy_replica(t, i, src));
+    t->stale[i] = 0;
+  }
+fail:
+  return rc < 0 ? clt__error_prefix(rc, "bringing a replica that sat out steps up to date") : rc;
+}
+
 int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
   int64_t P = clt_model_param_count(t->model);
   if (count != P)
     return clt__error(CLT_EINVAL, "clt_trainer_params: the model has %lld parameters, not %lld", (long long)P,
                       (long long)count);
+  int rc = clt__trainer_sync_replicas(t, 0);
+  if (rc < 0) return rc;
   clt_tensor p = clt__replica_params(t->rep[0]);
   return clt_tensor_download(t->ctx[0], &p, out, (size_t)P * sizeof(float));
-}
-
-int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
-    return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
-                      "int32 class labels; evaluate it with clt_trainer_forward_targets",
-                      clt_loss_name(clt_model_loss(t->model)));
-  int rc = CLT_OK;
-  int64_t count = clt_dataset_count(ds), B = t->micro_batch, in = clt_model_input_size(t->model);
-  int64_t *idx = NULL;
-  float *x = NULL;
-  int32_t *y = NULL;
-  double sums[2] = {0, 0}; /* loss, correct */
-  int64_t lps = clt_model_labels_per_sample(t->model);
-  if (clt_dataset_sample_size(ds) != in)
-    rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
-                    clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
-  else if (clt_dataset_labels_per_sample(ds) != lps)
-    rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %lld (%s)", clt_dataset_path(ds),
-                    (long long)clt_dataset_labels_per_sample(ds), (long long)lps,
-                    lps == 1 ? "a classifier, and this is a token dataset" : "one per position");
-  /* As fit checks: a label past the model's scores would read past them. */
-  else if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
-    rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
-                    clt_dataset_path(ds), clt_dataset_num_classes(ds), clt_model_num_classes(t->model));
-  /* All ranks learn of a rank's bad data (they sum their results below). */
-  if ((rc = clt__trainer_all_ok(t, rc, "checking the evaluation set")) < 0) return rc;
-  idx = clt__calloc((size_t)B, sizeof *idx);
-  x = clt__calloc((size_t)(B * in), sizeof *x);
-  y = clt__calloc((size_t)(B * lps), sizeof *y);
-  if (!idx || !x || !y) { rc = CLT_ENOMEM; goto fail; }
-  /* Replica g of R takes samples [g*count/R, (g+1)*count/R). */
-  for (int i = 0; i < t->nlocal; i++) {
-    int g = t->first_replica + i;
-    int64_t lo = count * g / t->nreplicas, hi = count * (g + 1) / t->nreplicas;
-    for (int64_t at = lo; at < hi; at += B) {
-      int64_t n = hi - at < B ? hi - at : B;
-      for (int64_t k = 0; k < n; k++) idx[k] = at + k;
-      CLT_TRY(clt_dataset_get_batch(ds, idx, n, x, y));
-      clt__pass pass = {.train = 0, .global_first = at};
-      CLT_TRY(clt__replica_run(t->rep[i], x, y, n, &pass));
-      float l;
-      double c;
-      CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
-      sums[0] += l;
-      sums[1] += c;
-    }
-  }
-  CLT_TRY(clt__trainer_sum(t, sums, 2));
-  *loss = sums[0] / (double)(count * lps); /* the mean over labels, as training reports it */
-  *accuracy = sums[1] / (double)(count * lps);
-fail:
-  free(idx), free(x), free(y);
-  return rc < 0 ? clt__error_prefix(rc, "evaluating on %s", clt_dataset_path(ds)) : CLT_OK;
 }
