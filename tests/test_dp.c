@@ -94,6 +94,13 @@ static void against_reference_of(const char *text, const clt_train_options *o, c
   train(text, one, NULL, &r, ref);
   train(text, mine, comm, o, dp);
   compare(what, ref, dp, P, tol);
+  /* and every rank's bits are rank 0's (a rank that sat out kept the
+   * model on the host, and its replicas took it when read) */
+  float *zero = malloc(P * 4);
+  memcpy(zero, dp, P * 4);
+  MPI_Bcast(zero, (int)P, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  ck_assert_msg(memcmp(zero, dp, P * 4) == 0, "rank %d, %s: the parameters differ from rank 0's", rank, what);
+  free(zero);
   clt_devices_destroy(one);
   free(ref), free(dp);
 }

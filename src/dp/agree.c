@@ -73,7 +73,8 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
   return rc;
 }
 
-int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t step) {
+int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const uint8_t *skip,
+                           const float *host_params, int64_t step) {
   int rc = CLT_OK;
   clt_tensor pt = clt__replica_params(reps[0]);
   int64_t P = pt.shape[0];
@@ -81,11 +82,18 @@ int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t
   uint32_t *mine = clt__calloc(dp->max_local, sizeof *mine);
   uint32_t *all = clt__calloc((size_t)dp->nranks * dp->max_local, sizeof *all);
   if (!p || !mine || !all) { rc = CLT_ENOMEM; goto fail; }
+  int first = -1;
   for (int i = 0; i < dp->nlocal; i++) {
+    if (skip && skip[i]) continue;
     pt = clt__replica_params(reps[i]);
     CLT_TRY(clt_tensor_download(clt__replica_context(reps[i]), &pt, p, (size_t)P * sizeof *p));
     mine[i] = (uint32_t)crc32(0, (const Bytef *)p, (uInt)(P * sizeof *p));
+    if (first < 0) first = i;
   }
+  uint32_t stand_in = first >= 0 ? mine[first]
+                     : host_params ? (uint32_t)crc32(0, (const Bytef *)host_params, (uInt)(P * sizeof *p)) : 0;
+  for (int i = 0; i < dp->nlocal; i++) /* a copy of a checked one when it is read */
+    if (skip && skip[i]) mine[i] = stand_in;
   if (dp->nranks > 1)
     CLT_TRY(clt_allgather(dp->comm, mine, (size_t)dp->max_local * sizeof *mine, all));
   else

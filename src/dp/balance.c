@@ -248,23 +248,19 @@ int clt__dp_set_shares(clt__dp *dp, const int64_t *shares) {
   return adopt_shares(dp, shares);
 }
 
-/* clt__dp_active for any rank's replica: g global, on rank r. */
-static int active_on(const clt__dp *dp, const int64_t *shares, int r, int g) {
-  if (shares[g] > 0) return 1;
-  for (int k = dp->rank_first[r]; k < dp->rank_first[r] + dp->rank_count[r]; k++)
-    if (shares[k] > 0) return 0;
-  return g == dp->rank_first[r];
-}
+int clt__dp_active(const clt__dp *dp, int i) { return dp->shares[dp->first_replica + i] > 0; }
 
-int clt__dp_active(const clt__dp *dp, int i) { return active_on(dp, dp->shares, dp->rank, dp->first_replica + i); }
+int clt__dp_sits_out(const clt__dp *dp) {
+  for (int i = 0; i < dp->nlocal; i++)
+    if (clt__dp_active(dp, i)) return 0;
+  return 1;
+}
 
 /* New shares; the plans follow when who takes part changed on any rank
  * (the same decision on every rank: collective). */
 static int adopt_shares(clt__dp *dp, const int64_t *next) {
   int moved = 0;
-  for (int r = 0; r < dp->nranks; r++)
-    for (int g = dp->rank_first[r]; g < dp->rank_first[r] + dp->rank_count[r]; g++)
-      moved |= active_on(dp, dp->shares, r, g) != active_on(dp, next, r, g);
+  for (int g = 0; g < dp->nreplicas; g++) moved |= (dp->shares[g] > 0) != (next[g] > 0);
   memcpy(dp->shares, next, (size_t)dp->nreplicas * sizeof *next);
   return moved && dp->plans ? clt__dp_replan(dp) : CLT_OK;
 }
@@ -283,8 +279,8 @@ int clt__dp_split_local(const clt__dp *dp, int64_t n, int64_t *counts) {
   double *w = clt__calloc(dp->nlocal, sizeof *w), sum = 0;
   if (!w) return CLT_ENOMEM;
   for (int i = 0; i < dp->nlocal; i++) sum += w[i] = (double)dp->shares[dp->first_replica + i];
-  /* Every replica of this rank at 0 of the global split: this rank's own
-   * samples still need one, the first (clt__dp_active). */
+  /* Every replica of this rank at 0 of the global split (it sits out):
+   * this rank's own samples still need one, the first. */
   if (!(sum > 0)) w[0] = 1;
   int rc = clt_shares_from_weights(dp->nlocal, w, n, 0, counts);
   free(w);

@@ -136,7 +136,7 @@ int clt__dp_replan(clt__dp *dp) {
   for (int k = 0; dp->plans && k < b->n; k++) clt_allreduce_plan_destroy(dp->plans[k]), dp->plans[k] = NULL;
   dp->plan_replicas = n;
   if (dp->nreplicas == 1 || (dp->nranks == 1 && n == 1)) return CLT_OK;
-  clt_allreduce_opts ao = {0, n};
+  clt_allreduce_opts ao = {0, n ? n : 1}; /* a rank that sits out runs its part on the host */
   for (int k = 0; k < b->n; k++)
     CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
                                       CLT_SUM, &ao, &dp->plans[k]));
@@ -211,6 +211,31 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
   for (int i = 0; i < n; i++) CLT_TRY(clt__replica_wire_to_grads(reps[i]));
 fail:
   free(q), free(wq), free(bufs), free(offs), free(esize), free(reps);
+  return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
+}
+
+int clt__dp_exchange_host(clt__dp *dp, float *grads, int64_t step) {
+  int rc = CLT_OK;
+  uint16_t *half = NULL;
+  if (!dp->plans || !dp->plans[0]) return CLT_OK;
+  int64_t most = 0;
+  for (int b = 0; b < dp->buckets.n; b++)
+    if (dp->buckets.hi[b] - dp->buckets.lo[b] > most) most = dp->buckets.hi[b] - dp->buckets.lo[b];
+  if (dp->wire && !(half = clt__calloc(most ? (size_t)most : 1, sizeof *half))) return CLT_ENOMEM;
+  for (int b = 0; b < dp->buckets.n; b++) {
+    int64_t lo = dp->buckets.lo[b], n = dp->buckets.hi[b] - lo;
+    double t0 = clt__now();
+    if (dp->wire) { /* as a replica's wire copy: rounded to f16, summed, back to f32 exactly */
+      for (int64_t k = 0; k < n; k++) half[k] = clt__half_from_float(grads[lo + k]);
+      CLT_TRY(clt_allreduce_run(dp->plans[b], half));
+      for (int64_t k = 0; k < n; k++) grads[lo + k] = clt__float_from_half(half[k]);
+    } else {
+      CLT_TRY(clt_allreduce_run(dp->plans[b], grads + lo));
+    }
+    dp->comm_s += clt__now() - t0;
+  }
+fail:
+  free(half);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
 }
 

@@ -44,8 +44,12 @@ int clt__dp_first_replica(const clt__dp *dp); /* global index of this rank's fir
 int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train_options *o);
 /* Collective: every replica of every rank holds the same parameters (CRC32
  * of the f32 arena); CLT_EMISMATCH naming the first that differs. `step`
- * is for the message. */
-int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t step);
+ * is for the message. Local replicas with skip[i] (NULL: none) sat out
+ * steps and become a bitwise copy of a checked one before they are read:
+ * they are not read here; when all are skipped, host_params (the model a
+ * rank that sits out keeps on the host) stands for them. */
+int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const uint8_t *skip,
+                           const float *host_params, int64_t step);
 
 /* ---- balancing (balance.c) ---- */
 
@@ -135,13 +139,14 @@ void clt__bucket_layout_free(clt__bucket_layout *b);
 int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision,
                            clt__replica *const *reps);
 /* Whether local replica i takes part in steps under the current shares:
- * it has a share, or every replica of this rank is at 0 and it is the
- * first (the rank's own samples in clt_trainer_step, and its place in the
- * all-reduce, need one). One that does not sits steps out: no work, no
- * exchange, no update (the trainer brings it up to date before anything
- * reads it). A function of the shares alone, so every rank knows every
- * rank's. */
+ * it has a share. One that does not sits steps out: no work, no exchange,
+ * no update (the trainer brings it up to date before anything reads it).
+ * A function of the shares alone, so every rank knows every rank's. */
 int clt__dp_active(const clt__dp *dp, int i);
+/* Every replica of this rank is at 0: the rank sits out. It still joins
+ * each all-reduce, from the host (clt__dp_exchange_host), and keeps the
+ * model on the host meanwhile (the trainer). */
+int clt__dp_sits_out(const clt__dp *dp);
 /* Collective when the shares changed who takes part: the all-reduce plans
  * for the replicas taking part now (balance.c calls it). */
 int clt__dp_replan(clt__dp *dp);
@@ -149,6 +154,11 @@ int clt__dp_replan(clt__dp *dp);
  * into each of them, bucket by bucket as the recorded backward pass completes them
  * (it may still be running). `step` (1-based) is for messages. */
 int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step);
+/* Collective: the exchange of a rank that sits out: its gradient in
+ * grads (P floats: zeros, or what its replica ran of its own samples in
+ * clt_trainer_step) summed with every other rank's in place, bucket by
+ * bucket on the host, with the same bits as the device exchange. */
+int clt__dp_exchange_host(clt__dp *dp, float *grads, int64_t step);
 /* Seconds spent in the exchange, and those while some backward still ran,
  * since the last reset; reset zeroes them. */
 void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);

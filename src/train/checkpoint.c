@@ -605,7 +605,9 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
     CLT_TRY(clt_bcast(t->comm, payload, (size_t)P * (1 + per) * sizeof *payload, 0));
   }
   if (h->rc < 0) return h->rc;
+  t->sitting = 0; /* every replica takes it all: none is stale */
   for (int i = 0; i < t->nlocal; i++) {
+    t->stale[i] = 0;
     clt_tensor p = clt__replica_params(t->rep[i]), s = clt__replica_state(t->rep[i]);
     CLT_TRY(clt_tensor_upload(t->ctx[i], &p, payload, (size_t)P * sizeof *payload));
     if (per) CLT_TRY(clt_tensor_upload(t->ctx[i], &s, payload + P, (size_t)(per * P) * sizeof *payload));

@@ -35,6 +35,7 @@
 static int nonfinite_layer(clt_trainer *t) {
   const clt_model_spec *s = t->model->spec;
   int lead = clt__trainer_lead(t);
+  if (t->sitting) goto any; /* the sum is on the host */
   clt_tensor grads = clt__replica_grads(t->rep[lead]);
   for (int i = s->nlayers - 1; i >= 1; i--) {
     clt__param_range r[8];
@@ -52,6 +53,7 @@ static int nonfinite_layer(clt_trainer *t) {
                       "rate (%g) or clip gradients (--clip)", s->name, l->line, clt__layer_kind_name(l),
                       clt_schedule_lr(&t->opts.schedule, t->steps_done));
   }
+any:
   return clt__error(CLT_ENONFINITE, "the gradient is not finite (inf or NaN); lower the learning rate or clip "
                     "gradients (--clip)");
 }
@@ -95,9 +97,15 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
    * each rank can tell alone whether it is finite (and stop before the
    * update spoils the parameters), and clipping can use its norm. */
   float ss = 0;
-  int lead = clt__trainer_lead(t);
-  clt_tensor g = clt__replica_grads(t->rep[lead]);
-  CLT_TRY(clt_sumsq(t->ctx[lead], &g, &ss));
+  if (t->sitting) { /* the sum is on the host */
+    double acc = 0;
+    for (int64_t k = 0; k < P; k++) acc += (double)t->sit_grads[k] * t->sit_grads[k];
+    ss = (float)acc;
+  } else {
+    int lead = clt__trainer_lead(t);
+    clt_tensor g = clt__replica_grads(t->rep[lead]);
+    CLT_TRY(clt_sumsq(t->ctx[lead], &g, &ss));
+  }
   if (t->opts.precision == CLT_F16) {
     /* The gradient was scaled by the loss scale; in f16 an inf or NaN
      * means the scale is too large (or the data overflow f16 outright). */
@@ -125,7 +133,12 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
 
   float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
   int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
-  for (int i = 0; i < t->nlocal; i++) {
+  if (t->sitting) { /* the host's model: the same bits as the devices' step (clt_optimizer_step_host_masked) */
+    clt_optimizer_step_host_masked(cfg, step, lr, scale, t->sit_params, t->sit_grads, t->sit_state, (size_t)P,
+                                   t->decay_host);
+    for (int i = 0; i < t->nlocal; i++) t->stale[i] = 1;
+  }
+  for (int i = 0; !t->sitting && i < t->nlocal; i++) {
     if (!clt__dp_active(t->dp, i)) { /* it sat the step out: up to date before it is read */
       t->stale[i] = 1;
       continue;
@@ -165,16 +178,21 @@ fail:
  * run (the step's last micro-batch) marks its buckets for the exchange; a
  * replica with nothing in it (a partial batch, a rank with few samples)
  * records the markers alone. */
-static int forward_backward(clt_trainer *t, const clt__slice *s, int record) {
+static int forward_backward(clt_trainer *t, const clt__slice *s, int record, uint8_t *ran) {
   int rc = CLT_OK;
   for (int i = 0; i < t->nlocal; i++) {
-    if (!clt__dp_active(t->dp, i)) continue; /* its slices are empty */
-    clt__pass pass = {.train = 1, .record = record, .seed = t->opts.seed, .step = s[i].dropout_step,
+    if (!clt__dp_active(t->dp, i) && !(t->sitting && s[i].n > 0)) continue; /* its slices are empty */
+    if (t->sitting && !ran[i]) { /* a rank that sits out runs its own samples of clt_trainer_step */
+      CLT_TRY(clt__trainer_sync_replicas(t, 0));
+      CLT_TRY(clt__replica_zero_grads(t->rep[i]));
+      ran[i] = 1;
+    }
+    clt__pass pass = {.train = 1, .record = record && !t->sitting, .seed = t->opts.seed, .step = s[i].dropout_step,
                       .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale,
                       .targets = s[i].targets};
     if (s[i].n > 0)
       CLT_TRY(clt__replica_run(t->rep[i], s[i].x, s[i].y, s[i].n, &pass));
-    else if (record)
+    else if (pass.record)
       CLT_TRY(clt__replica_record_empty(t->rep[i]));
   }
 fail:
@@ -192,8 +210,24 @@ static int read_losses(clt_trainer *t, const clt__slice *s, int recorded, double
     CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
     sums[0] += l;
     sums[1] += c;
-    if (recorded) clt__dp_note_run(t->dp, i, s[i].n, clt__replica_run_time(t->rep[i]));
+    if (recorded && !t->sitting) clt__dp_note_run(t->dp, i, s[i].n, clt__replica_run_time(t->rep[i]));
   }
+fail:
+  return rc;
+}
+
+/* A rank that sits out: its part of the sum (zeros, or the gradient its
+ * first replica ran of its own samples) through the host exchange. */
+static int exchange_sitting(clt_trainer *t, const uint8_t *ran) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  memset(t->sit_grads, 0, (size_t)P * sizeof *t->sit_grads);
+  for (int i = 0; i < t->nlocal; i++)
+    if (ran[i]) {
+      clt_tensor g = clt__replica_grads(t->rep[i]);
+      CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->sit_grads, (size_t)P * sizeof *t->sit_grads));
+    }
+  CLT_TRY(clt__dp_exchange_host(t->dp, t->sit_grads, t->steps_done + 1));
 fail:
   return rc;
 }
@@ -205,8 +239,7 @@ static int after_update(clt_trainer *t, int *shares_changed) {
   const clt_train_options *o = &t->opts;
   *shares_changed = 0;
   if (o->check_every > 0 && t->steps_done % o->check_every == 0) {
-    CLT_TRY(clt__trainer_sync_replicas(t, 0)); /* the copies of those that sat out are checked too */
-    CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->steps_done));
+    CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->stale, t->sitting ? t->sit_params : NULL, t->steps_done));
   }
   if (clt__dp_rebalance_due(t->dp, t->steps_done)) CLT_TRY(clt__dp_rebalance(t->dp, t->steps_done, shares_changed));
 fail:
@@ -217,18 +250,20 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
   int rc = CLT_OK, last = 0;
   double sums[3] = {0, 0, 0}; /* loss, correct, rank 0's gradient norm: this rank's, then all */
   clt__slice *slices = clt__calloc(t->nlocal, sizeof *slices);
-  if (!slices) return CLT_ENOMEM;
+  uint8_t *ran = clt__calloc(t->nlocal, sizeof *ran); /* a rank that sits out: replicas that ran its samples */
+  if (!slices || !ran) { free(slices), free(ran); return CLT_ENOMEM; }
   memset(st, 0, sizeof *st);
 
   CLT_TRY(zero_grads(t));
   for (int k = 0; !last; k++) { /* micro-batches; gradients accumulate */
     int64_t labels;
     CLT_TRY(src->next(src->self, t, k, slices, &labels, &last)); /* every replica's slice */
-    CLT_TRY(forward_backward(t, slices, last));                  /* forward, loss, backward: enqueued */
-    if (last) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* while backward runs */
+    CLT_TRY(forward_backward(t, slices, last, ran));             /* forward, loss, backward: enqueued */
+    if (last && !t->sitting) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* while backward runs */
     CLT_TRY(read_losses(t, slices, last, sums));
     st->labels += labels;
   }
+  if (t->sitting) CLT_TRY(exchange_sitting(t, ran));
   CLT_TRY(update(t, st->labels, &st->grad_norm, &st->skipped)); /* mean over the global labels */
 
   if (t->rank == 0) sums[2] = st->grad_norm;
@@ -244,7 +279,7 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
   }
   CLT_TRY(after_update(t, &st->shares_changed));
 fail:
-  free(slices);
+  free(slices), free(ran);
   return rc;
 }
 

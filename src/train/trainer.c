@@ -246,6 +246,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->host_state);
   free(t->host_grads);
   free(t->stale);
+  free(t->sit_params), free(t->sit_state), free(t->sit_grads);
   if (t->own_comm) clt_comm_destroy(t->comm);
   free(t->checkpoint_dir);
   free(t);
@@ -260,41 +261,78 @@ int clt__trainer_lead(const clt_trainer *t) {
   return 0;
 }
 
-/* Replica dst takes src's parameters and optimizer state (its host copies
- * too, where its step runs on the host). */
-static int copy_replica(clt_trainer *t, int dst, int src) {
+/* Replica src's parameters and optimizer state into params and state
+ * (from its host copies where its step runs on the host). */
+static int get_replica(clt_trainer *t, int src, float *params, float *state) {
   int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
   int64_t P = clt_model_param_count(t->model);
   size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
-  float *buf = clt__calloc((size_t)P * (size_t)(1 + per), sizeof *buf);
-  if (!buf) return CLT_ENOMEM;
   clt_tensor p = clt__replica_params(t->rep[src]), s = clt__replica_state(t->rep[src]);
-  if (t->host_params[src]) memcpy(buf, t->host_params[src], pb);
-  else CLT_TRY(clt_tensor_download(t->ctx[src], &p, buf, pb));
-  if (per && t->host_params[src]) memcpy(buf + P, t->host_state[src], sb);
-  else if (per) CLT_TRY(clt_tensor_download(t->ctx[src], &s, buf + P, sb));
-  p = clt__replica_params(t->rep[dst]), s = clt__replica_state(t->rep[dst]);
-  CLT_TRY(clt_tensor_upload(t->ctx[dst], &p, buf, pb));
-  if (per) CLT_TRY(clt_tensor_upload(t->ctx[dst], &s, buf + P, sb));
+  if (t->host_params[src]) memcpy(params, t->host_params[src], pb);
+  else CLT_TRY(clt_tensor_download(t->ctx[src], &p, params, pb));
+  if (per && t->host_params[src]) memcpy(state, t->host_state[src], sb);
+  else if (per) CLT_TRY(clt_tensor_download(t->ctx[src], &s, state, sb));
+fail:
+  return rc;
+}
+
+/* Replica dst takes params and state (its host copies too). */
+static int put_replica(clt_trainer *t, int dst, const float *params, const float *state) {
+  int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = clt_model_param_count(t->model);
+  size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
+  clt_tensor p = clt__replica_params(t->rep[dst]), s = clt__replica_state(t->rep[dst]);
+  CLT_TRY(clt_tensor_upload(t->ctx[dst], &p, params, pb));
+  if (per) CLT_TRY(clt_tensor_upload(t->ctx[dst], &s, state, sb));
   if (t->host_params[dst]) {
-    memcpy(t->host_params[dst], buf, pb);
-    if (per) memcpy(t->host_state[dst], buf + P, sb);
+    memcpy(t->host_params[dst], params, pb);
+    if (per) memcpy(t->host_state[dst], state, sb);
   }
 fail:
-  free(buf);
+  return rc;
+}
+
+/* The model a rank keeps on the host while it sits out, from a replica
+ * that is up to date; every replica is stale from now on. */
+static int start_sitting(clt_trainer *t) {
+  int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer), src = -1;
+  int64_t P = clt_model_param_count(t->model);
+  if (!t->sit_params && (!(t->sit_params = clt__calloc((size_t)P, sizeof(float))) ||
+                         !(t->sit_state = clt__calloc((size_t)P * (per ? per : 1), sizeof(float))) ||
+                         !(t->sit_grads = clt__calloc((size_t)P, sizeof(float)))))
+    return CLT_ENOMEM;
+  for (int i = 0; i < t->nlocal && src < 0; i++)
+    if (!t->stale[i]) src = i;
+  if (src < 0) return clt__error(CLT_EINVAL, "internal: no replica of this rank is up to date");
+  CLT_TRY(get_replica(t, src, t->sit_params, t->sit_state));
+  for (int i = 0; i < t->nlocal; i++) t->stale[i] = 1;
+  t->sitting = 1;
+fail:
   return rc;
 }
 
 int clt__trainer_sync_replicas(clt_trainer *t, int only_active) {
-  int rc = CLT_OK, src = -1;
+  int rc = CLT_OK, src = -1, per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = clt_model_param_count(t->model);
+  float *buf = NULL;
+  if (t->sitting != clt__dp_sits_out(t->dp) && only_active && !t->sitting) CLT_TRY(start_sitting(t));
   for (int i = 0; i < t->nlocal && src < 0; i++)
     if (!t->stale[i]) src = i;
-  for (int i = 0; src >= 0 && i < t->nlocal; i++) {
+  const float *params = t->sit_params, *state = t->sit_state; /* while sitting out: the host's model */
+  if (!t->sitting && src >= 0) {
+    if (!(buf = clt__calloc((size_t)P * (size_t)(1 + per), sizeof *buf))) { rc = CLT_ENOMEM; goto fail; }
+    CLT_TRY(get_replica(t, src, buf, buf + P));
+    params = buf, state = buf + P;
+  }
+  for (int i = 0; (t->sitting || src >= 0) && i < t->nlocal; i++) {
     if (!t->stale[i] || (only_active && !clt__dp_active(t->dp, i))) continue;
-    CLT_TRY(copy_replica(t, i, src));
+    CLT_TRY(put_replica(t, i, params, state));
     t->stale[i] = 0;
   }
+  /* Back from sitting out: the replicas with work are up to date now. */
+  if (t->sitting && only_active && !clt__dp_sits_out(t->dp)) t->sitting = 0;
 fail:
+  free(buf);
   return rc < 0 ? clt__error_prefix(rc, "bringing a replica that sat out steps up to date") : rc;
 }
 

@@ -40,6 +40,12 @@ struct clt_trainer {
   /* Per local replica: 1 when it sat out steps at 0 samples (no update:
    * clt__dp_active) and has not been brought up to date since. */
   uint8_t *stale;
+  /* While this rank sits out (clt__dp_sits_out: all its replicas at 0),
+   * the model lives on the host: parameters and optimizer state updated
+   * there from the host exchange's sum (every replica stale), and grads
+   * for that sum. */
+  int sitting;
+  float *sit_params, *sit_state, *sit_grads;
 
   /* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
    * the scale, clean steps since it last changed, skipped steps in a row
