@@ -755,10 +755,11 @@ typedef struct clt_train_event {
   int nreplicas;                    /* STEP: replicas of all ranks, and for each: */
   const int64_t *shares;            /*   its share of the global batch */
   const double *throughput;         /*   its measured samples per second of device time (0: unknown) */
-  const double *fixed_s;            /*   --balance auto: its fitted fixed cost per micro-batch, seconds */
-  const double *per_sample_s;       /*   and cost per sample (both 0: no model yet; NULL otherwise) */
   double loss_scale;                /* STEP: the dynamic loss scale now (1 in f32) */
   int64_t skipped;                  /* STEP: steps skipped for a non-finite f16 gradient, in all */
+  const double *fixed_s;            /* STEP, --balance auto: per replica, its fitted fixed cost per
+                                       micro-batch, seconds (0: no model yet); NULL otherwise */
+  const double *per_sample_s;       /*   and its fitted cost per sample */
 } clt_train_event;
 
 typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
