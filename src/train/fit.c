@@ -124,10 +124,10 @@ typedef struct sinks {
 /* The event's scalars for TensorBoard, named as in the JSON Lines (an
  * epoch's under epoch/). */
 static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
-  enum { FIXED = 12, MAX_TAGS = FIXED + 2 * 64 };
+  enum { FIXED = 12, MAX_TAGS = FIXED + 4 * 64 };
   const char *tags[MAX_TAGS];
   double v[MAX_TAGS];
-  char names[2 * 64][32];
+  char names[4 * 64][32];
   int n = 0, step = ev->kind == CLT_EVENT_STEP;
 #define TB(tag, x) (tags[n] = (tag), v[n++] = (x))
   TB(step ? "loss" : "epoch/loss", ev->loss);
@@ -147,6 +147,12 @@ static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
       snprintf(names[2 * r + 1], sizeof names[0], "replica%d/samples_per_s", r);
       TB(names[2 * r], (double)ev->shares[r]);
       TB(names[2 * r + 1], ev->throughput[r]);
+    }
+    for (int r = 0; ev->fixed_s && ev->per_sample_s && r < ev->nreplicas && r < 64; r++) {
+      snprintf(names[128 + 2 * r], sizeof names[0], "replica%d/fixed_s", r);
+      snprintf(names[128 + 2 * r + 1], sizeof names[0], "replica%d/per_sample_s", r);
+      TB(names[128 + 2 * r], ev->fixed_s[r]);
+      TB(names[128 + 2 * r + 1], ev->per_sample_s[r]);
     }
   }
 #undef TB
