@@ -89,6 +89,8 @@ static void against_reference_of(const char *text, const clt_train_options *o, c
   float *ref = malloc(P * 4), *dp = malloc(P * 4);
   clt_train_options r = *o;
   r.accumulate = 1;
+  r.balance_min_share = 0;
+  r.callback = NULL;
   r.balance = CLT_BALANCE_EQUAL;
   ck_assert_int_eq(clt_devices_select(tu_devices, "0", &one), 0);
   train(text, one, NULL, &r, ref);
@@ -181,6 +183,37 @@ START_TEST(zero_shares_with_accumulation) {
   o.accumulate = 4;
   zero_weights(&o, w, EVERY_OTHER);
   against_reference(&o, "4 accumulated micro-batches, every other replica at 0");
+}
+END_TEST
+
+/* --balance-min-share: auto re-splits every step, never below the floor
+ * (every step's event, on rank 0), and the update is still exact. */
+static int floor_events, floor_broken;
+static void check_floor(const clt_train_event *ev, void *user) {
+  int64_t floor = *(const int64_t *)user, sum = 0;
+  if (ev->kind != CLT_EVENT_STEP) return;
+  floor_events++;
+  for (int r = 0; r < ev->nreplicas; r++) {
+    floor_broken |= ev->shares[r] < floor;
+    sum += ev->shares[r];
+  }
+  floor_broken |= sum != 48;
+}
+
+START_TEST(automatic_shares_keep_the_floor) {
+  clt_train_options o;
+  static int64_t floor = 3;
+  options(&o, 48);
+  o.balance = CLT_BALANCE_AUTO;
+  o.balance_every = 1;
+  o.balance_min_share = floor;
+  o.log_every = 1;
+  o.callback = check_floor;
+  o.callback_user = &floor;
+  floor_events = floor_broken = 0;
+  against_reference(&o, "auto shares with a floor of 3");
+  ck_assert(!floor_broken);
+  if (rank == 0) ck_assert_int_eq(floor_events, STEPS);
 }
 END_TEST
 
@@ -387,6 +420,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, equal_shares_match_one_device);
   tcase_add_test(tc, unequal_shares_match_one_device);
   tcase_add_test(tc, automatic_shares_match_one_device);
+  tcase_add_test(tc, automatic_shares_keep_the_floor);
   tcase_add_test(tc, accumulation_matches_one_batch);
   tcase_add_test(tc, zero_shares_match_one_device);
   tcase_add_test(tc, zero_shares_with_accumulation);
