@@ -7,9 +7,13 @@
  * 0 takes none). Within a rank the part is cut into runs of one
  * micro-batch, and the replicas with a share take the next run as soon as
  * each is done with its last, all running at once: a fast device takes
- * most of the runs, a slow one few, whatever the split was, so `cltrain
- * eval` on PoCL and rusticl together takes no longer than PoCL alone.
- * The sums add the runs in their order, whoever computed them.
+ * most of the runs, a slow one few, whatever the split was. Once each has
+ * timed a run, a replica takes no more when the others would finish every
+ * run left before it finished one (it would only make the end wait), nor
+ * at all when it runs at under 1/SLOWEST of the fastest's pace (devices
+ * sharing the same cores: it slows the others more than it adds). So
+ * `cltrain eval` on PoCL and rusticl together takes about as long as on
+ * PoCL alone. The sums add the runs in their order, whoever computed them.
  */
 #include "train/trainer.h"
 
@@ -63,6 +67,25 @@ static int rank_part(clt_trainer *t, int64_t count, int64_t *lo, int64_t *hi) {
   return rc;
 }
 
+#define SLOWEST 10
+
+/* Whether free replica i should take one of `left` runs, from the seconds
+ * per run each has shown (0: none timed yet): 1 yes, 0 not now, -1 never
+ * (too slow). The fastest always does, so the runs always go on. */
+static int worth_it(const double *secs, const uint8_t *use, int n, int i, int64_t left) {
+  if (secs[i] <= 0) return 1;
+  double others = 0, fastest = secs[i];
+  for (int j = 0; j < n; j++) {
+    if (j == i || !use[j]) continue;
+    if (secs[j] <= 0) return 1; /* not all timed yet */
+    others += 1 / secs[j];
+    if (secs[j] < fastest) fastest = secs[j];
+  }
+  if (secs[i] <= fastest) return 1;
+  if (secs[i] > SLOWEST * fastest) return -1;
+  return secs[i] <= (double)left / others;
+}
+
 static void nap(void) {
   struct timespec ts = {0, 100000}; /* 0.1 ms: the CPU devices need the cores a spin would take */
   nanosleep(&ts, NULL);
@@ -81,20 +104,22 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
   int64_t *idx = clt__calloc((size_t)B, sizeof *idx), *run_of = clt__calloc(n, sizeof *run_of);
   float **x = clt__calloc(n, sizeof *x);
   int32_t **y = clt__calloc(n, sizeof *y);
-  double *sums = NULL, *run_start = clt__calloc(n, sizeof *run_start);
+  double *sums = NULL, *run_start = clt__calloc(n, sizeof *run_start), *secs = clt__calloc(n, sizeof *secs);
+  uint8_t *use = clt__calloc(n, sizeof *use);
   double total[2] = {0, 0}; /* loss, correct */
-  if (!idx || !run_of || !x || !y || !run_start) { rc = CLT_ENOMEM; goto fail; }
+  if (!idx || !run_of || !x || !y || !run_start || !secs || !use) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(clt__trainer_sync_replicas(t, 1)); /* one that just got a share back */
   CLT_TRY(rank_part(t, count, &lo, &hi));
   int64_t nruns = (hi - lo + B - 1) / B;
   if (!(sums = clt__calloc(nruns ? (size_t)nruns * 2 : 1, sizeof *sums))) { rc = CLT_ENOMEM; goto fail; }
-  /* The replicas with a share; a rank with none at all still has its
-   * first, which takes the runs (its part is then empty anyway). */
+  /* The replicas with a share (a rank that sits out has none, and an
+   * empty part). */
   int busy = 0;
   int64_t next = 0;
   for (int i = 0; i < n; i++) {
     run_of[i] = -1;
     if (!clt__dp_active(t->dp, i)) continue;
+    use[i] = 1;
     x[i] = clt__calloc((size_t)(B * in), sizeof **x);
     y[i] = clt__calloc((size_t)(B * lps), sizeof **y);
     if (!x[i] || !y[i]) { rc = CLT_ENOMEM; goto fail; }
@@ -104,7 +129,9 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
     int progressed = 0;
     for (int i = 0; i < n; i++) {
       if (!x[i]) continue;
-      if (run_of[i] < 0 && next < nruns) { /* a free replica takes the next run */
+      int take = run_of[i] < 0 && next < nruns && use[i] ? worth_it(secs, use, n, i, nruns - next) : 0;
+      if (take < 0) use[i] = 0; /* it slows the others more than it adds */
+      if (take > 0) { /* a free replica takes the next run */
         int64_t at = lo + next * B, m = hi - at < B ? hi - at : B;
         for (int64_t k = 0; k < m; k++) idx[k] = at + k;
         CLT_TRY(clt_dataset_get_batch(ds, idx, m, x[i], y[i]));
@@ -121,6 +148,8 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
         double c;
         CLT_TRY(clt__replica_poll_loss(t->rep[i], &ready, &l, &c));
         if (ready) {
+          double took = clt__now() - run_start[i];
+          secs[i] = secs[i] > 0 ? 0.5 * (secs[i] + took) : took;
           sums[2 * run_of[i]] = l, sums[2 * run_of[i] + 1] = c;
           run_of[i] = -1;
           busy--;
@@ -146,6 +175,6 @@ fail:
     }
   for (int i = 0; x && i < n; i++) free(x[i]);
   for (int i = 0; y && i < n; i++) free(y[i]);
-  free(idx), free(run_of), free(x), free(y), free(sums), free(run_start);
+  free(idx), free(run_of), free(x), free(y), free(sums), free(run_start), free(secs), free(use);
   return rc < 0 ? clt__error_prefix(rc, "evaluating on %s", clt_dataset_path(ds)) : CLT_OK;
 }
