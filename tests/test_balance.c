@@ -135,6 +135,7 @@ typedef struct sim {
   clt_comm *comm;
   clt__dp *dp;
   double fixed[2], per[2]; /* the simulated devices */
+  double contention;       /* seconds a step loses when both run (they share cores) */
   int64_t step, probes;    /* steps done; steps that gave a probe's one sample */
 } sim;
 
@@ -161,8 +162,14 @@ static void sim_run(sim *s, int n) {
   for (int k = 0; k < n; k++) {
     const int64_t *sh = clt__dp_shares(s->dp);
     s->probes += sh[1] == 1;
+    double wall = 0;
     for (int i = 0; i < 2; i++)
-      if (sh[i] > 0) clt__dp_note_run(s->dp, i, sh[i], (s->fixed[i] + s->per[i] * sh[i]) * wobble((int)s->step + 5 * i));
+      if (sh[i] > 0) {
+        double took = (s->fixed[i] + s->per[i] * sh[i]) * wobble((int)s->step + 5 * i);
+        clt__dp_note_run(s->dp, i, sh[i], took);
+        wall = took > wall ? took : wall;
+      }
+    clt__dp_note_step(s->dp, wall + s->contention * (sh[0] > 0 && sh[1] > 0));
     s->step++;
     int changed;
     if (clt__dp_rebalance_due(s->dp, s->step)) ck_assert_int_eq(clt__dp_rebalance(s->dp, s->step, &changed), 0);
@@ -201,6 +208,28 @@ START_TEST(the_loop_settles_probes_and_gives_work_back) {
 }
 END_TEST
 
+/* Devices that slow each other (on the same cores) cost more together than
+ * either model says: the measured steps decide. A replica with a small
+ * share is tried without for one re-split; with contention the job stays
+ * without it, and without contention it gets its share back. */
+START_TEST(measured_steps_overrule_the_model) {
+  for (int contended = 0; contended < 2; contended++) {
+    sim s;
+    sim_start(&s, 64, 0);
+    s.fixed[0] = 0.001, s.per[0] = 0.0012; /* 78 ms for 64 alone */
+    s.fixed[1] = 0.001, s.per[1] = 0.010;  /* the model gives it ~7 samples: a 70 ms step */
+    s.contention = contended ? 0.030 : 0;
+    sim_run(&s, 100);
+    const int64_t *sh = clt__dp_shares(s.dp);
+    if (contended)
+      ck_assert_msg(sh[1] == 0, "with contention: %lld:%lld", (long long)sh[0], (long long)sh[1]);
+    else
+      ck_assert_msg(sh[1] >= 5 && sh[1] <= 8, "without contention: %lld:%lld", (long long)sh[0], (long long)sh[1]);
+    sim_stop(&s);
+  }
+}
+END_TEST
+
 START_TEST(the_floor_holds_and_bad_floors_are_refused) {
   sim s;
   sim_start(&s, 64, 4);
@@ -235,6 +264,7 @@ int main(void) {
   tcase_add_test(tc, a_replica_that_only_slows_the_step_gets_none);
   tcase_add_test(tc, the_shares_are_the_min_max_optimum);
   tcase_add_test(tc, the_loop_settles_probes_and_gives_work_back);
+  tcase_add_test(tc, measured_steps_overrule_the_model);
   tcase_add_test(tc, the_floor_holds_and_bad_floors_are_refused);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -19,6 +19,13 @@
  * (picoseconds) once the fits are gathered, so no rounding of one machine
  * can tell ranks apart.
  *
+ * A model of each replica alone cannot see replicas slowing each other
+ * (two devices on the same cores), so the measured wall time of the steps,
+ * per set of replicas taking part, has the last word (measured_override):
+ * a set measured WALL_MARGIN slower than another is not used while the
+ * measurement is fresh, and a replica with a small share is tried without
+ * once, for one re-split.
+ *
  * A replica at 0 samples cannot be measured, so it is probed: every so
  * often (probe_gap steps, doubling while it stays at 0, up to
  * PROBE_GAP_MAX rebalances) it gets one sample for one step, and a probe
@@ -44,6 +51,15 @@ enum {
 /* Keep the current shares while their predicted time is within 1/KEEP_SLACK
  * of the best (re-splitting drains the prefetchers: not for noise). */
 #define KEEP_SLACK 32
+
+/* Measured steps: a set of replicas is held slower than another when its
+ * steps took WALL_MARGIN longer; a measurement is trusted for SET_MEMORY
+ * re-splits, then the set may be tried again (one re-split interval, at
+ * most once per SET_MEMORY). A replica with at most 1/EXPLORE_SHARE of the
+ * batch is tried without, once, when that was not measured. */
+#define WALL_MARGIN 1.03
+#define SET_MEMORY 32
+#define EXPLORE_SHARE 8
 
 /* ---- the cost model (pure) ----------------------------------------------- */
 
@@ -350,6 +366,102 @@ fail:
 }
 
 const double *clt__dp_throughput(const clt__dp *dp) { return dp->throughput; }
+
+void clt__dp_note_step(clt__dp *dp, double seconds) {
+  if (dp->skip_wall) {
+    dp->skip_wall = 0;
+    return;
+  }
+  if (seconds > 0 && isfinite(seconds)) dp->wall_sum += seconds, dp->wall_steps++;
+}
+
+static uint64_t set_of(const clt__dp *dp, const int64_t *shares) {
+  uint64_t m = 0;
+  for (int r = 0; r < dp->nreplicas && r < 64; r++)
+    if (shares[r] > 0) m |= UINT64_C(1) << r;
+  return m;
+}
+
+/* The measured wall time of a set, or 0 when none is trusted. */
+static double measured(const clt__dp *dp, uint64_t mask) {
+  for (int k = 0; k < dp->nsets; k++)
+    if (dp->sets[k].mask == mask && dp->rebalances - dp->sets[k].stamp <= SET_MEMORY) return dp->sets[k].wall;
+  return 0;
+}
+
+static void remember(clt__dp *dp, uint64_t mask, double wall) {
+  int k = 0, oldest = 0;
+  while (k < dp->nsets && dp->sets[k].mask != mask) k++;
+  if (k == dp->nsets && dp->nsets == CLT__SETS) { /* the stalest goes */
+    for (int j = 1; j < dp->nsets; j++)
+      if (dp->sets[j].stamp < dp->sets[oldest].stamp) oldest = j;
+    k = oldest;
+  } else if (k == dp->nsets) {
+    dp->nsets++;
+  }
+  dp->sets[k].mask = mask, dp->sets[k].wall = wall, dp->sets[k].stamp = dp->rebalances;
+}
+
+/* The min-max shares among the replicas of set `mask` alone (the others 0). */
+static int minmax_within(const clt__dp *dp, const clt__cost *model, uint64_t mask, int64_t *out) {
+  clt__cost *c = clt__calloc(dp->nreplicas, sizeof *c);
+  if (!c) return CLT_ENOMEM;
+  for (int r = 0; r < dp->nreplicas; r++) c[r] = mask >> r & 1 ? model[r] : (clt__cost){1e6, 1e6, 0};
+  int rc = clt__shares_minmax(dp->nreplicas, c, dp->micro_batch, 0, out);
+  free(c);
+  return rc;
+}
+
+static void set_text(const clt__dp *dp, uint64_t mask, char *out, size_t size) {
+  size_t at = 0;
+  out[0] = 0;
+  for (int r = 0; r < dp->nreplicas && r < 64 && at + 8 < size; r++)
+    if (mask >> r & 1) at += (size_t)snprintf(out + at, size - at, "%s%d", at ? "," : "", r);
+}
+
+/* What the measured steps say against the model's choice `next` (the
+ * model cannot see replicas slowing each other): keep a set measured
+ * faster, or try one the model did not choose and was not measured.
+ * `wall` is the window's measured step time of the current set. */
+static int measured_override(clt__dp *dp, const clt__cost *model, double wall, int probed, int64_t steps_done,
+                             int64_t *next) {
+  int rc = CLT_OK;
+  if (dp->nreplicas > 64 || dp->min_share > 0) return CLT_OK;
+  uint64_t cur = set_of(dp, dp->shares), nxt = set_of(dp, next);
+  if (wall > 0 && probed < 0) remember(dp, cur, wall);
+  dp->exploring = 0;
+  double w_nxt = measured(dp, nxt);
+  uint64_t best = 0;
+  double w_best = 0;
+  for (int k = 0; k < dp->nsets; k++) {
+    double w = measured(dp, dp->sets[k].mask);
+    if (w > 0 && (w_best == 0 || w < w_best)) w_best = w, best = dp->sets[k].mask;
+  }
+  char a[200], b[200];
+  if (best && best != nxt && w_nxt > 0 && w_best * WALL_MARGIN < w_nxt) {
+    CLT_TRY(minmax_within(dp, model, best, next));
+    set_text(dp, best, a, sizeof a), set_text(dp, nxt, b, sizeof b);
+    if (best != cur)
+      clt__log(CLT_LOG_INFO, "step %lld: steps with replicas %s took %.2f ms, with %s %.2f ms: %s it is, whatever the "
+             "model predicts", (long long)steps_done, a, w_best * 1e3, b, w_nxt * 1e3, a);
+    return CLT_OK;
+  }
+  /* A replica that adds little, tried without once its absence was not measured. */
+  for (int r = 0; probed < 0 && r < dp->nreplicas; r++) {
+    uint64_t without = nxt & ~(UINT64_C(1) << r);
+    if (next[r] <= 0 || next[r] * EXPLORE_SHARE > dp->micro_batch || !without || measured(dp, without) > 0 ||
+        dp->cost[r].shares_seen < 2) /* the model first (two shares seen) */
+      continue;
+    int64_t had = next[r];
+    CLT_TRY(minmax_within(dp, model, without, next));
+    dp->exploring = 1;
+    clt__log(CLT_LOG_INFO, "step %lld: trying the steps without replica %d (the model gives it %lld samples) for one "
+             "re-split, to measure what it adds", (long long)steps_done, r, (long long)had);
+    break;
+  }
+fail:
+  return rc;
+}
 const clt__cost *clt__dp_costs(const clt__dp *dp) { return dp->cost; }
 void clt__dp_cost_arrays(const clt__dp *dp, const double **fixed_s, const double **per_sample_s) {
   *fixed_s = dp->fixed_s, *per_sample_s = dp->per_sample_s;
@@ -375,6 +487,18 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   *changed = 0;
   int probed = dp->probed; /* the replica probed in the step just done, or -1 */
   dp->probed = -1;
+  /* The window's measured step time: the slowest rank's, the same everywhere. */
+  double wall = dp->wall_steps ? dp->wall_sum / (double)dp->wall_steps : 0;
+  dp->wall_sum = 0, dp->wall_steps = 0;
+  dp->rebalances++;
+  if (dp->nranks > 1) {
+    double *walls = clt__calloc(dp->nranks, sizeof *walls);
+    if (!walls) return CLT_ENOMEM;
+    rc = clt_allgather(dp->comm, &wall, sizeof wall, walls);
+    for (int r = 0; rc == CLT_OK && r < dp->nranks; r++) wall = walls[r] > wall ? walls[r] : wall;
+    free(walls);
+    if (rc < 0) return rc;
+  }
   CLT_TRY(clt__dp_gather_rates(dp));
   /* Not measured yet: a replica with samples and no fit (its first, warm-up
    * run is not counted). One at 0 without a fit is probed below. */
@@ -390,11 +514,12 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   rc = clt__shares_minmax(R, model, dp->micro_batch, dp->min_share, next);
   int64_t best = rc == CLT_OK ? clt__shares_predict_ps(R, model, next, dp->micro_batch) : 0;
   int64_t now = rc == CLT_OK ? clt__shares_predict_ps(R, model, dp->shares, dp->micro_batch) : 0;
-  free(model);
-  if (rc < 0) goto fail;
-  int keep = probed < 0 && now - best <= best / KEEP_SLACK;
+  int keep = rc == CLT_OK && probed < 0 && !dp->exploring && now - best <= best / KEEP_SLACK;
   for (int r = 0; keep && r < R; r++) keep = dp->cost[r].shares_seen || dp->shares[r] == 0;
   if (keep) memcpy(next, dp->shares, (size_t)R * sizeof *next);
+  if (rc == CLT_OK) rc = measured_override(dp, model, wall, probed, steps_done, next);
+  free(model);
+  if (rc < 0) goto fail;
 
   /* Replicas at 0: when each is probed next, and at most one probe a step. */
   int probe = -1;
@@ -422,6 +547,7 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   }
   *changed = memcmp(next, dp->shares, (size_t)R * sizeof *next) != 0;
   if (*changed) {
+    dp->skip_wall = 1;
     CLT_TRY(adopt_shares(dp, next));
     char line[512];
     int at = 0;

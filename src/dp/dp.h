@@ -94,6 +94,10 @@ int clt__dp_split_local(const clt__dp *dp, int64_t n, int64_t *counts);
 /* Local replica i ran n samples of a recorded run in `seconds` of device
  * time (0: unknown): fold it into its throughput and its cost model. */
 void clt__dp_note_run(clt__dp *dp, int i, int64_t n, double seconds);
+/* A step took `seconds` of wall time (all of it: compute, exchange,
+ * update, waits), for the balancer's measured comparison of sets of
+ * replicas. */
+void clt__dp_note_step(clt__dp *dp, double seconds);
 /* Collective: every replica's smoothed throughput and cost model, to
  * clt__dp_throughput and clt__dp_costs. */
 int clt__dp_gather_rates(clt__dp *dp);

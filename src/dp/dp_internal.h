@@ -9,6 +9,7 @@
 
 /* A local replica's recent recorded runs (a ring of the newest). */
 #define CLT__COST_WINDOW 32
+#define CLT__SETS 16
 typedef struct clt__cost_obs {
   int64_t n[CLT__COST_WINDOW];
   double t[CLT__COST_WINDOW];
@@ -44,6 +45,16 @@ struct clt__dp {
   int probed;                  /* the replica probed in the step after the last rebalance, or -1 */
   double *local_rate;
   clt__cost_obs *obs;
+  /* What the steps measured: the wall time of a step (the slowest rank's)
+   * per set of replicas taking part (a bit mask), and this window's sum.
+   * A model knows each replica alone; these catch what it cannot see,
+   * such as two devices slowing each other on shared cores. */
+  struct { uint64_t mask; double wall; int64_t stamp; } sets[CLT__SETS];
+  int nsets;
+  double wall_sum;
+  int64_t wall_steps, rebalances;
+  int skip_wall;               /* the first step after new shares (prefetchers refill, replicas catch up) */
+  int exploring;               /* this window tries a set the model did not choose */
 
   /* buckets.c: the layout, an all-reduce plan per bucket (NULL with one
    * replica in the job), and the time the exchange took. */

@@ -253,6 +253,7 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
   uint8_t *ran = clt__calloc(t->nlocal, sizeof *ran); /* a rank that sits out: replicas that ran its samples */
   if (!slices || !ran) { free(slices), free(ran); return CLT_ENOMEM; }
   memset(st, 0, sizeof *st);
+  double t0 = clt__now();
 
   CLT_TRY(zero_grads(t));
   for (int k = 0; !last; k++) { /* micro-batches; gradients accumulate */
@@ -277,6 +278,7 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
                     "gradients (--clip)", (long long)t->steps_done, clt_schedule_lr(&t->opts.schedule, t->steps_done - 1));
     goto fail;
   }
+  clt__dp_note_step(t->dp, clt__now() - t0); /* the balancer compares measured steps too */
   CLT_TRY(after_update(t, &st->shares_changed));
 fail:
   free(slices), free(ran);
