@@ -63,6 +63,14 @@ START_TEST(the_fit_of_few_or_odd_runs) {
   double t3[2] = {0.005, 0.020};
   ck_assert_int_eq(clt__cost_fit(2, n3, t3, &c), 0);
   ck_assert(c.fixed_s == 0 && c.per_sample_s > 0);
+  /* shares close together: the slope of their noise is not trusted (here
+   * 39 and 41 samples, whose times would say 35 ms fixed and next to
+   * nothing per sample), it stays near the proportional one */
+  int64_t n5[2] = {39, 41};
+  double t5[2] = {0.0354, 0.0356};
+  ck_assert_int_eq(clt__cost_fit(2, n5, t5, &c), 0);
+  ck_assert_msg(c.per_sample_s > 0.5 * 0.0355 / 40 && c.fixed_s < 0.5 * 0.0355, "close shares: %g + %g", c.fixed_s,
+                c.per_sample_s);
   /* zero shares and unknown times are skipped */
   int64_t n4[3] = {0, 16, 16};
   double t4[3] = {1.0, 0, 0.016};

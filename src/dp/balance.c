@@ -63,6 +63,8 @@ enum {
 
 /* ---- the cost model (pure) ----------------------------------------------- */
 
+#define SPREAD 0.25
+
 int clt__cost_fit(int n, const int64_t *shares, const double *seconds, clt__cost *out) {
   memset(out, 0, sizeof *out);
   if (n < 0 || (n > 0 && (!shares || !seconds))) return clt__error(CLT_EINVAL, "clt__cost_fit: bad arguments");
@@ -102,10 +104,17 @@ int clt__cost_fit(int n, const int64_t *shares, const double *seconds, clt__cost
       sxx += ws[j] * ((double)xs[j] - mx) * ((double)xs[j] - mx);
       sxy += ws[j] * ((double)xs[j] - mx) * (ys[j] - my);
     }
-    /* One share seen: time in proportion to samples, as a throughput. A
-     * slope the noise made (nearly) flat or negative would promise samples
-     * for free: at least 1% of the proportional one. */
-    double b = m > 1 ? sxy / sxx : my / mx, floor_b = 0.01 * my / mx;
+    /* One share seen: time in proportion to samples, as a throughput.
+     * Shares close together (a device near its best share) make the slope
+     * noise: it leans towards the proportional one until the shares seen
+     * span SPREAD of the largest. A slope the noise made (nearly) flat or
+     * negative would promise samples for free: at least 1% of the
+     * proportional one. */
+    double prop = my / mx, b = m > 1 ? sxy / sxx : prop, floor_b = 0.01 * prop;
+    int64_t lo_n = xs[0], hi_n = xs[0];
+    for (int j = 1; j < m; j++) lo_n = xs[j] < lo_n ? xs[j] : lo_n, hi_n = xs[j] > hi_n ? xs[j] : hi_n;
+    double spread = (double)(hi_n - lo_n) / (double)hi_n;
+    if (spread < SPREAD) b = (spread / SPREAD) * b + (1 - spread / SPREAD) * prop;
     if (!(b >= floor_b)) b = floor_b;
     double a = my - b * mx;
     if (a < 0) { /* through the origin */

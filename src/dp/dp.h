@@ -63,8 +63,9 @@ typedef struct clt__cost {
 /* Pure: the least-squares fit of fixed + per-sample cost to n runs of
  * shares[k] samples in seconds[k] (non-positive entries are skipped), each
  * distinct share taken at the median of its times. With one share seen,
- * the time is taken as proportional (fixed 0); neither cost comes out
- * negative. */
+ * the time is taken as proportional (fixed 0), and the slope leans towards
+ * that until the shares seen span a quarter of the largest; neither cost
+ * comes out negative. */
 int clt__cost_fit(int n, const int64_t *shares, const double *seconds, clt__cost *out);
 /* Pure: integer shares of total (summing to it, each >= min_share, 0
  * allowed) that minimise the largest predicted time over the R replicas,
