@@ -550,9 +550,9 @@ CLT_API int clt_sampler_create(int64_t count, int64_t global_batch, uint64_t see
 CLT_API int clt_sampler_clone(const clt_sampler *s, clt_sampler **out);
 CLT_API void clt_sampler_destroy(clt_sampler *s);
 
-/* Split the global batch over nreplicas replicas: shares[r] >= 1, summing to
- * the global batch. shares NULL splits it evenly (the first B % R replicas
- * get one more). Takes effect for every later query; the order of samples
+/* Split the global batch over nreplicas replicas: shares[r] >= 0, summing to
+ * the global batch (a replica with 0 takes no samples). shares NULL splits
+ * it evenly (the first B % R replicas get one more). Takes effect for every later query; the order of samples
  * in each global batch is unchanged. */
 CLT_API int clt_sampler_set_shares(clt_sampler *s, int nreplicas, const int64_t *shares);
 CLT_API int clt_sampler_replicas(const clt_sampler *s);
@@ -819,14 +819,18 @@ typedef struct clt_train_event {
   const double *throughput;         /*   its measured samples per second of device time (0: unknown) */
   double loss_scale;                /* STEP: the dynamic loss scale now (1 in f32) */
   int64_t skipped;                  /* STEP: steps skipped for a non-finite f16 gradient, in all */
+  const double *fixed_s;            /* STEP, --balance auto: per replica, its fitted fixed cost per
+                                       micro-batch, seconds (0: no model yet); NULL otherwise */
+  const double *per_sample_s;       /*   and its fitted cost per sample */
 } clt_train_event;
 
 typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
 
 typedef enum clt_balance_mode {
   CLT_BALANCE_EQUAL = 0,   /* the same share for every replica (the first B % R get one more) */
-  CLT_BALANCE_WEIGHTS = 1, /* shares in proportion to given weights */
-  CLT_BALANCE_AUTO = 2     /* shares in proportion to each replica's measured throughput */
+  CLT_BALANCE_WEIGHTS = 1, /* shares in proportion to given weights (0: none) */
+  CLT_BALANCE_AUTO = 2     /* shares that minimise the slowest replica's time, by a fixed + per-sample
+                            * cost model of each fitted to its measured runs (0 allowed) */
 } clt_balance_mode;
 
 typedef struct clt_train_options {
@@ -854,9 +858,13 @@ typedef struct clt_train_options {
   double bucket_mb;               /* gradient bucket size, MiB (1): each bucket is all-reduced as
                                      soon as its layers' backward is done; 0: one bucket at the end */
   clt_balance_mode balance;       /* how the global batch is split over replicas (equal) */
-  const double *balance_weights;  /* CLT_BALANCE_WEIGHTS: one weight per replica of all ranks */
+  const double *balance_weights;  /* CLT_BALANCE_WEIGHTS: one weight per replica of all ranks (>= 0,
+                                     not all 0; a replica of weight 0 takes no samples) */
   int balance_nweights;
   int64_t balance_every;          /* CLT_BALANCE_AUTO: re-split every N steps (10) */
+  int64_t balance_min_share;      /* CLT_BALANCE_AUTO: at least N samples of each micro-batch per
+                                     replica (0: a replica that would only slow the step gets none,
+                                     and is probed with one sample now and then) */
   int64_t check_every;            /* compare parameter checksums of all replicas every N steps
                                      (100); 0: never */
   /* checkpoints (see clt_trainer_save_checkpoint and doc/checkpoint.md) */

@@ -181,6 +181,20 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
   has "$metrics" '"loss_scale":' "the loss scale is in the metrics"
   has "$metrics" '"skipped":' "the skipped steps are in the metrics"
   rm -f "$metrics"
+  # The balancer says which replicas get 0 samples, and auto its cost models.
+  if [ -n "$RUSTICL_ENABLE" ] && "$CLTRAIN" devices --devices rusticl >/dev/null 2>&1; then
+    metrics=$(mktemp)
+    expect 0 "a replica left out by a weight of 0" -- train "$srcdir/examples/fashion_mlp.model" \
+      --devices pocl,rusticl --balance 1,0 --max-steps 10 --log-every 5 --metrics "$metrics" --quiet
+    has "$metrics" '"shares":\[64,0\]' "its share of 0 is in the metrics"
+    has "$metrics" '"idle_replicas":\[1\]' "and it is named idle"
+    : >"$metrics"
+    expect 0 "--balance auto" -- train "$srcdir/examples/fashion_mlp.model" --devices pocl,rusticl --balance auto \
+      --balance-every 2 --max-steps 12 --log-every 4 --metrics "$metrics" --quiet
+    has "$metrics" '"fixed_s":\[' "the fitted fixed costs are in the metrics"
+    has "$metrics" '"per_sample_s":\[' "and the costs per sample"
+    rm -f "$metrics"
+  fi
   expect 2 "an unknown precision" -- train "$srcdir/examples/fashion_mlp.model" --precision fp8
   has "$err" "--precision must be fp32 or fp16, not 'fp8'" "the bad precision is named"
   expect 2 "a loss scale below 1" -- train "$srcdir/examples/fashion_mlp.model" --precision fp16 --loss-scale 0.5

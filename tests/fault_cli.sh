@@ -168,6 +168,16 @@ run 2 "--balance with two weights for one replica" -- train "$model" --data "$go
 has "--balance" "--balance is named"; has "2 weights" "the count given is said"
 run 2 "--balance with a zero weight" -- train "$model" --data "$good" --balance 0 -d 0 -e 1
 has "--balance" "--balance is named"
+run 2 "--balance with every weight 0" -- train "$model" --data "$good" --balance 0,0 -d 0 -e 1
+has "--balance 0,0" "--balance is named"; has "at least one" "what is needed is said"
+run 2 "--balance-min-share -1" -- train "$model" --data "$good" --balance auto --balance-min-share -1 -d 0 -e 1
+has "--balance-min-share" "--balance-min-share is named"; has "'-1'" "the bad value is quoted"
+run 2 "--balance-min-share 2x" -- train "$model" --data "$good" --balance auto --balance-min-share 2x -d 0 -e 1
+has "--balance-min-share" "--balance-min-share is named"
+run 2 "--balance-min-share above the micro-batch" -- train "$model" --data "$good" --balance auto --balance-min-share 9 -b 8 -d 0 -e 1
+has "--balance-min-share 9" "the floor is named"; has "at most 8" "the most it can be is said"
+run 2 "--balance-min-share without auto" -- train "$model" --data "$good" --balance-min-share 1 -d 0 -e 1
+has "--balance auto" "auto is named"
 run 2 "--balance with a trailing comma" -- train "$model" --data "$good" --balance 1, -d 0 -e 1
 has "--balance" "--balance is named"; has "'1,'" "the bad value is quoted"
 run 2 "--gamma 0" -- train "$model" --data "$good" --gamma 0 -d 0 -e 1

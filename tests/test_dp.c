@@ -89,11 +89,20 @@ static void against_reference_of(const char *text, const clt_train_options *o, c
   float *ref = malloc(P * 4), *dp = malloc(P * 4);
   clt_train_options r = *o;
   r.accumulate = 1;
+  r.balance_min_share = 0;
+  r.callback = NULL;
   r.balance = CLT_BALANCE_EQUAL;
   ck_assert_int_eq(clt_devices_select(tu_devices, "0", &one), 0);
   train(text, one, NULL, &r, ref);
   train(text, mine, comm, o, dp);
   compare(what, ref, dp, P, tol);
+  /* and every rank's bits are rank 0's (a rank that sat out kept the
+   * model on the host, and its replicas took it when read) */
+  float *zero = malloc(P * 4);
+  memcpy(zero, dp, P * 4);
+  MPI_Bcast(zero, (int)P, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  ck_assert_msg(memcmp(zero, dp, P * 4) == 0, "rank %d, %s: the parameters differ from rank 0's", rank, what);
+  free(zero);
   clt_devices_destroy(one);
   free(ref), free(dp);
 }
@@ -129,6 +138,82 @@ START_TEST(automatic_shares_match_one_device) {
   o.balance = CLT_BALANCE_AUTO;
   o.balance_every = 2; /* the split changes mid-run */
   against_reference(&o, "auto shares");
+}
+END_TEST
+
+/* Replicas given 0 samples (the balancer's choice for a device that would
+ * only slow the step; here by weights of 0): they contribute a zero
+ * gradient, the update is still the global batch's, and they are bitwise
+ * identical to the others whenever read (check_every = 1: after every
+ * step). Every other replica, all but replica 0, or replica 0 alone at 0:
+ * on 2 ranks or more a rank with nothing at all. */
+enum { EVERY_OTHER, ALL_BUT_FIRST, FIRST };
+static int zero_weights(clt_train_options *o, double *w, int which) {
+  int R = 0;
+  MPI_Allreduce(&(int){clt_devices_count(mine)}, &R, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < R; i++) w[i] = which == EVERY_OTHER ? (i % 2 == 0) : which == FIRST ? (i != 0) : (i == 0);
+  o->balance = CLT_BALANCE_WEIGHTS;
+  o->balance_weights = w;
+  o->balance_nweights = R;
+  return R;
+}
+
+START_TEST(zero_shares_match_one_device) {
+  clt_train_options o;
+  double w[16];
+  options(&o, 48);
+  zero_weights(&o, w, EVERY_OTHER);
+  against_reference(&o, "every other replica at 0 samples");
+  options(&o, 48);
+  zero_weights(&o, w, ALL_BUT_FIRST);
+  against_reference(&o, "all replicas but the first at 0 samples");
+  /* A replica that sits out steps is brought up to date when read: here
+   * only by the check after the last step, and replica 0, which
+   * clt_trainer_params reads, is the one at 0. */
+  options(&o, 48);
+  o.check_every = STEPS;
+  if (zero_weights(&o, w, FIRST) > 1) against_reference(&o, "replica 0 at 0 samples, checked after the last step");
+}
+END_TEST
+
+START_TEST(zero_shares_with_accumulation) {
+  clt_train_options o;
+  double w[16];
+  options(&o, 64);
+  o.accumulate = 4;
+  zero_weights(&o, w, EVERY_OTHER);
+  against_reference(&o, "4 accumulated micro-batches, every other replica at 0");
+}
+END_TEST
+
+/* --balance-min-share: auto re-splits every step, never below the floor
+ * (every step's event, on rank 0), and the update is still exact. */
+static int floor_events, floor_broken;
+static void check_floor(const clt_train_event *ev, void *user) {
+  int64_t floor = *(const int64_t *)user, sum = 0;
+  if (ev->kind != CLT_EVENT_STEP) return;
+  floor_events++;
+  for (int r = 0; r < ev->nreplicas; r++) {
+    floor_broken |= ev->shares[r] < floor;
+    sum += ev->shares[r];
+  }
+  floor_broken |= sum != 48;
+}
+
+START_TEST(automatic_shares_keep_the_floor) {
+  clt_train_options o;
+  static int64_t floor = 3;
+  options(&o, 48);
+  o.balance = CLT_BALANCE_AUTO;
+  o.balance_every = 1;
+  o.balance_min_share = floor;
+  o.log_every = 1;
+  o.callback = check_floor;
+  o.callback_user = &floor;
+  floor_events = floor_broken = 0;
+  against_reference(&o, "auto shares with a floor of 3");
+  ck_assert(!floor_broken);
+  if (rank == 0) ck_assert_int_eq(floor_events, STEPS);
 }
 END_TEST
 
@@ -188,6 +273,52 @@ START_TEST(the_cnn_matches_one_device) {
   options(&o, 48);
   o.schedule.lr = 0.01f;
   against_reference_of(cnn, &o, "the CNN, 6 steps", DP_TOL);
+}
+END_TEST
+
+/* The CNN (dropout, max-pool) with a replica at 0 samples. */
+START_TEST(zero_shares_the_cnn) {
+  clt_train_options o;
+  double w[16];
+  options(&o, 48);
+  o.schedule.lr = 0.01f;
+  o.max_steps = 2;
+  zero_weights(&o, w, EVERY_OTHER);
+  against_reference_of(cnn_he, &o, "the CNN, every other replica at 0", DP_TOL);
+}
+END_TEST
+
+/* Evaluation splits the set by the shares and runs a process's replicas
+ * at once, each taking the next run when done: whatever the split, every
+ * sample is evaluated once. Against one device on the same parameters:
+ * the devices round differently (PoCL and rusticl: ~1e-7 of the loss), so
+ * 1e-5; a lost or doubled run of 48 samples moves the loss and accuracy
+ * by ~10%. */
+START_TEST(evaluation_follows_the_shares) {
+  static const char *he = "input 784\nlinear 32\nrelu\nlinear 10 init=he\n";
+  clt_model *m;
+  clt_devices *one;
+  clt_trainer *ref, *t;
+  clt_train_options o;
+  double w[16], l0, a0, l, a;
+  ck_assert_int_eq(clt_model_parse(he, "dp.model", &m), 0);
+  ck_assert_int_eq(clt_devices_select(tu_devices, "0", &one), 0);
+  options(&o, 48);
+  ck_assert_int_eq(clt_trainer_create(m, one, NULL, &o, &ref), 0);
+  ck_assert_msg(clt_trainer_evaluate(ref, data, &l0, &a0) == 0, "%s", clt_last_error());
+  for (int which = -1; which <= FIRST; which++) {
+    options(&o, 48);
+    if (which >= 0 && zero_weights(&o, w, which) < 2 && which == FIRST) continue; /* one replica: not at 0 */
+    ck_assert_msg(clt_trainer_create(m, mine, comm, &o, &t) == 0, "rank %d: %s", rank, clt_last_error());
+    ck_assert_msg(clt_trainer_evaluate(t, data, &l, &a) == 0, "rank %d: %s", rank, clt_last_error());
+    ck_assert_msg(fabs(l - l0) <= 1e-5 * fabs(l0) && fabs(a - a0) <= 1.0 / NSAMPLES,
+                  "rank %d, split %d: loss %.9g accuracy %g, one device %.9g %g", rank, which, l, a, l0, a0);
+    clt_trainer_destroy(t);
+  }
+  if (rank == 0) fprintf(stderr, "evaluation by the shares: one device's loss %.9g, accuracy %g\n", l0, a0);
+  clt_trainer_destroy(ref);
+  clt_devices_destroy(one);
+  clt_model_destroy(m);
 }
 END_TEST
 
@@ -289,10 +420,15 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, equal_shares_match_one_device);
   tcase_add_test(tc, unequal_shares_match_one_device);
   tcase_add_test(tc, automatic_shares_match_one_device);
+  tcase_add_test(tc, automatic_shares_keep_the_floor);
   tcase_add_test(tc, accumulation_matches_one_batch);
+  tcase_add_test(tc, zero_shares_match_one_device);
+  tcase_add_test(tc, zero_shares_with_accumulation);
+  tcase_add_test(tc, zero_shares_the_cnn);
   tcase_add_test(tc, fp16_matches_one_device);
   tcase_add_test(tc, the_cnn_one_step_matches_one_device);
   tcase_add_test(tc, the_cnn_matches_one_device);
+  tcase_add_test(tc, evaluation_follows_the_shares);
   tcase_add_test(tc, a_different_model_is_named_on_every_rank);
   tcase_add_test(tc, a_different_dataset_is_named_on_every_rank);
   tcase_add_test(tc, one_rank_with_bad_data_fails_every_rank);

@@ -155,6 +155,29 @@ START_TEST(partial_batch_empty_share) {
 }
 END_TEST
 
+/* A share of 0 (the balancer's for a replica that would only slow the
+ * step): that replica takes nothing of any batch, the others all of it. */
+START_TEST(a_share_of_zero) {
+  clt_sampler *s = NULL;
+  int64_t idx[10], k, seen = 0;
+  du_ok(clt_sampler_create(25, 10, 3, 0, &s));
+  du_ok(clt_sampler_set_shares(s, 3, (const int64_t[]){6, 0, 4}));
+  ck_assert_int_eq(clt_sampler_share(s, 1), 0);
+  for (int64_t step = 0; step < clt_sampler_steps_per_epoch(s); step++) {
+    du_ok(clt_sampler_slice(s, 0, step, 1, idx, &k));
+    ck_assert_int_eq(k, 0);
+    for (int r = 0; r < 3; r += 2) {
+      du_ok(clt_sampler_slice(s, 0, step, r, idx, &k));
+      seen += k;
+    }
+  }
+  ck_assert_int_eq(seen, 25); /* the last, partial batch of 5 too: 3 + 0 + 2 */
+  /* more replicas than samples, when shares say who takes them */
+  du_ok(clt_sampler_set_shares(s, 12, (const int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}));
+  clt_sampler_destroy(s);
+}
+END_TEST
+
 START_TEST(drop_last) {
   clt_sampler *s = NULL;
   du_ok(clt_sampler_create(100, 16, 5, CLT_SAMPLER_DROP_LAST, &s));
@@ -183,7 +206,8 @@ START_TEST(sampler_errors) {
   du_ok(clt_sampler_create(100, 16, 0, 0, &s));
   du_expect_error(clt_sampler_set_shares(s, 3, (const int64_t[]){5, 7, 5}), CLT_EINVAL, "sum to 17",
                   "global batch is 16");
-  du_expect_error(clt_sampler_set_shares(s, 3, (const int64_t[]){0, 12, 4}), CLT_EINVAL, "replica 0's share is 0");
+  du_expect_error(clt_sampler_set_shares(s, 3, (const int64_t[]){-1, 13, 4}), CLT_EINVAL, "replica 0's share is -1",
+                  "[0, 16]");
   du_expect_error(clt_sampler_set_shares(s, 17, NULL), CLT_EINVAL, "17 replicas cannot share a global batch of 16");
   ck_assert_int_eq(clt_sampler_replicas(s), 1); /* unchanged */
   int64_t idx[16], n;
@@ -494,6 +518,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, no_shuffle);
   tcase_add_test(tc, slices_tile);
   tcase_add_test(tc, partial_batch_empty_share);
+  tcase_add_test(tc, a_share_of_zero);
   tcase_add_test(tc, drop_last);
   tcase_add_test(tc, sampler_errors);
   tcase_add_test(tc, shares_weights);

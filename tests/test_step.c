@@ -231,17 +231,26 @@ static void my_part(int k, int64_t B, int64_t *lo, int64_t *n) {
   *n = rest / others + (r < rest % others);
 }
 
-START_TEST(ranks_with_different_n_match_one_device) {
-  if (nranks < 2) return;
+/* With zero_shares, every rank but 0 has its one replica at a share of 0
+ * of fit's split (weights 1, 0, 0, ...): its own samples still count. */
+static void different_n(int zero_shares) {
   const int64_t B = 32;
   clt_model *m;
   ck_assert_int_eq(clt_model_parse(mlp, "step.model", &m), 0);
   int64_t P = clt_model_param_count(m);
   clt_train_options o;
   options(&o, 16); /* at most 16 samples a run: rank 0's 20 and 32 take two */
+  double w[16] = {1};
+  if (zero_shares) {
+    o.balance = CLT_BALANCE_WEIGHTS;
+    o.balance_weights = w;
+    o.balance_nweights = nranks;
+  }
   char devspec[16];
   snprintf(devspec, sizeof devspec, "%d", rank % tu_ndev); /* PoCL and rusticl alternate */
-  clt_trainer *ref = mu_trainer(m, "0", NULL, &o), *t = mu_trainer(m, devspec, comm, &o);
+  clt_train_options one = o;
+  one.balance = CLT_BALANCE_EQUAL;
+  clt_trainer *ref = mu_trainer(m, "0", NULL, &one), *t = mu_trainer(m, devspec, comm, &o);
   float *x = malloc(B * IN * sizeof *x);
   int32_t *y = malloc(B * sizeof *y);
   int64_t idx[32];
@@ -262,7 +271,9 @@ START_TEST(ranks_with_different_n_match_one_device) {
   double worst = 0;
   for (int64_t i = 0; i < P; i++) worst = fmax(worst, fabs((double)pr[i] - pt[i]));
   ck_assert_msg(worst <= STEP_TOL, "rank %d of %d: parameters differ from one device's by %g", rank, nranks, worst);
-  if (rank == 0) fprintf(stderr, "%d ranks, different n: largest difference from one device %g\n", nranks, worst);
+  if (rank == 0)
+    fprintf(stderr, "%d ranks, different n%s: largest difference from one device %g\n", nranks,
+            zero_shares ? ", shares 0 on ranks 1.." : "", worst);
 
   /* A bad label on rank 1 is refused on every rank, naming rank 1 on the
    * others, and the job goes on. */
@@ -278,6 +289,12 @@ START_TEST(ranks_with_different_n_match_one_device) {
   clt_trainer_destroy(t);
   free(x), free(y), free(pr), free(pt);
   clt_model_destroy(m);
+}
+
+START_TEST(ranks_with_different_n_match_one_device) {
+  if (nranks < 2) return;
+  different_n(0);
+  different_n(1);
 }
 END_TEST
 

@@ -37,18 +37,23 @@ typedef struct train_args {
 static int parse_balance(const char *s, train_args *a) {
   if (strcmp(s, "auto") == 0) return a->o.balance = CLT_BALANCE_AUTO, 0;
   if (strcmp(s, "equal") == 0) return a->o.balance = CLT_BALANCE_EQUAL, 0;
-  int n = 0;
+  int n = 0, positive = 0;
   const char *p = s;
   while (*p) {
     char *end;
     double w = strtod(p, &end);
-    if (end == p || !(w > 0) || w > 1e12 || (*end && *end != ',') || (*end == ',' && !end[1]) || n == MAX_WEIGHTS) {
-      fprintf(stderr, "cltrain: --balance must be auto, equal or positive weights like 3,1 (one per replica), "
+    if (end == p || !(w >= 0) || w > 1e12 || (*end && *end != ',') || (*end == ',' && !end[1]) || n == MAX_WEIGHTS) {
+      fprintf(stderr, "cltrain: --balance must be auto, equal or weights like 3,1 (one per replica, 0 for none), "
                       "not '%s'\n", s);
       return -1;
     }
+    positive += w > 0;
     a->balance_weights[n++] = w;
     p = *end ? end + 1 : end;
+  }
+  if (!positive) {
+    fprintf(stderr, "cltrain: --balance %s gives every replica a weight of 0; at least one must take samples\n", s);
+    return -1;
   }
   a->o.balance = CLT_BALANCE_WEIGHTS;
   a->o.balance_weights = a->balance_weights;
@@ -109,10 +114,14 @@ static void help(FILE *to) {
           "      --threads N         threads of a CPU device (PoCL, rusticl) and of its host GEMMs\n"
           "                          (default: POCL_MAX_PTHREAD_COUNT if set, else the cores split\n"
           "                          evenly over the ranks on this node)\n"
-          "      --balance MODE      split each batch over the replicas: equal, auto (by measured\n"
-          "                          throughput, so unequal devices keep pace) or weights W1,W2,...\n"
-          "                          one per replica, rank by rank (default equal)\n"
+          "      --balance MODE      split each batch over the replicas: equal, auto (by each one's\n"
+          "                          measured fixed and per-sample cost, so the slowest is as quick\n"
+          "                          as it can be; a replica that would only slow the step gets 0)\n"
+          "                          or weights W1,W2,... one per replica, rank by rank, 0 for none\n"
+          "                          (default equal)\n"
           "      --balance-every N   auto: re-split every N steps (default %lld)\n"
+          "      --balance-min-share N  auto: at least N samples of each micro-batch per replica\n"
+          "                          (default %lld: none, and one at 0 is probed now and then)\n"
           "      --bucket-mb X       all-reduce gradients in buckets of X MiB, overlapping the\n"
           "                          backward pass (default %g; 0: one bucket at the end)\n"
           "      --max-device-memory B  use at most B bytes of each device (like 512M or 2G;\n"
@@ -139,7 +148,7 @@ static void help(FILE *to) {
           "  -h, --help              this text\n",
           DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr, d.loss_scale,
           (long long)d.loss_scale_window, d.max_skips,
-          (long long)d.balance_every, d.bucket_mb, (long long)d.check_every, (long long)d.log_every,
+          (long long)d.balance_every, (long long)d.balance_min_share, d.bucket_mb, (long long)d.check_every, (long long)d.log_every,
           DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
 }
 
@@ -190,7 +199,7 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 /* Parse argv into a; returns -1 (after a message) on a bad command line. */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
-         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
+         O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
@@ -209,6 +218,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"metrics", required_argument, 0, O_METRICS}, {"tensorboard", required_argument, 0, O_TENSORBOARD}, {"quiet", no_argument, 0, 'q'},
       {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
       {"balance", required_argument, 0, O_BALANCE}, {"balance-every", required_argument, 0, O_BALEVERY},
+      {"balance-min-share", required_argument, 0, O_BALMIN},
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"check-every", required_argument, 0, O_CHECK},
       {"precision", required_argument, 0, O_PRECISION}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
       {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
@@ -282,6 +292,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       if (parse_balance(optarg, a) < 0) return -1;
       break;
     case O_BALEVERY: if (parse_long("--balance-every", optarg, 1, 1LL << 40, &v)) return -1; o->balance_every = v; break;
+    case O_BALMIN: if (parse_long("--balance-min-share", optarg, 0, 1 << 24, &v)) return -1; o->balance_min_share = v; break;
     case O_CHECK: if (parse_long("--check-every", optarg, 0, 1LL << 40, &v)) return -1; o->check_every = v; break;
     case O_CKPT_EVERY:
       if (parse_long("--checkpoint-every", optarg, 1, 1LL << 40, &v)) return -1;

@@ -76,6 +76,7 @@ static void slot_free(struct slot *sl) {
  * The slot is replaced only once the new memory exists, so a failure leaves
  * it as it was. */
 static int slot_alloc(struct slot *sl, clt_context *ctx, int64_t rows, const clt_dataset *ds) {
+  if (rows < 1) rows = 1; /* a replica with a share of 0 still has a (never filled) slot: no 0-byte buffers */
   const size_t xbytes = (size_t)rows * (size_t)clt_dataset_sample_size(ds) * sizeof(float);
   const size_t yoff = (xbytes + 63) / 64 * 64;
   const size_t bytes = yoff + (size_t)rows * (size_t)clt_dataset_labels_per_sample(ds) * sizeof(int32_t);

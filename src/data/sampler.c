@@ -222,14 +222,16 @@ void clt_sampler_destroy(clt_sampler *s) {
 
 int clt_sampler_set_shares(clt_sampler *s, int nreplicas, const int64_t *shares) {
   if (!s) return clt__error(CLT_EINVAL, "clt_sampler_set_shares: sampler is NULL");
-  if (nreplicas < 1 || nreplicas > s->batch)
-    return clt__error(CLT_EINVAL, "sampler: %d replicas cannot share a global batch of %lld (each needs at least "
-                      "1 sample)", nreplicas, (long long)s->batch);
+  if (nreplicas < 1 || (!shares && nreplicas > s->batch))
+    return clt__error(CLT_EINVAL, "sampler: %d replicas cannot share a global batch of %lld evenly (each needs at "
+                      "least 1 sample; give shares, 0 allowed)", nreplicas, (long long)s->batch);
+  if (nreplicas > (1 << 20))
+    return clt__error(CLT_EINVAL, "sampler: %d replicas; at most 2^20", nreplicas);
   if (shares) {
     int64_t sum = 0;
     for (int r = 0; r < nreplicas; r++) {
-      if (shares[r] < 1 || shares[r] > s->batch)
-        return clt__error(CLT_EINVAL, "sampler: replica %d's share is %lld; each share must be in [1, %lld]", r,
+      if (shares[r] < 0 || shares[r] > s->batch)
+        return clt__error(CLT_EINVAL, "sampler: replica %d's share is %lld; each share must be in [0, %lld]", r,
                           (long long)shares[r], (long long)s->batch);
       sum += shares[r];
     }

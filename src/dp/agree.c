@@ -17,6 +17,7 @@
 /* What must agree across ranks, compared field by field at start. */
 typedef struct agreement {
   int64_t params, batch, accumulate, epochs, max_steps, seed, optimizer, checkpoints, zero;
+  int64_t balance, balance_every, balance_min_share; /* the rebalance is collective: all re-split alike */
   uint32_t spec_crc;
   float lr;
 } agreement;
@@ -35,6 +36,9 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
   mine.checkpoints = o->checkpoint_dir ? o->checkpoint_every : -1;
   mine.zero = o->zero;
   mine.lr = o->schedule.lr;
+  mine.balance = o->balance;
+  mine.balance_every = o->balance == CLT_BALANCE_AUTO ? o->balance_every : 0;
+  mine.balance_min_share = o->balance == CLT_BALANCE_AUTO ? o->balance_min_share : 0;
   const char *text = clt_model_text(m);
   mine.spec_crc = (uint32_t)crc32(0, (const Bytef *)text, (uInt)strlen(text));
   agreement *all = clt__calloc(dp->nranks, sizeof *all);
@@ -58,6 +62,9 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
     FIELD(optimizer, "the optimizer")
     FIELD(checkpoints, "checkpoints (-1: none, else --checkpoint-every)")
     FIELD(zero, "--zero (the ZeRO stage)")
+    FIELD(balance, "--balance (0 equal, 1 weights, 2 auto)")
+    FIELD(balance_every, "--balance-every")
+    FIELD(balance_min_share, "--balance-min-share")
 #undef FIELD
     if (a->lr != b->lr) {
       rc = clt__error(CLT_EMISMATCH, "rank %d disagrees with rank 0 on the learning rate (%g vs %g)", r, b->lr, a->lr);
@@ -68,7 +75,8 @@ int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train
   return rc;
 }
 
-int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t step) {
+int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const uint8_t *skip,
+                           const float *host_params, int64_t step) {
   int rc = CLT_OK;
   clt_tensor pt = clt__replica_params(reps[0]);
   int64_t P = pt.shape[0];
@@ -76,11 +84,18 @@ int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t
   uint32_t *mine = clt__calloc(dp->max_local, sizeof *mine);
   uint32_t *all = clt__calloc((size_t)dp->nranks * dp->max_local, sizeof *all);
   if (!p || !mine || !all) { rc = CLT_ENOMEM; goto fail; }
+  int first = -1;
   for (int i = 0; i < dp->nlocal; i++) {
+    if (skip && skip[i]) continue;
     pt = clt__replica_params(reps[i]);
     CLT_TRY(clt_tensor_download(clt__replica_context(reps[i]), &pt, p, (size_t)P * sizeof *p));
     mine[i] = (uint32_t)crc32(0, (const Bytef *)p, (uInt)(P * sizeof *p));
+    if (first < 0) first = i;
   }
+  uint32_t stand_in = first >= 0 ? mine[first]
+                     : host_params ? (uint32_t)crc32(0, (const Bytef *)host_params, (uInt)(P * sizeof *p)) : 0;
+  for (int i = 0; i < dp->nlocal; i++) /* a copy of a checked one when it is read */
+    if (skip && skip[i]) mine[i] = stand_in;
   if (dp->nranks > 1)
     CLT_TRY(clt_allgather(dp->comm, mine, (size_t)dp->max_local * sizeof *mine, all));
   else

@@ -119,6 +119,33 @@ fail:
   return rc;
 }
 
+/* This rank's replicas that take part in steps (clt__dp_active). */
+static int local_active(const clt__dp *dp) {
+  int n = 0;
+  for (int i = 0; i < dp->nlocal; i++) n += clt__dp_active(dp, i);
+  return n;
+}
+
+/* The all-reduce plans for the replicas taking part now: none when one
+ * replica alone does (its gradient is the sum), nor when ZeRO
+ * reduce-scatters the buckets instead (zero.c; unless the whole gradient
+ * is needed). Collective, when any rank needs plans: every rank makes one
+ * per bucket, each for its own count. */
+int clt__dp_replan(clt__dp *dp) {
+  int rc = CLT_OK;
+  const clt__bucket_layout *b = &dp->buckets;
+  int n = local_active(dp);
+  for (int k = 0; dp->plans && k < b->n; k++) clt_allreduce_plan_destroy(dp->plans[k]), dp->plans[k] = NULL;
+  dp->plan_replicas = n;
+  if (dp->nreplicas == 1 || (dp->nranks == 1 && n == 1) || clt__dp_zero_sharded_grads(dp)) return CLT_OK;
+  clt_allreduce_opts ao = {0, n ? n : 1}; /* a rank that sits out runs its part on the host */
+  for (int k = 0; k < b->n; k++)
+    CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
+                                      CLT_SUM, &ao, &dp->plans[k]));
+fail:
+  return rc;
+}
+
 int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision) {
   int rc = CLT_OK;
   clt__bucket_layout *b = &dp->buckets;
@@ -127,14 +154,7 @@ int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, cl
   /* In f16, gradients travel as f16 (half the bytes), rounded per bucket
    * as its backward ends and summed in f32 on the host. */
   dp->wire = dp->nreplicas > 1 && precision == CLT_F16;
-  /* ZeRO reduce-scatters the buckets instead (zero.c), unless the whole
-   * gradient is needed. */
-  if (dp->nreplicas > 1 && !clt__dp_zero_sharded_grads(dp)) {
-    clt_allreduce_opts ao = {0, dp->nlocal};
-    for (int k = 0; k < b->n; k++)
-      CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
-                                        CLT_SUM, &ao, &dp->plans[k]));
-  }
+  CLT_TRY(clt__dp_replan(dp));
   CLT_TRY(clt__dp_zero_plans(dp, clt_model_param_count(m)));
 fail:
   return rc;
@@ -149,9 +169,19 @@ fail:
   return rc;
 }
 
-int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step) {
-  int rc = CLT_OK, n = dp->nlocal;
-  if (dp->nreplicas == 1) return CLT_OK; /* the one replica's sum is its own */
+int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
+  int rc = CLT_OK, n = 0;
+  if (!dp->plans || !dp->plans[0]) return CLT_OK; /* one replica alone: its sum is its own */
+  /* The replicas taking part (one at 0 samples sits the step out). */
+  clt__replica **reps = clt__calloc(dp->nlocal, sizeof *reps);
+  if (!reps) return CLT_ENOMEM;
+  for (int i = 0; i < dp->nlocal; i++)
+    if (clt__dp_active(dp, i)) reps[n++] = all_reps[i];
+  if (n != dp->plan_replicas) {
+    free(reps);
+    return clt__error(CLT_EINVAL, "internal: step %lld has %d replicas taking part, the plans %d", (long long)step,
+                      n, dp->plan_replicas);
+  }
   cl_command_queue *q = clt__calloc(n, sizeof *q), *wq = clt__calloc(n, sizeof *wq);
   cl_mem *bufs = clt__calloc(n, sizeof *bufs);
   size_t *offs = clt__calloc(n, sizeof *offs), *esize = clt__calloc(n, sizeof *esize);
@@ -190,7 +220,32 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step) {
    * are on the same in-order queue). */
   for (int i = 0; i < n; i++) CLT_TRY(clt__replica_wire_to_grads(reps[i]));
 fail:
-  free(q), free(wq), free(bufs), free(offs), free(esize);
+  free(q), free(wq), free(bufs), free(offs), free(esize), free(reps);
+  return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
+}
+
+int clt__dp_exchange_host(clt__dp *dp, float *grads, int64_t step) {
+  int rc = CLT_OK;
+  uint16_t *half = NULL;
+  if (!dp->plans || !dp->plans[0]) return CLT_OK;
+  int64_t most = 0;
+  for (int b = 0; b < dp->buckets.n; b++)
+    if (dp->buckets.hi[b] - dp->buckets.lo[b] > most) most = dp->buckets.hi[b] - dp->buckets.lo[b];
+  if (dp->wire && !(half = clt__calloc(most ? (size_t)most : 1, sizeof *half))) return CLT_ENOMEM;
+  for (int b = 0; b < dp->buckets.n; b++) {
+    int64_t lo = dp->buckets.lo[b], n = dp->buckets.hi[b] - lo;
+    double t0 = clt__now();
+    if (dp->wire) { /* as a replica's wire copy: rounded to f16, summed, back to f32 exactly */
+      for (int64_t k = 0; k < n; k++) half[k] = clt__half_from_float(grads[lo + k]);
+      CLT_TRY(clt_allreduce_run(dp->plans[b], half));
+      for (int64_t k = 0; k < n; k++) grads[lo + k] = clt__float_from_half(half[k]);
+    } else {
+      CLT_TRY(clt_allreduce_run(dp->plans[b], grads + lo));
+    }
+    dp->comm_s += clt__now() - t0;
+  }
+fail:
+  free(half);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
 }
 

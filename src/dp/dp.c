@@ -17,6 +17,7 @@ int clt__dp_create(clt_comm *comm, int nlocal, clt__dp **out) {
   dp->rank = clt_comm_rank(comm);
   dp->nranks = clt_comm_size(comm);
   dp->nlocal = nlocal;
+  dp->probed = -1;
   counts = clt__calloc(dp->nranks, sizeof *counts);
   dp->rank_first = clt__calloc(dp->nranks, sizeof *dp->rank_first);
   dp->rank_count = clt__calloc(dp->nranks, sizeof *dp->rank_count);
@@ -52,6 +53,12 @@ void clt__dp_destroy(clt__dp *dp) {
   free(dp->shares);
   free(dp->throughput);
   free(dp->local_rate);
+  free(dp->cost);
+  free(dp->fixed_s);
+  free(dp->per_sample_s);
+  free(dp->probe_gap);
+  free(dp->probe_at);
+  free(dp->obs);
   free(dp);
 }
 

@@ -8,7 +8,7 @@
  *   agree.c    agreement across ranks: the model and options at create,
  *              and CRC32s of every replica's parameters during training;
  *   balance.c  the split of the global batch (shares) and its rebalancing
- *              from measured throughput;
+ *              from each replica's fitted fixed and per-sample cost;
  *   zero.c     ZeRO stage 1: the shards, their plans, the parameter
  *              allgather and the state's gather for checkpoints;
  *   buckets.c  gradient buckets laid out from the parameter ranges each
@@ -46,34 +46,77 @@ int clt__dp_first_replica(const clt__dp *dp); /* global index of this rank's fir
 int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train_options *o);
 /* Collective: every replica of every rank holds the same parameters (CRC32
  * of the f32 arena); CLT_EMISMATCH naming the first that differs. `step`
- * is for the message. */
-int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, int64_t step);
+ * is for the message. Local replicas with skip[i] (NULL: none) sat out
+ * steps and become a bitwise copy of a checked one before they are read:
+ * they are not read here; when all are skipped, host_params (the model a
+ * rank that sits out keeps on the host) stands for them. */
+int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const uint8_t *skip,
+                           const float *host_params, int64_t step);
 
 /* ---- balancing (balance.c) ---- */
 
+/* A replica's time for its part of a micro-batch of n > 0 samples:
+ * fixed_s + per_sample_s * n seconds; shares_seen 0: no model yet. */
+typedef struct clt__cost {
+  double fixed_s, per_sample_s;
+  int shares_seen; /* distinct shares the fit saw */
+} clt__cost;
+
+/* Pure: the least-squares fit of fixed + per-sample cost to n runs of
+ * shares[k] samples in seconds[k] (non-positive entries are skipped), each
+ * distinct share taken at the median of its times. With one share seen,
+ * the time is taken as proportional (fixed 0), and the slope leans towards
+ * that until the shares seen span a quarter of the largest; neither cost
+ * comes out negative. */
+int clt__cost_fit(int n, const int64_t *shares, const double *seconds, clt__cost *out);
+/* Pure: integer shares of total (summing to it, each >= min_share, 0
+ * allowed) that minimise the largest predicted time over the R replicas,
+ * ties to the lower index; the same bits on every machine (integer
+ * picoseconds). */
+int clt__shares_minmax(int R, const clt__cost *costs, int64_t total, int64_t min_share, int64_t *shares);
+/* The largest predicted time of those shares, picoseconds. */
+int64_t clt__shares_predict_ps(int R, const clt__cost *costs, const int64_t *shares, int64_t total);
+
 /* The first split of a global micro-batch of micro_batch samples over the
- * job's replicas, from o->balance (equal, weights; auto starts equal). */
+ * job's replicas, from o->balance (equal, weights; auto starts equal), and
+ * auto's floor (o->balance_min_share, checked against the micro-batch). */
 int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_batch);
-/* Per global replica: its share of a full global micro-batch. */
+/* Per global replica: its share of a full global micro-batch (may be 0). */
 const int64_t *clt__dp_shares(const clt__dp *dp);
 /* Shares from elsewhere (a checkpoint): one per global replica, summing to
- * the micro-batch. */
-void clt__dp_set_shares(clt__dp *dp, const int64_t *shares);
+ * the micro-batch, each at least the floor; else CLT_EINVAL and nothing
+ * changes. */
+int clt__dp_set_shares(clt__dp *dp, const int64_t *shares);
+/* (Collective when it changes who takes part: call it on every rank.) */
 /* Where local replica i's slice starts in a full global micro-batch. */
 int64_t clt__dp_slice_start(const clt__dp *dp, int i);
 /* Split n samples of this rank over its replicas in proportion to their
- * shares (largest remainder; some may get 0): counts[nlocal]. */
+ * shares (largest remainder; some may get 0; all at 0: the first takes them):
+ * counts[nlocal]. */
 int clt__dp_split_local(const clt__dp *dp, int64_t n, int64_t *counts);
 /* Local replica i ran n samples of a recorded run in `seconds` of device
- * time (0: unknown): fold it into its smoothed throughput. */
+ * time (0: unknown): fold it into its throughput and its cost model. */
 void clt__dp_note_run(clt__dp *dp, int i, int64_t n, double seconds);
-/* Collective: every replica's smoothed throughput, to clt__dp_throughput. */
+/* A step took `seconds` of wall time (all of it: compute, exchange,
+ * update, waits), for the balancer's measured comparison of sets of
+ * replicas. */
+void clt__dp_note_step(clt__dp *dp, double seconds);
+/* Collective: every replica's smoothed throughput and cost model, to
+ * clt__dp_throughput and clt__dp_costs. */
 int clt__dp_gather_rates(clt__dp *dp);
 /* Per global replica: samples per second (0: not measured). */
 const double *clt__dp_throughput(const clt__dp *dp);
-/* Collective: gather, then new shares in proportion to throughput (every
- * rank computes the same ones). *changed says whether they moved. */
-int clt__dp_rebalance(clt__dp *dp, int *changed);
+/* Per global replica: its cost model as last gathered. */
+const clt__cost *clt__dp_costs(const clt__dp *dp);
+/* The same as two arrays (fixed, per sample; seconds), valid as long as dp. */
+void clt__dp_cost_arrays(const clt__dp *dp, const double **fixed_s, const double **per_sample_s);
+/* Whether --balance auto re-splits after step steps_done: every
+ * balance_every steps, and right after a probe. The same on every rank. */
+int clt__dp_rebalance_due(const clt__dp *dp, int64_t steps_done);
+/* Collective: gather, then the min-max shares of the cost models (every
+ * rank computes the same ones), with a replica at 0 probed now and then.
+ * *changed says whether they moved. */
+int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed);
 
 /* ---- gradient buckets (buckets.c) ---- */
 
@@ -98,16 +141,35 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
 void clt__bucket_layout_free(clt__bucket_layout *b);
 
 /* Collective: buckets of about bucket_mb MiB for the model, with one
- * all-reduce plan each when the job has more than one replica (under ZeRO
- * reduce-scatter and allgather plans, and this rank's shard: zero.c);
- * under CLT_F16 gradients travel as f16. Before the replicas are made, so
- * that they hold state for the shard only; clt__dp_buckets_attach then
- * sets the buckets on them. */
+ * all-reduce plan each for the replicas taking part when the job has more
+ * than one replica (under ZeRO reduce-scatter and allgather plans, and this
+ * rank's shard: zero.c); under CLT_F16 gradients travel as f16. Before the
+ * replicas are made, so that they hold state for the shard only;
+ * clt__dp_buckets_attach then sets the buckets on them (reps[nlocal]). */
 int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision);
-/* Collective: sum the gradients of every replica of every rank into each
- * of them, bucket by bucket as the recorded backward pass completes them
+int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps);
+/* Whether local replica i takes part in steps under the current shares:
+ * it has a share. One that does not sits steps out: no work, no exchange,
+ * no update (the trainer brings it up to date before anything reads it).
+ * A function of the shares alone, so every rank knows every rank's. Under
+ * ZeRO every replica always takes part (the floor is 1: trainer.c). */
+int clt__dp_active(const clt__dp *dp, int i);
+/* Every replica of this rank is at 0: the rank sits out. It still joins
+ * each all-reduce, from the host (clt__dp_exchange_host), and keeps the
+ * model on the host meanwhile (the trainer). */
+int clt__dp_sits_out(const clt__dp *dp);
+/* Collective when the shares changed who takes part: the all-reduce plans
+ * for the replicas taking part now (balance.c calls it). */
+int clt__dp_replan(clt__dp *dp);
+/* Collective: sum the gradients of every replica taking part of every rank
+ * into each of them, bucket by bucket as the recorded backward pass completes them
  * (it may still be running). `step` (1-based) is for messages. */
 int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step);
+/* Collective: the exchange of a rank that sits out: its gradient in
+ * grads (P floats: zeros, or what its replica ran of its own samples in
+ * clt_trainer_step) summed with every other rank's in place, bucket by
+ * bucket on the host, with the same bits as the device exchange. */
+int clt__dp_exchange_host(clt__dp *dp, float *grads, int64_t step);
 /* Seconds spent in the exchange, and those while some backward still ran,
  * since the last reset; reset zeroes them. */
 void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);

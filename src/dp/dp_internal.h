@@ -7,6 +7,17 @@
 
 #include "dp/dp.h"
 
+/* A local replica's recent recorded runs (a ring of the newest). */
+#define CLT__COST_WINDOW 32
+#define CLT__SETS 16
+typedef struct clt__cost_obs {
+  int64_t n[CLT__COST_WINDOW];
+  double t[CLT__COST_WINDOW];
+  int count, next;
+  int warm;          /* its first run (not counted) is behind it */
+  int probe_pending; /* its next run is a probe: compare it with the model */
+} clt__cost_obs;
+
 struct clt__dp {
   clt_comm *comm;              /* the trainer's; not owned */
   int rank, nranks;
@@ -17,20 +28,41 @@ struct clt__dp {
   int *rank_first;             /* per rank: global index of its first replica */
   int *rank_count;             /* per rank: its replicas */
 
-  /* balance.c: per global replica, its share of the global micro-batch and
-   * its smoothed throughput (samples/s, 0: not measured); per local
-   * replica, its own smoothed rate. */
+  /* balance.c: the split of a global micro-batch. Per global replica:
+   * its share, its smoothed throughput (samples/s, 0: not measured), its
+   * cost model (gathered fits), and for one at 0 samples the gap to its
+   * next probe (in rebalances) and the step it is due. Per local replica:
+   * its own smoothed rate and its recent runs. */
   int64_t micro_batch;
+  int auto_balance;
+  int64_t every;               /* --balance-every */
+  int64_t min_share;           /* --balance-min-share (auto) */
   int64_t *shares;
   double *throughput;
+  clt__cost *cost;
+  double *fixed_s, *per_sample_s; /* the same, as arrays for the step events */
+  int64_t *probe_gap, *probe_at;
+  int probed;                  /* the replica probed in the step after the last rebalance, or -1 */
   double *local_rate;
+  clt__cost_obs *obs;
+  /* What the steps measured: the wall time of a step (the slowest rank's)
+   * per set of replicas taking part (a bit mask), and this window's sum.
+   * A model knows each replica alone; these catch what it cannot see,
+   * such as two devices slowing each other on shared cores. */
+  struct { uint64_t mask; double wall; int64_t stamp; } sets[CLT__SETS];
+  int nsets;
+  double wall_sum;
+  int64_t wall_steps, rebalances;
+  int skip_wall;               /* the first step after new shares (prefetchers refill, replicas catch up) */
+  int exploring;               /* this window tries a set the model did not choose */
 
   /* buckets.c: the layout, an all-reduce plan per bucket (NULL with one
    * replica in the job), and the time the exchange took. */
   clt__bucket_layout buckets;
-  clt_allreduce_plan **plans;
-  double comm_s, comm_hidden_s;
+  clt_allreduce_plan **plans;  /* for plan_replicas replicas: those taking part (clt__dp_active) */
+  int plan_replicas;
   int wire;                    /* gradients travel as f16 */
+  double comm_s, comm_hidden_s;
 
   /* zero.c: ZeRO stage 1 (0: off, and on one rank). Per bucket a
    * reduce-scatter plan of the gradients (instead of plans[], unless the

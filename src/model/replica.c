@@ -388,11 +388,21 @@ fail:
 
 double clt__replica_run_time(clt__replica *r) {
   if (!r->end_ev || clt__wait_event(r->ctx, r->end_ev, r->timeout_s, "the training step") < 0) return 0;
+  /* The device's own clock between the run's two markers, when it has one
+   * that is plausible (within the host's view of the run): the host's
+   * view can include a wait for other ranks (below). */
+  int64_t now = now_ns();
+  cl_ulong s = 0, e = 0;
+  if (r->start_ev && clGetEventProfilingInfo(r->start_ev, CL_PROFILING_COMMAND_END, sizeof s, &s, NULL) == CL_SUCCESS &&
+      clGetEventProfilingInfo(r->end_ev, CL_PROFILING_COMMAND_END, sizeof e, &e, NULL) == CL_SUCCESS && e > s &&
+      (double)(e - s) <= (double)(now - r->run_start_ns))
+    return (double)(e - s) * 1e-9;
   /* The callback runs on a driver thread, when the driver gets to it:
    * NVIDIA's was seen 20 ms late, and waiting for it cut a training step's
-   * speed by 10. Without it yet, the run ended before now. */
+   * speed by 10. Without it yet, the run ended before now (which, read
+   * after the gradient exchange, includes waiting for the other ranks). */
   int64_t end = atomic_load(&r->run_end_ns);
-  if (end == 0) end = now_ns();
+  if (end == 0) end = now;
   return end > r->run_start_ns ? (double)(end - r->run_start_ns) * 1e-9 : 0;
 }
 
@@ -462,6 +472,7 @@ void clt__replica_destroy(clt__replica *r) {
              "replica's memory is left allocated", r->ctx->info.name);
     return;
   }
+  clt__replica_poll_cancel(r);
   if (r->prof_fwd) report_profile(r);
   free(r->prof_fwd);
   free(r->prof_bwd);
@@ -741,13 +752,8 @@ fail:
   return rc;
 }
 
-int clt__replica_read_loss(clt__replica *r, float *loss, double *metric) {
-  int rc = CLT_OK;
-  cl_event ev = NULL;
-  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &ev));
-  CLT_CL_TRY(clFlush(r->ctx->queue));
-  CLT_TRY(clt__wait_event(r->ctx, ev, r->timeout_s, "the forward and backward pass and its loss"));
-  clReleaseEvent(ev);
+/* The loss and metric from loss_host. */
+static void unpack_loss(const clt__replica *r, float *loss, double *metric) {
   memcpy(loss, r->loss_host, 4);
   if (is_regression(r->spec)) {
     float sq;
@@ -758,6 +764,46 @@ int clt__replica_read_loss(clt__replica *r, float *loss, double *metric) {
     memcpy(&correct, r->loss_host + 4, 4);
     *metric = correct;
   }
+}
+
+int clt__replica_poll_loss(clt__replica *r, int *ready, float *loss, double *metric) {
+  int rc = CLT_OK;
+  *ready = 0;
+  if (!r->loss_ev) {
+    CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &r->loss_ev));
+    CLT_CL_TRY(clFlush(r->ctx->queue));
+  }
+  cl_int st = CL_COMPLETE;
+  CLT_CL_TRY(clGetEventInfo(r->loss_ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+  if (st < 0) {
+    rc = clt__error(clt__cl_status(st), "the forward pass on %s failed with %s", r->ctx->info.name,
+                    clt__cl_error_name(st));
+    goto fail;
+  }
+  if (st != CL_COMPLETE) return CLT_OK;
+  clReleaseEvent(r->loss_ev), r->loss_ev = NULL;
+  unpack_loss(r, loss, metric);
+  *ready = 1;
+  return CLT_OK;
+fail:
+  if (r->loss_ev) clReleaseEvent(r->loss_ev), r->loss_ev = NULL;
+  return clt__error_prefix(rc, "reading the loss from %s", r->ctx->info.name);
+}
+
+void clt__replica_poll_cancel(clt__replica *r) {
+  if (!r->loss_ev) return;
+  clWaitForEvents(1, &r->loss_ev); /* it writes into r */
+  clReleaseEvent(r->loss_ev), r->loss_ev = NULL;
+}
+
+int clt__replica_read_loss(clt__replica *r, float *loss, double *metric) {
+  int rc = CLT_OK;
+  cl_event ev = NULL;
+  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->scalars, CL_FALSE, 0, 8, r->loss_host, 0, NULL, &ev));
+  CLT_CL_TRY(clFlush(r->ctx->queue));
+  CLT_TRY(clt__wait_event(r->ctx, ev, r->timeout_s, "the forward and backward pass and its loss"));
+  clReleaseEvent(ev);
+  unpack_loss(r, loss, metric);
   return CLT_OK;
 fail:
   if (ev) clReleaseEvent(ev);

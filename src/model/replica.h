@@ -50,6 +50,7 @@ struct clt__replica {
   int64_t *bucket_lo, *bucket_hi; /* per bucket: its gradient range [lo, hi) */
   cl_event *bucket_ev;         /* per bucket, from the last recorded run */
   cl_event start_ev, end_ev;   /* around the last recorded run */
+  cl_event loss_ev;            /* clt__replica_poll_loss's read in flight, or NULL */
   /* Wall time of the last recorded run, from its enqueueing to the end
    * marker's completion callback (profiling clocks are not reliable on
    * every driver). Nanoseconds; the callback runs on a driver thread. */
@@ -117,6 +118,13 @@ void clt__replica_set_timeout(clt__replica *r, double timeout_s);
  * that does not finish within the timeout: CLT_ETIMEDOUT, and the replica
  * can then only be destroyed). */
 int clt__replica_read_loss(clt__replica *r, float *loss, double *metric);
+/* The same without waiting: the first call enqueues the read; *ready is
+ * 0 until it is done, then 1 with loss and *metric set (the next call
+ * starts a new read). A failed run is its error. Another replica's work
+ * can go on meanwhile (evaluation on all of a process's devices at once). */
+int clt__replica_poll_loss(clt__replica *r, int *ready, float *loss, double *metric);
+/* Drop a poll's read in flight (after a failure elsewhere): waits for it. */
+void clt__replica_poll_cancel(clt__replica *r);
 
 /* Buckets (src/dp/buckets.c lays them out): bucket b is the gradient range
  * [lo[b], hi[b]), complete once the backward of layer closed_at[b] is done

@@ -595,7 +595,7 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
     int ok = 1;
     for (int r = 0; r < t->nreplicas; r++) {
       json_t *e = json_array_get(sh, (size_t)r);
-      ok &= json_is_integer(e) && json_integer_value(e) >= 1;
+      ok &= json_is_integer(e) && json_integer_value(e) >= t->opts.balance_min_share;
       shares[r] = ok ? json_integer_value(e) : 0;
       sum += shares[r];
     }
@@ -640,7 +640,9 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
     if (!(state = shard_state = clt__calloc((size_t)(per * params) + 1, sizeof *state))) return CLT_ENOMEM;
     clt__dp_scatter_state(t->dp, payload + P, per, P, state);
   }
+  t->sitting = 0; /* every replica takes it all: none is stale */
   for (int i = 0; i < t->nlocal; i++) {
+    t->stale[i] = 0;
     clt_tensor p = clt__replica_params(t->rep[i]), s = clt__replica_state(t->rep[i]);
     CLT_TRY(clt_tensor_upload(t->ctx[i], &p, payload, (size_t)P * sizeof *payload));
     if (per) CLT_TRY(clt_tensor_upload(t->ctx[i], &s, state, (size_t)(per * params) * sizeof *payload));
@@ -673,7 +675,7 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
     t->run_id[0] = 0, new_run_id(t->run_id, sizeof t->run_id);
   t->run_branch = h->steps_done;
   t->run_started = now_ns();
-  if (h->nshares == t->nreplicas) clt__dp_set_shares(t->dp, shares);
+  if (h->nshares == t->nreplicas) CLT_TRY(clt__dp_set_shares(t->dp, shares)); /* checked when read; collective */
   return CLT_OK;
 fail:
   free(shard_state);

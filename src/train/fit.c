@@ -108,6 +108,7 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->nreplicas = t->nreplicas;
   ev->shares = clt__dp_shares(t->dp);
   ev->throughput = clt__dp_throughput(t->dp);
+  if (o->balance == CLT_BALANCE_AUTO) clt__dp_cost_arrays(t->dp, &ev->fixed_s, &ev->per_sample_s);
   ev->loss_scale = t->loss_scale;
   ev->skipped = t->skipped;
   c->window_t = tn;
@@ -123,10 +124,10 @@ typedef struct sinks {
 /* The event's scalars for TensorBoard, named as in the JSON Lines (an
  * epoch's under epoch/). */
 static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
-  enum { FIXED = 12, MAX_TAGS = FIXED + 2 * 64 };
+  enum { FIXED = 12, MAX_TAGS = FIXED + 4 * 64 };
   const char *tags[MAX_TAGS];
   double v[MAX_TAGS];
-  char names[2 * 64][32];
+  char names[4 * 64][32];
   int n = 0, step = ev->kind == CLT_EVENT_STEP;
 #define TB(tag, x) (tags[n] = (tag), v[n++] = (x))
   TB(step ? "loss" : "epoch/loss", ev->loss);
@@ -146,6 +147,12 @@ static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
       snprintf(names[2 * r + 1], sizeof names[0], "replica%d/samples_per_s", r);
       TB(names[2 * r], (double)ev->shares[r]);
       TB(names[2 * r + 1], ev->throughput[r]);
+    }
+    for (int r = 0; ev->fixed_s && ev->per_sample_s && r < ev->nreplicas && r < 64; r++) {
+      snprintf(names[128 + 2 * r], sizeof names[0], "replica%d/fixed_s", r);
+      snprintf(names[128 + 2 * r + 1], sizeof names[0], "replica%d/per_sample_s", r);
+      TB(names[128 + 2 * r], ev->fixed_s[r]);
+      TB(names[128 + 2 * r + 1], ev->per_sample_s[r]);
     }
   }
 #undef TB
@@ -185,6 +192,20 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
     }
     json_object_set_new(o, "shares", sh);
     json_object_set_new(o, "throughput", tp);
+    /* the replicas at 0 samples, said outright; and auto's cost models */
+    json_t *idle = json_array();
+    for (int r = 0; r < ev->nreplicas; r++)
+      if (ev->shares[r] == 0) json_array_append_new(idle, json_integer(r));
+    json_object_set_new(o, "idle_replicas", idle);
+    if (ev->fixed_s && ev->per_sample_s) {
+      json_t *fx = json_array(), *ps = json_array();
+      for (int r = 0; r < ev->nreplicas; r++) {
+        json_array_append_new(fx, num(ev->fixed_s[r]));
+        json_array_append_new(ps, num(ev->per_sample_s[r]));
+      }
+      json_object_set_new(o, "fixed_s", fx);
+      json_object_set_new(o, "per_sample_s", ps);
+    }
     json_object_set_new(o, "loss_scale", num(ev->loss_scale));
     json_object_set_new(o, "skipped", json_integer(ev->skipped));
   } else {

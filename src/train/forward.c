@@ -27,6 +27,7 @@ static int forward_on(clt_trainer *t, const char *fn, const float *x, const int3
   if (!x || !out || n < 1)
     return clt__error(CLT_EINVAL, "%s needs inputs, an output buffer and n >= 1 (n = %lld)", fn, (long long)n);
   if (t->nlocal < 1) return clt__error(CLT_EINVAL, "%s: this rank has no replica", fn);
+  if ((rc = clt__trainer_sync_replicas(t, 0)) < 0) return rc; /* replica 0 may have sat out steps */
   if (regression && y)
     return clt__error(CLT_EINVAL, "%s: y is int32 labels, but the model is a regression model (loss %s) and takes "
                       "float targets: call clt_trainer_forward_targets", fn, clt_loss_name((clt_loss_kind)s->loss));
@@ -122,6 +123,7 @@ static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int
   int64_t P = clt_model_param_count(t->model), B = t->micro_batch, labels = 0;
   double sum = 0;
   if ((rc = check_gradient_args(t, fn, x, y, targets, n, grad, count, &labels)) < 0) return rc;
+  if ((rc = clt__trainer_sync_replicas(t, 0)) < 0) return rc; /* replica 0 may have sat out steps */
   clt__replica *r = t->rep[0];
 
   /* The backward accumulates the gradient of the SUMMED loss (scaled by the

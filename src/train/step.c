@@ -12,6 +12,11 @@
  *                                       optimizer step on every replica, identically
  *   after_update                        replica CRC checks and rebalancing when due
  *
+ * A replica may have 0 samples of a micro-batch (the balancer gave it none,
+ * or a partial batch left it none): it runs nothing, records the markers
+ * the exchange waits on (its gradient stays 0), and takes the update with
+ * the others, so its parameters and optimizer state stay theirs bit for bit.
+ *
  * The micro-batches come from a source: fit.c's prefetchers, or here the
  * caller's own batch (clt_trainer_step with labels, clt_trainer_step_targets
  * with a regression model's float targets, both through step_on; DDP-style:
@@ -29,7 +34,9 @@
  * every layer before, so the culprit is the last layer with one. */
 static int nonfinite_layer(clt_trainer *t) {
   const clt_model_spec *s = t->model->spec;
-  clt_tensor grads = clt__replica_grads(t->rep[0]);
+  int lead = clt__trainer_lead(t);
+  if (t->sitting) goto any; /* the sum is on the host */
+  clt_tensor grads = clt__replica_grads(t->rep[lead]);
   for (int i = s->nlayers - 1; i >= 1; i--) {
     clt__param_range r[8];
     int nr = clt__model_grad_ranges(t->model, i, r, 8), bad = 0;
@@ -38,7 +45,7 @@ static int nonfinite_layer(clt_trainer *t) {
       clt_tensor g;
       float ss = 0;
       bad = n > 0 && clt_tensor_view(grads.buf, grads.offset + (size_t)r[k].lo * 4, CLT_F32, 1, &n, &g) == CLT_OK &&
-            clt_sumsq(t->ctx[0], &g, &ss) == CLT_OK && !isfinite(ss);
+            clt_sumsq(t->ctx[lead], &g, &ss) == CLT_OK && !isfinite(ss);
     }
     if (!bad) continue;
     const clt_layer_spec *l = &s->layers[i];
@@ -46,6 +53,7 @@ static int nonfinite_layer(clt_trainer *t) {
                       "rate (%g) or clip gradients (--clip)", s->name, l->line, clt__layer_kind_name(l),
                       clt_schedule_lr(&t->opts.schedule, t->steps_done));
   }
+any:
   return clt__error(CLT_ENONFINITE, "the gradient is not finite (inf or NaN); lower the learning rate or clip "
                     "gradients (--clip)");
 }
@@ -78,8 +86,15 @@ static int skip_step(clt_trainer *t, int *skipped) {
  * order, the same on every rank; an inf or NaN anywhere reaches all). */
 static int gradient_sumsq(clt_trainer *t, float *ss) {
   int rc = CLT_OK;
-  clt_tensor g = clt__replica_grads(t->rep[0]);
-  if (!clt__dp_zero_sharded_grads(t->dp)) return clt_sumsq(t->ctx[0], &g, ss);
+  if (t->sitting) { /* the sum is on the host */
+    double acc = 0;
+    for (int64_t k = 0, P = clt_model_param_count(t->model); k < P; k++) acc += (double)t->sit_grads[k] * t->sit_grads[k];
+    *ss = (float)acc;
+    return CLT_OK;
+  }
+  int lead = clt__trainer_lead(t);
+  clt_tensor g = clt__replica_grads(t->rep[lead]);
+  if (!clt__dp_zero_sharded_grads(t->dp)) return clt_sumsq(t->ctx[lead], &g, ss);
   int n;
   int64_t params;
   const clt__shard_range *s = clt__dp_shard(t->dp, &n, &params);
@@ -88,7 +103,7 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
     clt_tensor r;
     float part = 0;
     CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &r));
-    CLT_TRY(clt_sumsq(t->ctx[0], &r, &part));
+    CLT_TRY(clt_sumsq(t->ctx[lead], &r, &part));
     v[0] += part;
   }
   CLT_TRY(clt__trainer_sum(t, v, 1));
@@ -144,6 +159,8 @@ fail:
  * instead (the gradient was not finite). */
 static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skipped) {
   int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  const clt_optimizer_config *cfg = &t->opts.optimizer;
   float scale = 1.0f / (float)labels;
   *grad_norm = NAN;
   *skipped = 0;
@@ -180,17 +197,34 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
 
   float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
   int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
-  for (int i = 0; i < t->nlocal; i++) CLT_TRY(step_replica(t, i, step, lr, scale)); /* this rank's shard */
-  CLT_TRY(clt__dp_allgather_params(t->dp, t->rep, t->steps_done + 1));            /* ZeRO: everyone's */
+  if (t->sitting) { /* the host's model: the same bits as the devices' step (clt_optimizer_step_host_masked) */
+    clt_optimizer_step_host_masked(cfg, step, lr, scale, t->sit_params, t->sit_grads, t->sit_state, (size_t)P,
+                                   t->decay_host);
+    for (int i = 0; i < t->nlocal; i++) t->stale[i] = 1;
+  }
+  for (int i = 0; !t->sitting && i < t->nlocal; i++) {
+    if (!clt__dp_active(t->dp, i)) { /* it sat the step out: up to date before it is read */
+      t->stale[i] = 1;
+      continue;
+    }
+    CLT_TRY(step_replica(t, i, step, lr, scale)); /* this rank's shard */
+  }
+  CLT_TRY(clt__dp_allgather_params(t->dp, t->rep, t->steps_done + 1)); /* ZeRO: everyone's */
   t->steps_done++;
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "optimizer step %lld", (long long)t->steps_done + 1);
 }
 
+/* A replica at 0 samples sits the step out (clt__dp_active): it would
+ * only add a zero gradient and repeat the others' update, and a device's
+ * fixed cost per command would make even that the slowest part of the
+ * step. It is brought up to date when it takes part again, or is read. */
 static int zero_grads(clt_trainer *t) {
   int rc = CLT_OK;
-  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
+  CLT_TRY(clt__trainer_sync_replicas(t, 1));
+  for (int i = 0; i < t->nlocal; i++)
+    if (clt__dp_active(t->dp, i)) CLT_TRY(clt__replica_zero_grads(t->rep[i]));
 fail:
   return rc;
 }
@@ -199,15 +233,21 @@ fail:
  * run (the step's last micro-batch) marks its buckets for the exchange; a
  * replica with nothing in it (a partial batch, a rank with few samples)
  * records the markers alone. */
-static int forward_backward(clt_trainer *t, const clt__slice *s, int record) {
+static int forward_backward(clt_trainer *t, const clt__slice *s, int record, uint8_t *ran) {
   int rc = CLT_OK;
   for (int i = 0; i < t->nlocal; i++) {
-    clt__pass pass = {.train = 1, .record = record, .seed = t->opts.seed, .step = s[i].dropout_step,
+    if (!clt__dp_active(t->dp, i) && !(t->sitting && s[i].n > 0)) continue; /* its slices are empty */
+    if (t->sitting && !ran[i]) { /* a rank that sits out runs its own samples of clt_trainer_step */
+      CLT_TRY(clt__trainer_sync_replicas(t, 0));
+      CLT_TRY(clt__replica_zero_grads(t->rep[i]));
+      ran[i] = 1;
+    }
+    clt__pass pass = {.train = 1, .record = record && !t->sitting, .seed = t->opts.seed, .step = s[i].dropout_step,
                       .global_first = s[i].global_first, .loss_scale = (float)t->loss_scale,
                       .targets = s[i].targets};
     if (s[i].n > 0)
       CLT_TRY(clt__replica_run(t->rep[i], s[i].x, s[i].y, s[i].n, &pass));
-    else if (record)
+    else if (pass.record)
       CLT_TRY(clt__replica_record_empty(t->rep[i]));
   }
 fail:
@@ -225,8 +265,24 @@ static int read_losses(clt_trainer *t, const clt__slice *s, int recorded, double
     CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
     sums[0] += l;
     sums[1] += c;
-    if (recorded) clt__dp_note_run(t->dp, i, s[i].n, clt__replica_run_time(t->rep[i]));
+    if (recorded && !t->sitting) clt__dp_note_run(t->dp, i, s[i].n, clt__replica_run_time(t->rep[i]));
   }
+fail:
+  return rc;
+}
+
+/* A rank that sits out: its part of the sum (zeros, or the gradient its
+ * first replica ran of its own samples) through the host exchange. */
+static int exchange_sitting(clt_trainer *t, const uint8_t *ran) {
+  int rc = CLT_OK;
+  int64_t P = clt_model_param_count(t->model);
+  memset(t->sit_grads, 0, (size_t)P * sizeof *t->sit_grads);
+  for (int i = 0; i < t->nlocal; i++)
+    if (ran[i]) {
+      clt_tensor g = clt__replica_grads(t->rep[i]);
+      CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->sit_grads, (size_t)P * sizeof *t->sit_grads));
+    }
+  CLT_TRY(clt__dp_exchange_host(t->dp, t->sit_grads, t->steps_done + 1));
 fail:
   return rc;
 }
@@ -237,10 +293,10 @@ static int after_update(clt_trainer *t, int *shares_changed) {
   int rc = CLT_OK;
   const clt_train_options *o = &t->opts;
   *shares_changed = 0;
-  if (o->check_every > 0 && t->steps_done % o->check_every == 0)
-    CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->steps_done));
-  if (o->balance == CLT_BALANCE_AUTO && t->steps_done % o->balance_every == 0)
-    CLT_TRY(clt__dp_rebalance(t->dp, shares_changed));
+  if (o->check_every > 0 && t->steps_done % o->check_every == 0) {
+    CLT_TRY(clt__dp_check_replicas(t->dp, t->rep, t->stale, t->sitting ? t->sit_params : NULL, t->steps_done));
+  }
+  if (clt__dp_rebalance_due(t->dp, t->steps_done)) CLT_TRY(clt__dp_rebalance(t->dp, t->steps_done, shares_changed));
 fail:
   return rc;
 }
@@ -249,18 +305,21 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
   int rc = CLT_OK, last = 0;
   double sums[3] = {0, 0, 0}; /* loss, correct, rank 0's gradient norm: this rank's, then all */
   clt__slice *slices = clt__calloc(t->nlocal, sizeof *slices);
-  if (!slices) return CLT_ENOMEM;
+  uint8_t *ran = clt__calloc(t->nlocal, sizeof *ran); /* a rank that sits out: replicas that ran its samples */
+  if (!slices || !ran) { free(slices), free(ran); return CLT_ENOMEM; }
   memset(st, 0, sizeof *st);
+  double t0 = clt__now();
 
   CLT_TRY(zero_grads(t));
   for (int k = 0; !last; k++) { /* micro-batches; gradients accumulate */
     int64_t labels;
     CLT_TRY(src->next(src->self, t, k, slices, &labels, &last)); /* every replica's slice */
-    CLT_TRY(forward_backward(t, slices, last));                  /* forward, loss, backward: enqueued */
-    if (last) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* while backward runs */
+    CLT_TRY(forward_backward(t, slices, last, ran));             /* forward, loss, backward: enqueued */
+    if (last && !t->sitting) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* while backward runs */
     CLT_TRY(read_losses(t, slices, last, sums));
     st->labels += labels;
   }
+  if (t->sitting) CLT_TRY(exchange_sitting(t, ran));
   CLT_TRY(update(t, st->labels, &st->grad_norm, &st->skipped)); /* mean over the global labels */
 
   if (t->rank == 0) sums[2] = st->grad_norm;
@@ -274,9 +333,10 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
                     "gradients (--clip)", (long long)t->steps_done, clt_schedule_lr(&t->opts.schedule, t->steps_done - 1));
     goto fail;
   }
+  clt__dp_note_step(t->dp, clt__now() - t0); /* the balancer compares measured steps too */
   CLT_TRY(after_update(t, &st->shares_changed));
 fail:
-  free(slices);
+  free(slices), free(ran);
   return rc;
 }
 

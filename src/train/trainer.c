@@ -60,6 +60,13 @@ static int check_options(const clt_train_options *o) {
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
+  if (o->balance_min_share < 0)
+    return clt__error(CLT_EINVAL, "--balance-min-share must be 0 or more samples, not %lld",
+                      (long long)o->balance_min_share);
+  if (o->balance_min_share > 0 && o->balance != CLT_BALANCE_AUTO)
+    return clt__error(CLT_EINVAL, "--balance-min-share %lld is the floor of --balance auto; with --balance %s "
+                      "the shares are given (weights of 0 or more)", (long long)o->balance_min_share,
+                      o->balance == CLT_BALANCE_EQUAL ? "equal" : "weights");
   if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
   if (o->precision != CLT_F32 && o->precision != CLT_F16)
     return clt__error(CLT_EINVAL, "the precision must be fp32 or fp16, not %s", clt_dtype_name(o->precision));
@@ -198,6 +205,8 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   }
 
   int per = clt_optimizer_state_per_param(&o->optimizer);
+  t->stale = clt__calloc(t->nlocal, sizeof *t->stale);
+  if (!t->stale) { rc = CLT_ENOMEM; goto fail; }
   t->ctx = clt__calloc(t->nlocal, sizeof *t->ctx);
   t->rep = clt__calloc(t->nlocal, sizeof *t->rep);
   t->host_params = clt__calloc(t->nlocal, sizeof *t->host_params);
@@ -259,6 +268,8 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->host_state);
   free(t->host_grads);
   free(t->zero_state);
+  free(t->stale);
+  free(t->sit_params), free(t->sit_state), free(t->sit_grads);
   if (t->own_comm) clt_comm_destroy(t->comm);
   free(t->checkpoint_dir);
   free(t);
@@ -267,65 +278,94 @@ void clt_trainer_destroy(clt_trainer *t) {
 int64_t clt_trainer_steps_done(const clt_trainer *t) { return t->steps_done; }
 int clt_trainer_replicas(const clt_trainer *t) { return t->nreplicas; }
 
+int clt__trainer_lead(const clt_trainer *t) {
+  for (int i = 0; i < t->nlocal; i++)
+    if (clt__dp_active(t->dp, i)) return i;
+  return 0;
+}
+
+/* Replica src's parameters and optimizer state into params and state
+ * (from its host copies where its step runs on the host). */
+static int get_replica(clt_trainer *t, int src, float *params, float *state) {
+  int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = clt_model_param_count(t->model);
+  size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
+  clt_tensor p = clt__replica_params(t->rep[src]), s = clt__replica_state(t->rep[src]);
+  if (t->host_params[src]) memcpy(params, t->host_params[src], pb);
+  else CLT_TRY(clt_tensor_download(t->ctx[src], &p, params, pb));
+  if (per && t->host_params[src]) memcpy(state, t->host_state[src], sb);
+  else if (per) CLT_TRY(clt_tensor_download(t->ctx[src], &s, state, sb));
+fail:
+  return rc;
+}
+
+/* Replica dst takes params and state (its host copies too). */
+static int put_replica(clt_trainer *t, int dst, const float *params, const float *state) {
+  int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = clt_model_param_count(t->model);
+  size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
+  clt_tensor p = clt__replica_params(t->rep[dst]), s = clt__replica_state(t->rep[dst]);
+  CLT_TRY(clt_tensor_upload(t->ctx[dst], &p, params, pb));
+  if (per) CLT_TRY(clt_tensor_upload(t->ctx[dst], &s, state, sb));
+  if (t->host_params[dst]) {
+    memcpy(t->host_params[dst], params, pb);
+    if (per) memcpy(t->host_state[dst], state, sb);
+  }
+fail:
+  return rc;
+}
+
+/* The model a rank keeps on the host while it sits out, from a replica
+ * that is up to date; every replica is stale from now on. */
+static int start_sitting(clt_trainer *t) {
+  int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer), src = -1;
+  int64_t P = clt_model_param_count(t->model);
+  if (!t->sit_params && (!(t->sit_params = clt__calloc((size_t)P, sizeof(float))) ||
+                         !(t->sit_state = clt__calloc((size_t)P * (per ? per : 1), sizeof(float))) ||
+                         !(t->sit_grads = clt__calloc((size_t)P, sizeof(float)))))
+    return CLT_ENOMEM;
+  for (int i = 0; i < t->nlocal && src < 0; i++)
+    if (!t->stale[i]) src = i;
+  if (src < 0) return clt__error(CLT_EINVAL, "internal: no replica of this rank is up to date");
+  CLT_TRY(get_replica(t, src, t->sit_params, t->sit_state));
+  for (int i = 0; i < t->nlocal; i++) t->stale[i] = 1;
+  t->sitting = 1;
+fail:
+  return rc;
+}
+
+int clt__trainer_sync_replicas(clt_trainer *t, int only_active) {
+  int rc = CLT_OK, src = -1, per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = clt_model_param_count(t->model);
+  float *buf = NULL;
+  if (t->sitting != clt__dp_sits_out(t->dp) && only_active && !t->sitting) CLT_TRY(start_sitting(t));
+  for (int i = 0; i < t->nlocal && src < 0; i++)
+    if (!t->stale[i]) src = i;
+  const float *params = t->sit_params, *state = t->sit_state; /* while sitting out: the host's model */
+  if (!t->sitting && src >= 0) {
+    if (!(buf = clt__calloc((size_t)P * (size_t)(1 + per), sizeof *buf))) { rc = CLT_ENOMEM; goto fail; }
+    CLT_TRY(get_replica(t, src, buf, buf + P));
+    params = buf, state = buf + P;
+  }
+  for (int i = 0; (t->sitting || src >= 0) && i < t->nlocal; i++) {
+    if (!t->stale[i] || (only_active && !clt__dp_active(t->dp, i))) continue;
+    CLT_TRY(put_replica(t, i, params, state));
+    t->stale[i] = 0;
+  }
+  /* Back from sitting out: the replicas with work are up to date now. */
+  if (t->sitting && only_active && !clt__dp_sits_out(t->dp)) t->sitting = 0;
+fail:
+  free(buf);
+  return rc < 0 ? clt__error_prefix(rc, "bringing a replica that sat out steps up to date") : rc;
+}
+
 int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
   int64_t P = clt_model_param_count(t->model);
   if (count != P)
     return clt__error(CLT_EINVAL, "clt_trainer_params: the model has %lld parameters, not %lld", (long long)P,
                       (long long)count);
+  int rc = clt__trainer_sync_replicas(t, 0);
+  if (rc < 0) return rc;
   clt_tensor p = clt__replica_params(t->rep[0]);
   return clt_tensor_download(t->ctx[0], &p, out, (size_t)P * sizeof(float));
-}
-
-int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
-    return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
-                      "int32 class labels; evaluate it with clt_trainer_forward_targets",
-                      clt_loss_name(clt_model_loss(t->model)));
-  int rc = CLT_OK;
-  int64_t count = clt_dataset_count(ds), B = t->micro_batch, in = clt_model_input_size(t->model);
-  int64_t *idx = NULL;
-  float *x = NULL;
-  int32_t *y = NULL;
-  double sums[2] = {0, 0}; /* loss, correct */
-  int64_t lps = clt_model_labels_per_sample(t->model);
-  if (clt_dataset_sample_size(ds) != in)
-    rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
-                    clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
-  else if (clt_dataset_labels_per_sample(ds) != lps)
-    rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %lld (%s)", clt_dataset_path(ds),
-                    (long long)clt_dataset_labels_per_sample(ds), (long long)lps,
-                    lps == 1 ? "a classifier, and this is a token dataset" : "one per position");
-  /* As fit checks: a label past the model's scores would read past them. */
-  else if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
-    rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
-                    clt_dataset_path(ds), clt_dataset_num_classes(ds), clt_model_num_classes(t->model));
-  /* All ranks learn of a rank's bad data (they sum their results below). */
-  if ((rc = clt__trainer_all_ok(t, rc, "checking the evaluation set")) < 0) return rc;
-  idx = clt__calloc((size_t)B, sizeof *idx);
-  x = clt__calloc((size_t)(B * in), sizeof *x);
-  y = clt__calloc((size_t)(B * lps), sizeof *y);
-  if (!idx || !x || !y) { rc = CLT_ENOMEM; goto fail; }
-  /* Replica g of R takes samples [g*count/R, (g+1)*count/R). */
-  for (int i = 0; i < t->nlocal; i++) {
-    int g = t->first_replica + i;
-    int64_t lo = count * g / t->nreplicas, hi = count * (g + 1) / t->nreplicas;
-    for (int64_t at = lo; at < hi; at += B) {
-      int64_t n = hi - at < B ? hi - at : B;
-      for (int64_t k = 0; k < n; k++) idx[k] = at + k;
-      CLT_TRY(clt_dataset_get_batch(ds, idx, n, x, y));
-      clt__pass pass = {.train = 0, .global_first = at};
-      CLT_TRY(clt__replica_run(t->rep[i], x, y, n, &pass));
-      float l;
-      double c;
-      CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
-      sums[0] += l;
-      sums[1] += c;
-    }
-  }
-  CLT_TRY(clt__trainer_sum(t, sums, 2));
-  *loss = sums[0] / (double)(count * lps); /* the mean over labels, as training reports it */
-  *accuracy = sums[1] / (double)(count * lps);
-fail:
-  free(idx), free(x), free(y);
-  return rc < 0 ? clt__error_prefix(rc, "evaluating on %s", clt_dataset_path(ds)) : CLT_OK;
 }

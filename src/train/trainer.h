@@ -40,6 +40,15 @@ struct clt_trainer {
   /* ZeRO: the optimizer state of every rank's shard in the whole layout,
    * gathered for rank 0 to save (clt__checkpoint_gather_state); else NULL. */
   float *zero_state;
+  /* Per local replica: 1 when it sat out steps at 0 samples (no update:
+   * clt__dp_active) and has not been brought up to date since. */
+  uint8_t *stale;
+  /* While this rank sits out (clt__dp_sits_out: all its replicas at 0),
+   * the model lives on the host: parameters and optimizer state updated
+   * there from the host exchange's sum (every replica stale), and grads
+   * for that sum. */
+  int sitting;
+  float *sit_params, *sit_state, *sit_grads;
 
   /* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
    * the scale, clean steps since it last changed, skipped steps in a row
@@ -104,6 +113,14 @@ typedef struct clt__step_stats {
  * last one's backward, the update, and the checks and rebalancing due
  * after it. Collective. */
 int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__step_stats *st);
+
+/* Bring every stale local replica (or with `only_active`, those taking
+ * part in steps now) up to date: parameters and optimizer state copied
+ * bit for bit from one that is. Anything that reads a replica's state
+ * outside the step calls it first. */
+int clt__trainer_sync_replicas(clt_trainer *t, int only_active);
+/* The first local replica taking part in steps (it holds the step's sum). */
+int clt__trainer_lead(const clt_trainer *t);
 
 /* Sum small per-rank values over all ranks in rank order (the same bits
  * everywhere). */

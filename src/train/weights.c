@@ -121,6 +121,9 @@ int clt_trainer_load_weights(clt_trainer *t, const char *path) {
   /* Every rank learns rank 0's outcome (and its message), then takes its bits. */
   CLT_TRY(clt__trainer_share_status(t, rc));
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
+  /* every replica's optimizer state up to date first: only the parameters change */
+  CLT_TRY(clt__trainer_sync_replicas(t, 0));
+  t->sitting = 0;
   for (int i = 0; i < t->nlocal; i++) {
     clt_tensor p = clt__replica_params(t->rep[i]);
     CLT_TRY(clt_tensor_upload(t->ctx[i], &p, params, (size_t)P * sizeof *params));
