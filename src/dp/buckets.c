@@ -171,13 +171,15 @@ fail:
 
 int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
   int rc = CLT_OK, n = 0;
-  if (!dp->plans || !dp->plans[0]) return CLT_OK; /* one replica alone: its sum is its own */
+  /* One replica alone: its sum is its own. Under ZeRO the buckets are
+   * reduce-scattered instead (dp->rs), every replica taking part. */
+  if (!dp->rs && (!dp->plans || !dp->plans[0])) return CLT_OK;
   /* The replicas taking part (one at 0 samples sits the step out). */
   clt__replica **reps = clt__calloc(dp->nlocal, sizeof *reps);
   if (!reps) return CLT_ENOMEM;
   for (int i = 0; i < dp->nlocal; i++)
     if (clt__dp_active(dp, i)) reps[n++] = all_reps[i];
-  if (n != dp->plan_replicas) {
+  if (!dp->rs && n != dp->plan_replicas) {
     free(reps);
     return clt__error(CLT_EINVAL, "internal: step %lld has %d replicas taking part, the plans %d", (long long)step,
                       n, dp->plan_replicas);
