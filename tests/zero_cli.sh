@@ -80,5 +80,13 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
   else
     echo "FAIL: --zero 1 on 2 ranks:"; sed 's/^/  /' "$tmp/err"; fail=1
   fi
+  # Every replica steps its rank's shard: none may sit steps out.
+  expect fail "--zero 1 with a weight of 0" "--balance weight 2 is 0, but under --zero 1 every replica" -- \
+    sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 1 --balance 1,0
+  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 1 --balance auto --balance-every 1 >"$tmp/out" 2>"$tmp/err"; then
+    echo "ok: --zero 1 with --balance auto trains"
+  else
+    echo "FAIL: --zero 1 with --balance auto:"; sed 's/^/  /' "$tmp/err"; fail=1
+  fi
 fi
 exit $fail
