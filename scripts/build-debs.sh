@@ -5,7 +5,7 @@
 # by lintian (no errors, no warnings). It installs what packaging needs
 # (debhelper, lintian) and the build dependencies first, as root or through
 # sudo. DEB_BUILD_OPTIONS=nocheck skips the package build's make check.
-# Then: sudo apt-get install ./debs/*.deb
+# Then: sudo apt-get install --reinstall ./debs/*.deb (--reinstall: over an earlier build of the same version)
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mkdir -p "${1:-debs}" && cd "${1:-debs}" && pwd)
