@@ -248,11 +248,6 @@ int clt__host_blas_native(clt_context *ctx) {
   return ctx->native_gemm > 0;
 }
 
-void clt__host_blas_prefer_waiting(clt_context *ctx) {
-  const char *env = getenv("CLT_HOST_BLAS_NATIVE");
-  if (!(env && strcmp(env, "1") == 0)) ctx->native_gemm = -1;
-}
-
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
                     size_t batch) {
@@ -313,8 +308,6 @@ int clt__host_blas_native(clt_context *ctx) {
   (void)ctx;
   return 0;
 }
-
-void clt__host_blas_prefer_waiting(clt_context *ctx) { (void)ctx; }
 
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,

@@ -187,10 +187,6 @@ int clt__host_blas_threads(const clt_context *ctx);
  * them, CLT_HOST_BLAS_NATIVE is not 0), so the calling thread never waits
  * for the queue; else the calling thread waits and runs them. */
 int clt__host_blas_native(clt_context *ctx);
-/* ctx's host GEMMs run on the calling thread even where native kernels
- * would do (unless CLT_HOST_BLAS_NATIVE=1): what a trainer of several
- * ranks asks, where native kernels measured slower (trainer.c). */
-void clt__host_blas_prefer_waiting(clt_context *ctx);
 const char *clt__host_blas_name(void);
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,

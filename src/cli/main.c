@@ -41,7 +41,7 @@ static void usage(FILE *to) {
           "  CLT_TIMEOUT      seconds a collective waits for a peer before failing (default 300)\n"
           "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 256K; 1M with 2 ranks)\n"
           "  CLT_HOST_BLAS    0: CPU devices' GEMMs on CLBlast instead of the host BLAS (OpenBLAS)\n"
-          "  CLT_HOST_BLAS_NATIVE  0/1: host GEMMs never/always as native kernels (default: on one rank)\n");
+          "  CLT_HOST_BLAS_NATIVE  0: host GEMMs on the calling thread, never as native kernels\n");
 }
 
 /* This process's place in the job (cli_set_job), for messages. */

@@ -28,7 +28,6 @@ struct clt_comm {
   uint64_t ops;            /* collectives started so far: the next is ops + 1 */
   int tag_ops;             /* operation numbers wrap at this in tags */
   int diag_tag;            /* the tag of timeout diagnoses (outside the op tags) */
-  int yield_when_idle;     /* more ranks than cores here: give the core away while waiting */
   int broken;              /* status of a failure that left messages in flight, else 0 */
   char *broken_detail;     /* its clt_last_error() */
   struct clt__diag *diag_out; /* what we told the others at our last timeout (sends may be in flight) */

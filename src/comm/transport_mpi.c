@@ -184,11 +184,8 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   MPI_Comm_rank(local, &comm->local_rank);
   MPI_Comm_size(local, &comm->local_size);
   MPI_Comm_free(&local);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  comm->yield_when_idle = cores > 0 && comm->local_size > cores;
-  clt__log(CLT_LOG_DEBUG, "rank %d of %d: local rank %d of %d, timeout %.1f s, chunk %zu bytes%s", comm->rank,
-           comm->size, comm->local_rank, comm->local_size, comm->timeout_s, comm->chunk_bytes,
-           comm->yield_when_idle ? ", oversubscribed: yielding while idle" : "");
+  clt__log(CLT_LOG_DEBUG, "rank %d of %d: local rank %d of %d, timeout %.1f s, chunk %zu bytes", comm->rank,
+           comm->size, comm->local_rank, comm->local_size, comm->timeout_s, comm->chunk_bytes);
   *out = comm;
   return CLT_OK;
 

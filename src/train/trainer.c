@@ -214,13 +214,6 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++) {
     CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
-    /* A host GEMM as a native kernel on the queue (PoCL) lets the calling
-     * thread run ahead: the fashion MLP 45-70K samples/s against 45-51K on
-     * one rank pinned to a core; but on 2 ranks (a thread each, batch 128)
-     * 21-25K against 37-39K, the all-reduce's time doubled. So with ranks
-     * to all-reduce with, it runs on this thread (CLT_HOST_BLAS_NATIVE=1
-     * overrides). */
-    if (t->nranks > 1) clt__host_blas_prefer_waiting(t->ctx[i]);
     CLT_TRY(clt__replica_create_sharded(t->ctx[i], m->spec, t->micro_batch, per, shard_params, o->precision, params,
                                         &t->rep[i]));
     clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
