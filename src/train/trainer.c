@@ -341,7 +341,7 @@ int clt__trainer_sync_replicas(clt_trainer *t, int only_active) {
   if (t->sitting != clt__dp_sits_out(t->dp) && only_active && !t->sitting) CLT_TRY(start_sitting(t));
   int due = 0; /* replicas to bring up to date: none on almost every step, so nothing is copied */
   for (int i = 0; i < t->nlocal; i++) due += t->stale[i] && !(only_active && !clt__dp_active(t->dp, i));
-  if (!due) goto fail;
+  if (!due) return CLT_OK;
   for (int i = 0; i < t->nlocal && src < 0; i++)
     if (!t->stale[i]) src = i;
   const float *params = t->sit_params, *state = t->sit_state; /* while sitting out: the host's model */
