@@ -313,7 +313,8 @@ static int direct_forward(clt_context *ctx, const geom *g, const direct_src *src
   cl_mem bbuf = b ? b->buf : w->buf; /* never read without a bias */
   cl_int has_bias = b != NULL;
   cl_uint v[3] = {(cl_uint)g->Cout, (cl_uint)g->OH, (cl_uint)g->OW};
-  CLT_TRY(geom_kernel(ctx, g, "conv_direct_forward", &k));
+  int rows = by_rows(ctx, g);
+  CLT_TRY(geom_kernel(ctx, g, rows ? "conv_direct_forward_rows" : "conv_direct_forward", &k));
   NN_ARG(k, 0, src->buf);
   NN_ARG(k, 1, src->off);
   NN_ARG(k, 2, w->buf);
@@ -326,9 +327,50 @@ static int direct_forward(clt_context *ctx, const geom *g, const direct_src *src
   NN_ARG(k, 9, v[0]);
   NN_ARG(k, 10, src->H);
   NN_ARG(k, 11, src->W);
-  NN_ARG(k, 12, v[1]);
-  NN_ARG(k, 13, v[2]);
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OW, (size_t)g->OH, (size_t)(B * g->Cout)));
+  if (rows) {
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OH, (size_t)(B * g->Cout), 1));
+  } else {
+    NN_ARG(k, 12, v[1]);
+    NN_ARG(k, 13, v[2]);
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OW, (size_t)g->OH, (size_t)(B * g->Cout)));
+  }
+fail:
+  return rc;
+}
+
+/* direct_backward_weights on PoCL: per-row sums into the context's
+ * scratch, then their sums in row order into dw and db (cl/conv.cl). */
+static int direct_backward_weights_rows(clt_context *ctx, const geom *g, const direct_src *src,
+                                        const clt_tensor *dy, const clt_tensor *dw, const clt_tensor *db,
+                                        int64_t n0, int64_t B) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_mem part;
+  cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), dwoff = clt__nn_off(dw);
+  cl_ulong dboff = db ? clt__nn_off(db) : 0;
+  cl_mem dbbuf = db ? db->buf : dw->buf; /* never written without a bias */
+  cl_int has_bias = db != NULL;
+  cl_uint v[2] = {(cl_uint)B, (cl_uint)g->Cout};
+  CLT_TRY(clt__context_scratch(ctx, (size_t)(g->Cout * g->OH * (g->K + 1)) * sizeof(float), &part));
+  CLT_TRY(geom_kernel(ctx, g, "conv_direct_backward_weights_rows", &k));
+  NN_ARG(k, 0, src->buf);
+  NN_ARG(k, 1, src->off);
+  NN_ARG(k, 2, dy->buf);
+  NN_ARG(k, 3, dyoff);
+  NN_ARG(k, 4, part);
+  NN_ARG(k, 5, v[0]);
+  NN_ARG(k, 6, v[1]);
+  NN_ARG(k, 7, src->H);
+  NN_ARG(k, 8, src->W);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->OH, (size_t)g->Cout, 1));
+  CLT_TRY(geom_kernel(ctx, g, "conv_direct_backward_weights_sum", &k));
+  NN_ARG(k, 0, part);
+  NN_ARG(k, 1, dw->buf);
+  NN_ARG(k, 2, dwoff);
+  NN_ARG(k, 3, dbbuf);
+  NN_ARG(k, 4, dboff);
+  NN_ARG(k, 5, has_bias);
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)(g->K + 1), (size_t)g->Cout, 1));
 fail:
   return rc;
 }
@@ -336,6 +378,7 @@ fail:
 /* dw and db += the sums over samples [n0, n0 + B), read from src. */
 static int direct_backward_weights(clt_context *ctx, const geom *g, const direct_src *src, const clt_tensor *dy,
                                    const clt_tensor *dw, const clt_tensor *db, int64_t n0, int64_t B) {
+  if (by_rows(ctx, g)) return direct_backward_weights_rows(ctx, g, src, dy, dw, db, n0, B);
   int rc = CLT_OK;
   cl_kernel k;
   cl_ulong dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * g->P), dwoff = clt__nn_off(dw);
