@@ -188,6 +188,9 @@ int clt__host_blas_threads(const clt_context *ctx);
  * for the queue; else the calling thread waits and runs them. */
 int clt__host_blas_native(clt_context *ctx);
 const char *clt__host_blas_name(void);
+/* The kernels OpenBLAS runs (its core name: "Haswell", "SkylakeX"; the
+ * environment's OPENBLAS_CORETYPE chooses); NULL for another CBLAS. */
+const char *clt__host_blas_core(void);
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
                     size_t batch);
