@@ -51,7 +51,8 @@ grep -q '"algorithm": "twolevel"' "$tmp/out" && grep -q '"algorithm": "ring"' "$
 # 64 KiB: the ring's busiest rank (1 or 3, whose right neighbour is on the
 # other node) sends 2 (N-1)/N = 3/2 of it across nodes, two-level's each
 # rank half of its half: 98304 and 32768 bytes.
-command -v python3 >/dev/null && python3 - "$tmp/out" <<'PY' || fail=1
+if command -v python3 >/dev/null; then
+python3 - "$tmp/out" <<'PY' || fail=1
 import json, sys
 doc = json.load(open(sys.argv[1]))
 rows = {(r["bytes"], r["algorithm"]): r for r in doc["results"]}
@@ -62,6 +63,7 @@ print("ok: bytes across nodes, ring %d, twolevel %d" % (ring["sent_inter_bytes"]
       else "FAIL: bytes across nodes: %s" % json.dumps(doc))
 sys.exit(0 if ok else 1)
 PY
+fi
 
 bad "--algorithm tree" "'tree' is not auto, ring, twolevel" 2 bench allreduce --algorithm tree
 CLT_ALLREDUCE=tree bad "CLT_ALLREDUCE=tree" "CLT_ALLREDUCE='tree'" 2 bench allreduce --no-device --max-bytes 4K
