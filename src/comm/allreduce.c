@@ -336,22 +336,29 @@ const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan) {
   return a ? a->name : "?";
 }
 
+/* The ring whose schedule orders the staging: the plan's, or the node's
+ * reduce-scatter of a two-level plan. */
+static const clt__ring_sched *stage_sched(const clt_allreduce_plan *plan) {
+  return plan->algorithm == CLT__TWOLEVEL ? clt__twolevel_stage_sched(plan->twolevel) : &plan->sched;
+}
+
 size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
   if (plan->count == 0) return 0;
-  if (plan->algorithm != CLT__RING) return 1;
-  const clt__ring_sched *s = &plan->sched;
+  if (plan->algorithm != CLT__RING && plan->algorithm != CLT__TWOLEVEL) return 1;
+  const clt__ring_sched *s = stage_sched(plan);
   size_t n = s->nown;
   while (n - s->nown < s->nrecv && s->recv[n - s->nown].step < s->reduce_steps) n++;
   return n;
 }
 
 void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
-  if (plan->algorithm != CLT__RING) {
+  if (plan->algorithm != CLT__RING && plan->algorithm != CLT__TWOLEVEL) {
     *off = 0;
     *n = plan->count;
     return;
   }
-  const clt__ring_chunk *c = i < plan->sched.nown ? &plan->sched.own[i] : &plan->sched.recv[i - plan->sched.nown];
+  const clt__ring_sched *s = stage_sched(plan);
+  const clt__ring_chunk *c = i < s->nown ? &s->own[i] : &s->recv[i - s->nown];
   *off = c->off;
   *n = c->n;
 }
@@ -367,7 +374,7 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
     if (divisor > 1) plan->ops->divide(base, plan->count, divisor);
     return CLT_OK;
   }
-  if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_exec(plan, op, base, divisor);
+  if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_exec(plan, op, base, divisor, ready, final, user);
   if (plan->algorithm != CLT__RING)
     return clt__small_exec(op, plan->algorithm, base, plan->staging, plan->count, plan->ops, divisor);
   clt__ring_io io = {.base = base,

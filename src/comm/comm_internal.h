@@ -266,7 +266,14 @@ struct clt__twolevel;
 int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out);
 void clt__twolevel_free(struct clt__twolevel *t, int keep_staging);
 int clt__twolevel_steps(const struct clt__twolevel *t);
-int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor);
+/* Run on host data at base; the device hooks as clt__allreduce_exec's:
+ * ready for the node's reduce-scatter (the staging order is its schedule,
+ * clt__twolevel_stage_sched), final for this rank's finished part and for
+ * every part the node's allgather brings. */
+int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                       int (*ready)(void *, const clt__ring_chunk *, int *),
+                       int (*final)(void *, const clt__ring_chunk *), void *user);
+const clt__ring_sched *clt__twolevel_stage_sched(const struct clt__twolevel *t);
 
 /* The small-message algorithm for this many ranks, and its steps. */
 enum clt__algorithm clt__small_algorithm(int size);

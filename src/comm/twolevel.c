@@ -35,7 +35,9 @@
  * The rings are the ring engine's (ring.c) over lists of this
  * communicator's ranks, so one operation number, one deadline and one
  * diagnosis cover the three steps, and errors name the communicator's
- * ranks. Device buffers are copied whole to the host first (allreduce_device.c).
+ * ranks. Device buffers are staged chunk by chunk in the order of step 1's
+ * ring, and each part goes back to the device as soon as it is final
+ * (allreduce_device.c), so the copies overlap the rings.
  */
 #include "comm_internal.h"
 
@@ -131,7 +133,11 @@ fail:
   return rc;
 }
 
-int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor) {
+const clt__ring_sched *clt__twolevel_stage_sched(const struct clt__twolevel *t) { return &t->rs; }
+
+int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                       int (*ready)(void *, const clt__ring_chunk *, int *),
+                       int (*final)(void *, const clt__ring_chunk *), void *user) {
   int rc = CLT_OK;
   struct clt__twolevel *t = plan->twolevel;
   const clt_comm *comm = plan->comm;
@@ -142,9 +148,20 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
                      .nslots = 2,
                      .slot_bytes = t->slot_bytes,
                      .peers = comm->layout.local,
-                     .tag_phase = CLT__TAG_DATA};
-  /* 1. The node's sums, one part per local rank. */
+                     .tag_phase = CLT__TAG_DATA,
+                     .ready = ready,
+                     .user = user};
+  /* 1. The node's sums, one part per local rank (device data is used as
+   * its chunks arrive, in the order of this ring). */
   CLT_TRY(clt__ring_exec(op, &t->rs, &io));
+  /* Alone on its node, the rank runs no ring there: wait for its data. */
+  for (size_t i = 0; ready && t->L == 1 && i < t->rs.nown; i++) {
+    int ok = 0;
+    while ((rc = ready(user, &t->rs.own[i], &ok)) >= 0 && !ok)
+      if ((rc = clt__op_idle(op, -1, 0)) < 0) break;
+    if (rc < 0) goto fail;
+  }
+  io.ready = NULL;
   io.step0 += t->L - 1;
   /* 2. Each carried segment with its carriers on the other nodes. */
   io.divisor = divisor;
@@ -155,10 +172,17 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
     io.step0 += 2 * (t->M - 1);
   }
   if (t->M == 1 && divisor > 1) {
-    size_t lo = t->part_lo[comm->local_rank], hi = t->part_hi[comm->local_rank];
-    plan->ops->divide(base + lo * plan->ops->esize, hi - lo, divisor);
+    size_t plo = t->part_lo[comm->local_rank], phi = t->part_hi[comm->local_rank];
+    plan->ops->divide(base + plo * plan->ops->esize, phi - plo, divisor);
+  }
+  /* Our part is final: on its way back to the device during step 3. */
+  size_t lo = t->part_lo[comm->local_rank], hi = t->part_hi[comm->local_rank];
+  if (final && hi > lo) {
+    clt__ring_chunk own = {.off = lo, .n = hi - lo, .dep_send = -1};
+    CLT_TRY(final(user, &own));
   }
   /* 3. Every part to every local rank. */
+  io.final = final;
   io.divisor = 1;
   io.tag_phase = CLT__TAG_DATA;
   io.peers = comm->layout.local;
