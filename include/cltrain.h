@@ -258,7 +258,8 @@ CLT_API int clt_comm_create_local(clt_comm **out);
 CLT_API void clt_comm_destroy(clt_comm *comm);
 CLT_API int clt_comm_rank(const clt_comm *comm);
 CLT_API int clt_comm_size(const clt_comm *comm);
-/* The rank among the ranks that share this node's memory, and their count. */
+/* The rank among the ranks that share this node's memory, and their count
+ * (among CLT_NODE_SIZE's pretend node when that is set). */
 CLT_API int clt_comm_local_rank(const clt_comm *comm);
 CLT_API int clt_comm_local_size(const clt_comm *comm);
 /* This rank's node (0 .. clt_comm_node_count - 1, in order of each node's
