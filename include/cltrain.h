@@ -238,6 +238,14 @@ CLT_API int clt_context_finish(clt_context *ctx);
  *   CLT_ALLREDUCE_SMALL  all-reduces up to this many bytes use recursive
  *                        doubling instead of the ring, up to 4 times as many
  *                        the gather (32K; 0: always the ring)
+ *   CLT_ALLREDUCE        the algorithm of every all-reduce plan: auto (the
+ *                        cost model's choice), ring, twolevel,
+ *                        recursive-doubling or gather
+ *   CLT_NODE_SIZE        pretend nodes: k (consecutive groups of k ranks) or
+ *                        the node sizes in rank order (3,2); by default the
+ *                        ranks that share memory (MPI_COMM_TYPE_SHARED)
+ *   CLT_COMM_MODEL       a JSON file of the α-β-γ cost model (written by
+ *                        `cltrain bench allreduce --fit FILE`)
  * All ranks must see the same values (plans check that they do).
  */
 
@@ -250,9 +258,25 @@ CLT_API int clt_comm_create_local(clt_comm **out);
 CLT_API void clt_comm_destroy(clt_comm *comm);
 CLT_API int clt_comm_rank(const clt_comm *comm);
 CLT_API int clt_comm_size(const clt_comm *comm);
-/* The rank among the ranks that share this node's memory, and their count. */
+/* The rank among the ranks that share this node's memory, and their count
+ * (among CLT_NODE_SIZE's pretend node when that is set). */
 CLT_API int clt_comm_local_rank(const clt_comm *comm);
 CLT_API int clt_comm_local_size(const clt_comm *comm);
+/* This rank's node (0 .. clt_comm_node_count - 1, in order of each node's
+ * lowest rank): MPI_COMM_TYPE_SHARED, or CLT_NODE_SIZE's pretend nodes. */
+CLT_API int clt_comm_node(const clt_comm *comm);
+CLT_API int clt_comm_node_count(const clt_comm *comm);
+/* The algorithm of all-reduce plans made from now on, as CLT_ALLREDUCE:
+ * "auto", "ring", "twolevel", "recursive-doubling" or "gather" (CLT_EINVAL
+ * otherwise). Every rank must set the same (plans check). */
+CLT_API int clt_comm_set_allreduce(clt_comm *comm, const char *algorithm);
+/* Bytes this rank has sent to ranks on its own node and on other nodes,
+ * over the communicator's life (every collective, checks included). */
+CLT_API void clt_comm_bytes_sent(const clt_comm *comm, uint64_t *intra, uint64_t *inter);
+/* The cost model's time for an all-reduce of `bytes` with `algorithm`
+ * ("ring", "twolevel", "recursive-doubling", "gather") on this
+ * communicator's ranks and nodes. */
+CLT_API int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds);
 /* The device this rank uses by default: its local rank modulo the number of
  * devices in devs (CLT_ENODEV when devs is empty). */
 CLT_API int clt_comm_default_device(const clt_comm *comm, const clt_devices *devs);
@@ -295,7 +319,10 @@ CLT_API void clt_allreduce_plan_destroy(clt_allreduce_plan *plan);
 CLT_API size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan);
 /* "ring"; for small messages, where the number of steps matters more than
  * bandwidth, "recursive-doubling" or "gather" (to rank 0 and back, for 3
- * to 8 ranks that are not a power of two); "local" on one rank. */
+ * to 8 ranks that are not a power of two); "twolevel" (reduce-scatter in
+ * each node, all-reduce of each part across nodes, allgather in each
+ * node) when ranks are on several nodes and the cost model says it is
+ * faster; "local" on one rank. */
 CLT_API const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan);
 
 /* All-reduce a host buffer of the plan's count elements in place. Every rank

@@ -42,12 +42,21 @@ typedef struct bench_opts {
   long warmup, iters;
   int json, no_device;
   const char *devices;
+  const char *algorithms; /* comma-separated, as CLT_ALLREDUCE */
+  const char *fit;        /* --fit FILE */
 } bench_opts;
 
 typedef struct result {
   int ran, wrong;
   double p50; /* seconds */
 } result;
+
+/* What one plan did besides its times. */
+typedef struct plan_info {
+  char algorithm[32];
+  double model_s;             /* the cost model's prediction */
+  uint64_t sent_intra, sent_inter; /* bytes the busiest rank sent in one run */
+} plan_info;
 
 static void help(FILE *to) {
   fprintf(to,
@@ -69,10 +78,19 @@ static void help(FILE *to) {
           "                         of the same element count (twice the bytes)\n"
           "      --chunk N          bytes per pipelined message (default: CLT_ALLREDUCE_CHUNK,\n"
           "                         else 256K, or 1M with 2 ranks)\n"
+          "  -a, --algorithm LIST   all-reduce algorithms to time, comma-separated: auto (the\n"
+          "                         cost model's choice), ring, twolevel, recursive-doubling,\n"
+          "                         gather (default: auto, or CLT_ALLREDUCE)\n"
+          "      --fit FILE         measure the cost model instead (ping-pong inside and\n"
+          "                         between nodes, the reduction's speed), write it to FILE\n"
+          "                         for CLT_COMM_MODEL=FILE, and print it\n"
           "      --json             one JSON document on stdout instead of the table\n"
           "  -h, --help             this text\n"
           "\n"
-          "busbw = algbw * 2(N-1)/N as in nccl-tests; x MPI = MPI's time / cltrain's.\n");
+          "busbw = algbw * 2(N-1)/N as in nccl-tests; x MPI = MPI's time / cltrain's;\n"
+          "model us = the cost model's time; intra, inter = bytes the busiest rank sent\n"
+          "inside its node and to other nodes in one host all-reduce. Nodes are the ranks\n"
+          "sharing memory, or CLT_NODE_SIZE's pretend ones.\n");
 }
 
 /* "4", "64K", "256M", "1G" (binary multiples) into bytes; 0 on junk. */
@@ -97,13 +115,38 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       {"warmup", required_argument, 0, 'w'},  {"iters", required_argument, 0, 'i'},
       {"chunk", required_argument, 0, 'c'},   {"json", no_argument, 0, 'j'},
       {"dtype", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
+      {"algorithm", required_argument, 0, 'a'}, {"fit", required_argument, 0, 'F'},
       {0}};
   int c;
   char *end;
   *o = (bench_opts){.min_bytes = 4, .max_bytes = (size_t)256 << 20, .warmup = 3, .iters = 20, .dtype = CLT_F32};
-  while ((c = getopt_long(argc, argv, "d:i:t:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "a:d:i:t:h", opts, NULL)) != -1) {
     switch (c) {
     case 'd': o->devices = optarg; break;
+    case 'a': {
+      char list[256];
+      snprintf(list, sizeof list, "%s", optarg);
+      for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
+        if (strcmp(a, "auto") && strcmp(a, "ring") && strcmp(a, "twolevel") && strcmp(a, "recursive-doubling") &&
+            strcmp(a, "gather")) {
+          fprintf(stderr, "cltrain bench allreduce: --algorithm: '%s' is not auto, ring, twolevel, "
+                          "recursive-doubling or gather\n", a);
+          return CLI_EXIT_USAGE;
+        }
+      if (!*optarg || strlen(optarg) >= sizeof list) {
+        fprintf(stderr, "cltrain bench allreduce: --algorithm needs a list such as ring,twolevel\n");
+        return CLI_EXIT_USAGE;
+      }
+      o->algorithms = optarg;
+      break;
+    }
+    case 'F':
+      if (!*optarg) {
+        fprintf(stderr, "cltrain bench allreduce: --fit needs a file name\n");
+        return CLI_EXIT_USAGE;
+      }
+      o->fit = optarg;
+      break;
     case 't':
       if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
         fprintf(stderr, "cltrain bench allreduce: --dtype must be f32 or f16, not '%s'\n", optarg);
@@ -305,14 +348,15 @@ static void print_header(const bench_opts *o, int n, const char *device, size_t 
     printf("# bytes are fp16 bytes; MPI_Allreduce sums float32 data of the same element count (twice the bytes)\n");
   printf("# device buffers: %s; times in us, bandwidths in GB/s; x MPI = MPI time / cltrain time\n",
          device ? device : "skipped");
-  printf("%10s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s\n", "bytes", "host us", "algbw", "busbw",
-         "device us", "algbw", "busbw", "MPI us", "algbw", "busbw", "host", "device");
-  printf("%10s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s\n", "", "", "", "", "", "", "", "", "", "",
-         "x MPI", "x MPI");
+  printf("%10s %-18s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s | %9s %11s %11s\n", "bytes", "algorithm",
+         "host us", "algbw", "busbw", "device us", "algbw", "busbw", "MPI us", "algbw", "busbw", "host", "device",
+         "model us", "intra B", "inter B");
+  printf("%10s %-18s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s | %9s %11s %11s\n", "", "", "", "", "", "", "",
+         "", "", "", "", "x MPI", "x MPI", "", "", "");
 }
 
-static void print_row(const bench_ctx *b, int n, const result *r) {
-  printf("%10zu |", b->bytes);
+static void print_row(const bench_ctx *b, int n, const result *r, const plan_info *pi) {
+  printf("%10zu %-18s |", b->bytes, pi->algorithm);
   for (int m = 0; m < M_COUNT; m++) {
     size_t bytes = method_bytes(b, m);
     if (!r[m].ran)
@@ -330,12 +374,16 @@ static void print_row(const bench_ctx *b, int n, const result *r) {
     else
       printf(" %6s", "-");
   }
-  printf("\n");
+  printf(" | %9.1f %11llu %11llu\n", pi->model_s * 1e6, (unsigned long long)pi->sent_intra,
+         (unsigned long long)pi->sent_inter);
   fflush(stdout);
 }
 
-static json_t *json_row(const bench_ctx *b, int n, const result *r) {
-  json_t *row = json_pack("{s:I, s:I}", "bytes", (json_int_t)b->bytes, "count", (json_int_t)b->count);
+static json_t *json_row(const bench_ctx *b, int n, const result *r, const plan_info *pi) {
+  json_t *row = json_pack("{s:I, s:I, s:s, s:f, s:I, s:I}", "bytes", (json_int_t)b->bytes, "count",
+                          (json_int_t)b->count, "algorithm", pi->algorithm, "model_us", pi->model_s * 1e6,
+                          "sent_intra_bytes", (json_int_t)pi->sent_intra, "sent_inter_bytes",
+                          (json_int_t)pi->sent_inter);
   for (int m = 0; m < M_COUNT; m++) {
     if (!r[m].ran) continue;
     size_t bytes = method_bytes(b, m);
@@ -394,12 +442,15 @@ static int bench_allreduce(const bench_opts *o) {
     return cli_comm_fail(comm, CLT_ENOMEM, "allocating buffers");
   if (b.ctx && (rc = clt_buffer_create(b.ctx, o->max_bytes, &b.dbuf)) < 0)
     return cli_comm_fail(comm, rc, "allocating the device buffer");
-  if (rank == 0 && !o->json)
+  if (rank == 0 && !o->json) {
     print_header(o, n, b.ctx ? clt_context_device(b.ctx)->name : NULL, chunk);
+    printf("# %d node%s, %d rank%s on rank 0's\n", clt_comm_node_count(comm), clt_comm_node_count(comm) == 1 ? "" : "s",
+           clt_comm_local_size(comm), clt_comm_local_size(comm) == 1 ? "" : "s");
+  }
 
+  const char *algorithms = o->algorithms ? o->algorithms : getenv("CLT_ALLREDUCE") && *getenv("CLT_ALLREDUCE")
+                                                              ? getenv("CLT_ALLREDUCE") : "auto";
   for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
-    result r[M_COUNT] = {{0}};
-    clt_allreduce_plan *plan = NULL;
     b.bytes = bytes;
     b.count = bytes / esize;
     for (size_t i = 0; i < b.count; i++) {
@@ -410,24 +461,48 @@ static int bench_allreduce(const bench_opts *o) {
       store_int(b.mpi_in, CLT_F32, i, input_value(i, rank));
       store_int(b.mpi_expected, CLT_F32, i, sum);
     }
-    clt_allreduce_opts popts = {.chunk_bytes = o->chunk_bytes};
-    if ((rc = clt_allreduce_plan_create(comm, b.count, o->dtype, CLT_SUM, &popts, &plan)) < 0)
-      return cli_comm_fail(comm, rc, "making the all-reduce plan");
-    int failed = 0;
-    if ((rc = run_methods(&b, plan, r, &failed)) < 0) {
-      static const char *const what[M_COUNT] = {"all-reduce (host)", "all-reduce (device)", "MPI_Allreduce"};
-      return cli_comm_fail(comm, rc, what[failed]);
+    char list[256];
+    snprintf(list, sizeof list, "%s", algorithms);
+    for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+      clt_allreduce_plan *plan = NULL;
+      result r[M_COUNT] = {{0}};
+      plan_info pi;
+      memset(&pi, 0, sizeof pi);
+      clt_allreduce_opts popts = {.chunk_bytes = o->chunk_bytes};
+      if ((rc = clt_comm_set_allreduce(comm, a)) < 0) return cli_comm_fail(comm, rc, "choosing the algorithm");
+      if ((rc = clt_allreduce_plan_create(comm, b.count, o->dtype, CLT_SUM, &popts, &plan)) < 0)
+        return cli_comm_fail(comm, rc, "making the all-reduce plan");
+      int failed = 0;
+      if ((rc = run_methods(&b, plan, r, &failed)) < 0) {
+        static const char *const what[M_COUNT] = {"all-reduce (host)", "all-reduce (device)", "MPI_Allreduce"};
+        return cli_comm_fail(comm, rc, what[failed]);
+      }
+      /* One more host run, counting what this rank sends where. */
+      uint64_t s0[2], s1[2];
+      double dt;
+      clt_comm_bytes_sent(comm, &s0[0], &s0[1]);
+      if ((rc = run_once(&b, M_HOST, plan, &dt, &r[M_HOST].wrong)) < 0)
+        return cli_comm_fail(comm, rc, "all-reduce (host)");
+      clt_comm_bytes_sent(comm, &s1[0], &s1[1]);
+      uint64_t sent[2] = {s1[0] - s0[0], s1[1] - s0[1]};
+#ifdef HAVE_MPI
+      MPI_Allreduce(MPI_IN_PLACE, sent, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+#endif
+      pi.sent_intra = sent[0], pi.sent_inter = sent[1];
+      snprintf(pi.algorithm, sizeof pi.algorithm, "%s", clt_allreduce_plan_algorithm(plan));
+      if (clt_comm_model_predict(comm, strcmp(pi.algorithm, "local") ? pi.algorithm : "ring", b.bytes, &pi.model_s) < 0)
+        pi.model_s = 0;
+      clt_allreduce_plan_destroy(plan);
+      for (int m = 0; m < M_COUNT; m++) wrong |= r[m].wrong != 0;
+      if (rank == 0 && rows) json_array_append_new(rows, json_row(&b, n, r, &pi));
+      if (rank == 0 && !rows) print_row(&b, n, r, &pi);
     }
-    clt_allreduce_plan_destroy(plan);
-    for (int m = 0; m < M_COUNT; m++) wrong |= r[m].wrong != 0;
-    if (rank == 0 && rows) json_array_append_new(rows, json_row(&b, n, r));
-    if (rank == 0 && !rows) print_row(&b, n, r);
     if (bytes > o->max_bytes / 2) break;
   }
 
   if (rank == 0 && rows) {
-    json_t *doc = json_pack("{s:i, s:s, s:s, s:I, s:i, s:i, s:s?, s:o}", "ranks", n, "dtype",
-                            clt_dtype_name(o->dtype), "op", "sum",
+    json_t *doc = json_pack("{s:i, s:i, s:s, s:s, s:I, s:i, s:i, s:s?, s:o}", "ranks", n, "nodes",
+                            clt_comm_node_count(comm), "dtype", clt_dtype_name(o->dtype), "op", "sum",
                             "chunk_bytes", (json_int_t)chunk, "warmup", (int)o->warmup, "iters", (int)o->iters,
                             "device", b.ctx ? clt_context_device(b.ctx)->name : NULL, "results", rows);
     json_dumpf(doc, stdout, JSON_INDENT(2));
@@ -450,12 +525,146 @@ static int bench_allreduce(const bench_opts *o) {
   return ec;
 }
 
+/* ---- --fit: the cost model's values, measured ----------------------------
+ *
+ * α and β of a level: half the round trip of a ping-pong between rank 0 and
+ * a rank on its own node (intra) or on the next node (inter), fitted by
+ * least squares to α + n β over sizes from 8 B to 4 MiB (medians of the
+ * repetitions). γ: the time per byte of adding float32 buffers of 1 MiB
+ * (L2-sized, as the ring's chunks), vectorised as the library's own loop
+ * is. A level this job cannot see (one node; nodes of one rank) takes the
+ * other level's values, and the file says so. */
+
+#ifdef HAVE_MPI
+static double pingpong(int peer, int rank, size_t bytes, unsigned char *buf, int reps) {
+  double *t = calloc((size_t)reps, sizeof *t), med;
+  for (int k = 0; k < reps; k++) {
+    double t0 = MPI_Wtime();
+    if (rank == 0) {
+      MPI_Send(buf, (int)bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD);
+      MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(buf, (int)bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buf, (int)bytes, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+    }
+    t[k] = (MPI_Wtime() - t0) / 2;
+  }
+  qsort(t, (size_t)reps, sizeof *t, cmp_double);
+  med = t[reps / 2];
+  free(t);
+  return med;
+}
+
+/* α, β between rank 0 and peer (every rank calls; the others wait): α the
+ * one-way time of 8 bytes, β the slope from 256 KiB to 4 MiB (a least
+ * squares fit over all sizes lets the large ones' noise swamp α). */
+static void fit_level(int peer, int rank, unsigned char *buf, double *alpha, double *beta) {
+  const size_t lo = (size_t)256 << 10, hi = (size_t)4 << 20;
+  double t[3] = {0, 0, 0};
+  if (rank == 0 || rank == peer) {
+    pingpong(peer, rank, hi, buf, 3); /* warm-up: connections, pages */
+    t[0] = pingpong(peer, rank, 8, buf, 200);
+    t[1] = pingpong(peer, rank, lo, buf, 20);
+    t[2] = pingpong(peer, rank, hi, buf, 10);
+  }
+  MPI_Bcast(t, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  *alpha = t[0];
+  *beta = (t[2] - t[1]) / (double)(hi - lo);
+  if (*beta < 0) *beta = 0;
+}
+#endif
+
+#if defined(__GNUC__)
+typedef float fit_v4f __attribute__((vector_size(16)));
+#endif
+
+static double fit_gamma(void) {
+  size_t n = (size_t)1 << 18; /* floats: 1 MiB */
+  float *a = calloc(n, sizeof *a), *b = malloc(n * sizeof *b);
+  for (size_t i = 0; i < n; i++) b[i] = (float)(i % 7);
+  double best = 1e30;
+  for (int rep = 0; rep < 30; rep++) {
+    double t0 = cli_now();
+    size_t i = 0;
+#if defined(__GNUC__)
+    for (; i + 4 <= n; i += 4) {
+      fit_v4f x, y;
+      memcpy(&x, a + i, sizeof x);
+      memcpy(&y, b + i, sizeof y);
+      x += y;
+      memcpy(a + i, &x, sizeof x);
+    }
+#endif
+    for (; i < n; i++) a[i] += b[i];
+    double t = cli_now() - t0;
+    if (t < best) best = t;
+  }
+  volatile float sink = a[n / 2];
+  (void)sink;
+  free(a), free(b);
+  return best / (double)(n * sizeof(float));
+}
+
+static int bench_fit(const bench_opts *o) {
+  clt_comm *comm = NULL;
+  int rc;
+  if ((rc = cli_comm_create(&comm)) < 0) return cli_comm_fail(NULL, rc, "making the communicator");
+  int n = clt_comm_size(comm), rank = clt_comm_rank(comm), ec = CLI_EXIT_OK;
+  double alpha[2] = {0, 0}, beta[2] = {0, 0}, gamma = fit_gamma();
+  int peer[2] = {-1, -1};
+#ifdef HAVE_MPI
+  /* The first rank on rank 0's node, and on another node. */
+  int *node = calloc((size_t)n, sizeof *node), mine = clt_comm_node(comm);
+  MPI_Allgather(&mine, 1, MPI_INT, node, 1, MPI_INT, MPI_COMM_WORLD);
+  for (int r = 1; r < n; r++) {
+    if (node[r] == node[0] && peer[0] < 0) peer[0] = r;
+    if (node[r] != node[0] && peer[1] < 0) peer[1] = r;
+  }
+  free(node);
+  unsigned char *buf = calloc((size_t)4 << 20, 1);
+  for (int x = 0; x < 2; x++)
+    if (peer[x] > 0) fit_level(peer[x], rank, buf, &alpha[x], &beta[x]);
+  free(buf);
+  MPI_Allreduce(MPI_IN_PLACE, &gamma, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+#endif
+  const char *note = "measured";
+  if (peer[0] < 0 && peer[1] < 0)
+    note = "one rank: nothing to measure between ranks, the library's defaults for alpha and beta";
+  else if (peer[0] < 0)
+    note = "nodes of one rank: the intra-node values are the inter-node ones";
+  else if (peer[1] < 0)
+    note = "one node: the inter-node values are the intra-node ones";
+  for (int x = 0; x < 2; x++)
+    if (peer[x] < 0 && peer[1 - x] > 0) alpha[x] = alpha[1 - x], beta[x] = beta[1 - x];
+  if (peer[0] < 0 && peer[1] < 0) alpha[0] = 1e-6, beta[0] = 1e-10, alpha[1] = 1e-5, beta[1] = 4e-10;
+  if (rank == 0) {
+    json_t *doc = json_pack("{s:f, s:f, s:f, s:f, s:f, s:s, s:i, s:i}", "alpha_intra", alpha[0], "beta_intra", beta[0],
+                            "alpha_inter", alpha[1], "beta_inter", beta[1], "gamma", gamma, "note", note, "ranks", n,
+                            "nodes", clt_comm_node_count(comm));
+    if (json_dump_file(doc, o->fit, JSON_INDENT(2)) != 0) {
+      fprintf(stderr, "cltrain bench allreduce: --fit: cannot write '%s'\n", o->fit);
+      ec = CLI_EXIT_ERROR;
+    } else {
+      printf("# cost model written to %s (%s): load it with CLT_COMM_MODEL=%s\n", o->fit, note, o->fit);
+      printf("alpha_intra %.3g s  beta_intra %.3g s/B (%.2f GB/s)\n", alpha[0], beta[0], beta[0] > 0 ? 1e-9 / beta[0] : 0);
+      printf("alpha_inter %.3g s  beta_inter %.3g s/B (%.2f GB/s)\n", alpha[1], beta[1], beta[1] > 0 ? 1e-9 / beta[1] : 0);
+      printf("gamma       %.3g s/B (%.2f GB/s)\n", gamma, gamma > 0 ? 1e-9 / gamma : 0);
+    }
+    json_decref(doc);
+  }
+#ifdef HAVE_MPI
+  MPI_Bcast(&ec, 1, MPI_INT, 0, MPI_COMM_WORLD);
+#endif
+  clt_comm_destroy(comm);
+  return ec;
+}
+
 int cmd_bench_allreduce(int argc, char **argv) {
   bench_opts o;
   int ec = parse_opts(argc, argv, &o);
   if (ec != CLI_EXIT_OK) return ec < 0 ? CLI_EXIT_OK : ec;
   if ((ec = cli_mpi_init(&argc, &argv)) != CLI_EXIT_OK) return ec;
-  ec = bench_allreduce(&o);
+  ec = o.fit ? bench_fit(&o) : bench_allreduce(&o);
   cli_mpi_finalize();
   return ec;
 }

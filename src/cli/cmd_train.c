@@ -25,6 +25,7 @@
 
 typedef struct train_args {
   const char *model, *data, *val, *devices, *normalize, *save, *weights, *resume, *trace;
+  const char *allreduce;     /* --allreduce: the all-reduce algorithm (NULL: CLT_ALLREDUCE) */
   int quiet;
   int threads;               /* --threads: a CPU device's threads (0: the default) */
   int eval;                  /* cltrain eval: a language model's --val alone will do */
@@ -124,6 +125,9 @@ static void help(FILE *to) {
           "                          (default %lld: none, and one at 0 is probed now and then)\n"
           "      --bucket-mb X       all-reduce gradients in buckets of X MiB, overlapping the\n"
           "                          backward pass (default %g; 0: one bucket at the end)\n"
+          "      --allreduce ALG     the gradients' all-reduce: auto (the cost model's choice),\n"
+          "                          ring, twolevel (node, then network), recursive-doubling or\n"
+          "                          gather (default: CLT_ALLREDUCE, else auto; doc/scaling.md)\n"
           "      --max-device-memory B  use at most B bytes of each device (like 512M or 2G;\n"
           "                          default: all of it); a replica that needs more is refused\n"
           "      --zero S            ZeRO sharding across ranks: 0 every rank keeps all optimizer\n"
@@ -203,7 +207,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
-         O_TRACE };
+         O_TRACE, O_ALLREDUCE };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -227,6 +231,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"precision", required_argument, 0, O_PRECISION}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
       {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
       {"zero", required_argument, 0, O_ZERO},     {"max-device-memory", required_argument, 0, O_MAXMEM},
+      {"allreduce", required_argument, 0, O_ALLREDUCE},
       {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
@@ -311,6 +316,15 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       o->checkpoint_dir = optarg;
       break;
     case O_MAXMEM: if (parse_bytes("--max-device-memory", optarg, &o->max_device_memory)) return -1; break;
+    case O_ALLREDUCE:
+      if (strcmp(optarg, "auto") && strcmp(optarg, "ring") && strcmp(optarg, "twolevel") &&
+          strcmp(optarg, "recursive-doubling") && strcmp(optarg, "gather")) {
+        fprintf(stderr, "cltrain: --allreduce must be auto, ring, twolevel, recursive-doubling or gather, not '%s'\n",
+                optarg);
+        return -1;
+      }
+      a->allreduce = optarg;
+      break;
     case O_ZERO: if (parse_long("--zero", optarg, 0, 2, &v)) return -1; o->zero = (int)v; break;
     case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
     case O_RESUME:
@@ -544,6 +558,9 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
     help(stdout);
     return CLI_EXIT_OK;
   }
+  /* Before the trainer makes its plans (every rank parsed the same line). */
+  if (a.allreduce && (rc = clt_comm_set_allreduce(comm, a.allreduce)) < 0)
+    return cli_comm_fail(comm, rc, "--allreduce");
   session s;
   memset(&s, 0, sizeof s);
   /* Rank 0 writes every output: find out now, not after the run, whether

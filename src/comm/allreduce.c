@@ -1,7 +1,7 @@
 /*
  * allreduce.c: all-reduce plans: the cross-rank check when a plan is made,
- * the choice between recursive doubling (small messages) and the pipelined
- * ring, the element types' reductions, and runs on host buffers. Device
+ * the choice of algorithm (model.c: the pipelined ring, the small-message
+ * ones of small.c, two-level in twolevel.c), the element types' reductions, and runs on host buffers. Device
  * buffers are staged in allreduce_device.c.
  */
 #include "comm_internal.h"
@@ -109,6 +109,7 @@ const clt__coll_kind clt__kind_allgather = {"allgather", "clt_allgather_plan_cre
 static int plan_steps(const clt_allreduce_plan *plan) {
   int n = plan->comm->size;
   if (n == 1 || plan->count == 0) return 0;
+  if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_steps(plan->twolevel);
   if (plan->algorithm != CLT__RING) return clt__small_steps(n, plan->algorithm);
   return (plan->kind->reduces + plan->kind->gathers) * (n - 1);
 }
@@ -170,16 +171,26 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   char what[48];
   snprintf(what, sizeof what, "%s plan", kind->op_name);
   CLT_TRY(clt__op_begin(comm, what, comm->size - 1, &o));
+  /* The algorithm: a function of what every rank should hold the same
+   * (count, type, the layout, the model, CLT_ALLREDUCE), checked with the
+   * rest. The two-level all-reduce is an all-reduce only: a reduce-scatter
+   * keeps the ring, so a part has the bits of the ring's all-reduce. */
+  enum clt__algorithm algorithm = CLT__RING;
+  const clt__dtype_ops *ops = clt__dtype_ops_find(dtype);
+  if (comm->size > 1 && kind->reduces && ops && count <= SIZE_MAX / ops->esize) {
+    algorithm = clt__algorithm_choose(comm, count * ops->esize);
+    if (algorithm == CLT__TWOLEVEL && kind != &clt__kind_allreduce) algorithm = CLT__RING;
+  }
   clt__fingerprint mine = {.kind = kind->fp_kind, .dtype = (int32_t)dtype, .op = (int32_t)op,
                            .count = count, .chunk = chunk_bytes, .replicas = replicas,
-                           .small = (int32_t)comm->small_bytes, .parts = counts_hash(counts, comm->size)};
+                           .small = (int32_t)comm->small_bytes, .parts = counts_hash(counts, comm->size),
+                           .algorithm = (int32_t)algorithm};
   if (!(all = clt__calloc((size_t)comm->size, sizeof *all))) {
     rc = CLT_ENOMEM;
     goto fail;
   }
   CLT_TRY(clt__fingerprint_check(&o, &mine, all));
 
-  const clt__dtype_ops *ops = clt__dtype_ops_find(dtype);
   if (!ops) {
     rc = clt__error(CLT_EUNSUPPORTED, "%s: %s %s is not implemented (f32 and f16 are)", fn, clt_dtype_name(dtype),
                     kind->op_name);
@@ -234,17 +245,7 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   plan->replicas = replicas;
   plan->natural = !counts;
   for (int r = 0; r < comm->size; r++) plan->total_replicas += all[r].replicas;
-  plan->algorithm = CLT__RING;
-  if (comm->size > 1 && kind->reduces) {
-    /* Gathering to rank 0 beats the ring on 3 to 8 ranks up to 4 times
-     * further than recursive doubling does (bench/allreduce.sh, 3 ranks).
-     * A reduce-scatter chooses as the all-reduce does and then runs it
-     * whole, so its part has the all-reduce's bits at every size. */
-    enum clt__algorithm small = clt__small_algorithm(comm->size);
-    size_t limit = small == CLT__GATHER && comm->small_bytes <= SIZE_MAX / 4 ? 4 * comm->small_bytes
-                                                                             : comm->small_bytes;
-    if (count * ops->esize <= limit) plan->algorithm = small;
-  }
+  plan->algorithm = algorithm;
 
   size_t n = (size_t)comm->size;
   if (!(plan->seg_off = clt__calloc(n + 1, sizeof *plan->seg_off)) ||
@@ -264,7 +265,9 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   else
     CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_lo, plan->seg_hi, plan->chunk_elems,
                                    comm->size - 1, (1 + kind->gathers) * (comm->size - 1), &plan->sched));
-  if (plan->algorithm != CLT__RING) {
+  if (plan->algorithm == CLT__TWOLEVEL) {
+    CLT_TRY(clt__twolevel_create(plan, &plan->twolevel)); /* its own staging */
+  } else if (plan->algorithm != CLT__RING) {
     plan->slot_bytes = count * ops->esize;
     plan->nslots = plan->algorithm == CLT__GATHER && comm->rank == 0 ? comm->size - 1 : 1;
   } else if (kind->reduces) {
@@ -302,11 +305,13 @@ void clt__plan_destroy(clt_allreduce_plan *plan) {
     clt__log(CLT_LOG_DEBUG, "%s plan of %zu elements destroyed after a failure: its staging buffers are kept, since "
              "abandoned messages may still arrive in them", plan->kind->op_name, plan->count);
     clt__ring_sched_free(&plan->sched);
+    clt__twolevel_free(plan->twolevel, 1);
     free(plan->seg_off);
     free(plan->seg_lo);
     free(plan);
     return;
   }
+  clt__twolevel_free(plan->twolevel, 0);
   clt__dev_staging_free(plan->dev);
   clt__ring_sched_free(&plan->sched);
   free(plan->seg_off);
@@ -327,30 +332,33 @@ size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan) { return plan ? 
 const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan) {
   if (!plan) return "?";
   if (plan->comm->size == 1) return "local";
-  switch (plan->algorithm) {
-  case CLT__RING: return "ring";
-  case CLT__RECDOUBLE: return "recursive-doubling";
-  case CLT__GATHER: return "gather";
-  }
-  return "?";
+  const clt__algorithm_desc *a = clt__algorithm_find(plan->algorithm);
+  return a ? a->name : "?";
+}
+
+/* The ring whose schedule orders the staging: the plan's, or the node's
+ * reduce-scatter of a two-level plan. */
+static const clt__ring_sched *stage_sched(const clt_allreduce_plan *plan) {
+  return plan->algorithm == CLT__TWOLEVEL ? clt__twolevel_stage_sched(plan->twolevel) : &plan->sched;
 }
 
 size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
   if (plan->count == 0) return 0;
-  if (plan->algorithm != CLT__RING) return 1;
-  const clt__ring_sched *s = &plan->sched;
+  if (plan->algorithm != CLT__RING && plan->algorithm != CLT__TWOLEVEL) return 1;
+  const clt__ring_sched *s = stage_sched(plan);
   size_t n = s->nown;
   while (n - s->nown < s->nrecv && s->recv[n - s->nown].step < s->reduce_steps) n++;
   return n;
 }
 
 void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
-  if (plan->algorithm != CLT__RING) {
+  if (plan->algorithm != CLT__RING && plan->algorithm != CLT__TWOLEVEL) {
     *off = 0;
     *n = plan->count;
     return;
   }
-  const clt__ring_chunk *c = i < plan->sched.nown ? &plan->sched.own[i] : &plan->sched.recv[i - plan->sched.nown];
+  const clt__ring_sched *s = stage_sched(plan);
+  const clt__ring_chunk *c = i < s->nown ? &s->own[i] : &s->recv[i - s->nown];
   *off = c->off;
   *n = c->n;
 }
@@ -366,6 +374,7 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
     if (divisor > 1) plan->ops->divide(base, plan->count, divisor);
     return CLT_OK;
   }
+  if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_exec(plan, op, base, divisor, ready, final, user);
   if (plan->algorithm != CLT__RING)
     return clt__small_exec(op, plan->algorithm, base, plan->staging, plan->count, plan->ops, divisor);
   clt__ring_io io = {.base = base,

@@ -314,7 +314,7 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
   /* What this rank ends with: everything, or its part alone. */
   size_t lo = 0, hi = plan->count;
   if (!plan->kind->gathers) lo = plan->part_lo[plan->comm->rank], hi = plan->part_hi[plan->comm->rank];
-  if (plan->comm->size > 1 && plan->algorithm == CLT__RING) {
+  if (plan->comm->size > 1 && (plan->algorithm == CLT__RING || plan->algorithm == CLT__TWOLEVEL)) {
     CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), ring_ready, ring_final, dev));
     /* An allgather's own part is on the first replica only. */
     if (!plan->kind->reduces) {
@@ -323,7 +323,7 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
       CLT_TRY(write_back_from(dev, 1, plo, phi - plo));
     }
   } else {
-    /* Recursive doubling and one rank need the whole buffer at once. */
+    /* The small-message algorithms and one rank need the whole buffer at once. */
     for (int q = 0; q < readers(dev); q++)
       CLT_TRY(wait_device(plan, queues[q], q, dev->events + (size_t)q * dev->nstage, dev->nstage,
                           "copying the buffer to the host"));

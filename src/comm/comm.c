@@ -64,8 +64,18 @@ int clt__comm_init_env(clt_comm *comm) {
     return clt__error(CLT_EINVAL,
                       "CLT_ALLREDUCE_CHUNK='%s' is not a size in bytes from 4 (one float) to 1G: give e.g. 262144, "
                       "256K or 1M", c);
+  const char *a = getenv("CLT_ALLREDUCE");
+  comm->algorithm = -1;
+  if (a && *a && (comm->algorithm = clt__algorithm_parse(a)) < -1)
+    return clt__error(CLT_EINVAL, "CLT_ALLREDUCE='%s' is not an all-reduce algorithm: give auto, ring, twolevel, "
+                                  "recursive-doubling or gather", a);
+  int rc = clt__model_init(&comm->model);
+  if (rc < 0) return rc;
+  /* Without a fitted model the measured threshold decides small messages. */
+  comm->small_set = strcmp(comm->model.source, "defaults") == 0;
   const char *m = getenv("CLT_ALLREDUCE_SMALL");
   if (m && *m) {
+    comm->small_set = 1;
     if (strcmp(m, "0") == 0)
       comm->small_bytes = 0; /* always the ring */
     else if (clt__parse_bytes(m, (size_t)1 << 30, &comm->small_bytes) < 0)
@@ -82,7 +92,8 @@ int clt_comm_create_local(clt_comm **out) {
   if (!comm) return CLT_ENOMEM;
   comm->size = comm->local_size = 1;
   comm->tag_ops = 1;
-  if ((rc = clt__comm_init_env(comm)) < 0) {
+  if ((rc = clt__comm_init_env(comm)) < 0 || (rc = clt__layout_make(comm, NULL)) < 0) {
+    clt__layout_free(&comm->layout);
     free(comm);
     return rc;
   }
@@ -93,6 +104,7 @@ int clt_comm_create_local(clt_comm **out) {
 void clt_comm_destroy(clt_comm *comm) {
   if (!comm) return;
   if (comm->mpi) clt__tp_destroy(comm);
+  clt__layout_free(&comm->layout);
   free(comm->broken_detail);
   free(comm->diag_out);
   free(comm);
@@ -102,6 +114,23 @@ int clt_comm_rank(const clt_comm *comm) { return comm ? comm->rank : 0; }
 int clt_comm_size(const clt_comm *comm) { return comm ? comm->size : 0; }
 int clt_comm_local_rank(const clt_comm *comm) { return comm ? comm->local_rank : 0; }
 int clt_comm_local_size(const clt_comm *comm) { return comm ? comm->local_size : 0; }
+int clt_comm_node(const clt_comm *comm) { return comm ? comm->layout.node : 0; }
+int clt_comm_node_count(const clt_comm *comm) { return comm ? comm->layout.nnodes : 0; }
+
+int clt_comm_set_allreduce(clt_comm *comm, const char *algorithm) {
+  int a = algorithm ? clt__algorithm_parse(algorithm) : -2;
+  if (!comm || a < -1)
+    return clt__error(CLT_EINVAL, "clt_comm_set_allreduce: %s: give auto, ring, twolevel, recursive-doubling or "
+                                  "gather", !comm ? "no communicator" : algorithm ? algorithm : "no algorithm");
+  comm->algorithm = a;
+  return CLT_OK;
+}
+
+void clt_comm_bytes_sent(const clt_comm *comm, uint64_t *intra, uint64_t *inter) {
+  if (intra) *intra = comm ? comm->sent[0] : 0;
+  if (inter) *inter = comm ? comm->sent[1] : 0;
+}
+
 double clt_comm_timeout(const clt_comm *comm) { return comm ? comm->timeout_s : 0; }
 size_t clt_comm_chunk_bytes(const clt_comm *comm) { return comm ? comm->chunk_bytes : 0; }
 

@@ -19,9 +19,42 @@
  * collective's messages are told apart from the previous and next ones. */
 enum { CLT__TAG_DATA = 0, CLT__TAG_CHECK = 1, CLT__TAG_SCATTER = 2, CLT__TAG_PHASES = 4 };
 
+/* Where the ranks are (nodes.c): made once when the communicator is, from
+ * MPI_COMM_TYPE_SHARED or CLT_NODE_SIZE. Nodes are numbered in the order of
+ * their lowest rank; a node's ranks in rank order are its local ranks. The
+ * two-level all-reduce cuts its buffer into lmax segments; on a node of L
+ * ranks local rank l carries segments [l lmax / L, (l + 1) lmax / L) (every
+ * segment has exactly one carrier per node, and on a node of lmax ranks
+ * local rank l carries segment l). Its "sub-communicators" are rank lists
+ * on this communicator, so messages, tags, deadlines and diagnoses stay
+ * the parent's and every error names world ranks. */
+typedef struct clt__layout {
+  int nnodes, node;        /* node count; this rank's node */
+  int lmin, lmax;          /* the smallest and largest node */
+  int *node_of;            /* size: every rank's node */
+  int *node_size;          /* nnodes */
+  int *local;              /* local_size: this node's ranks, in local-rank order */
+  int *carrier;            /* nnodes x lmax: the rank of node n carrying segment j */
+} clt__layout;
+
+/* The first segment local rank l of a node of L ranks carries (l = L: the end). */
+static inline int clt__layout_first_seg(int lmax, int L, int l) { return (int)(((long long)l * lmax) / L); }
+
+/* The α-β-γ cost model (model.c): seconds per message, per byte on the
+ * wire, inside a node [0] and between nodes [1], and per byte reduced. */
+typedef struct clt__cost_model {
+  double alpha[2], beta[2], gamma;
+  char source[256];        /* "defaults" or the file it came from */
+} clt__cost_model;
+
 struct clt_comm {
   int rank, size;
   int local_rank, local_size;
+  clt__layout layout;
+  clt__cost_model model;
+  int algorithm;           /* CLT_ALLREDUCE: -1 auto, else a forced enum clt__algorithm */
+  int small_set;           /* CLT_ALLREDUCE_SMALL was given: it decides small vs large */
+  uint64_t sent[2];        /* bytes this rank sent inside its node [0] and to other nodes [1] */
   double timeout_s;        /* seconds without progress before a wait fails */
   size_t chunk_bytes;      /* default bytes per pipelined message */
   size_t small_bytes;      /* all-reduces up to this size use a small-message algorithm */
@@ -39,6 +72,14 @@ struct clt_comm {
  * (CLT_TIMEOUT, CLT_ALLREDUCE_CHUNK, CLT_ALLREDUCE_SMALL); junk there is
  * CLT_EINVAL. */
 int clt__comm_init_env(clt_comm *comm);
+/* The layout (nodes.c): node_of gives every rank's node, numbered in order
+ * of first appearance. CLT_NODE_SIZE ("k" or "a,b,c") overrides node_of
+ * when set: *pretend is then 1. */
+int clt__layout_env(int size, int *node_of, int *pretend);
+int clt__layout_make(clt_comm *comm, const int *node_of);
+void clt__layout_free(clt__layout *l);
+/* The cost model: defaults, or CLT_COMM_MODEL's file (model.c). */
+int clt__model_init(clt__cost_model *m);
 /* Parse "1048576", "256K", "1M" into bytes (1 <= bytes <= max); -1 on junk. */
 int clt__parse_bytes(const char *text, size_t max, size_t *out);
 
@@ -107,6 +148,8 @@ typedef struct clt__fingerprint {
   int32_t replicas;
   int32_t small;           /* the small-message threshold: it picks the algorithm */
   uint64_t parts;          /* a hash of per-rank counts; 0: the all-reduce's segments */
+  int32_t algorithm;       /* the algorithm this rank chose (enum clt__algorithm) */
+  int32_t pad;
 } clt__fingerprint;
 
 enum clt__fp_kind {
@@ -184,6 +227,8 @@ typedef struct clt__ring_io {
   int (*final)(void *user, const clt__ring_chunk *c);
   void *user;
   int tag_phase;           /* CLT__TAG_DATA unless this is a fingerprint check */
+  const int *peers;        /* ring position -> rank on the communicator; NULL: the same */
+  int step0;               /* steps of the operation before this ring (for messages) */
 } clt__ring_io;
 
 /* Run the schedule; messages carry op's data tag. */
@@ -195,7 +240,40 @@ void clt__segments(size_t count, int size, size_t *seg_off);
 
 /* ---- small messages (small.c) ------------------------------------------------- */
 
-enum clt__algorithm { CLT__RING = 0, CLT__RECDOUBLE = 1, CLT__GATHER = 2 };
+enum clt__algorithm { CLT__RING = 0, CLT__RECDOUBLE = 1, CLT__GATHER = 2, CLT__TWOLEVEL = 3, CLT__NALGORITHMS = 4 };
+
+/* ---- algorithms (model.c): one descriptor each ------------------------------ */
+
+typedef struct clt__algorithm_desc {
+  enum clt__algorithm algorithm;
+  const char *name;        /* clt_allreduce_plan_algorithm, CLT_ALLREDUCE */
+  /* Predicted seconds of an all-reduce of `bytes` on comm (model.c). */
+  double (*cost)(const clt_comm *comm, double bytes);
+} clt__algorithm_desc;
+
+const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a);
+/* Parse CLT_ALLREDUCE's values: "auto" is -1; unknown is -2. */
+int clt__algorithm_parse(const char *name);
+/* The algorithm of an all-reduce of `bytes`: forced by comm->algorithm, or
+ * the cheapest by the model (small messages by CLT_ALLREDUCE_SMALL when it
+ * is set). A pure function of values every rank holds the same (checked by
+ * the plan's fingerprint). */
+enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes);
+
+/* ---- the two-level all-reduce (twolevel.c) ---------------------------------- */
+
+struct clt__twolevel;
+int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out);
+void clt__twolevel_free(struct clt__twolevel *t, int keep_staging);
+int clt__twolevel_steps(const struct clt__twolevel *t);
+/* Run on host data at base; the device hooks as clt__allreduce_exec's:
+ * ready for the node's reduce-scatter (the staging order is its schedule,
+ * clt__twolevel_stage_sched), final for this rank's finished part and for
+ * every part the node's allgather brings. */
+int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                       int (*ready)(void *, const clt__ring_chunk *, int *),
+                       int (*final)(void *, const clt__ring_chunk *), void *user);
+const clt__ring_sched *clt__twolevel_stage_sched(const struct clt__twolevel *t);
 
 /* The small-message algorithm for this many ranks, and its steps. */
 enum clt__algorithm clt__small_algorithm(int size);
@@ -244,6 +322,7 @@ struct clt_allreduce_plan {
   int nslots;
   size_t slot_bytes;
   struct clt__dev_staging *dev; /* pinned staging of device runs, made on first use */
+  struct clt__twolevel *twolevel; /* the two-level schedules, when that is the algorithm */
 };
 
 struct clt_reduce_scatter_plan {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NFIELDS = 8 };
+enum { NFIELDS = 9 };
 
 static const char *kind_name(int32_t kind) {
   switch (kind) {
@@ -41,6 +41,11 @@ static void field_text(int f, const clt__fingerprint *p, char *buf, size_t len) 
     if (p->parts) snprintf(buf, len, "counts given (hash %016" PRIx64 ")", p->parts);
     else snprintf(buf, len, "none (the all-reduce's segments)");
     break;
+  case 8: {
+    const clt__algorithm_desc *a = clt__algorithm_find((enum clt__algorithm)p->algorithm);
+    snprintf(buf, len, "%s", a ? a->name : "?");
+    break;
+  }
   default: buf[0] = '\0';
   }
 }
@@ -55,6 +60,7 @@ static int field_differs(int f, const clt__fingerprint *a, const clt__fingerprin
   case 5: return a->chunk != b->chunk;
   case 6: return a->small != b->small;
   case 7: return a->parts != b->parts;
+  case 8: return a->algorithm != b->algorithm;
   }
   return 0;
 }
@@ -62,7 +68,8 @@ static int field_differs(int f, const clt__fingerprint *a, const clt__fingerprin
 static const char *field_name(int f, int32_t kind) {
   static const char *names[] = {"what they are doing", "count",       "dtype",
                                 "op",                  "root",        "chunk bytes",
-                                "CLT_ALLREDUCE_SMALL", "per-rank counts"};
+                                "CLT_ALLREDUCE_SMALL", "per-rank counts",
+                                "algorithm (CLT_ALLREDUCE, CLT_COMM_MODEL, CLT_NODE_SIZE)"};
   if (f == 1 && (kind == CLT__FP_BCAST || kind == CLT__FP_ALLGATHER)) return "bytes";
   return names[f];
 }

@@ -149,7 +149,8 @@ int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io
   int rc = CLT_OK, step = 0;
   clt_comm *comm = op->comm;
   if (s->total_steps == 0) return CLT_OK;
-  const int left = ring_mod(s->rank - 1, s->size), right = ring_mod(s->rank + 1, s->size);
+  int left = ring_mod(s->rank - 1, s->size), right = ring_mod(s->rank + 1, s->size);
+  if (io->peers) left = io->peers[left], right = io->peers[right];
   const int tag = clt__op_tag(op, io->tag_phase);
   const size_t esize = io->ops ? io->ops->esize : 1;
   const int rwin = io->nslots > COPY_WINDOW ? io->nslots : COPY_WINDOW;
@@ -251,7 +252,7 @@ int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io
       } else {
         peer = -1;
       }
-      CLT_TRY(clt__op_idle(op, peer, step));
+      CLT_TRY(clt__op_idle(op, peer, io->step0 + step));
     }
   }
   return CLT_OK;
@@ -260,5 +261,5 @@ fail:
   for (int i = 0; i < SEND_WINDOW; i++) clt__tp_abandon(comm, &sreq[i]);
   for (int i = 0; i < MAX_WINDOW; i++) clt__tp_abandon(comm, &rreq[i]);
   if (rc == CLT_ETIMEDOUT) return rc;
-  return clt__op_break(op, clt__op_error(op, step, rc));
+  return clt__op_break(op, clt__op_error(op, io->step0 + step, rc));
 }

@@ -42,6 +42,7 @@ int clt__tp_isend(clt_comm *comm, const void *buf, size_t bytes, int peer, int t
   if (bytes > INT_MAX) return clt__error(CLT_EINTERNAL, "a message of %zu bytes (more than INT_MAX)", bytes);
   int e = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, mpi_comm(comm), mpi_req(req));
   if (e != MPI_SUCCESS) return mpi_error(e, "MPI_Isend to", peer);
+  if (comm->layout.node_of) comm->sent[comm->layout.node_of[peer] != comm->layout.node] += bytes;
   req->kind = 1;
   req->peer = peer;
   return CLT_OK;
@@ -140,6 +141,8 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   struct clt__mpi *m = NULL;
   MPI_Comm local = MPI_COMM_NULL;
   MPI_Request req = MPI_REQUEST_NULL;
+  int *node_of = NULL;
+  uint64_t *hashes = NULL;
 
   if (!out) return clt__error(CLT_EINVAL, "clt_comm_create: no place for the result");
   *out = NULL;
@@ -175,21 +178,63 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   comm->diag_tag = ub;
   comm->tag_ops = (ub - 1) / CLT__TAG_PHASES;
 
-  /* Every rank is here now (the duplicate finished), so this blocking split
-   * cannot wait on an absent rank. */
-  if ((e = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS) {
+  /* Every rank is here now (the duplicate finished), so these blocking
+   * calls cannot wait on an absent rank. A node is named by its lowest
+   * rank; every rank learns every rank's node. */
+  int lowest = comm->rank, pretend = 0;
+  if ((e = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS ||
+      (e = MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, local)) != MPI_SUCCESS) {
     rc = mpi_error(e, "MPI_Comm_split_type on", comm->rank);
     goto fail;
   }
-  MPI_Comm_rank(local, &comm->local_rank);
-  MPI_Comm_size(local, &comm->local_size);
   MPI_Comm_free(&local);
-  clt__log(CLT_LOG_DEBUG, "rank %d of %d: local rank %d of %d, timeout %.1f s, chunk %zu bytes", comm->rank,
-           comm->size, comm->local_rank, comm->local_size, comm->timeout_s, comm->chunk_bytes);
+  if (!(node_of = clt__calloc((size_t)comm->size, sizeof *node_of))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  if ((e = MPI_Allgather(&lowest, 1, MPI_INT, node_of, 1, MPI_INT, m->comm)) != MPI_SUCCESS) {
+    rc = mpi_error(e, "MPI_Allgather of the nodes on", comm->rank);
+    goto fail;
+  }
+  /* Pretend nodes: every rank must pretend the same (one flag and the
+   * layout's hash each), or every rank fails the same way. */
+  int env_rc = clt__layout_env(comm->size, node_of, &pretend);
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)(env_rc < 0);
+  for (int r = 0; r < comm->size; r++) h = (h ^ (uint64_t)node_of[r]) * 1099511628211ull;
+  if (!(hashes = clt__calloc((size_t)comm->size, sizeof *hashes))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  if ((e = MPI_Allgather(&h, 1, MPI_UINT64_T, hashes, 1, MPI_UINT64_T, m->comm)) != MPI_SUCCESS) {
+    rc = mpi_error(e, "MPI_Allgather of the node layouts on", comm->rank);
+    goto fail;
+  }
+  if (env_rc < 0) {
+    rc = clt__error_prefix(env_rc, "rank %d", comm->rank);
+    goto fail;
+  }
+  for (int r = 1; r < comm->size; r++)
+    if (hashes[r] != hashes[0]) {
+      const char *v = getenv("CLT_NODE_SIZE");
+      rc = clt__error(CLT_EMISMATCH, "rank %d: the ranks disagree on the nodes: rank %d sees another layout than "
+                                     "rank 0 (CLT_NODE_SIZE='%s' here, or a rank failed on its own): every rank "
+                                     "must set the same CLT_NODE_SIZE, or none", comm->rank, r, v ? v : "");
+      goto fail;
+    }
+  CLT_TRY(clt__layout_make(comm, node_of));
+  free(node_of);
+  free(hashes);
+  node_of = NULL, hashes = NULL;
+  clt__log(CLT_LOG_DEBUG, "rank %d of %d: node %d of %d%s, local rank %d of %d, timeout %.1f s, chunk %zu bytes, "
+           "cost model: %s", comm->rank, comm->size, comm->layout.node, comm->layout.nnodes,
+           pretend ? " (CLT_NODE_SIZE)" : "", comm->local_rank, comm->local_size, comm->timeout_s, comm->chunk_bytes,
+           comm->model.source);
   *out = comm;
   return CLT_OK;
 
 fail:
+  free(node_of);
+  free(hashes);
   if (comm && !comm->mpi && m) {
     if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
     free(m);

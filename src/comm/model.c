@@ -1,0 +1,180 @@
+/*
+ * model.c: the all-reduce algorithms as a table, their α-β-γ cost model,
+ * and the choice a plan makes from it.
+ *
+ * A message of n bytes between two ranks costs α + n β (α and β inside a
+ * node, index 0, or between nodes, index 1); reducing n bytes costs n γ.
+ * For N ranks on M nodes of at most L (at least l) ranks, x = 1 when M > 1:
+ *
+ *   ring                2 (N-1) α_x + 2 (N-1)/N n β_x + (N-1)/N n γ
+ *                       (every step waits for its slowest link, which
+ *                       crosses nodes when there are several)
+ *   recursive-doubling  s (α_x + n β_x + n γ), s = log2 P (+ 2 when N is
+ *                       not a power of two P)
+ *   gather              2 α_x + 2 (N-1) n β_x + (N-1) n γ (rank 0's link
+ *                       carries every message; 2 to 8 ranks)
+ *   twolevel            intra-node reduce-scatter (L-1)(α_0 + n/L (β_0 + γ)),
+ *                       a ring between nodes of the n/l bytes the busiest
+ *                       rank carries, in ceil(L/l) rings:
+ *                       2 (M-1) ceil(L/l) α_1 + 2 (M-1)/M n/l β_1 + (M-1)/M n/l γ,
+ *                       and the intra-node allgather (L-1)(α_0 + n/L β_0)
+ *
+ * The defaults are a node with shared memory and a 25-100 Gb/s network;
+ * `cltrain bench allreduce --fit FILE` measures this machine and writes
+ * FILE, which CLT_COMM_MODEL=FILE loads. Without a file the small-message
+ * algorithms are chosen by CLT_ALLREDUCE_SMALL's measured threshold (as
+ * before the model) and the model chooses between the ring and two-level;
+ * with one, the model chooses among all of them unless CLT_ALLREDUCE_SMALL
+ * is set too.
+ */
+#include "comm_internal.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int cross(const clt_comm *c) { return c->layout.nnodes > 1; }
+
+static double ring_cost(const clt_comm *c, double n) {
+  const clt__cost_model *m = &c->model;
+  int x = cross(c);
+  double N = c->size;
+  return 2 * (N - 1) * m->alpha[x] + 2 * (N - 1) / N * n * m->beta[x] + (N - 1) / N * n * m->gamma;
+}
+
+static double recdouble_cost(const clt_comm *c, double n) {
+  const clt__cost_model *m = &c->model;
+  int x = cross(c);
+  return clt__small_steps(c->size, CLT__RECDOUBLE) * (m->alpha[x] + n * m->beta[x] + n * m->gamma);
+}
+
+static double gather_cost(const clt_comm *c, double n) {
+  const clt__cost_model *m = &c->model;
+  int x = cross(c);
+  if (c->size > 8) return INFINITY; /* small.c sends to at most 7 peers at once */
+  double N = c->size;
+  return 2 * m->alpha[x] + 2 * (N - 1) * n * m->beta[x] + (N - 1) * n * m->gamma;
+}
+
+static double twolevel_cost(const clt_comm *c, double n) {
+  const clt__cost_model *m = &c->model;
+  double L = c->layout.lmax, l = c->layout.lmin, M = c->layout.nnodes;
+  double intra = (L - 1) * (2 * m->alpha[0] + n / L * (2 * m->beta[0] + m->gamma));
+  double rings = ceil(L / l);
+  double inter = 2 * (M - 1) * rings * m->alpha[1] + 2 * (M - 1) / M * n / l * m->beta[1] + (M - 1) / M * n / l * m->gamma;
+  return intra + inter;
+}
+
+static const clt__algorithm_desc algorithms[CLT__NALGORITHMS] = {
+    {CLT__RING, "ring", ring_cost},
+    {CLT__RECDOUBLE, "recursive-doubling", recdouble_cost},
+    {CLT__GATHER, "gather", gather_cost},
+    {CLT__TWOLEVEL, "twolevel", twolevel_cost},
+};
+
+const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a) {
+  for (int i = 0; i < CLT__NALGORITHMS; i++)
+    if (algorithms[i].algorithm == a) return &algorithms[i];
+  return NULL;
+}
+
+int clt__algorithm_parse(const char *name) {
+  if (strcmp(name, "auto") == 0) return -1;
+  for (int i = 0; i < CLT__NALGORITHMS; i++)
+    if (strcmp(algorithms[i].name, name) == 0) return (int)algorithms[i].algorithm;
+  return -2;
+}
+
+enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
+  if (comm->algorithm >= 0) {
+    if (comm->algorithm == CLT__GATHER && comm->size > 8) return CLT__RECDOUBLE;
+    return (enum clt__algorithm)comm->algorithm;
+  }
+  if (comm->small_set) {
+    /* Gathering to rank 0 beats the ring on 3 to 8 ranks up to 4 times
+     * further than recursive doubling does (bench/allreduce.sh, 3 ranks). */
+    enum clt__algorithm small = clt__small_algorithm(comm->size);
+    size_t limit = small == CLT__GATHER && comm->small_bytes <= SIZE_MAX / 4 ? 4 * comm->small_bytes
+                                                                             : comm->small_bytes;
+    if (bytes <= limit) return small;
+  }
+  /* The cheapest; ties go to the earlier entry (the ring first). Two-level
+   * on one node, or on nodes of one rank each, is the ring with extra steps. */
+  enum clt__algorithm best = CLT__RING;
+  double best_t = ring_cost(comm, (double)bytes);
+  for (int i = 1; i < CLT__NALGORITHMS; i++) {
+    const clt__algorithm_desc *a = &algorithms[i];
+    if (a->algorithm != CLT__TWOLEVEL && comm->small_set) continue;
+    if (a->algorithm == CLT__TWOLEVEL && (comm->layout.nnodes < 2 || comm->layout.lmax < 2)) continue;
+    double t = a->cost(comm, (double)bytes);
+    if (t < best_t) best = a->algorithm, best_t = t;
+  }
+  return best;
+}
+
+/* ---- the model's values ---------------------------------------------------- */
+
+static const struct {
+  const char *key;
+  size_t at; /* offset in clt__cost_model */
+  double value;
+} fields[] = {
+    {"alpha_intra", offsetof(clt__cost_model, alpha), 1e-6},              /* 1 us: shared memory */
+    {"beta_intra", offsetof(clt__cost_model, beta), 1e-10},               /* 10 GB/s */
+    {"alpha_inter", offsetof(clt__cost_model, alpha) + sizeof(double), 1e-5}, /* 10 us */
+    {"beta_inter", offsetof(clt__cost_model, beta) + sizeof(double), 4e-10},  /* 2.5 GB/s: 25 GbE */
+    {"gamma", offsetof(clt__cost_model, gamma), 1e-10},                   /* 10 GB/s of float adds */
+};
+#define NFIELDS_MODEL (sizeof fields / sizeof fields[0])
+
+static double *field(clt__cost_model *m, size_t i) { return (double *)(void *)((char *)m + fields[i].at); }
+
+int clt__model_init(clt__cost_model *m) {
+  memset(m, 0, sizeof *m);
+  for (size_t i = 0; i < NFIELDS_MODEL; i++) *field(m, i) = fields[i].value;
+  clt__strlcpy(m->source, "defaults", sizeof m->source);
+  const char *path = getenv("CLT_COMM_MODEL");
+  if (!path || !*path) return CLT_OK;
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!root)
+    return clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': %s:%d:%d: %s (write one with `cltrain bench allreduce "
+                                  "--fit FILE`)", path, path, err.line, err.column, err.text);
+  int rc = CLT_OK;
+  if (!json_is_object(root)) {
+    rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': not a JSON object of the model's values", path);
+    goto done;
+  }
+  for (size_t i = 0; i < NFIELDS_MODEL; i++) {
+    json_t *v = json_object_get(root, fields[i].key);
+    if (!v) {
+      rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': no \"%s\" (seconds%s): the file needs alpha_intra, "
+                                  "beta_intra, alpha_inter, beta_inter and gamma", path, fields[i].key,
+                      fields[i].key[0] == 'a' ? " per message" : " per byte");
+      goto done;
+    }
+    double x = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 1) {
+      rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': \"%s\" must be a number of seconds from 0 to 1", path,
+                      fields[i].key);
+      goto done;
+    }
+    *field(m, i) = x;
+  }
+  clt__strlcpy(m->source, path, sizeof m->source);
+done:
+  json_decref(root);
+  return rc;
+}
+
+int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds) {
+  if (!comm || !algorithm || !seconds) return clt__error(CLT_EINVAL, "clt_comm_model_predict: no %s",
+                                                       !comm ? "communicator" : !algorithm ? "algorithm" : "result");
+  int a = clt__algorithm_parse(algorithm);
+  if (a < 0)
+    return clt__error(CLT_EINVAL, "clt_comm_model_predict: unknown algorithm '%s' (ring, recursive-doubling, "
+                                  "gather or twolevel)", algorithm);
+  *seconds = comm->size == 1 ? 0 : clt__algorithm_find((enum clt__algorithm)a)->cost(comm, (double)bytes);
+  return CLT_OK;
+}

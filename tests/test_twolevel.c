@@ -1,0 +1,380 @@
+/*
+ * test_twolevel.c: the node-then-network all-reduce (src/comm/twolevel.c)
+ * on pretend nodes (CLT_NODE_SIZE, set by tests/twolevel.sh), host and
+ * device buffers, f32 and f16, sum and average, counts from 0 to many
+ * chunks: against exact sums (small integers) or a serial double-precision
+ * sum, every rank with the same bits. Also the node layout, the choice of
+ * the cost model, refusals of bad CLT_NODE_SIZE / CLT_ALLREDUCE /
+ * CLT_COMM_MODEL values and disagreeing ranks, and a rank that never
+ * joins, named by the others after the timeout.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include <cltrain/mpi.h>
+
+#include "commtest.h"
+#include "testutil.h"
+#include "ref/ref.h"
+
+static clt_comm *comm; /* CLT_ALLREDUCE=twolevel on CLT_NODE_SIZE's nodes */
+static int rank, nranks;
+
+static const size_t counts[] = {0, 1, 2, 3, 5, 17, 1000, 8193, 100003};
+#define NCOUNTS (sizeof counts / sizeof counts[0])
+
+static void assert_identical_across_ranks(const void *buf, size_t bytes, const char *what) {
+  uint64_t h = ct_hash(buf, bytes), *all = calloc((size_t)nranks, sizeof *all);
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  for (int r = 1; r < nranks; r++)
+    ck_assert_msg(all[r] == all[0], "%s: rank %d's result differs in bits from rank 0's", what, r);
+  free(all);
+}
+
+static void assert_contains(const char *text, const char *part) {
+  ck_assert_msg(strstr(text, part) != NULL, "rank %d: \"%s\" does not say \"%s\"", rank, text, part);
+}
+
+/* The nodes CLT_NODE_SIZE describes, worked out here independently. */
+static int expected_node(int r, int *node_size) {
+  const char *v = getenv("CLT_NODE_SIZE");
+  if (!strchr(v, ',')) {
+    int k = atoi(v);
+    *node_size = (r / k + 1) * k <= nranks ? k : nranks - (r / k) * k;
+    return r / k;
+  }
+  int node = 0, at = 0;
+  for (const char *p = v; *p; node++) {
+    int k = atoi(p);
+    if (r < at + k) {
+      *node_size = k;
+      return node;
+    }
+    at += k;
+    p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+  }
+  return -1;
+}
+
+START_TEST(layout) {
+  int size = 0, node = expected_node(rank, &size), last = 0;
+  expected_node(nranks - 1, &last);
+  ck_assert_int_eq(clt_comm_node(comm), node);
+  ck_assert_int_eq(clt_comm_node_count(comm), expected_node(nranks - 1, &last) + 1);
+  ck_assert_int_eq(clt_comm_local_size(comm), size);
+  int first = rank;
+  while (first > 0 && expected_node(first - 1, &last) == node) first--;
+  ck_assert_int_eq(clt_comm_local_rank(comm), rank - first);
+}
+END_TEST
+
+static void check_host(size_t n, size_t chunk, clt_reduce_op op, int salt) {
+  clt_allreduce_plan *plan = NULL;
+  clt_allreduce_opts opts = {.chunk_bytes = chunk};
+  float *x = malloc((n + 1) * sizeof *x), *want = malloc((n + 1) * sizeof *want);
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, &opts, &plan) == 0, "%s", clt_last_error());
+  ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), nranks == 1 ? "local" : "twolevel");
+  ct_expect(want, n, nranks, 1, salt, op == CLT_AVG);
+  for (int run = 0; run < 2; run++) {
+    ct_fill(x, n, rank * CT_MAX_REPLICAS, salt);
+    ck_assert_msg(clt_allreduce_run(plan, n ? x : NULL) == 0, "%s", clt_last_error());
+    long bad = ct_first_diff(x, want, n);
+    ck_assert_msg(bad < 0, "count %zu chunk %zu %s, run %d: element %ld is %g, expected %g", n, chunk,
+                  clt_reduce_op_name(op), run, bad, bad < 0 ? 0 : x[bad], bad < 0 ? 0 : want[bad]);
+  }
+  assert_identical_across_ranks(x, n * sizeof *x, "two-level host all-reduce");
+  clt_allreduce_plan_destroy(plan);
+  free(x), free(want);
+}
+
+START_TEST(host_exact) {
+  for (size_t i = 0; i < NCOUNTS; i++) {
+    check_host(counts[i], 0, CLT_SUM, (int)i);
+    check_host(counts[i], 0, CLT_AVG, (int)i + 100);
+  }
+  check_host(37, 4, CLT_SUM, 1);      /* chunks of one element */
+  check_host(10007, 64, CLT_AVG, 2);  /* many chunks in every ring */
+}
+END_TEST
+
+/* Random floats against a serial double sum: each element goes through at
+ * most N - 1 float additions, each rounding by at most 2^-24 of a partial
+ * sum (<= the sum of magnitudes). The order differs from the flat ring's. */
+START_TEST(random_against_serial_sum) {
+  const size_t n = 50001;
+  clt_allreduce_plan *plan = NULL;
+  float *x = malloc(n * sizeof *x), *other = malloc(n * sizeof *other);
+  double *sum = calloc(n, sizeof *sum), *mag = calloc(n, sizeof *mag);
+  for (int r = 0; r < nranks; r++) {
+    ref_random(other, n, 2000u + (unsigned)r);
+    for (size_t i = 0; i < n; i++) sum[i] += other[i], mag[i] += fabs(other[i]);
+  }
+  ref_random(x, n, 2000u + (unsigned)rank);
+  clt_allreduce_opts opts = {.chunk_bytes = 4096};
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, CLT_SUM, &opts, &plan) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_allreduce_run(plan, x) == 0, "%s", clt_last_error());
+  for (size_t i = 0; i < n; i++) {
+    double tol = nranks * ldexp(1.0, -24) * mag[i] + 1e-30;
+    ck_assert_msg(fabs(x[i] - sum[i]) <= tol, "element %zu: %.9g, serial sum %.9g (tolerance %g)", i, x[i], sum[i],
+                  tol);
+  }
+  assert_identical_across_ranks(x, n * sizeof *x, "two-level random all-reduce");
+  /* The same bits run after run. */
+  float *again = malloc(n * sizeof *again);
+  ref_random(again, n, 2000u + (unsigned)rank);
+  ck_assert_msg(clt_allreduce_run(plan, again) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(ct_first_diff(x, again, n), -1);
+  clt_allreduce_plan_destroy(plan);
+  free(x), free(other), free(sum), free(mag), free(again);
+}
+END_TEST
+
+static void check_f16(size_t n, clt_reduce_op op, clt_context *ctx, int salt) {
+  clt_allreduce_plan *plan = NULL;
+  uint16_t *x = malloc((n + 1) * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = ct_half_input(i, rank * CT_MAX_REPLICAS, salt);
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F16, op, NULL, &plan) == 0, "%s", clt_last_error());
+  if (ctx) {
+    cl_mem buf = ct_f16_buffer(ctx, x, n + 1);
+    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, 0) == 0, "%s", clt_last_error());
+    ct_f16_read(ctx, buf, 0, x, n);
+    clReleaseMemObject(buf);
+  } else {
+    ck_assert_msg(clt_allreduce_run(plan, x) == 0, "%s", clt_last_error());
+  }
+  if (op == CLT_SUM) {
+    long bad = ct_f16_off_exact(x, n, nranks, 1, salt);
+    ck_assert_msg(bad < 0, "f16 %s %zu: element %ld (0x%04x) is off the exact sum by more than rounding",
+                  ctx ? "device" : "host", n, bad, bad < 0 ? 0 : x[bad]);
+  }
+  assert_identical_across_ranks(x, n * sizeof *x, "two-level f16 all-reduce");
+  clt_allreduce_plan_destroy(plan);
+  free(x);
+}
+
+START_TEST(host_f16) {
+  const size_t sizes[] = {1, 7, 1000, 50001};
+  for (size_t t = 0; t < 4; t++) {
+    check_f16(sizes[t], CLT_SUM, NULL, (int)t);
+    check_f16(sizes[t], CLT_AVG, NULL, (int)t + 10);
+  }
+}
+END_TEST
+
+START_TEST(device_buffers) {
+  if (tu_ndev == 0) return;
+  clt_context *ctx = tu_ctx[rank % tu_ndev];
+  const size_t sizes[] = {0, 3, 1000, 30011};
+  for (size_t t = 0; t < 4; t++) {
+    size_t n = sizes[t], pad = 2;
+    clt_reduce_op op = t == 2 ? CLT_AVG : CLT_SUM;
+    float *host = malloc((n + 2 * pad) * sizeof *host), *want = malloc((n + 1) * sizeof *want);
+    for (size_t i = 0; i < n + 2 * pad; i++) host[i] = 777.0f;
+    ct_fill(host + pad, n, rank * CT_MAX_REPLICAS, (int)t);
+    ct_expect(want, n, nranks, 1, (int)t, op == CLT_AVG);
+    cl_mem buf = tu_buffer(ctx, host, n + 2 * pad);
+    clt_allreduce_plan *plan = NULL;
+    ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, NULL, &plan) == 0, "%s", clt_last_error());
+    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, pad * sizeof(float)) == 0, "%s: %s",
+                  tu_name(ctx), clt_last_error());
+    tu_read(ctx, buf, 0, host, n + 2 * pad);
+    ck_assert(host[0] == 777.0f && host[n + 2 * pad - 1] == 777.0f);
+    ck_assert_int_eq(ct_first_diff(host + pad, want, n), -1);
+    assert_identical_across_ranks(host + pad, n * sizeof *host, "two-level device all-reduce");
+    clt_allreduce_plan_destroy(plan);
+    clReleaseMemObject(buf);
+    free(host), free(want);
+  }
+  check_f16(20011, CLT_SUM, ctx, 5);
+  check_f16(5, CLT_AVG, ctx, 6);
+}
+END_TEST
+
+/* Two replicas per process: summed locally first, then across nodes. */
+START_TEST(two_replicas) {
+  if (tu_ndev == 0) return;
+  clt_context *ctx[2] = {tu_ctx[0], tu_ctx[1 % tu_ndev]};
+  size_t n = 5003, offs[2] = {0, 0};
+  float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
+  cl_mem bufs[2];
+  cl_command_queue queues[2];
+  for (int q = 0; q < 2; q++) {
+    ct_fill(x, n, rank * CT_MAX_REPLICAS + q, 9);
+    bufs[q] = tu_buffer(ctx[q], x, n);
+    queues[q] = clt_context_queue(ctx[q]);
+  }
+  ct_expect(want, n, nranks, 2, 9, 0);
+  clt_allreduce_plan *plan = NULL;
+  clt_allreduce_opts opts = {.replicas = 2};
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, CLT_SUM, &opts, &plan) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_allreduce_run_devices(plan, 2, queues, bufs, offs) == 0, "%s", clt_last_error());
+  for (int q = 0; q < 2; q++) {
+    tu_read(ctx[q], bufs[q], 0, x, n);
+    ck_assert_int_eq(ct_first_diff(x, want, n), -1);
+    clReleaseMemObject(bufs[q]);
+  }
+  clt_allreduce_plan_destroy(plan);
+  free(x), free(want);
+}
+END_TEST
+
+/* auto: the cheaper of the ring and two-level by the model (small messages
+ * by CLT_ALLREDUCE_SMALL's threshold without a model file), the same on
+ * every rank; and the fingerprint refuses ranks that choose differently. */
+START_TEST(choice) {
+  clt_comm *c = NULL;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_comm_set_allreduce(c, "auto"), 0);
+  ck_assert_int_eq(clt_comm_set_allreduce(c, "hierarchical"), CLT_EINVAL);
+  assert_contains(clt_last_error(), "hierarchical");
+  size_t n = 1 << 20;
+  double ring = 0, two = 0;
+  ck_assert_int_eq(clt_comm_model_predict(c, "ring", n * 4, &ring), 0);
+  ck_assert_int_eq(clt_comm_model_predict(c, "twolevel", n * 4, &two), 0);
+  ck_assert_int_eq(clt_comm_model_predict(c, "tree", 4, &two), CLT_EINVAL);
+  ck_assert_int_eq(clt_comm_model_predict(c, "twolevel", n * 4, &two), 0);
+  clt_allreduce_plan *plan = NULL;
+  ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+  int multi = clt_comm_node_count(c) > 1 && clt_comm_node_count(c) < nranks;
+  const char *want = nranks == 1 ? "local" : multi && two < ring ? "twolevel" : "ring";
+  ck_assert_msg(strcmp(clt_allreduce_plan_algorithm(plan), want) == 0, "%s, expected %s (ring %g s, twolevel %g s)",
+                clt_allreduce_plan_algorithm(plan), want, ring, two);
+  clt_allreduce_plan_destroy(plan);
+  if (nranks > 1) {
+    ck_assert_int_eq(clt_comm_set_allreduce(c, rank == 0 ? "twolevel" : "ring"), 0);
+    ck_assert_int_eq(clt_allreduce_plan_create(c, 1000, CLT_F32, CLT_SUM, NULL, &plan), CLT_EMISMATCH);
+    assert_contains(clt_last_error(), "algorithm");
+    assert_contains(clt_last_error(), "twolevel on rank 0 but ring on rank 1");
+  }
+  clt_comm_destroy(c);
+}
+END_TEST
+
+/* Bad values: the same on every rank, so every rank refuses alike. */
+static void refused(const char *var, const char *value, const char *says) {
+  clt_comm *c = NULL;
+  char *old = getenv(var) ? strdup(getenv(var)) : NULL;
+  setenv(var, value, 1);
+  int rc = clt_comm_create(MPI_COMM_WORLD, &c);
+  ck_assert_msg(rc == CLT_EINVAL, "%s='%s': %s", var, value, rc == 0 ? "accepted" : clt_last_error());
+  ck_assert(c == NULL);
+  assert_contains(clt_last_error(), var);
+  assert_contains(clt_last_error(), says);
+  if (old) setenv(var, old, 1);
+  else unsetenv(var);
+  free(old);
+}
+
+START_TEST(bad_values) {
+  refused("CLT_NODE_SIZE", "0", "not a number of ranks per node");
+  refused("CLT_NODE_SIZE", "two", "not a number of ranks per node");
+  refused("CLT_NODE_SIZE", "2,", "not a number of ranks per node");
+  char sizes[32];
+  snprintf(sizes, sizeof sizes, "%d,1", nranks);
+  refused("CLT_NODE_SIZE", sizes, "add up to");
+  refused("CLT_ALLREDUCE", "tree", "give auto, ring, twolevel");
+  refused("CLT_COMM_MODEL", "/nonexistent/model.json", "/nonexistent/model.json");
+  char path[64];
+  snprintf(path, sizeof path, "twolevel-model-%d.json", rank);
+  FILE *f = fopen(path, "w");
+  fputs("{\"alpha_intra\": 1e-6, \"beta_intra\": 1e-10, \"alpha_inter\": 1e-5, \"gamma\": 1e-10}", f);
+  fclose(f);
+  refused("CLT_COMM_MODEL", path, "no \"beta_inter\"");
+  f = fopen(path, "w");
+  fputs("{\"alpha_intra\": -1, \"beta_intra\": 1e-10, \"alpha_inter\": 1e-5, \"beta_inter\": 1, \"gamma\": 0}", f);
+  fclose(f);
+  refused("CLT_COMM_MODEL", path, "\"alpha_intra\" must be a number of seconds");
+  f = fopen(path, "w");
+  fputs("{\"alpha_intra\": 2e-6, \"beta_intra\": 1e-10, \"alpha_inter\": 1e-5, \"beta_inter\": 1e-9, \"gamma\": 0}",
+        f);
+  fclose(f);
+  /* A good one is taken, and then the model chooses small messages too. */
+  setenv("CLT_COMM_MODEL", path, 1);
+  clt_comm *c = NULL;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  unsetenv("CLT_COMM_MODEL");
+  clt_comm_destroy(c);
+  unlink(path);
+  /* Ranks that pretend different nodes all fail, naming a rank. */
+  if (nranks > 1) {
+    char *old = strdup(getenv("CLT_NODE_SIZE"));
+    setenv("CLT_NODE_SIZE", rank == 0 ? "1" : "2", 1);
+    int rc = clt_comm_create(MPI_COMM_WORLD, &c);
+    ck_assert_int_eq(rc, CLT_EMISMATCH);
+    assert_contains(clt_last_error(), "disagree on the nodes");
+    assert_contains(clt_last_error(), "CLT_NODE_SIZE");
+    setenv("CLT_NODE_SIZE", old, 1);
+    free(old);
+  }
+}
+END_TEST
+
+/* The last rank never joins the second all-reduce: the others fail after
+ * the timeout, naming it (the diagnosis hears from everyone else). */
+START_TEST(absent_rank) {
+  if (nranks < 3) return;
+  clt_comm *c = NULL;
+  int absent = nranks - 1;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_comm_set_allreduce(c, "twolevel"), 0);
+  ck_assert_int_eq(clt_comm_set_timeout(c, 2), 0);
+  clt_allreduce_plan *plan = NULL;
+  size_t n = 30000;
+  clt_allreduce_opts opts = {.chunk_bytes = 1024};
+  ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F32, CLT_SUM, &opts, &plan) == 0, "%s", clt_last_error());
+  float *x = calloc(n, sizeof *x);
+  if (rank != absent) {
+    int rc = clt_allreduce_run(plan, x);
+    ck_assert_msg(rc == CLT_ETIMEDOUT, "expected CLT_ETIMEDOUT, got %s: %s", clt_status_name(rc), clt_last_error());
+    char want[64];
+    snprintf(want, sizeof want, "is rank %d alive?", absent);
+    assert_contains(clt_last_error(), want);
+    snprintf(want, sizeof want, "rank %d: allreduce #2 waited", rank);
+    assert_contains(clt_last_error(), want);
+  } else {
+    sleep(2 + 4);
+    free(x);
+  }
+  clt_allreduce_plan_destroy(plan);
+  MPI_Barrier(MPI_COMM_WORLD);
+  clt_comm_destroy(c);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (!getenv("CLT_NODE_SIZE")) setenv("CLT_NODE_SIZE", "2", 1);
+  int su = tu_setup();
+  if (su == 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0 || clt_comm_set_allreduce(comm, "twolevel") < 0) {
+    fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  Suite *s = suite_create("twolevel");
+  TCase *tc = tcase_create("two-level all-reduce");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, layout);
+  tcase_add_test(tc, host_exact);
+  tcase_add_test(tc, random_against_serial_sum);
+  tcase_add_test(tc, host_f16);
+  tcase_add_test(tc, device_buffers);
+  tcase_add_test(tc, two_replicas);
+  tcase_add_test(tc, choice);
+  tcase_add_test(tc, bad_values);
+  if (getenv("CT_ABSENT")) tcase_add_test(tc, absent_rank);
+  suite_add_tcase(s, tc);
+  int rc = tu_run(s);
+  clt_comm_destroy(comm);
+  tu_teardown();
+  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}

@@ -1,0 +1,34 @@
+#!/bin/sh
+# twolevel.sh: the two-level all-reduce (tests/test_twolevel) on pretend
+# nodes: 1 to 6 ranks, nodes of 1, 2 and 3 ranks, uneven ones (5 ranks in
+# nodes of 2: 2,2,1; 3,2; 4,2), one run between pretend nodes over TCP
+# (--mca btl tcp,self), and on 4 ranks a rank that never joins.
+srcdir=${srcdir:-.}
+CLT_TIMEOUT=${CLT_TIMEOUT:-30}
+export CLT_TIMEOUT
+status=77
+run() { # NODE_SIZE NP [mpiexec args]
+  k=$1 np=$2
+  shift 2
+  echo "== CLT_NODE_SIZE=$k on $np rank(s) $*"
+  CLT_NODE_SIZE=$k sh "$srcdir/tests/mpi_run.sh" "$np" "$@" ./tests/test_twolevel
+  rc=$?
+  case $rc in
+    0) [ $status -eq 77 ] && status=0 ;;
+    77) ;;
+    *) echo "FAIL: CLT_NODE_SIZE=$k on $np rank(s) exited $rc"; status=1 ;;
+  esac
+}
+run 1 1
+run 1 2
+run 2 3
+run 3 3
+run 2 5
+run 3,2 5
+run 3 6
+run 4,2 6
+CT_ABSENT=1; export CT_ABSENT
+run 2 4
+unset CT_ABSENT
+run 2 4 --mca btl tcp,self
+exit $status
