@@ -833,6 +833,14 @@ typedef enum clt_balance_mode {
                             * cost model of each fitted to its measured runs (0 allowed) */
 } clt_balance_mode;
 
+/* The order of a pipeline stage's forward and backward passes over a
+ * step's micro-batches (clt_train_options.pipeline_schedule). */
+typedef enum clt_pipeline_schedule {
+  CLT_PIPELINE_1F1B = 0,  /* one forward, one backward in the steady state: at most as many
+                           * micro-batches' activations held per stage as there are stages */
+  CLT_PIPELINE_GPIPE = 1  /* every forward, then every backward: all micro-batches' activations held */
+} clt_pipeline_schedule;
+
 typedef struct clt_train_options {
   int64_t batch;                  /* global batch per optimizer step (64) */
   int epochs;                     /* passes over the training set (10) */
@@ -892,6 +900,18 @@ typedef struct clt_train_options {
                                      their norm), each rank steps its shard and the parameters are
                                      allgathered: bitwise the parameters of zero 0. The same on every
                                      rank; on one rank a no-op. 2 is not implemented yet */
+  /* pipeline parallelism (appended: the fields above keep their places) */
+  int pipeline;                   /* stages P (0 or 1: none): the model's layers cut into P contiguous
+                                     stages, rank r running stage r % P of pipeline r / P, so the
+                                     ranks are P stages x D = ranks / P data-parallel replicas of each;
+                                     one device per rank; fp32; not with zero, balance weights/auto or
+                                     accumulate (micro_batches replaces it) */
+  int micro_batches;              /* M: micro-batches per step streamed through the stages (P > 1;
+                                     batch must divide by it; 0 means P) */
+  clt_pipeline_schedule pipeline_schedule; /* CLT_PIPELINE_1F1B (default) or CLT_PIPELINE_GPIPE */
+  const char *stages;             /* how to cut: NULL or "" even by layer count; "4,4,4": layers per
+                                     stage (blocks expanded, the input line not counted), never inside
+                                     a residual's branch */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);

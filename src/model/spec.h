@@ -116,4 +116,15 @@ int64_t clt__shape_numel(const clt_shape *s);
  * (T, C); what linear and layernorm multiply the batch by. */
 int64_t clt__shape_rows(const clt_shape *s);
 
+/* Pipeline stages (model/stage.c). Whether a stage may begin at layer c
+ * (2 <= c < nlayers) without cutting a residual's branch; else why not,
+ * into why. */
+int clt__spec_cut_ok(const clt_model_spec *s, int c, char *why, size_t len);
+/* The layers [lo, hi) of s (1 <= lo < hi <= nlayers) as a spec of their
+ * own: an input line of layer lo - 1's output shape, then those layers,
+ * their parameters laid out from 0; *base is where they start in s's
+ * arena. A weight tied to a layer outside [lo, hi) is CLT_EUNSUPPORTED,
+ * naming it. */
+int clt__spec_stage(const clt_model_spec *s, int lo, int hi, clt_model_spec **out, int64_t *base);
+
 #endif

@@ -1,0 +1,222 @@
+/*
+ * pp.c: the pipeline's grid, its cut of the model into stages, the stage
+ * and pipeline communicators, and the whole model gathered to rank 0 from
+ * the stages (checkpoints hold the whole model in its own layout, so a run
+ * resumes at any P and D, or without a pipeline).
+ *
+ * The grid: rank r is stage s = r % P of pipeline d = r / P, so one
+ * pipeline's stages are neighbouring ranks (on one node when they fit),
+ * and rank 0 is stage 0 of pipeline 0.
+ *
+ * The cut: stage boundaries go between layers (blocks expanded), never
+ * inside a residual's branch (clt__spec_cut_ok). Without --stages the
+ * layers are split as evenly by count as the allowed boundaries let.
+ */
+#include "pp/pp_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const clt_model *clt__pp_stage_model(const clt__pp *pp) { return &pp->stage_model; }
+clt_comm *clt__pp_stage_comm(const clt__pp *pp) { return pp->stage_comm; }
+int clt__pp_stage(const clt__pp *pp) { return pp->stage; }
+int clt__pp_stages(const clt__pp *pp) { return pp->P; }
+int clt__pp_replica(const clt__pp *pp) { return pp->d; }
+int clt__pp_replicas(const clt__pp *pp) { return pp->D; }
+int clt__pp_micro_batches(const clt__pp *pp) { return pp->M; }
+
+int clt__pp_activation_sets(const clt__pp *pp) {
+  if (pp->stage == pp->P - 1) return 1;
+  if (pp->schedule == CLT_PIPELINE_GPIPE) return pp->M;
+  return pp->P - pp->stage < pp->M ? pp->P - pp->stage : pp->M;
+}
+
+/* --stages a,b,c: layer counts into cuts (cut[s] = first layer of stage s,
+ * cut[P] = nlayers). */
+static int parse_stages(const clt_model_spec *s, const char *text, int P, int *cut) {
+  int L = s->nlayers - 1, k = 0, sum = 0;
+  const char *p = text;
+  cut[0] = 1;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > L)
+      return clt__error(CLT_EINVAL, "--stages %s: '%s' is not a layer count from 1 to %d; give one count per "
+                        "stage, e.g. --stages 3,3", text, p, L);
+    if (k >= P)
+      return clt__error(CLT_EINVAL, "--stages %s gives more than the %d stages of --pipeline %d", text, P, P);
+    sum += (int)v;
+    cut[++k] = 1 + sum;
+    p = end;
+    if (*p == ',') p++;
+    else if (*p)
+      return clt__error(CLT_EINVAL, "--stages %s: '%s' is not a layer count; separate counts with commas", text, p);
+  }
+  if (k != P)
+    return clt__error(CLT_EINVAL, "--stages %s gives %d stage%s, but --pipeline is %d", text, k, k == 1 ? "" : "s", P);
+  if (sum != L)
+    return clt__error(CLT_EINVAL, "--stages %s adds up to %d layers, but %s has %d (blocks expanded, the input line "
+                      "not counted)", text, sum, s->name, L);
+  char why[512];
+  for (int i = 1; i < P; i++)
+    if (!clt__spec_cut_ok(s, cut[i], why, sizeof why)) return clt__error(CLT_EINVAL, "--stages %s: %s", text, why);
+  return CLT_OK;
+}
+
+/* The even cut: the allowed boundary nearest each stage's share of the
+ * layers, in order, leaving enough boundaries for the stages after it. */
+static int even_cut(const clt_model_spec *s, int P, int *cut) {
+  int L = s->nlayers, nv = 0;
+  int *valid = clt__calloc((size_t)L, sizeof *valid);
+  char why[512];
+  if (!valid) return CLT_ENOMEM;
+  for (int c = 2; c < L; c++)
+    if (clt__spec_cut_ok(s, c, why, sizeof why)) valid[nv++] = c;
+  if (nv < P - 1) {
+    free(valid);
+    return clt__error(CLT_EINVAL, "--pipeline %d: %s can be cut into at most %d stage%s (%d layers; stages hold "
+                      "whole residual blocks): use fewer stages", P, s->name, nv + 1, nv ? "s" : "", L - 1);
+  }
+  cut[0] = 1, cut[P] = L;
+  for (int i = 1, at = 0; i < P; i++) {
+    double target = 1 + (double)i * (L - 1) / P;
+    int best = at;
+    for (int j = at; j <= nv - (P - i); j++) {
+      double dj = valid[j] - target, db = valid[best] - target;
+      if ((dj < 0 ? -dj : dj) < (db < 0 ? -db : db)) best = j;
+    }
+    cut[i] = valid[best];
+    at = best + 1;
+  }
+  free(valid);
+  return CLT_OK;
+}
+
+static void log_cut(const clt__pp *pp, const clt_model_spec *s) {
+  char line[2048];
+  size_t n = (size_t)snprintf(line, sizeof line, "pipeline: %d stage%s x %d replica%s, %d micro-batches, %s; %s cut",
+                              pp->P, pp->P == 1 ? "" : "s", pp->D, pp->D == 1 ? "" : "s", pp->M,
+                              pp->schedule == CLT_PIPELINE_GPIPE ? "gpipe" : "1f1b", s->name);
+  for (int i = 0; i < pp->P && n < sizeof line; i++) {
+    int lo = pp->cut[i], hi = pp->cut[i + 1];
+    int64_t p0 = s->layers[lo].param_offset, p1 = hi < s->nlayers ? s->layers[hi].param_offset : s->param_count;
+    n += (size_t)snprintf(line + n, sizeof line - n, "%s stage %d: %d layer%s, lines %d-%d, %lld parameters",
+                          i ? ";" : ":", i, hi - lo, hi - lo == 1 ? "" : "s", s->layers[lo].line,
+                          s->layers[hi - 1].line, (long long)(p1 - p0));
+  }
+  clt__log(CLT_LOG_INFO, "%s", line);
+}
+
+int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *o, clt__pp **out) {
+  int rc = CLT_OK;
+  const clt_model_spec *s = m->spec;
+  int ranks = clt_comm_size(comm), rank = clt_comm_rank(comm), P = o->pipeline;
+  *out = NULL;
+  if (P < 1) return clt__error(CLT_EINVAL, "--pipeline %d: give 1 or more stages", P);
+  if (o->micro_batches < 0)
+    return clt__error(CLT_EINVAL, "--micro-batches %d: a step needs at least 1 micro-batch", o->micro_batches);
+  if (ranks % P)
+    return clt__error(CLT_EINVAL, "--pipeline %d on %d ranks: the ranks must be the stages times the replicas of "
+                      "each (P x D); run %d or %d ranks, or change --pipeline", P, ranks, P * (ranks / P ? ranks / P : 1),
+                      P * (ranks / P + 1));
+  if (o->pipeline_schedule != CLT_PIPELINE_1F1B && o->pipeline_schedule != CLT_PIPELINE_GPIPE)
+    return clt__error(CLT_EINVAL, "the pipeline schedule must be 1f1b or gpipe, not %d", (int)o->pipeline_schedule);
+  clt__pp *pp = clt__calloc(1, sizeof *pp);
+  if (!pp) return CLT_ENOMEM;
+  pp->P = P, pp->D = ranks / P, pp->stage = rank % P, pp->d = rank / P;
+  pp->M = o->micro_batches ? o->micro_batches : P;
+  pp->schedule = o->pipeline_schedule;
+  pp->comm = comm;
+  if (!(pp->cut = clt__calloc((size_t)P + 1, sizeof *pp->cut))) { rc = CLT_ENOMEM; goto fail; }
+  if (o->stages && o->stages[0]) CLT_TRY(parse_stages(s, o->stages, P, pp->cut));
+  else CLT_TRY(even_cut(s, P, pp->cut));
+  /* Every stage is checked on every rank (a weight tied across stages is
+   * refused on all of them alike), and this rank's kept. */
+  for (int i = 0; i < P; i++) {
+    clt_model_spec *st;
+    int64_t base;
+    CLT_TRY(clt__spec_stage(s, pp->cut[i], pp->cut[i + 1], &st, &base));
+    if (i == pp->stage) pp->stage_model.spec = st, pp->base = base;
+    else clt__spec_destroy(st);
+  }
+  if (rank == 0) log_cut(pp, s);
+  *out = pp;
+  return CLT_OK;
+fail:
+  clt__pp_destroy(pp);
+  return rc;
+}
+
+int clt__pp_split(clt__pp *pp) {
+  int rc = CLT_OK;
+  CLT_TRY(clt__comm_split(pp->comm, pp->stage, pp->d, &pp->stage_comm));
+  CLT_TRY(clt__comm_split(pp->comm, pp->d, pp->stage, &pp->pipe_comm));
+fail:
+  return rc;
+}
+
+void clt__pp_destroy(clt__pp *pp) {
+  if (!pp) return;
+  clt__spec_destroy(pp->stage_model.spec);
+  if (pp->stage_comm) clt_comm_destroy(pp->stage_comm);
+  if (pp->pipe_comm) clt_comm_destroy(pp->pipe_comm);
+  free(pp->cut);
+  free(pp);
+}
+
+/* Stage i's parameters in the whole arena: [lo, hi). */
+static void stage_range(const clt__pp *pp, const clt_model_spec *whole, int i, int64_t *lo, int64_t *hi) {
+  int a = pp->cut[i], b = pp->cut[i + 1];
+  *lo = whole->layers[a].param_offset;
+  *hi = b < whole->nlayers ? whole->layers[b].param_offset : whole->param_count;
+}
+
+int clt__pp_gather(clt__pp *pp, const clt_model_spec *whole, const float *stage_params, const float *stage_state,
+                   int per, float *whole_params, float *whole_state) {
+  int rc = CLT_OK;
+  int64_t P = whole->param_count, Ps = pp->stage_model.spec->param_count;
+  float *buf = NULL;
+  if (pp->d != 0) return CLT_OK; /* pipeline 0 holds every stage; its stage 0 is rank 0 */
+  if (pp->stage > 0) {
+    clt__p2p_msg msg;
+    if (!(buf = clt__calloc((size_t)(Ps * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
+    memcpy(buf, stage_params, (size_t)Ps * sizeof *buf);
+    if (per) memcpy(buf + Ps, stage_state, (size_t)(Ps * per) * sizeof *buf);
+    CLT_TRY(clt__p2p_isend(pp->pipe_comm, buf, (size_t)(Ps * (1 + per)) * sizeof *buf, 0, CLT__PP_TAG_GATHER,
+                           (uint64_t)pp->stage, &msg));
+    CLT_TRY(clt__p2p_wait(pp->pipe_comm, &msg, "pipeline gather of a stage's parameters"));
+    goto fail;
+  }
+  for (int i = 0; i < pp->P; i++) {
+    int64_t lo, hi;
+    stage_range(pp, whole, i, &lo, &hi);
+    int64_t n = hi - lo;
+    const float *src = stage_params, *src_state = stage_state;
+    if (i > 0) {
+      clt__p2p_msg msg;
+      free(buf);
+      if (!(buf = clt__calloc((size_t)(n * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
+      CLT_TRY(clt__p2p_irecv(pp->pipe_comm, buf, (size_t)(n * (1 + per)) * sizeof *buf, i, CLT__PP_TAG_GATHER,
+                             (uint64_t)i, &msg));
+      CLT_TRY(clt__p2p_wait(pp->pipe_comm, &msg, "pipeline gather of a stage's parameters"));
+      src = buf, src_state = buf + n;
+    }
+    memcpy(whole_params + lo, src, (size_t)n * sizeof *src);
+    for (int c = 0; c < per; c++)
+      memcpy(whole_state + (size_t)(c * P + lo), src_state + (size_t)(c * n), (size_t)n * sizeof *src);
+  }
+fail:
+  free(buf);
+  return rc < 0 ? clt__error_prefix(rc, "stage %d of %d", pp->stage, pp->P) : rc;
+}
+
+void clt__pp_take(const clt__pp *pp, const clt_model_spec *whole, const float *whole_params,
+                  const float *whole_state, int per, float *stage_params, float *stage_state) {
+  int64_t lo, hi, P = whole->param_count;
+  stage_range(pp, whole, pp->stage, &lo, &hi);
+  int64_t n = hi - lo;
+  memcpy(stage_params, whole_params + lo, (size_t)n * sizeof *stage_params);
+  for (int c = 0; c < per && whole_state; c++)
+    memcpy(stage_state + (size_t)(c * n), whole_state + (size_t)(c * P + lo), (size_t)n * sizeof *stage_state);
+}
