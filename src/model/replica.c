@@ -527,7 +527,7 @@ static void layer_io(const clt__replica *r, int i, int64_t n, const clt__pass *p
   io->ctx = r->ctx;
   io->spec = r->spec;
   io->l = &r->spec->layers[i];
-  io->index = i;
+  io->index = i + r->spec->layer_base; /* the whole model's index, for dropout's masks */
   io->n = n;
   io->dt = r->act_dtype;
   io->params = r->params;

@@ -102,6 +102,8 @@ typedef struct clt_model_spec {
   float huber_delta;   /* huber's delta= (1) */
   int loss_line;       /* where the loss line is (0: none, the default) */
   int skip_slots;      /* pending skip-branch gradients at most at once in the backward */
+  int layer_base;      /* a pipeline stage (model/stage.c): its layer i is the whole model's i + layer_base
+                          (what keys each dropout layer's masks); 0 for a whole model */
 } clt_model_spec;
 
 /* Parse a whole spec; errors are CLT_EFORMAT with "name:line:col: what" and

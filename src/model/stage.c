@@ -56,6 +56,7 @@ int clt__spec_stage(const clt_model_spec *s, int lo, int hi, clt_model_spec **ou
   st->layers = clt__calloc((size_t)st->nlayers, sizeof *st->layers);
   if (!st->name || !st->text || !st->layers) { rc = CLT_ENOMEM; goto fail; }
   st->param_count = end - base;
+  st->layer_base = lo - 1;
   /* The input: layer lo - 1's output, as the previous stage sends it. */
   st->layers[0] = s->layers[0];
   if (lo > 1) {
@@ -81,6 +82,9 @@ int clt__spec_stage(const clt_model_spec *s, int lo, int hi, clt_model_spec **ou
     if (l->tie >= 0) l->tie -= lo - 1;
     if (l->skip >= 0) l->skip -= lo - 1;
   }
+  int residuals = 0;
+  for (int i = 1; i < st->nlayers; i++) residuals += st->layers[i].skip >= 0;
+  if (!residuals) st->skip_slots = 0; /* else the whole model's slots, which its residuals' indices fit */
   *base_out = base;
   *out = st;
   return CLT_OK;

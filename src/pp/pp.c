@@ -32,6 +32,8 @@ int clt__pp_activation_sets(const clt__pp *pp) {
   return pp->P - pp->stage < pp->M ? pp->P - pp->stage : pp->M;
 }
 
+static int64_t params_between(const clt_model_spec *s, int a, int b);
+
 /* --stages a,b,c: layer counts into cuts (cut[s] = first layer of stage s,
  * cut[P] = nlayers). */
 static int parse_stages(const clt_model_spec *s, const char *text, int P, int *cut) {
@@ -61,36 +63,60 @@ static int parse_stages(const clt_model_spec *s, const char *text, int P, int *c
   char why[512];
   for (int i = 1; i < P; i++)
     if (!clt__spec_cut_ok(s, cut[i], why, sizeof why)) return clt__error(CLT_EINVAL, "--stages %s: %s", text, why);
+  for (int i = 0; i < P; i++)
+    if (params_between(s, cut[i], cut[i + 1]) == 0)
+      return clt__error(CLT_EINVAL, "--stages %s: stage %d (%s:%d to line %d) has no parameters; every stage needs a "
+                        "layer with some", text, i, s->name, s->layers[cut[i]].line, s->layers[cut[i + 1] - 1].line);
   return CLT_OK;
 }
 
-/* The even cut: the allowed boundary nearest each stage's share of the
- * layers, in order, leaving enough boundaries for the stages after it. */
+/* Parameters of layers [a, b). */
+static int64_t params_between(const clt_model_spec *s, int a, int b) {
+  return (b < s->nlayers ? s->layers[b].param_offset : s->param_count) - s->layers[a].param_offset;
+}
+
+/* The even cut: the allowed boundaries that make the stages' layer counts
+ * closest to (layers) / P (least squares, by dynamic programming over the
+ * boundaries), every stage with parameters of its own (a stage without
+ * any would only pass activations on). */
 static int even_cut(const clt_model_spec *s, int P, int *cut) {
-  int L = s->nlayers, nv = 0;
-  int *valid = clt__calloc((size_t)L, sizeof *valid);
+  int L = s->nlayers, nv = 0, rc = CLT_OK;
+  int *pos = clt__calloc((size_t)L + 1, sizeof *pos), *from = NULL;
+  double *best = NULL, share = (double)(L - 1) / P;
   char why[512];
-  if (!valid) return CLT_ENOMEM;
+  if (!pos) return CLT_ENOMEM;
+  pos[nv++] = 1;
   for (int c = 2; c < L; c++)
-    if (clt__spec_cut_ok(s, c, why, sizeof why)) valid[nv++] = c;
-  if (nv < P - 1) {
-    free(valid);
-    return clt__error(CLT_EINVAL, "--pipeline %d: %s can be cut into at most %d stage%s (%d layers; stages hold "
-                      "whole residual blocks): use fewer stages", P, s->name, nv + 1, nv ? "s" : "", L - 1);
+    if (clt__spec_cut_ok(s, c, why, sizeof why)) pos[nv++] = c;
+  pos[nv++] = L;
+  /* best[i * nv + j]: the least cost of i stages covering layers [1, pos[j]) */
+  best = clt__calloc((size_t)(P + 1) * nv, sizeof *best);
+  from = clt__calloc((size_t)(P + 1) * nv, sizeof *from);
+  if (!best || !from) { rc = CLT_ENOMEM; goto done; }
+  for (int k = 0; k < (P + 1) * nv; k++) best[k] = -1;
+  best[0] = 0;
+  for (int i = 1; i <= P; i++)
+    for (int j = 1; j < nv; j++)
+      for (int q = 0; q < j; q++) {
+        double prev = best[(i - 1) * nv + q], d = (pos[j] - pos[q]) - share;
+        if (prev < 0 || params_between(s, pos[q], pos[j]) == 0) continue;
+        if (best[i * nv + j] < 0 || prev + d * d < best[i * nv + j])
+          best[i * nv + j] = prev + d * d, from[i * nv + j] = q;
+      }
+  if (best[P * nv + nv - 1] < 0) {
+    int most = 0;
+    for (int i = 1; i <= P; i++)
+      if (best[i * nv + nv - 1] >= 0) most = i;
+    rc = clt__error(CLT_EINVAL, "--pipeline %d: %s can be cut into at most %d stage%s (%d layers; stages hold whole "
+                    "residual blocks and each has parameters): use fewer stages", P, s->name, most, most == 1 ? "" : "s",
+                    L - 1);
+    goto done;
   }
-  cut[0] = 1, cut[P] = L;
-  for (int i = 1, at = 0; i < P; i++) {
-    double target = 1 + (double)i * (L - 1) / P;
-    int best = at;
-    for (int j = at; j <= nv - (P - i); j++) {
-      double dj = valid[j] - target, db = valid[best] - target;
-      if ((dj < 0 ? -dj : dj) < (db < 0 ? -db : db)) best = j;
-    }
-    cut[i] = valid[best];
-    at = best + 1;
-  }
-  free(valid);
-  return CLT_OK;
+  for (int i = P, j = nv - 1; i >= 1; j = from[i * nv + j], i--) cut[i] = pos[j];
+  cut[0] = 1;
+done:
+  free(pos), free(best), free(from);
+  return rc;
 }
 
 static void log_cut(const clt__pp *pp, const clt_model_spec *s) {
@@ -216,7 +242,7 @@ void clt__pp_take(const clt__pp *pp, const clt_model_spec *whole, const float *w
   int64_t lo, hi, P = whole->param_count;
   stage_range(pp, whole, pp->stage, &lo, &hi);
   int64_t n = hi - lo;
-  memcpy(stage_params, whole_params + lo, (size_t)n * sizeof *stage_params);
+  memmove(stage_params, whole_params + lo, (size_t)n * sizeof *stage_params); /* may be in place */
   for (int c = 0; c < per && whole_state; c++)
-    memcpy(stage_state + (size_t)(c * n), whole_state + (size_t)(c * P + lo), (size_t)n * sizeof *stage_state);
+    memmove(stage_state + (size_t)(c * n), whole_state + (size_t)(c * P + lo), (size_t)n * sizeof *stage_state);
 }

@@ -59,7 +59,8 @@ typedef struct clt__pp_micro {
  * (its buckets marked for src/dp's exchange), or an empty run when none
  * does. On the last stage *loss and *metric get the micro-batches' loss
  * and metric sums (0 elsewhere). step (1-based) names messages. Waits for
- * neighbours within CLT_TIMEOUT, naming the stage waited for. */
+ * neighbours within CLT_TIMEOUT, naming the stage waited for. With
+ * base->train 0 (evaluation): the forwards alone, in activation set 0. */
 int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, const clt__pass *base,
                 int64_t step, double *loss, double *metric);
 /* Seconds of the last run spent waiting for neighbours, and its total. */

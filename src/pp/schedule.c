@@ -104,10 +104,11 @@ static int forward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k,
   if (last) {
     float l;
     double c;
-    CLT_TRY(clt__replica_stage_forward(r, set, x, mb[k].y, n, &pass, 1, NULL, first ? NULL : b->grad_out + b->off_in[k]));
+    CLT_TRY(clt__replica_stage_forward(r, set, x, mb[k].y, n, &pass, 1, NULL,
+                                       first || !pass.train ? NULL : b->grad_out + b->off_in[k]));
     CLT_TRY(clt__replica_read_loss(r, &l, &c));
     *loss += l, *metric += c;
-    if (!first)
+    if (!first && pass.train)
       CLT_TRY(clt__p2p_isend(pp->pipe_comm, b->grad_out + b->off_in[k], in_bytes, pp->stage - 1, CLT__PP_TAG_GRAD,
                              (uint64_t)k + 1, &b->send_grad[k]));
   } else {
@@ -165,11 +166,13 @@ int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, co
     if (!first)
       CLT_TRY(clt__p2p_irecv(pp->pipe_comm, b.act_in + b.off_in[k], in_bytes, pp->stage - 1, CLT__PP_TAG_ACT,
                              (uint64_t)k + 1, &b.recv_act[k]));
-    if (!last)
+    if (!last && base->train)
       CLT_TRY(clt__p2p_irecv(pp->pipe_comm, b.grad_in + b.off_out[k], out_bytes, pp->stage + 1, CLT__PP_TAG_GRAD,
                              (uint64_t)k + 1, &b.recv_grad[k]));
   }
-  if (mm == 0) {
+  if (!base->train) { /* evaluation: forwards only */
+    for (int j = 0; j < mm; j++) CLT_TRY(forward(pp, r, mb, idx[j], 0, 0, base, &b, loss, metric));
+  } else if (mm == 0) {
     CLT_TRY(clt__replica_record_empty(r)); /* the exchange still waits on its markers */
   } else if (pp->schedule == CLT_PIPELINE_GPIPE) {
     for (int j = 0; j < mm; j++) CLT_TRY(forward(pp, r, mb, idx[j], j % nsets, last && j == mm - 1, base, &b, loss, metric));
