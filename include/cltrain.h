@@ -1068,11 +1068,18 @@ CLT_API int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *
  * are CLT_EINVAL. Not collective. */
 CLT_API int clt_trainer_gradient_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, float *grad,
                                          int64_t count, double *loss);
-/* A copy of the parameters (count floats = clt_model_param_count). */
+/* A copy of the parameters (count floats = clt_model_param_count). Under a
+ * pipeline (clt_train_options.pipeline > 1) collective: the stages' parts
+ * gathered, the whole model on every rank. */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);
-/* Replicas on all ranks together. */
+/* Replicas on all ranks together (under a pipeline: of this rank's stage). */
 CLT_API int clt_trainer_replicas(const clt_trainer *t);
+/* The pipeline's cut: returns its stages P (1 without a pipeline) and
+ * fills the first cap + 1 entries of lines (may be NULL when cap is 0)
+ * with the spec line where each stage starts, then the last line plus
+ * one. Count-then-fill. */
+CLT_API int clt_trainer_stages(const clt_trainer *t, int *lines, int cap);
 /* Save the parameters as a .safetensors file PyTorch loads: tensors named as
  * nn.Sequential names the same layer list without its input line
  * ("0.weight", "0.bias", "3.weight", ...), and metadata holding the model

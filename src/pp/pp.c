@@ -25,6 +25,7 @@ int clt__pp_stages(const clt__pp *pp) { return pp->P; }
 int clt__pp_replica(const clt__pp *pp) { return pp->d; }
 int clt__pp_replicas(const clt__pp *pp) { return pp->D; }
 int clt__pp_micro_batches(const clt__pp *pp) { return pp->M; }
+const int *clt__pp_cut(const clt__pp *pp) { return pp->cut; }
 
 int clt__pp_activation_sets(const clt__pp *pp) {
   if (pp->stage == pp->P - 1) return 1;
@@ -40,6 +41,9 @@ static int parse_stages(const clt_model_spec *s, const char *text, int P, int *c
   int L = s->nlayers - 1, k = 0, sum = 0;
   const char *p = text;
   cut[0] = 1;
+  if (strcmp(text, "auto") == 0)
+    return clt__error(CLT_EUNSUPPORTED, "--stages auto (a cut by each layer's measured cost) is not implemented yet; "
+                      "give layers per stage (--stages 3,3) or leave --stages out for an even cut");
   while (*p) {
     char *end;
     long v = strtol(p, &end, 10);
@@ -142,9 +146,13 @@ int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *
   if (P < 1) return clt__error(CLT_EINVAL, "--pipeline %d: give 1 or more stages", P);
   if (o->micro_batches < 0)
     return clt__error(CLT_EINVAL, "--micro-batches %d: a step needs at least 1 micro-batch", o->micro_batches);
+  if (ranks % P && ranks < P)
+    return clt__error(CLT_EINVAL, "--pipeline %d on %d rank%s: the ranks must be the stages times the replicas of "
+                      "each (P x D); run %d ranks (or a multiple), or give fewer stages", P, ranks, ranks == 1 ? "" : "s",
+                      P);
   if (ranks % P)
     return clt__error(CLT_EINVAL, "--pipeline %d on %d ranks: the ranks must be the stages times the replicas of "
-                      "each (P x D); run %d or %d ranks, or change --pipeline", P, ranks, P * (ranks / P ? ranks / P : 1),
+                      "each (P x D); run %d or %d ranks, or change --pipeline", P, ranks, P * (ranks / P),
                       P * (ranks / P + 1));
   if (o->pipeline_schedule != CLT_PIPELINE_1F1B && o->pipeline_schedule != CLT_PIPELINE_GPIPE)
     return clt__error(CLT_EINVAL, "the pipeline schedule must be 1f1b or gpipe, not %d", (int)o->pipeline_schedule);

@@ -38,6 +38,7 @@ int clt__pp_stages(const clt__pp *pp);                   /* P */
 int clt__pp_replica(const clt__pp *pp);                  /* this rank's pipeline, 0 .. D-1 */
 int clt__pp_replicas(const clt__pp *pp);                 /* D */
 int clt__pp_micro_batches(const clt__pp *pp);            /* M */
+const int *clt__pp_cut(const clt__pp *pp);               /* P + 1: stage s is layers [cut[s], cut[s + 1]) */
 /* The activation sets a stage's replica needs: under 1F1B min(P - stage,
  * M), under GPipe M (the last stage runs each backward right after its
  * forward: 1). */

@@ -24,6 +24,7 @@
  */
 #include "pp/pp_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,9 +205,14 @@ fail:
   abandon_all(pp, &b, m);
   free_bufs(&b);
   free(idx);
-  return clt__error_prefix(rc, "pipeline stage %d of %d (replica %d; its neighbours are ranks %d and %d), step %lld",
-                           pp->stage, pp->P, pp->d, pp->d * pp->P + pp->stage - 1, pp->d * pp->P + pp->stage + 1,
-                           (long long)step);
+  char near[96];
+  int r0 = pp->d * pp->P; /* the job's rank of this pipeline's stage 0: rank k of its communicator is r0 + k */
+  if (first) snprintf(near, sizeof near, "stage 1 is rank %d", r0 + 1);
+  else if (last) snprintf(near, sizeof near, "stage %d is rank %d", pp->stage - 1, r0 + pp->stage - 1);
+  else snprintf(near, sizeof near, "stages %d and %d are ranks %d and %d", pp->stage - 1, pp->stage + 1,
+                r0 + pp->stage - 1, r0 + pp->stage + 1);
+  return clt__error_prefix(rc, "pipeline stage %d of %d (of pipeline %d, whose rank k is stage k; %s), step %lld",
+                           pp->stage, pp->P, pp->d, near, (long long)step);
 }
 
 void clt__pp_last_times(const clt__pp *pp, double *wait_s, double *total_s) {

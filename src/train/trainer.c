@@ -337,6 +337,18 @@ void clt_trainer_destroy(clt_trainer *t) {
 int64_t clt_trainer_steps_done(const clt_trainer *t) { return t->steps_done; }
 int clt_trainer_replicas(const clt_trainer *t) { return t->nreplicas; }
 
+int clt_trainer_stages(const clt_trainer *t, int *lines, int cap) {
+  if (!t) return 0;
+  const clt_model_spec *s = t->model->spec;
+  int P = t->pp ? clt__pp_stages(t->pp) : 1;
+  const int *cut = t->pp ? clt__pp_cut(t->pp) : NULL;
+  for (int i = 0; lines && i <= P && i <= cap; i++) {
+    int layer = cut ? cut[i] : (i == 0 ? 1 : s->nlayers);
+    lines[i] = layer < s->nlayers ? s->layers[layer].line : s->layers[s->nlayers - 1].line + 1;
+  }
+  return P;
+}
+
 int clt__trainer_lead(const clt_trainer *t) {
   for (int i = 0; i < t->nlocal; i++)
     if (clt__dp_active(t->dp, i)) return i;
