@@ -1,12 +1,13 @@
 /*
  * test_pipeline.c: pipeline parallelism (--pipeline, issue 17) against one
- * device, run under mpirun on 2, 3 and 4 ranks (tests/pipeline.sh): P = 2
- * and 3 stages with D = 1, and P = 2 with D = 2 on 4 ranks. Rank r trains
+ * device, run under mpirun on 2, 3, 4 and 6 ranks (tests/pipeline.sh): P =
+ * 2 and 3 stages with D = 1, and with D = 2 on 4 and 6 ranks. Rank r trains
  * on device r % D of this machine, so with PoCL and rusticl both present
  * stage 0 runs on PoCL and stage 1 on rusticl: a mixed-vendor pipeline.
  *
- *   - the MLP (M = 1, 4, 7; 1F1B and GPipe) and the CNN (conv, max-pool,
- *     dropout; M = 4) and a residual MLP (blocks kept whole) after a few
+ *   - the MLP (M = 1, 4, 7; 1F1B and GPipe), the CNN (conv, max-pool,
+ *     dropout; M = 4), a residual MLP (blocks kept whole; an even cut and
+ *     --stages) and the tiny GPT untied (tokens, attention) after a few
  *     steps equal one device's with the same micro-batches (--accumulate M,
  *     which also draws the same dropout masks), within PP_TOL; the D
  *     replicas of a stage hold the same bits;
@@ -28,6 +29,7 @@
 #include <mpi.h>
 #include <cltrain/mpi.h>
 
+#include "gptutil.h"
 #include "mpiutil.h"
 #include "testutil.h"
 
@@ -45,7 +47,8 @@
 static clt_comm *comm;
 static int rank, nranks;
 static clt_devices *mine;
-static clt_dataset *data;
+static clt_dataset *data, *tokens, *set; /* Fashion-MNIST images, token windows; what train() uses */
+static char tokens_path[64], gpt[2048];
 static char data_path[64], dir[256];
 
 static const char *mlp = "input 784\nlinear 32\nrelu\nlinear 16\nrelu\nlinear 10\n";
@@ -78,13 +81,13 @@ static void train(const char *text, const clt_devices *devs, clt_comm *c, const 
   ck_assert_int_eq(clt_model_parse(text, "pp.model", &m), 0);
   ck_assert_msg(clt_trainer_create(m, devs, c, o, &t) == 0, "rank %d: %s", rank, clt_last_error());
   if (from) ck_assert_msg(clt_trainer_load_checkpoint(t, from) == 0, "rank %d: %s", rank, clt_last_error());
-  ck_assert_msg(clt_trainer_fit(t, data, NULL) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_msg(clt_trainer_fit(t, set, NULL) == 0, "rank %d: %s", rank, clt_last_error());
   ck_assert_int_eq(clt_trainer_steps_done(t), o->max_steps);
   ck_assert_msg(clt_trainer_params(t, params, clt_model_param_count(m)) == 0, "rank %d: %s", rank, clt_last_error());
   if (save) ck_assert_msg(clt_trainer_save_checkpoint(t, save) == 0, "rank %d: %s", rank, clt_last_error());
   if (eval_loss) {
     double acc;
-    ck_assert_msg(clt_trainer_evaluate(t, data, eval_loss, &acc) == 0, "rank %d: %s", rank, clt_last_error());
+    ck_assert_msg(clt_trainer_evaluate(t, set, eval_loss, &acc) == 0, "rank %d: %s", rank, clt_last_error());
   }
   clt_trainer_destroy(t);
   clt_model_destroy(m);
@@ -129,7 +132,7 @@ static void against_one_device(const char *text, const clt_train_options *o, con
 }
 
 /* The grids this job can run: P stages with nranks / P replicas each. */
-static int stages_here(void) { return nranks == 4 ? 2 : nranks; }
+static int stages_here(void) { return nranks == 4 ? 2 : nranks == 6 ? 3 : nranks; }
 
 START_TEST(mlp_1f1b) {
   clt_train_options o;
@@ -175,6 +178,22 @@ START_TEST(residual_blocks) {
     o.stages = "2,7";
     against_one_device(resmlp, &o, "the residual MLP, --stages 2,7");
   }
+}
+END_TEST
+
+/* The tiny GPT (tests/gptutil.c: token embedding, positions, two blocks
+ * of attention and MLP with dropout, each block whole in a stage) with its
+ * output projection untied: a tie across stages is refused (refusals). */
+START_TEST(gpt_untied) {
+  clt_train_options o;
+  options(&o, stages_here(), 4, CLT_PIPELINE_1F1B);
+  o.batch = 16;
+  o.max_steps = 2;
+  char what[96];
+  snprintf(what, sizeof what, "the tiny GPT (untied, dropout), P=%d D=%d M=4", stages_here(), nranks / stages_here());
+  set = tokens;
+  against_one_device(gpt, &o, what);
+  set = data;
 }
 END_TEST
 
@@ -246,6 +265,7 @@ START_TEST(refusals) {
     o.stages = NULL;
     refused("input tokens 16 vocab=32\nembedding 16 name=wte\nlayernorm\nlinear 32 tie=wte bias=false\n", &o,
             "weights tied across stages are not supported");
+    refused(gu_spec, &o, "linear ties its weight to line 3, which goes to another pipeline stage");
   }
   options(&o, P, 4, CLT_PIPELINE_1F1B);
   o.zero = 1;
@@ -279,6 +299,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", clt_last_error());
     return 1;
   }
+  set = data;
+  snprintf(tokens_path, sizeof tokens_path, "/tmp/clt-pp-%d-%ld.bin", rank, (long)getpid());
+  const char *tp = tokens_path;
+  if (gu_write_tokens(tokens_path, 2048, 3) < 0 || clt_dataset_open_tokens(&tp, 1, GU_T, GU_VOCAB, &tokens) < 0) {
+    fprintf(stderr, "%s\n", clt_last_error());
+    return 1;
+  }
+  const char *tie = strstr(gu_spec_dropout, " tie=wte");
+  snprintf(gpt, sizeof gpt, "%.*s%s", (int)(tie - gu_spec_dropout), gu_spec_dropout, tie + strlen(" tie=wte"));
   if (mu_shared_tmpdir(rank, "clt-pp", dir, sizeof dir) < 0) return mu_finish(1, rank, NULL);
   Suite *s = suite_create("pipeline");
   TCase *tc = tcase_create("pipeline");
@@ -289,10 +318,13 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, residual_blocks);
   tcase_add_test(tc, resume_across_layouts);
   tcase_add_test(tc, cnn_1f1b);
+  tcase_add_test(tc, gpt_untied);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   unlink(data_path);
+  unlink(tokens_path);
   clt_dataset_destroy(data);
+  clt_dataset_destroy(tokens);
   clt_devices_destroy(mine);
   clt_comm_destroy(comm);
   tu_teardown();
