@@ -192,6 +192,14 @@ fail:
 
 void clt__pp_destroy(clt__pp *pp) {
   if (!pp) return;
+  /* The bubble: the share of the schedule's time this stage waited for
+   * its neighbours (its device idle: the stage's passes are waited for),
+   * against GPipe's and 1F1B's ideal (P - 1) / (M + P - 1). */
+  if (pp->runs > 0 && pp->sum_total_s > 0)
+    clt__log(CLT_LOG_INFO, "pipeline stage %d of %d (rank %d): waited %.3f s of %.3f s in %lld steps' schedules: "
+             "bubble %.1f%% (ideal (P-1)/(M+P-1) = %.1f%% at M = %d)", pp->stage, pp->P, clt_comm_rank(pp->comm),
+             pp->sum_wait_s, pp->sum_total_s, (long long)pp->runs, 100 * pp->sum_wait_s / pp->sum_total_s,
+             100.0 * (pp->P - 1) / (pp->M + pp->P - 1), pp->M);
   clt__spec_destroy(pp->stage_model.spec);
   if (pp->stage_comm) clt_comm_destroy(pp->stage_comm);
   if (pp->pipe_comm) clt_comm_destroy(pp->pipe_comm);

@@ -23,6 +23,8 @@ struct clt__pp {
   clt_comm *stage_comm;    /* this stage's D replicas, ordered by d */
   clt_comm *pipe_comm;     /* this pipeline's P stages, ordered by stage */
   double wait_s, total_s;  /* the last run's time waiting for neighbours, and all of it */
+  double sum_wait_s, sum_total_s; /* over every training run so far (the bubble, logged at the end) */
+  int64_t runs;
 };
 
 #endif

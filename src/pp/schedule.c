@@ -198,6 +198,7 @@ int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, co
     CLT_TRY(wait_msg(pp, &b.send_grad[k], GRAD));
   }
   pp->total_s = clt__now() - t0;
+  if (base->train) pp->sum_wait_s += pp->wait_s, pp->sum_total_s += pp->total_s, pp->runs++;
   free_bufs(&b);
   free(idx);
   return CLT_OK;

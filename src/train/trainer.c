@@ -235,6 +235,13 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
     uint64_t extra = (uint64_t)(nsets - 1) * clt__replica_set_bytes(t->local->spec, t->pp_room, o->precision);
     need.activations += extra, need.total += extra;
   }
+  if (t->pp) {
+    char a[32], b[32];
+    clt__log(CLT_LOG_INFO, "pipeline stage %d of %d (rank %d): %d activation set%s of %lld samples, %s of "
+             "activations (%s in all)", clt__pp_stage(t->pp), clt__pp_stages(t->pp), t->rank, nsets,
+             nsets == 1 ? "" : "s", (long long)t->pp_room, clt__fmt_bytes(need.activations, a, sizeof a),
+             clt__fmt_bytes(need.total, b, sizeof b));
+  }
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
     if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0)
       clt__error_prefix(rc, "%s", m->spec->name);
