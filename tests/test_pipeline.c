@@ -7,7 +7,8 @@
  *
  *   - the MLP (M = 1, 4, 7; 1F1B and GPipe), the CNN (conv, max-pool,
  *     dropout; M = 4), a residual MLP (blocks kept whole; an even cut and
- *     --stages) and the tiny GPT untied (tokens, attention) after a few
+ *     --stages) and the tiny GPT (tokens, attention; untied, and tied
+ *     across the first and last stage, clipped too) after a few
  *     steps equal one device's with the same micro-batches (--accumulate M,
  *     which also draws the same dropout masks), within PP_TOL; the D
  *     replicas of a stage hold the same bits;
@@ -101,9 +102,14 @@ static int64_t param_count(const char *text) {
   return P;
 }
 
+static int skip_key_bias; /* Adam on the GPT: its key bias is rounding noise (gptutil.h, gu_is_key_bias) */
+
 static void compare(const char *what, const float *a, const float *b, int64_t n, double tol) {
   double worst = 0;
-  for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+  int64_t at = -1;
+  for (int64_t i = 0; i < n; i++)
+    if (!(skip_key_bias && gu_is_key_bias(i)) && fabs((double)a[i] - b[i]) > worst) worst = fabs((double)a[i] - b[i]), at = i;
+  if (worst > tol) fprintf(stderr, "rank %d, %s: worst at parameter %lld: %.9g against %.9g\n", rank, what, (long long)at, a[at], b[at]);
   ck_assert_msg(worst <= tol, "rank %d of %d, %s: parameters differ from one device's by %g", rank, nranks, what,
                 worst);
   if (rank == 0) fprintf(stderr, "%s: largest difference from one device %g\n", what, worst);
@@ -197,6 +203,29 @@ START_TEST(gpt_untied) {
 }
 END_TEST
 
+/* The tiny GPT as written: its output projection on the last stage tied
+ * to the token embedding on the first. The last stage keeps a copy; the
+ * two gradients are summed before each update, so both take the same
+ * steps: one device's parameters (the owner's), also clipped by the norm
+ * (the copy counted once). SGD: with AdamW a few position-embedding
+ * entries whose gradients are rounding noise take steps that differ by
+ * ~5e-5 even between PoCL's and rusticl's runs on one device. */
+START_TEST(gpt_tied) {
+  clt_train_options o;
+  options(&o, stages_here(), 4, CLT_PIPELINE_1F1B);
+  o.batch = 16;
+  o.max_steps = 2;
+  char what[96];
+  snprintf(what, sizeof what, "the tiny GPT (tied), P=%d D=%d M=4", stages_here(), nranks / stages_here());
+  set = tokens;
+  against_one_device(gu_spec, &o, what);
+  o.clip = 0.5f; /* below the norm (~1.3): the copy counted once in it */
+  snprintf(what, sizeof what, "the tiny GPT (tied), clipped, P=%d D=%d M=4", stages_here(), nranks / stages_here());
+  against_one_device(gu_spec, &o, what);
+  set = data;
+}
+END_TEST
+
 /* A checkpoint holds the whole model at any layout: STEPS + 2 steps in
  * one go, against 2 then 2 more across a change of layout. */
 START_TEST(resume_across_layouts) {
@@ -263,9 +292,7 @@ START_TEST(refusals) {
     o.stages = "1,1"; /* a relu alone */
     refused("input 784\nlinear 10\nrelu\n", &o, "stage 1 (pp.model:3 to line 3) has no parameters");
     o.stages = NULL;
-    refused("input tokens 16 vocab=32\nembedding 16 name=wte\nlayernorm\nlinear 32 tie=wte bias=false\n", &o,
-            "weights tied across stages are not supported");
-    refused(gu_spec, &o, "linear ties its weight to line 3, which goes to another pipeline stage");
+
   }
   options(&o, P, 4, CLT_PIPELINE_1F1B);
   o.zero = 1;
@@ -319,6 +346,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, resume_across_layouts);
   tcase_add_test(tc, cnn_1f1b);
   tcase_add_test(tc, gpt_untied);
+  tcase_add_test(tc, gpt_tied);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   unlink(data_path);

@@ -58,6 +58,9 @@ typedef struct clt_param_spec {
   double scale;
   int decay;           /* decoupled weight decay applies (matrices), not to biases, norms, embeddings */
   int tied;            /* another layer's tensor seen here: not owned, saved or initialised twice */
+  int stage_copy;      /* a pipeline stage's own copy of a weight tied to a layer of another stage
+                          (model/stage.c): the owner is at whole_offset of the whole model's arena */
+  int64_t whole_offset;
 } clt_param_spec;
 
 typedef struct clt_layer_spec {
@@ -125,8 +128,9 @@ int clt__spec_cut_ok(const clt_model_spec *s, int c, char *why, size_t len);
 /* The layers [lo, hi) of s (1 <= lo < hi <= nlayers) as a spec of their
  * own: an input line of layer lo - 1's output shape, then those layers,
  * their parameters laid out from 0; *base is where they start in s's
- * arena. A weight tied to a layer outside [lo, hi) is CLT_EUNSUPPORTED,
- * naming it. */
+ * arena. A weight tied to a layer outside [lo, hi) becomes a copy of its
+ * own after them (stage_copy; its gradient summed with the owner's by
+ * src/pp before every update). */
 int clt__spec_stage(const clt_model_spec *s, int lo, int hi, clt_model_spec **out, int64_t *base);
 
 #endif

@@ -3,14 +3,18 @@
  * [lo, hi) of a spec as a spec of their own, so that a replica runs them
  * as a model. Its input line stands for layer lo - 1's output (the
  * activations the previous stage sends); its parameters are the whole
- * arena's floats [base, base + param_count), laid out from 0, so a rank
- * holds only its stage's parameters, gradients and optimizer state.
+ * arena's floats [base, end), laid out from 0, so a rank holds only its
+ * stage's parameters, gradients and optimizer state.
+ *
+ * A weight tied to a layer of another stage (GPT's output projection tied
+ * to the token embedding of the first stage) gets a copy of its own after
+ * the stage's parameters, as Megatron-LM does: both stages hold it, src/pp
+ * sums the two gradients before every update, so both copies take the
+ * same steps (and a checkpoint keeps the owner's).
  *
  * A cut must not separate a residual from the layer whose output it adds
  * (the skip branch would cross ranks): clt__spec_cut_ok says where one may
- * go. A weight tied across stages (GPT's output projection tied to the
- * token embedding on the first stage) is refused, naming the layer: both
- * stages would have to hold it and sum its gradient, which is not built.
+ * go.
  */
 #include "internal.h"
 #include "model/layer.h"
@@ -70,16 +74,21 @@ int clt__spec_stage(const clt_model_spec *s, int lo, int hi, clt_model_spec **ou
     l->param_offset -= base;
     for (int k = 0; k < l->nparams; k++) {
       clt_param_spec *p = &l->param[k];
-      if (p->offset < base || p->offset + p->count > end) {
-        rc = clt__error(CLT_EUNSUPPORTED, "%s:%d: %s ties its %s to line %d, which goes to another pipeline stage; "
-                        "weights tied across stages are not supported: cut the pipeline so both are in one stage, "
-                        "or untie them (drop tie=)", s->name, s->layers[i].line, clt__layer_kind_name(&s->layers[i]),
-                        p->name, l->tie >= 0 ? s->layers[l->tie].line : 0);
-        goto fail;
+      if (p->tied && (p->offset < base || p->offset + p->count > end)) {
+        /* Tied to a layer of another stage: a copy of its own here
+         * (Megatron's way), taking the owner's decay. */
+        const clt_layer_spec *o = &s->layers[l->tie];
+        p->tied = 0;
+        p->stage_copy = 1;
+        p->whole_offset = p->offset;
+        p->decay = o->param[0].decay;
+        p->offset = st->param_count;
+        st->param_count += p->count;
+        continue;
       }
       p->offset -= base;
     }
-    if (l->tie >= 0) l->tie -= lo - 1;
+    if (l->tie >= 0) l->tie = l->tie >= lo ? l->tie - (lo - 1) : -1;
     if (l->skip >= 0) l->skip -= lo - 1;
   }
   int residuals = 0;

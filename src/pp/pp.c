@@ -138,6 +138,74 @@ static void log_cut(const clt__pp *pp, const clt_model_spec *s) {
   clt__log(CLT_LOG_INFO, "%s", line);
 }
 
+/* Stage i's copies of weights tied to other stages, into pp->ties. */
+static int note_ties(clt__pp *pp, const clt_model_spec *whole, const clt_model_spec *st, int i) {
+  for (int li = 1; li < st->nlayers; li++)
+    for (int k = 0; k < st->layers[li].nparams; k++) {
+      const clt_param_spec *p = &st->layers[li].param[k];
+      if (!p->stage_copy) continue;
+      int j = 0;
+      while (j < pp->P - 1 && whole->layers[pp->cut[j + 1]].param_offset <= p->whole_offset) j++;
+      clt__pp_tie *t = realloc(pp->ties, (size_t)(pp->nties + 1) * sizeof *t);
+      if (!t) return CLT_ENOMEM;
+      pp->ties = t;
+      t[pp->nties++] = (clt__pp_tie){j, i, p->whole_offset - whole->layers[pp->cut[j]].param_offset, p->offset,
+                                     p->count};
+      if (clt_comm_rank(pp->comm) == 0)
+        clt__log(CLT_LOG_INFO, "pipeline: %s:%d's %s is tied to stage %d's line %d: stage %d keeps a copy, and the "
+                 "two gradients are summed before every update", whole->name, st->layers[li].line, p->name, j,
+                 whole->layers[pp->cut[j]].line, i);
+    }
+  return CLT_OK;
+}
+
+int clt__pp_sum_tied(clt__pp *pp, clt__replica *r, int64_t step) {
+  int rc = CLT_OK;
+  float *mine = NULL, *theirs = NULL;
+  clt_context *ctx = clt__replica_context(r);
+  clt_tensor g = clt__replica_grads(r);
+  for (int k = 0; k < pp->nties; k++) {
+    const clt__pp_tie *t = &pp->ties[k];
+    int owner = t->owner_stage == pp->stage;
+    if (!owner && t->copy_stage != pp->stage) continue;
+    int peer = owner ? t->copy_stage : t->owner_stage;
+    int64_t at = owner ? t->owner_at : t->copy_at, n = t->count;
+    clt_tensor v;
+    clt__p2p_msg send, recv;
+    memset(&send, 0, sizeof send), memset(&recv, 0, sizeof recv);
+    free(mine), free(theirs);
+    mine = clt__calloc((size_t)n, sizeof *mine), theirs = clt__calloc((size_t)n, sizeof *theirs);
+    if (!mine || !theirs) { rc = CLT_ENOMEM; goto fail; }
+    CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)at * 4, CLT_F32, 1, &n, &v));
+    CLT_TRY(clt_tensor_download(ctx, &v, mine, (size_t)n * sizeof *mine));
+    CLT_TRY(clt__p2p_irecv(pp->pipe_comm, theirs, (size_t)n * sizeof *theirs, peer, CLT__PP_TAG_TIE, (uint64_t)step,
+                           &recv));
+    CLT_TRY(clt__p2p_isend(pp->pipe_comm, mine, (size_t)n * sizeof *mine, peer, CLT__PP_TAG_TIE, (uint64_t)step, &send));
+    rc = clt__p2p_wait(pp->pipe_comm, &recv, "pipeline tied-weight gradient");
+    if (rc == CLT_OK) rc = clt__p2p_wait(pp->pipe_comm, &send, "pipeline tied-weight gradient");
+    if (rc < 0) {
+      clt__p2p_abandon(pp->pipe_comm, &recv), clt__p2p_abandon(pp->pipe_comm, &send);
+      goto fail;
+    }
+    /* owner's + copy's, in that order on both stages: the same bits */
+    for (int64_t i = 0; i < n; i++) mine[i] = owner ? mine[i] + theirs[i] : theirs[i] + mine[i];
+    CLT_TRY(clt_tensor_upload(ctx, &v, mine, (size_t)n * sizeof *mine));
+  }
+fail:
+  free(mine), free(theirs);
+  return rc < 0 ? clt__error_prefix(rc, "pipeline stage %d of %d, step %lld", pp->stage, pp->P, (long long)step) : rc;
+}
+
+int clt__pp_copies(const clt__pp *pp, int64_t *at, int64_t *count, int cap) {
+  int n = 0;
+  for (int k = 0; k < pp->nties; k++)
+    if (pp->ties[k].copy_stage == pp->stage) {
+      if (n < cap) at[n] = pp->ties[k].copy_at, count[n] = pp->ties[k].count;
+      n++;
+    }
+  return n;
+}
+
 int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *o, clt__pp **out) {
   int rc = CLT_OK;
   const clt_model_spec *s = m->spec;
@@ -171,7 +239,8 @@ int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *
     clt_model_spec *st;
     int64_t base;
     CLT_TRY(clt__spec_stage(s, pp->cut[i], pp->cut[i + 1], &st, &base));
-    if (i == pp->stage) pp->stage_model.spec = st, pp->base = base;
+    CLT_TRY(note_ties(pp, s, st, i));
+    if (i == pp->stage) pp->stage_model.spec = st, pp->base = base, pp->owned = params_between(s, pp->cut[i], pp->cut[i + 1]);
     else clt__spec_destroy(st);
   }
   if (rank == 0) log_cut(pp, s);
@@ -204,6 +273,7 @@ void clt__pp_destroy(clt__pp *pp) {
   if (pp->stage_comm) clt_comm_destroy(pp->stage_comm);
   if (pp->pipe_comm) clt_comm_destroy(pp->pipe_comm);
   free(pp->cut);
+  free(pp->ties);
   free(pp);
 }
 
@@ -217,15 +287,16 @@ static void stage_range(const clt__pp *pp, const clt_model_spec *whole, int i, i
 int clt__pp_gather(clt__pp *pp, const clt_model_spec *whole, const float *stage_params, const float *stage_state,
                    int per, float *whole_params, float *whole_state) {
   int rc = CLT_OK;
-  int64_t P = whole->param_count, Ps = pp->stage_model.spec->param_count;
+  int64_t P = whole->param_count, Ps = pp->stage_model.spec->param_count, own = pp->owned;
   float *buf = NULL;
   if (pp->d != 0) return CLT_OK; /* pipeline 0 holds every stage; its stage 0 is rank 0 */
-  if (pp->stage > 0) {
+  if (pp->stage > 0) { /* its own parameters and their state (not copies of tied weights) */
     clt__p2p_msg msg;
-    if (!(buf = clt__calloc((size_t)(Ps * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
-    memcpy(buf, stage_params, (size_t)Ps * sizeof *buf);
-    if (per) memcpy(buf + Ps, stage_state, (size_t)(Ps * per) * sizeof *buf);
-    CLT_TRY(clt__p2p_isend(pp->pipe_comm, buf, (size_t)(Ps * (1 + per)) * sizeof *buf, 0, CLT__PP_TAG_GATHER,
+    if (!(buf = clt__calloc((size_t)(own * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
+    memcpy(buf, stage_params, (size_t)own * sizeof *buf);
+    for (int c = 0; c < per; c++)
+      memcpy(buf + own + c * own, stage_state + (size_t)(c * Ps), (size_t)own * sizeof *buf);
+    CLT_TRY(clt__p2p_isend(pp->pipe_comm, buf, (size_t)(own * (1 + per)) * sizeof *buf, 0, CLT__PP_TAG_GATHER,
                            (uint64_t)pp->stage, &msg));
     CLT_TRY(clt__p2p_wait(pp->pipe_comm, &msg, "pipeline gather of a stage's parameters"));
     goto fail;
@@ -235,7 +306,9 @@ int clt__pp_gather(clt__pp *pp, const clt_model_spec *whole, const float *stage_
     stage_range(pp, whole, i, &lo, &hi);
     int64_t n = hi - lo;
     const float *src = stage_params, *src_state = stage_state;
+    int64_t stride = Ps;
     if (i > 0) {
+      stride = n;
       clt__p2p_msg msg;
       free(buf);
       if (!(buf = clt__calloc((size_t)(n * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
@@ -246,7 +319,7 @@ int clt__pp_gather(clt__pp *pp, const clt_model_spec *whole, const float *stage_
     }
     memcpy(whole_params + lo, src, (size_t)n * sizeof *src);
     for (int c = 0; c < per; c++)
-      memcpy(whole_state + (size_t)(c * P + lo), src_state + (size_t)(c * n), (size_t)n * sizeof *src);
+      memcpy(whole_state + (size_t)(c * P + lo), src_state + (size_t)(c * stride), (size_t)n * sizeof *src);
   }
 fail:
   free(buf);
@@ -255,10 +328,27 @@ fail:
 
 void clt__pp_take(const clt__pp *pp, const clt_model_spec *whole, const float *whole_params,
                   const float *whole_state, int per, float *stage_params, float *stage_state) {
-  int64_t lo, hi, P = whole->param_count;
+  int64_t lo, hi, P = whole->param_count, Ps = pp->stage_model.spec->param_count;
   stage_range(pp, whole, pp->stage, &lo, &hi);
-  int64_t n = hi - lo;
+  int64_t n = hi - lo, ncopy = Ps - n;
+  if (!whole_state) per = 0;
+  /* Copies of tied weights first, aside: the moves below may be in place. */
+  float *copy = ncopy ? calloc((size_t)(ncopy * (1 + per)), sizeof *copy) : NULL;
+  for (int k = 0; copy && k < pp->nties; k++) {
+    const clt__pp_tie *t = &pp->ties[k];
+    if (t->copy_stage != pp->stage) continue;
+    int64_t from = whole->layers[pp->cut[t->owner_stage]].param_offset + t->owner_at, to = t->copy_at - n;
+    memcpy(copy + to, whole_params + from, (size_t)t->count * sizeof *copy);
+    for (int c = 0; c < per; c++)
+      memcpy(copy + ncopy * (1 + c) + to, whole_state + (size_t)(c * P + from), (size_t)t->count * sizeof *copy);
+  }
   memmove(stage_params, whole_params + lo, (size_t)n * sizeof *stage_params); /* may be in place */
-  for (int c = 0; c < per && whole_state; c++)
-    memmove(stage_state + (size_t)(c * n), whole_state + (size_t)(c * P + lo), (size_t)n * sizeof *stage_state);
+  for (int c = 0; c < per; c++)
+    memmove(stage_state + (size_t)(c * Ps), whole_state + (size_t)(c * P + lo), (size_t)n * sizeof *stage_state);
+  if (copy) {
+    memcpy(stage_params + n, copy, (size_t)ncopy * sizeof *copy);
+    for (int c = 0; c < per; c++)
+      memcpy(stage_state + (size_t)(c * Ps + n), copy + ncopy * (1 + c), (size_t)ncopy * sizeof *copy);
+  }
+  free(copy);
 }

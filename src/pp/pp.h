@@ -64,6 +64,14 @@ typedef struct clt__pp_micro {
  * base->train 0 (evaluation): the forwards alone, in activation set 0. */
 int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, const clt__pass *base,
                 int64_t step, double *loss, double *metric);
+/* Collective over the stages holding a weight tied across stages (and a
+ * no-op elsewhere): after the stage's gradient exchange, the owner's and
+ * the copy's gradients summed (owner's + copy's, the same bits on both). */
+int clt__pp_sum_tied(clt__pp *pp, clt__replica *r, int64_t step);
+/* This stage's copies of tied weights: returns how many, fills the first
+ * cap places (at) and sizes (count) in its arena. */
+int clt__pp_copies(const clt__pp *pp, int64_t *at, int64_t *count, int cap);
+
 /* Seconds of the last run spent waiting for neighbours, and its total. */
 void clt__pp_last_times(const clt__pp *pp, double *wait_s, double *total_s);
 
@@ -74,8 +82,10 @@ void clt__pp_last_times(const clt__pp *pp, double *wait_s, double *total_s);
  * times that). */
 int clt__pp_gather(clt__pp *pp, const clt_model_spec *whole, const float *stage_params, const float *stage_state,
                    int per, float *whole_params, float *whole_state);
-/* This rank's stage of a whole model's parameters and state (local;
- * whole_state may be NULL when per is 0). */
+/* This rank's stage of a whole model's parameters and state (local; in
+ * place too; whole_state may be NULL when per is 0): its own, then its
+ * copies of weights tied to other stages, from their owners. The state's
+ * component c is at c times the stage's parameter count. */
 void clt__pp_take(const clt__pp *pp, const clt_model_spec *whole, const float *whole_params,
                   const float *whole_state, int per, float *stage_params, float *stage_state);
 

@@ -98,6 +98,15 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
   if (t->pp) { /* each stage's part, once (from its first replica), added over the stages in rank order */
     float part = 0;
     CLT_TRY(clt_sumsq(t->ctx[lead], &g, &part));
+    int64_t at[8], count[8];
+    int ncopies = clt__pp_copies(t->pp, at, count, 8);
+    for (int k = 0; k < ncopies && k < 8; k++) { /* a tied weight's copy: counted at its owner */
+      clt_tensor c;
+      float cs = 0;
+      CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)at[k] * 4, CLT_F32, 1, &count[k], &c));
+      CLT_TRY(clt_sumsq(t->ctx[lead], &c, &cs));
+      part -= cs;
+    }
     double v[1] = {clt__pp_replica(t->pp) == 0 ? part : 0.0};
     CLT_TRY(clt__trainer_sum(t, v, 1));
     *ss = (float)v[0];
@@ -356,6 +365,7 @@ static int pipeline_micro_batches(clt_trainer *t, const clt__micro_source *src, 
   double loss = 0, metric = 0;
   CLT_TRY(clt__pp_run(t->pp, t->rep[0], m, mb, &pass, t->steps_done + 1, &loss, &metric));
   CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* the stage's replicas */
+  CLT_TRY(clt__pp_sum_tied(t->pp, t->rep[0], t->steps_done + 1)); /* a weight tied across stages */
   sums[0] += loss, sums[1] += metric;
 fail:
   free(mb), free(x), free(y), free(targets);
