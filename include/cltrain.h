@@ -860,6 +860,14 @@ typedef enum clt_balance_mode {
                             * cost model of each fitted to its measured runs (0 allowed) */
 } clt_balance_mode;
 
+/* The order of a pipeline stage's forward and backward passes over a
+ * step's micro-batches (clt_train_options.pipeline_schedule). */
+typedef enum clt_pipeline_schedule {
+  CLT_PIPELINE_1F1B = 0,  /* one forward, one backward in the steady state: at most as many
+                           * micro-batches' activations held per stage as there are stages */
+  CLT_PIPELINE_GPIPE = 1  /* every forward, then every backward: all micro-batches' activations held */
+} clt_pipeline_schedule;
+
 typedef struct clt_train_options {
   int64_t batch;                  /* global batch per optimizer step (64) */
   int epochs;                     /* passes over the training set (10) */
@@ -919,6 +927,18 @@ typedef struct clt_train_options {
                                      their norm), each rank steps its shard and the parameters are
                                      allgathered: bitwise the parameters of zero 0. The same on every
                                      rank; on one rank a no-op. 2 is not implemented yet */
+  /* pipeline parallelism (appended: the fields above keep their places) */
+  int pipeline;                   /* stages P (0 or 1: none): the model's layers cut into P contiguous
+                                     stages, rank r running stage r % P of pipeline r / P, so the
+                                     ranks are P stages x D = ranks / P data-parallel replicas of each;
+                                     one device per rank; fp32; not with zero, balance weights/auto or
+                                     accumulate (micro_batches replaces it) */
+  int micro_batches;              /* M: micro-batches per step streamed through the stages (P > 1;
+                                     batch must divide by it; 0 means P) */
+  clt_pipeline_schedule pipeline_schedule; /* CLT_PIPELINE_1F1B (default) or CLT_PIPELINE_GPIPE */
+  const char *stages;             /* how to cut: NULL or "" even by layer count; "4,4,4": layers per
+                                     stage (blocks expanded, the input line not counted), never inside
+                                     a residual's branch */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);
@@ -1075,11 +1095,18 @@ CLT_API int clt_trainer_gradient(clt_trainer *t, const float *x, const int32_t *
  * are CLT_EINVAL. Not collective. */
 CLT_API int clt_trainer_gradient_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, float *grad,
                                          int64_t count, double *loss);
-/* A copy of the parameters (count floats = clt_model_param_count). */
+/* A copy of the parameters (count floats = clt_model_param_count). Under a
+ * pipeline (clt_train_options.pipeline > 1) collective: the stages' parts
+ * gathered, the whole model on every rank. */
 CLT_API int clt_trainer_params(clt_trainer *t, float *out, int64_t count);
 CLT_API int64_t clt_trainer_steps_done(const clt_trainer *t);
-/* Replicas on all ranks together. */
+/* Replicas on all ranks together (under a pipeline: of this rank's stage). */
 CLT_API int clt_trainer_replicas(const clt_trainer *t);
+/* The pipeline's cut: returns its stages P (1 without a pipeline) and
+ * fills the first cap + 1 entries of lines (may be NULL when cap is 0)
+ * with the spec line where each stage starts, then the last line plus
+ * one. Count-then-fill. */
+CLT_API int clt_trainer_stages(const clt_trainer *t, int *lines, int cap);
 /* Save the parameters as a .safetensors file PyTorch loads: tensors named as
  * nn.Sequential names the same layer list without its input line
  * ("0.weight", "0.bias", "3.weight", ...), and metadata holding the model

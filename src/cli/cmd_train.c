@@ -133,6 +133,14 @@ static void help(FILE *to) {
           "      --zero S            ZeRO sharding across ranks: 0 every rank keeps all optimizer\n"
           "                          state; 1 each keeps it for its shard of the parameters only,\n"
           "                          same results bit for bit (default 0; no-op on one rank)\n"
+          "      --pipeline P        cut the model into P stages on P ranks (ranks = P x D: D\n"
+          "                          data-parallel replicas of each stage; default 1: none)\n"
+          "      --micro-batches M   a pipeline step's micro-batches (default P); the batch\n"
+          "                          must divide by M\n"
+          "      --schedule-pipeline S  1f1b (default: at most P micro-batches' activations held\n"
+          "                          per stage) or gpipe (all forwards, then all backwards)\n"
+          "      --stages A,B,...    layers per stage (blocks expanded; default: as even as whole\n"
+          "                          residual blocks allow)\n"
           "      --check-every N     compare parameter checksums of all replicas every N steps\n"
           "                          (default %lld; 0: never)\n"
           "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
@@ -207,7 +215,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
-         O_TRACE, O_ALLREDUCE };
+         O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -233,6 +241,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"zero", required_argument, 0, O_ZERO},     {"max-device-memory", required_argument, 0, O_MAXMEM},
       {"allreduce", required_argument, 0, O_ALLREDUCE},
       {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
+      {"pipeline", required_argument, 0, O_PIPELINE}, {"micro-batches", required_argument, 0, O_MICRO},
+      {"schedule-pipeline", required_argument, 0, O_PIPE_SCHED}, {"stages", required_argument, 0, O_STAGES},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -326,6 +336,19 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       a->allreduce = optarg;
       break;
     case O_ZERO: if (parse_long("--zero", optarg, 0, 2, &v)) return -1; o->zero = (int)v; break;
+    case O_PIPELINE: if (parse_long("--pipeline", optarg, 1, 4096, &v)) return -1; o->pipeline = (int)v; break;
+    case O_MICRO: if (parse_long("--micro-batches", optarg, 1, 1 << 20, &v)) return -1; o->micro_batches = (int)v; break;
+    case O_PIPE_SCHED:
+      if (strcmp(optarg, "1f1b") == 0) {
+        o->pipeline_schedule = CLT_PIPELINE_1F1B;
+      } else if (strcmp(optarg, "gpipe") == 0) {
+        o->pipeline_schedule = CLT_PIPELINE_GPIPE;
+      } else {
+        fprintf(stderr, "cltrain: --schedule-pipeline must be 1f1b or gpipe, not '%s'\n", optarg);
+        return -1;
+      }
+      break;
+    case O_STAGES: o->stages = optarg; break;
     case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
     case O_RESUME:
       if (!*optarg) {
@@ -591,6 +614,13 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
            a.model, (long long)clt_model_param_count(s.model), clt_trainer_replicas(s.tr), clt_comm_size(comm),
            (long long)a.o.batch, clt_optimizer_name(a.o.optimizer.kind), a.o.schedule.lr,
            a.o.precision == CLT_F16 ? ", fp16" : "");
+    int lines[65], P = clt_trainer_stages(s.tr, lines, 64);
+    if (P > 1) {
+      printf("cltrain: pipeline of %d stages x %d replica(s), %d micro-batches, %s:", P, clt_trainer_replicas(s.tr),
+             a.o.micro_batches ? a.o.micro_batches : P, a.o.pipeline_schedule == CLT_PIPELINE_GPIPE ? "gpipe" : "1f1b");
+      for (int i = 0; i < P && i < 64; i++) printf("%s stage %d lines %d-%d", i ? "," : "", i, lines[i], lines[i + 1] - 1);
+      printf("\n");
+    }
     fflush(stdout);
   }
   if (a.weights && (rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }

@@ -7,6 +7,7 @@
  * caller's thread.
  */
 #include "comm_internal.h"
+#include "p2p.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -280,4 +281,23 @@ int clt_comm_create_f(MPI_Fint fcomm, clt_comm **out) {
                                   "communicator: pass MPI_COMM_WORLD, a communicator the program made, or "
                                   "comm%%MPI_VAL of an mpi_f08 type(MPI_Comm)", (int)fcomm);
   return clt_comm_create(c, out);
+}
+
+/* comm/p2p.h. MPI_Comm_split blocks until every rank of the communicator
+ * calls it: the trainer calls it right after a collective with a deadline
+ * (clt__trainer_all_ok), so every rank is there. The new communicator is
+ * duplicated again by clt_comm_create, which owns its copy. */
+int clt__comm_split(clt_comm *comm, int color, int key, clt_comm **out) {
+  MPI_Comm part = MPI_COMM_NULL;
+  *out = NULL;
+  if (!comm->mpi) {
+    if (comm->size != 1) return clt__error(CLT_EINTERNAL, "a split of a %d-rank communicator without MPI", comm->size);
+    return clt_comm_create_local(out);
+  }
+  int e = MPI_Comm_split(mpi_comm(comm), color, key, &part);
+  if (e != MPI_SUCCESS) return mpi_error(e, "MPI_Comm_split on", comm->rank);
+  int rc = clt_comm_create(part, out);
+  MPI_Comm_free(&part);
+  if (rc == CLT_OK) clt_comm_set_timeout(*out, comm->timeout_s);
+  return rc;
 }

@@ -41,3 +41,14 @@ int clt_comm_create_f(int fcomm, clt_comm **out) {
                                       "cltrain was built without MPI; use clt_comm_create_local, or reconfigure "
                                       "--with-mpi", fcomm);
 }
+
+/* comm/p2p.h: a one-rank communicator splits into itself. */
+int clt__comm_split(clt_comm *comm, int color, int key, clt_comm **out);
+int clt__comm_split(clt_comm *comm, int color, int key, clt_comm **out) {
+  (void)color, (void)key;
+  *out = NULL;
+  if (comm->size != 1) return clt__error(CLT_EINTERNAL, "a split of a %d-rank communicator without MPI", comm->size);
+  int rc = clt_comm_create_local(out);
+  if (rc == CLT_OK) clt_comm_set_timeout(*out, comm->timeout_s);
+  return rc;
+}

@@ -76,7 +76,7 @@ typedef struct clt__layer_io {
   clt_context *ctx;
   const clt_model_spec *spec;
   const clt_layer_spec *l;
-  int index;          /* in spec->layers */
+  int index;          /* in the whole model's layers (spec->layers[index - spec->layer_base]) */
   int64_t n;          /* samples */
   clt_dtype dt;       /* activation storage: f32, or f16 under mixed precision */
   clt_tensor x, y;    /* input (n, in_shape) and output (n, out_shape) */

@@ -29,6 +29,7 @@
 #include "nn/nn.h"
 
 static int64_t numel(const clt_shape *s) { return clt__shape_numel(s); }
+static void select_set(clt__replica *r, int k);
 
 static int has(const clt_layer_spec *l, unsigned flag) { return (l->kind->flags & flag) != 0; }
 static int is_tokens(const clt_model_spec *s) { return s->layers[0].out_shape.vocab > 0; }
@@ -521,6 +522,13 @@ void clt__replica_destroy(clt__replica *r) {
   }
   clt__replica_poll_cancel(r);
   if (r->prof_fwd) report_profile(r);
+  if (r->nsets) select_set(r, 0);
+  for (int k = 1; k < r->nsets; k++) {
+    clt_buffer_release(r->set_act[k]);
+    clt_buffer_release(r->set_aux[k]);
+    clt_buffer_release(r->set_in32[k]);
+  }
+  free(r->set_act), free(r->set_aux), free(r->set_in32), free(r->set_outs);
   free(r->prof_fwd);
   free(r->prof_bwd);
   release_events(r);
@@ -566,7 +574,7 @@ static void layer_io(const clt__replica *r, int i, int64_t n, const clt__pass *p
   io->ctx = r->ctx;
   io->spec = r->spec;
   io->l = &r->spec->layers[i];
-  io->index = i;
+  io->index = i + r->spec->layer_base; /* the whole model's index, for dropout's masks */
   io->n = n;
   io->dt = r->act_dtype;
   io->params = r->params;
@@ -734,6 +742,70 @@ static int read_output(clt__replica *r, const clt_tensor *y, float *out) {
   return rc;
 }
 
+/* Forward through layers 1..L-1 of n samples whose input is outs[0]. */
+static int forward_layers(clt__replica *r, int64_t n, clt_tensor *outs, const clt__pass *pass, double *t0) {
+  int rc = CLT_OK;
+  for (int i = 1; i < r->spec->nlayers; i++) {
+    CLT_TRY(layer_forward(r, i, n, outs, &outs[i], pass));
+    CLT_TRY(trace_mark(r, i));
+    if (pass->train) charge(r, &r->prof_fwd[i], t0);
+  }
+fail:
+  return rc;
+}
+
+/* Backward from dy (the gradient at the last layer's output, in dbuf[0])
+ * into the gradient arena (accumulated); with to_input, on to the gradient
+ * at the input (a pipeline stage after the first), left in *dx_out. */
+static int backward_layers(clt__replica *r, int64_t n, const clt_tensor *outs, clt_tensor dy, int to_input,
+                           const clt__pass *pass, double *t0, clt_tensor *dx_out) {
+  int rc = CLT_OK, cur = 0;
+  const clt_model_spec *s = r->spec;
+  int L = s->nlayers, lowest = to_input ? 1 : r->first_trainable;
+  clt_tensor dx;
+  for (int i = L - 1; i >= lowest && i >= 1; i--) {
+    const clt_layer_spec *l = &s->layers[i];
+    int need_dx = i > lowest || to_input, through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
+    CLT_TRY(layer_backward(r, i, n, outs, &dy, &dx, r->dbuf[1 - cur], need_dx, pass));
+    CLT_TRY(trace_mark(r, s->nlayers + i));
+    charge(r, &r->prof_bwd[i], t0);
+    if (pass->record) CLT_TRY(close_buckets_at(r, i));
+    if (!need_dx) break;
+    if (!through) cur = 1 - cur;
+    dy = dx;
+    CLT_TRY(add_skip_gradients(r, i, n, &dy));
+  }
+  /* Buckets of layers the backward never reached (none, as the model
+   * lays them out) close at its end. */
+  if (pass->record) CLT_TRY(close_buckets_below(r, r->first_trainable > 1 ? r->first_trainable : 1));
+  if (dx_out) *dx_out = dy;
+fail:
+  return rc;
+}
+
+static int check_batch(const clt__replica *r, int64_t n) {
+  if (n < 1 || n > r->max_batch)
+    return clt__error(CLT_EINVAL, "a batch of %lld samples on a replica made for 1 to %lld", (long long)n,
+                      (long long)r->max_batch);
+  return CLT_OK;
+}
+
+static int start_record(clt__replica *r, const clt__pass *pass) {
+  if (!pass->record) return CLT_OK;
+  r->run_start_ns = now_ns();
+  atomic_store(&r->run_end_ns, 0);
+  return marker(r, &r->start_ev);
+}
+
+static int end_record(clt__replica *r, const clt__pass *pass) {
+  int rc = CLT_OK;
+  if (!pass->record) return CLT_OK;
+  CLT_TRY(marker(r, &r->end_ev));
+  CLT_TRY(time_run_end(r));
+fail:
+  return rc;
+}
+
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass) {
   int rc = CLT_OK;
   const clt_model_spec *s = r->spec;
@@ -741,9 +813,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   clt_tensor *outs = NULL;
   const void *targets = is_regression(s) ? (const void *)pass->targets : (const void *)y;
 
-  if (n < 1 || n > r->max_batch)
-    return clt__error(CLT_EINVAL, "a batch of %lld samples on a replica made for 1 to %lld", (long long)n,
-                      (long long)r->max_batch);
+  CLT_TRY(check_batch(r, n));
   if (!targets || (is_regression(s) && y))
     return clt__error(CLT_EINVAL, "a run of a %s model takes %s", is_regression(s) ? "regression" : "classification",
                       is_regression(s) ? "float targets (pass->targets), not labels" : "int32 labels");
@@ -755,17 +825,9 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   CLT_TRY(trace_mark(r, 0));
   double t0 = clt__now();
   if (r->prof_fwd) r->prof_runs += pass->train;
-  if (pass->record) {
-    r->run_start_ns = now_ns();
-    atomic_store(&r->run_end_ns, 0);
-    CLT_TRY(marker(r, &r->start_ev));
-  }
+  CLT_TRY(start_record(r, pass));
   charge(r, &r->prof_loss, &t0);
-  for (int i = 1; i < L; i++) {
-    CLT_TRY(layer_forward(r, i, n, outs, &outs[i], pass));
-    CLT_TRY(trace_mark(r, i));
-    if (pass->train) charge(r, &r->prof_fwd[i], &t0);
-  }
+  CLT_TRY(forward_layers(r, n, outs, pass, &t0));
 
   CLT_TRY(run_loss(r, n, &outs[L - 1], pass));
   CLT_TRY(trace_mark(r, L));
@@ -774,34 +836,137 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
 
   /* Backward, into the gradient arena (accumulated). */
   if (pass->train) {
-    int cur = 0;
-    clt_tensor dy, dx;
+    clt_tensor dy;
     CLT_TRY(make_view(r->dbuf[0], 0, r->act_dtype, n, &s->layers[L - 1].out_shape, &dy));
-    for (int i = L - 1; i >= r->first_trainable && i >= 1; i--) {
-      const clt_layer_spec *l = &s->layers[i];
-      int need_dx = i > r->first_trainable, through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
-      CLT_TRY(layer_backward(r, i, n, outs, &dy, &dx, r->dbuf[1 - cur], need_dx, pass));
-      CLT_TRY(trace_mark(r, L + i));
-      charge(r, &r->prof_bwd[i], &t0);
-      if (pass->record) CLT_TRY(close_buckets_at(r, i));
-      if (!need_dx) break;
-      if (!through) cur = 1 - cur;
-      dy = dx;
-      CLT_TRY(add_skip_gradients(r, i, n, &dy));
-    }
-    /* Buckets of layers the backward never reached (none, as the model
-     * lays them out) close at its end. */
-    if (pass->record) CLT_TRY(close_buckets_below(r, r->first_trainable > 1 ? r->first_trainable : 1));
+    CLT_TRY(backward_layers(r, n, outs, dy, 0, pass, &t0, NULL));
   }
-  if (pass->record) {
-    CLT_TRY(marker(r, &r->end_ev));
-    CLT_TRY(time_run_end(r));
-  }
+  CLT_TRY(end_record(r, pass));
   free(outs);
   return CLT_OK;
 fail:
   free(outs);
   return rc;
+}
+
+/* ---- pipeline stages (src/pp) ---- */
+
+static void select_set(clt__replica *r, int k) {
+  r->act = r->set_act[k];
+  r->aux = r->set_aux[k];
+  r->input32 = r->set_in32[k];
+}
+
+int clt__replica_set_activation_sets(clt__replica *r, int nsets) {
+  int rc = CLT_OK;
+  if (r->nsets) return clt__error(CLT_EINTERNAL, "the replica's activation sets are set already");
+  if (nsets < 1) nsets = 1;
+  replica_layout lo;
+  lay_out(r->spec, r->max_batch, r->act_dtype, NULL, &lo);
+  size_t esize = clt_dtype_size(r->act_dtype);
+  int64_t in_n = numel(&r->spec->layers[0].out_shape) * r->max_batch;
+  r->set_act = clt__calloc((size_t)nsets, sizeof *r->set_act);
+  r->set_aux = clt__calloc((size_t)nsets, sizeof *r->set_aux);
+  r->set_in32 = clt__calloc((size_t)nsets, sizeof *r->set_in32);
+  r->set_outs = clt__calloc((size_t)nsets * (size_t)r->spec->nlayers, sizeof *r->set_outs);
+  if (!r->set_act || !r->set_aux || !r->set_in32 || !r->set_outs) return CLT_ENOMEM;
+  r->nsets = 1;
+  r->set_act[0] = r->act, r->set_aux[0] = r->aux, r->set_in32[0] = r->input32;
+  for (int k = 1; k < nsets; k++, r->nsets++) {
+    CLT_TRY(clt_buffer_create(r->ctx, (size_t)(lo.act ? lo.act : 1) * esize, &r->set_act[k]));
+    CLT_TRY(clt_buffer_create(r->ctx, (size_t)(lo.aux ? lo.aux : 1) * 4, &r->set_aux[k]));
+    if (r->input32) CLT_TRY(clt_buffer_create(r->ctx, (size_t)in_n * 4, &r->set_in32[k]));
+  }
+fail:
+  return rc;
+}
+
+uint64_t clt__replica_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype) {
+  replica_layout lo;
+  lay_out(spec, max_batch, act_dtype, NULL, &lo);
+  uint64_t in_n = (uint64_t)(numel(&spec->layers[0].out_shape) * max_batch);
+  return (uint64_t)(lo.act ? lo.act : 1) * clt_dtype_size(act_dtype) + (uint64_t)(lo.aux ? lo.aux : 1) * 4 +
+         (act_dtype != CLT_F32 || is_tokens(spec) ? in_n * 4 : 0);
+}
+
+static int check_set(const clt__replica *r, int set) {
+  if (set < 0 || set >= (r->nsets ? r->nsets : 1))
+    return clt__error(CLT_EINTERNAL, "activation set %d of a replica with %d", set, r->nsets);
+  return CLT_OK;
+}
+
+int clt__replica_stage_forward(clt__replica *r, int set, const float *x, const int32_t *y, int64_t n,
+                               const clt__pass *pass, int last, float *out, float *dx) {
+  int rc = CLT_OK;
+  const clt_model_spec *s = r->spec;
+  int L = s->nlayers;
+  const void *targets = is_regression(s) ? (const void *)pass->targets : (const void *)y;
+  CLT_TRY(check_batch(r, n));
+  CLT_TRY(check_set(r, set));
+  if (r->nsets) select_set(r, set);
+  clt_tensor *outs = r->set_outs + (size_t)set * L;
+  if (last && !targets)
+    return clt__error(CLT_EINVAL, "the last pipeline stage of a %s model takes %s", is_regression(s) ? "regression" : "classification",
+                      is_regression(s) ? "float targets" : "int32 labels");
+  double t0 = clt__now();
+  if (r->prof_fwd) r->prof_runs += pass->train && last;
+  if (last) CLT_TRY(start_record(r, pass));
+  if (last) {
+    CLT_TRY(upload(r, x, targets, n, &outs[0]));
+  } else {
+    size_t in_bytes = (size_t)(n * numel(&s->layers[0].out_shape)) * 4;
+    if (r->input32) {
+      clt_tensor in32;
+      CLT_TRY(make_view(r->input32, 0, CLT_F32, n, &s->layers[0].out_shape, &in32));
+      CLT_TRY(clt_tensor_upload_async(r->ctx, &in32, x, in_bytes));
+      if (is_tokens(s)) outs[0] = in32;
+      else {
+        CLT_TRY(make_view(r->act, r->slots[0].act_offset, r->act_dtype, n, &s->layers[0].out_shape, &outs[0]));
+        CLT_TRY(clt_convert(r->ctx, &in32, &outs[0]));
+      }
+    } else {
+      CLT_TRY(make_view(r->act, r->slots[0].act_offset, r->act_dtype, n, &s->layers[0].out_shape, &outs[0]));
+      CLT_TRY(clt_tensor_upload_async(r->ctx, &outs[0], x, in_bytes));
+    }
+  }
+  CLT_TRY(forward_layers(r, n, outs, pass, &t0));
+  if (!last) {
+    CLT_TRY(read_output(r, &outs[L - 1], out)); /* waits: the input's host memory is free again */
+    return CLT_OK;
+  }
+  CLT_TRY(run_loss(r, n, &outs[L - 1], pass));
+  if (pass->train) {
+    clt_tensor dy, g;
+    CLT_TRY(make_view(r->dbuf[0], 0, r->act_dtype, n, &s->layers[L - 1].out_shape, &dy));
+    CLT_TRY(backward_layers(r, n, outs, dy, dx != NULL, pass, &t0, &g));
+    if (dx) CLT_TRY(read_output(r, &g, dx));
+  }
+  CLT_TRY(end_record(r, pass));
+  if (!dx) CLT_TRY(queue_done(r, "a pipeline stage's forward and backward")); /* x's host memory is free again */
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "a pipeline stage's forward of %lld samples on %s", (long long)n, r->ctx->info.name);
+}
+
+int clt__replica_stage_backward(clt__replica *r, int set, const float *dy_host, int64_t n, const clt__pass *pass,
+                                float *dx) {
+  int rc = CLT_OK;
+  const clt_model_spec *s = r->spec;
+  int L = s->nlayers;
+  CLT_TRY(check_batch(r, n));
+  CLT_TRY(check_set(r, set));
+  if (r->nsets) select_set(r, set);
+  clt_tensor *outs = r->set_outs + (size_t)set * L, dy, g;
+  double t0 = clt__now();
+  if (r->prof_fwd) r->prof_runs++;
+  CLT_TRY(start_record(r, pass));
+  CLT_TRY(make_view(r->dbuf[0], 0, r->act_dtype, n, &s->layers[L - 1].out_shape, &dy));
+  CLT_TRY(clt_tensor_upload(r->ctx, &dy, dy_host, (size_t)clt_tensor_numel(&dy) * 4));
+  CLT_TRY(backward_layers(r, n, outs, dy, dx != NULL, pass, &t0, &g));
+  if (dx) CLT_TRY(read_output(r, &g, dx));
+  CLT_TRY(end_record(r, pass));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "a pipeline stage's backward of %lld samples on %s", (long long)n, r->ctx->info.name);
 }
 
 /* The loss and metric from loss_host. */

@@ -71,6 +71,13 @@ struct clt__replica {
    * (forward, backward), reported when the replica is destroyed. */
   double *prof_fwd, *prof_bwd, prof_loss;
   int64_t prof_runs;
+  /* A pipeline stage's activation sets (clt__replica_set_activation_sets):
+   * act, aux and input32 of each micro-batch in flight, set 0 the ones
+   * above; and each set's layer output views from its forward, which its
+   * backward reads. nsets 0: none made (a plain replica). */
+  int nsets;
+  cl_mem *set_act, *set_aux, *set_in32;
+  clt_tensor *set_outs; /* nsets x nlayers */
 };
 
 /* Make a replica of spec on ctx for batches of up to max_batch samples,
@@ -167,6 +174,28 @@ int clt__replica_trace(clt__replica *r, int on);
  * it done); the run must be complete (its loss read). Nothing without
  * markers or a device clock. */
 void clt__replica_trace_spans(clt__replica *r, clt__trace *tr, int lane, int64_t end_ns);
+/* ---- pipeline stages (src/pp): the replica of a stage's spec
+ * (clt__spec_stage), with a micro-batch's activations kept from its
+ * forward to its backward in one of nsets activation sets. ---- */
+
+/* Make nsets activation sets (set 0 is the replica's own). Once. */
+int clt__replica_set_activation_sets(clt__replica *r, int nsets);
+/* Device bytes of one activation set (what each set beyond the first adds). */
+uint64_t clt__replica_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype);
+/* The forward of n samples x (host, (n, input shape) f32) into set `set`.
+ * Not the last stage: the output is read into out (host, (n, output
+ * shape) f32; waits). The last stage (`last`): labels y or pass->targets,
+ * the loss (clt__replica_read_loss reads it) and, in training, the
+ * backward right away into the gradient arena, on to the input gradient
+ * read into dx unless dx is NULL (the first stage). Waits for the device
+ * either way: x may be reused on return. */
+int clt__replica_stage_forward(clt__replica *r, int set, const float *x, const int32_t *y, int64_t n,
+                               const clt__pass *pass, int last, float *out, float *dx);
+/* The backward of set `set` from dy (host, (n, output shape) f32, the
+ * next stage's input gradient) into the gradient arena (accumulated), and
+ * the input gradient into dx (host; waits) unless dx is NULL. */
+int clt__replica_stage_backward(clt__replica *r, int set, const float *dy, int64_t n, const clt__pass *pass,
+                                float *dx);
 
 /* Zero the gradient arena. */
 int clt__replica_zero_grads(clt__replica *r);

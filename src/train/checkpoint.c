@@ -10,6 +10,7 @@
  * rotation, "latest") are in checkpoint_dir.c.
  */
 #include "train/checkpoint.h"
+#include "pp/pp.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -119,8 +120,12 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   if (!buf || !tensors) { rc = CLT_ENOMEM; goto fail; }
   double t0 = clt__now();
 
-  CLT_TRY(clt_trainer_params(t, buf, P));
-  if (per) {
+  if (t->pp) { /* gathered from the stages (clt__checkpoint_gather_state) */
+    memcpy(buf, t->zero_state, (size_t)(P * (1 + per)) * sizeof *buf);
+  } else {
+    CLT_TRY(clt_trainer_params(t, buf, P));
+  }
+  if (per && !t->pp) {
     if (t->zero_state) { /* gathered from every rank's shard */
       memcpy(buf + P, t->zero_state, (size_t)(per * P) * sizeof *buf);
     } else if (t->host_state[0]) {
@@ -174,6 +179,12 @@ int clt__checkpoint_gather_state(clt_trainer *t) {
   int64_t P = clt_model_param_count(t->model), params;
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   float *shard = NULL;
+  if (t->pp) { /* the whole model from the stages, parameters then state, into zero_state on rank 0 */
+    if (!t->zero_state && !(t->zero_state = clt__calloc((size_t)(P * (1 + per)) + 1, sizeof *t->zero_state)))
+      rc = CLT_ENOMEM;
+    CLT_TRY(clt__trainer_all_ok(t, rc, "allocating for a checkpoint"));
+    return clt__trainer_whole(t, t->zero_state, t->zero_state + P, 0);
+  }
   if (!clt__dp_zero(t->dp) || per == 0) return CLT_OK;
   clt__dp_shard(t->dp, &n, &params);
   if (!t->zero_state && !(t->zero_state = clt__calloc((size_t)(per * P), sizeof *t->zero_state))) return CLT_ENOMEM;
@@ -636,7 +647,14 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
   int64_t params;
   clt__dp_shard(t->dp, &nshard, &params);
   float *state = payload + P;
-  if (per && clt__dp_zero(t->dp)) {
+  if (t->pp) { /* this stage's part, in place: the parameters, then the state after them */
+    int64_t Ps = clt_model_param_count(t->local);
+    clt__pp_take(t->pp, t->model->spec, payload, payload + P, per, payload, payload + P);
+    if (per) memmove(payload + Ps, payload + P, (size_t)(per * Ps) * sizeof *payload);
+    state = payload + Ps;
+    params = Ps;
+    P = Ps;
+  } else if (per && clt__dp_zero(t->dp)) {
     if (!(state = shard_state = clt__calloc((size_t)(per * params) + 1, sizeof *state))) return CLT_ENOMEM;
     clt__dp_scatter_state(t->dp, payload + P, per, P, state);
   }

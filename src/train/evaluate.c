@@ -16,6 +16,7 @@
  * PoCL alone. The sums add the runs in their order, whoever computed them.
  */
 #include "train/trainer.h"
+#include "pp/pp.h"
 
 #include <cltrain/opencl.h>
 
@@ -91,6 +92,43 @@ static void nap(void) {
   nanosleep(&ts, NULL);
 }
 
+/* Under --pipeline: pipeline d of D takes the d-th D-th of the set, in
+ * rounds of M micro-batches streamed through its stages (forwards only);
+ * the last stages' sums are added over the ranks. */
+static int pipeline_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
+  int rc = CLT_OK, M = clt__pp_micro_batches(t->pp), D = clt__pp_replicas(t->pp), d = clt__pp_replica(t->pp);
+  int64_t count = clt_dataset_count(ds), R = t->pp_room, in = clt_model_input_size(t->model);
+  int64_t lps = clt_model_labels_per_sample(t->model);
+  int64_t lo = count * d / D, hi = count * (d + 1) / D;
+  float *x = clt__calloc((size_t)(M * R * in), sizeof *x);
+  int32_t *y = clt__calloc((size_t)(M * R * lps), sizeof *y);
+  int64_t *idx = clt__calloc((size_t)R, sizeof *idx);
+  clt__pp_micro *mb = clt__calloc((size_t)M, sizeof *mb);
+  double total[2] = {0, 0};
+  if (!x || !y || !idx || !mb) rc = CLT_ENOMEM;
+  CLT_TRY(clt__trainer_all_ok(t, rc, "allocating for the evaluation"));
+  for (int64_t at = lo; at < hi;) {
+    int m = 0;
+    for (; m < M && at < hi; m++) {
+      int64_t n = hi - at < R ? hi - at : R;
+      for (int64_t k = 0; k < n; k++) idx[k] = at + k;
+      CLT_TRY(clt_dataset_get_batch(ds, idx, n, x + m * R * in, y + m * R * lps));
+      mb[m] = (clt__pp_micro){x + m * R * in, y + m * R * lps, NULL, n, at, 0};
+      at += n;
+    }
+    clt__pass pass = {.train = 0};
+    double l = 0, c = 0;
+    CLT_TRY(clt__pp_run(t->pp, t->rep[0], m, mb, &pass, t->steps_done, &l, &c));
+    total[0] += l, total[1] += c;
+  }
+  CLT_TRY(clt__trainer_sum(t, total, 2));
+  *loss = total[0] / (double)(count * lps);
+  *accuracy = total[1] / (double)(count * lps);
+fail:
+  free(x), free(y), free(idx), free(mb);
+  return rc < 0 ? clt__error_prefix(rc, "evaluating on %s", clt_dataset_path(ds)) : CLT_OK;
+}
+
 int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
   if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
     return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
@@ -98,6 +136,7 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
                       clt_loss_name(clt_model_loss(t->model)));
   int rc = check_set(t, ds);
   if (rc < 0) return rc;
+  if (t->pp) return pipeline_evaluate(t, ds, loss, accuracy);
   int64_t count = clt_dataset_count(ds), B = t->micro_batch, in = clt_model_input_size(t->model);
   int64_t lps = clt_model_labels_per_sample(t->model), lo, hi;
   int n = t->nlocal;

@@ -18,6 +18,9 @@ static int forward_on(clt_trainer *t, const char *fn, const float *x, const int3
                       int64_t n, float *out, int64_t count, double *loss, double *sq_error) {
   int rc = CLT_OK;
   if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", fn);
+  if (t->pp)
+    return clt__error(CLT_EUNSUPPORTED, "%s on a pipeline (--pipeline): not supported; a rank holds one stage. Use "
+                      "clt_trainer_evaluate, or load the weights into a trainer without a pipeline", fn);
   const clt_model_spec *s = t->model->spec;
   int regression = s->loss != CLT_LOSS_CROSSENTROPY;
   int64_t in = clt_model_input_size(t->model), B = t->micro_batch;
@@ -119,6 +122,9 @@ static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int
                        int64_t n, float *grad, int64_t count, double *loss) {
   int rc = CLT_OK;
   if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", fn);
+  if (t->pp)
+    return clt__error(CLT_EUNSUPPORTED, "%s on a pipeline (--pipeline): not supported; a rank holds one stage's "
+                      "gradient. Use a trainer without a pipeline", fn);
   int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
   int64_t P = clt_model_param_count(t->model), B = t->micro_batch, labels = 0;
   double sum = 0;

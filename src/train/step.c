@@ -24,6 +24,7 @@
  * them).
  */
 #include "train/trainer.h"
+#include "pp/pp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -33,13 +34,13 @@
  * runs from the last layer to the first and carries an inf or NaN on to
  * every layer before, so the culprit is the last layer with one. */
 static int nonfinite_layer(clt_trainer *t) {
-  const clt_model_spec *s = t->model->spec;
+  const clt_model_spec *s = t->local->spec;
   int lead = clt__trainer_lead(t);
   if (t->sitting) goto any; /* the sum is on the host */
   clt_tensor grads = clt__replica_grads(t->rep[lead]);
   for (int i = s->nlayers - 1; i >= 1; i--) {
     clt__param_range r[8];
-    int nr = clt__model_grad_ranges(t->model, i, r, 8), bad = 0;
+    int nr = clt__model_grad_ranges(t->local, i, r, 8), bad = 0;
     for (int k = 0; k < nr && k < 8 && !bad; k++) {
       int64_t n = r[k].hi - r[k].lo;
       clt_tensor g;
@@ -88,12 +89,29 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
   int rc = CLT_OK;
   if (t->sitting) { /* the sum is on the host */
     double acc = 0;
-    for (int64_t k = 0, P = clt_model_param_count(t->model); k < P; k++) acc += (double)t->sit_grads[k] * t->sit_grads[k];
+    for (int64_t k = 0, P = clt_model_param_count(t->local); k < P; k++) acc += (double)t->sit_grads[k] * t->sit_grads[k];
     *ss = (float)acc;
     return CLT_OK;
   }
   int lead = clt__trainer_lead(t);
   clt_tensor g = clt__replica_grads(t->rep[lead]);
+  if (t->pp) { /* each stage's part, once (from its first replica), added over the stages in rank order */
+    float part = 0;
+    CLT_TRY(clt_sumsq(t->ctx[lead], &g, &part));
+    int64_t at[8], count[8];
+    int ncopies = clt__pp_copies(t->pp, at, count, 8);
+    for (int k = 0; k < ncopies && k < 8; k++) { /* a tied weight's copy: counted at its owner */
+      clt_tensor c;
+      float cs = 0;
+      CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)at[k] * 4, CLT_F32, 1, &count[k], &c));
+      CLT_TRY(clt_sumsq(t->ctx[lead], &c, &cs));
+      part -= cs;
+    }
+    double v[1] = {clt__pp_replica(t->pp) == 0 ? part : 0.0};
+    CLT_TRY(clt__trainer_sum(t, v, 1));
+    *ss = (float)v[0];
+    return CLT_OK;
+  }
   if (!clt__dp_zero_sharded_grads(t->dp)) return clt_sumsq(t->ctx[lead], &g, ss);
   int n;
   int64_t params;
@@ -117,7 +135,7 @@ fail:
  * host's arithmetic on the same ranges for a device that rounds loosely. */
 static int step_replica(clt_trainer *t, int i, int64_t step, float lr, float scale) {
   int rc = CLT_OK, n;
-  int64_t P = clt_model_param_count(t->model), params;
+  int64_t P = clt_model_param_count(t->local), params;
   const clt_optimizer_config *cfg = &t->opts.optimizer;
   const int per = clt_optimizer_state_per_param(cfg);
   const clt__shard_range *s = clt__dp_shard(t->dp, &n, &params);
@@ -159,7 +177,7 @@ fail:
  * instead (the gradient was not finite). */
 static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skipped) {
   int rc = CLT_OK;
-  int64_t P = clt_model_param_count(t->model);
+  int64_t P = clt_model_param_count(t->local);
   const clt_optimizer_config *cfg = &t->opts.optimizer;
   float scale = 1.0f / (float)labels;
   *grad_norm = NAN;
@@ -276,7 +294,7 @@ fail:
  * first replica ran of its own samples) through the host exchange. */
 static int exchange_sitting(clt_trainer *t, const uint8_t *ran) {
   int rc = CLT_OK;
-  int64_t P = clt_model_param_count(t->model);
+  int64_t P = clt_model_param_count(t->local);
   memset(t->sit_grads, 0, (size_t)P * sizeof *t->sit_grads);
   for (int i = 0; i < t->nlocal; i++)
     if (ran[i]) {
@@ -302,6 +320,59 @@ fail:
   return rc;
 }
 
+/* Under --pipeline: the step's micro-batches (up to M, as the source
+ * gives them) copied out of the source (its buffers are reused), streamed
+ * through the stages (src/pp), and the stage's gradients summed over its
+ * replicas (src/dp, on the stage's communicator). This rank's loss sums
+ * (the last stage's) into sums. */
+static int pipeline_micro_batches(clt_trainer *t, const clt__micro_source *src, clt__step_stats *st, double *sums) {
+  int rc = CLT_OK, last = 0, m = 0, M = clt__pp_micro_batches(t->pp);
+  int first_stage = clt__pp_stage(t->pp) == 0, last_stage = clt__pp_stage(t->pp) == clt__pp_stages(t->pp) - 1;
+  int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
+  int regression = clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY;
+  clt__pp_micro *mb = clt__calloc((size_t)M, sizeof *mb);
+  float *x = NULL, *targets = NULL;
+  int32_t *y = NULL;
+  if (!mb) return CLT_ENOMEM;
+  if ((first_stage && !(x = clt__calloc((size_t)(M * t->pp_room * in) + 1, sizeof *x))) ||
+      (last_stage && regression && !(targets = clt__calloc((size_t)(M * t->pp_room * lps) + 1, sizeof *targets))) ||
+      (last_stage && !regression && !(y = clt__calloc((size_t)(M * t->pp_room * lps) + 1, sizeof *y)))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  for (int k = 0; !last; k++) {
+    clt__slice s;
+    int64_t labels;
+    if (k >= M) {
+      rc = clt__error(CLT_EINTERNAL, "a pipeline step's source gave more than its %d micro-batches", M);
+      goto fail;
+    }
+    CLT_TRY(src->next(src->self, t, k, &s, &labels, &last));
+    if (s.n > t->pp_room) {
+      rc = clt__error(CLT_EINVAL, "a micro-batch of %lld samples on a pipeline stage made for %lld", (long long)s.n,
+                      (long long)t->pp_room);
+      goto fail;
+    }
+    size_t at = (size_t)(k * t->pp_room);
+    mb[k] = (clt__pp_micro){NULL, NULL, NULL, s.n, s.global_first, s.dropout_step};
+    if (x && s.n) memcpy(x + at * in, s.x, (size_t)(s.n * in) * sizeof *x), mb[k].x = x + at * in;
+    if (y && s.n) memcpy(y + at * lps, s.y, (size_t)(s.n * lps) * sizeof *y), mb[k].y = y + at * lps;
+    if (targets && s.n)
+      memcpy(targets + at * lps, s.targets, (size_t)(s.n * lps) * sizeof *targets), mb[k].targets = targets + at * lps;
+    st->labels += labels;
+    m = k + 1;
+  }
+  clt__pass pass = {.train = 1, .seed = t->opts.seed, .loss_scale = 1.0f};
+  double loss = 0, metric = 0;
+  CLT_TRY(clt__pp_run(t->pp, t->rep[0], m, mb, &pass, t->steps_done + 1, &loss, &metric));
+  CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* the stage's replicas */
+  CLT_TRY(clt__pp_sum_tied(t->pp, t->rep[0], t->steps_done + 1)); /* a weight tied across stages */
+  sums[0] += loss, sums[1] += metric;
+fail:
+  free(mb), free(x), free(y), free(targets);
+  return rc;
+}
+
 int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__step_stats *st) {
   int rc = CLT_OK, last = 0;
   double sums[3] = {0, 0, 0}; /* loss, correct, rank 0's gradient norm: this rank's, then all */
@@ -317,6 +388,12 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
 
   CLT_TRY(zero_grads(t));
   clt__trace_span(tr, lane, "enqueue", s0, a = clt__trace_ns(), "zero the gradients");
+  if (t->pp) {
+    CLT_TRY(pipeline_micro_batches(t, src, st, sums));
+    clt__trace_span(tr, lane, "pipeline", a, b = clt__trace_ns(), "the pipeline's micro-batches");
+    a = b;
+    last = 1;
+  }
   for (int k = 0; !last; k++) { /* micro-batches; gradients accumulate */
     int64_t labels;
     CLT_TRY(src->next(src->self, t, k, slices, &labels, &last)); /* every replica's slice */
@@ -457,6 +534,9 @@ static int gather_counts(clt_trainer *t, const char *fn, int64_t n, int64_t labe
   if (t->nranks == 1) return rc;
   if (!(all = clt__calloc((size_t)t->nranks * 3, sizeof *all))) return CLT_ENOMEM;
   int grc = clt_allgather(t->comm, mine, sizeof mine, all);
+  /* Under a pipeline, the ranks of pipeline d (ranks d P .. d P + P - 1)
+   * all pass that pipeline's samples: counted once, at its first stage. */
+  int P = t->pp ? clt__pp_stages(t->pp) : 1;
   *global_n = *global_labels = 0;
   for (int r = 0; grc == CLT_OK && r < t->nranks; r++) {
     if (all[3 * r] < 0) {
@@ -465,7 +545,15 @@ static int gather_counts(clt_trainer *t, const char *fn, int64_t n, int64_t labe
                                       clt_strerror((int)all[3 * r]));
       break;
     }
-    if (r < t->rank) *before += all[3 * r + 1];
+    if (r % P) {
+      int head = r - r % P;
+      if (all[3 * r + 1] != all[3 * head + 1])
+        grc = clt__error(CLT_EINVAL, "%s: rank %d passes %lld samples but rank %d, the first stage of its pipeline, "
+                         "%lld: every stage of a pipeline takes the same samples", fn, r, (long long)all[3 * r + 1],
+                         head, (long long)all[3 * head + 1]);
+      continue;
+    }
+    if (r < t->rank - t->rank % P) *before += all[3 * r + 1];
     *global_n += all[3 * r + 1];
     *global_labels += all[3 * r + 2];
   }
@@ -497,6 +585,15 @@ static int step_on(clt_trainer *t, const float *x, const step_targets *tg, int64
   c.in = clt_model_input_size(t->model);
   c.lps = clt_model_labels_per_sample(t->model);
   c.chunk = t->micro_batch; /* what each replica has room for */
+  if (t->pp) { /* the pipeline's samples in its micro-batches */
+    int M = clt__pp_micro_batches(t->pp);
+    c.chunk = n > 0 ? (n + M - 1) / M : 1;
+    if (c.chunk > t->pp_room)
+      rc = clt__error(CLT_EINVAL, "%s: %lld samples on a pipeline of %d micro-batches of at most %lld (the batch "
+                      "size / micro-batches / replicas of a stage, as the trainer was made); pass fewer or make it "
+                      "with a larger batch", tg->fn, (long long)n, M, (long long)t->pp_room);
+    CLT_TRY(clt__trainer_all_ok(t, rc, tg->fn));
+  }
   c.key = (uint64_t)t->micro_steps;
   c.count = clt__calloc(t->nlocal, sizeof *c.count);
   c.start = clt__calloc(t->nlocal, sizeof *c.start);

@@ -6,6 +6,7 @@
  * itself is step.c.
  */
 #include "train/trainer.h"
+#include "pp/pp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +43,31 @@ static int check_options(const clt_train_options *o) {
   if (o->accumulate < 1 || o->batch % o->accumulate)
     return clt__error(CLT_EINVAL, "--accumulate %d must be at least 1 and divide the batch size %lld", o->accumulate,
                       (long long)o->batch);
+  if (o->pipeline < 0) return clt__error(CLT_EINVAL, "--pipeline %d: give 1 or more stages", o->pipeline);
+  if (o->micro_batches < 0)
+    return clt__error(CLT_EINVAL, "--micro-batches %d: a step needs at least 1 micro-batch", o->micro_batches);
+  if (o->pipeline > 1) {
+    int M = o->micro_batches ? o->micro_batches : o->pipeline;
+    if (o->accumulate != 1)
+      return clt__error(CLT_EINVAL, "--accumulate %d with --pipeline %d: a pipeline's --micro-batches (%d) are its "
+                        "accumulation; leave --accumulate at 1", o->accumulate, o->pipeline, M);
+    if (o->batch % M)
+      return clt__error(CLT_EINVAL, "--micro-batches %d must divide the batch size %lld", M, (long long)o->batch);
+    if (o->zero)
+      return clt__error(CLT_EUNSUPPORTED, "--zero %d with --pipeline %d is not supported: a stage's replicas keep "
+                        "all of its optimizer state", o->zero, o->pipeline);
+    if (o->balance != CLT_BALANCE_EQUAL)
+      return clt__error(CLT_EUNSUPPORTED, "--balance %s with --pipeline %d is not supported: every stage must split "
+                        "each micro-batch alike; use --balance equal", o->balance == CLT_BALANCE_AUTO ? "auto" : "weights",
+                        o->pipeline);
+    if (o->precision != CLT_F32)
+      return clt__error(CLT_EUNSUPPORTED, "--precision fp16 with --pipeline %d is not supported: stages exchange "
+                        "fp32 activations", o->pipeline);
+  } else if (o->micro_batches > 1 || (o->stages && o->stages[0]) || o->pipeline_schedule != CLT_PIPELINE_1F1B) {
+    return clt__error(CLT_EINVAL, "%s is for a pipeline: give --pipeline P with P > 1 (or --accumulate for "
+                      "micro-batches without one)", o->micro_batches > 1 ? "--micro-batches"
+                      : (o->stages && o->stages[0]) ? "--stages" : "--schedule-pipeline");
+  }
   if (!(o->schedule.lr > 0) || !isfinite(o->schedule.lr))
     return clt__error(CLT_EINVAL, "the learning rate must be a positive number, not %g", o->schedule.lr);
   if (!(o->schedule.min_lr >= 0 && o->schedule.min_lr <= o->schedule.lr))
@@ -160,41 +186,79 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   t->rank = clt_comm_rank(t->comm);
   t->nranks = clt_comm_size(t->comm);
   t->nlocal = clt_devices_count(devs);
-  CLT_TRY(clt__dp_create(t->comm, t->nlocal, &t->dp));
+  t->local = m;
+  clt_comm *dp_comm = t->comm; /* under a pipeline, the stage's replicas */
+  if (o->pipeline > 1) {
+    if (t->nlocal != 1)
+      rc = clt__error(CLT_EUNSUPPORTED, "--pipeline %d runs one device per rank, but rank %d was given %d; select "
+                      "one (--devices, CLT_DEVICES)", o->pipeline, t->rank, t->nlocal);
+    else
+      rc = clt__pp_create(t->comm, m, o, &t->pp);
+    if (rc < 0) { /* every rank fails alike, each with its own message */
+      char own[1024];
+      clt__strlcpy(own, clt_last_error(), sizeof own);
+      clt__trainer_all_ok(t, rc, "setting up the pipeline");
+      rc = clt__error(rc, "%s", own);
+      goto fail;
+    }
+    CLT_TRY(clt__trainer_all_ok(t, rc, "setting up the pipeline"));
+    CLT_TRY(clt__pp_split(t->pp));
+    t->local = clt__pp_stage_model(t->pp);
+    dp_comm = clt__pp_stage_comm(t->pp);
+    t->opts.accumulate = clt__pp_micro_batches(t->pp); /* fit's micro-batches per step */
+  }
+  CLT_TRY(clt__dp_create(dp_comm, t->nlocal, &t->dp));
   t->nreplicas = clt__dp_replicas(t->dp);
   t->first_replica = clt__dp_first_replica(t->dp);
-  CLT_TRY(clt__dp_agree_options(t->dp, m, o));
-  t->micro_batch = o->batch / o->accumulate;
+  CLT_TRY(clt__dp_agree_options(t->dp, t->local, o));
+  t->micro_batch = t->opts.batch / t->opts.accumulate;
   if (t->micro_batch < t->nreplicas) {
     rc = clt__error(CLT_EINVAL, "the batch of %lld (per micro-batch %lld) is smaller than the %d replicas: every "
                     "replica needs at least one sample", (long long)o->batch, (long long)t->micro_batch, t->nreplicas);
     goto fail;
   }
 
-  CLT_TRY(clt__dp_shares_init(t->dp, o, t->micro_batch));
+  CLT_TRY(clt__dp_shares_init(t->dp, &t->opts, t->micro_batch));
 
   /* What cannot fit is refused before anything is allocated, on every
-   * rank at once: each replica is made for the whole micro-batch. */
+   * rank at once: each replica is made for the whole micro-batch (a
+   * pipeline stage's for its equal share of it, and an activation set
+   * per micro-batch it holds at once). */
   clt_replica_memory need;
-  int64_t state_params = clt_model_param_count(m);
+  int64_t state_params = clt_model_param_count(t->local);
+  t->pp_room = t->pp ? (t->micro_batch + t->nreplicas - 1) / t->nreplicas : t->micro_batch;
   if (o->zero == 1) CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, t->nranks, t->rank, &state_params));
-  clt__replica_memory_sharded(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), state_params,
+  clt__replica_memory_sharded(t->local->spec, t->pp_room, clt_optimizer_state_per_param(&o->optimizer), state_params,
                               o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
+  int nsets = t->pp ? clt__pp_activation_sets(t->pp) : 1;
+  if (nsets > 1) {
+    uint64_t extra = (uint64_t)(nsets - 1) * clt__replica_set_bytes(t->local->spec, t->pp_room, o->precision);
+    need.activations += extra, need.total += extra;
+  }
+  if (t->pp) {
+    char a[32], b[32];
+    clt__log(CLT_LOG_INFO, "pipeline stage %d of %d (rank %d): %d activation set%s of %lld samples, %s of "
+             "activations (%s in all)", clt__pp_stage(t->pp), clt__pp_stages(t->pp), t->rank, nsets,
+             nsets == 1 ? "" : "s", (long long)t->pp_room, clt__fmt_bytes(need.activations, a, sizeof a),
+             clt__fmt_bytes(need.total, b, sizeof b));
+  }
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
     if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0)
       clt__error_prefix(rc, "%s", m->spec->name);
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking that the replicas fit their devices"));
 
-  /* Parameters: initialised from the seed on rank 0, broadcast to all. */
-  int64_t P = clt_model_param_count(m);
-  if (!(params = clt__calloc((size_t)P, sizeof *params))) { rc = CLT_ENOMEM; goto fail; }
+  /* Parameters: initialised from the seed on rank 0, broadcast to all
+   * (a pipeline stage keeps its part). */
+  int64_t P = clt_model_param_count(t->local), whole_P = clt_model_param_count(m);
+  if (!(params = clt__calloc((size_t)whole_P, sizeof *params))) { rc = CLT_ENOMEM; goto fail; }
   if (t->rank == 0) clt__model_init_params(m->spec, o->seed, params);
-  if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
+  if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)whole_P * sizeof *params, 0));
+  if (t->pp) clt__pp_take(t->pp, m->spec, params, NULL, 0, params, NULL); /* in place: the stage's part first */
 
   /* Buckets and their plans first: under ZeRO they say which shard of the
    * optimizer state this rank's replicas keep. */
   clt__dp_zero_set(t->dp, o->zero, o->clip > 0);
-  CLT_TRY(clt__dp_buckets_create(t->dp, m, o->bucket_mb, o->precision));
+  CLT_TRY(clt__dp_buckets_create(t->dp, t->local, o->bucket_mb, o->precision));
   int nshard;
   int64_t shard_params;
   clt__dp_shard(t->dp, &nshard, &shard_params);
@@ -214,8 +278,9 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++) {
     CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
-    CLT_TRY(clt__replica_create_sharded(t->ctx[i], m->spec, t->micro_batch, per, shard_params, o->precision, params,
-                                        &t->rep[i]));
+    CLT_TRY(clt__replica_create_sharded(t->ctx[i], t->local->spec, t->pp_room, per, shard_params, o->precision,
+                                        params, &t->rep[i]));
+    if (t->pp) CLT_TRY(clt__replica_set_activation_sets(t->rep[i], nsets));
     clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
     if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
@@ -232,7 +297,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       rc = CLT_ENOMEM;
       goto fail;
     }
-    clt__model_decay_mask(m->spec, t->decay_host);
+    clt__model_decay_mask(t->local->spec, t->decay_host);
     for (int i = 0; i < t->nlocal; i++) {
       clt_tensor d;
       CLT_TRY(clt_buffer_create(t->ctx[i], (size_t)P, &t->decay_dev[i]));
@@ -253,6 +318,7 @@ fail:
 void clt_trainer_destroy(clt_trainer *t) {
   if (!t) return;
   clt__dp_destroy(t->dp);
+  clt__pp_destroy(t->pp); /* after dp: its plans are on the stage's communicator */
   for (int i = 0; i < t->nlocal; i++) {
     if (t->rep) clt__replica_destroy(t->rep[i]);
     if (t->decay_dev) clt_buffer_release(t->decay_dev[i]);
@@ -280,6 +346,18 @@ void clt_trainer_destroy(clt_trainer *t) {
 int64_t clt_trainer_steps_done(const clt_trainer *t) { return t->steps_done; }
 int clt_trainer_replicas(const clt_trainer *t) { return t->nreplicas; }
 
+int clt_trainer_stages(const clt_trainer *t, int *lines, int cap) {
+  if (!t) return 0;
+  const clt_model_spec *s = t->model->spec;
+  int P = t->pp ? clt__pp_stages(t->pp) : 1;
+  const int *cut = t->pp ? clt__pp_cut(t->pp) : NULL;
+  for (int i = 0; lines && i <= P && i <= cap; i++) {
+    int layer = cut ? cut[i] : (i == 0 ? 1 : s->nlayers);
+    lines[i] = layer < s->nlayers ? s->layers[layer].line : s->layers[s->nlayers - 1].line + 1;
+  }
+  return P;
+}
+
 int clt__trainer_lead(const clt_trainer *t) {
   for (int i = 0; i < t->nlocal; i++)
     if (clt__dp_active(t->dp, i)) return i;
@@ -290,7 +368,7 @@ int clt__trainer_lead(const clt_trainer *t) {
  * (from its host copies where its step runs on the host). */
 static int get_replica(clt_trainer *t, int src, float *params, float *state) {
   int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
-  int64_t P = clt_model_param_count(t->model);
+  int64_t P = clt_model_param_count(t->local);
   size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
   clt_tensor p = clt__replica_params(t->rep[src]), s = clt__replica_state(t->rep[src]);
   if (t->host_params[src]) memcpy(params, t->host_params[src], pb);
@@ -304,7 +382,7 @@ fail:
 /* Replica dst takes params and state (its host copies too). */
 static int put_replica(clt_trainer *t, int dst, const float *params, const float *state) {
   int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
-  int64_t P = clt_model_param_count(t->model);
+  int64_t P = clt_model_param_count(t->local);
   size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
   clt_tensor p = clt__replica_params(t->rep[dst]), s = clt__replica_state(t->rep[dst]);
   CLT_TRY(clt_tensor_upload(t->ctx[dst], &p, params, pb));
@@ -321,7 +399,7 @@ fail:
  * that is up to date; every replica is stale from now on. */
 static int start_sitting(clt_trainer *t) {
   int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer), src = -1;
-  int64_t P = clt_model_param_count(t->model);
+  int64_t P = clt_model_param_count(t->local);
   if (!t->sit_params && (!(t->sit_params = clt__calloc((size_t)P, sizeof(float))) ||
                          !(t->sit_state = clt__calloc((size_t)P * (per ? per : 1), sizeof(float))) ||
                          !(t->sit_grads = clt__calloc((size_t)P, sizeof(float)))))
@@ -338,7 +416,7 @@ fail:
 
 int clt__trainer_sync_replicas(clt_trainer *t, int only_active) {
   int rc = CLT_OK, src = -1, per = clt_optimizer_state_per_param(&t->opts.optimizer);
-  int64_t P = clt_model_param_count(t->model);
+  int64_t P = clt_model_param_count(t->local);
   float *buf = NULL;
   if (t->sitting != clt__dp_sits_out(t->dp) && only_active && !t->sitting) CLT_TRY(start_sitting(t));
   int due = 0; /* replicas to bring up to date: none on almost every step, so nothing is copied */
@@ -369,8 +447,34 @@ int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
   if (count != P)
     return clt__error(CLT_EINVAL, "clt_trainer_params: the model has %lld parameters, not %lld", (long long)P,
                       (long long)count);
+  if (t->pp) return clt__trainer_whole(t, out, NULL, 1); /* collective: from every stage */
   int rc = clt__trainer_sync_replicas(t, 0);
   if (rc < 0) return rc;
   clt_tensor p = clt__replica_params(t->rep[0]);
   return clt_tensor_download(t->ctx[0], &p, out, (size_t)P * sizeof(float));
+}
+
+int clt__trainer_whole(clt_trainer *t, float *params, float *state, int everywhere) {
+  int rc = CLT_OK, per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = clt_model_param_count(t->model), Ps = clt_model_param_count(t->local);
+  float *buf = NULL;
+  if (!t->pp) {
+    if (t->rank == 0 || everywhere) {
+      clt_tensor p = clt__replica_params(t->rep[0]);
+      CLT_TRY(clt__trainer_sync_replicas(t, 0));
+      CLT_TRY(clt_tensor_download(t->ctx[0], &p, params, (size_t)P * sizeof(float)));
+      if (state && per) CLT_TRY(get_replica(t, 0, params, state));
+      if (state && per && t->zero_state) memcpy(state, t->zero_state, (size_t)(per * P) * sizeof *state);
+    }
+    return CLT_OK;
+  }
+  /* A stage's replicas are bitwise the same; each stage's first sends. */
+  if (!(buf = clt__calloc((size_t)(Ps * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
+  rc = get_replica(t, 0, buf, buf + Ps);
+  CLT_TRY(clt__trainer_all_ok(t, rc, "reading a pipeline stage's parameters"));
+  CLT_TRY(clt__pp_gather(t->pp, t->model->spec, buf, buf + Ps, state ? per : 0, params, state));
+  if (everywhere && t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
+fail:
+  free(buf);
+  return rc;
 }

@@ -12,8 +12,16 @@
 #include "model/replica.h"
 #include "dp/dp.h"
 
+struct clt__pp;
+
 struct clt_trainer {
   const clt_model *model;
+  /* What this rank's replicas hold, and every arena size below counts:
+   * the model, or under --pipeline its stage (src/pp), whose parameters,
+   * gradients and optimizer state alone live here. */
+  const clt_model *local;
+  struct clt__pp *pp;          /* pipeline parallelism, or NULL */
+  int64_t pp_room;             /* the samples of a micro-batch a stage's replica holds */
   clt_train_options opts;
   clt_comm *comm;
   int own_comm;                /* made here (one rank) */
@@ -79,6 +87,12 @@ struct clt_trainer {
   clt__trace *trace;
   int trace_host, *trace_lanes;
 };
+
+/* Collective: the whole model's parameters (and, when state is not
+ * NULL, optimizer state in the whole layout) into params on rank 0 (and
+ * on every rank with `everywhere`): gathered from the stages under
+ * --pipeline, else replica 0's (state: zero_state or replica 0's). */
+int clt__trainer_whole(clt_trainer *t, float *params, float *state, int everywhere);
 
 /* ---- one training step (step.c) ---- */
 

@@ -1,0 +1,354 @@
+/*
+ * pp.c: the pipeline's grid, its cut of the model into stages, the stage
+ * and pipeline communicators, and the whole model gathered to rank 0 from
+ * the stages (checkpoints hold the whole model in its own layout, so a run
+ * resumes at any P and D, or without a pipeline).
+ *
+ * The grid: rank r is stage s = r % P of pipeline d = r / P, so one
+ * pipeline's stages are neighbouring ranks (on one node when they fit),
+ * and rank 0 is stage 0 of pipeline 0.
+ *
+ * The cut: stage boundaries go between layers (blocks expanded), never
+ * inside a residual's branch (clt__spec_cut_ok). Without --stages the
+ * layers are split as evenly by count as the allowed boundaries let.
+ */
+#include "pp/pp_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const clt_model *clt__pp_stage_model(const clt__pp *pp) { return &pp->stage_model; }
+clt_comm *clt__pp_stage_comm(const clt__pp *pp) { return pp->stage_comm; }
+int clt__pp_stage(const clt__pp *pp) { return pp->stage; }
+int clt__pp_stages(const clt__pp *pp) { return pp->P; }
+int clt__pp_replica(const clt__pp *pp) { return pp->d; }
+int clt__pp_replicas(const clt__pp *pp) { return pp->D; }
+int clt__pp_micro_batches(const clt__pp *pp) { return pp->M; }
+const int *clt__pp_cut(const clt__pp *pp) { return pp->cut; }
+
+int clt__pp_activation_sets(const clt__pp *pp) {
+  if (pp->stage == pp->P - 1) return 1;
+  if (pp->schedule == CLT_PIPELINE_GPIPE) return pp->M;
+  return pp->P - pp->stage < pp->M ? pp->P - pp->stage : pp->M;
+}
+
+static int64_t params_between(const clt_model_spec *s, int a, int b);
+
+/* --stages a,b,c: layer counts into cuts (cut[s] = first layer of stage s,
+ * cut[P] = nlayers). */
+static int parse_stages(const clt_model_spec *s, const char *text, int P, int *cut) {
+  int L = s->nlayers - 1, k = 0, sum = 0;
+  const char *p = text;
+  cut[0] = 1;
+  if (strcmp(text, "auto") == 0)
+    return clt__error(CLT_EUNSUPPORTED, "--stages auto (a cut by each layer's measured cost) is not implemented yet; "
+                      "give layers per stage (--stages 3,3) or leave --stages out for an even cut");
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > L)
+      return clt__error(CLT_EINVAL, "--stages %s: '%s' is not a layer count from 1 to %d; give one count per "
+                        "stage, e.g. --stages 3,3", text, p, L);
+    if (k >= P)
+      return clt__error(CLT_EINVAL, "--stages %s gives more than the %d stages of --pipeline %d", text, P, P);
+    sum += (int)v;
+    cut[++k] = 1 + sum;
+    p = end;
+    if (*p == ',') p++;
+    else if (*p)
+      return clt__error(CLT_EINVAL, "--stages %s: '%s' is not a layer count; separate counts with commas", text, p);
+  }
+  if (k != P)
+    return clt__error(CLT_EINVAL, "--stages %s gives %d stage%s, but --pipeline is %d", text, k, k == 1 ? "" : "s", P);
+  if (sum != L)
+    return clt__error(CLT_EINVAL, "--stages %s adds up to %d layers, but %s has %d (blocks expanded, the input line "
+                      "not counted)", text, sum, s->name, L);
+  char why[512];
+  for (int i = 1; i < P; i++)
+    if (!clt__spec_cut_ok(s, cut[i], why, sizeof why)) return clt__error(CLT_EINVAL, "--stages %s: %s", text, why);
+  for (int i = 0; i < P; i++)
+    if (params_between(s, cut[i], cut[i + 1]) == 0)
+      return clt__error(CLT_EINVAL, "--stages %s: stage %d (%s:%d to line %d) has no parameters; every stage needs a "
+                        "layer with some", text, i, s->name, s->layers[cut[i]].line, s->layers[cut[i + 1] - 1].line);
+  return CLT_OK;
+}
+
+/* Parameters of layers [a, b). */
+static int64_t params_between(const clt_model_spec *s, int a, int b) {
+  return (b < s->nlayers ? s->layers[b].param_offset : s->param_count) - s->layers[a].param_offset;
+}
+
+/* The even cut: the allowed boundaries that make the stages' layer counts
+ * closest to (layers) / P (least squares, by dynamic programming over the
+ * boundaries), every stage with parameters of its own (a stage without
+ * any would only pass activations on). */
+static int even_cut(const clt_model_spec *s, int P, int *cut) {
+  int L = s->nlayers, nv = 0, rc = CLT_OK;
+  int *pos = clt__calloc((size_t)L + 1, sizeof *pos), *from = NULL;
+  double *best = NULL, share = (double)(L - 1) / P;
+  char why[512];
+  if (!pos) return CLT_ENOMEM;
+  pos[nv++] = 1;
+  for (int c = 2; c < L; c++)
+    if (clt__spec_cut_ok(s, c, why, sizeof why)) pos[nv++] = c;
+  pos[nv++] = L;
+  /* best[i * nv + j]: the least cost of i stages covering layers [1, pos[j]) */
+  best = clt__calloc((size_t)(P + 1) * nv, sizeof *best);
+  from = clt__calloc((size_t)(P + 1) * nv, sizeof *from);
+  if (!best || !from) { rc = CLT_ENOMEM; goto done; }
+  for (int k = 0; k < (P + 1) * nv; k++) best[k] = -1;
+  best[0] = 0;
+  for (int i = 1; i <= P; i++)
+    for (int j = 1; j < nv; j++)
+      for (int q = 0; q < j; q++) {
+        double prev = best[(i - 1) * nv + q], d = (pos[j] - pos[q]) - share;
+        if (prev < 0 || params_between(s, pos[q], pos[j]) == 0) continue;
+        if (best[i * nv + j] < 0 || prev + d * d < best[i * nv + j])
+          best[i * nv + j] = prev + d * d, from[i * nv + j] = q;
+      }
+  if (best[P * nv + nv - 1] < 0) {
+    int most = 0;
+    for (int i = 1; i <= P; i++)
+      if (best[i * nv + nv - 1] >= 0) most = i;
+    rc = clt__error(CLT_EINVAL, "--pipeline %d: %s can be cut into at most %d stage%s (%d layers; stages hold whole "
+                    "residual blocks and each has parameters): use fewer stages", P, s->name, most, most == 1 ? "" : "s",
+                    L - 1);
+    goto done;
+  }
+  for (int i = P, j = nv - 1; i >= 1; j = from[i * nv + j], i--) cut[i] = pos[j];
+  cut[0] = 1;
+done:
+  free(pos), free(best), free(from);
+  return rc;
+}
+
+static void log_cut(const clt__pp *pp, const clt_model_spec *s) {
+  char line[2048];
+  size_t n = (size_t)snprintf(line, sizeof line, "pipeline: %d stage%s x %d replica%s, %d micro-batches, %s; %s cut",
+                              pp->P, pp->P == 1 ? "" : "s", pp->D, pp->D == 1 ? "" : "s", pp->M,
+                              pp->schedule == CLT_PIPELINE_GPIPE ? "gpipe" : "1f1b", s->name);
+  for (int i = 0; i < pp->P && n < sizeof line; i++) {
+    int lo = pp->cut[i], hi = pp->cut[i + 1];
+    int64_t p0 = s->layers[lo].param_offset, p1 = hi < s->nlayers ? s->layers[hi].param_offset : s->param_count;
+    n += (size_t)snprintf(line + n, sizeof line - n, "%s stage %d: %d layer%s, lines %d-%d, %lld parameters",
+                          i ? ";" : ":", i, hi - lo, hi - lo == 1 ? "" : "s", s->layers[lo].line,
+                          s->layers[hi - 1].line, (long long)(p1 - p0));
+  }
+  clt__log(CLT_LOG_INFO, "%s", line);
+}
+
+/* Stage i's copies of weights tied to other stages, into pp->ties. */
+static int note_ties(clt__pp *pp, const clt_model_spec *whole, const clt_model_spec *st, int i) {
+  for (int li = 1; li < st->nlayers; li++)
+    for (int k = 0; k < st->layers[li].nparams; k++) {
+      const clt_param_spec *p = &st->layers[li].param[k];
+      if (!p->stage_copy) continue;
+      int j = 0;
+      while (j < pp->P - 1 && whole->layers[pp->cut[j + 1]].param_offset <= p->whole_offset) j++;
+      clt__pp_tie *t = realloc(pp->ties, (size_t)(pp->nties + 1) * sizeof *t);
+      if (!t) return CLT_ENOMEM;
+      pp->ties = t;
+      t[pp->nties++] = (clt__pp_tie){j, i, p->whole_offset - whole->layers[pp->cut[j]].param_offset, p->offset,
+                                     p->count};
+      if (clt_comm_rank(pp->comm) == 0)
+        clt__log(CLT_LOG_INFO, "pipeline: %s:%d's %s is tied to stage %d's line %d: stage %d keeps a copy, and the "
+                 "two gradients are summed before every update", whole->name, st->layers[li].line, p->name, j,
+                 whole->layers[pp->cut[j]].line, i);
+    }
+  return CLT_OK;
+}
+
+int clt__pp_sum_tied(clt__pp *pp, clt__replica *r, int64_t step) {
+  int rc = CLT_OK;
+  float *mine = NULL, *theirs = NULL;
+  clt_context *ctx = clt__replica_context(r);
+  clt_tensor g = clt__replica_grads(r);
+  for (int k = 0; k < pp->nties; k++) {
+    const clt__pp_tie *t = &pp->ties[k];
+    int owner = t->owner_stage == pp->stage;
+    if (!owner && t->copy_stage != pp->stage) continue;
+    int peer = owner ? t->copy_stage : t->owner_stage;
+    int64_t at = owner ? t->owner_at : t->copy_at, n = t->count;
+    clt_tensor v;
+    clt__p2p_msg send, recv;
+    memset(&send, 0, sizeof send), memset(&recv, 0, sizeof recv);
+    free(mine), free(theirs);
+    mine = clt__calloc((size_t)n, sizeof *mine), theirs = clt__calloc((size_t)n, sizeof *theirs);
+    if (!mine || !theirs) { rc = CLT_ENOMEM; goto fail; }
+    CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)at * 4, CLT_F32, 1, &n, &v));
+    CLT_TRY(clt_tensor_download(ctx, &v, mine, (size_t)n * sizeof *mine));
+    CLT_TRY(clt__p2p_irecv(pp->pipe_comm, theirs, (size_t)n * sizeof *theirs, peer, CLT__PP_TAG_TIE, (uint64_t)step,
+                           &recv));
+    CLT_TRY(clt__p2p_isend(pp->pipe_comm, mine, (size_t)n * sizeof *mine, peer, CLT__PP_TAG_TIE, (uint64_t)step, &send));
+    rc = clt__p2p_wait(pp->pipe_comm, &recv, "pipeline tied-weight gradient");
+    if (rc == CLT_OK) rc = clt__p2p_wait(pp->pipe_comm, &send, "pipeline tied-weight gradient");
+    if (rc < 0) {
+      clt__p2p_abandon(pp->pipe_comm, &recv), clt__p2p_abandon(pp->pipe_comm, &send);
+      goto fail;
+    }
+    /* owner's + copy's, in that order on both stages: the same bits */
+    for (int64_t i = 0; i < n; i++) mine[i] = owner ? mine[i] + theirs[i] : theirs[i] + mine[i];
+    CLT_TRY(clt_tensor_upload(ctx, &v, mine, (size_t)n * sizeof *mine));
+  }
+fail:
+  free(mine), free(theirs);
+  return rc < 0 ? clt__error_prefix(rc, "pipeline stage %d of %d, step %lld", pp->stage, pp->P, (long long)step) : rc;
+}
+
+int clt__pp_copies(const clt__pp *pp, int64_t *at, int64_t *count, int cap) {
+  int n = 0;
+  for (int k = 0; k < pp->nties; k++)
+    if (pp->ties[k].copy_stage == pp->stage) {
+      if (n < cap) at[n] = pp->ties[k].copy_at, count[n] = pp->ties[k].count;
+      n++;
+    }
+  return n;
+}
+
+int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *o, clt__pp **out) {
+  int rc = CLT_OK;
+  const clt_model_spec *s = m->spec;
+  int ranks = clt_comm_size(comm), rank = clt_comm_rank(comm), P = o->pipeline;
+  *out = NULL;
+  if (P < 1) return clt__error(CLT_EINVAL, "--pipeline %d: give 1 or more stages", P);
+  if (o->micro_batches < 0)
+    return clt__error(CLT_EINVAL, "--micro-batches %d: a step needs at least 1 micro-batch", o->micro_batches);
+  if (ranks % P && ranks < P)
+    return clt__error(CLT_EINVAL, "--pipeline %d on %d rank%s: the ranks must be the stages times the replicas of "
+                      "each (P x D); run %d ranks (or a multiple), or give fewer stages", P, ranks, ranks == 1 ? "" : "s",
+                      P);
+  if (ranks % P)
+    return clt__error(CLT_EINVAL, "--pipeline %d on %d ranks: the ranks must be the stages times the replicas of "
+                      "each (P x D); run %d or %d ranks, or change --pipeline", P, ranks, P * (ranks / P),
+                      P * (ranks / P + 1));
+  if (o->pipeline_schedule != CLT_PIPELINE_1F1B && o->pipeline_schedule != CLT_PIPELINE_GPIPE)
+    return clt__error(CLT_EINVAL, "the pipeline schedule must be 1f1b or gpipe, not %d", (int)o->pipeline_schedule);
+  clt__pp *pp = clt__calloc(1, sizeof *pp);
+  if (!pp) return CLT_ENOMEM;
+  pp->P = P, pp->D = ranks / P, pp->stage = rank % P, pp->d = rank / P;
+  pp->M = o->micro_batches ? o->micro_batches : P;
+  pp->schedule = o->pipeline_schedule;
+  pp->comm = comm;
+  if (!(pp->cut = clt__calloc((size_t)P + 1, sizeof *pp->cut))) { rc = CLT_ENOMEM; goto fail; }
+  if (o->stages && o->stages[0]) CLT_TRY(parse_stages(s, o->stages, P, pp->cut));
+  else CLT_TRY(even_cut(s, P, pp->cut));
+  /* Every stage is checked on every rank (a weight tied across stages is
+   * refused on all of them alike), and this rank's kept. */
+  for (int i = 0; i < P; i++) {
+    clt_model_spec *st;
+    int64_t base;
+    CLT_TRY(clt__spec_stage(s, pp->cut[i], pp->cut[i + 1], &st, &base));
+    CLT_TRY(note_ties(pp, s, st, i));
+    if (i == pp->stage) pp->stage_model.spec = st, pp->base = base, pp->owned = params_between(s, pp->cut[i], pp->cut[i + 1]);
+    else clt__spec_destroy(st);
+  }
+  if (rank == 0) log_cut(pp, s);
+  *out = pp;
+  return CLT_OK;
+fail:
+  clt__pp_destroy(pp);
+  return rc;
+}
+
+int clt__pp_split(clt__pp *pp) {
+  int rc = CLT_OK;
+  CLT_TRY(clt__comm_split(pp->comm, pp->stage, pp->d, &pp->stage_comm));
+  CLT_TRY(clt__comm_split(pp->comm, pp->d, pp->stage, &pp->pipe_comm));
+fail:
+  return rc;
+}
+
+void clt__pp_destroy(clt__pp *pp) {
+  if (!pp) return;
+  /* The bubble: the share of the schedule's time this stage waited for
+   * its neighbours (its device idle: the stage's passes are waited for),
+   * against GPipe's and 1F1B's ideal (P - 1) / (M + P - 1). */
+  if (pp->runs > 0 && pp->sum_total_s > 0)
+    clt__log(CLT_LOG_INFO, "pipeline stage %d of %d (rank %d): waited %.3f s of %.3f s in %lld steps' schedules: "
+             "bubble %.1f%% (ideal (P-1)/(M+P-1) = %.1f%% at M = %d)", pp->stage, pp->P, clt_comm_rank(pp->comm),
+             pp->sum_wait_s, pp->sum_total_s, (long long)pp->runs, 100 * pp->sum_wait_s / pp->sum_total_s,
+             100.0 * (pp->P - 1) / (pp->M + pp->P - 1), pp->M);
+  clt__spec_destroy(pp->stage_model.spec);
+  if (pp->stage_comm) clt_comm_destroy(pp->stage_comm);
+  if (pp->pipe_comm) clt_comm_destroy(pp->pipe_comm);
+  free(pp->cut);
+  free(pp->ties);
+  free(pp);
+}
+
+/* Stage i's parameters in the whole arena: [lo, hi). */
+static void stage_range(const clt__pp *pp, const clt_model_spec *whole, int i, int64_t *lo, int64_t *hi) {
+  int a = pp->cut[i], b = pp->cut[i + 1];
+  *lo = whole->layers[a].param_offset;
+  *hi = b < whole->nlayers ? whole->layers[b].param_offset : whole->param_count;
+}
+
+int clt__pp_gather(clt__pp *pp, const clt_model_spec *whole, const float *stage_params, const float *stage_state,
+                   int per, float *whole_params, float *whole_state) {
+  int rc = CLT_OK;
+  int64_t P = whole->param_count, Ps = pp->stage_model.spec->param_count, own = pp->owned;
+  float *buf = NULL;
+  if (pp->d != 0) return CLT_OK; /* pipeline 0 holds every stage; its stage 0 is rank 0 */
+  if (pp->stage > 0) { /* its own parameters and their state (not copies of tied weights) */
+    clt__p2p_msg msg;
+    if (!(buf = clt__calloc((size_t)(own * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
+    memcpy(buf, stage_params, (size_t)own * sizeof *buf);
+    for (int c = 0; c < per; c++)
+      memcpy(buf + own + c * own, stage_state + (size_t)(c * Ps), (size_t)own * sizeof *buf);
+    CLT_TRY(clt__p2p_isend(pp->pipe_comm, buf, (size_t)(own * (1 + per)) * sizeof *buf, 0, CLT__PP_TAG_GATHER,
+                           (uint64_t)pp->stage, &msg));
+    CLT_TRY(clt__p2p_wait(pp->pipe_comm, &msg, "pipeline gather of a stage's parameters"));
+    goto fail;
+  }
+  for (int i = 0; i < pp->P; i++) {
+    int64_t lo, hi;
+    stage_range(pp, whole, i, &lo, &hi);
+    int64_t n = hi - lo;
+    const float *src = stage_params, *src_state = stage_state;
+    int64_t stride = Ps;
+    if (i > 0) {
+      stride = n;
+      clt__p2p_msg msg;
+      free(buf);
+      if (!(buf = clt__calloc((size_t)(n * (1 + per)) + 1, sizeof *buf))) return CLT_ENOMEM;
+      CLT_TRY(clt__p2p_irecv(pp->pipe_comm, buf, (size_t)(n * (1 + per)) * sizeof *buf, i, CLT__PP_TAG_GATHER,
+                             (uint64_t)i, &msg));
+      CLT_TRY(clt__p2p_wait(pp->pipe_comm, &msg, "pipeline gather of a stage's parameters"));
+      src = buf, src_state = buf + n;
+    }
+    memcpy(whole_params + lo, src, (size_t)n * sizeof *src);
+    for (int c = 0; c < per; c++)
+      memcpy(whole_state + (size_t)(c * P + lo), src_state + (size_t)(c * stride), (size_t)n * sizeof *src);
+  }
+fail:
+  free(buf);
+  return rc < 0 ? clt__error_prefix(rc, "stage %d of %d", pp->stage, pp->P) : rc;
+}
+
+void clt__pp_take(const clt__pp *pp, const clt_model_spec *whole, const float *whole_params,
+                  const float *whole_state, int per, float *stage_params, float *stage_state) {
+  int64_t lo, hi, P = whole->param_count, Ps = pp->stage_model.spec->param_count;
+  stage_range(pp, whole, pp->stage, &lo, &hi);
+  int64_t n = hi - lo, ncopy = Ps - n;
+  if (!whole_state) per = 0;
+  /* Copies of tied weights first, aside: the moves below may be in place. */
+  float *copy = ncopy ? calloc((size_t)(ncopy * (1 + per)), sizeof *copy) : NULL;
+  for (int k = 0; copy && k < pp->nties; k++) {
+    const clt__pp_tie *t = &pp->ties[k];
+    if (t->copy_stage != pp->stage) continue;
+    int64_t from = whole->layers[pp->cut[t->owner_stage]].param_offset + t->owner_at, to = t->copy_at - n;
+    memcpy(copy + to, whole_params + from, (size_t)t->count * sizeof *copy);
+    for (int c = 0; c < per; c++)
+      memcpy(copy + ncopy * (1 + c) + to, whole_state + (size_t)(c * P + from), (size_t)t->count * sizeof *copy);
+  }
+  memmove(stage_params, whole_params + lo, (size_t)n * sizeof *stage_params); /* may be in place */
+  for (int c = 0; c < per; c++)
+    memmove(stage_state + (size_t)(c * Ps), whole_state + (size_t)(c * P + lo), (size_t)n * sizeof *stage_state);
+  if (copy) {
+    memcpy(stage_params + n, copy, (size_t)ncopy * sizeof *copy);
+    for (int c = 0; c < per; c++)
+      memcpy(stage_state + (size_t)(c * Ps + n), copy + ncopy * (1 + c), (size_t)ncopy * sizeof *copy);
+  }
+  free(copy);
+}

@@ -1,0 +1,40 @@
+/*
+ * pp_internal.h: the clt__pp layout, shared by pp.c and schedule.c only.
+ */
+#ifndef CLT_PP_INTERNAL_H
+#define CLT_PP_INTERNAL_H
+
+#include "pp/pp.h"
+#include "comm/p2p.h"
+
+/* Message tags on a pipeline's communicator. Messages of one kind between
+ * two neighbours match in the order they were posted (MPI's
+ * non-overtaking rule), so one tag per kind is enough. */
+enum { CLT__PP_TAG_ACT = 1, CLT__PP_TAG_GRAD = 2, CLT__PP_TAG_GATHER = 3, CLT__PP_TAG_TIE = 4 };
+
+/* A weight tied across stages: the owner's stage holds it at owner_at of
+ * its arena, the copy's stage at copy_at (model/stage.c). */
+typedef struct clt__pp_tie {
+  int owner_stage, copy_stage;
+  int64_t owner_at, copy_at, count;
+} clt__pp_tie;
+
+struct clt__pp {
+  int P, D, M;             /* stages, replicas of each, micro-batches per step */
+  int stage, d;            /* this rank's place in the grid */
+  clt_pipeline_schedule schedule;
+  int *cut;                /* P + 1: stage s is layers [cut[s], cut[s + 1]) of the whole spec */
+  clt_model stage_model;   /* this rank's stage (model/stage.c) */
+  int64_t base;            /* where its parameters start in the whole arena */
+  int64_t owned;           /* its parameters of its own (the rest of its arena: copies of tied weights) */
+  int nties;               /* weights tied across stages, of every stage */
+  clt__pp_tie *ties;
+  clt_comm *comm;          /* the trainer's (not owned) */
+  clt_comm *stage_comm;    /* this stage's D replicas, ordered by d */
+  clt_comm *pipe_comm;     /* this pipeline's P stages, ordered by stage */
+  double wait_s, total_s;  /* the last run's time waiting for neighbours, and all of it */
+  double sum_wait_s, sum_total_s; /* over every training run so far (the bubble, logged at the end) */
+  int64_t runs;
+};
+
+#endif
