@@ -3,7 +3,8 @@
 # timeline, checked by tests/trace_check.py: on one rank and (when mpiexec
 # exists) on 2 ranks with checkpoints, every rank's steps nest their spans,
 # the devices' layer spans follow one another, and rank 0's all-reduce spans
-# add up to the comm_s of its metrics. A trace path that cannot be written
+# add up to the comm_s of its metrics; a 2-stage pipeline's micro-batches
+# are on its stages' host lanes. A trace path that cannot be written
 # is refused before training, naming --trace. Exits 77 without an OpenCL
 # device or a python3.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -67,6 +68,17 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
       { echo "FAIL: no checkpoint on the timeline"; fail=1; }
   else
     echo "FAIL: --trace on 2 ranks:"; sed 's/^/  /' "$tmp/err"; fail=1
+  fi
+  rm -f "$tmp/m.jsonl"
+  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
+       --pipeline 2 --micro-batches 2 >"$tmp/out" 2>"$tmp/err"; then
+    check "a pipeline's timeline" 2
+    grep -q '"name":"micro-batch 1: backward","cat":"compute"' "$tmp/t.json" &&
+      grep -q '"name":"micro-batch 1: forward","cat":"compute"' "$tmp/t.json" &&
+      echo "ok: each stage's forwards and backwards are on it" ||
+      { echo "FAIL: no micro-batch's forward and backward on the pipeline's timeline"; fail=1; }
+  else
+    echo "FAIL: --trace of a pipeline:"; sed 's/^/  /' "$tmp/err"; fail=1
   fi
 fi
 exit $fail

@@ -74,6 +74,9 @@ int clt__pp_copies(const clt__pp *pp, int64_t *at, int64_t *count, int cap);
 
 /* Seconds of the last run spent waiting for neighbours, and its total. */
 void clt__pp_last_times(const clt__pp *pp, double *wait_s, double *total_s);
+/* Put each micro-batch's forward and backward and each wait for a
+ * neighbour on `lane` of tr (the trainer's timeline), or stop with NULL. */
+void clt__pp_set_trace(clt__pp *pp, clt__trace *tr, int lane);
 
 /* Collective: the whole model's parameters and optimizer state (per
  * floats per parameter, component c from c P) on rank 0 (whole_params,

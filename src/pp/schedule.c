@@ -80,9 +80,18 @@ static int alloc_bufs(clt__pp *pp, int m, const clt__pp_micro *mb, int64_t in_nu
 /* A wait, timed as the pipeline's bubble. */
 static int wait_msg(clt__pp *pp, clt__p2p_msg *msg, const char *what) {
   double t0 = clt__now();
+  int64_t s0 = clt__trace_ns();
   int rc = clt__p2p_wait(pp->pipe_comm, msg, what);
   pp->wait_s += clt__now() - t0;
+  int64_t s1 = clt__trace_ns();
+  if (s1 - s0 > 1000) clt__trace_span(pp->trace, pp->trace_lane, "wait", s0, s1, "waiting for %s", what);
   return rc;
+}
+
+void clt__pp_set_trace(clt__pp *pp, clt__trace *tr, int lane) {
+  if (!pp) return;
+  pp->trace = tr;
+  pp->trace_lane = lane;
 }
 
 static const char *ACT = "pipeline activations", *GRAD = "pipeline gradients";
@@ -102,18 +111,22 @@ static int forward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k,
     CLT_TRY(wait_msg(pp, &b->recv_act[k], ACT));
     x = b->act_in + b->off_in[k];
   }
+  int64_t s0 = clt__trace_ns();
   if (last) {
     float l;
     double c;
     CLT_TRY(clt__replica_stage_forward(r, set, x, mb[k].y, n, &pass, 1, NULL,
                                        first || !pass.train ? NULL : b->grad_out + b->off_in[k]));
     CLT_TRY(clt__replica_read_loss(r, &l, &c));
+    clt__trace_span(pp->trace, pp->trace_lane, "compute", s0, clt__trace_ns(), "micro-batch %d: forward%s", k,
+                    pass.train ? " and backward" : "");
     *loss += l, *metric += c;
     if (!first && pass.train)
       CLT_TRY(clt__p2p_isend(pp->pipe_comm, b->grad_out + b->off_in[k], in_bytes, pp->stage - 1, CLT__PP_TAG_GRAD,
                              (uint64_t)k + 1, &b->send_grad[k]));
   } else {
     CLT_TRY(clt__replica_stage_forward(r, set, x, NULL, n, &pass, 0, b->act_out + b->off_out[k], NULL));
+    clt__trace_span(pp->trace, pp->trace_lane, "compute", s0, clt__trace_ns(), "micro-batch %d: forward", k);
     CLT_TRY(clt__p2p_isend(pp->pipe_comm, b->act_out + b->off_out[k], out_bytes, pp->stage + 1, CLT__PP_TAG_ACT,
                            (uint64_t)k + 1, &b->send_act[k]));
   }
@@ -130,8 +143,10 @@ static int backward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k
   pass.step = mb[k].dropout_step, pass.global_first = mb[k].global_first, pass.targets = mb[k].targets;
   pass.record = record;
   CLT_TRY(wait_msg(pp, &b->recv_grad[k], GRAD));
+  int64_t s0 = clt__trace_ns();
   CLT_TRY(clt__replica_stage_backward(r, set, b->grad_in + b->off_out[k], mb[k].n, &pass,
                                       first ? NULL : b->grad_out + b->off_in[k]));
+  clt__trace_span(pp->trace, pp->trace_lane, "compute", s0, clt__trace_ns(), "micro-batch %d: backward", k);
   if (!first)
     CLT_TRY(clt__p2p_isend(pp->pipe_comm, b->grad_out + b->off_in[k], in_bytes, pp->stage - 1, CLT__PP_TAG_GRAD,
                            (uint64_t)k + 1, &b->send_grad[k]));

@@ -8,11 +8,14 @@
  * devices, the update, the checks, evaluation, checkpoints), and one lane
  * per replica, its device's work layer by layer, read from markers the
  * replica puts after every layer (forward, loss, backward) and placed on
- * the host's clock. The ranks start together after a barrier, so every
+ * the host's clock; under a pipeline (src/pp) the host lane has each
+ * micro-batch's forward and backward and each wait for a neighbour, so the
+ * bubble shows. The ranks start together after a barrier, so every
  * rank's time 0 is the same moment to within that barrier's skew; the
  * file holds one process per rank (pid = rank).
  */
 #include "train/trainer.h"
+#include "pp/pp.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 static void stop(clt_trainer *t) {
   for (int i = 0; i < t->nlocal; i++) clt__replica_trace(t->rep[i], 0);
   clt__dp_set_trace(t->dp, NULL, 0);
+  clt__pp_set_trace(t->pp, NULL, 0);
   clt__trace_destroy(t->trace);
   t->trace = NULL;
   free(t->trace_lanes);
@@ -47,6 +51,7 @@ int clt_trainer_trace_start(clt_trainer *t) {
     CLT_TRY(clt__replica_trace(t->rep[i], 1));
   }
   clt__dp_set_trace(t->dp, t->trace, t->trace_host);
+  clt__pp_set_trace(t->pp, t->trace, t->trace_host);
   return CLT_OK;
 fail:
   stop(t);
