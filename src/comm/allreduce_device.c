@@ -258,11 +258,14 @@ static int run_mapped(clt_allreduce_plan *plan, clt__op *op, cl_command_queue q,
   clReleaseEvent(ev);
   if (rc == CLT_ETIMEDOUT) return clt__op_break(op, rc); /* a device that hangs keeps the mapping */
   if (rc == CLT_OK) rc = clt__allreduce_exec(plan, op, p, NULL, NULL, NULL);
-  e = clEnqueueUnmapMemObject(q, buf, p, 0, NULL, NULL);
+  ev = NULL;
+  e = clEnqueueUnmapMemObject(q, buf, p, 0, NULL, &ev);
+  if (e == CL_SUCCESS) e = clFlush(q);
   if (rc == CLT_OK && e != CL_SUCCESS)
     rc = clt__error(clt__cl_status(e), "rank %d: unmapping the buffer of %s: %s", plan->comm->rank,
                     plan->kind->run_devices_fn, clt__cl_error_name(e));
-  if (rc == CLT_OK) rc = finish_device(plan, q, 0, "writing the result back");
+  if (rc == CLT_OK) rc = wait_device(plan, q, 0, &ev, 1, "writing the result back");
+  if (ev) clReleaseEvent(ev);
   return rc;
 }
 
