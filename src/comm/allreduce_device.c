@@ -33,6 +33,11 @@ struct clt__dev_staging {
   const clt_allreduce_plan *plan;
   const cl_mem *bufs;
   const size_t *offs;
+  /* Where the result goes when not back in place (NULL: in place):
+   * element e of this rank's result at wbufs[q] + woffs[q] + (e - wfirst) x esize. */
+  const cl_mem *wbufs;
+  const size_t *woffs;
+  size_t wfirst;
 };
 
 static void release_events(struct clt__dev_staging *dev) {
@@ -186,8 +191,10 @@ static int write_back_from(struct clt__dev_staging *dev, int first, size_t off, 
   size_t esize = dev->plan->ops->esize;
   if (n == 0) return CLT_OK;
   for (int q = first; q < dev->n; q++) {
-    cl_int e = clEnqueueWriteBuffer(dev->write_queues[q], dev->bufs[q], CL_FALSE, dev->offs[q] + off * esize, n * esize,
-                                    staged(dev, 0, off), 0, NULL, NULL);
+    cl_mem buf = dev->wbufs ? dev->wbufs[q] : dev->bufs[q];
+    size_t at = dev->wbufs ? dev->woffs[q] + (off - dev->wfirst) * esize : dev->offs[q] + off * esize;
+    cl_int e = clEnqueueWriteBuffer(dev->write_queues[q], buf, CL_FALSE, at, n * esize, staged(dev, 0, off), 0, NULL,
+                                    NULL);
     if (e == CL_SUCCESS) e = clFlush(dev->write_queues[q]);
     if (e != CL_SUCCESS)
       return clt__error(clt__cl_status(e), "writing the result back to replica %d (elements %zu to %zu) failed: %s",
@@ -217,6 +224,12 @@ int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_
 
 int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                      const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets) {
+  return clt__allreduce_run_devices_into(plan, n, queues, write_queues, bufs, offsets, NULL, NULL);
+}
+
+int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                                    const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets,
+                                    const cl_mem *out_bufs, const size_t *out_offsets) {
   int rc = CLT_OK;
   struct clt__dev_staging *dev = NULL;
   clt__op op;
@@ -236,6 +249,9 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
   dev->write_queues = write_queues;
   dev->bufs = bufs;
   dev->offs = offsets ? offsets : zeros;
+  dev->wbufs = out_bufs;
+  dev->woffs = out_offsets ? out_offsets : zeros;
+  dev->wfirst = plan->kind->gathers ? 0 : plan->part_lo[plan->comm->rank];
   memset(dev->ready, 0, dev->nstage);
 
   /* Every read at once, in the order the ring needs them. */

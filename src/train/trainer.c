@@ -54,9 +54,6 @@ static int check_options(const clt_train_options *o) {
   if (o->zero < 0 || o->zero > 2)
     return clt__error(CLT_EINVAL, "--zero %d: the ZeRO stages are 0 (off), 1 (optimizer state sharded across ranks) "
                       "and 2 (gradients too)", o->zero);
-  if (o->zero == 2)
-    return clt__error(CLT_EUNSUPPORTED, "--zero 2 (gradients sharded too) is not implemented yet; --zero 1 shards "
-                      "the optimizer state");
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
@@ -177,9 +174,11 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
    * rank at once: each replica is made for the whole micro-batch. */
   clt_replica_memory need;
   int64_t state_params = clt_model_param_count(m);
-  if (o->zero == 1) CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, t->nranks, t->rank, &state_params));
+  int64_t grad_floats = state_params;
+  if (o->zero > 0) CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, t->nranks, t->rank, &state_params));
+  CLT_TRY(clt__dp_zero_grad_floats(m, o, t->nranks, state_params, &grad_floats));
   clt__replica_memory_sharded(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), state_params,
-                              o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
+                              grad_floats, o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
     if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0)
       clt__error_prefix(rc, "%s", m->spec->name);
@@ -193,7 +192,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
 
   /* Buckets and their plans first: under ZeRO they say which shard of the
    * optimizer state this rank's replicas keep. */
-  clt__dp_zero_set(t->dp, o->zero, o->clip > 0);
+  clt__dp_zero_set(t->dp, o->zero, o->accumulate > 1);
   CLT_TRY(clt__dp_buckets_create(t->dp, m, o->bucket_mb, o->precision));
   int nshard;
   int64_t shard_params;
@@ -214,8 +213,12 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++) {
     CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
-    CLT_TRY(clt__replica_create_sharded(t->ctx[i], m->spec, t->micro_batch, per, shard_params, o->precision, params,
-                                        &t->rep[i]));
+    if (clt__dp_zero_pooled(t->dp)) /* ZeRO stage 2: the gradient pool comes with the buckets */
+      CLT_TRY(clt__replica_create_pooled(t->ctx[i], m->spec, t->micro_batch, per, shard_params, o->precision, params,
+                                         &t->rep[i]));
+    else
+      CLT_TRY(clt__replica_create_sharded(t->ctx[i], m->spec, t->micro_batch, per, shard_params, o->precision,
+                                          params, &t->rep[i]));
     clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
     if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
