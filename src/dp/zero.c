@@ -220,6 +220,12 @@ int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
     clt__log(CLT_LOG_INFO, "rank %d: --zero 2: optimizer state and gradients for %lld of %lld parameters (%d "
              "ranges); the backward writes into %d bucket buffers of %lld floats", dp->rank, (long long)at,
              (long long)P, n, dp->pool.nslots, (long long)dp->pool.slot_floats);
+    if (at + (int64_t)dp->pool.nslots * dp->pool.slot_floats >= P && dp->rank == 0)
+      clt__log(CLT_LOG_WARN, "--zero 2: the gradient shard and the bucket buffers hold %lld floats, the whole "
+               "gradient %lld: the largest bucket (%lld floats) is too large a part of the model to gain from stage "
+               "2; lower --bucket-mb (a bucket holds at least one layer), or use --zero 1",
+               (long long)(at + (int64_t)dp->pool.nslots * dp->pool.slot_floats), (long long)P,
+               (long long)dp->pool.slot_floats);
   } else {
     clt__log(CLT_LOG_INFO, "rank %d: --zero %d: optimizer state for %lld of %lld parameters (%d ranges)", dp->rank,
              dp->zero, (long long)at, (long long)P, n);
