@@ -177,6 +177,15 @@ int clt__replica_record_empty(clt__replica *r);
  * unknown); waits briefly for the completion callback. */
 double clt__replica_run_time(clt__replica *r);
 
+/* What the replica holds on its device, from the sizes of its buffers (the
+ * measured counterpart of clt__replica_memory): parameters, gradients
+ * (arena or shard and pool, with their f16 copies), optimizer state, and
+ * everything else (activations, their gradients, workspaces). Bytes. */
+typedef struct clt__replica_bytes {
+  uint64_t parameters, gradients, optimizer_state, other;
+} clt__replica_bytes;
+void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out);
+
 /* Zero the gradient arena (under a pool: the shard's gradient). */
 int clt__replica_zero_grads(clt__replica *r);
 

@@ -14,6 +14,9 @@
  * only from later buckets to earlier ones, in the order the host reduces
  * them, so the queue never waits for something the host does after
  * waiting for the queue.
+ *
+ * Also here: what a replica holds on its device, measured from its
+ * buffers (the memory report's counterpart, for the log and bench/zero.sh).
  */
 #include "model/replica.h"
 
@@ -168,4 +171,16 @@ void clt__replica_pool_io(const clt__replica *r, clt__layer_io *io) {
   io->gbucket_lo = r->bucket_lo;
   io->gbucket_hi = r->bucket_hi;
   io->gslot_at = r->slot_at;
+}
+
+void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out) {
+  memset(out, 0, sizeof *out);
+  out->parameters = clt_buffer_size(r->params);
+  const cl_mem grads[] = {r->grads, r->wire, r->pool, r->pool16, r->gshard, r->gshard16};
+  for (size_t i = 0; i < sizeof grads / sizeof grads[0]; i++) out->gradients += clt_buffer_size(grads[i]);
+  out->optimizer_state = clt_buffer_size(r->state);
+  const cl_mem other[] = {r->act,    r->dbuf[0], r->dbuf[1], r->input32, r->aux,
+                          r->gscratch, r->workspace, r->labels, r->losses, r->scalars};
+  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) out->other += clt_buffer_size(other[i]);
+  for (int k = 0; r->skip && k < r->spec->skip_slots; k++) out->other += clt_buffer_size(r->skip[k]);
 }
