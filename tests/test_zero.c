@@ -390,6 +390,11 @@ static const char *wide = "input 784\nlinear 16\nrelu\nlinear 256\nrelu\nlinear 
                           "linear 256\nrelu\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 10\n";
 START_TEST(stage2_fits_where_stage1_does_not) {
   if (nranks == 1) return;
+  /* PoCL: its GEMMs are native kernels, so its backward is enqueued ahead
+   * and the buckets share two buffers (a device whose host GEMMs the
+   * calling thread runs keeps every bucket apart: more than stage 1). */
+  clt_devices *pocl;
+  if (clt_devices_select(tu_devices, "pocl", &pocl) < 0) return;
   clt_train_options o;
   options(&o, 0);
   clt_optimizer_defaults(CLT_OPT_ADAMW, &o.optimizer);
@@ -416,16 +421,18 @@ START_TEST(stage2_fits_where_stage1_does_not) {
   o.max_device_memory = (need[1].total + need[2].total) / 2;
   for (int z = 0; z < 2; z++) {
     o.zero = z;
-    int rc = clt_trainer_create(m, mine, comm, &o, &t);
-    ck_assert_msg(rc == CLT_EDEVMEM && (rank > 0 || strstr(clt_last_error(), "the total does not fit")),
+    int rc = clt_trainer_create(m, pocl, comm, &o, &t);
+    ck_assert_msg(rc == CLT_EDEVMEM && (rank > 0 || (strstr(clt_last_error(), "the total does not fit") &&
+                                                     strstr(clt_last_error(), "--zero 2 on these"))),
                   "rank %d, --zero %d: %s", rank, z, clt_last_error());
   }
   o.zero = 2;
-  ck_assert_msg(clt_trainer_create(m, mine, comm, &o, &t) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_msg(clt_trainer_create(m, pocl, comm, &o, &t) == 0, "rank %d: %s", rank, clt_last_error());
   ck_assert_msg(clt_trainer_fit(t, data, NULL) == 0, "rank %d: %s", rank, clt_last_error());
   ck_assert_int_eq(clt_trainer_steps_done(t), 2);
   clt_trainer_destroy(t);
   clt_model_destroy(m);
+  clt_devices_destroy(pocl);
 }
 END_TEST
 

@@ -198,6 +198,10 @@ int clt__replica_zero_grads(clt__replica *r);
 int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, const int *slot, const int *after,
                           const int *opened_at, int64_t shard_floats, int wire);
 int clt__replica_pooled(const clt__replica *r);
+/* Whether a run is enqueued without the calling thread waiting for the
+ * device (not so with host GEMMs run by the calling thread): only then may
+ * a bucket wait for the exchange to free its slot. */
+int clt__replica_enqueues_ahead(const clt__replica *r);
 /* What the exchange reads of bucket b (its slot; f16 under the wire) and
  * where the reduced shard goes (gshard16 under the wire, else gshard). */
 clt_tensor clt__replica_pool_view(const clt__replica *r, int b);

@@ -27,6 +27,10 @@
 
 int clt__replica_pooled(const clt__replica *r) { return r->pool != NULL; }
 
+int clt__replica_enqueues_ahead(const clt__replica *r) {
+  return !clt__host_blas_use(r->ctx) || clt__host_blas_native(r->ctx);
+}
+
 /* Events of the last run that the host never set (a failed exchange): set
  * them, so that nothing waits on them for ever. */
 static void release_read_events(clt__replica *r) {
@@ -60,10 +64,28 @@ int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, cons
     return CLT_ENOMEM;
   r->bucket_after = r->bucket_slot + nb;
   r->bucket_opened_at = r->bucket_slot + 2 * nb;
-  memcpy(r->bucket_slot, slot, (size_t)nb * sizeof *slot);
-  memcpy(r->bucket_after, after, (size_t)nb * sizeof *after);
   memcpy(r->bucket_opened_at, opened_at, (size_t)nb * sizeof *opened_at);
-  for (int b = 0; b < nb; b++) r->slot_at[b] = (int64_t)slot[b] * slot_floats;
+  if (!clt__replica_enqueues_ahead(r)) {
+    /* The calling thread waits for the device inside the backward (host
+     * GEMMs it runs itself): a slot waiting for the exchange would wait for
+     * ever, since the exchange starts only after the backward is enqueued.
+     * Each bucket gets a place of its own, where the arena would hold it. */
+    int64_t lowest = 0, highest = 0;
+    for (int b = 0; b < nb; b++) {
+      if (b == 0 || r->bucket_lo[b] < lowest) lowest = r->bucket_lo[b];
+      if (r->bucket_hi[b] > highest) highest = r->bucket_hi[b];
+    }
+    clt__log(CLT_LOG_INFO, "%s: its GEMMs make the calling thread wait inside the backward, so under --zero 2 it "
+             "keeps every bucket apart (%lld floats) beside the shard, not %d reused bucket buffers",
+             r->ctx->info.name, (long long)(highest - lowest), nslots);
+    for (int b = 0; b < nb; b++) r->bucket_slot[b] = 0, r->bucket_after[b] = -1;
+    for (int b = 0; b < nb; b++) r->slot_at[b] = r->bucket_lo[b] - lowest;
+    nslots = 1, slot_floats = highest - lowest;
+  } else {
+    memcpy(r->bucket_slot, slot, (size_t)nb * sizeof *slot);
+    memcpy(r->bucket_after, after, (size_t)nb * sizeof *after);
+    for (int b = 0; b < nb; b++) r->slot_at[b] = (int64_t)slot[b] * slot_floats;
+  }
   r->nslots = nslots, r->slot_floats = slot_floats, r->shard_floats = shard_floats;
   size_t pool = (size_t)(nslots > 0 ? nslots : 1) * (size_t)(slot_floats > 0 ? slot_floats : 1);
   size_t shard = (size_t)(shard_floats > 0 ? shard_floats : 1);

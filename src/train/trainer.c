@@ -116,6 +116,31 @@ int clt__trainer_share_status(clt_trainer *t, int rc) {
   return st.rc;
 }
 
+/* A replica that does not fit d under o: which higher ZeRO stage on these
+ * ranks would (a note for the refusal), or "". The device's whole memory
+ * and one buffer, capped by o->max_device_memory, as the check takes them. */
+static const char *higher_stage_fits(const clt_model *m, const clt_train_options *o, const clt_trainer *t,
+                                     const clt_device_info *d) {
+  static _Thread_local char note[160];
+  uint64_t cap = d->global_mem_bytes, one = d->max_alloc_bytes;
+  if (o->max_device_memory && (!cap || o->max_device_memory < cap)) cap = o->max_device_memory;
+  if (o->max_device_memory && (!one || o->max_device_memory < one)) one = o->max_device_memory;
+  note[0] = 0;
+  for (int z = o->zero + 1; t->nranks > 1 && z <= 2; z++) {
+    clt_train_options oz = *o;
+    clt_replica_memory need;
+    oz.zero = z;
+    if (clt_model_replica_memory_ranks(m, &oz, t->nranks, &need, NULL) < 0) break;
+    if ((!cap || need.total <= cap) && (!one || need.largest <= one)) {
+      char b[32];
+      snprintf(note, sizeof note, " (--zero %d on these %d ranks would fit: %s)", z, t->nranks,
+               clt__fmt_bytes(need.total, b, sizeof b));
+      break;
+    }
+  }
+  return note;
+}
+
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) {
   int32_t mine = rc, *all;
   if (t->nranks == 1) return rc;
@@ -179,9 +204,10 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   CLT_TRY(clt__dp_zero_grad_floats(m, o, t->nranks, state_params, &grad_floats));
   clt__replica_memory_sharded(m->spec, t->micro_batch, clt_optimizer_state_per_param(&o->optimizer), state_params,
                               grad_floats, o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
+  int bad = -1;
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
-    if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0)
-      clt__error_prefix(rc, "%s", m->spec->name);
+    if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0) bad = i;
+  if (rc < 0) clt__error_prefix(rc, "%s%s", m->spec->name, higher_stage_fits(m, o, t, clt_devices_info(devs, bad)));
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking that the replicas fit their devices"));
 
   /* Parameters: initialised from the seed on rank 0, broadcast to all. */
@@ -203,7 +229,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
     goto fail;
   }
 
-  int per = clt_optimizer_state_per_param(&o->optimizer);
+  int per = clt_optimizer_state_per_param(&o->optimizer), sync_rc = CLT_OK;
   t->stale = clt__calloc(t->nlocal, sizeof *t->stale);
   if (!t->stale) { rc = CLT_ENOMEM; goto fail; }
   t->ctx = clt__calloc(t->nlocal, sizeof *t->ctx);
@@ -220,6 +246,16 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       CLT_TRY(clt__replica_create_sharded(t->ctx[i], m->spec, t->micro_batch, per, shard_params, o->precision,
                                           params, &t->rep[i]));
     clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
+    if (clt__dp_zero_pooled(t->dp) && !clt__replica_enqueues_ahead(t->rep[i]) && sync_rc == CLT_OK) {
+      /* Its buckets cannot share buffers (model/replica_pool.c): whole
+       * gradients beside the shard's, checked against the cap too. */
+      clt_replica_memory more;
+      clt__replica_memory_sharded(m->spec, t->micro_batch, per, shard_params, P + shard_params, o->precision,
+                                  t->nreplicas > 1 && o->precision == CLT_F16, &more);
+      if ((sync_rc = clt__replica_memory_fits(&more, clt_devices_info(devs, i), o->max_device_memory)) < 0)
+        clt__error_prefix(sync_rc, "%s: under --zero 2 on a device whose GEMMs the calling thread runs",
+                          m->spec->name);
+    }
     if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
                "replica holds the same bits", clt_context_device(t->ctx[i])->name, clt_optimizer_name(o->optimizer.kind));
@@ -243,6 +279,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       CLT_TRY(clt_tensor_upload(t->ctx[i], &d, t->decay_host, (size_t)P));
     }
   }
+  CLT_TRY(clt__trainer_all_ok(t, sync_rc, "checking that the replicas fit their devices"));
   CLT_TRY(clt__dp_buckets_attach(t->dp, t->rep));
   for (int i = 0; i < t->nlocal; i++) { /* what the replicas hold, measured, beside what was counted */
     clt__replica_bytes got;
