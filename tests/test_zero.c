@@ -1,27 +1,32 @@
 /*
- * test_zero.c: ZeRO stage 1 (--zero 1) against --zero 0 on the same ranks,
- * run under mpirun on 1 to 4 ranks (tests/zero.sh); rank r trains on
- * device r % D, so PoCL and rusticl alternate (a mixed-vendor job). The
- * model has 25450 parameters in several buckets, so at 3 ranks the shards
- * are uneven.
+ * test_zero.c: ZeRO stages 1 and 2 (--zero 1, 2) against --zero 0 on the
+ * same ranks, run under mpirun on 1 to 4 ranks (tests/zero.sh); rank r
+ * trains on device r % D, so PoCL and rusticl alternate (a mixed-vendor
+ * job). The model has 19682 parameters in three buckets (stage 2 reuses a
+ * bucket buffer on PoCL), so at 3 ranks the shards are uneven.
  *
- *   - the parameters are bit for bit those of --zero 0 after every run:
+ *   - the parameters of both stages are bit for bit those of --zero 0
+ *     after every run:
  *     SGD with momentum (and Nesterov, weight decay), SGD without state,
  *     AdamW with its decay mask, Adam with clipping (the global norm),
  *     accumulated micro-batches, fp16 gradients on the wire, two devices
  *     on every rank;
  *   - the shards cover the arena once: their sizes add up to the
  *     parameter count over the ranks, each smaller than it on 2+ ranks;
- *   - a checkpoint saved at --zero 1 holds the whole state: resumed at
- *     --zero 1 and at --zero 0 on the same ranks, and on rank 0 alone, it
- *     continues exactly as a --zero 0 checkpoint does;
+ *   - a checkpoint saved at --zero 1 or 2 holds the whole state: resumed
+ *     at every stage on the same ranks, and on rank 0 alone, it continues
+ *     exactly as a --zero 0 checkpoint does; on 4 ranks, one of --zero 2
+ *     on 3 ranks resumed on 2 at --zero 0 and on 4 at --zero 1 and 2;
  *   - the memory report (clt_model_replica_memory_ranks) counts the state
  *     of the largest shard, which is what the ranks allocate; under a
  *     --max-device-memory between the two, --zero 0 is refused on every
- *     rank naming it and --zero 1 trains;
- *   - --zero 3 and --zero 2 are refused; ranks that ask for different
- *     stages are refused on every rank, naming the option; on one rank
- *     --zero 1 is a no-op that says so.
+ *     rank naming it and --zero 1 trains; a wide MLP under a cap that
+ *     stages 0 and 1 exceed (refused, naming --zero 2) trains at stage 2,
+ *     whose report counts the shard's gradients and two bucket buffers;
+ *   - --zero 3 is refused; under --zero 2 clt_trainer_gradient and a step
+ *     of several runs are refused; ranks that ask for different stages
+ *     are refused on every rank, naming the option; on one rank --zero 1
+ *     and 2 are no-ops that say so.
  */
 #include <math.h>
 #include <stdio.h>

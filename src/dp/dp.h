@@ -9,8 +9,9 @@
  *              and CRC32s of every replica's parameters during training;
  *   balance.c  the split of the global batch (shares) and its rebalancing
  *              from each replica's fitted fixed and per-sample cost;
- *   zero.c     ZeRO stage 1: the shards, their plans, the parameter
- *              allgather and the state's gather for checkpoints;
+ *   zero.c     ZeRO stages 1 and 2: the shards, their plans, stage 2's
+ *              pool of bucket buffers, the parameter allgather and the
+ *              state's gather for checkpoints;
  *   buckets.c  gradient buckets laid out from the parameter ranges each
  *              layer's backward writes, and their all-reduce overlapped
  *              with the backward pass (f16 on the wire under mixed
