@@ -12,7 +12,8 @@
 #  2. communication per step (the exchange's own clock, comm_s in the
 #     metrics: the gradients' all-reduce, or reduce-scatter and the
 #     parameters' allgather), stages 1 and 2 against stage 0 (target at
-#     most 1.1x: the same bytes move).
+#     most 1.1x: the same bytes move), the median of REPS (3) interleaved
+#     runs of each.
 #
 # Run from the build directory: sh ../bench/zero.sh [STEPS]. The machine
 # may be shared: times are noise beside each other in one run, ratios are
@@ -65,12 +66,20 @@ print("%7.2f MiB measured (params %.2f, grads %.2f, state %.2f), formula %7.2f M
 }
 
 echo "deep MLP (348,442 parameters), AdamW, $steps steps per run, PoCL, 1 thread per rank; $(date -u +%H:%M) UTC"
+reps=${REPS:-3}
 for n in 2 4; do
-  for z in 0 1 2; do train "z$z-n$n" "$n" "$z"; done
-  c0=$(comm "$tmp/z0-n$n.jsonl")
+  # Interleaved repeats, the median of each: a loaded machine's noise moves
+  # all three stages alike within a round.
+  for r in $(seq "$reps"); do
+    for z in 0 1 2; do train "z$z-n$n-r$r" "$n" "$z"; done
+  done
   for z in 0 1 2; do
-    c=$(comm "$tmp/z$z-n$n.jsonl")
-    echo "$n ranks, --zero $z: memory $(memory "$tmp/z$z-n$n.err" "$n" "$z")"
-    echo "$n ranks, --zero $z: communication $(/usr/bin/python3 -c "print('%.2f' % (1000 * $c))") ms/step = $(ratio "$c" "$c0")x stage 0's, $(rate "$tmp/z$z-n$n.jsonl") samples/s"
+    for r in $(seq "$reps"); do comm "$tmp/z$z-n$n-r$r.jsonl"; done >"$tmp/c$z"
+  done
+  c0=$(median "$tmp/c0")
+  for z in 0 1 2; do
+    c=$(median "$tmp/c$z")
+    echo "$n ranks, --zero $z: memory $(memory "$tmp/z$z-n$n-r1.err" "$n" "$z")"
+    echo "$n ranks, --zero $z: communication $(/usr/bin/python3 -c "print('%.2f' % (1000 * $c))") ms/step (median of $reps; each: $(tr '\n' ' ' <"$tmp/c$z")s) = $(ratio "$c" "$c0")x stage 0's"
   done
 done
