@@ -32,7 +32,23 @@ def blas_info():
     with open("/proc/self/maps") as f:
         libs = {line.split()[-1] for line in f if "blas" in line.lower() or "mkl" in line.lower()}
     real = sorted({os.path.realpath(p) for p in libs if p.startswith("/")})
-    return ",".join(real) or "unknown"
+    core = openblas_core(real)
+    return (",".join(real) or "unknown") + (" (OpenBLAS's %s kernels)" % core if core else "")
+
+
+def openblas_core(libs):
+    """The kernels a loaded OpenBLAS chose (OPENBLAS_CORETYPE chooses), as
+    cltrain's log says of its own: the two sides must run the same ones."""
+    import ctypes
+    for p in libs:
+        if "openblas" in p:
+            try:
+                f = ctypes.CDLL(p).openblas_get_corename
+            except (OSError, AttributeError):
+                continue
+            f.restype = ctypes.c_char_p
+            return f().decode()
+    return None
 
 
 def blas_optimised(info):

@@ -1122,6 +1122,21 @@ CLT_API int clt_trainer_load_checkpoint(clt_trainer *t, const char *path);
  * damaged ones, CLT_EFORMAT. A whole checkpoint that does not fit the
  * trainer stops the search with its error. Collective. */
 CLT_API int clt_trainer_resume_latest(clt_trainer *t, const char *dir, char *loaded, size_t size);
+/* A timeline of training for Chrome's trace viewer or Perfetto
+ * (ui.perfetto.dev): clt_trainer_trace_start starts recording on every
+ * rank (collective: the ranks start together after a barrier, so one time
+ * axis holds them all); clt_trainer_trace_save writes what was recorded
+ * since, every rank's, to path (Trace Event Format JSON; rank 0 writes,
+ * every rank returns its outcome) and stops (collective). Each rank is a
+ * process; its lanes are "host", the thread that drives the steps (each
+ * step, its data waits, enqueueing, the gradient exchange bucket by
+ * bucket, the waits for the devices, the update, evaluation, checkpoints),
+ * and one per replica, its device's forward, loss and backward layer by
+ * layer (read from markers after every layer, from the device's clock).
+ * Recording costs a marker per layer and a few spans per step; at most
+ * 4M spans per rank are kept. clt_trainer_destroy drops a trace not saved. */
+CLT_API int clt_trainer_trace_start(clt_trainer *t);
+CLT_API int clt_trainer_trace_save(clt_trainer *t, const char *path);
 /* What an output path is for, to clt_check_output. */
 typedef enum clt_output_kind {
   CLT_OUTPUT_FILE = 0,   /* a file written whole and renamed into place (weights, a checkpoint) */

@@ -204,9 +204,11 @@ static int host_blas(clt_context *ctx) {
   int host = clt__host_blas_use(ctx);
   if (!ctx->blas_said) {
     ctx->blas_said = 1;
+    const char *core = host ? clt__host_blas_core() : NULL;
     if (host)
-      clt__log(CLT_LOG_INFO, "GEMMs on %s: host %s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
-               clt__host_blas_name(), clt__host_blas_threads(ctx));
+      clt__log(CLT_LOG_INFO, "GEMMs on %s: host %s%s%s%s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
+               clt__host_blas_name(), core ? " (" : "", core ? core : "", core ? " kernels)" : "",
+               clt__host_blas_threads(ctx));
     else
       clt__log(CLT_LOG_INFO, "GEMMs on %s: CLBlast%s, %u compute unit(s)", ctx->info.name,
                apply_tuned(ctx) ? " (tuned parameters)" : "", ctx->info.compute_units);

@@ -213,6 +213,12 @@ static int job_parts(const clt_context *ctx, size_t m, size_t n, size_t k, size_
   return parts < 1 ? 1 : parts;
 }
 
+/* The kernels OpenBLAS chose for this CPU when it loaded (its core name;
+ * OPENBLAS_CORETYPE chooses), for the log. Weak: another CBLAS lacks it. */
+char *openblas_get_corename(void) __attribute__((weak));
+
+const char *clt__host_blas_core(void) { return openblas_get_corename ? openblas_get_corename() : NULL; }
+
 static void single_threaded_blas(void) {
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1); /* the bands are the threads */
@@ -308,6 +314,8 @@ int clt__host_blas_native(clt_context *ctx) {
   (void)ctx;
   return 0;
 }
+
+const char *clt__host_blas_core(void) { return NULL; }
 
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,

@@ -98,6 +98,30 @@ void clt__segments(size_t count, int size, size_t *seg_off);
 clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan);
 clt_allreduce_plan *clt__allgather_base(clt_allgather_plan *plan);
 
+/* ---- timelines (trace.c) ---------------------------------------------------
+ * A rank's spans of work on named lanes, written as a Chrome / Perfetto
+ * trace by clt_trainer_trace_save. Every function takes a NULL trace and
+ * does nothing, so callers trace unconditionally. */
+
+typedef struct clt__trace clt__trace;
+#define CLT__TRACE_LANES 32           /* lanes per rank: the host thread, the replicas' devices */
+#define CLT__TRACE_MAX_SPANS (1 << 22) /* spans per rank kept (about 300 MB); later ones are dropped */
+int64_t clt__trace_ns(void); /* nanoseconds, monotonic, the clock of every span */
+int clt__trace_create(clt__trace **out);
+void clt__trace_destroy(clt__trace *tr);
+/* The lane named `name` (made on first use). */
+int clt__trace_lane(clt__trace *tr, const char *name);
+/* Work `name` (printf-style) of category `cat` (a string constant) on
+ * `lane` from t0 to t1 (clt__trace_ns times). */
+void clt__trace_span(clt__trace *tr, int lane, const char *cat, int64_t t0, int64_t t1, const char *fmt, ...)
+    CLT__PRINTF(6, 7);
+/* 1 when spans were dropped at CLT__TRACE_MAX_SPANS. */
+int clt__trace_dropped(const clt__trace *tr);
+/* The trace's events as Trace Event Format objects, comma-separated (the
+ * process's name and lanes first), for process `pid` named `process`:
+ * a malloc'd string of *len bytes. */
+int clt__trace_events(const clt__trace *tr, int pid, const char *process, char **out, size_t *len);
+
 /* ---- small helpers -------------------------------------------------------- */
 
 double clt__now(void);                     /* seconds, monotonic */
@@ -196,6 +220,9 @@ int clt__host_blas_threads(const clt_context *ctx);
  * for the queue; else the calling thread waits and runs them. */
 int clt__host_blas_native(clt_context *ctx);
 const char *clt__host_blas_name(void);
+/* The kernels OpenBLAS runs (its core name: "Haswell", "SkylakeX"; the
+ * environment's OPENBLAS_CORETYPE chooses); NULL for another CBLAS. */
+const char *clt__host_blas_core(void);
 int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
                     clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
                     size_t batch);

@@ -44,6 +44,9 @@ static const conv_case conv_cases[] = {
      * former, these two the latter */
     {3, 8, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 2},  /* K = 72, 'same' 3x3, chunks (2, 1), planes of 81 */
     {2, 2, 4, 4, 1, 1, 1, 2, 2, 1, 1, 1, 1},  /* K = 2 but the padded input outgrows the workspace */
+    /* On PoCL, im2col and col2im move rows for planes up to 64 wide (the
+     * cases above) and elements beyond (src/nn/conv.c, by_rows): */
+    {1, 4, 3, 70, 2, 3, 3, 1, 1, 1, 1, 1, 1}, /* K = 36, planes 70 wide */
 };
 
 typedef struct conv_state {

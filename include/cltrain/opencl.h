@@ -171,7 +171,11 @@ CLT_API int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_conf
  * in-order (or everything that produces buf must be finished), and the call
  * returns when buf holds the result. The first run on a set of queues
  * allocates count x element size of pinned memory per queue; later runs on
- * the same queues reuse it. Use clt_context_queue() for a clt_context. */
+ * the same queues reuse it. For an all-reduce or allgather of a single
+ * buffer of a device whose memory is the host's
+ * (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL, rusticl) the buffer is mapped
+ * instead and the ring runs in place, with no copies or staging. Use clt_context_queue()
+ * for a clt_context. */
 
 /* All-reduce count elements of buf from byte offset `offset`, in place. */
 CLT_API int clt_allreduce_run_device(clt_allreduce_plan *plan, cl_command_queue queue, cl_mem buf,

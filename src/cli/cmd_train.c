@@ -24,7 +24,7 @@
 #define MAX_WEIGHTS 1024
 
 typedef struct train_args {
-  const char *model, *data, *val, *devices, *normalize, *save, *weights, *resume;
+  const char *model, *data, *val, *devices, *normalize, *save, *weights, *resume, *trace;
   int quiet;
   int threads;               /* --threads: a CPU device's threads (0: the default) */
   int eval;                  /* cltrain eval: a language model's --val alone will do */
@@ -137,6 +137,8 @@ static void help(FILE *to) {
           "      --log-every N       a progress record every N steps (default %lld)\n"
           "      --metrics FILE      append JSON Lines metrics to FILE\n"
           "      --tensorboard DIR   write TensorBoard event files into DIR (made if missing)\n"
+          "      --trace FILE        write a timeline of the run to FILE (Chrome / Perfetto trace\n"
+          "                          JSON): every rank's steps, layers and gradient exchange\n"
           "  -s, --save FILE         save the trained weights as .safetensors (PyTorch loads it)\n"
           "checkpoints (doc/checkpoint.md)\n"
           "      --checkpoint-every N  save a checkpoint every N optimizer steps, and when training\n"
@@ -202,7 +204,8 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
-         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM };
+         O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
+         O_TRACE };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -218,6 +221,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"threads", required_argument, 0, O_THREADS},
       {"eval-every", required_argument, 0, O_EVAL}, {"log-every", required_argument, 0, O_LOG},
       {"metrics", required_argument, 0, O_METRICS}, {"tensorboard", required_argument, 0, O_TENSORBOARD}, {"quiet", no_argument, 0, 'q'},
+      {"trace", required_argument, 0, O_TRACE},
       {"save", required_argument, 0, 's'},        {"weights", required_argument, 0, O_WEIGHTS},
       {"balance", required_argument, 0, O_BALANCE}, {"balance-every", required_argument, 0, O_BALEVERY},
       {"balance-min-share", required_argument, 0, O_BALMIN},
@@ -289,6 +293,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case O_TENSORBOARD: o->tensorboard_dir = optarg; break;
     case 'q': a->quiet = 1; break;
     case 's': a->save = optarg; break;
+    case O_TRACE: a->trace = optarg; break;
     case O_WEIGHTS: a->weights = optarg; break;
     case O_BALANCE:
       if (parse_balance(optarg, a) < 0) return -1;
@@ -550,7 +555,8 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
         {"--save", a.save, CLT_OUTPUT_FILE},
         {"--metrics", a.o.metrics_path, CLT_OUTPUT_APPEND},
         {"--tensorboard", a.o.tensorboard_dir, CLT_OUTPUT_DIR},
-        {"--checkpoint-dir", a.o.checkpoint_dir, CLT_OUTPUT_DIR}};
+        {"--checkpoint-dir", a.o.checkpoint_dir, CLT_OUTPUT_DIR},
+        {"--trace", a.trace, CLT_OUTPUT_FILE}};
     for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++)
       if (outputs[i].path && (rc = clt_check_output(outputs[i].path, outputs[i].kind)) < 0) {
         ec = cli_fail(rc, outputs[i].opt);
@@ -574,7 +580,12 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   }
   if (a.weights && (rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
   if (a.resume && (ec = resume(&a, s.tr, comm)) != CLI_EXIT_OK) goto out;
+  if (a.trace && (rc = clt_trainer_trace_start(s.tr)) < 0) { ec = cli_fail(rc, "--trace"); goto out; }
   if ((rc = clt_trainer_fit(s.tr, s.train, s.test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
+  if (a.trace) {
+    if ((rc = clt_trainer_trace_save(s.tr, a.trace)) < 0) { ec = cli_fail(rc, "--trace"); goto out; }
+    if (clt_comm_rank(comm) == 0) printf("cltrain: wrote the timeline to %s\n", a.trace);
+  }
   if (a.save) {
     if ((rc = clt_trainer_save_weights(s.tr, a.save)) < 0) { ec = cli_fail(rc, "--save"); goto out; }
     if (clt_comm_rank(comm) == 0) printf("cltrain: saved the weights to %s\n", a.save);

@@ -212,6 +212,7 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
     /* The host waits for the bucket's marker rather than making the
      * transfer queue wait on it: PoCL, for one, serves such cross-queue
      * waits slowly (~100 ms a step here). */
+    int64_t w0 = clt__trace_ns();
     for (int i = 0; i < n; i++) {
       CLT_TRY(clt__replica_wait_bucket(reps[i], b, clt_comm_timeout(dp->comm)));
       offs[i] = (size_t)dp->buckets.lo[b] * esize[i];
@@ -221,12 +222,17 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
         obufs[i] = shard.buf, ooffs[i] = (size_t)dp->part[b].state_at * esize[i];
       }
     }
+    int64_t w1 = clt__trace_ns();
+    clt__trace_span(dp->trace, dp->trace_lane, "wait", w0, w1, "bucket %d: its backward", b);
     double t0 = clt__now();
     clt_allreduce_plan *plan = dp->rs ? clt__reduce_scatter_base(dp->rs[b]) : dp->plans[b];
     CLT_TRY(clt__allreduce_run_devices_into(plan, n, q, wq, bufs, offs, dp->pooled ? obufs : NULL, ooffs));
     /* Read out of every slot: the backward may write the slots again. */
     for (int i = 0; dp->pooled && i < n; i++) CLT_TRY(clt__replica_bucket_read(reps[i], b));
     double dt = clt__now() - t0;
+    clt__trace_span(dp->trace, dp->trace_lane, "comm", w1, w1 + (int64_t)(dt * 1e9), "bucket %d: %s %.0f KiB",
+                    b, dp->rs ? "reduce-scatter" : "all-reduce",
+                    (double)(dp->buckets.hi[b] - dp->buckets.lo[b]) * (double)esize[0] / 1024.0);
     dp->comm_s += dt;
     /* Hidden if some replica's backward was still running when it ended. */
     for (int i = 0; i < n; i++)
@@ -270,6 +276,12 @@ int clt__dp_exchange_host(clt__dp *dp, float *grads, int64_t step) {
 fail:
   free(half);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
+}
+
+void clt__dp_set_trace(clt__dp *dp, clt__trace *tr, int lane) {
+  if (!dp) return;
+  dp->trace = tr;
+  dp->trace_lane = lane;
 }
 
 void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset) {

@@ -176,6 +176,9 @@ int clt__dp_exchange_host(clt__dp *dp, float *grads, int64_t step);
 /* Seconds spent in the exchange, and those while some backward still ran,
  * since the last reset; reset zeroes them. */
 void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);
+/* Put the exchange's spans (each bucket's wait and all-reduce) on `lane`
+ * of tr (the trainer's timeline), or stop with NULL. */
+void clt__dp_set_trace(clt__dp *dp, clt__trace *tr, int lane);
 /* Set what clt__dp_buckets_create made on every local replica
  * (reps[nlocal]): the bucket markers and the f16 copy of the gradients. */
 int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps);

@@ -27,6 +27,8 @@ struct clt__dp {
   int max_local;               /* most replicas any rank has */
   int *rank_first;             /* per rank: global index of its first replica */
   int *rank_count;             /* per rank: its replicas */
+  clt__trace *trace;           /* the trainer's timeline, or NULL; the exchange's spans go on its lane trace_lane */
+  int trace_lane;
 
   /* balance.c: the split of a global micro-batch. Per global replica:
    * its share, its smoothed throughput (samples/s, 0: not measured), its

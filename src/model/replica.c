@@ -279,6 +279,7 @@ static void release_events(clt__replica *r) {
 int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at, const int64_t *lo,
                              const int64_t *hi, int wire) {
   release_events(r);
+  clt__replica_trace(r, 0);
   free(r->bucket_ev);
   free(r->bucket_closed_at);
   free(r->bucket_lo);
@@ -425,6 +426,52 @@ double clt__replica_run_time(clt__replica *r) {
   int64_t end = atomic_load(&r->run_end_ns);
   if (end == 0) end = now;
   return end > r->run_start_ns ? (double)(end - r->run_start_ns) * 1e-9 : 0;
+}
+
+/* ---- the trace's markers ---------------------------------------------------- */
+
+static void trace_clear(clt__replica *r) {
+  for (int k = 0; r->trace_ev && k <= 2 * r->spec->nlayers; k++)
+    if (r->trace_ev[k]) clReleaseEvent(r->trace_ev[k]), r->trace_ev[k] = NULL;
+}
+
+int clt__replica_trace(clt__replica *r, int on) {
+  trace_clear(r);
+  free(r->trace_ev);
+  r->trace_ev = NULL;
+  if (on && !(r->trace_ev = clt__calloc((size_t)(2 * r->spec->nlayers + 1), sizeof *r->trace_ev))) return CLT_ENOMEM;
+  return CLT_OK;
+}
+
+static int trace_mark(clt__replica *r, int slot) { return r->trace_ev ? marker(r, &r->trace_ev[slot]) : CLT_OK; }
+
+void clt__replica_trace_spans(clt__replica *r, clt__trace *tr, int lane, int64_t end_ns) {
+  const clt_model_spec *s = r->spec;
+  int L = s->nlayers;
+  if (!tr || !r->trace_ev || !r->trace_ev[0]) return;
+  cl_ulong *at = clt__calloc((size_t)(2 * L + 1), sizeof *at), last = 0;
+  if (!at) return;
+  for (int k = 0; k <= 2 * L; k++)
+    if (r->trace_ev[k] && clGetEventProfilingInfo(r->trace_ev[k], CL_PROFILING_COMMAND_END, sizeof at[k], &at[k],
+                                                  NULL) == CL_SUCCESS && at[k] > last)
+      last = at[k];
+  /* The device's clock, shifted so that its last marker is end_ns. Each
+   * span runs from the marker before it, in the run's order: the forward
+   * of layers 1 to L-1, the loss, the backward from L-1 down. */
+  int64_t shift = end_ns - (int64_t)last;
+  cl_ulong prev = at[0];
+  for (int k = 1; prev && k < 2 * L; k++) {
+    int slot = k <= L ? k : 3 * L - k, i = slot < L ? slot : slot - L; /* k = L + 1 is layer L - 1's backward */
+    if (!r->trace_ev[slot] || at[slot] < prev) continue;
+    int64_t t0 = (int64_t)prev + shift, t1 = (int64_t)at[slot] + shift;
+    if (slot == L) clt__trace_span(tr, lane, "forward", t0, t1, "loss");
+    else
+      clt__trace_span(tr, lane, slot < L ? "forward" : "backward", t0, t1, "%s %s (line %d)",
+                      clt__layer_kind_name(&s->layers[i]), slot < L ? "forward" : "backward", s->layers[i].line);
+    prev = at[slot];
+  }
+  free(at);
+  trace_clear(r);
 }
 
 /* The profile: where a step's time goes, layer by layer. */
@@ -731,6 +778,8 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
 
   /* Forward. outs[i] is layer i's output; outs[0] the input batch. */
   CLT_TRY(upload(r, x, targets, n, &outs[0]));
+  trace_clear(r);
+  CLT_TRY(trace_mark(r, 0));
   double t0 = clt__now();
   if (r->prof_fwd) r->prof_runs += pass->train;
   if (pass->record) {
@@ -742,10 +791,12 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   charge(r, &r->prof_loss, &t0);
   for (int i = 1; i < L; i++) {
     CLT_TRY(layer_forward(r, i, n, outs, &outs[i], pass));
+    CLT_TRY(trace_mark(r, i));
     if (pass->train) charge(r, &r->prof_fwd[i], &t0);
   }
 
   CLT_TRY(run_loss(r, n, &outs[L - 1], pass));
+  CLT_TRY(trace_mark(r, L));
   if (pass->train) charge(r, &r->prof_loss, &t0);
   if (pass->logits) CLT_TRY(read_output(r, &outs[L - 1], pass->logits));
 
@@ -759,6 +810,7 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
       int need_dx = i > r->first_trainable, through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
       if (pass->record) CLT_TRY(clt__replica_pool_open_at(r, i)); /* ZeRO stage 2: its buckets' slots */
       CLT_TRY(layer_backward(r, i, n, outs, &dy, &dx, r->dbuf[1 - cur], need_dx, pass));
+      CLT_TRY(trace_mark(r, L + i));
       charge(r, &r->prof_bwd[i], &t0);
       if (pass->record) CLT_TRY(close_buckets_at(r, i));
       if (!need_dx) break;

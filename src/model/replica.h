@@ -63,6 +63,10 @@ struct clt__replica {
    * device may still write it. */
   double timeout_s;
   unsigned char loss_host[8];
+  /* With a trace (clt__replica_trace): markers of the last run after its
+   * upload (0), each layer i's forward (i), the loss (L) and each layer's
+   * backward (L + i); NULL where it did not run. */
+  cl_event *trace_ev;
   /* CLT_PROFILE=1: wait after every layer and add up seconds per layer
    * (forward, backward), reported when the replica is destroyed. */
   double *prof_fwd, *prof_bwd, prof_loss;
@@ -176,6 +180,14 @@ int clt__replica_record_empty(clt__replica *r);
 /* Seconds the last recorded run took, enqueue to completion (0 if
  * unknown); waits briefly for the completion callback. */
 double clt__replica_run_time(clt__replica *r);
+
+/* Mark every layer's end in later runs (on), or stop (off). */
+int clt__replica_trace(clt__replica *r, int on);
+/* The last run's layers as spans on `lane` of tr, from the device's clock
+ * at the markers, placed so that the run ends at end_ns (when the host saw
+ * it done); the run must be complete (its loss read). Nothing without
+ * markers or a device clock. */
+void clt__replica_trace_spans(clt__replica *r, clt__trace *tr, int lane, int64_t end_ns);
 
 /* What the replica holds on its device, from the sizes of its buffers (the
  * measured counterpart of clt__replica_memory): parameters, gradients

@@ -50,6 +50,14 @@ static int check_pool(const char *op, const clt_nn_pool2d_cfg *cfg, const char *
   return CLT_OK;
 }
 
+/* Whether max pooling runs a row of outputs per item (the _rows kernels):
+ * on PoCL, whose work-items run as loops, for planes narrow enough to
+ * unroll. */
+#define POOL_ROWS_MAX_W 128
+static int by_rows(const clt_context *ctx, const pool_geom *g) {
+  return clt__nn_items_run_as_loops(ctx) && g->W <= POOL_ROWS_MAX_W && g->OW <= POOL_ROWS_MAX_W / 2;
+}
+
 /* Set the POOL_ARGS of cl/pool.cl from argument index `first` on. */
 static int pool_args(cl_kernel k, int first, const clt_nn_pool2d_cfg *cfg, const pool_geom *g) {
   int rc = CLT_OK;
@@ -63,15 +71,18 @@ fail:
 
 /* Run a pool.cl kernel whose first arguments are (buffer, offset) pairs of
  * the given tensors, then POOL_ARGS, over the range (w, h, N*C): the
- * columns and rows of the tensor it writes. act is one of the activations
- * (its dtype picks the variant). */
+ * columns and rows of the tensor it writes; w = 0 for a _rows kernel, over
+ * (h, N*C). act is one of the activations (its dtype picks the variant). */
 static int run_pool(clt_context *ctx, const char *op, const char *kernel, const clt_tensor *const *ts, int nts,
                     const clt_tensor *act, const clt_nn_pool2d_cfg *cfg, const pool_geom *g, int64_t w, int64_t h) {
   int rc = CLT_OK;
   cl_kernel k;
-  char opts[96]; /* the window size as a constant (see cl/pool.cl), and the storage type */
-  snprintf(opts, sizeof opts, "-DPOOL_KH=%d -DPOOL_KW=%d%s %s", cfg->kernel_h, cfg->kernel_w,
-           cfg->pad_h == 0 && cfg->pad_w == 0 ? " -DPOOL_NOPAD" : "", clt__nn_act_opt(act));
+  char opts[192]; /* the window size as a constant (see cl/pool.cl), and the storage type */
+  int n = snprintf(opts, sizeof opts, "-DPOOL_KH=%d -DPOOL_KW=%d%s %s", cfg->kernel_h, cfg->kernel_w,
+                   cfg->pad_h == 0 && cfg->pad_w == 0 ? " -DPOOL_NOPAD" : "", clt__nn_act_opt(act));
+  if (w == 0) /* a _rows kernel: the columns' geometry too, and a row of outputs an item */
+    snprintf(opts + n, sizeof opts - (size_t)n, " -DPOOL_ROWS -DPOOL_W=%lld -DPOOL_OW=%lld -DPOOL_SW=%d -DPOOL_PW=%d",
+             (long long)g->W, (long long)g->OW, cfg->stride_w, cfg->pad_w);
   CLT_TRY(clt_context_kernel(ctx, "pool", kernel, opts, &k));
   for (int i = 0; i < nts; i++) {
     cl_ulong off = clt__nn_off(ts[i]);
@@ -79,7 +90,8 @@ static int run_pool(clt_context *ctx, const char *op, const char *kernel, const 
     CLT_TRY(clt__nn_args(k, 2 * i, a, 2));
   }
   CLT_TRY(pool_args(k, 2 * nts, cfg, g));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)w, (size_t)h, (size_t)(g->N * g->C)));
+  if (w == 0) CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)h, (size_t)(g->N * g->C), 1));
+  else CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)w, (size_t)h, (size_t)(g->N * g->C)));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
@@ -92,6 +104,7 @@ int clt_nn_maxpool2d_forward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, con
   int rc = check_pool(op, cfg, "x", x, 1, argmax, "y", y, &g);
   if (rc < 0) return rc;
   const clt_tensor *ts[] = {x, y, argmax};
+  if (by_rows(ctx, &g)) return run_pool(ctx, op, "maxpool_forward_rows", ts, 3, x, cfg, &g, 0, g.OH);
   return run_pool(ctx, op, "maxpool_forward", ts, 3, x, cfg, &g, g.OW, g.OH);
 }
 
@@ -104,7 +117,8 @@ int clt_nn_maxpool2d_backward(clt_context *ctx, const clt_nn_pool2d_cfg *cfg, co
   const clt_tensor *ts[] = {argmax, dy, dx};
   /* Windows that cannot overlap: one item per window writes its band. */
   if (cfg->stride_h >= cfg->kernel_h && cfg->stride_w >= cfg->kernel_w)
-    return run_pool(ctx, op, "maxpool_backward_disjoint", ts, 3, dy, cfg, &g, g.OW, g.OH);
+    return by_rows(ctx, &g) ? run_pool(ctx, op, "maxpool_backward_disjoint_rows", ts, 3, dy, cfg, &g, 0, g.OH)
+                            : run_pool(ctx, op, "maxpool_backward_disjoint", ts, 3, dy, cfg, &g, g.OW, g.OH);
   return run_pool(ctx, op, "maxpool_backward", ts, 3, dy, cfg, &g, g.W, g.H);
 }
 

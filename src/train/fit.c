@@ -217,6 +217,15 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
   return bad ? clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path) : CLT_OK;
 }
 
+/* A periodic checkpoint, on the timeline when one is recorded. */
+static int checkpoint(clt_trainer *t) {
+  int64_t c0 = clt__trace_ns();
+  int rc = clt__trainer_checkpoint_to_dir(t);
+  clt__trace_span(t->trace, t->trace_host, "checkpoint", c0, clt__trace_ns(), "checkpoint at step %lld",
+                  (long long)t->steps_done);
+  return rc;
+}
+
 int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
   int rc = CLT_OK;
   const clt_train_options *o = &t->opts;
@@ -321,7 +330,9 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(t->dp)); /* auto has them fresh */
         step_event(t, &st, epoch, steps_total, steps_per_epoch, &clock, &ev);
         if (eval) {
+          int64_t e0 = clt__trace_ns();
           CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
+          clt__trace_span(t->trace, t->trace_host, "eval", e0, clt__trace_ns(), "evaluation");
           clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
                    ev.test_accuracy);
         }
@@ -330,7 +341,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
       /* Periodic checkpoints; one due at an epoch's last step waits for the
        * epoch's summary below. */
       if (o->checkpoint_dir && o->checkpoint_every > 0 && t->steps_done % o->checkpoint_every == 0 && !last)
-        CLT_TRY(clt__trainer_checkpoint_to_dir(t));
+        CLT_TRY(checkpoint(t));
     }
     /* The epoch's summary; ep_sums already hold all ranks' sums. */
     memset(&ev, 0, sizeof ev);
@@ -345,17 +356,22 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     ev.samples_per_s = NAN;
     ev.grad_norm = NAN;
     ev.test_loss = ev.test_accuracy = NAN;
-    if (test) CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
+    if (test) {
+      int64_t e0 = clt__trace_ns();
+      CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
+      clt__trace_span(t->trace, t->trace_host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",
+                      (long long)epoch + 1);
+    }
     CLT_TRY(emit(t, &out, &ev));
     if (src.last_in_epoch) { /* the epoch is whole: the next one starts from zero */
       memset(t->ep_sums, 0, sizeof t->ep_sums);
       t->ep_steps = 0;
       if (o->checkpoint_dir && (o->checkpoint_every == 0 || t->steps_done % o->checkpoint_every == 0))
-        CLT_TRY(clt__trainer_checkpoint_to_dir(t));
+        CLT_TRY(checkpoint(t));
     }
   }
   /* The state fit() ends with, unless that is saved already. */
-  if (o->checkpoint_dir && t->saved_step != t->steps_done) CLT_TRY(clt__trainer_checkpoint_to_dir(t));
+  if (o->checkpoint_dir && t->saved_step != t->steps_done) CLT_TRY(checkpoint(t));
 fail:
   if (pf)
     for (int i = 0; i < t->nlocal; i++) clt_prefetcher_destroy(pf[i]);

@@ -272,6 +272,7 @@ static int read_losses(clt_trainer *t, const clt__slice *s, int recorded, double
     float l;
     double c;
     CLT_TRY(clt__replica_read_loss(t->rep[i], &l, &c));
+    if (t->trace) clt__replica_trace_spans(t->rep[i], t->trace, t->trace_lanes[i], clt__trace_ns());
     sums[0] += l;
     sums[1] += c;
     if (recorded && !t->sitting) clt__dp_note_run(t->dp, i, s[i].n, clt__replica_run_time(t->rep[i]));
@@ -318,18 +319,29 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
   if (!slices || !ran) { free(slices), free(ran); return CLT_ENOMEM; }
   memset(st, 0, sizeof *st);
   double t0 = clt__now();
+  /* The timeline's spans (timeline.c): tr is NULL unless one is recorded. */
+  clt__trace *tr = t->trace;
+  int lane = t->trace_host;
+  int64_t s0 = clt__trace_ns(), a = s0, b;
 
   CLT_TRY(zero_grads(t));
+  clt__trace_span(tr, lane, "enqueue", s0, a = clt__trace_ns(), "zero the gradients");
   for (int k = 0; !last; k++) { /* micro-batches; gradients accumulate */
     int64_t labels;
     CLT_TRY(src->next(src->self, t, k, slices, &labels, &last)); /* every replica's slice */
+    clt__trace_span(tr, lane, "data", a, b = clt__trace_ns(), "micro-batch %d: data", k);
     CLT_TRY(forward_backward(t, slices, last, ran));             /* forward, loss, backward: enqueued */
+    clt__trace_span(tr, lane, "enqueue", b, a = clt__trace_ns(), "micro-batch %d: enqueue", k);
     if (last && !t->sitting) CLT_TRY(clt__dp_exchange(t->dp, t->rep, t->steps_done + 1)); /* while backward runs */
+    if (last && !t->sitting) clt__trace_span(tr, lane, "comm", a, b = clt__trace_ns(), "gradient exchange");
+    else b = a;
     CLT_TRY(read_losses(t, slices, last, sums));
+    clt__trace_span(tr, lane, "wait", b, a = clt__trace_ns(), "micro-batch %d: wait for the devices", k);
     st->labels += labels;
   }
   if (t->sitting) CLT_TRY(exchange_sitting(t, ran));
   CLT_TRY(update(t, st->labels, &st->grad_norm, &st->skipped)); /* mean over the global labels */
+  clt__trace_span(tr, lane, "optimizer", a, b = clt__trace_ns(), "update");
 
   if (t->rank == 0) sums[2] = st->grad_norm;
   CLT_TRY(clt__trainer_sum(t, sums, 3));
@@ -344,6 +356,9 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
   }
   clt__dp_note_step(t->dp, clt__now() - t0); /* the balancer compares measured steps too */
   CLT_TRY(after_update(t, &st->shares_changed));
+  a = clt__trace_ns();
+  clt__trace_span(tr, lane, "checks", b, a, "sums, checks");
+  clt__trace_span(tr, lane, "step", s0, a, "step %lld", (long long)t->steps_done);
 fail:
   free(slices), free(ran);
   return rc;

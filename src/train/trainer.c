@@ -323,6 +323,8 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->zero_state);
   free(t->stale);
   free(t->sit_params), free(t->sit_state), free(t->sit_grads);
+  clt__trace_destroy(t->trace);
+  free(t->trace_lanes);
   if (t->own_comm) clt_comm_destroy(t->comm);
   free(t->checkpoint_dir);
   free(t);

@@ -73,6 +73,11 @@ struct clt_trainer {
    * since the Unix epoch). Set by a resume, else at the first save. */
   char run_id[24];
   int64_t run_branch, run_started;
+
+  /* The timeline (timeline.c), while one is recorded: its host lane and
+   * each local replica's device lane; else NULL. */
+  clt__trace *trace;
+  int trace_host, *trace_lanes;
 };
 
 /* ---- one training step (step.c) ---- */

@@ -1,0 +1,72 @@
+#!/bin/sh
+# trace.sh: `cltrain train --trace FILE` writes a Chrome / Perfetto
+# timeline, checked by tests/trace_check.py: on one rank and (when mpiexec
+# exists) on 2 ranks with checkpoints, every rank's steps nest their spans,
+# the devices' layer spans follow one another, and rank 0's all-reduce spans
+# add up to the comm_s of its metrics. A trace path that cannot be written
+# is refused before training, naming --trace. Exits 77 without an OpenCL
+# device or a python3.
+CLTRAIN=${CLTRAIN:-./cltrain}
+srcdir=${srcdir:-.}
+CLT_TIMEOUT=${CLT_TIMEOUT:-60}
+export CLT_TIMEOUT POCL_MAX_PTHREAD_COUNT=${POCL_MAX_PTHREAD_COUNT:-1}
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$CLTRAIN" devices >/dev/null 2>&1
+if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
+py=
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null 2>&1; then py=$p; break; fi
+done
+if [ -z "$py" ]; then echo "SKIP: no python3 to read the trace"; exit 77; fi
+
+byte() { printf "\\$(printf %03o "$1")"; }
+be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
+mkidx() {
+  { printf '\000\000\010\003'; be32 "$3"; be32 4; be32 4; head -c $(($3 * 16)) /dev/urandom; } \
+    >"$1/$2-images-idx3-ubyte"
+  { printf '\000\000\010\001'; be32 "$3"; tr -dc '\000-\011' </dev/urandom | head -c "$3"; } \
+    >"$1/$2-labels-idx1-ubyte"
+}
+mkidx "$tmp" train 96
+printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
+train="train $tmp/m.model --data $tmp --normalize scale -e 1 -b 12 -d 0 -q --max-steps 6 --log-every 2 --bucket-mb 0.001"
+
+check() { # WHAT RANKS: the trace and metrics of the run just made
+  if "$py" "$srcdir/tests/trace_check.py" "$tmp/t.json" "$tmp/m.jsonl" "$2" 6 >"$tmp/check" 2>&1; then
+    echo "ok: $1"; sed 's/^/  /' "$tmp/check"
+  else
+    echo "FAIL: $1:"; sed 's/^/  /' "$tmp/check"; fail=1
+  fi
+}
+
+if $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err"; then
+  check "one rank's timeline" 1
+else
+  echo "FAIL: --trace on one rank:"; sed 's/^/  /' "$tmp/err"; fail=1
+fi
+grep -q "wrote the timeline to $tmp/t.json" "$tmp/out" || { echo "FAIL: no word of the timeline"; fail=1; }
+
+if $CLTRAIN $train --trace "$tmp/no/such/dir/t.json" >"$tmp/out" 2>"$tmp/err"; then
+  echo "FAIL: a trace that cannot be written was taken"; fail=1
+elif grep -q -- "--trace" "$tmp/err" && ! grep -q "step 1" "$tmp/out"; then
+  echo "ok: refused before training: $(head -1 "$tmp/err")"
+else
+  echo "FAIL: an unwritable trace:"; sed 's/^/  /' "$tmp/err"; fail=1
+fi
+
+MPIEXEC=${MPIEXEC:-mpiexec}
+if command -v "$MPIEXEC" >/dev/null 2>&1; then
+  rm -f "$tmp/m.jsonl"
+  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
+       --checkpoint-dir "$tmp/ck" --checkpoint-every 3 >"$tmp/out" 2>"$tmp/err"; then
+    check "two ranks' timeline, with checkpoints" 2
+    grep -q '"cat":"checkpoint"' "$tmp/t.json" && echo "ok: the checkpoints are on it" ||
+      { echo "FAIL: no checkpoint on the timeline"; fail=1; }
+  else
+    echo "FAIL: --trace on 2 ranks:"; sed 's/^/  /' "$tmp/err"; fail=1
+  fi
+fi
+exit $fail
