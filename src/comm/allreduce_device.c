@@ -303,7 +303,7 @@ int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_co
   for (int q = 0; q < n; q++) CLT_TRY(check_buffer(plan, q, bufs[q], offsets ? offsets[q] : 0));
   CLT_TRY(clt__allreduce_begin(plan, &op));
   if (plan->count == 0) return CLT_OK;
-  if (n == 1 && write_queues[0] == queues[0] && plan->kind->gathers && unified(queues[0]))
+  if (n == 1 && write_queues[0] == queues[0] && !out_bufs && plan->kind->gathers && unified(queues[0]))
     return run_mapped(plan, &op, queues[0], bufs[0], offsets ? offsets[0] : 0);
   CLT_TRY(get_staging(plan, n, queues, &dev));
   dev->plan = plan;
