@@ -923,10 +923,14 @@ typedef struct clt_train_options {
   int zero;                       /* 0 (default): every replica keeps all optimizer state; 1: each rank
                                      keeps it only for its shard of the parameters (the all-reduce's
                                      own segment of every gradient bucket), the gradients are
-                                     reduce-scattered (all-reduced whole when clip > 0, which needs
-                                     their norm), each rank steps its shard and the parameters are
-                                     allgathered: bitwise the parameters of zero 0. The same on every
-                                     rank; on one rank a no-op. 2 is not implemented yet */
+                                     reduce-scattered, each rank steps its shard and the parameters
+                                     are allgathered: bitwise the parameters of zero 0 (the gradient
+                                     norm, at every stage on several ranks, is the ranks' shard norms
+                                     added in rank order). 2: the reduced gradients too: the backward
+                                     writes into a few reused bucket buffers, each reduce-scattered
+                                     into the rank's shard as it completes (with accumulate > 1 the
+                                     whole local gradient is kept; clt_trainer_gradient is refused).
+                                     The same on every rank; on one rank a no-op */
   /* pipeline parallelism (appended: the fields above keep their places) */
   int pipeline;                   /* stages P (0 or 1: none): the model's layers cut into P contiguous
                                      stages, rank r running stage r % P of pipeline r / P, so the
@@ -967,7 +971,9 @@ CLT_API int clt_model_replica_memory(const clt_model *m, const clt_train_options
 /* The same for one replica of a job of nranks ranks (one replica each):
  * under o->zero 1, optimizer state for the largest rank's shard of the
  * parameters (the all-reduce's segments of o->bucket_mb buckets), which is
- * what clt_trainer_create allocates there; with o->zero 0 or one rank, as
+ * what clt_trainer_create allocates there; under o->zero 2 (accumulate 1)
+ * gradients for that shard plus the bucket buffers the backward writes
+ * into (two of the largest bucket; three with tied weights); with o->zero 0 or one rank, as
  * clt_model_replica_memory. *shard_params, when not NULL, receives the
  * parameters that state covers. */
 CLT_API int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,

@@ -82,6 +82,14 @@ int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t byt
  * run, whose reads follow the writes on those queues. */
 int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                      const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets);
+/* The same with the result written to out_bufs[q] from byte out_offsets[q]
+ * instead of back in place (out_bufs NULL: in place): the elements this
+ * rank ends with, packed (a reduce-scatter's part from out_offsets[q]).
+ * ZeRO stage 2 reads a bucket from a reusable buffer and keeps its part in
+ * the shard's gradient (src/dp/zero.c). */
+int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                                    const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets,
+                                    const cl_mem *out_bufs, const size_t *out_offsets);
 /* Segment offsets for `count` elements over `size` ranks (size + 1): the
  * first count % size segments get one element more (src/comm/ring.c). */
 void clt__segments(size_t count, int size, size_t *seg_off);

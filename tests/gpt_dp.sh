@@ -5,7 +5,7 @@
 # when both exist): a tiny byte-level GPT trained with checkpoints and
 # resumed from one gives the very bytes of the weights of the run that
 # was not interrupted, and the same as one rank on one device evaluates
-# to the same validation loss.
+# to the same validation loss; --zero 2 gives --zero 0's weights.
 srcdir=${srcdir:-.}
 CLTRAIN=${CLTRAIN:-./cltrain}
 CLT_TIMEOUT=${CLT_TIMEOUT:-60}
@@ -59,6 +59,18 @@ has "$out" "resumed from $tmp/b/ckpt-0000000004.safetensors: step 4" "the checkp
 same "$tmp/w-a" "$tmp/w-b" "the resumed run's weights are the uninterrupted run's, byte for byte"
 same_data "$tmp/a/ckpt-0000000008.safetensors" "$tmp/b/ckpt-0000000008.safetensors" \
   "the resumed run's last checkpoint holds the uninterrupted run's tensors"
+# ZeRO stage 2 with the output tied to the embedding: the tied bucket stays
+# open from the output layer down to the embedding while the others share
+# the bucket buffers; small buckets, clipping (the norm from both ranks'
+# shards), PoCL and rusticl, and PoCL alone (whose backward is enqueued
+# ahead, so the buffers are reused): the weights of --zero 0, byte for byte.
+for devs in "" "--devices pocl"; do
+  for z in 0 2; do
+    mpi_expect 2 0 "a GPT at --zero $z ${devs:-(PoCL and rusticl)}" -- $train --bucket-mb 0.0005 --zero $z $devs \
+      --save "$tmp/w-z$z"
+  done
+  same "$tmp/w-z0" "$tmp/w-z2" "--zero 2 with tied weights gives --zero 0's weights ${devs:-(PoCL and rusticl)}"
+done
 # One rank on one device: the same training to float tolerance, so the
 # same validation loss to the 4 decimals printed.
 expect 0 "the same on one device" -- $train --devices 0 --save "$tmp/w-1"

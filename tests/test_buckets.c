@@ -2,7 +2,8 @@
  * test_buckets.c: the gradient bucket layout (src/dp/buckets.c) from the
  * ranges each layer's backward writes, without a device: sizes and cuts,
  * a layer's several ranges kept together, and a tied range (written by two
- * layers) completing at the lower one. Links the internal library.
+ * layers) completing at the lower one; ZeRO stage 2's pool of bucket
+ * buffers for those layouts. Links the internal library.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -83,6 +84,46 @@ START_TEST(a_tied_range_completes_at_the_lowest_layer_writing_it) {
 }
 END_TEST
 
+/* ZeRO stage 2's pool (src/dp/zero.c): two slots for a chain of buckets
+ * (the one being written and the one being reduced), a slot reused only
+ * after an earlier bucket, and with a tied range, whose bucket is open from
+ * the output layer to the embedding, one more. */
+START_TEST(the_pool_double_buffers_and_holds_a_tied_bucket) {
+  clt__grad_pool p;
+  clt__bucket_layout b = layout(6, mlp_first, mlp, 1); /* 3 buckets: layers 5, 3, 1 */
+  ck_assert_int_eq(b.opened_at[0], 5);
+  ck_assert_int_eq(b.opened_at[2], 1);
+  ck_assert_int_eq(clt__grad_pool_make(&b, &p), 0);
+  ck_assert_int_eq(p.nslots, 2);
+  ck_assert_int_eq(p.slot_floats, 20);
+  ck_assert(p.slot[0] == 0 && p.slot[1] == 1 && p.slot[2] == 0);
+  ck_assert(p.after[0] == -1 && p.after[1] == -1 && p.after[2] == 0); /* after the host read bucket 0 */
+  clt__grad_pool_free(&p);
+  clt__bucket_layout_free(&b);
+  b = layout(6, mlp_first, mlp, 0); /* one bucket: one slot */
+  ck_assert_int_eq(clt__grad_pool_make(&b, &p), 0);
+  ck_assert(p.nslots == 1 && p.slot_floats == 35 && p.after[0] == -1);
+  clt__grad_pool_free(&p);
+  clt__bucket_layout_free(&b);
+  /* Tied: layers 7 (bias [40, 45) and the tied [0, 10)), 5 [25, 40), 3
+   * [10, 25), 1 [0, 10). Bucket 3 (the tied one) opens at layer 7. */
+  static const int first[] = {0, 0, 1, 1, 2, 2, 3, 3, 5};
+  static const clt__param_range r[] = {{0, 10}, {10, 25}, {25, 40}, {0, 10}, {40, 45}};
+  b = layout(8, first, r, 1);
+  ck_assert_int_eq(b.n, 4);
+  ck_assert(b.opened_at[3] == 7 && b.closed_at[3] == 1);
+  ck_assert_int_eq(clt__grad_pool_make(&b, &p), 0);
+  ck_assert_int_eq(p.nslots, 3);
+  for (int k = 0; k < b.n; k++) { /* every reuse follows an earlier bucket, never the open tied one */
+    ck_assert(p.after[k] < k);
+    ck_assert(p.after[k] != 3);
+  }
+  ck_assert_int_eq(p.after[3], -1);
+  clt__grad_pool_free(&p);
+  clt__bucket_layout_free(&b);
+}
+END_TEST
+
 START_TEST(no_parameters_no_buckets) {
   static const int first[] = {0, 0, 0};
   clt__bucket_layout b = layout(2, first, NULL, 1);
@@ -98,6 +139,7 @@ int main(void) {
   tcase_add_test(tc, buckets_fill_to_the_limit_from_the_top);
   tcase_add_test(tc, a_layers_ranges_stay_together);
   tcase_add_test(tc, a_tied_range_completes_at_the_lowest_layer_writing_it);
+  tcase_add_test(tc, the_pool_double_buffers_and_holds_a_tied_bucket);
   tcase_add_test(tc, no_parameters_no_buckets);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -1,27 +1,32 @@
 /*
- * test_zero.c: ZeRO stage 1 (--zero 1) against --zero 0 on the same ranks,
- * run under mpirun on 1 to 4 ranks (tests/zero.sh); rank r trains on
- * device r % D, so PoCL and rusticl alternate (a mixed-vendor job). The
- * model has 25450 parameters in several buckets, so at 3 ranks the shards
- * are uneven.
+ * test_zero.c: ZeRO stages 1 and 2 (--zero 1, 2) against --zero 0 on the
+ * same ranks, run under mpirun on 1 to 4 ranks (tests/zero.sh); rank r
+ * trains on device r % D, so PoCL and rusticl alternate (a mixed-vendor
+ * job). The model has 19682 parameters in three buckets (stage 2 reuses a
+ * bucket buffer on PoCL), so at 3 ranks the shards are uneven.
  *
- *   - the parameters are bit for bit those of --zero 0 after every run:
+ *   - the parameters of both stages are bit for bit those of --zero 0
+ *     after every run:
  *     SGD with momentum (and Nesterov, weight decay), SGD without state,
  *     AdamW with its decay mask, Adam with clipping (the global norm),
  *     accumulated micro-batches, fp16 gradients on the wire, two devices
  *     on every rank;
  *   - the shards cover the arena once: their sizes add up to the
  *     parameter count over the ranks, each smaller than it on 2+ ranks;
- *   - a checkpoint saved at --zero 1 holds the whole state: resumed at
- *     --zero 1 and at --zero 0 on the same ranks, and on rank 0 alone, it
- *     continues exactly as a --zero 0 checkpoint does;
+ *   - a checkpoint saved at --zero 1 or 2 holds the whole state: resumed
+ *     at every stage on the same ranks, and on rank 0 alone, it continues
+ *     exactly as a --zero 0 checkpoint does; on 4 ranks, one of --zero 2
+ *     on 3 ranks resumed on 2 at --zero 0 and on 4 at --zero 1 and 2;
  *   - the memory report (clt_model_replica_memory_ranks) counts the state
  *     of the largest shard, which is what the ranks allocate; under a
  *     --max-device-memory between the two, --zero 0 is refused on every
- *     rank naming it and --zero 1 trains;
- *   - --zero 3 and --zero 2 are refused; ranks that ask for different
- *     stages are refused on every rank, naming the option; on one rank
- *     --zero 1 is a no-op that says so.
+ *     rank naming it and --zero 1 trains; a wide MLP under a cap that
+ *     stages 0 and 1 exceed (refused, naming --zero 2) trains at stage 2,
+ *     whose report counts the shard's gradients and two bucket buffers;
+ *   - --zero 3 is refused; under --zero 2 clt_trainer_gradient and a step
+ *     of several runs are refused; ranks that ask for different stages
+ *     are refused on every rank, naming the option; on one rank --zero 1
+ *     and 2 are no-ops that say so.
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,7 +48,7 @@ static int rank, nranks;
 static clt_devices *mine;
 static clt_dataset *data;
 static char data_path[64], dir[256];
-static const char *mlp = "input 784\nlinear 32\nrelu\nlinear 10\n";
+static const char *mlp = "input 784\nlinear 24\nrelu\nlinear 16\nrelu\nlinear 16\nrelu\nlinear 10\n";
 
 static char kept_log[8192];
 static void keep_log(clt_log_level level, const char *msg, void *user) {
@@ -60,7 +65,7 @@ static void options(clt_train_options *o, int zero) {
   o->check_every = 1; /* every replica of every rank compared after each step */
   o->log_every = 0;
   o->schedule.lr = 0.05f;
-  o->bucket_mb = 0.01; /* several buckets */
+  o->bucket_mb = 0.001; /* three buckets: stage 2 reuses a bucket buffer */
   o->zero = zero;
 }
 
@@ -87,20 +92,22 @@ static int64_t param_count(void) {
   return P;
 }
 
-/* --zero 1 and --zero 0 with the same options on the same ranks: the same
- * parameters, bit for bit. */
+/* --zero 1 and --zero 2 against --zero 0 with the same options on the
+ * same ranks: the same parameters, bit for bit. */
 static void same_as_zero0(clt_train_options *o, const char *what) {
   int64_t P = param_count();
   float *a = malloc(P * 4), *b = malloc(P * 4);
   o->zero = 0;
   train(mine, comm, o, NULL, a);
-  o->zero = 1;
-  train(mine, comm, o, NULL, b);
-  int64_t bad = -1;
-  for (int64_t i = 0; i < P && bad < 0; i++)
-    if (memcmp(&a[i], &b[i], 4) != 0) bad = i;
-  ck_assert_msg(bad < 0, "rank %d of %d, %s: parameter %lld is %.9g at --zero 1, %.9g at --zero 0", rank, nranks, what,
-                (long long)bad, bad < 0 ? 0 : b[bad], bad < 0 ? 0 : a[bad]);
+  for (int stage = 1; stage <= 2; stage++) {
+    o->zero = stage;
+    train(mine, comm, o, NULL, b);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < P && bad < 0; i++)
+      if (memcmp(&a[i], &b[i], 4) != 0) bad = i;
+    ck_assert_msg(bad < 0, "rank %d of %d, %s: parameter %lld is %.9g at --zero %d, %.9g at --zero 0", rank, nranks,
+                  what, (long long)bad, bad < 0 ? 0 : b[bad], stage, bad < 0 ? 0 : a[bad]);
+  }
   free(a), free(b);
 }
 
@@ -183,9 +190,8 @@ END_TEST
 
 /* The log's "optimizer state for X of P parameters": the shards add up to
  * the arena over the ranks; on one rank the no-op is said instead. */
-START_TEST(shards_cover_the_arena) {
-  clt_train_options o;
-  options(&o, 1);
+static void shards_at(clt_train_options *o_) {
+  clt_train_options o = *o_;
   clt_model *m;
   clt_trainer *t;
   ck_assert_int_eq(clt_model_parse(mlp, "zero.model", &m), 0);
@@ -198,12 +204,13 @@ START_TEST(shards_cover_the_arena) {
   clt_log_set_level(level);
   ck_assert_msg(rc == 0, "%s", clt_last_error());
   long long mine_n = -1, P = -1;
-  const char *at = strstr(kept_log, "optimizer state for ");
+  const char *at = strstr(kept_log, o.zero == 2 ? "optimizer state and gradients for " : "optimizer state for ");
   if (nranks == 1) {
-    ck_assert_msg(strstr(kept_log, "--zero 1 on one rank") && strstr(kept_log, "changes nothing"), "%s", kept_log);
+    ck_assert_msg(strstr(kept_log, o.zero == 2 ? "--zero 2 on one rank" : "--zero 1 on one rank") &&
+                  strstr(kept_log, "changes nothing"), "%s", kept_log);
     ck_assert_ptr_null(at);
   } else {
-    ck_assert_msg(at && sscanf(at, "optimizer state for %lld of %lld", &mine_n, &P) == 2, "%s", kept_log);
+    ck_assert_msg(at && sscanf(strstr(at, " for ") + 5, "%lld of %lld", &mine_n, &P) == 2, "%s", kept_log);
     ck_assert_msg(mine_n < P && mine_n > 0, "rank %d keeps state for %lld of %lld parameters", rank, mine_n, P);
     long long total = 0, most = 0;
     MPI_Allreduce(&mine_n, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -216,15 +223,27 @@ START_TEST(shards_cover_the_arena) {
     ck_assert_msg(shard == most, "the report's shard %lld, the largest rank's %lld", (long long)shard, most);
     ck_assert_int_eq(clt_model_replica_memory(m, &o, &all), 0);
     ck_assert(need.optimizer_state == (uint64_t)shard * 4 && all.optimizer_state == (uint64_t)P * 4);
-    ck_assert(need.total + all.optimizer_state == all.total + need.optimizer_state);
+    ck_assert(need.total + all.optimizer_state + all.gradients == all.total + need.optimizer_state + need.gradients);
+    ck_assert(o.zero == 2 ? need.gradients > (uint64_t)shard * 4 : need.gradients == all.gradients);
   }
   clt_trainer_destroy(t);
   clt_model_destroy(m);
 }
+
+START_TEST(shards_cover_the_arena) {
+  clt_train_options o;
+  options(&o, 1);
+  shards_at(&o);
+  options(&o, 2);
+  shards_at(&o);
+}
 END_TEST
 
-/* Save at step 3 at a stage, resume elsewhere, train to step 6. */
-static void save_at_3(int zero, const char *path) {
+/* Save at step 3 at a stage on c (devices devs), resume elsewhere, train
+ * to step 6. */
+static void save_at_3_on(const clt_devices *devs, clt_comm *c, int zero, const char *path);
+static void save_at_3(int zero, const char *path) { save_at_3_on(mine, comm, zero, path); }
+static void save_at_3_on(const clt_devices *devs, clt_comm *c, int zero, const char *path) {
   clt_train_options o;
   options(&o, zero);
   clt_optimizer_defaults(CLT_OPT_ADAMW, &o.optimizer);
@@ -233,7 +252,7 @@ static void save_at_3(int zero, const char *path) {
   clt_model *m;
   clt_trainer *t;
   ck_assert_int_eq(clt_model_parse(mlp, "zero.model", &m), 0);
-  ck_assert_msg(clt_trainer_create(m, mine, comm, &o, &t) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_msg(clt_trainer_create(m, devs, c, &o, &t) == 0, "rank %d: %s", rank, clt_last_error());
   ck_assert_msg(clt_trainer_fit(t, data, NULL) == 0, "rank %d: %s", rank, clt_last_error());
   ck_assert_msg(clt_trainer_save_checkpoint(t, path) == 0, "rank %d: %s", rank, clt_last_error());
   clt_trainer_destroy(t);
@@ -263,6 +282,9 @@ START_TEST(checkpoints_hold_the_whole_state) {
   snprintf(z1, sizeof z1, "%s/zero1.safetensors", dir);
   save_at_3(0, z0);
   save_at_3(1, z1);
+  char z2[512];
+  snprintf(z2, sizeof z2, "%s/zero2.safetensors", dir);
+  save_at_3(2, z2);
   float *ref = malloc(P * 4), *got = malloc(P * 4);
   resume(mine, comm, 0, z0, ref);
   resume(mine, comm, 0, z1, got);
@@ -271,6 +293,12 @@ START_TEST(checkpoints_hold_the_whole_state) {
   assert_same(got, ref, P, "a --zero 1 checkpoint resumed at --zero 1");
   resume(mine, comm, 1, z0, got);
   assert_same(got, ref, P, "a --zero 0 checkpoint resumed at --zero 1");
+  resume(mine, comm, 0, z2, got);
+  assert_same(got, ref, P, "a --zero 2 checkpoint resumed at --zero 0");
+  resume(mine, comm, 2, z2, got);
+  assert_same(got, ref, P, "a --zero 2 checkpoint resumed at --zero 2");
+  resume(mine, comm, 2, z0, got);
+  assert_same(got, ref, P, "a --zero 0 checkpoint resumed at --zero 2");
   /* Another number of ranks: rank 0 alone, one device. */
   if (rank == 0) {
     clt_devices *one;
@@ -281,6 +309,49 @@ START_TEST(checkpoints_hold_the_whole_state) {
     clt_devices_destroy(one);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  free(ref), free(got);
+}
+END_TEST
+
+/* The first n ranks of the job as a communicator (NULL on the others). */
+static clt_comm *first_ranks(int n) {
+  MPI_Comm sub;
+  clt_comm *c = NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &sub);
+  if (sub == MPI_COMM_NULL) return NULL;
+  ck_assert_int_eq(clt_comm_create(sub, &c), 0);
+  MPI_Comm_free(&sub); /* clt_comm_create keeps a duplicate */
+  return c;
+}
+
+/* Issue 15's resume: --zero 2 on 3 ranks saved at step 3, resumed on 2
+ * ranks at --zero 0 and on 4 at --zero 1, continues exactly as a --zero 0
+ * checkpoint of those 3 ranks resumed there (the checkpoints are the same
+ * state: the whole of it). */
+START_TEST(stage2_resumed_on_other_ranks) {
+  if (nranks != 4) return;
+  int64_t P = param_count();
+  char z0[512], z2[512];
+  snprintf(z0, sizeof z0, "%s/three-zero0.safetensors", dir);
+  snprintf(z2, sizeof z2, "%s/three-zero2.safetensors", dir);
+  clt_comm *three = first_ranks(3), *two = first_ranks(2);
+  if (three) {
+    save_at_3_on(mine, three, 0, z0);
+    save_at_3_on(mine, three, 2, z2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  float *ref = malloc(P * 4), *got = malloc(P * 4);
+  if (two) {
+    resume(mine, two, 0, z0, ref);
+    resume(mine, two, 0, z2, got);
+    assert_same(got, ref, P, "a --zero 2 checkpoint of 3 ranks resumed on 2 at --zero 0");
+  }
+  resume(mine, comm, 1, z0, ref);
+  resume(mine, comm, 1, z2, got);
+  assert_same(got, ref, P, "a --zero 2 checkpoint of 3 ranks resumed on 4 at --zero 1");
+  resume(mine, comm, 2, z2, got);
+  assert_same(got, ref, P, "a --zero 2 checkpoint of 3 ranks resumed on 4 at --zero 2");
+  clt_comm_destroy(three), clt_comm_destroy(two);
   free(ref), free(got);
 }
 END_TEST
@@ -316,6 +387,60 @@ START_TEST(max_device_memory) {
 }
 END_TEST
 
+/* Issue 15's target: a wide MLP (414,000 parameters, most in 256 x 256
+ * layers of a bucket each) under a cap that neither --zero 0 nor --zero 1
+ * fits trains at --zero 2: gradients are the shard's and two bucket
+ * buffers' (the report counts exactly that), not the whole arena's. */
+static const char *wide = "input 784\nlinear 16\nrelu\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 256\nrelu\n"
+                          "linear 256\nrelu\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 10\n";
+START_TEST(stage2_fits_where_stage1_does_not) {
+  if (nranks == 1) return;
+  /* PoCL: its GEMMs are native kernels, so its backward is enqueued ahead
+   * and the buckets share two buffers (a device whose host GEMMs the
+   * calling thread runs keeps every bucket apart: more than stage 1). */
+  clt_devices *pocl;
+  if (clt_devices_select(tu_devices, "pocl", &pocl) < 0) return;
+  clt_train_options o;
+  options(&o, 0);
+  clt_optimizer_defaults(CLT_OPT_ADAMW, &o.optimizer);
+  o.schedule.lr = 0.003f;
+  o.bucket_mb = 0.25;
+  o.max_steps = 2;
+  clt_model *m;
+  clt_trainer *t = NULL;
+  clt_replica_memory need[3];
+  int64_t shard[3];
+  ck_assert_int_eq(clt_model_parse(wide, "wide.model", &m), 0);
+  int64_t P = clt_model_param_count(m);
+  for (int z = 0; z < 3; z++) {
+    o.zero = z;
+    ck_assert_int_eq(clt_model_replica_memory_ranks(m, &o, nranks, &need[z], &shard[z]), 0);
+  }
+  ck_assert(need[0].total > need[1].total && need[1].total > need[2].total);
+  ck_assert(need[1].gradients == (uint64_t)P * 4 && shard[1] == shard[2]);
+  /* The slots hold the largest bucket, 2570 + 65792 floats (the output
+   * layer joins the layer below it), twice. */
+  ck_assert_msg(need[2].gradients == (uint64_t)(shard[2] + 2 * (2570 + 65792)) * 4, "gradients %llu, shard %lld",
+                (unsigned long long)need[2].gradients, (long long)shard[2]);
+  ck_assert(need[2].optimizer_state == need[1].optimizer_state);
+  o.max_device_memory = (need[1].total + need[2].total) / 2;
+  for (int z = 0; z < 2; z++) {
+    o.zero = z;
+    int rc = clt_trainer_create(m, pocl, comm, &o, &t);
+    ck_assert_msg(rc == CLT_EDEVMEM && (rank > 0 || (strstr(clt_last_error(), "the total does not fit") &&
+                                                     strstr(clt_last_error(), "--zero 2 on these"))),
+                  "rank %d, --zero %d: %s", rank, z, clt_last_error());
+  }
+  o.zero = 2;
+  ck_assert_msg(clt_trainer_create(m, pocl, comm, &o, &t) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_msg(clt_trainer_fit(t, data, NULL) == 0, "rank %d: %s", rank, clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 2);
+  clt_trainer_destroy(t);
+  clt_model_destroy(m);
+  clt_devices_destroy(pocl);
+}
+END_TEST
+
 START_TEST(refusals) {
   clt_train_options o;
   clt_model *m;
@@ -325,15 +450,36 @@ START_TEST(refusals) {
   int rc = clt_trainer_create(m, mine, comm, &o, &t);
   ck_assert_msg(rc == CLT_EINVAL && strstr(clt_last_error(), "--zero 3") && strstr(clt_last_error(), "0 (off)"), "%s",
                 clt_last_error());
+  /* Under --zero 2 no replica holds the whole gradient (several ranks,
+   * no accumulation): clt_trainer_gradient is refused, and so is a step
+   * of more samples than a replica runs at once. */
   options(&o, 2);
-  rc = clt_trainer_create(m, mine, comm, &o, &t);
-  ck_assert_msg(rc == CLT_EUNSUPPORTED && strstr(clt_last_error(), "--zero 2") &&
-                strstr(clt_last_error(), "not implemented"), "%s", clt_last_error());
+  o.batch = 8 * nranks;
+  ck_assert_msg(clt_trainer_create(m, mine, comm, &o, &t) == 0, "%s", clt_last_error());
+  int64_t P = clt_model_param_count(m), in = clt_model_input_size(m), many = (8 * nranks + 1) * clt_devices_count(mine);
+  float *x = calloc((size_t)(many * in), sizeof *x), *g = calloc((size_t)P, sizeof *g);
+  int32_t *y = calloc((size_t)many, sizeof *y);
+  rc = clt_trainer_gradient(t, x, y, 4, g, P, NULL);
+  if (nranks > 1)
+    ck_assert_msg(rc == CLT_EUNSUPPORTED && strstr(clt_last_error(), "--zero 2") &&
+                  strstr(clt_last_error(), "clt_trainer_gradient"), "%s", clt_last_error());
+  else
+    ck_assert_msg(rc == 0, "%s", clt_last_error()); /* a no-op on one rank */
+  rc = clt_trainer_step(t, x, y, many, NULL);
+  if (nranks > 1)
+    ck_assert_msg(rc == CLT_EINVAL && strstr(clt_last_error(), "--zero 2") && strstr(clt_last_error(), "2 runs") &&
+                  strstr(clt_last_error(), "--accumulate"), "rank %d: %s", rank, clt_last_error());
+  else
+    ck_assert_msg(rc == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_trainer_step(t, x, y, 8, NULL) == 0, "rank %d: %s", rank, clt_last_error());
+  free(x), free(g), free(y);
+  clt_trainer_destroy(t);
+  t = NULL;
   options(&o, -1);
   ck_assert_int_eq(clt_trainer_create(m, mine, comm, &o, &t), CLT_EINVAL);
   if (nranks > 1) {
-    /* Rank 0 asks for stage 0, the others for 1: every rank refuses. */
-    options(&o, rank == 0 ? 0 : 1);
+    /* Rank 0 asks for stage 0, the others for 1 (2 on the last): every rank refuses. */
+    options(&o, rank == 0 ? 0 : rank == nranks - 1 ? 2 : 1);
     rc = clt_trainer_create(m, mine, comm, &o, &t);
     ck_assert_msg(rc == CLT_EMISMATCH && strstr(clt_last_error(), "--zero") &&
                   strstr(clt_last_error(), "rank 1 disagrees with rank 0"), "rank %d: %s", rank, clt_last_error());
@@ -366,7 +512,9 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, two_devices_per_rank);
   tcase_add_test(tc, shards_cover_the_arena);
   tcase_add_test(tc, checkpoints_hold_the_whole_state);
+  tcase_add_test(tc, stage2_resumed_on_other_ranks);
   tcase_add_test(tc, max_device_memory);
+  tcase_add_test(tc, stage2_fits_where_stage1_does_not);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
   rc = tu_run(s);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# zero.sh: ZeRO stage 1 (tests/test_zero) on 1, 2, 3 and 4 ranks of this
+# zero.sh: ZeRO stages 1 and 2 (tests/test_zero) on 1, 2, 3 and 4 ranks of this
 # machine (PoCL and rusticl alternating), against --zero 0 bit for bit.
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-60}

@@ -1,11 +1,12 @@
 #!/bin/sh
 # zero_cli.sh: `cltrain train --zero` refusals and the one-rank no-op, on a
-# small synthetic IDX set: --zero 3 and --zero 2 are refused with a message
-# and a non-zero exit; --zero 1 on one rank trains and says it changes
-# nothing; on 2 ranks (when mpirun exists) ranks that ask for different
-# stages are refused, both naming --zero, and --zero 1 trains.
-# `cltrain summary --zero 1 --ranks N` counts the largest shard's state, and
-# --max-device-memory refuses a replica that needs more, naming the cap.
+# small synthetic IDX set: --zero 3 is refused with a message and a non-zero
+# exit; --zero 1 and 2 on one rank train and say they change nothing; on 2
+# ranks (when mpirun exists) ranks that ask for different stages are
+# refused, both naming --zero, --zero 1 and 2 train, and a balancer weight
+# of 0 is refused at both. `cltrain summary --zero 1|2 --ranks N` counts the
+# largest shard's state (and at 2 its gradients with the bucket buffers),
+# and --max-device-memory refuses a replica that needs more, naming the cap.
 # Exits 77 without an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
@@ -46,8 +47,8 @@ expect() {
 }
 
 expect fail "--zero 3" "--zero must be a whole number from 0 to 2, not '3'" -- $CLTRAIN $train --zero 3
-expect fail "--zero 2" "--zero 2 (gradients sharded too) is not implemented yet" -- $CLTRAIN $train --zero 2
 expect 0 "--zero 1 on one rank" "on one rank: there is nothing to shard" -- $CLTRAIN $train --zero 1
+expect 0 "--zero 2 on one rank" "--zero 2 on one rank: there is nothing to shard" -- $CLTRAIN $train --zero 2
 
 expect fail "--max-device-memory junk" "--max-device-memory must be a size in bytes" -- \
   $CLTRAIN $train --max-device-memory 12Q
@@ -64,7 +65,29 @@ if echo "$s1" | grep -q "optimizer state for at most 292 of 874 parameters" &&
 else
   echo "FAIL: summary --zero 1 --ranks 3:"; echo "$s1" | sed 's/^/  /'; echo "$s0" | sed 's/^/  /'; fail=1
 fi
-expect fail "summary --zero 2" "not implemented yet" -- $CLTRAIN summary "$tmp/m.model" --zero 2
+# --zero 2: gradients for the shard (292) and one bucket buffer of all 874:
+# (292 + 874) x 4 bytes: one bucket of a small model gains nothing. A
+# model of many layers does.
+s2=$($CLTRAIN summary "$tmp/m.model" -o adamw --bucket-mb 0 --zero 2 --ranks 3) || { echo "FAIL: summary --zero 2"; fail=1; }
+if echo "$s2" | grep -q "optimizer state and gradients for at most 292 of 874 parameters" &&
+   echo "$s2" | grep -q "gradients  *4.6 KiB"; then
+  echo "ok: summary --zero 2 --ranks 3"
+else
+  echo "FAIL: summary --zero 2 --ranks 3:"; echo "$s2" | sed 's/^/  /'; fail=1
+fi
+printf 'input 16\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 10\n' >"$tmp/wide.model"
+# 270090 parameters, the shard at most 67523; the largest bucket the output
+# layer with the one below, 2570 + 65792 floats, in 2 buffers: gradients
+# (67523 + 2 x 68362) x 4 bytes = 797.8 KiB at stage 2, all 1.0 MiB at 1.
+w1=$($CLTRAIN summary "$tmp/wide.model" -o adamw --bucket-mb 0.25 --zero 1 --ranks 4)
+w2=$($CLTRAIN summary "$tmp/wide.model" -o adamw --bucket-mb 0.25 --zero 2 --ranks 4)
+if echo "$w1" | grep -q "gradients  *1.0 MiB" && echo "$w2" | grep -q "gradients  *797.8 KiB" &&
+   echo "$w1" | grep -q "total  *3.3 MiB" && echo "$w2" | grep -q "total  *3.1 MiB"; then
+  echo "ok: summary of a deep MLP on 4 ranks: gradients 797.8 KiB at --zero 2, 1.0 MiB at --zero 1"
+else
+  echo "FAIL: summary of a deep MLP:"; echo "$w1" "$w2" | sed 's/^/  /'; fail=1
+fi
+expect fail "summary --zero 3" "--zero must be a whole number from 0 to 2, not '3'" -- $CLTRAIN summary "$tmp/m.model" --zero 3
 expect 0 "summary --zero 1 on one rank" "" -- $CLTRAIN summary "$tmp/m.model" --zero 1
 grep -q "on one rank changes nothing" "$tmp/out" && echo "ok: summary says --zero 1 on one rank is a no-op" ||
   { echo "FAIL: summary --zero 1 on one rank:"; sed 's/^/  /' "$tmp/out"; fail=1; }
@@ -75,18 +98,20 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
     sh "$srcdir/tests/mpi_run.sh" 1 $CLTRAIN $train --zero 0 : -np 1 $CLTRAIN $train --zero 1
   n=$(grep -c "disagrees with rank 0 on --zero" "$tmp/err")
   if [ "$n" -ge 2 ]; then echo "ok: named on both ranks"; else echo "FAIL: named on $n rank(s)"; fail=1; fi
-  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 1 >"$tmp/out" 2>"$tmp/err"; then
-    echo "ok: --zero 1 on 2 ranks trains"
+  for z in 1 2; do
+    if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero $z >"$tmp/out" 2>"$tmp/err"; then
+      echo "ok: --zero $z on 2 ranks trains"
+    else
+      echo "FAIL: --zero $z on 2 ranks:"; sed 's/^/  /' "$tmp/err"; fail=1
+    fi
+    # Every replica steps its rank's shard: none may sit steps out.
+    expect fail "--zero $z with a weight of 0" "--balance weight 2 is 0, but under --zero $z every replica" -- \
+      sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero $z --balance 1,0
+  done
+  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 2 --balance auto --balance-every 1 >"$tmp/out" 2>"$tmp/err"; then
+    echo "ok: --zero 2 with --balance auto trains"
   else
-    echo "FAIL: --zero 1 on 2 ranks:"; sed 's/^/  /' "$tmp/err"; fail=1
-  fi
-  # Every replica steps its rank's shard: none may sit steps out.
-  expect fail "--zero 1 with a weight of 0" "--balance weight 2 is 0, but under --zero 1 every replica" -- \
-    sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 1 --balance 1,0
-  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 1 --balance auto --balance-every 1 >"$tmp/out" 2>"$tmp/err"; then
-    echo "ok: --zero 1 with --balance auto trains"
-  else
-    echo "FAIL: --zero 1 with --balance auto:"; sed 's/^/  /' "$tmp/err"; fail=1
+    echo "FAIL: --zero 2 with --balance auto:"; sed 's/^/  /' "$tmp/err"; fail=1
   fi
 fi
 exit $fail

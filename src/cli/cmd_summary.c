@@ -2,7 +2,8 @@
  * cmd_summary.c: `cltrain summary MODEL`: the layers of a model spec with
  * their output shapes and parameter counts, the memory one replica needs
  * for a batch (clt_model_replica_memory_ranks, the layout training
- * allocates, with ZeRO's shard of the optimizer state over --ranks), and
+ * allocates, with ZeRO's shard of the optimizer state, and at stage 2 of
+ * the gradients, over --ranks), and
  * with --devices, whether that fits each device.
  */
 #include "config.h"
@@ -28,7 +29,8 @@ static void help(FILE *to) {
           "  -o, --optimizer NAME  sgd, adam or adamw: their state (default sgd, with momentum)\n"
           "      --precision P     fp32 or fp16 (default fp32)\n"
           "      --zero S          as train's --zero: 1 counts the optimizer state of the\n"
-          "                        largest rank's shard only (default 0)\n"
+          "                        largest rank's shard only, 2 its gradients too with the\n"
+          "                        backward's bucket buffers (default 0)\n"
           "      --ranks N         ranks of the job, one replica each (default 1)\n"
           "      --bucket-mb X     as train's: the buckets the shards are cut from (default %g)\n"
           "  -d, --devices SPEC    compare the need with these devices (as train's --devices);\n"
@@ -47,9 +49,13 @@ static void print_need(const clt_replica_memory *m, const clt_train_options *o, 
       {"activation gradients", m->activation_grads}, {"workspace", m->workspace}};
   printf("memory of one replica for batches of %lld (%s, %s", (long long)m->batch,
          clt_optimizer_name(o->optimizer.kind), o->precision == CLT_F16 ? "fp16" : "fp32");
-  if (o->zero && nranks > 1)
-    printf(", --zero %d over %d ranks: optimizer state for at most %lld of %lld parameters", o->zero, nranks,
-           (long long)shard, (long long)P);
+  if (o->zero == 2 && nranks > 1 && o->accumulate == 1)
+    printf(", --zero 2 over %d ranks: optimizer state and gradients for at most %lld of %lld parameters, with the "
+           "bucket buffers the backward writes into", nranks, (long long)shard, (long long)P);
+  else if (o->zero && nranks > 1)
+    printf(", --zero %d over %d ranks: optimizer state for at most %lld of %lld parameters%s", o->zero, nranks,
+           (long long)shard, (long long)P,
+           o->zero == 2 ? "; gradients whole, since --accumulate sums the micro-batches locally first" : "");
   else if (o->zero)
     printf(", --zero %d on one rank changes nothing", o->zero);
   printf("):\n");
@@ -104,11 +110,10 @@ int cmd_summary(int argc, char **argv) {
       break;
     case 'z':
     case 'r': {
-      long long v = strtoll(optarg, &end, 10), lo = c == 'z' ? 0 : 1, hi = c == 'z' ? 1 : 1 << 20;
+      long long v = strtoll(optarg, &end, 10), lo = c == 'z' ? 0 : 1, hi = c == 'z' ? 2 : 1 << 20;
       if (end == optarg || *end || v < lo || v > hi) {
-        fprintf(stderr, "cltrain summary: %s must be a whole number from %lld to %lld, not '%s'%s\n",
-                c == 'z' ? "--zero" : "--ranks", lo, hi, optarg,
-                c == 'z' && strcmp(optarg, "2") == 0 ? " (--zero 2 is not implemented yet)" : "");
+        fprintf(stderr, "cltrain summary: %s must be a whole number from %lld to %lld, not '%s'\n",
+                c == 'z' ? "--zero" : "--ranks", lo, hi, optarg);
         return CLI_EXIT_USAGE;
       }
       if (c == 'z') o.zero = (int)v;

@@ -34,6 +34,11 @@ struct clt__dev_staging {
   const clt_allreduce_plan *plan;
   const cl_mem *bufs;
   const size_t *offs;
+  /* Where the result goes when not back in place (NULL: in place):
+   * element e of this rank's result at wbufs[q] + woffs[q] + (e - wfirst) x esize. */
+  const cl_mem *wbufs;
+  const size_t *woffs;
+  size_t wfirst;
 };
 
 static void release_events(struct clt__dev_staging *dev) {
@@ -196,8 +201,10 @@ static int write_back_from(struct clt__dev_staging *dev, int first, size_t off, 
   size_t esize = dev->plan->ops->esize;
   if (n == 0) return CLT_OK;
   for (int q = first; q < dev->n; q++) {
-    cl_int e = clEnqueueWriteBuffer(dev->write_queues[q], dev->bufs[q], CL_FALSE, dev->offs[q] + off * esize, n * esize,
-                                    staged(dev, 0, off), 0, NULL, NULL);
+    cl_mem buf = dev->wbufs ? dev->wbufs[q] : dev->bufs[q];
+    size_t at = dev->wbufs ? dev->woffs[q] + (off - dev->wfirst) * esize : dev->offs[q] + off * esize;
+    cl_int e = clEnqueueWriteBuffer(dev->write_queues[q], buf, CL_FALSE, at, n * esize, staged(dev, 0, off), 0, NULL,
+                                    NULL);
     if (e == CL_SUCCESS) e = clFlush(dev->write_queues[q]);
     if (e != CL_SUCCESS)
       return clt__error(clt__cl_status(e), "writing the result back to replica %d (elements %zu to %zu) failed: %s",
@@ -276,6 +283,12 @@ int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_
 
 int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                      const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets) {
+  return clt__allreduce_run_devices_into(plan, n, queues, write_queues, bufs, offsets, NULL, NULL);
+}
+
+int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
+                                    const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets,
+                                    const cl_mem *out_bufs, const size_t *out_offsets) {
   int rc = CLT_OK;
   struct clt__dev_staging *dev = NULL;
   clt__op op;
@@ -290,13 +303,16 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
   for (int q = 0; q < n; q++) CLT_TRY(check_buffer(plan, q, bufs[q], offsets ? offsets[q] : 0));
   CLT_TRY(clt__allreduce_begin(plan, &op));
   if (plan->count == 0) return CLT_OK;
-  if (n == 1 && write_queues[0] == queues[0] && plan->kind->gathers && unified(queues[0]))
+  if (n == 1 && write_queues[0] == queues[0] && !out_bufs && plan->kind->gathers && unified(queues[0]))
     return run_mapped(plan, &op, queues[0], bufs[0], offsets ? offsets[0] : 0);
   CLT_TRY(get_staging(plan, n, queues, &dev));
   dev->plan = plan;
   dev->write_queues = write_queues;
   dev->bufs = bufs;
   dev->offs = offsets ? offsets : zeros;
+  dev->wbufs = out_bufs;
+  dev->woffs = out_offsets ? out_offsets : zeros;
+  dev->wfirst = plan->kind->gathers ? 0 : plan->part_lo[plan->comm->rank];
   memset(dev->ready, 0, dev->nstage);
 
   /* Every read at once, in the order the ring needs them. */

@@ -30,13 +30,14 @@
 void clt__bucket_layout_free(clt__bucket_layout *b) {
   free(b->lo);
   free(b->closed_at);
+  free(b->opened_at);
   memset(b, 0, sizeof *b);
 }
 
 /* A written range and the lowest layer that writes it. */
 typedef struct written {
   int64_t lo, hi;
-  int layer;
+  int layer, top; /* the lowest and the highest layer writing it */
 } written;
 
 /* Highest first: the order the backward pass completes them in, as the
@@ -56,7 +57,7 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
   for (int i = 0; i < nlayers; i++)
     for (int k = first[i]; k < first[i + 1]; k++) {
       if (ranges[k].hi <= ranges[k].lo) continue;
-      w[m++] = (written){ranges[k].lo, ranges[k].hi, i};
+      w[m++] = (written){ranges[k].lo, ranges[k].hi, i, i};
     }
   qsort(w, (size_t)m, sizeof *w, by_lo_descending);
   /* Merge ranges that overlap (the same tied range listed by two layers):
@@ -67,13 +68,15 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
       if (w[k].lo < w[u - 1].lo) w[u - 1].lo = w[k].lo;
       if (w[k].hi > w[u - 1].hi) w[u - 1].hi = w[k].hi;
       if (w[k].layer < w[u - 1].layer) w[u - 1].layer = w[k].layer;
+      if (w[k].top > w[u - 1].top) w[u - 1].top = w[k].top;
       continue;
     }
     w[u++] = w[k];
   }
   out->lo = clt__calloc(2 * (size_t)(u ? u : 1), sizeof *out->lo);
   out->closed_at = clt__calloc(u ? u : 1, sizeof *out->closed_at);
-  if (!out->lo || !out->closed_at) {
+  out->opened_at = clt__calloc(u ? u : 1, sizeof *out->opened_at);
+  if (!out->lo || !out->closed_at || !out->opened_at) {
     free(w);
     clt__bucket_layout_free(out);
     return CLT_ENOMEM;
@@ -82,18 +85,20 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
   /* From the top of the arena down; each bucket starts where the one
    * before it ended, so the buckets cover every range and the gaps between. */
   int64_t hi = u ? w[0].hi : 0;
-  int closed_at = nlayers;
+  int closed_at = nlayers, opened_at = -1;
   for (int k = 0; k < u; k++) {
     if (w[k].layer < closed_at) closed_at = w[k].layer;
+    if (w[k].top > opened_at) opened_at = w[k].top;
     int last = k == u - 1;
     int full = limit > 0 && hi - w[k].lo >= limit && (last || w[k + 1].layer != w[k].layer);
     if (last || full) {
       out->lo[out->n] = w[k].lo;
       out->hi[out->n] = hi;
       out->closed_at[out->n] = closed_at;
+      out->opened_at[out->n] = opened_at;
       out->n++;
       hi = w[k].lo;
-      closed_at = nlayers;
+      closed_at = nlayers, opened_at = -1;
     }
   }
   free(w);
@@ -163,8 +168,12 @@ fail:
 int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
   int rc = CLT_OK;
   const clt__bucket_layout *b = &dp->buckets;
-  for (int i = 0; i < dp->nlocal; i++)
+  for (int i = 0; i < dp->nlocal; i++) {
     CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, dp->wire));
+    if (dp->pooled)
+      CLT_TRY(clt__replica_set_pool(reps[i], dp->pool.nslots, dp->pool.slot_floats, dp->pool.slot, dp->pool.after,
+                                    b->opened_at, dp->shard_params, dp->wire));
+  }
 fail:
   return rc;
 }
@@ -185,15 +194,16 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
                       n, dp->plan_replicas);
   }
   cl_command_queue *q = clt__calloc(n, sizeof *q), *wq = clt__calloc(n, sizeof *wq);
-  cl_mem *bufs = clt__calloc(n, sizeof *bufs);
+  cl_mem *bufs = clt__calloc(n, sizeof *bufs), *obufs = clt__calloc(n, sizeof *obufs);
   size_t *offs = clt__calloc(n, sizeof *offs), *esize = clt__calloc(n, sizeof *esize);
-  if (!q || !wq || !bufs || !offs || !esize) { rc = CLT_ENOMEM; goto fail; }
+  size_t *ooffs = clt__calloc(n, sizeof *ooffs);
+  if (!q || !wq || !bufs || !obufs || !offs || !esize || !ooffs) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < n; i++) {
     clt_context *ctx = clt__replica_context(reps[i]);
     clt_tensor x = clt__replica_exchange_view(reps[i]);
     q[i] = clt_context_transfer_queue(ctx), wq[i] = clt_context_queue(ctx);
     bufs[i] = x.buf;
-    esize[i] = clt_dtype_size(x.dtype);
+    esize[i] = dp->pooled ? (dp->wire ? 2 : 4) : clt_dtype_size(x.dtype);
     /* Submit the queued backward now: a driver may hold unflushed
      * commands back until something waits on them. */
     CLT_CL_TRY(clFlush(clt_context_queue(ctx)));
@@ -206,12 +216,19 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
     for (int i = 0; i < n; i++) {
       CLT_TRY(clt__replica_wait_bucket(reps[i], b, clt_comm_timeout(dp->comm)));
       offs[i] = (size_t)dp->buckets.lo[b] * esize[i];
+      if (dp->pooled) { /* stage 2: from the bucket's slot into the shard's gradient */
+        clt_tensor slot = clt__replica_pool_view(reps[i], b), shard = clt__replica_shard_exchange_view(reps[i]);
+        bufs[i] = slot.buf, offs[i] = slot.offset;
+        obufs[i] = shard.buf, ooffs[i] = (size_t)dp->part[b].state_at * esize[i];
+      }
     }
     int64_t w1 = clt__trace_ns();
     clt__trace_span(dp->trace, dp->trace_lane, "wait", w0, w1, "bucket %d: its backward", b);
     double t0 = clt__now();
     clt_allreduce_plan *plan = dp->rs ? clt__reduce_scatter_base(dp->rs[b]) : dp->plans[b];
-    CLT_TRY(clt__allreduce_run_devices_split(plan, n, q, wq, bufs, offs));
+    CLT_TRY(clt__allreduce_run_devices_into(plan, n, q, wq, bufs, offs, dp->pooled ? obufs : NULL, ooffs));
+    /* Read out of every slot: the backward may write the slots again. */
+    for (int i = 0; dp->pooled && i < n; i++) CLT_TRY(clt__replica_bucket_read(reps[i], b));
     double dt = clt__now() - t0;
     clt__trace_span(dp->trace, dp->trace_lane, "comm", w1, w1 + (int64_t)(dt * 1e9), "bucket %d: %s %.0f KiB",
                     b, dp->rs ? "reduce-scatter" : "all-reduce",
@@ -228,7 +245,11 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
    * are on the same in-order queue). */
   for (int i = 0; i < n; i++) CLT_TRY(clt__replica_wire_to_grads(reps[i]));
 fail:
-  free(q), free(wq), free(bufs), free(offs), free(esize), free(reps);
+  /* A failed exchange lets a waiting backward go on (into a step that
+   * failed), rather than wait for ever on slots no one will read. */
+  for (int i = 0; rc < 0 && dp->pooled && i < n; i++)
+    for (int b = 0; b < dp->buckets.n; b++) (void)clt__replica_bucket_read(reps[i], b);
+  free(q), free(wq), free(bufs), free(obufs), free(offs), free(esize), free(ooffs), free(reps);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
 }
 

@@ -9,8 +9,9 @@
  *              and CRC32s of every replica's parameters during training;
  *   balance.c  the split of the global batch (shares) and its rebalancing
  *              from each replica's fitted fixed and per-sample cost;
- *   zero.c     ZeRO stage 1: the shards, their plans, the parameter
- *              allgather and the state's gather for checkpoints;
+ *   zero.c     ZeRO stages 1 and 2: the shards, their plans, stage 2's
+ *              pool of bucket buffers, the parameter allgather and the
+ *              state's gather for checkpoints;
  *   buckets.c  gradient buckets laid out from the parameter ranges each
  *              layer's backward writes, and their all-reduce overlapped
  *              with the backward pass (f16 on the wire under mixed
@@ -121,12 +122,14 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed);
 /* ---- gradient buckets (buckets.c) ---- */
 
 /* The bucket layout of a parameter arena, in backward order. Bucket b is
- * the range [lo[b], hi[b]) of floats, complete once the backward of layer
- * closed_at[b] is done. */
+ * the range [lo[b], hi[b]) of floats, first written by the backward of
+ * layer opened_at[b] and complete once the backward of layer closed_at[b]
+ * is done (opened_at >= closed_at; they differ by more than the layers in
+ * between only with tied weights). */
 typedef struct clt__bucket_layout {
   int n;
   int64_t *lo, *hi;
-  int *closed_at;
+  int *closed_at, *opened_at;
 } clt__bucket_layout;
 
 /* Lay buckets out from what each layer's backward writes: layer i writes
@@ -189,20 +192,40 @@ typedef struct clt__shard_range {
   int64_t lo, n, state_at;
 } clt__shard_range;
 
-/* Before clt__dp_buckets_create: ZeRO stage (0 or 1; the caller refuses
- * others) for a model of P parameters; full_grads: the update needs the
- * whole summed gradient (clipping by its norm), so the gradients are
- * all-reduced whole and only the optimizer state is sharded. On one rank
- * there is nothing to shard: stage 0, said in the log. */
-void clt__dp_zero_set(clt__dp *dp, int stage, int full_grads);
+/* Before clt__dp_buckets_create: ZeRO stage (0, 1 or 2; the caller
+ * refuses others); whole_local_grads: a step sums several micro-batches
+ * locally (--accumulate), so stage 2 keeps each replica's whole gradient
+ * (stage 1's memory) instead of a pool. On one rank there is nothing to
+ * shard: stage 0, said in the log. */
+void clt__dp_zero_set(clt__dp *dp, int stage, int whole_local_grads);
 /* Pure: the parameters whose optimizer state rank `rank` of nranks keeps
- * under stage 1 with buckets of bucket_mb MiB (every parameter with one
+ * under ZeRO with buckets of bucket_mb MiB (every parameter with one
  * rank): what clt__dp_buckets_create will make its shard. */
 int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params);
+/* Pure: the gradient floats a replica holds: P, or under stage 2 on
+ * several ranks without accumulation shard_params and the pool's. */
+int clt__dp_zero_grad_floats(const clt_model *m, const clt_train_options *o, int nranks, int64_t shard_params,
+                             int64_t *floats);
+/* Stage 2's pool for a layout: bucket b is written into slot slot[b] of
+ * nslots buffers of slot_floats, after the host has read bucket after[b]
+ * out of it (-1: a fresh slot). Pure. */
+typedef struct clt__grad_pool {
+  int nslots;
+  int64_t slot_floats;
+  int *slot, *after;
+} clt__grad_pool;
+int clt__grad_pool_make(const clt__bucket_layout *b, clt__grad_pool *out);
+void clt__grad_pool_free(clt__grad_pool *p);
+/* Stage 2 with a pool: no replica has a gradient arena; the exchange
+ * reduce-scatters each bucket into the shard's gradient. */
+int clt__dp_zero_pooled(const clt__dp *dp);
+/* On several ranks: this rank's part of each bucket (*n of them), whose
+ * sums of squares, added over the ranks, are the gradient's; NULL on one. */
+const clt__shard_range *clt__dp_norm_parts(const clt__dp *dp, int *n);
 /* The stage in effect (0 on one rank). */
 int clt__dp_zero(const clt__dp *dp);
 /* Only this rank's shard of the summed gradient is valid after the
- * exchange (a reduce-scatter ran). */
+ * exchange (a reduce-scatter ran): ZeRO on. */
 int clt__dp_zero_sharded_grads(const clt__dp *dp);
 /* This rank's shard, after clt__dp_buckets_create: *n ranges covering
  * *params parameters (every parameter when ZeRO is off). */

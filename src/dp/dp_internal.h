@@ -66,16 +66,18 @@ struct clt__dp {
   int wire;                    /* gradients travel as f16 */
   double comm_s, comm_hidden_s;
 
-  /* zero.c: ZeRO stage 1 (0: off, and on one rank). Per bucket a
-   * reduce-scatter plan of the gradients (instead of plans[], unless the
-   * whole gradient is needed: full_grads) and an allgather plan of the
-   * parameters; this rank's shard of the arena, range by range. */
-  int zero, full_grads;
+  /* zero.c: ZeRO (0: off, and on one rank). Per bucket a reduce-scatter
+   * plan of the gradients (instead of plans[]) and an allgather plan of the
+   * parameters; this rank's shard of the arena, range by range; its part
+   * of each bucket (on several ranks at every stage: the norm's parts),
+   * state_at its place in the shard; stage 2's pool of bucket buffers. */
+  int zero, pooled;
   clt_reduce_scatter_plan **rs;
   clt_allgather_plan **ag;
-  clt__shard_range *shard;
+  clt__shard_range *shard, *part;
   int nshard;
   int64_t shard_params;
+  clt__grad_pool pool;
 };
 
 /* buckets.c: the bucket layout of a model (pure). */

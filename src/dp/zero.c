@@ -1,6 +1,7 @@
 /*
- * zero.c: ZeRO stage 1 (issue 15): each rank keeps optimizer state only
- * for its shard of the parameter arena.
+ * zero.c: ZeRO stages 1 and 2 (issue 15): each rank keeps optimizer state
+ * (stage 1), and the reduced gradient too (stage 2), only for its shard of
+ * the parameter arena.
  *
  * Shard. Bucket b of the gradients, [lo_b, hi_b), is reduce-scattered
  * instead of all-reduced: rank r ends with the all-reduce's own segment of
@@ -18,25 +19,32 @@
  * whole layout (every rank's ranges into one P-float array per component),
  * so a checkpoint is the same file at any stage and rank count.
  *
- * Clipping needs the norm of the whole summed gradient; --zero 0 takes it
- * from rank 0's whole arena, summed in clt_sumsq's order. A sum of shard
- * norms would round differently, so with clipping the gradients are
- * all-reduced whole (reduce-scatter and allgather: the same bits) and only
- * the state is sharded; without it only the shards are reduced, and the
- * reported norm is the sum of the shards' sums of squares (in rank order:
- * the same on every rank), equal to --zero 0's up to rounding.
+ * Norm. Clipping and the f16 overflow check need the norm of the whole
+ * summed gradient, which no rank holds under ZeRO. On several ranks it is
+ * therefore, at every stage, the sum over the ranks (in rank order, the
+ * same on every rank) of each rank's sums of squares of its parts of the
+ * buckets, each part summed by clt_sumsq on the rank's first device: at
+ * --zero 0 the same parts of the same bits on the same device as under
+ * ZeRO, so the clipping scale, and the parameters, are the same bits.
  *
- * Stage 2 (gradients kept for the shard only) is refused for now. What it
- * needs, for whoever builds it: backward writes every layer's gradients
- * into the one P-float arena (model/replica.c), so holding less means
- * pointing each bucket's layer views into a small pool of bucket buffers
- * that the device may reuse only once the host has reduce-scattered them
- * (markers both ways between the queue and the exchange), with the
- * reduced shard kept in a packed shard buffer. And with --accumulate K the
- * bits of --zero 0 come from summing the K micro-batches locally before
- * one reduction; reducing each micro-batch and summing the shards adds in
- * another order, so bitwise equality with accumulation needs the whole
- * local gradient kept across micro-batches (no saving until the last).
+ * Stage 2. The backward writes every layer's gradients into buckets, and a
+ * bucket is reduce-scattered as soon as it is complete, straight into the
+ * shard's gradient (shard_params floats, packed like the state): so no
+ * replica needs a P-float gradient arena, only a small pool of bucket
+ * buffers that the backward writes into and reuses once the host has read
+ * a bucket out (model/replica_pool.c; DeepSpeed's contiguous gradient
+ * buckets). clt__grad_pool_make assigns the slots: the fewest the backward
+ * needs open at once (1; 2 with tied weights, whose bucket stays open from
+ * the output layer down to the embedding), plus one spare so that the
+ * device writes the next bucket while the host reduces the last, and a
+ * slot is reused only after every bucket the host reduces before it has
+ * closed (the host reduces in bucket order), so the device never waits
+ * for something the host does later. With --accumulate K the bits of
+ * --zero 0 come from summing the K micro-batches locally before one
+ * reduction; reducing each micro-batch and summing the shards adds in
+ * another order, so stage 2 with accumulation keeps the whole local
+ * gradient across micro-batches (stage 1's memory; said in the log, the
+ * summary and README).
  */
 #include "dp/dp_internal.h"
 
@@ -45,19 +53,90 @@
 
 #include <cltrain/opencl.h>
 
-void clt__dp_zero_set(clt__dp *dp, int stage, int full_grads) {
+void clt__dp_zero_set(clt__dp *dp, int stage, int whole_local_grads) {
   if (stage > 0 && dp->nranks == 1) {
     clt__log(CLT_LOG_WARN, "--zero %d on one rank: there is nothing to shard across ranks, so it changes nothing "
-             "(every replica keeps all optimizer state)", stage);
+             "(every replica keeps all optimizer state and gradients)", stage);
     stage = 0;
   }
+  if (stage == 2 && whole_local_grads)
+    clt__log(CLT_LOG_INFO, "--zero 2 with --accumulate: each replica keeps its whole local gradient across the "
+             "micro-batches (the sum --zero 0 reduces, for the same bits), so gradients take stage 1's memory");
   dp->zero = stage;
-  dp->full_grads = full_grads;
+  dp->pooled = stage == 2 && !whole_local_grads;
 }
 
 int clt__dp_zero(const clt__dp *dp) { return dp->zero; }
 
-int clt__dp_zero_sharded_grads(const clt__dp *dp) { return dp->zero && !dp->full_grads; }
+int clt__dp_zero_sharded_grads(const clt__dp *dp) { return dp->zero > 0; }
+
+int clt__dp_zero_pooled(const clt__dp *dp) { return dp->pooled; }
+
+const clt__shard_range *clt__dp_norm_parts(const clt__dp *dp, int *n) {
+  *n = dp->part ? dp->buckets.n : 0;
+  return dp->part;
+}
+
+/* ---- stage 2's pool of bucket buffers ---- */
+
+/* One bucket more than the backward needs open at once: double buffering. */
+#define CLT__POOL_SPARE 1
+
+void clt__grad_pool_free(clt__grad_pool *p) {
+  free(p->slot);
+  memset(p, 0, sizeof *p);
+}
+
+/* Walk the backward's order (layer by layer from the top: open the buckets
+ * the layer starts, then close those it completes), giving each bucket a
+ * slot: a new one while fewer than target exist, else the one whose last
+ * user the host frees first among those it can free by then (that user and
+ * every bucket before it closed), else a new one. The slot count. */
+static int assign_slots(const clt__bucket_layout *b, int target, int *slot, int *after, int *holder,
+                        unsigned char *closed) {
+  int nb = b->n, count = 0, prefix = 0, top = -1, bottom = 0;
+  for (int k = 0; k < nb; k++) {
+    if (b->opened_at[k] > top) top = b->opened_at[k];
+    if (k == 0 || b->closed_at[k] < bottom) bottom = b->closed_at[k];
+  }
+  if (nb > 0) memset(closed, 0, (size_t)nb);
+  for (int i = top; i >= bottom && i >= 0; i--) {
+    for (int k = 0; k < nb; k++) {
+      if (b->opened_at[k] != i) continue;
+      int s = -1;
+      for (int q = 0; count >= target && q < count; q++)
+        if (holder[q] >= 0 && holder[q] < prefix && (s < 0 || holder[q] < holder[s])) s = q;
+      if (s < 0) holder[s = count++] = -1;
+      after[k] = holder[s];
+      holder[s] = k;
+      slot[k] = s;
+    }
+    for (int k = 0; k < nb; k++)
+      if (b->closed_at[k] == i) closed[k] = 1;
+    while (prefix < nb && closed[prefix]) prefix++;
+  }
+  return count;
+}
+
+int clt__grad_pool_make(const clt__bucket_layout *b, clt__grad_pool *out) {
+  int nb = b->n;
+  memset(out, 0, sizeof *out);
+  int *holder = clt__calloc((size_t)(nb ? nb : 1), sizeof *holder);
+  unsigned char *closed = clt__calloc((size_t)(nb ? nb : 1), 1);
+  out->slot = clt__calloc(2 * (size_t)(nb ? nb : 1), sizeof *out->slot);
+  if (!holder || !closed || !out->slot) {
+    free(holder), free(closed), clt__grad_pool_free(out);
+    return CLT_ENOMEM;
+  }
+  out->after = out->slot + (nb ? nb : 1);
+  for (int k = 0; k < nb; k++)
+    if (b->hi[k] - b->lo[k] > out->slot_floats) out->slot_floats = b->hi[k] - b->lo[k];
+  int least = assign_slots(b, 1, out->slot, out->after, holder, closed);
+  int target = least + CLT__POOL_SPARE < nb ? least + CLT__POOL_SPARE : nb;
+  out->nslots = assign_slots(b, target, out->slot, out->after, holder, closed);
+  free(holder), free(closed);
+  return CLT_OK;
+}
 
 const clt__shard_range *clt__dp_shard(const clt__dp *dp, int *n, int64_t *params) {
   *n = dp->nshard;
@@ -65,24 +144,49 @@ const clt__shard_range *clt__dp_shard(const clt__dp *dp, int *n, int64_t *params
   return dp->shard;
 }
 
-/* The plans of every bucket, and this rank's ranges in arena order. */
+/* Rank `rank`'s part of each bucket, as the reduce-scatter cuts it: its
+ * segment (rank + 1) mod N (halves.c), known without a plan. */
+static int bucket_parts(const clt__bucket_layout *b, int nranks, int rank, clt__shard_range *part) {
+  size_t *seg = clt__calloc((size_t)nranks + 1, sizeof *seg);
+  if (!seg) return CLT_ENOMEM;
+  int j = (rank + 1) % nranks;
+  for (int k = 0; k < b->n; k++) {
+    clt__segments((size_t)(b->hi[k] - b->lo[k]), nranks, seg);
+    part[k] = (clt__shard_range){b->lo[k] + (int64_t)seg[j], (int64_t)(seg[j + 1] - seg[j]), 0};
+  }
+  free(seg);
+  return CLT_OK;
+}
+
+/* The plans of every bucket, this rank's parts of them (for the norm, at
+ * every stage on several ranks), its ranges in arena order, and under
+ * stage 2 the pool's slots. */
 int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
   int rc = CLT_OK, nb = dp->buckets.n;
   const clt__bucket_layout *b = &dp->buckets;
   int64_t lowest = P, highest = 0;
   if (!(dp->shard = clt__calloc((size_t)nb + 2, sizeof *dp->shard))) return CLT_ENOMEM;
   dp->nshard = 0;
+  if (dp->nranks > 1) {
+    if (!(dp->part = clt__calloc(nb ? nb : 1, sizeof *dp->part))) return CLT_ENOMEM;
+    CLT_TRY(bucket_parts(b, dp->nranks, dp->rank, dp->part));
+  }
   if (dp->zero) {
-    if (!(dp->ag = clt__calloc(nb ? nb : 1, sizeof *dp->ag)) ||
-        (!dp->full_grads && !(dp->rs = clt__calloc(nb ? nb : 1, sizeof *dp->rs))))
+    if (!(dp->ag = clt__calloc(nb ? nb : 1, sizeof *dp->ag)) || !(dp->rs = clt__calloc(nb ? nb : 1, sizeof *dp->rs)))
       return CLT_ENOMEM;
     clt_allreduce_opts ao = {0, dp->nlocal};
     for (int k = 0; k < nb; k++) {
-      size_t count = (size_t)(b->hi[k] - b->lo[k]);
-      if (!dp->full_grads)
-        CLT_TRY(clt_reduce_scatter_plan_create(dp->comm, count, NULL, dp->wire ? CLT_F16 : CLT_F32, CLT_SUM, &ao,
-                                               &dp->rs[k]));
+      size_t count = (size_t)(b->hi[k] - b->lo[k]), off = 0, len = 0;
+      CLT_TRY(clt_reduce_scatter_plan_create(dp->comm, count, NULL, dp->wire ? CLT_F16 : CLT_F32, CLT_SUM, &ao,
+                                             &dp->rs[k]));
       CLT_TRY(clt_allgather_plan_create(dp->comm, count, NULL, CLT_F32, &ao, &dp->ag[k]));
+      CLT_TRY(clt_allgather_plan_part(dp->ag[k], dp->rank, &off, &len));
+      if (b->lo[k] + (int64_t)off != dp->part[k].lo || (int64_t)len != dp->part[k].n) {
+        rc = clt__error(CLT_EINTERNAL, "rank %d: bucket %d's part is %zu floats from %zu, the shard counted %lld from "
+                        "%lld", dp->rank, k, len, off, (long long)dp->part[k].n,
+                        (long long)(dp->part[k].lo - b->lo[k]));
+        goto fail;
+      }
     }
   }
   if (!dp->zero) { /* the whole arena, one range: one kernel per step */
@@ -101,20 +205,31 @@ int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
   clt__shard_range *s = dp->shard;
   int n = 0;
   if (lowest > 0) s[n++] = (clt__shard_range){0, lowest, 0};
-  for (int k = nb - 1; k >= 0; k--) { /* buckets are in backward order: highest first */
-    size_t off = 0, len = (size_t)(b->hi[k] - b->lo[k]);
-    if (dp->zero) CLT_TRY(clt_allgather_plan_part(dp->ag[k], dp->rank, &off, &len));
-    if (len) s[n++] = (clt__shard_range){b->lo[k] + (int64_t)off, (int64_t)len, 0};
-  }
+  for (int k = nb - 1; k >= 0; k--) /* buckets are in backward order: highest first */
+    if (dp->part[k].n) s[n++] = dp->part[k];
   if (highest < P) s[n++] = (clt__shard_range){highest, P - highest, 0};
   int64_t at = 0;
   for (int k = 0; k < n; k++) s[k].state_at = at, at += s[k].n;
+  for (int k = 0; k < nb; k++) /* where each part sits in the shard (stage 2's gradient too) */
+    for (int j = 0; j < n; j++)
+      if (s[j].lo == dp->part[k].lo && dp->part[k].n) dp->part[k].state_at = s[j].state_at;
   dp->nshard = n;
   dp->shard_params = at;
-  if (dp->zero)
-    clt__log(CLT_LOG_INFO, "rank %d: --zero %d: optimizer state for %lld of %lld parameters (%d ranges)%s", dp->rank,
-             dp->zero, (long long)at, (long long)P, n,
-             dp->full_grads ? "; gradients all-reduced whole, since clipping needs their norm" : "");
+  if (dp->pooled) {
+    CLT_TRY(clt__grad_pool_make(b, &dp->pool));
+    clt__log(CLT_LOG_INFO, "rank %d: --zero 2: optimizer state and gradients for %lld of %lld parameters (%d "
+             "ranges); the backward writes into %d bucket buffers of %lld floats", dp->rank, (long long)at,
+             (long long)P, n, dp->pool.nslots, (long long)dp->pool.slot_floats);
+    if (at + (int64_t)dp->pool.nslots * dp->pool.slot_floats >= P && dp->rank == 0)
+      clt__log(CLT_LOG_WARN, "--zero 2: the gradient shard and the bucket buffers hold %lld floats, the whole "
+               "gradient %lld: the largest bucket (%lld floats) is too large a part of the model to gain from stage "
+               "2; lower --bucket-mb (a bucket holds at least one layer), or use --zero 1",
+               (long long)(at + (int64_t)dp->pool.nslots * dp->pool.slot_floats), (long long)P,
+               (long long)dp->pool.slot_floats);
+  } else {
+    clt__log(CLT_LOG_INFO, "rank %d: --zero %d: optimizer state for %lld of %lld parameters (%d ranges)", dp->rank,
+             dp->zero, (long long)at, (long long)P, n);
+  }
 fail:
   return rc;
 }
@@ -124,8 +239,9 @@ void clt__dp_zero_free(clt__dp *dp) {
     if (dp->rs) clt_reduce_scatter_plan_destroy(dp->rs[k]);
     if (dp->ag) clt_allgather_plan_destroy(dp->ag[k]);
   }
-  free(dp->rs), free(dp->ag), free(dp->shard);
-  dp->rs = NULL, dp->ag = NULL, dp->shard = NULL;
+  free(dp->rs), free(dp->ag), free(dp->shard), free(dp->part);
+  dp->rs = NULL, dp->ag = NULL, dp->shard = NULL, dp->part = NULL;
+  clt__grad_pool_free(&dp->pool);
 }
 
 int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step) {
@@ -215,6 +331,30 @@ fail:
   return rc;
 }
 
+int clt__dp_zero_pool_floats(const clt_model *m, double bucket_mb, int64_t *floats) {
+  int rc = CLT_OK;
+  clt__bucket_layout b;
+  clt__grad_pool pool;
+  *floats = 0;
+  CLT_TRY(clt__dp_model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), &b));
+  rc = clt__grad_pool_make(&b, &pool);
+  if (rc == CLT_OK) *floats = (int64_t)pool.nslots * pool.slot_floats;
+  clt__grad_pool_free(&pool);
+  clt__bucket_layout_free(&b);
+fail:
+  return rc;
+}
+
+int clt__dp_zero_grad_floats(const clt_model *m, const clt_train_options *o, int nranks, int64_t shard_params,
+                             int64_t *floats) {
+  *floats = clt_model_param_count(m);
+  if (o->zero != 2 || nranks <= 1 || o->accumulate > 1) return CLT_OK; /* the whole local gradient */
+  int64_t pool = 0;
+  int rc = clt__dp_zero_pool_floats(m, o->bucket_mb, &pool);
+  *floats = shard_params + pool;
+  return rc;
+}
+
 int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,
                                    clt_replica_memory *out, int64_t *shard_params) {
   clt_train_options d;
@@ -222,18 +362,19 @@ int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *
   if (!o) clt_train_options_defaults(&d), o = &d;
   CLT_TRY(clt_model_replica_memory(m, o, out)); /* checks m, out and the options */
   if (nranks < 1) return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: %d ranks (at least 1)", nranks);
-  if (o->zero < 0 || o->zero > 1)
-    return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0 or 1)", o->zero);
-  int64_t most = clt_model_param_count(m);
-  if (o->zero == 1 && nranks > 1) {
+  if (o->zero < 0 || o->zero > 2)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0, 1 or 2)", o->zero);
+  int64_t most = clt_model_param_count(m), grads;
+  if (o->zero > 0 && nranks > 1) {
     most = 0;
     for (int r = 0; r < nranks; r++) {
       int64_t p;
       CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, nranks, r, &p));
       if (p > most) most = p;
     }
+    CLT_TRY(clt__dp_zero_grad_floats(m, o, nranks, most, &grads));
     clt__replica_memory_sharded(m->spec, o->batch / o->accumulate, clt_optimizer_state_per_param(&o->optimizer), most,
-                                o->precision, o->precision == CLT_F16, out);
+                                grads, o->precision, o->precision == CLT_F16, out);
   }
   if (shard_params) *shard_params = most;
 fail:

@@ -83,6 +83,12 @@ typedef struct clt__layer_io {
   clt_tensor dy, dx;  /* backward: gradient at y; dx overwritten, or dx.buf NULL when not needed */
   clt_tensor skip;    /* residual: forward, the output it adds; backward, its skip-gradient buffer */
   cl_mem params, grads;
+  /* ZeRO stage 2 (model/replica_pool.c): grads is the pool of bucket
+   * buffers, and the gradient of arena element e of bucket b (gbucket_lo[b]
+   * <= e < gbucket_hi[b]) is element gslot_at[b] + e - gbucket_lo[b] of it;
+   * gnb 0: grads is the whole arena. */
+  int gnb;
+  const int64_t *gbucket_lo, *gbucket_hi, *gslot_at;
   cl_mem saved;       /* activation-dtype values kept for the backward, from element saved_off */
   int64_t saved_off;
   cl_mem aux;         /* f32 / i32 values kept for the backward, from element aux_off */

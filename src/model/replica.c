@@ -101,11 +101,13 @@ static void lay_out(const clt_model_spec *spec, int64_t max_batch, clt_dtype act
 
 void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
                          int wire, clt_replica_memory *m) {
-  clt__replica_memory_sharded(spec, max_batch, state_per_param, spec->param_count, act_dtype, wire, m);
+  clt__replica_memory_sharded(spec, max_batch, state_per_param, spec->param_count, spec->param_count, act_dtype, wire,
+                              m);
 }
 
 void clt__replica_memory_sharded(const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                                 int64_t state_params, clt_dtype act_dtype, int wire, clt_replica_memory *m) {
+                                 int64_t state_params, int64_t grad_floats, clt_dtype act_dtype, int wire,
+                                 clt_replica_memory *m) {
   replica_layout lo;
   lay_out(spec, max_batch, act_dtype, NULL, &lo);
   uint64_t P = (uint64_t)spec->param_count, e = clt_dtype_size(act_dtype);
@@ -114,7 +116,7 @@ void clt__replica_memory_sharded(const clt_model_spec *spec, int64_t max_batch, 
   memset(m, 0, sizeof *m);
   m->batch = max_batch;
   m->parameters = P * 4;
-  m->gradients = P * 4 + (wire ? P * 2 : 0);
+  m->gradients = (uint64_t)grad_floats * (wire ? 6 : 4); /* f32, and the f16 copy on the wire */
   m->optimizer_state = (uint64_t)state_params * 4 * (uint64_t)state_per_param;
   m->activations = (uint64_t)(lo.act ? lo.act : 1) * e + (uint64_t)(lo.aux ? lo.aux : 1) * 4 +
                    (act_dtype != CLT_F32 || is_tokens(spec) ? in_n * 4 : 0) + 2 * labels_n * 4 + 8;
@@ -187,8 +189,21 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
   return clt__replica_create_sharded(ctx, spec, max_batch, state_per_param, spec->param_count, act_dtype, params, out);
 }
 
+static int create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                  int64_t state_params, clt_dtype act_dtype, const float *params, int grad_arena, clt__replica **out);
+
 int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                                 int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out) {
+  return create(ctx, spec, max_batch, state_per_param, state_params, act_dtype, params, 1, out);
+}
+
+int clt__replica_create_pooled(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                               int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out) {
+  return create(ctx, spec, max_batch, state_per_param, state_params, act_dtype, params, 0, out);
+}
+
+static int create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                  int64_t state_params, clt_dtype act_dtype, const float *params, int grad_arena, clt__replica **out) {
   int rc = CLT_OK;
   clt__replica *r = clt__calloc(1, sizeof *r);
   *out = NULL;
@@ -218,7 +233,7 @@ int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, in
   size_t pbytes = (size_t)spec->param_count * 4, esize = clt_dtype_size(act_dtype);
   int64_t in_n = numel(&spec->layers[0].out_shape) * max_batch, labels_n = max_batch * spec->labels_per_sample;
   CLT_TRY(clt_buffer_create(ctx, pbytes, &r->params));
-  CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
+  if (grad_arena) CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
   if (state_per_param && state_params > 0)
     CLT_TRY(clt_buffer_create(ctx, (size_t)state_params * 4 * state_per_param, &r->state));
   CLT_TRY(clt_buffer_create(ctx, (size_t)(act ? act : 1) * esize, &r->act));
@@ -279,7 +294,7 @@ int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at
   memcpy(r->bucket_lo, lo, (size_t)nbuckets * sizeof *lo);
   memcpy(r->bucket_hi, hi, (size_t)nbuckets * sizeof *hi);
   r->nbuckets = nbuckets;
-  if (wire && !r->wire) return clt_buffer_create(r->ctx, (size_t)r->spec->param_count * 2, &r->wire);
+  if (wire && !r->wire && r->grads) return clt_buffer_create(r->ctx, (size_t)r->spec->param_count * 2, &r->wire);
   return CLT_OK;
 }
 
@@ -295,6 +310,10 @@ clt_tensor clt__replica_exchange_view(const clt__replica *r) {
 }
 
 int clt__replica_wire_to_grads(clt__replica *r) {
+  if (r->gshard16) { /* the pool's shard */
+    clt_tensor w = clt__replica_shard_exchange_view(r), g = clt__replica_grads(r);
+    return clt_convert(r->ctx, &w, &g);
+  }
   if (!r->wire) return CLT_OK;
   clt_tensor w = clt__replica_wire(r), g = clt__replica_grads(r);
   return clt_convert(r->ctx, &w, &g);
@@ -328,6 +347,7 @@ fail:
  * buffer if there is one, and mark the place on the queue. */
 static int close_bucket(clt__replica *r, int b) {
   int rc = CLT_OK;
+  if (r->pool) CLT_TRY(clt__replica_pool_close(r, b));
   if (r->wire && r->bucket_hi[b] > r->bucket_lo[b]) {
     clt_tensor g, w;
     int64_t n = r->bucket_hi[b] - r->bucket_lo[b];
@@ -362,6 +382,7 @@ int clt__replica_record_empty(clt__replica *r) {
   r->run_start_ns = 0;
   atomic_store(&r->run_end_ns, 0);
   CLT_TRY(marker(r, &r->start_ev));
+  CLT_TRY(clt__replica_pool_begin_run(r));
   for (int b = 0; b < r->nbuckets; b++) CLT_TRY(close_bucket(r, b));
   CLT_TRY(marker(r, &r->end_ev));
 fail:
@@ -532,6 +553,7 @@ void clt__replica_destroy(clt__replica *r) {
   free(r->prof_fwd);
   free(r->prof_bwd);
   release_events(r);
+  clt__replica_pool_free(r);
   free(r->bucket_ev);
   free(r->bucket_closed_at);
   free(r->bucket_lo);
@@ -552,7 +574,8 @@ clt_tensor clt__replica_params(const clt__replica *r) {
 
 clt_tensor clt__replica_grads(const clt__replica *r) {
   clt_tensor t;
-  make_flat(r->grads, 0, CLT_F32, r->spec->param_count, &t);
+  if (r->gshard) make_flat(r->gshard, 0, CLT_F32, r->shard_floats, &t); /* under a pool: the shard's */
+  else make_flat(r->grads, 0, CLT_F32, r->spec->param_count, &t);
   return t;
 }
 
@@ -579,6 +602,7 @@ static void layer_io(const clt__replica *r, int i, int64_t n, const clt__pass *p
   io->dt = r->act_dtype;
   io->params = r->params;
   io->grads = r->grads;
+  clt__replica_pool_io(r, io);
   io->saved = r->act;
   io->saved_off = r->slots[i].saved_offset;
   io->aux = r->aux;
@@ -766,6 +790,7 @@ static int backward_layers(clt__replica *r, int64_t n, const clt_tensor *outs, c
   for (int i = L - 1; i >= lowest && i >= 1; i--) {
     const clt_layer_spec *l = &s->layers[i];
     int need_dx = i > lowest || to_input, through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
+    if (pass->record) CLT_TRY(clt__replica_pool_open_at(r, i)); /* ZeRO stage 2: its buckets' slots */
     CLT_TRY(layer_backward(r, i, n, outs, &dy, &dx, r->dbuf[1 - cur], need_dx, pass));
     CLT_TRY(trace_mark(r, s->nlayers + i));
     charge(r, &r->prof_bwd[i], t0);
@@ -791,10 +816,14 @@ static int check_batch(const clt__replica *r, int64_t n) {
 }
 
 static int start_record(clt__replica *r, const clt__pass *pass) {
+  int rc = CLT_OK;
   if (!pass->record) return CLT_OK;
   r->run_start_ns = now_ns();
   atomic_store(&r->run_end_ns, 0);
-  return marker(r, &r->start_ev);
+  CLT_TRY(marker(r, &r->start_ev));
+  if (pass->train) CLT_TRY(clt__replica_pool_begin_run(r)); /* ZeRO stage 2 */
+fail:
+  return rc;
 }
 
 static int end_record(clt__replica *r, const clt__pass *pass) {
@@ -817,6 +846,9 @@ int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t 
   if (!targets || (is_regression(s) && y))
     return clt__error(CLT_EINVAL, "a run of a %s model takes %s", is_regression(s) ? "regression" : "classification",
                       is_regression(s) ? "float targets (pass->targets), not labels" : "int32 labels");
+  if (r->pool && pass->train && !pass->record)
+    return clt__error(CLT_EINTERNAL, "a training run on %s keeps no gradient outside a recorded run (ZeRO stage 2)",
+                      r->ctx->info.name);
   if (!(outs = clt__calloc(L, sizeof *outs))) return CLT_ENOMEM;
 
   /* Forward. outs[i] is layer i's output; outs[0] the input batch. */

@@ -78,6 +78,20 @@ struct clt__replica {
   int nsets;
   cl_mem *set_act, *set_aux, *set_in32;
   clt_tensor *set_outs; /* nsets x nlayers */
+  /* ZeRO stage 2 (model/replica_pool.c): no gradient arena (grads NULL).
+   * The backward writes bucket b into slot bucket_slot[b] of a pool of
+   * nslots buffers of slot_floats each (pool; pool16 its f16 copies under
+   * the f16 wire), zeroed when the bucket opens: after the host has read
+   * bucket bucket_after[b], the slot's previous user (bucket_read[], user
+   * events the exchange sets). The reduced shard of the gradient is gshard
+   * (shard_floats f32; gshard16 what the f16 wire brings). */
+  cl_mem pool, pool16, gshard, gshard16;
+  int nslots;
+  int64_t slot_floats, shard_floats;
+  int *bucket_slot, *bucket_after, *bucket_opened_at;
+  int64_t *slot_at;            /* per bucket: its slot's first float in pool */
+  cl_event *bucket_read;       /* per bucket, for the last recorded run */
+  unsigned char *bucket_open;  /* per bucket: opened in the run being enqueued */
 };
 
 /* Make a replica of spec on ctx for batches of up to max_batch samples,
@@ -89,15 +103,22 @@ int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t ma
  * shard, laid out as src/dp/zero.c says) instead of all of them. */
 int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                                 int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out);
+/* The same without a gradient arena: clt__replica_set_pool gives it the
+ * buckets' pool and the shard's gradient before it runs (ZeRO stage 2). */
+int clt__replica_create_pooled(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
+                               int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out);
 void clt__replica_destroy(clt__replica *r);
 /* What clt__replica_create(ctx, spec, max_batch, state_per_param,
  * act_dtype) allocates, from the same layout; wire: with the f16 copy of
  * the gradients that clt__replica_set_buckets may add. */
 void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
                          int wire, clt_replica_memory *out);
-/* The same with optimizer state for state_params parameters (a ZeRO shard). */
+/* The same with optimizer state for state_params parameters (a ZeRO
+ * shard) and grad_floats floats of gradients (P; under ZeRO stage 2 the
+ * shard's and the bucket pool's). */
 void clt__replica_memory_sharded(const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                                 int64_t state_params, clt_dtype act_dtype, int wire, clt_replica_memory *out);
+                                 int64_t state_params, int64_t grad_floats, clt_dtype act_dtype, int wire,
+                                 clt_replica_memory *out);
 /* clt_replica_memory_check against d with at most cap bytes of it (0: all
  * of it; cap also bounds one buffer): --max-device-memory. */
 int clt__replica_memory_fits(const clt_replica_memory *need, const clt_device_info *d, uint64_t cap);
@@ -197,8 +218,48 @@ int clt__replica_stage_forward(clt__replica *r, int set, const float *x, const i
 int clt__replica_stage_backward(clt__replica *r, int set, const float *dy, int64_t n, const clt__pass *pass,
                                 float *dx);
 
-/* Zero the gradient arena. */
+/* What the replica holds on its device, from the sizes of its buffers (the
+ * measured counterpart of clt__replica_memory): parameters, gradients
+ * (arena or shard and pool, with their f16 copies), optimizer state, and
+ * everything else (activations, their gradients, workspaces). Bytes. */
+typedef struct clt__replica_bytes {
+  uint64_t parameters, gradients, optimizer_state, other;
+} clt__replica_bytes;
+void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out);
+
+/* Zero the gradient arena (under a pool: the shard's gradient). */
 int clt__replica_zero_grads(clt__replica *r);
+
+/* ---- ZeRO stage 2's bucket pool (model/replica_pool.c) ---- */
+
+/* After clt__replica_set_buckets: nslots buffers of slot_floats, bucket b written into
+ * slot[b] once the host has read bucket after[b] (-1: none), opened by the
+ * backward of layer opened_at[b]; and the shard's gradient of shard_floats;
+ * with wire, f16 copies of both (the f16 wire). Arrays copied. */
+int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, const int *slot, const int *after,
+                          const int *opened_at, int64_t shard_floats, int wire);
+int clt__replica_pooled(const clt__replica *r);
+/* Whether a run is enqueued without the calling thread waiting for the
+ * device (not so with host GEMMs run by the calling thread): only then may
+ * a bucket wait for the exchange to free its slot. */
+int clt__replica_enqueues_ahead(const clt__replica *r);
+/* What the exchange reads of bucket b (its slot; f16 under the wire) and
+ * where the reduced shard goes (gshard16 under the wire, else gshard). */
+clt_tensor clt__replica_pool_view(const clt__replica *r, int b);
+clt_tensor clt__replica_shard_exchange_view(const clt__replica *r);
+/* The host has read bucket b of the last recorded run: its slot may be
+ * written again. */
+int clt__replica_bucket_read(clt__replica *r, int b);
+/* Inside a recorded run (replica.c): open the buckets that layer i's
+ * backward starts (i < 0: every one not opened yet), close one (before its
+ * marker: its f16 copy), and the run's start and end. */
+int clt__replica_pool_begin_run(clt__replica *r);
+int clt__replica_pool_open_at(clt__replica *r, int i);
+int clt__replica_pool_close(clt__replica *r, int b);
+void clt__replica_pool_free(clt__replica *r);
+/* The layer views' map into the pool (layer.h's gnb...). */
+struct clt__layer_io;
+void clt__replica_pool_io(const clt__replica *r, struct clt__layer_io *io);
 
 /* Tensor views of the whole arenas. */
 clt_tensor clt__replica_params(const clt__replica *r);

@@ -129,6 +129,9 @@ static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int
   int64_t P = clt_model_param_count(t->model), B = t->micro_batch, labels = 0;
   double sum = 0;
   if ((rc = check_gradient_args(t, fn, x, y, targets, n, grad, count, &labels)) < 0) return rc;
+  if (clt__dp_zero_pooled(t->dp))
+    return clt__error(CLT_EUNSUPPORTED, "%s: under --zero 2 no replica keeps a whole gradient to give; use --zero 1 "
+                      "(or 0)", fn);
   if ((rc = clt__trainer_sync_replicas(t, 0)) < 0) return rc; /* replica 0 may have sat out steps */
   clt__replica *r = t->rep[0];
 

@@ -36,7 +36,7 @@
 static int nonfinite_layer(clt_trainer *t) {
   const clt_model_spec *s = t->local->spec;
   int lead = clt__trainer_lead(t);
-  if (t->sitting) goto any; /* the sum is on the host */
+  if (t->sitting || clt__dp_zero_pooled(t->dp)) goto any; /* the sum is on the host, or sharded */
   clt_tensor grads = clt__replica_grads(t->rep[lead]);
   for (int i = s->nlayers - 1; i >= 1; i--) {
     clt__param_range r[8];
@@ -81,23 +81,30 @@ static int skip_step(clt_trainer *t, int *skipped) {
   return CLT_OK;
 }
 
-/* The sum of squares of the summed gradient. Every replica of every rank
- * holds all of it, except under ZeRO without clipping, where each rank
- * holds its shard: the shards' sums are then added over the ranks (in rank
- * order, the same on every rank; an inf or NaN anywhere reaches all). */
+/* The sum of squares of the summed gradient. On one rank, of the lead
+ * replica's arena. On several, the sum over the ranks (in rank order, the
+ * same on every rank; an inf or NaN anywhere reaches all) of each rank's
+ * parts of the buckets, at every stage: so the clipping scale of --zero 0
+ * and of ZeRO are the same bits (src/dp/zero.c). */
 static int gradient_sumsq(clt_trainer *t, float *ss) {
-  int rc = CLT_OK;
+  int rc = CLT_OK, n;
+  const clt__shard_range *part = clt__dp_norm_parts(t->dp, &n);
   if (t->sitting) { /* the sum is on the host */
     double acc = 0;
-    for (int64_t k = 0, P = clt_model_param_count(t->local); k < P; k++) acc += (double)t->sit_grads[k] * t->sit_grads[k];
-    *ss = (float)acc;
+    int64_t P = clt_model_param_count(t->local);
+    for (int k = 0; part && k < n; k++)
+      for (int64_t j = part[k].lo; j < part[k].lo + part[k].n; j++) acc += (double)t->sit_grads[j] * t->sit_grads[j];
+    for (int64_t j = 0; !part && j < P; j++) acc += (double)t->sit_grads[j] * t->sit_grads[j];
+    double v[1] = {acc};
+    if (part) CLT_TRY(clt__trainer_sum(t, v, 1));
+    *ss = (float)v[0];
     return CLT_OK;
   }
-  int lead = clt__trainer_lead(t);
-  clt_tensor g = clt__replica_grads(t->rep[lead]);
+  int lead = clt__trainer_lead(t), pooled = clt__dp_zero_pooled(t->dp);
+  clt_tensor g = clt__replica_grads(t->rep[lead]); /* the arena, or stage 2's shard */
   if (t->pp) { /* each stage's part, once (from its first replica), added over the stages in rank order */
-    float part = 0;
-    CLT_TRY(clt_sumsq(t->ctx[lead], &g, &part));
+    float sum = 0;
+    CLT_TRY(clt_sumsq(t->ctx[lead], &g, &sum));
     int64_t at[8], count[8];
     int ncopies = clt__pp_copies(t->pp, at, count, 8);
     for (int k = 0; k < ncopies && k < 8; k++) { /* a tied weight's copy: counted at its owner */
@@ -105,24 +112,23 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
       float cs = 0;
       CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)at[k] * 4, CLT_F32, 1, &count[k], &c));
       CLT_TRY(clt_sumsq(t->ctx[lead], &c, &cs));
-      part -= cs;
+      sum -= cs;
     }
-    double v[1] = {clt__pp_replica(t->pp) == 0 ? part : 0.0};
+    double v[1] = {clt__pp_replica(t->pp) == 0 ? sum : 0.0};
     CLT_TRY(clt__trainer_sum(t, v, 1));
     *ss = (float)v[0];
     return CLT_OK;
   }
-  if (!clt__dp_zero_sharded_grads(t->dp)) return clt_sumsq(t->ctx[lead], &g, ss);
-  int n;
-  int64_t params;
-  const clt__shard_range *s = clt__dp_shard(t->dp, &n, &params);
+  if (!part) return clt_sumsq(t->ctx[lead], &g, ss);
   double v[1] = {0};
   for (int k = 0; k < n; k++) {
     clt_tensor r;
-    float part = 0;
-    CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &r));
-    CLT_TRY(clt_sumsq(t->ctx[lead], &r, &part));
-    v[0] += part;
+    float sum = 0;
+    if (part[k].n == 0) continue;
+    CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)(pooled ? part[k].state_at : part[k].lo) * 4, CLT_F32, 1,
+                            &part[k].n, &r));
+    CLT_TRY(clt_sumsq(t->ctx[lead], &r, &sum));
+    v[0] += sum;
   }
   CLT_TRY(clt__trainer_sum(t, v, 1));
   *ss = (float)v[0];
@@ -141,12 +147,14 @@ static int step_replica(clt_trainer *t, int i, int64_t step, float lr, float sca
   const clt__shard_range *s = clt__dp_shard(t->dp, &n, &params);
   clt__replica *r = t->rep[i];
   clt_tensor p = clt__replica_params(r), g = clt__replica_grads(r), st = clt__replica_state(r);
+  int pooled = clt__dp_zero_pooled(t->dp); /* stage 2: the gradient is the shard's, packed like the state */
   if (!t->host_params[i]) {
     for (int k = 0; k < n; k++) {
       clt_tensor pk, gk, sk, dk;
       int64_t sn = per * s[k].n;
       CLT_TRY(clt_tensor_view(p.buf, p.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &pk));
-      CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &gk));
+      CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)(pooled ? s[k].state_at : s[k].lo) * 4, CLT_F32, 1, &s[k].n,
+                              &gk));
       if (per) CLT_TRY(clt_tensor_view(st.buf, st.offset + (size_t)(s[k].state_at * per) * 4, CLT_F32, 1, &sn, &sk));
       if (t->decay_dev) CLT_TRY(clt_tensor_view(t->decay_dev[i], (size_t)s[k].lo, CLT_U8, 1, &s[k].n, &dk));
       CLT_TRY(clt_optimizer_step_masked(t->ctx[i], cfg, step, lr, scale, &pk, &gk, per ? &sk : &st,
@@ -154,10 +162,11 @@ static int step_replica(clt_trainer *t, int i, int64_t step, float lr, float sca
     }
     return CLT_OK;
   }
-  CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)P * sizeof(float)));
+  CLT_TRY(clt_tensor_download(t->ctx[i], &g, t->host_grads, (size_t)(pooled ? params : P) * sizeof(float)));
   for (int k = 0; k < n; k++) {
     size_t lo = (size_t)s[k].lo;
-    clt_optimizer_step_host_masked(cfg, step, lr, scale, t->host_params[i] + lo, t->host_grads + lo,
+    clt_optimizer_step_host_masked(cfg, step, lr, scale, t->host_params[i] + lo,
+                                   t->host_grads + (pooled ? (size_t)s[k].state_at : lo),
                                    t->host_state[i] + (size_t)(s[k].state_at * per), (size_t)s[k].n,
                                    t->decay_host ? t->decay_host + lo : NULL);
     /* Only the shard: the rest of the host copy is stale under ZeRO (the
@@ -606,6 +615,14 @@ static int step_on(clt_trainer *t, const float *x, const step_targets *tg, int64
     if (runs > c.nmicro) c.nmicro = runs;
   }
 
+  if (c.nmicro > 1 && clt__dp_zero_pooled(t->dp)) {
+    /* Several runs would each need the whole local gradient kept. */
+    rc = clt__error(CLT_EINVAL, "%s: rank %d's %lld samples take %d runs of its replicas (at most %lld samples each), "
+                    "but under --zero 2 a replica keeps no gradient between runs; pass fewer samples, or train with "
+                    "--accumulate (which keeps the whole local gradient)", tg->fn, t->rank, (long long)n, c.nmicro,
+                    (long long)c.chunk);
+    goto fail;
+  }
   clt__step_stats st;
   clt__micro_source src = {caller_next, &c};
   CLT_TRY(clt__trainer_train_step(t, &src, &st));

@@ -80,9 +80,6 @@ static int check_options(const clt_train_options *o) {
   if (o->zero < 0 || o->zero > 2)
     return clt__error(CLT_EINVAL, "--zero %d: the ZeRO stages are 0 (off), 1 (optimizer state sharded across ranks) "
                       "and 2 (gradients too)", o->zero);
-  if (o->zero == 2)
-    return clt__error(CLT_EUNSUPPORTED, "--zero 2 (gradients sharded too) is not implemented yet; --zero 1 shards "
-                      "the optimizer state");
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
@@ -143,6 +140,31 @@ int clt__trainer_share_status(clt_trainer *t, int rc) {
   if (brc < 0) return brc;
   if (t->rank != 0 && st.rc < 0) return clt__error(st.rc, "%s", st.msg);
   return st.rc;
+}
+
+/* A replica that does not fit d under o: which higher ZeRO stage on these
+ * ranks would (a note for the refusal), or "". The device's whole memory
+ * and one buffer, capped by o->max_device_memory, as the check takes them. */
+static const char *higher_stage_fits(const clt_model *m, const clt_train_options *o, const clt_trainer *t,
+                                     const clt_device_info *d) {
+  static _Thread_local char note[160];
+  uint64_t cap = d->global_mem_bytes, one = d->max_alloc_bytes;
+  if (o->max_device_memory && (!cap || o->max_device_memory < cap)) cap = o->max_device_memory;
+  if (o->max_device_memory && (!one || o->max_device_memory < one)) one = o->max_device_memory;
+  note[0] = 0;
+  for (int z = o->zero + 1; t->nranks > 1 && z <= 2; z++) {
+    clt_train_options oz = *o;
+    clt_replica_memory need;
+    oz.zero = z;
+    if (clt_model_replica_memory_ranks(m, &oz, t->nranks, &need, NULL) < 0) break;
+    if ((!cap || need.total <= cap) && (!one || need.largest <= one)) {
+      char b[32];
+      snprintf(note, sizeof note, " (--zero %d on these %d ranks would fit: %s)", z, t->nranks,
+               clt__fmt_bytes(need.total, b, sizeof b));
+      break;
+    }
+  }
+  return note;
 }
 
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) {
@@ -226,10 +248,12 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
    * per micro-batch it holds at once). */
   clt_replica_memory need;
   int64_t state_params = clt_model_param_count(t->local);
+  int64_t grad_floats = state_params;
   t->pp_room = t->pp ? (t->micro_batch + t->nreplicas - 1) / t->nreplicas : t->micro_batch;
-  if (o->zero == 1) CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, t->nranks, t->rank, &state_params));
+  if (o->zero > 0) CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, t->nranks, t->rank, &state_params));
+  CLT_TRY(clt__dp_zero_grad_floats(m, o, t->nranks, state_params, &grad_floats));
   clt__replica_memory_sharded(t->local->spec, t->pp_room, clt_optimizer_state_per_param(&o->optimizer), state_params,
-                              o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
+                              grad_floats, o->precision, t->nreplicas > 1 && o->precision == CLT_F16, &need);
   int nsets = t->pp ? clt__pp_activation_sets(t->pp) : 1;
   if (nsets > 1) {
     uint64_t extra = (uint64_t)(nsets - 1) * clt__replica_set_bytes(t->local->spec, t->pp_room, o->precision);
@@ -242,9 +266,10 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
              nsets == 1 ? "" : "s", (long long)t->pp_room, clt__fmt_bytes(need.activations, a, sizeof a),
              clt__fmt_bytes(need.total, b, sizeof b));
   }
+  int bad = -1;
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
-    if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0)
-      clt__error_prefix(rc, "%s", m->spec->name);
+    if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0) bad = i;
+  if (rc < 0) clt__error_prefix(rc, "%s%s", m->spec->name, higher_stage_fits(m, o, t, clt_devices_info(devs, bad)));
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking that the replicas fit their devices"));
 
   /* Parameters: initialised from the seed on rank 0, broadcast to all
@@ -257,7 +282,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
 
   /* Buckets and their plans first: under ZeRO they say which shard of the
    * optimizer state this rank's replicas keep. */
-  clt__dp_zero_set(t->dp, o->zero, o->clip > 0);
+  clt__dp_zero_set(t->dp, o->zero, o->accumulate > 1);
   CLT_TRY(clt__dp_buckets_create(t->dp, t->local, o->bucket_mb, o->precision));
   int nshard;
   int64_t shard_params;
@@ -268,7 +293,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
     goto fail;
   }
 
-  int per = clt_optimizer_state_per_param(&o->optimizer);
+  int per = clt_optimizer_state_per_param(&o->optimizer), sync_rc = CLT_OK;
   t->stale = clt__calloc(t->nlocal, sizeof *t->stale);
   if (!t->stale) { rc = CLT_ENOMEM; goto fail; }
   t->ctx = clt__calloc(t->nlocal, sizeof *t->ctx);
@@ -278,10 +303,24 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++) {
     CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
-    CLT_TRY(clt__replica_create_sharded(t->ctx[i], t->local->spec, t->pp_room, per, shard_params, o->precision,
-                                        params, &t->rep[i]));
+    if (clt__dp_zero_pooled(t->dp)) /* ZeRO stage 2: the gradient pool comes with the buckets */
+      CLT_TRY(clt__replica_create_pooled(t->ctx[i], t->local->spec, t->pp_room, per, shard_params, o->precision,
+                                         params, &t->rep[i]));
+    else
+      CLT_TRY(clt__replica_create_sharded(t->ctx[i], t->local->spec, t->pp_room, per, shard_params, o->precision,
+                                          params, &t->rep[i]));
     if (t->pp) CLT_TRY(clt__replica_set_activation_sets(t->rep[i], nsets));
     clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
+    if (clt__dp_zero_pooled(t->dp) && !clt__replica_enqueues_ahead(t->rep[i]) && sync_rc == CLT_OK) {
+      /* Its buckets cannot share buffers (model/replica_pool.c): whole
+       * gradients beside the shard's, checked against the cap too. */
+      clt_replica_memory more;
+      clt__replica_memory_sharded(m->spec, t->micro_batch, per, shard_params, P + shard_params, o->precision,
+                                  t->nreplicas > 1 && o->precision == CLT_F16, &more);
+      if ((sync_rc = clt__replica_memory_fits(&more, clt_devices_info(devs, i), o->max_device_memory)) < 0)
+        clt__error_prefix(sync_rc, "%s: under --zero 2 on a device whose GEMMs the calling thread runs",
+                          m->spec->name);
+    }
     if (clt_optimizer_needs_host(&o->optimizer, clt_context_device(t->ctx[i]))) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
                "replica holds the same bits", clt_context_device(t->ctx[i])->name, clt_optimizer_name(o->optimizer.kind));
@@ -305,7 +344,21 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       CLT_TRY(clt_tensor_upload(t->ctx[i], &d, t->decay_host, (size_t)P));
     }
   }
+  CLT_TRY(clt__trainer_all_ok(t, sync_rc, "checking that the replicas fit their devices"));
   CLT_TRY(clt__dp_buckets_attach(t->dp, t->rep));
+  for (int i = 0; i < t->nlocal; i++) { /* what the replicas hold, measured, beside what was counted */
+    clt__replica_bytes got;
+    char a[32], b[32], c[32], d[32], e[32];
+    clt__replica_device_bytes(t->rep[i], &got);
+    clt__log(CLT_LOG_INFO, "rank %d: replica %d holds %s on %s: parameters %s, gradients %s, optimizer state %s, "
+             "activations and the rest %s (bytes: %llu %llu %llu %llu; the report counted %llu in all)", t->rank, i,
+             clt__fmt_bytes(got.parameters + got.gradients + got.optimizer_state + got.other, a, sizeof a),
+             clt_devices_info(devs, i)->name, clt__fmt_bytes(got.parameters, b, sizeof b),
+             clt__fmt_bytes(got.gradients, c, sizeof c), clt__fmt_bytes(got.optimizer_state, d, sizeof d),
+             clt__fmt_bytes(got.other, e, sizeof e), (unsigned long long)got.parameters,
+             (unsigned long long)got.gradients, (unsigned long long)got.optimizer_state,
+             (unsigned long long)got.other, (unsigned long long)need.total);
+  }
   free(params);
   *out = t;
   return CLT_OK;

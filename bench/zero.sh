@@ -1,0 +1,85 @@
+#!/bin/sh
+# zero.sh: ZeRO stages 0, 1 and 2 (issue 15) on 2 and 4 ranks of this
+# machine, on a deep MLP of Fashion-MNIST (784-16-256x6-10, 348,442
+# parameters, AdamW, buckets of 0.25 MiB: one 256 x 256 layer each):
+#
+#  1. memory per rank: what each replica holds on its device, measured from
+#     its buffers (the "replica ... holds" line of the log), against ZeRO's
+#     formulas for fp32 Adam, Psi parameters over N ranks: stage 0 16 Psi,
+#     stage 1 4 Psi + 4 Psi + 8 Psi / N, stage 2 4 Psi + 12 Psi / N plus the
+#     bucket buffers the backward writes into (2 of the largest bucket);
+#     activations are apart;
+#  2. communication per step (the exchange's own clock, comm_s in the
+#     metrics: the gradients' all-reduce, or reduce-scatter and the
+#     parameters' allgather), stages 1 and 2 against stage 0 (target at
+#     most 1.1x: the same bytes move), the median of REPS (3) interleaved
+#     runs of each.
+#
+# Run from the build directory: sh ../bench/zero.sh [STEPS]. The machine
+# may be shared: times are noise beside each other in one run, ratios are
+# what to read.
+set -e
+steps=${1:-60}
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi="mpirun --oversubscribe --bind-to none -x POCL_MAX_PTHREAD_COUNT=1 -x CLT_LOG_LEVEL"
+. "$here/lib.sh"
+
+printf 'input 784\nlinear 16\nrelu\n' >"$tmp/deep.model"
+for i in 1 2 3 4 5 6; do printf 'linear 256\nrelu\n' >>"$tmp/deep.model"; done
+printf 'linear 10\n' >>"$tmp/deep.model"
+
+train() { # NAME NP ZERO
+  CLT_LOG_LEVEL=info $mpi -np "$2" ./cltrain train "$tmp/deep.model" --devices pocl --epochs 100 \
+    --max-steps "$steps" --batch 64 -o adamw --lr 0.001 --bucket-mb 0.25 --zero "$3" --log-every 10 --quiet \
+    --metrics "$tmp/$1.jsonl" >/dev/null 2>"$tmp/$1.err" || { cat "$tmp/$1.err"; exit 1; }
+}
+
+# comm FILE: mean exchange seconds per step after the first record.
+comm() {
+  /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+r = [x for x in r if x["event"] == "step"][1:]
+steps = r[-1]["step"] - r[0]["step"] + 10 if r else 1
+print("%.6f" % (sum(x.get("comm_s") or 0 for x in r) / steps))' "$1"
+}
+
+# memory FILE N ZERO: the largest rank's measured parameters + gradients +
+# state, the formula, and their ratio, from the log.
+memory() {
+  /usr/bin/python3 -c '
+import re, sys
+log, n, z = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
+got = [tuple(map(int, m)) for m in re.findall(r"bytes: (\d+) (\d+) (\d+) (\d+);", log)]
+pools = [int(a) * int(b) for a, b in re.findall(r"into (\d+) bucket buffers of (\d+) floats", log)]
+psi = got[0][0] // 4
+f = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n}[z if n > 1 else 0]
+extra = 4 * max(pools) if pools else 0
+p, g, s, o = max(got, key=lambda t: t[0] + t[1] + t[2])
+m = p + g + s
+print("%7.2f MiB measured (params %.2f, grads %.2f, state %.2f), formula %7.2f MiB%s: %.3fx; activations etc. %.2f MiB" % (
+      m / 2**20, p / 2**20, g / 2**20, s / 2**20, f / 2**20,
+      " + bucket buffers %.2f" % (extra / 2**20) if extra else "", m / (f + extra), o / 2**20))' "$@"
+}
+
+echo "deep MLP (348,442 parameters), AdamW, $steps steps per run, PoCL, 1 thread per rank; $(date -u +%H:%M) UTC"
+reps=${REPS:-3}
+for n in 2 4; do
+  # Interleaved repeats, the median of each: a loaded machine's noise moves
+  # all three stages alike within a round.
+  for r in $(seq "$reps"); do
+    for z in 0 1 2; do train "z$z-n$n-r$r" "$n" "$z"; done
+  done
+  for z in 0 1 2; do
+    for r in $(seq "$reps"); do comm "$tmp/z$z-n$n-r$r.jsonl"; done >"$tmp/c$z"
+  done
+  c0=$(median "$tmp/c0")
+  for z in 0 1 2; do
+    c=$(median "$tmp/c$z")
+    echo "$n ranks, --zero $z: memory $(memory "$tmp/z$z-n$n-r1.err" "$n" "$z")"
+    echo "$n ranks, --zero $z: communication $(/usr/bin/python3 -c "print('%.2f' % (1000 * $c))") ms/step (median of $reps; each: $(tr '\n' ' ' <"$tmp/c$z")s) = $(ratio "$c" "$c0")x stage 0's"
+  done
+done
