@@ -59,3 +59,15 @@ layernorm
 linear 256 tie=wte bias=false
 SPEC
 }
+
+# mkidx DIR NAME N: N random 4x4 one-channel images with labels 0..9 as
+# DIR/NAME-images-idx3-ubyte and DIR/NAME-labels-idx1-ubyte (IDX, big-endian
+# sizes): a small training set for tests that need one in seconds.
+byte() { printf "\\$(printf %03o "$1")"; }
+be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
+mkidx() {
+  { printf '\000\000\010\003'; be32 "$3"; be32 4; be32 4; head -c $(($3 * 16)) /dev/urandom; } \
+    >"$1/$2-images-idx3-ubyte"
+  { printf '\000\000\010\001'; be32 "$3"; tr -dc '\000-\011' </dev/urandom | head -c "$3"; } \
+    >"$1/$2-labels-idx1-ubyte"
+}

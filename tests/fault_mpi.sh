@@ -28,14 +28,7 @@ trap cleanup EXIT
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
 
-byte() { printf "\\$(printf %03o "$1")"; }
-be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
-mkidx() {
-  { printf '\000\000\010\003'; be32 "$3"; be32 4; be32 4; head -c $(($3 * 16)) /dev/urandom; } \
-    >"$1/$2-images-idx3-ubyte"
-  { printf '\000\000\010\001'; be32 "$3"; tr -dc '\000-\011' </dev/urandom | head -c "$3"; } \
-    >"$1/$2-labels-idx1-ubyte"
-}
+. "$srcdir/tests/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
 

@@ -23,14 +23,7 @@ if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
 sh "$srcdir/tests/mpi_run.sh" 1 true >/dev/null 2>&1
 case $? in 77) echo "SKIP: no MPI launcher"; exit 77 ;; esac
 
-byte() { printf "\\$(printf %03o "$1")"; }
-be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
-mkidx() {
-  { printf '\000\000\010\003'; be32 "$3"; be32 4; be32 4; head -c $(($3 * 16)) /dev/urandom; } \
-    >"$1/$2-images-idx3-ubyte"
-  { printf '\000\000\010\001'; be32 "$3"; tr -dc '\000-\011' </dev/urandom | head -c "$3"; } \
-    >"$1/$2-labels-idx1-ubyte"
-}
+. "$srcdir/tests/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 mkidx "$tmp" t10k 48
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 16\nrelu\nlinear 10\n' >"$tmp/m.model"
