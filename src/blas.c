@@ -241,7 +241,9 @@ int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, si
   if (rc < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, 0, 1);
-  if (host_blas(ctx)) return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1);
+  int host = host_blas(ctx);
+  if (clt__cpu_gemm_use(ctx, tb, m, n, k)) return clt__cpu_sgemm(ctx, ta, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1);
+  if (host) return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1);
   apply_tuned(ctx);
   CLBlastStatusCode s = sgemm_one(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
   if (s != CLBlastSuccess) return blas_error(ctx, s, "CLBlastSgemm", m, n, k, 1);
@@ -256,8 +258,10 @@ int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb, size
   if (rc < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, c_stride, batch);
-  if (host_blas(ctx))
-    return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch);
+  int host = host_blas(ctx);
+  if (clt__cpu_gemm_use(ctx, tb, m, n, k))
+    return clt__cpu_sgemm(ctx, ta, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch);
+  if (host) return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch);
   /* CLBlast 1.5's strided batched indirect kernel gives wrong results with
    * the tuned PoCL Xgemm parameters above whenever it has to pad (for
    * example 300 x 300 x 8, or 100 x 100 x 100): on such devices the batch

@@ -213,6 +213,11 @@ void clt__blas_clear_cache(void);
  * C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch on mapped buffers,
  * ordered with ctx's queue; shapes already checked, m, n, k > 0. */
 int clt__host_blas_available(void);
+/* src/blas_cpu.c: CPU devices' GEMMs whose B is not transposed, on our own
+ * kernels (cl/gemm_cpu.cl); strides and batch as clt__host_sgemm's. */
+int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k);
+int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, size_t m, size_t n, size_t k, float alpha, clt_matrix a,
+                   size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch);
 int clt__host_blas_use(const clt_context *ctx);
 int clt__host_blas_threads(const clt_context *ctx);
 /* Whether ctx's host GEMMs are native kernels on its queue (the device runs

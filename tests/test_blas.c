@@ -1,7 +1,8 @@
 /*
  * test_blas.c: SGEMM and strided batched SGEMM against the plain-C
  * reference on every device, through each backend the device has (CLBlast;
- * CPU devices with unified memory also the host BLAS, src/blas_host.c): all
+ * CPU devices also our own tiles, src/blas_cpu.c, and, with unified
+ * memory, the host BLAS, src/blas_host.c): all
  * four transpose cases, offsets, padded leading dimensions, odd shapes,
  * k = 0, operands sharing a buffer, ordering with the device queue, and the
  * shape checks.
@@ -12,7 +13,12 @@
 #include "testutil.h"
 
 /* (m, n, k, offset in floats) */
-static const size_t shapes[][4] = {{1, 1, 1, 0}, {3, 5, 7, 1}, {16, 16, 16, 0}, {33, 17, 65, 9}, {70, 129, 31, 3}};
+static const size_t shapes[][4] = {{1, 1, 1, 0},     {3, 5, 7, 1},     {16, 16, 16, 0},  {33, 17, 65, 9},
+                                   {70, 129, 31, 3},  {6, 64, 5, 0},    {13, 100, 9, 2},  {5, 48, 3, 1},
+                                   {64, 208, 40, 0},  {7, 79, 2, 4},    {12, 47, 17, 0},  {8, 70, 6, 0}};
+/* The last seven: src/blas_cpu.c's regions (tiles of 6 x 64 rows and
+ * columns, the last rows, the last columns in 16s, 32s or 48s, and those
+ * short of 16) alone and together. */
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
 /* Float32 accumulation of k products of values in [-1, 1) errs by about
@@ -31,28 +37,35 @@ static void run_case(clt_context *ctx, int ta, int tb, size_t m, size_t n, size_
   memcpy(want, c, nc * 4);
   cl_mem da = tu_buffer(ctx, a, na), db = tu_buffer(ctx, b, nb), dc = tu_buffer(ctx, c, nc);
   clt_matrix ma = {da, off, lda}, mb = {db, off, ldb}, mc = {dc, off, ldc};
-  int rc = batch == 1 ? clt_sgemm(ctx, ta, tb, m, n, k, 1.5f, ma, mb, -0.5f, mc)
-                      : clt_sgemm_batched(ctx, ta, tb, m, n, k, 1.5f, ma, sa, mb, sb, -0.5f, mc, sc, batch);
+  float beta = off == 0 ? 0.0f : -0.5f; /* beta 0: C is not read (src/blas_cpu.c's GEMM_BETA0) */
+  int rc = batch == 1 ? clt_sgemm(ctx, ta, tb, m, n, k, 1.5f, ma, mb, beta, mc)
+                      : clt_sgemm_batched(ctx, ta, tb, m, n, k, 1.5f, ma, sa, mb, sb, beta, mc, sc, batch);
   ck_assert_msg(rc == 0, "%s", clt_last_error());
   tu_read(ctx, dc, 0, c, nc);
   for (size_t i = 0; i < batch; i++)
-    ref_sgemm(ta, tb, m, n, k, 1.5f, a + off + i * sa, lda, b + off + i * sb, ldb, -0.5f, want + off + i * sc, ldc);
+    ref_sgemm(ta, tb, m, n, k, 1.5f, a + off + i * sa, lda, b + off + i * sb, ldb, beta, want + off + i * sc, ldc);
   double err = ref_max_rel_error(c, want, nc); /* padding between rows must be untouched: compared too */
-  ck_assert_msg(err <= GEMM_TOL, "sgemm%s ta=%d tb=%d m=%zu n=%zu k=%zu off=%zu on %s: error %g",
-                batch > 1 ? "_batched" : "", ta, tb, m, n, k, off, tu_name(ctx), err);
+  ck_assert_msg(err <= GEMM_TOL, "sgemm%s ta=%d tb=%d m=%zu n=%zu k=%zu off=%zu on %s (CLT_HOST_BLAS=%s CLT_CPU_GEMM=%s): "
+                "error %g", batch > 1 ? "_batched" : "", ta, tb, m, n, k, off, tu_name(ctx),
+                getenv("CLT_HOST_BLAS") ? getenv("CLT_HOST_BLAS") : "-", getenv("CLT_CPU_GEMM") ? getenv("CLT_CPU_GEMM") : "-",
+                err);
   clt_buffer_release(da), clt_buffer_release(db), clt_buffer_release(dc);
   free(a), free(b), free(c), free(want);
 }
 
-/* Backend 0: the default (the host BLAS where the device takes it); 1:
- * CLBlast alone (CLT_HOST_BLAS=0). */
+/* Backend 0: the default (on CPU devices our tiles where B is not
+ * transposed, else the host BLAS where the device takes it); 1: CLBlast
+ * alone (CLT_HOST_BLAS=0 CLT_CPU_GEMM=0); 2: no tiles (CLT_CPU_GEMM=0). */
+enum { NBACKENDS = 3 };
 static void set_backend(int b) {
-  if (b) setenv("CLT_HOST_BLAS", "0", 1);
+  if (b == 1) setenv("CLT_HOST_BLAS", "0", 1);
   else unsetenv("CLT_HOST_BLAS");
+  if (b) setenv("CLT_CPU_GEMM", "0", 1);
+  else unsetenv("CLT_CPU_GEMM");
 }
 
 START_TEST(sgemm_matches_plain_c) {
-  for (int be = 0; be < 2; be++, set_backend(0))
+  for (int be = 0; be < NBACKENDS; be++, set_backend(0))
     for (int d = 0; d < tu_ndev; d++)
       for (size_t s = 0; s < NSHAPES; s++)
         for (int t = 0; t < 4; t++) {
@@ -69,7 +82,7 @@ END_TEST
 START_TEST(sgemm_shared_buffer_in_queue_order) {
   enum { M = 7, N = 5, K = 6 };
   size_t ao = 3, bo = ao + M * K + 1, co = bo + K * N + 2, total = co + M * N + 4;
-  for (int be = 0; be < 2; be++, set_backend(0))
+  for (int be = 0; be < NBACKENDS; be++, set_backend(0))
     for (int d = 0; d < tu_ndev; d++) {
       set_backend(be);
       clt_context *ctx = tu_ctx[d];
@@ -98,7 +111,7 @@ START_TEST(sgemm_shared_buffer_in_queue_order) {
 END_TEST
 
 START_TEST(batched_sgemm_matches_plain_c) {
-  for (int be = 0; be < 2; be++, set_backend(0))
+  for (int be = 0; be < NBACKENDS; be++, set_backend(0))
     for (int d = 0; d < tu_ndev; d++)
     for (int t = 0; t < 4; t++) {
       set_backend(be);
@@ -106,6 +119,7 @@ START_TEST(batched_sgemm_matches_plain_c) {
       run_case(tu_ctx[d], t & 1, t >> 1, 32, 8, 16, 0, 5);
       run_case(tu_ctx[d], t & 1, t >> 1, 100, 100, 100, 1, 3); /* above 64^3: the indirect kernel, padded */
       run_case(tu_ctx[d], t & 1, t >> 1, 300, 300, 8, 0, 2);   /* attention's scores: a small k */
+      run_case(tu_ctx[d], t & 1, t >> 1, 13, 100, 9, 1, 3);    /* src/blas_cpu.c's every region, batched */
     }
 }
 END_TEST

@@ -1,0 +1,101 @@
+/*
+ * blas_cpu.c: GEMMs of CPU devices whose B is not transposed, through our
+ * own kernels (cl/gemm_cpu.cl), which the device's compiler turns into
+ * vector code at its own width: C = alpha op(A) B + beta C, strided
+ * batches too.
+ *
+ * Why: on a CPU device the GEMMs are most of a convolution's time, and
+ * the host's BLAS runs whatever kernels it was told to: OPENBLAS_CORETYPE
+ * (set to Haswell on our test machine) keeps OpenBLAS on AVX2 where the
+ * CPU has AVX-512, and PoCL compiles for the CPU it runs on. The tiles
+ * of C each work-item keeps in registers ran the CNN's conv2 GEMMs in
+ * about half OpenBLAS's Haswell time and level with its AVX-512 kernels
+ * (bench/nn_bench --only sgemm). GEMMs whose B is transposed (a linear
+ * layer's forward, a weight gradient over many samples) read B across
+ * rows, which the tiles cannot vectorize: those stay with the host BLAS
+ * (src/blas_host.c) or CLBlast.
+ *
+ * C is cut into the widest tiles that fit: GEMM_R = 6 rows by 64 columns
+ * (24 float16 accumulators: 6 x 64 was the fastest of the shapes tried,
+ * 2 x 8 to 12 x 32, on AVX-512), then the last rows in a tile of their own
+ * height and the last columns in tiles of 16, 32 or 48, and the final
+ * columns short of 16 one element a work-item. Every element is the same
+ * sequential sum over k in every tile, so results are deterministic for a
+ * given device and shape, and replicas on one kind of device agree bit
+ * for bit. CLT_CPU_GEMM=0 in the environment turns this off.
+ */
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { TILE_R = 6, TILE_V = 4 }; /* rows, and columns / 16 */
+
+int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k) {
+  if (ctx->info.type != CLT_DEVICE_CPU || tb != CLT_NO_TRANS || n < 16 || m == 0 || k == 0) return 0;
+  const char *env = getenv("CLT_CPU_GEMM");
+  return !(env && strcmp(env, "0") == 0);
+}
+
+/* The region of C rows [m0, m0 + rows) by columns [n0, n0 + cols) in
+ * tiles of r rows by 16 v columns (v = 0: one element a work-item). */
+typedef struct region {
+  size_t m0, n0, rows, cols;
+  int r, v;
+} region;
+
+static int run_region(clt_context *ctx, clt_transpose ta, size_t k, float alpha, clt_matrix a, size_t as,
+                      clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch, const region *g) {
+  int rc = CLT_OK;
+  cl_kernel kern;
+  char opts[96];
+  if (g->rows == 0 || g->cols == 0) return CLT_OK;
+  snprintf(opts, sizeof opts, "-DGEMM_R=%d -DGEMM_V=%d -DGEMM_TRANS_A=%d -DGEMM_BETA0=%d", g->r ? g->r : 1,
+           g->v ? g->v : 1, ta == CLT_TRANS, beta == 0.0f);
+  CLT_TRY(clt_context_kernel(ctx, "gemm_cpu", g->v ? "gemm_cpu" : "gemm_cpu_edge", opts, &kern));
+  cl_uint m0 = (cl_uint)g->m0, n0 = (cl_uint)g->n0, K = (cl_uint)k, lda = (cl_uint)a.ld, ldb = (cl_uint)b.ld,
+          ldc = (cl_uint)c.ld;
+  cl_ulong ao = a.offset, bo = b.offset, co = c.offset, sa = as, sb = bs, sc = cs;
+  const struct {
+    size_t size;
+    const void *value;
+  } args[] = {{sizeof m0, &m0}, {sizeof n0, &n0},   {sizeof K, &K},     {sizeof alpha, &alpha}, {sizeof beta, &beta},
+              {sizeof a.buf, &a.buf}, {sizeof ao, &ao}, {sizeof lda, &lda}, {sizeof sa, &sa},
+              {sizeof b.buf, &b.buf}, {sizeof bo, &bo}, {sizeof ldb, &ldb}, {sizeof sb, &sb},
+              {sizeof c.buf, &c.buf}, {sizeof co, &co}, {sizeof ldc, &ldc}, {sizeof sc, &sc}};
+  for (cl_uint i = 0; i < sizeof args / sizeof *args; i++)
+    CLT_CL_TRY(clSetKernelArg(kern, i, args[i].size, args[i].value));
+  size_t global[3] = {g->v ? g->cols / (16 * (size_t)g->v) : g->cols, g->r ? g->rows / (size_t)g->r : g->rows, batch};
+  size_t local[3] = {1, 1, 1};
+  CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, kern, 3, NULL, global, local, 0, NULL, NULL));
+  return CLT_OK;
+fail:
+  return rc;
+}
+
+int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, size_t m, size_t n, size_t k, float alpha, clt_matrix a,
+                   size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch) {
+  int rc = CLT_OK;
+  if (m > UINT32_MAX || n > UINT32_MAX || k > UINT32_MAX || a.ld > UINT32_MAX || b.ld > UINT32_MAX ||
+      c.ld > UINT32_MAX) {
+    rc = clt__error(CLT_EINVAL, "a dimension above 2^32");
+    goto fail;
+  }
+  size_t mr = m / TILE_R * TILE_R, nv = n / (16 * TILE_V) * (16 * TILE_V), n16 = n / 16 * 16;
+  int last_r = (int)(m - mr), last_v = (int)((n16 - nv) / 16);
+  region regions[] = {
+      {0, 0, mr, nv, TILE_R, TILE_V},           /* the body */
+      {mr, 0, m - mr, nv, last_r, TILE_V},      /* the last rows */
+      {0, nv, mr, n16 - nv, TILE_R, last_v},    /* the last columns in 16s */
+      {mr, nv, m - mr, n16 - nv, last_r, last_v},
+      {0, n16, m, n - n16, 1, 0},               /* the columns short of 16 */
+  };
+  for (size_t i = 0; i < sizeof regions / sizeof *regions; i++)
+    if (regions[i].r > 0 && (regions[i].v > 0 || i == 4))
+      CLT_TRY(run_region(ctx, ta, k, alpha, a, as, b, bs, beta, c, cs, batch, &regions[i]));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "cpu sgemm(m=%zu, n=%zu, k=%zu, batch=%zu) on %s", m, n, k, batch, ctx->info.name);
+}
