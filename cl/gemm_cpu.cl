@@ -12,13 +12,18 @@
 // 64 x 12544 x 288 in 2.6 ms where OpenBLAS's AVX2 kernels took 4.8
 // (bench/nn_bench --only sgemm).
 //
-// Each element of C is a sequential multiply-add over k = 0 .. K-1, then
-// alpha and beta, whatever the tile: the host splits C into tiles of the
+// Each element of C is a sequential fused multiply-add over k = 0 .. K-1,
+// then alpha and beta unfused (FP_CONTRACT OFF: OpenCL C may otherwise fuse
+// a * b + c in one kernel and not in another), whatever the tile, so how C
+// is cut (a convolution's chunks of samples cut it differently) does not
+// show in the bits: the host splits C into tiles of the
 // widest shapes that fit (a narrower GEMM_R for the last rows, a smaller
 // GEMM_V for the last columns) and gemm_cpu_edge takes the last columns
 // short of 16, one element a work-item.
 //
 // Range: (column tiles, row tiles, batch); the tiles start at (m0, n0).
+
+#pragma OPENCL FP_CONTRACT OFF
 
 #ifndef GEMM_R
 #define GEMM_R 6
@@ -55,7 +60,7 @@ __kernel void gemm_cpu(const uint m0, const uint n0, const uint K, const float a
     for (int r = 0; r < GEMM_R; r++) {
       const float16 av = (float16)(A_AT(i0 + r, k));
 #pragma unroll
-      for (int v = 0; v < GEMM_V; v++) acc[r][v] = mad(av, bv[v], acc[r][v]);
+      for (int v = 0; v < GEMM_V; v++) acc[r][v] = fma(av, bv[v], acc[r][v]);
     }
   }
 #pragma unroll
@@ -81,7 +86,7 @@ __kernel void gemm_cpu_edge(const uint m0, const uint n0, const uint K, const fl
   __global const float *a = A + aoff + z * as;
   __global const float *b = B + boff + z * bs + j;
   float acc = 0.0f;
-  for (uint k = 0; k < K; k++) acc = mad(A_AT(i, k), b[(ulong)k * ldb], acc);
+  for (uint k = 0; k < K; k++) acc = fma(A_AT(i, k), b[(ulong)k * ldb], acc);
   __global float *c = C + coff + z * cs + (ulong)i * ldc + j;
 #if GEMM_BETA0
   *c = alpha * acc;
