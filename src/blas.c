@@ -3,8 +3,9 @@
  * SGEMM on (cl_mem, offset, ld) operands, with shapes and buffer bounds
  * checked before CLBlast sees them, and CLBlast failures turned into errors
  * that name the routine and the shapes; tuned kernel parameters applied to
- * devices CLBlast's own database does not know. CPU devices whose buffers
- * are host memory run their GEMMs on the host's CBLAS instead
+ * devices CLBlast's own database does not know. CPU devices run GEMMs
+ * whose B is not transposed on our own tiles (src/blas_cpu.c), and, where
+ * their buffers are host memory, the rest on the host's CBLAS
  * (src/blas_host.c), behind the same checks.
  */
 #include "internal.h"
@@ -205,12 +206,14 @@ static int host_blas(clt_context *ctx) {
   if (!ctx->blas_said) {
     ctx->blas_said = 1;
     const char *core = host ? clt__host_blas_core() : NULL;
+    const char *tiles = clt__cpu_gemm_use(ctx, CLT_NO_TRANS, 16, 16, 1) ? "cltrain's CPU tiles where B is not "
+                                                                          "transposed (CLT_CPU_GEMM=0: off), else " : "";
     if (host)
-      clt__log(CLT_LOG_INFO, "GEMMs on %s: host %s%s%s%s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
-               clt__host_blas_name(), core ? " (" : "", core ? core : "", core ? " kernels)" : "",
+      clt__log(CLT_LOG_INFO, "GEMMs on %s: %shost %s%s%s%s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
+               tiles, clt__host_blas_name(), core ? " (" : "", core ? core : "", core ? " kernels)" : "",
                clt__host_blas_threads(ctx));
     else
-      clt__log(CLT_LOG_INFO, "GEMMs on %s: CLBlast%s, %u compute unit(s)", ctx->info.name,
+      clt__log(CLT_LOG_INFO, "GEMMs on %s: %sCLBlast%s, %u compute unit(s)", ctx->info.name, tiles,
                apply_tuned(ctx) ? " (tuned parameters)" : "", ctx->info.compute_units);
   }
   return host;
