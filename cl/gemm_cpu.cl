@@ -9,17 +9,15 @@
 // k, GEMM_V vector loads of B's row, GEMM_R broadcasts of A, and
 // GEMM_R * GEMM_V vector FMAs. On the AVX-512 host PoCL compiles for,
 // 6 x 64 tiles (24 accumulators of 32 registers) ran the CNN's
-// 64 x 12544 x 288 in 2.6 ms where OpenBLAS's AVX2 kernels took 4.8
-// (bench/nn_bench --only sgemm).
+// 64 x 12544 x 288 in 2.6 ms where OpenBLAS's AVX2 kernels took 4.8.
 //
 // Each element of C is a sequential fused multiply-add over k = 0 .. K-1,
 // then alpha and beta unfused (FP_CONTRACT OFF: OpenCL C may otherwise fuse
 // a * b + c in one kernel and not in another), whatever the tile, so how C
 // is cut (a convolution's chunks of samples cut it differently) does not
-// show in the bits: the host splits C into tiles of the
-// widest shapes that fit (a narrower GEMM_R for the last rows, a smaller
-// GEMM_V for the last columns) and gemm_cpu_edge takes the last columns
-// short of 16, one element a work-item.
+// show in the bits. The host cuts C into the widest tiles that fit (a
+// smaller GEMM_R for the last rows, GEMM_V for the last columns), and
+// gemm_cpu_edge takes the columns short of 16, an element a work-item.
 //
 // Range: (column tiles, row tiles, batch); the tiles start at (m0, n0).
 

@@ -205,6 +205,17 @@ struct clt_context {
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
 void clt__blas_clear_cache(void);
 
+/* src/blas_cpu.c: CPU devices' GEMMs whose B is not transposed, on our own
+ * kernels (cl/gemm_cpu.cl). _on: whether ctx's device takes them (a CPU,
+ * CLT_CPU_GEMM not 0); _use: whether this one goes there (op(B) = B,
+ * n >= 16, every dimension below 2^32); _sgemm: as clt__host_sgemm below,
+ * op(B) = B. */
+int clt__cpu_gemm_on(const clt_context *ctx);
+int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
+                      clt_matrix b, clt_matrix c);
+int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, size_t m, size_t n, size_t k, float alpha, clt_matrix a,
+                   size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch);
+
 /* GEMMs on the host's CBLAS for CPU devices with unified memory
  * (src/blas_host.c). _use: whether ctx's GEMMs go there (built with a host
  * BLAS, a CPU device, unified memory, CLT_HOST_BLAS not 0); _threads: the
@@ -213,11 +224,6 @@ void clt__blas_clear_cache(void);
  * C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch on mapped buffers,
  * ordered with ctx's queue; shapes already checked, m, n, k > 0. */
 int clt__host_blas_available(void);
-/* src/blas_cpu.c: CPU devices' GEMMs whose B is not transposed, on our own
- * kernels (cl/gemm_cpu.cl); strides and batch as clt__host_sgemm's. */
-int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k);
-int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, size_t m, size_t n, size_t k, float alpha, clt_matrix a,
-                   size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch);
 int clt__host_blas_use(const clt_context *ctx);
 int clt__host_blas_threads(const clt_context *ctx);
 /* Whether ctx's host GEMMs are native kernels on its queue (the device runs
