@@ -206,8 +206,8 @@ struct clt_context {
 void clt__blas_clear_cache(void);
 
 /* src/blas_cpu.c: CPU devices' GEMMs whose B is not transposed, on our own
- * kernels (cl/gemm_cpu.cl). _on: whether ctx's device takes them (a CPU,
- * CLT_CPU_GEMM not 0); _use: whether this one goes there (op(B) = B,
+ * kernels (cl/gemm_cpu.cl). _on: whether ctx's device takes them (PoCL's
+ * CPU devices unless CLT_CPU_GEMM=0; any CPU device with CLT_CPU_GEMM=1); _use: whether this one goes there (op(B) = B,
  * n >= 16, every dimension below 2^32); _sgemm: as clt__host_sgemm below,
  * op(B) = B. */
 int clt__cpu_gemm_on(const clt_context *ctx);

@@ -53,14 +53,16 @@ static void run_case(clt_context *ctx, int ta, int tb, size_t m, size_t n, size_
   free(a), free(b), free(c), free(want);
 }
 
-/* Backend 0: the default (on CPU devices our tiles where B is not
- * transposed, else the host BLAS where the device takes it); 1: CLBlast
- * alone (CLT_HOST_BLAS=0 CLT_CPU_GEMM=0); 2: no tiles (CLT_CPU_GEMM=0). */
-enum { NBACKENDS = 3 };
+/* Backend 0: the default (on PoCL our tiles where B is not transposed,
+ * else the host BLAS where the device takes it); 1: CLBlast alone
+ * (CLT_HOST_BLAS=0 CLT_CPU_GEMM=0); 2: no tiles (CLT_CPU_GEMM=0); 3: the
+ * tiles on every CPU device, rusticl's too (CLT_CPU_GEMM=1). */
+enum { NBACKENDS = 4 };
 static void set_backend(int b) {
   if (b == 1) setenv("CLT_HOST_BLAS", "0", 1);
   else unsetenv("CLT_HOST_BLAS");
-  if (b) setenv("CLT_CPU_GEMM", "0", 1);
+  if (b == 1 || b == 2) setenv("CLT_CPU_GEMM", "0", 1);
+  else if (b == 3) setenv("CLT_CPU_GEMM", "1", 1);
   else unsetenv("CLT_CPU_GEMM");
 }
 
