@@ -640,8 +640,10 @@ END_TEST
 /* ---- the forward pass generation uses ---------------------------------------- */
 
 /* clt_trainer_forward: (n, T, V) logits; causal, so changing the tokens
- * from position j on leaves every logit before j as it was, bit for bit
- * (generate pads a short prompt after its end on that promise); and its
+ * from position j on leaves every logit before j as it was, bit for bit,
+ * in forwards of the same shape (generate pads a short prompt after its
+ * end on that promise; a host BLAS may round a one-sample GEMM unlike an
+ * n-sample one: OpenBLAS's AVX-512 small-matrix kernels do); and its
  * summed loss over the held-out windows is what clt_trainer_evaluate
  * averages (a float sum of 1008 terms in another order: 1e-6). */
 START_TEST(forward_is_causal_and_agrees_with_evaluate) {
@@ -665,6 +667,7 @@ START_TEST(forward_is_causal_and_agrees_with_evaluate) {
                   sum / (double)(n * GU_T), mean);
     ck_assert_int_eq(clt_trainer_forward(t, x, NULL, n, logits, n * TV - 1, NULL), CLT_ESHAPE); /* no room */
     ck_assert_msg(strstr(clt_last_error(), "the buffer holds"), "%s", clt_last_error());
+    ck_assert_int_eq(clt_trainer_forward(t, x, NULL, 1, logits, TV, NULL), 0); /* sample 0 alone */
     for (int j = 1; j < GU_T; j += 5) {
       float xj[GU_T];
       memcpy(xj, x, sizeof xj);
