@@ -8,8 +8,12 @@
 // explicit float16 vectors, held in registers across the whole k loop: per
 // k, GEMM_V vector loads of B's row, GEMM_R broadcasts of A, and
 // GEMM_R * GEMM_V vector FMAs. On the AVX-512 host PoCL compiles for,
-// 6 x 64 tiles (24 accumulators of 32 registers) ran the CNN's
-// 64 x 12544 x 288 in 2.6 ms where OpenBLAS's AVX2 kernels took 4.8.
+// 8 x 48 tiles (24 accumulators of 32 registers) ran the CNN's
+// 64 x 12544 x 288 in 3.7-4.0 ms where OpenBLAS's AVX-512 kernels took
+// 4.6-4.8. Consecutive work-items take the row tiles of one column panel,
+// so the panel of B (k x 48) stays in cache while A's rows pass over it:
+// columns first read B from memory once per row tile, and ran 2 times
+// slower.
 //
 // Each element of C is a sequential fused multiply-add over k = 0 .. K-1,
 // then alpha and beta unfused (FP_CONTRACT OFF: OpenCL C may otherwise fuse
@@ -19,15 +23,15 @@
 // smaller GEMM_R for the last rows, GEMM_V for the last columns), and
 // gemm_cpu_edge takes the columns short of 16, an element a work-item.
 //
-// Range: (column tiles, row tiles, batch); the tiles start at (m0, n0).
+// Range: (row tiles, column tiles, batch); the tiles start at (m0, n0).
 
 #pragma OPENCL FP_CONTRACT OFF
 
 #ifndef GEMM_R
-#define GEMM_R 6
+#define GEMM_R 8
 #endif
 #ifndef GEMM_V
-#define GEMM_V 4
+#define GEMM_V 3
 #endif
 
 #if GEMM_TRANS_A
@@ -40,7 +44,7 @@ __kernel void gemm_cpu(const uint m0, const uint n0, const uint K, const float a
                        __global const float *A, const ulong aoff, const uint lda, const ulong as,
                        __global const float *B, const ulong boff, const uint ldb, const ulong bs,
                        __global float *C, const ulong coff, const uint ldc, const ulong cs) {
-  const uint j0 = n0 + get_global_id(0) * 16 * GEMM_V, i0 = m0 + get_global_id(1) * GEMM_R;
+  const uint j0 = n0 + get_global_id(1) * 16 * GEMM_V, i0 = m0 + get_global_id(0) * GEMM_R;
   const ulong z = get_global_id(2);
   __global const float *a = A + aoff + z * as;
   __global const float *b = B + boff + z * bs + j0;

@@ -5,21 +5,22 @@
  * batches too.
  *
  * Why: on a CPU device the GEMMs are most of a convolution's time, and
- * the host's BLAS runs whatever kernels it was told to: OPENBLAS_CORETYPE
- * (set to Haswell on our test machine) keeps OpenBLAS on AVX2 where the
- * CPU has AVX-512, and PoCL compiles for the CPU it runs on. The tiles
- * of C each work-item keeps in registers ran the CNN's conv2 forward GEMM
- * (64 x 12544 x 288, one thread) in 2.6 ms, where OpenBLAS took 4.8 with
- * its Haswell kernels and 2.9 with its AVX-512 ones (bench/nn_bench
- * --only sgemm compares the two backends). GEMMs whose B is transposed (a linear
- * layer's forward, a weight gradient over many samples) read B across
- * rows, which the tiles cannot vectorize: those stay with the host BLAS
- * (src/blas_host.c) or CLBlast.
+ * the host's BLAS runs whatever kernels it was told to (OPENBLAS_CORETYPE
+ * can keep OpenBLAS on AVX2 where the CPU has AVX-512), while PoCL
+ * compiles for the CPU it runs on. The tiles of C each work-item keeps in
+ * registers ran the CNN's conv2 forward GEMM (64 x 12544 x 288, one
+ * thread, bench/nn_bench --only sgemm compares the backends) in 3.7-4.0 ms
+ * where OpenBLAS took 4.6-4.8 with its AVX-512 kernels and 4.9 with its
+ * Haswell ones (another machine, 6 x 64 tiles: 2.6 against 2.9 and 4.8). GEMMs whose
+ * B is transposed (a linear layer's forward, a weight gradient over many
+ * samples) read B across rows, which the tiles cannot vectorize: those
+ * stay with the host BLAS (src/blas_host.c) or CLBlast.
  *
- * C is cut into the widest tiles that fit: GEMM_R = 6 rows by 64 columns
- * (24 float16 accumulators: 6 x 64 was the fastest of the shapes tried,
- * 2 x 8 to 12 x 32, on AVX-512), then the last rows in a tile of their own
- * height and the last columns in tiles of 16, 32 or 48, and the final
+ * C is cut into the widest tiles that fit: GEMM_R = 8 rows by 48 columns
+ * (24 float16 accumulators of the 32 registers; of 4 x 32 to 14 x 32,
+ * 3 x 64 to 6 x 64 and 8 x 48, 8 x 48 was the fastest here, and 6 x 64
+ * close), then the last rows in a tile of their own height and the last
+ * columns in tiles of 16 or 32, and the final
  * columns short of 16 one element a work-item. Every element is the same
  * sequential sum over k in every tile, so results are deterministic for a
  * given device and shape, and replicas on one kind of device agree bit
@@ -40,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TILE_R = 6, TILE_V = 4 }; /* rows, and columns / 16 */
+enum { TILE_R = 8, TILE_V = 3 }; /* rows, and columns / 16 */
 
 /* The kernels index with 32-bit integers (offsets and strides are 64). */
 static int fits_u32(size_t x) { return x <= UINT32_MAX; }
@@ -87,7 +88,7 @@ static int run_region(clt_context *ctx, clt_transpose ta, size_t k, float alpha,
               {sizeof c.buf, &c.buf}, {sizeof co, &co}, {sizeof ldc, &ldc}, {sizeof sc, &sc}};
   for (cl_uint i = 0; i < sizeof args / sizeof *args; i++)
     CLT_CL_TRY(clSetKernelArg(kern, i, args[i].size, args[i].value));
-  size_t global[3] = {g->v ? g->cols / (16 * (size_t)g->v) : g->cols, g->rows / (size_t)g->r, batch};
+  size_t global[3] = {g->v ? g->rows / (size_t)g->r : g->cols, g->v ? g->cols / (16 * (size_t)g->v) : g->rows, batch};
   size_t local[3] = {1, 1, 1};
   CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, kern, 3, NULL, global, local, 0, NULL, NULL));
   return CLT_OK;

@@ -15,9 +15,10 @@
 /* (m, n, k, offset in floats) */
 static const size_t shapes[][4] = {{1, 1, 1, 0},     {3, 5, 7, 1},     {16, 16, 16, 0},  {33, 17, 65, 9},
                                    {70, 129, 31, 3},  {6, 64, 5, 0},    {13, 100, 9, 2},  {5, 48, 3, 1},
-                                   {64, 208, 40, 0},  {7, 79, 2, 4},    {12, 47, 17, 0},  {8, 70, 6, 0}};
-/* The last seven: src/blas_cpu.c's regions (tiles of 6 x 64 rows and
- * columns, the last rows, the last columns in 16s, 32s or 48s, and those
+                                   {64, 208, 40, 0},  {7, 79, 2, 4},    {12, 47, 17, 0},  {8, 70, 6, 0},
+                                   {16, 96, 7, 0}};
+/* From {6, 64, 5, 0} on: src/blas_cpu.c's regions (tiles of 8 x 48 rows
+ * and columns, the last rows, the last columns in 16s or 32s, and those
  * short of 16) alone and together. */
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
