@@ -125,14 +125,21 @@ static cl_ulong ws_t(const geom *g) { return clt__nn_off(&g->ws) + (cl_ulong)(g-
 
 /* On a CPU device, chunks whose col fits in about CONV_CPU_COL_BYTES: the
  * GEMM then reads col while it is still in the cache im2col wrote it to.
- * The Fashion CNN's second layer on PoCL, batch 64 (bench/nn_bench):
- * forward 7.1 ms in one chunk of 64 (col 14 MB), 5.9 in chunks of 16;
- * backward 12.6 and 11.2. A GPU keeps one large GEMM. */
-#define CONV_CPU_COL_BYTES (4 << 20)
+ * And chunks of a multiple of 16 / gcd(P, 16) samples, so that the GEMM's
+ * B * P columns are whole 16s: src/blas_cpu.c's tiles then need no
+ * element-a-work-item edge. The Fashion CNN's second layer on PoCL, batch
+ * 64, one thread (bench/nn_bench --only conv2), forward and backward ms:
+ * chunks of 18 samples (4 MB) 5.8-6.1 and 10.7-11.5; of 16 5.2-5.3 and
+ * 10.4-10.7; of 4 (1 MB) 4.3-4.7 and 9.9-10.8; of 3 (no whole 16s) 9.3
+ * and 13.5. A GPU keeps one large GEMM. */
+#define CONV_CPU_COL_BYTES (1 << 20)
 static void fit_chunk_to_cache(const clt_context *ctx, geom *g) {
   if (ctx->info.type != CLT_DEVICE_CPU) return;
   int64_t fit = CONV_CPU_COL_BYTES / (g->K * g->P * (int64_t)sizeof(float));
   if (fit < 1) fit = 1;
+  int64_t q = 16, p = g->P; /* q = 16 / gcd(P, 16): chunks of q samples have B*P a multiple of 16 */
+  while (p % 2 == 0 && q > 1) p /= 2, q /= 2;
+  if (fit > q) fit -= fit % q;
   if (g->chunk > fit) g->chunk = fit;
 }
 
