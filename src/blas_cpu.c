@@ -43,6 +43,14 @@
 
 enum { TILE_R = 8, TILE_V = 3 }; /* rows, and columns / 16 */
 
+/* Up to this k: a column panel of B (k x 48) then stays near the core
+ * while the row tiles pass over it. With k = 2048 (a GPT linear's weight
+ * gradient over 16 x 128 tokens, TN) the tiles took 1.4 to 1.8 times
+ * OpenBLAS's time (384x128x2048: 2.1 against 1.5 ms; 128x512x2048: 3.8
+ * against 2.2), and the tiny GPT trained 12% slower; with k up to 512
+ * they were as fast or faster (bench/nn_bench --gpt). */
+#define TILE_K_MAX 1024
+
 /* The kernels index with 32-bit integers (offsets and strides are 64). */
 static int fits_u32(size_t x) { return x <= UINT32_MAX; }
 
@@ -54,7 +62,7 @@ int clt__cpu_gemm_on(const clt_context *ctx) {
 
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
                       clt_matrix b, clt_matrix c) {
-  if (tb != CLT_NO_TRANS || n < 16 || m == 0 || k == 0) return 0;
+  if (tb != CLT_NO_TRANS || n < 16 || m == 0 || k == 0 || k > TILE_K_MAX) return 0;
   if (!fits_u32(m) || !fits_u32(n) || !fits_u32(k) || !fits_u32(a.ld) || !fits_u32(b.ld) || !fits_u32(c.ld))
     return 0; /* the host BLAS or CLBlast takes it */
   return clt__cpu_gemm_on(ctx);

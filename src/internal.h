@@ -207,9 +207,9 @@ void clt__blas_clear_cache(void);
 
 /* src/blas_cpu.c: CPU devices' GEMMs whose B is not transposed, on our own
  * kernels (cl/gemm_cpu.cl). _on: whether ctx's device takes them (PoCL's
- * CPU devices unless CLT_CPU_GEMM=0; any CPU device with CLT_CPU_GEMM=1); _use: whether this one goes there (op(B) = B,
- * n >= 16, every dimension below 2^32); _sgemm: as clt__host_sgemm below,
- * op(B) = B. */
+ * CPU devices unless CLT_CPU_GEMM=0; any CPU device with CLT_CPU_GEMM=1);
+ * _use: whether this one goes there (op(B) = B, n >= 16, k <= 1024, every
+ * dimension below 2^32); _sgemm: as clt__host_sgemm below, op(B) = B. */
 int clt__cpu_gemm_on(const clt_context *ctx);
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
                       clt_matrix b, clt_matrix c);
