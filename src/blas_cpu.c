@@ -11,10 +11,10 @@
  * registers ran the CNN's conv2 forward GEMM (64 x 12544 x 288, one
  * thread, bench/nn_bench --only sgemm compares the backends) in 3.7-4.0 ms
  * where OpenBLAS took 4.6-4.8 with its AVX-512 kernels and 4.9 with its
- * Haswell ones (another machine, 6 x 64 tiles: 2.6 against 2.9 and 4.8). GEMMs whose
- * B is transposed (a linear layer's forward, a weight gradient over many
- * samples) read B across rows, which the tiles cannot vectorize: those
- * stay with the host BLAS (src/blas_host.c) or CLBlast.
+ * Haswell ones (another machine, 6 x 64 tiles: 2.6 against 2.9 and
+ * 4.8). GEMMs whose B is transposed (a linear layer's forward, a weight
+ * gradient over many samples) read B across rows, which the tiles cannot
+ * vectorize: those stay with the host BLAS (src/blas_host.c) or CLBlast.
  *
  * C is cut into the widest tiles that fit: GEMM_R = 8 rows by 48 columns
  * (24 float16 accumulators of the 32 registers; of 4 x 32 to 14 x 32,
