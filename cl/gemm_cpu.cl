@@ -77,13 +77,14 @@ __kernel void gemm_cpu(const uint m0, const uint n0, const uint K, const float a
     }
 }
 
-// One element of C a work-item, over the rows [m0, m0 + range 1) and
-// columns [n0, n0 + range 0): the tiles' edges. Range: (columns, rows, batch).
+// One element of C a work-item, over the rows [m0, m0 + range 0) and
+// columns [n0, n0 + range 1): the tiles' edges. Range: (rows, columns,
+// batch), as gemm_cpu's with tiles of one element.
 __kernel void gemm_cpu_edge(const uint m0, const uint n0, const uint K, const float alpha, const float beta,
                             __global const float *A, const ulong aoff, const uint lda, const ulong as,
                             __global const float *B, const ulong boff, const uint ldb, const ulong bs,
                             __global float *C, const ulong coff, const uint ldc, const ulong cs) {
-  const uint j = n0 + get_global_id(0), i = m0 + get_global_id(1);
+  const uint i = m0 + get_global_id(0), j = n0 + get_global_id(1);
   const ulong z = get_global_id(2);
   __global const float *a = A + aoff + z * as;
   __global const float *b = B + boff + z * bs + j;

@@ -26,11 +26,12 @@
  * given device and shape, and replicas on one kind of device agree bit
  * for bit.
  *
- * Which devices: by default PoCL's CPU devices only. Mesa's rusticl on
- * llvmpipe runs the same kernels correctly but about 40 times slower than
- * the host BLAS (the MLP's 40 steps: 29 s against 0.7; llvmpipe spreads
- * work-items over its SIMD lanes and spills a work-item's 24 float16
- * accumulators), so its GEMMs stay with the host BLAS. CLT_CPU_GEMM=0
+ * Which devices: by default those that run a work-group's items as a loop
+ * (PoCL's CPU devices), where a work-item's float16 is a SIMD register.
+ * Mesa's rusticl on llvmpipe, which runs items in SIMD lanes instead, runs
+ * the same kernels correctly but about 40 times slower than the host BLAS
+ * (the MLP's 40 steps: 29 s against 0.7), so its GEMMs stay with the host
+ * BLAS. CLT_CPU_GEMM=0
  * turns the tiles off; CLT_CPU_GEMM=1 puts every CPU device on them (the
  * tests check they agree on both drivers).
  */
@@ -57,7 +58,7 @@ static int fits_u32(size_t x) { return x <= UINT32_MAX; }
 int clt__cpu_gemm_on(const clt_context *ctx) {
   const char *env = getenv("CLT_CPU_GEMM");
   if (ctx->info.type != CLT_DEVICE_CPU || (env && strcmp(env, "0") == 0)) return 0;
-  return (env && strcmp(env, "1") == 0) || strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
+  return (env && strcmp(env, "1") == 0) || clt__items_run_as_loops(ctx);
 }
 
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
@@ -96,7 +97,7 @@ static int run_region(clt_context *ctx, clt_transpose ta, size_t k, float alpha,
               {sizeof c.buf, &c.buf}, {sizeof co, &co}, {sizeof ldc, &ldc}, {sizeof sc, &sc}};
   for (cl_uint i = 0; i < sizeof args / sizeof *args; i++)
     CLT_CL_TRY(clSetKernelArg(kern, i, args[i].size, args[i].value));
-  size_t global[3] = {g->v ? g->rows / (size_t)g->r : g->cols, g->v ? g->cols / (16 * (size_t)g->v) : g->rows, batch};
+  size_t global[3] = {g->rows / (size_t)g->r, g->v ? g->cols / (16 * (size_t)g->v) : g->cols, batch};
   size_t local[3] = {1, 1, 1};
   CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, kern, 3, NULL, global, local, 0, NULL, NULL));
   return CLT_OK;

@@ -57,6 +57,11 @@ int clt__cl_status(cl_int err);
 
 void clt__log(clt_log_level level, const char *fmt, ...) CLT__PRINTF(2, 3);
 
+/* Whether the device runs a work-group's items as a loop, one after the
+ * other (PoCL's CPU devices; rusticl's llvmpipe runs them in SIMD lanes):
+ * then a work-item's vectors are the CPU's SIMD registers, and kernels
+ * that tile in registers can take large tiles. */
+int clt__items_run_as_loops(const clt_context *ctx);
 /* Clamp a wanted work-group size to a power of two the kernel and device allow. */
 size_t clt__clamp_wgs(clt_context *ctx, cl_kernel k, size_t want);
 /* Launch k over exactly n items, [0, n): the whole groups of 256 (clamped)

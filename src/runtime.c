@@ -388,6 +388,10 @@ static size_t kernel_max_wgs(clt_context *ctx, cl_kernel k) {
   return wgs;
 }
 
+int clt__items_run_as_loops(const clt_context *ctx) {
+  return ctx->info.type == CLT_DEVICE_CPU && strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
+}
+
 size_t clt__clamp_wgs(clt_context *ctx, cl_kernel k, size_t want) {
   size_t max = kernel_max_wgs(ctx, k);
   size_t wgs = 1;

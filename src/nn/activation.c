@@ -41,7 +41,7 @@ static int check_pair(const char *op, const char *an, const clt_tensor *a, const
 
 /* GELU 16 elements a work-item (cl/activation.cl) on PoCL where 16 divides n. */
 static int gelu16(const clt_context *ctx, clt_nn_act act, cl_ulong n) {
-  return act == CLT_NN_GELU && n % 16 == 0 && clt__nn_items_run_as_loops(ctx);
+  return act == CLT_NN_GELU && n % 16 == 0 && clt__items_run_as_loops(ctx);
 }
 
 int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_tensor *x, const clt_tensor *y) {

@@ -52,7 +52,7 @@ size_t clt_nn_attention_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads
  * item's registers are few and items many: 1 x 4. Either way the results
  * are deterministic; they differ in rounding between the two. */
 static void attention_tile(const clt_context *ctx, int *qb, int *kl) {
-  int cpu = clt__nn_items_run_as_loops(ctx);
+  int cpu = clt__items_run_as_loops(ctx);
   *qb = cpu ? 4 : 1;
   *kl = cpu ? 16 : 4;
 }
@@ -76,7 +76,7 @@ static int transpose_heads(clt_context *ctx, const clt_tensor *src, const attn_d
   cl_ulong soff = clt__nn_off(src) + col;
   cl_uint T = (cl_uint)d->T;
   /* On CPUs that run items as loops, 16 rows an item where 8 divides D */
-  int tiles = clt__nn_items_run_as_loops(ctx) && d->D % 8 == 0;
+  int tiles = clt__items_run_as_loops(ctx) && d->D % 8 == 0;
   CLT_TRY(attention_kernel(ctx, src, d->D, tiles ? "attention_transpose16" : "attention_transpose", &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(src->buf), NN_VAL(soff), NN_VAL(ld), NN_VAL(T), NN_VAL(scratch), NN_VAL(dst),
                       NN_VAL(parts), NN_VAL(stride)));

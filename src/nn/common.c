@@ -145,12 +145,8 @@ fail:
  * 128 loops over mostly idle items, and cost the tiny GPT's layernorm 4 ms
  * where one item walking the row takes 0.45 (nn_bench --gpt). rusticl's
  * llvmpipe, a CPU too, runs items in SIMD lanes and keeps the tree. */
-int clt__nn_items_run_as_loops(const clt_context *ctx) {
-  return ctx->info.type == CLT_DEVICE_CPU && strstr(ctx->info.platform_name, "Portable Computing Language") != NULL;
-}
-
 size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most) {
-  if (clt__nn_items_run_as_loops(ctx)) return 1;
+  if (clt__items_run_as_loops(ctx)) return 1;
   size_t want = 1;
   while (want < most && (int64_t)want < len) want *= 2;
   return clt__clamp_wgs(ctx, k, want);

@@ -101,11 +101,6 @@ int clt__nn_launch_3d(clt_context *ctx, cl_kernel k, size_t gx, size_t gy, size_
  * kernels' fixed reduction order is then the row's order. */
 size_t clt__nn_row_wgs(clt_context *ctx, cl_kernel k, int64_t len, size_t most);
 
-/* Whether the device runs a work-group's items as a loop, one after the
- * other (PoCL's CPU devices): then a work-item's vectors are the CPU's SIMD
- * registers, and kernels that tile in registers can take large tiles. */
-int clt__nn_items_run_as_loops(const clt_context *ctx);
-
 /* y[n, c, p] += b[c], y seen as (N, C, P) (src/nn/bias.c). */
 int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b, int64_t C, int64_t P);
 /* db[c] += the sum over n, p of dy[n, c, p], dy seen as (N, C, P), in a

@@ -159,7 +159,7 @@ static int geom_kernel(clt_context *ctx, const geom *g, const char *name, cl_ker
  * PoCL, whose work-items run as loops, for planes narrow enough to unroll. */
 #define CONV_ROWS_MAX_W 64
 static int by_rows(const clt_context *ctx, const geom *g) {
-  return clt__nn_items_run_as_loops(ctx) && g->W <= CONV_ROWS_MAX_W && g->OW <= CONV_ROWS_MAX_W;
+  return clt__items_run_as_loops(ctx) && g->W <= CONV_ROWS_MAX_W && g->OW <= CONV_ROWS_MAX_W;
 }
 
 /* col (K, B*P) = im2col of samples [n0, n0 + B) of x. */

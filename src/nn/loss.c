@@ -48,7 +48,7 @@ int clt_nn_softmax_xent(clt_context *ctx, const clt_tensor *logits, const clt_te
         clEnqueueFillBuffer(ctx->queue, correct->buf, &zero, sizeof zero, correct->offset, sizeof zero, 0, NULL, NULL));
   }
   char opt[48]; /* vectors of 16 (PoCL) or 8 where they tile the row (cl/loss.cl) */
-  int vw = C % 16 == 0 && clt__nn_items_run_as_loops(ctx) ? 16 : C % 8 == 0 ? 8 : 1;
+  int vw = C % 16 == 0 && clt__items_run_as_loops(ctx) ? 16 : C % 8 == 0 ? 8 : 1;
   snprintf(opt, sizeof opt, "%s -DXENT_VW=%d", clt__nn_act_opt(logits), vw);
   CLT_TRY(clt_context_kernel(ctx, "loss", "xent_rows", opt, &k));
   size_t wgs = clt__nn_row_wgs(ctx, k, C, 256);

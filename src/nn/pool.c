@@ -55,7 +55,7 @@ static int check_pool(const char *op, const clt_nn_pool2d_cfg *cfg, const char *
  * unroll. */
 #define POOL_ROWS_MAX_W 128
 static int by_rows(const clt_context *ctx, const pool_geom *g) {
-  return clt__nn_items_run_as_loops(ctx) && g->W <= POOL_ROWS_MAX_W && g->OW <= POOL_ROWS_MAX_W / 2;
+  return clt__items_run_as_loops(ctx) && g->W <= POOL_ROWS_MAX_W && g->OW <= POOL_ROWS_MAX_W / 2;
 }
 
 /* Set the POOL_ARGS of cl/pool.cl from argument index `first` on. */
