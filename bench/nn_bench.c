@@ -394,6 +394,10 @@ int main(int argc, char **argv) {
   bench_gemm(0, 0, 64, n * 196, 288);
   bench_gemm(0, 1, 64, 288, n * 196);
   bench_gemm(1, 0, 288, n * 196, 64);
+  printf("The same for one chunk of 4 samples (a CPU device's, src/nn/conv.c)\n");
+  bench_gemm(0, 0, 64, 4 * 196, 288);
+  bench_gemm(0, 1, 64, 288, 4 * 196);
+  bench_gemm(1, 0, 288, 4 * 196, 64);
   printf("MLP\n");
   lin_op m1 = make_lin(N, 784, 256, 0), m2 = make_lin(N, 256, 128, 1), m3 = make_lin(N, 128, 10, 1);
   act_op r1 = {T2(N, 256), T2(N, 256), T2(N, 256), T2(N, 256)}, r2 = {T2(N, 128), T2(N, 128), T2(N, 128), T2(N, 128)};

@@ -97,3 +97,21 @@ __kernel void gemm_cpu_edge(const uint m0, const uint n0, const uint K, const fl
   *c = alpha * acc + beta * *c;
 #endif
 }
+
+// T = B^T for each of a batch of rows x cols matrices B (leading dimension
+// ldb, bs floats apart), into rows-long rows of T, rows * cols floats
+// apart: a GEMM whose B is transposed then runs on the tiles above as
+// op(A) T. A work-item moves 16 rows of B by up to 256 columns (a
+// work-item a 16 x 16 block ran 5 times slower on PoCL, which pays for
+// every work-group it schedules). Range: (ceil(rows / 16), ceil(cols /
+// 256), batch).
+__kernel void gemm_cpu_transpose(const uint rows, const uint cols, __global const float *B, const ulong boff,
+                                 const uint ldb, const ulong bs, __global float *T) {
+  const uint i0 = get_global_id(0) * 16, j0 = get_global_id(1) * 256;
+  const uint nr = min(16u, rows - i0), j1 = min(j0 + 256u, cols);
+  const ulong z = get_global_id(2);
+  __global const float *b = B + boff + z * bs + (ulong)i0 * ldb;
+  __global float *t = T + z * rows * (ulong)cols + i0;
+  for (uint j = j0; j < j1; j++)
+    for (uint i = 0; i < nr; i++) t[(ulong)j * rows + i] = b[(ulong)i * ldb + j];
+}

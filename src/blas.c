@@ -3,10 +3,10 @@
  * SGEMM on (cl_mem, offset, ld) operands, with shapes and buffer bounds
  * checked before CLBlast sees them, and CLBlast failures turned into errors
  * that name the routine and the shapes; tuned kernel parameters applied to
- * devices CLBlast's own database does not know. CPU devices run GEMMs
- * whose B is not transposed on our own tiles (src/blas_cpu.c), and, where
- * their buffers are host memory, the rest on the host's CBLAS
- * (src/blas_host.c), behind the same checks.
+ * devices CLBlast's own database does not know. CPU devices run their
+ * GEMMs on our own tiles (src/blas_cpu.c), and, where their buffers are
+ * host memory, the shapes the tiles leave (a long k, a narrow C) on the
+ * host's CBLAS (src/blas_host.c), behind the same checks.
  */
 #include "internal.h"
 
@@ -207,7 +207,7 @@ static int host_blas(clt_context *ctx) {
     ctx->blas_said = 1;
     const char *core = host ? clt__host_blas_core() : NULL;
     const char *tiles =
-        clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles where B is not transposed (CLT_CPU_GEMM=0: off), else " : "";
+        clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles (CLT_CPU_GEMM=0: off) where k <= 1024 and n >= 16, else " : "";
     if (host)
       clt__log(CLT_LOG_INFO, "GEMMs on %s: %shost %s%s%s%s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
                tiles, clt__host_blas_name(), core ? " (" : "", core ? core : "", core ? " kernels)" : "",
@@ -245,7 +245,7 @@ int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, si
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, 0, 1);
   int host = host_blas(ctx);
-  if (clt__cpu_gemm_use(ctx, tb, m, n, k, a, b, c)) return clt__cpu_sgemm(ctx, ta, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1);
+  if (clt__cpu_gemm_use(ctx, tb, m, n, k, a, b, c)) return clt__cpu_sgemm(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1);
   if (host) return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0, 1);
   apply_tuned(ctx);
   CLBlastStatusCode s = sgemm_one(ctx, ta, tb, m, n, k, alpha, a, 0, b, 0, beta, c, 0);
@@ -263,7 +263,7 @@ int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb, size
   if (k == 0) return scale_only(ctx, m, n, beta, c, c_stride, batch);
   int host = host_blas(ctx);
   if (clt__cpu_gemm_use(ctx, tb, m, n, k, a, b, c))
-    return clt__cpu_sgemm(ctx, ta, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch);
+    return clt__cpu_sgemm(ctx, ta, tb, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch);
   if (host) return clt__host_sgemm(ctx, ta, tb, m, n, k, alpha, a, a_stride, b, b_stride, beta, c, c_stride, batch);
   /* CLBlast 1.5's strided batched indirect kernel gives wrong results with
    * the tuned PoCL Xgemm parameters above whenever it has to pad (for

@@ -1,20 +1,25 @@
 /*
- * blas_cpu.c: GEMMs of CPU devices whose B is not transposed, through our
- * own kernels (cl/gemm_cpu.cl), which the device's compiler turns into
- * vector code at its own width: C = alpha op(A) B + beta C, strided
- * batches too.
+ * blas_cpu.c: GEMMs of CPU devices through our own kernels
+ * (cl/gemm_cpu.cl), which the device's compiler turns into vector code at
+ * its own width: C = alpha op(A) op(B) + beta C, strided batches too.
  *
  * Why: on a CPU device the GEMMs are most of a convolution's time, and
- * the host's BLAS runs whatever kernels it was told to (OPENBLAS_CORETYPE
- * can keep OpenBLAS on AVX2 where the CPU has AVX-512), while PoCL
- * compiles for the CPU it runs on. The tiles of C each work-item keeps in
- * registers ran the CNN's conv2 forward GEMM (64 x 12544 x 288, one
- * thread, bench/nn_bench --only sgemm compares the backends) in 3.7-4.0 ms
- * where OpenBLAS took 4.6-4.8 with its AVX-512 kernels and 4.9 with its
- * Haswell ones (another machine, 6 x 64 tiles: 2.6 against 2.9 and
- * 4.8). GEMMs whose B is transposed (a linear layer's forward, a weight
- * gradient over many samples) read B across rows, which the tiles cannot
- * vectorize: those stay with the host BLAS (src/blas_host.c) or CLBlast.
+ * the host's BLAS runs whatever kernels it chose or was told to
+ * (OPENBLAS_CORETYPE can keep OpenBLAS on AVX2 where the CPU has AVX-512,
+ * and Debian's 0.3.21 runs its SSE3 "Prescott" kernels on CPUs newer than
+ * itself, such as Intel's family 6 model 207), while PoCL compiles for the
+ * CPU it runs on. The tiles of C each work-item keeps in registers ran the
+ * CNN's conv2 forward GEMM (64 x 12544 x 288, one thread, bench/nn_bench
+ * --only sgemm compares the backends) in 3.7-4.0 ms where OpenBLAS took
+ * 4.6-4.8 with its AVX-512 kernels and 4.9 with its Haswell ones (another
+ * machine, 6 x 64 tiles: 2.6 against 2.9 and 4.8).
+ *
+ * The tiles read B's rows as vectors, so a B that is transposed (a linear
+ * layer's forward, a convolution's weight gradient) is first transposed
+ * into the context's GEMM scratch: one pass over B for m passes of the
+ * GEMM. A chunk's weight gradient in the CNN's conv2 (NT 64 x 288 x 784)
+ * took 0.35-0.57 ms that way against 1.0-1.2 on OpenBLAS's Prescott
+ * kernels, and the NN GEMM of the same flops 0.37-0.45.
  *
  * C is cut into the widest tiles that fit: GEMM_R = 8 rows by 48 columns
  * (24 float16 accumulators of the 32 registers; of 4 x 32 to 14 x 32,
@@ -52,6 +57,11 @@ enum { TILE_R = 8, TILE_V = 3 }; /* rows, and columns / 16 */
  * they were as fast or faster (bench/nn_bench --gpt). */
 #define TILE_K_MAX 1024
 
+/* A B that is transposed (stored n x k) is first transposed into scratch
+ * (k x n), one pass over B against m passes of the GEMM: worth it from
+ * a few rows of C up. */
+#define NT_M_MIN 16
+
 /* The kernels index with 32-bit integers (offsets and strides are 64). */
 static int fits_u32(size_t x) { return x <= UINT32_MAX; }
 
@@ -63,10 +73,35 @@ int clt__cpu_gemm_on(const clt_context *ctx) {
 
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
                       clt_matrix b, clt_matrix c) {
-  if (tb != CLT_NO_TRANS || n < 16 || m == 0 || k == 0 || k > TILE_K_MAX) return 0;
+  if (n < 16 || m == 0 || k == 0 || k > TILE_K_MAX) return 0;
+  if (tb == CLT_TRANS && m < NT_M_MIN) return 0; /* the transpose would cost about what the GEMM does */
   if (!fits_u32(m) || !fits_u32(n) || !fits_u32(k) || !fits_u32(a.ld) || !fits_u32(b.ld) || !fits_u32(c.ld))
     return 0; /* the host BLAS or CLBlast takes it */
   return clt__cpu_gemm_on(ctx);
+}
+
+/* T_i = B_i^T into ctx's GEMM scratch for i < batch, B_i stored n x k:
+ * the tiles' B, k x n (leading dimension n), k * n floats apart. */
+static int transpose_b(clt_context *ctx, size_t n, size_t k, clt_matrix b, size_t bs, size_t batch, clt_matrix *t) {
+  int rc = CLT_OK;
+  cl_kernel kern;
+  cl_mem buf;
+  CLT_TRY(clt__context_buffer(ctx, &ctx->gemm_scratch, n * k * batch * sizeof(float), "a GEMM's transposed B", &buf));
+  CLT_TRY(clt_context_kernel(ctx, "gemm_cpu", "gemm_cpu_transpose", "", &kern));
+  cl_uint rows = (cl_uint)n, cols = (cl_uint)k, ldb = (cl_uint)b.ld;
+  cl_ulong bo = b.offset, sb = bs;
+  CLT_CL_TRY(clSetKernelArg(kern, 0, sizeof rows, &rows));
+  CLT_CL_TRY(clSetKernelArg(kern, 1, sizeof cols, &cols));
+  CLT_CL_TRY(clSetKernelArg(kern, 2, sizeof b.buf, &b.buf));
+  CLT_CL_TRY(clSetKernelArg(kern, 3, sizeof bo, &bo));
+  CLT_CL_TRY(clSetKernelArg(kern, 4, sizeof ldb, &ldb));
+  CLT_CL_TRY(clSetKernelArg(kern, 5, sizeof sb, &sb));
+  CLT_CL_TRY(clSetKernelArg(kern, 6, sizeof buf, &buf));
+  size_t global[3] = {(n + 15) / 16, (k + 255) / 256, batch}, local[3] = {1, 1, 1};
+  CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, kern, 3, NULL, global, local, 0, NULL, NULL));
+  *t = (clt_matrix){buf, 0, n};
+fail:
+  return rc;
 }
 
 /* The region of C rows [m0, m0 + rows) by columns [n0, n0 + cols) in
@@ -105,9 +140,14 @@ fail:
   return rc;
 }
 
-int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, size_t m, size_t n, size_t k, float alpha, clt_matrix a,
-                   size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch) {
+int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
+                   clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
+                   size_t batch) {
   int rc = CLT_OK;
+  if (tb == CLT_TRANS) {
+    CLT_TRY(transpose_b(ctx, n, k, b, bs, batch, &b));
+    bs = n * k;
+  }
   size_t mr = m / TILE_R * TILE_R, nv = n / (16 * TILE_V) * (16 * TILE_V), n16 = n / 16 * 16;
   int last_r = (int)(m - mr), last_v = (int)((n16 - nv) / 16);
   region regions[] = {

@@ -201,6 +201,7 @@ struct clt_context {
   struct clt_program_entry *programs;
   cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
   cl_mem scratch;        /* clt__context_scratch's */
+  cl_mem gemm_scratch;   /* src/blas_cpu.c's transposed operands, beside any op's scratch */
   int counted;           /* made whole: counted among the live contexts */
   int blas_said;         /* its GEMM backend logged (src/blas.c) */
   double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
@@ -210,16 +211,17 @@ struct clt_context {
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
 void clt__blas_clear_cache(void);
 
-/* src/blas_cpu.c: CPU devices' GEMMs whose B is not transposed, on our own
- * kernels (cl/gemm_cpu.cl). _on: whether ctx's device takes them (PoCL's
- * CPU devices unless CLT_CPU_GEMM=0; any CPU device with CLT_CPU_GEMM=1);
- * _use: whether this one goes there (op(B) = B, n >= 16, k <= 1024, every
- * dimension below 2^32); _sgemm: as clt__host_sgemm below, op(B) = B. */
+/* src/blas_cpu.c: CPU devices' GEMMs on our own kernels (cl/gemm_cpu.cl).
+ * _on: whether ctx's device takes them (PoCL's CPU devices unless
+ * CLT_CPU_GEMM=0; any CPU device with CLT_CPU_GEMM=1); _use: whether this
+ * one goes there (n >= 16, k <= 1024, m >= 16 when B is transposed, every
+ * dimension below 2^32); _sgemm: as clt__host_sgemm below. */
 int clt__cpu_gemm_on(const clt_context *ctx);
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
                       clt_matrix b, clt_matrix c);
-int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, size_t m, size_t n, size_t k, float alpha, clt_matrix a,
-                   size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch);
+int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
+                   clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
+                   size_t batch);
 
 /* GEMMs on the host's CBLAS for CPU devices with unified memory
  * (src/blas_host.c). _use: whether ctx's GEMMs go there (built with a host
@@ -255,6 +257,9 @@ int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char 
  * buffer replaced while queued kernels still use it is freed only after
  * them). Reserve the most an owner will need up front to fail early. */
 int clt__context_scratch(clt_context *ctx, size_t bytes, cl_mem *out);
+/* The same for the buffer in *slot (one of ctx's), `what` naming it in
+ * the error when it cannot grow. */
+int clt__context_buffer(clt_context *ctx, cl_mem *slot, size_t bytes, const char *what, cl_mem *out);
 
 /* The embedded kernel sources (generated from cl/ at build time). */
 struct clt_kernel_source {

@@ -79,6 +79,7 @@ void clt_context_destroy(clt_context *ctx) {
   }
   if (ctx->reduce_scratch) clReleaseMemObject(ctx->reduce_scratch);
   if (ctx->scratch) clReleaseMemObject(ctx->scratch);
+  if (ctx->gemm_scratch) clReleaseMemObject(ctx->gemm_scratch);
   if (ctx->xfer_queue) {
     clFinish(ctx->xfer_queue);
     clReleaseCommandQueue(ctx->xfer_queue);
@@ -201,16 +202,20 @@ int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char 
   }
 }
 
-int clt__context_scratch(clt_context *ctx, size_t bytes, cl_mem *out) {
-  if (!ctx->scratch || clt_buffer_size(ctx->scratch) < bytes) {
+int clt__context_buffer(clt_context *ctx, cl_mem *slot, size_t bytes, const char *what, cl_mem *out) {
+  if (!*slot || clt_buffer_size(*slot) < bytes) {
     cl_mem grown;
     int rc = clt_buffer_create(ctx, bytes ? bytes : 1, &grown);
-    if (rc < 0) return clt__error_prefix(rc, "scratch space of %zu bytes", bytes);
-    if (ctx->scratch) clReleaseMemObject(ctx->scratch);
-    ctx->scratch = grown;
+    if (rc < 0) return clt__error_prefix(rc, "%s of %zu bytes", what, bytes);
+    if (*slot) clReleaseMemObject(*slot);
+    *slot = grown;
   }
-  *out = ctx->scratch;
+  *out = *slot;
   return CLT_OK;
+}
+
+int clt__context_scratch(clt_context *ctx, size_t bytes, cl_mem *out) {
+  return clt__context_buffer(ctx, &ctx->scratch, bytes, "scratch space", out);
 }
 
 /* ---- programs ------------------------------------------------------------- */
