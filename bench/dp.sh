@@ -24,6 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 mpi="mpirun --oversubscribe --bind-to none -x POCL_MAX_PTHREAD_COUNT=1 -x RUSTICL_ENABLE"
 
 . "$here/lib.sh"
+fair_blas
 
 train() { # NAME NP ARGS...
   name=$1 np=$2

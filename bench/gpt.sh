@@ -17,6 +17,7 @@
 set -e
 here=$(dirname "$0")
 . "$here/lib.sh"
+fair_blas
 src=$(cd "$here/.." && pwd)
 what=${1:-curve}
 THREADS=${THREADS:-2}

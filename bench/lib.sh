@@ -45,3 +45,16 @@ d = json.load(open(sys.argv[1]))
 print("torch %s, %s thread(s) (OpenBLAS %s), BLAS %s" % (d["torch"], d.get("threads", d.get("threads_per_rank")),
       d.get("openblas_threads"), d.get("blas")))' "$1"
 }
+
+# fair_blas: where OpenBLAS would run kernels older than the CPU can (it
+# picks SSE3 "Prescott" kernels on CPUs newer than itself), export the
+# CPU's best as OPENBLAS_CORETYPE, so both sides (PyTorch's linear layers,
+# cltrain's host GEMMs) run fast kernels; say so on stderr. Each side prints
+# the kernels it ran.
+fair_blas() {
+  _core=$(/usr/bin/python3 "$(dirname "$0")/peer_env.py" --fair-coretype)
+  if [ -n "$_core" ]; then
+    export OPENBLAS_CORETYPE="$_core"
+    echo "note: OpenBLAS would pick kernels older than this CPU's; both sides run OPENBLAS_CORETYPE=$_core" >&2
+  fi
+}

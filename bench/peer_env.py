@@ -61,3 +61,40 @@ def check_blas(info):
     if not blas_optimised(info) and os.environ.get("PEER_ANY_BLAS") != "1":
         sys.exit("peer: PyTorch runs on the reference BLAS (%s): its timings would not be a fair peer; install "
                  "libopenblas0-pthread (or set PEER_ANY_BLAS=1 to time it anyway)" % info)
+
+
+# OpenBLAS's kernel families by the instructions they use, oldest first; a
+# core not named here counts as the newest (never overridden).
+CORE_RANK = {"prescott": 0, "core2": 0, "penryn": 0, "dunnington": 0, "atom": 0, "nehalem": 1, "sandybridge": 2,
+             "haswell": 3, "zen": 3, "skylakex": 4, "cooperlake": 4, "sapphirerapids": 4}
+
+
+def cpu_best_core():
+    """The newest kernels of OpenBLAS 0.3.21 this CPU can run, from its flags."""
+    with open("/proc/cpuinfo") as f:
+        flags = set(next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), []))
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return "Sandybridge" if "avx" in flags else None
+
+
+def fair_coretype():
+    """What OPENBLAS_CORETYPE should be for both sides of a comparison: the
+    CPU's best kernels where OpenBLAS picks older ones by itself (Debian's
+    0.3.21 runs its SSE3 Prescott kernels on CPUs newer than it knows, such
+    as Intel's family 6 model 207), else None. An OPENBLAS_CORETYPE already
+    set is the user's choice and kept."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return None
+    import glob
+    libs = glob.glob("/usr/lib/*/openblas-pthread/libopenblas*.so*") + glob.glob("/usr/lib/*/libopenblas*.so*")
+    chosen, best = openblas_core(libs), cpu_best_core()
+    if not chosen or not best:
+        return None
+    return best if CORE_RANK.get(chosen.lower(), 99) < CORE_RANK[best.lower()] else None
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--fair-coretype"]:
+    print(fair_coretype() or "")

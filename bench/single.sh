@@ -15,6 +15,7 @@ threads=${3:-1}
 reps=${4:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
+fair_blas
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 spec=$here/../examples/fashion_$model.model
