@@ -207,7 +207,7 @@ static int host_blas(clt_context *ctx) {
     ctx->blas_said = 1;
     const char *core = host ? clt__host_blas_core() : NULL;
     const char *tiles =
-        clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles (CLT_CPU_GEMM=0: off) where k <= 1024 and n >= 16, else " : "";
+        clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles (CLT_CPU_GEMM=0: off) where C has 16 columns or more, else " : "";
     if (host)
       clt__log(CLT_LOG_INFO, "GEMMs on %s: %shost %s%s%s%s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
                tiles, clt__host_blas_name(), core ? " (" : "", core ? core : "", core ? " kernels)" : "",

@@ -49,11 +49,12 @@
 
 enum { TILE_R = 8, TILE_V = 3 }; /* rows, and columns / 16 */
 
-/* Up to this k: a column panel of B (k x 48) then stays near the core
- * while the row tiles pass over it. With k = 2048 (a GPT linear's weight
- * gradient over 16 x 128 tokens, TN) the tiles took 1.4 to 1.8 times
- * OpenBLAS's time (384x128x2048: 2.1 against 1.5 ms; 128x512x2048: 3.8
- * against 2.2), and the tiny GPT trained 12% slower; with k up to 512
+/* k runs in blocks of at most this many: a column panel of B (k x 48)
+ * then stays near the core while the row tiles pass over it, and C takes
+ * each block's sums in turn. With k = 2048 in one block (a GPT linear's
+ * weight gradient over 16 x 128 tokens, TN) the tiles took 1.4 to 1.8
+ * times OpenBLAS's time (384x128x2048: 2.1 against 1.5 ms; 128x512x2048:
+ * 3.8 against 2.2), and the tiny GPT trained 12% slower; with k up to 512
  * they were as fast or faster (bench/nn_bench --gpt). */
 #define TILE_K_MAX 1024
 
@@ -73,7 +74,7 @@ int clt__cpu_gemm_on(const clt_context *ctx) {
 
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
                       clt_matrix b, clt_matrix c) {
-  if (n < 16 || m == 0 || k == 0 || k > TILE_K_MAX) return 0;
+  if (n < 16 || m == 0 || k == 0) return 0;
   if (tb == CLT_TRANS && m < NT_M_MIN) return 0; /* the transpose would cost about what the GEMM does */
   if (!fits_u32(m) || !fits_u32(n) || !fits_u32(k) || !fits_u32(a.ld) || !fits_u32(b.ld) || !fits_u32(c.ld))
     return 0; /* the host BLAS or CLBlast takes it */
@@ -157,8 +158,16 @@ int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t 
       {mr, nv, m - mr, n16 - nv, last_r, last_v},
       {0, n16, m, n - n16, 1, 0},               /* the columns short of 16 */
   };
-  for (size_t i = 0; i < sizeof regions / sizeof *regions; i++) /* an empty one launches nothing */
-    CLT_TRY(run_region(ctx, ta, k, alpha, a, as, b, bs, beta, c, cs, batch, &regions[i]));
+  /* k in blocks of at most TILE_K_MAX, the later ones added to C */
+  size_t blocks = (k + TILE_K_MAX - 1) / TILE_K_MAX, kb = (k + blocks - 1) / blocks;
+  for (size_t k0 = 0; k0 < k; k0 += kb) {
+    clt_matrix ak = a, bk = b;
+    ak.offset += ta == CLT_TRANS ? k0 * a.ld : k0;
+    bk.offset += k0 * b.ld;
+    for (size_t i = 0; i < sizeof regions / sizeof *regions; i++) /* an empty one launches nothing */
+      CLT_TRY(run_region(ctx, ta, k - k0 < kb ? k - k0 : kb, alpha, ak, as, bk, bs, k0 ? 1.0f : beta, c, cs, batch,
+                         &regions[i]));
+  }
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "cpu sgemm(m=%zu, n=%zu, k=%zu, batch=%zu) on %s", m, n, k, batch, ctx->info.name);
