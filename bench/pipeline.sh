@@ -67,3 +67,21 @@ for model in "$srcdir/examples/fashion_cnn.model"; do
   rm -f "$tmp/metrics"; run 2 "$model" -b 64 && dp=$(rate "$tmp/metrics") || dp=failed
   echo "$(basename "$model"): P=2 $pp, D=2 $dp"
 done
+
+echo "== 4. a mixed pipeline, stage 0 on rusticl and stage 1 on PoCL, P=2 M=4: --stages auto against the even cut"
+cat >"$tmp/mixed.sh" <<'MIXED'
+r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}
+if [ "$r" = 0 ]; then CLT_DEVICES=rusticl; else CLT_DEVICES=pocl; fi
+export CLT_DEVICES
+exec "$@"
+MIXED
+for model in "$srcdir/examples/fashion_mlp.model" "$srcdir/examples/fashion_cnn.model"; do
+  for cut in even auto; do
+    rm -f "$tmp/metrics"
+    CLT_LOG_LEVEL=info CLT_TEST_LIMIT=900 sh "$srcdir/tests/mpi_run.sh" 2 sh "$tmp/mixed.sh" "$CLTRAIN" train "$model" \
+      -b 64 --pipeline 2 --micro-batches 4 $( [ $cut = auto ] && echo --stages auto ) --epochs 1 \
+      --max-steps "$steps" --log-every 5 --metrics "$tmp/metrics" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; continue; }
+    echo "$(basename "$model") $cut: $(rate "$tmp/metrics") samples/s; $(sed -n 's/.*cut: //p' "$tmp/err" | head -1)"
+    grep "computed" "$tmp/err" | sed 's/.*\(pipeline stage [0-9]* of [0-9]*\).*computed \(.*\)/  \1: \2/' | sort
+  done
+done

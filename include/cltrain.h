@@ -942,7 +942,8 @@ typedef struct clt_train_options {
   clt_pipeline_schedule pipeline_schedule; /* CLT_PIPELINE_1F1B (default) or CLT_PIPELINE_GPIPE */
   const char *stages;             /* how to cut: NULL or "" even by layer count; "4,4,4": layers per
                                      stage (blocks expanded, the input line not counted), never inside
-                                     a residual's branch */
+                                     a residual's branch; "auto": by each piece's forward and backward
+                                     time on each stage's device, the slowest stage least */
 } clt_train_options;
 
 CLT_API void clt_train_options_defaults(clt_train_options *o);

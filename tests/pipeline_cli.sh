@@ -58,7 +58,7 @@ if [ -n "$RUSTICL_ENABLE" ] && "$CLTRAIN" devices --devices rusticl >/dev/null 2
 fi
 bad 2 "--pipeline 3 on 2 ranks" "$tmp/m.model" --pipeline 3
 bad 2 "can be cut into at most 1 stage" "$tmp/one.model" --pipeline 2
-bad 2 "--stages auto (a cut by each layer's measured cost) is not implemented yet" "$tmp/m.model" --pipeline 2 --stages auto
+bad 2 "--stages 2,x: 'x' is not a layer count" "$tmp/m.model" --pipeline 2 --stages 2,x
 bad 2 "--stages 2,2 adds up to 4 layers, but" "$tmp/m.model" --pipeline 2 --stages 2,2
 bad 2 "--micro-batches 5 must divide the batch size 12" "$tmp/m.model" --pipeline 2 --micro-batches 5
 bad 2 "--zero 1 with --pipeline 2 is not supported" "$tmp/m.model" --pipeline 2 --zero 1
@@ -80,6 +80,35 @@ good() {
 good 2 --pipeline 2 --micro-batches 3
 good 3 --pipeline 3 --micro-batches 4 --schedule-pipeline gpipe
 good 2 --pipeline 2 --stages 4,2
+CLT_LOG_LEVEL=info
+export CLT_LOG_LEVEL
+good 2 --pipeline 2 --stages auto
+unset CLT_LOG_LEVEL
+if ! grep -q "predicted .* ms a micro-batch" "$tmp/err"; then
+  echo "FAIL: --stages auto logged no predicted stage times:"; sed 's/^/  /' "$tmp/err"; fail=1
+fi
+
+# --stages auto on a mixed pipeline: stage 0 on rusticl (llvmpipe, many
+# times slower per layer here), stage 1 on PoCL; the faster stage takes
+# more of the 6 layers than the even cut's 3.
+if [ -n "$RUSTICL_ENABLE" ] && "$CLTRAIN" devices --devices rusticl >/dev/null 2>&1; then
+  cat >"$tmp/mixed.sh" <<'MIXED'
+r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}
+if [ "$r" = 0 ]; then CLT_DEVICES=rusticl; else CLT_DEVICES=pocl; fi
+export CLT_DEVICES
+exec "$@"
+MIXED
+  CLT_TEST_LIMIT=120 CLT_LOG_LEVEL=info sh "$srcdir/tests/mpi_run.sh" 2 sh "$tmp/mixed.sh" "$CLTRAIN" train "$tmp/m.model" \
+    --data "$tmp" --normalize scale -e 1 -b 12 --pipeline 2 --stages auto >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  split=$(sed -n 's/.*cut: stage 0: \([0-9]*\) layers\{0,1\}, .* stage 1: \([0-9]*\) layers\{0,1\}, .*/\1 \2/p' "$tmp/err" | head -1)
+  set -- $split
+  if [ $rc -ne 0 ] || [ -z "$split" ] || [ "$1" -ge "$2" ]; then
+    echo "FAIL: --stages auto, rusticl then PoCL: exit $rc, layers '$split'"; sed 's/^/  /' "$tmp/out" "$tmp/err"; fail=1
+  else
+    echo "ok: --stages auto, rusticl then PoCL: $1 and $2 layers"
+  fi
+fi
 
 # Each rank records its pid under its rank number, then becomes cltrain.
 cat >"$tmp/rank.sh" <<'RANK'

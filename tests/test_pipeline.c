@@ -182,6 +182,9 @@ START_TEST(residual_blocks) {
     o.stages = "2,7";
     against_one_device(resmlp, &o, "the residual MLP, --stages 2,7");
   }
+  o.stages = "auto"; /* by measured cost, whole blocks, whatever the cut */
+  snprintf(what, sizeof what, "the residual MLP, P=%d D=%d M=4, --stages auto", stages_here(), nranks / stages_here());
+  against_one_device(resmlp, &o, what);
 }
 END_TEST
 

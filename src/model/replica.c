@@ -232,8 +232,10 @@ static int create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batc
 
   size_t pbytes = (size_t)spec->param_count * 4, esize = clt_dtype_size(act_dtype);
   int64_t in_n = numel(&spec->layers[0].out_shape) * max_batch, labels_n = max_batch * spec->labels_per_sample;
-  CLT_TRY(clt_buffer_create(ctx, pbytes, &r->params));
-  if (grad_arena) CLT_TRY(clt_buffer_create(ctx, pbytes, &r->grads));
+  /* (a piece without parameters still gets its buffers: --stages auto times
+   * one, src/pp/cut.c) */
+  CLT_TRY(clt_buffer_create(ctx, pbytes ? pbytes : 4, &r->params));
+  if (grad_arena) CLT_TRY(clt_buffer_create(ctx, pbytes ? pbytes : 4, &r->grads));
   if (state_per_param && state_params > 0)
     CLT_TRY(clt_buffer_create(ctx, (size_t)state_params * 4 * state_per_param, &r->state));
   CLT_TRY(clt_buffer_create(ctx, (size_t)(act ? act : 1) * esize, &r->act));
@@ -256,7 +258,7 @@ static int create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batc
   CLT_TRY(clt_buffer_create(ctx, 8, &r->scalars));
 
   clt_tensor p = clt__replica_params(r);
-  CLT_TRY(clt_tensor_upload(ctx, &p, params, pbytes));
+  if (pbytes) CLT_TRY(clt_tensor_upload(ctx, &p, params, pbytes));
   char ab[32], pb[32];
   clt__log(CLT_LOG_INFO, "replica on %s: %s of parameters, %s of activations and their gradients (%s)", ctx->info.name,
            clt__fmt_bytes(pbytes, pb, sizeof pb), clt__fmt_bytes((uint64_t)(act + 2 * largest + gscratch + spec->skip_slots * skip) * esize, ab, sizeof ab),

@@ -8,9 +8,8 @@
  * pipeline's stages are neighbouring ranks (on one node when they fit),
  * and rank 0 is stage 0 of pipeline 0.
  *
- * The cut: stage boundaries go between layers (blocks expanded), never
- * inside a residual's branch (clt__spec_cut_ok). Without --stages the
- * layers are split as evenly by count as the allowed boundaries let.
+ * The cut (cut.c): stage boundaries go between layers (blocks expanded),
+ * never inside a residual's branch; by hand, evenly, or by measured cost.
  */
 #include "pp/pp_internal.h"
 
@@ -31,111 +30,6 @@ int clt__pp_activation_sets(const clt__pp *pp) {
   if (pp->stage == pp->P - 1) return 1;
   if (pp->schedule == CLT_PIPELINE_GPIPE) return pp->M;
   return pp->P - pp->stage < pp->M ? pp->P - pp->stage : pp->M;
-}
-
-static int64_t params_between(const clt_model_spec *s, int a, int b);
-
-/* --stages a,b,c: layer counts into cuts (cut[s] = first layer of stage s,
- * cut[P] = nlayers). */
-static int parse_stages(const clt_model_spec *s, const char *text, int P, int *cut) {
-  int L = s->nlayers - 1, k = 0, sum = 0;
-  const char *p = text;
-  cut[0] = 1;
-  if (strcmp(text, "auto") == 0)
-    return clt__error(CLT_EUNSUPPORTED, "--stages auto (a cut by each layer's measured cost) is not implemented yet; "
-                      "give layers per stage (--stages 3,3) or leave --stages out for an even cut");
-  while (*p) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > L)
-      return clt__error(CLT_EINVAL, "--stages %s: '%s' is not a layer count from 1 to %d; give one count per "
-                        "stage, e.g. --stages 3,3", text, p, L);
-    if (k >= P)
-      return clt__error(CLT_EINVAL, "--stages %s gives more than the %d stages of --pipeline %d", text, P, P);
-    sum += (int)v;
-    cut[++k] = 1 + sum;
-    p = end;
-    if (*p == ',') p++;
-    else if (*p)
-      return clt__error(CLT_EINVAL, "--stages %s: '%s' is not a layer count; separate counts with commas", text, p);
-  }
-  if (k != P)
-    return clt__error(CLT_EINVAL, "--stages %s gives %d stage%s, but --pipeline is %d", text, k, k == 1 ? "" : "s", P);
-  if (sum != L)
-    return clt__error(CLT_EINVAL, "--stages %s adds up to %d layers, but %s has %d (blocks expanded, the input line "
-                      "not counted)", text, sum, s->name, L);
-  char why[512];
-  for (int i = 1; i < P; i++)
-    if (!clt__spec_cut_ok(s, cut[i], why, sizeof why)) return clt__error(CLT_EINVAL, "--stages %s: %s", text, why);
-  for (int i = 0; i < P; i++)
-    if (params_between(s, cut[i], cut[i + 1]) == 0)
-      return clt__error(CLT_EINVAL, "--stages %s: stage %d (%s:%d to line %d) has no parameters; every stage needs a "
-                        "layer with some", text, i, s->name, s->layers[cut[i]].line, s->layers[cut[i + 1] - 1].line);
-  return CLT_OK;
-}
-
-/* Parameters of layers [a, b). */
-static int64_t params_between(const clt_model_spec *s, int a, int b) {
-  return (b < s->nlayers ? s->layers[b].param_offset : s->param_count) - s->layers[a].param_offset;
-}
-
-/* The even cut: the allowed boundaries that make the stages' layer counts
- * closest to (layers) / P (least squares, by dynamic programming over the
- * boundaries), every stage with parameters of its own (a stage without
- * any would only pass activations on). */
-static int even_cut(const clt_model_spec *s, int P, int *cut) {
-  int L = s->nlayers, nv = 0, rc = CLT_OK;
-  int *pos = clt__calloc((size_t)L + 1, sizeof *pos), *from = NULL;
-  double *best = NULL, share = (double)(L - 1) / P;
-  char why[512];
-  if (!pos) return CLT_ENOMEM;
-  pos[nv++] = 1;
-  for (int c = 2; c < L; c++)
-    if (clt__spec_cut_ok(s, c, why, sizeof why)) pos[nv++] = c;
-  pos[nv++] = L;
-  /* best[i * nv + j]: the least cost of i stages covering layers [1, pos[j]) */
-  best = clt__calloc((size_t)(P + 1) * nv, sizeof *best);
-  from = clt__calloc((size_t)(P + 1) * nv, sizeof *from);
-  if (!best || !from) { rc = CLT_ENOMEM; goto done; }
-  for (int k = 0; k < (P + 1) * nv; k++) best[k] = -1;
-  best[0] = 0;
-  for (int i = 1; i <= P; i++)
-    for (int j = 1; j < nv; j++)
-      for (int q = 0; q < j; q++) {
-        double prev = best[(i - 1) * nv + q], d = (pos[j] - pos[q]) - share;
-        if (prev < 0 || params_between(s, pos[q], pos[j]) == 0) continue;
-        if (best[i * nv + j] < 0 || prev + d * d < best[i * nv + j])
-          best[i * nv + j] = prev + d * d, from[i * nv + j] = q;
-      }
-  if (best[P * nv + nv - 1] < 0) {
-    int most = 0;
-    for (int i = 1; i <= P; i++)
-      if (best[i * nv + nv - 1] >= 0) most = i;
-    rc = clt__error(CLT_EINVAL, "--pipeline %d: %s can be cut into at most %d stage%s (%d layers; stages hold whole "
-                    "residual blocks and each has parameters): use fewer stages", P, s->name, most, most == 1 ? "" : "s",
-                    L - 1);
-    goto done;
-  }
-  for (int i = P, j = nv - 1; i >= 1; j = from[i * nv + j], i--) cut[i] = pos[j];
-  cut[0] = 1;
-done:
-  free(pos), free(best), free(from);
-  return rc;
-}
-
-static void log_cut(const clt__pp *pp, const clt_model_spec *s) {
-  char line[2048];
-  size_t n = (size_t)snprintf(line, sizeof line, "pipeline: %d stage%s x %d replica%s, %d micro-batches, %s; %s cut",
-                              pp->P, pp->P == 1 ? "" : "s", pp->D, pp->D == 1 ? "" : "s", pp->M,
-                              pp->schedule == CLT_PIPELINE_GPIPE ? "gpipe" : "1f1b", s->name);
-  for (int i = 0; i < pp->P && n < sizeof line; i++) {
-    int lo = pp->cut[i], hi = pp->cut[i + 1];
-    int64_t p0 = s->layers[lo].param_offset, p1 = hi < s->nlayers ? s->layers[hi].param_offset : s->param_count;
-    n += (size_t)snprintf(line + n, sizeof line - n, "%s stage %d: %d layer%s, lines %d-%d, %lld parameters",
-                          i ? ";" : ":", i, hi - lo, hi - lo == 1 ? "" : "s", s->layers[lo].line,
-                          s->layers[hi - 1].line, (long long)(p1 - p0));
-  }
-  clt__log(CLT_LOG_INFO, "%s", line);
 }
 
 /* Stage i's copies of weights tied to other stages, into pp->ties. */
@@ -206,7 +100,8 @@ int clt__pp_copies(const clt__pp *pp, int64_t *at, int64_t *count, int cap) {
   return n;
 }
 
-int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *o, clt__pp **out) {
+int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *o, const clt_devices *devs,
+                   clt__pp **out) {
   int rc = CLT_OK;
   const clt_model_spec *s = m->spec;
   int ranks = clt_comm_size(comm), rank = clt_comm_rank(comm), P = o->pipeline;
@@ -230,9 +125,10 @@ int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *
   pp->M = o->micro_batches ? o->micro_batches : P;
   pp->schedule = o->pipeline_schedule;
   pp->comm = comm;
-  if (!(pp->cut = clt__calloc((size_t)P + 1, sizeof *pp->cut))) { rc = CLT_ENOMEM; goto fail; }
-  if (o->stages && o->stages[0]) CLT_TRY(parse_stages(s, o->stages, P, pp->cut));
-  else CLT_TRY(even_cut(s, P, pp->cut));
+  pp->cut = clt__calloc((size_t)P + 1, sizeof *pp->cut);
+  pp->predicted_s = clt__calloc((size_t)P, sizeof *pp->predicted_s);
+  if (!pp->cut || !pp->predicted_s) { rc = CLT_ENOMEM; goto fail; }
+  CLT_TRY(clt__pp_make_cut(pp, s, o, devs));
   /* Every stage is checked on every rank (a weight tied across stages is
    * refused on all of them alike), and this rank's kept. */
   for (int i = 0; i < P; i++) {
@@ -240,10 +136,10 @@ int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *
     int64_t base;
     CLT_TRY(clt__spec_stage(s, pp->cut[i], pp->cut[i + 1], &st, &base));
     CLT_TRY(note_ties(pp, s, st, i));
-    if (i == pp->stage) pp->stage_model.spec = st, pp->base = base, pp->owned = params_between(s, pp->cut[i], pp->cut[i + 1]);
+    if (i == pp->stage)
+      pp->stage_model.spec = st, pp->base = base, pp->owned = clt__pp_params_between(s, pp->cut[i], pp->cut[i + 1]);
     else clt__spec_destroy(st);
   }
-  if (rank == 0) log_cut(pp, s);
   *out = pp;
   return CLT_OK;
 fail:
@@ -264,15 +160,21 @@ void clt__pp_destroy(clt__pp *pp) {
   /* The bubble: the share of the schedule's time this stage waited for
    * its neighbours (its device idle: the stage's passes are waited for),
    * against GPipe's and 1F1B's ideal (P - 1) / (M + P - 1). */
-  if (pp->runs > 0 && pp->sum_total_s > 0)
+  if (pp->runs > 0 && pp->sum_total_s > 0) {
+    char predicted[64] = "";
+    if (pp->predicted_s[pp->stage] > 0)
+      snprintf(predicted, sizeof predicted, " (--stages auto predicted %.2f ms)", pp->predicted_s[pp->stage] * 1e3);
     clt__log(CLT_LOG_INFO, "pipeline stage %d of %d (rank %d): waited %.3f s of %.3f s in %lld steps' schedules: "
-             "bubble %.1f%% (ideal (P-1)/(M+P-1) = %.1f%% at M = %d)", pp->stage, pp->P, clt_comm_rank(pp->comm),
-             pp->sum_wait_s, pp->sum_total_s, (long long)pp->runs, 100 * pp->sum_wait_s / pp->sum_total_s,
-             100.0 * (pp->P - 1) / (pp->M + pp->P - 1), pp->M);
+             "bubble %.1f%% (ideal (P-1)/(M+P-1) = %.1f%% at M = %d); computed %.2f ms a micro-batch%s", pp->stage,
+             pp->P, clt_comm_rank(pp->comm), pp->sum_wait_s, pp->sum_total_s, (long long)pp->runs,
+             100 * pp->sum_wait_s / pp->sum_total_s, 100.0 * (pp->P - 1) / (pp->M + pp->P - 1), pp->M,
+             (pp->sum_total_s - pp->sum_wait_s) / (double)(pp->runs * pp->M) * 1e3, predicted);
+  }
   clt__spec_destroy(pp->stage_model.spec);
   if (pp->stage_comm) clt_comm_destroy(pp->stage_comm);
   if (pp->pipe_comm) clt_comm_destroy(pp->pipe_comm);
   free(pp->cut);
+  free(pp->predicted_s);
   free(pp->ties);
   free(pp);
 }

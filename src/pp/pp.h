@@ -8,8 +8,9 @@
  * and the P stages of this pipeline (activations forward, their gradients
  * backward, point to point: comm/p2p.h).
  *
- *   pp.c        the grid, the cut, the communicators, the whole model's
- *               state gathered to rank 0 and taken back (checkpoints);
+ *   pp.c        the grid, the communicators, the whole model's state
+ *               gathered to rank 0 and taken back (checkpoints);
+ *   cut.c       where the model is cut: by hand, evenly, or by cost;
  *   schedule.c  one step's micro-batches through the stages, 1F1B or GPipe.
  */
 #ifndef CLT_PP_PP_H
@@ -23,9 +24,11 @@ typedef struct clt__pp clt__pp;
 
 /* Collective over comm: check o's pipeline options against the rank count
  * and the model (P x D = ranks, M >= 1, no more stages than places to cut,
- * --stages counts), cut the model, make this rank's stage model and the
+ * --stages counts), cut the model (--stages auto times its pieces on this
+ * rank's device, devs' first), make this rank's stage model and the
  * communicators. The cut is logged on rank 0. */
-int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *o, clt__pp **out);
+int clt__pp_create(clt_comm *comm, const clt_model *m, const clt_train_options *o, const clt_devices *devs,
+                   clt__pp **out);
 void clt__pp_destroy(clt__pp *pp);
 /* Collective, right after a collective with a deadline showed every rank
  * there (MPI_Comm_split blocks): the stage and pipeline communicators. */

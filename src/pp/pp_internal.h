@@ -24,6 +24,7 @@ struct clt__pp {
   int stage, d;            /* this rank's place in the grid */
   clt_pipeline_schedule schedule;
   int *cut;                /* P + 1: stage s is layers [cut[s], cut[s + 1]) of the whole spec */
+  double *predicted_s;     /* P: --stages auto's time of each stage's micro-batch (0: not predicted) */
   clt_model stage_model;   /* this rank's stage (model/stage.c) */
   int64_t base;            /* where its parameters start in the whole arena */
   int64_t owned;           /* its parameters of its own (the rest of its arena: copies of tied weights) */
@@ -38,5 +39,17 @@ struct clt__pp {
   clt__trace *trace;       /* the trainer's timeline, or NULL; spans on its lane trace_lane */
   int trace_lane;
 };
+
+/* Parameters of layers [a, b) of s. */
+int64_t clt__pp_params_between(const clt_model_spec *s, int a, int b);
+/* Collective over pp->comm (cut.c): pp->cut (and pp->predicted_s) from
+ * o->stages (counts, "auto") or evenly; logged on rank 0. */
+int clt__pp_make_cut(clt__pp *pp, const clt_model_spec *s, const clt_train_options *o, const clt_devices *devs);
+/* The cut by cost: P stages over nseg pieces in order, stage s costing
+ * the sum of cost[s * nseg + q] over its pieces q, each stage holding at
+ * least one piece with has_params. Minimises the slowest stage (*worst),
+ * then the total; stage s is pieces [bound[s], bound[s + 1]) (P + 1
+ * entries). CLT_EINVAL (no message) when no cut exists. */
+int clt__pp_cut_by_cost(int P, int nseg, const int64_t *cost, const int *has_params, int *bound, int64_t *worst);
 
 #endif

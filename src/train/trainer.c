@@ -215,7 +215,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       rc = clt__error(CLT_EUNSUPPORTED, "--pipeline %d runs one device per rank, but rank %d was given %d; select "
                       "one (--devices, CLT_DEVICES)", o->pipeline, t->rank, t->nlocal);
     else
-      rc = clt__pp_create(t->comm, m, o, &t->pp);
+      rc = clt__pp_create(t->comm, m, o, devs, &t->pp);
     if (rc < 0) { /* every rank fails alike, each with its own message */
       char own[1024];
       clt__strlcpy(own, clt_last_error(), sizeof own);
