@@ -38,7 +38,7 @@ run() { # NP ARGS...: cltrain train on NP ranks, log at info
 
 echo "== 1. bubble: measured (mean over stages) against (P-1)/(M+P-1), batch 512, 1F1B"
 printf '%3s %3s %9s %9s %7s\n' P M measured ideal diff
-for P in 2 3; do
+for P in ${PIPE_PS:-2 3}; do
   for M in 4 8 16; do
     rm -f "$tmp/metrics"
     if ! run "$P" "$tmp/even.model" -b 512 --pipeline "$P" --micro-batches "$M" --stages "$(

@@ -206,6 +206,11 @@ struct clt_context {
   int blas_said;         /* its GEMM backend logged (src/blas.c) */
   double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
   int native_gemm;       /* host GEMMs as native kernels on the queue: 0 not asked yet, 1 yes, -1 no */
+  /* Called between polls while clt__wait_event waits (NULL: it sleeps on
+   * the event instead): a pipeline stage moves its messages on while its
+   * device computes, as MPI progresses only inside MPI calls. */
+  void (*progress)(void *user);
+  void *progress_user;
 };
 
 /* Empty CLBlast's process-wide program cache (src/blas.c). */

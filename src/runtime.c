@@ -189,6 +189,12 @@ int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char 
     /* CPU devices only: the device's threads need the cores a poll takes;
      * GPU drivers may deliver callbacks late (NVIDIA: 10x slower steps
      * waiting for them, NEWS), and polling takes them no core. */
+    if (ctx->progress) { /* a pipeline's messages: poll them and the device every 20 us */
+      ctx->progress(ctx->progress_user);
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
     if (!slept && ctx->info.type == CLT_DEVICE_CPU) { /* once: the callback, then the status once more */
       slept = 1;
       if (sleep_on_event(ctx, ev, timeout_s > 0 ? timeout_s - waited : 0) >= 0) continue;

@@ -105,6 +105,9 @@ int clt__tp_test(clt_comm *comm, clt__req *req, size_t *got);
 /* Give up on a request after a failure: a receive is cancelled, a send is
  * left to finish on its own. */
 void clt__tp_abandon(clt_comm *comm, clt__req *req);
+/* Let the transport move messages in flight on (MPI progresses only
+ * inside MPI calls): a probe for a message that never comes. */
+void clt__tp_progress(clt_comm *comm);
 /* Release the transport's state (the duplicated MPI communicator). */
 void clt__tp_destroy(clt_comm *comm);
 

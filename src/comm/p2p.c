@@ -44,4 +44,8 @@ int clt__p2p_wait(clt_comm *comm, clt__p2p_msg *m, const char *what) {
   return CLT_OK;
 }
 
+void clt__p2p_progress(clt_comm *comm) {
+  if (comm && !comm->broken) clt__tp_progress(comm);
+}
+
 void clt__p2p_abandon(clt_comm *comm, clt__p2p_msg *m) { clt__tp_abandon(comm, &m->req); }

@@ -34,6 +34,9 @@ int clt__p2p_irecv(clt_comm *comm, void *buf, size_t bytes, int peer, int tag, u
  * CLT_EMISMATCH. Waiting for a message not posted (or done) returns at
  * once. */
 int clt__p2p_wait(clt_comm *comm, clt__p2p_msg *m, const char *what);
+/* Move the messages in flight on comm (call it while the device computes:
+ * a large message needs its sender and receiver in MPI to go). */
+void clt__p2p_progress(clt_comm *comm);
 /* Drop a message after a failure (a receive is cancelled). */
 void clt__p2p_abandon(clt_comm *comm, clt__p2p_msg *m);
 

@@ -97,6 +97,14 @@ void clt__tp_abandon(clt_comm *comm, clt__req *req) {
   req->kind = 0;
 }
 
+void clt__tp_progress(clt_comm *comm) {
+  int flag = 0;
+  if (!comm->mpi) return;
+  /* the timeout diagnoses' tag: a probe never receives, so one pending there
+   * stays for its wait */
+  MPI_Iprobe(MPI_ANY_SOURCE, comm->diag_tag, mpi_comm(comm), &flag, MPI_STATUS_IGNORE);
+}
+
 void clt__tp_destroy(clt_comm *comm) {
   struct clt__mpi *m = comm->mpi;
   int finalized = 0;

@@ -29,6 +29,8 @@ void clt__tp_abandon(clt_comm *comm, clt__req *req) {
   req->kind = 0;
 }
 
+void clt__tp_progress(clt_comm *comm) { (void)comm; }
+
 void clt__tp_destroy(clt_comm *comm) { comm->mpi = NULL; }
 
 /* cltrain/mpi.h's Fortran entry, here too so that the symbol (and the

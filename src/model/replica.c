@@ -758,12 +758,21 @@ fail:
 
 /* The last layer's output y into out as f32 (waits for it). */
 static int read_output(clt__replica *r, const clt_tensor *y, float *out) {
+  int rc = CLT_OK;
   int64_t count = clt_tensor_numel(y);
-  if (y->dtype == CLT_F32) return clt_tensor_download(r->ctx, y, out, (size_t)count * 4);
-  uint16_t *h = clt__calloc((size_t)count, sizeof *h);
-  if (!h) return CLT_ENOMEM;
-  int rc = clt_tensor_download(r->ctx, y, h, (size_t)count * 2);
-  for (int64_t i = 0; rc == CLT_OK && i < count; i++) out[i] = clt__float_from_half(h[i]);
+  size_t esize = y->dtype == CLT_F32 ? 4 : 2;
+  uint16_t *h = y->dtype == CLT_F32 ? NULL : clt__calloc((size_t)count, sizeof *h);
+  cl_event ev = NULL;
+  if (y->dtype != CLT_F32 && !h) return CLT_ENOMEM;
+  /* read without blocking, then a wait that polls: a pipeline's messages
+   * move on meanwhile (the context's progress hook, clt__wait_event) */
+  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, y->buf, CL_FALSE, y->offset, (size_t)count * esize,
+                                 h ? (void *)h : (void *)out, 0, NULL, &ev));
+  CLT_CL_TRY(clFlush(r->ctx->queue));
+  CLT_TRY(clt__wait_event(r->ctx, ev, r->timeout_s, "reading an output"));
+  for (int64_t i = 0; h && i < count; i++) out[i] = clt__float_from_half(h[i]);
+fail:
+  if (ev) clReleaseEvent(ev);
   free(h);
   return rc;
 }

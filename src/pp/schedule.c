@@ -77,6 +77,9 @@ static int alloc_bufs(clt__pp *pp, int m, const clt__pp_micro *mb, int64_t in_nu
   return CLT_OK;
 }
 
+/* The device context's progress hook while a step runs (runtime.c). */
+static void progress(void *user) { clt__p2p_progress(user); }
+
 /* A wait, timed as the pipeline's bubble. */
 static int wait_msg(clt__pp *pp, clt__p2p_msg *msg, const char *what) {
   double t0 = clt__now();
@@ -162,6 +165,7 @@ int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, co
   int64_t out_numel = clt__shape_numel(&s->layers[s->nlayers - 1].out_shape);
   int *idx = NULL, nsets = r->nsets ? r->nsets : 1;
   step_bufs b;
+  clt_context *ctx = clt__replica_context(r);
   double t0 = clt__now();
   *loss = *metric = 0;
   pp->wait_s = 0;
@@ -172,6 +176,10 @@ int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, co
   }
   if (!(idx = clt__calloc((size_t)m + 1, sizeof *idx))) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(alloc_bufs(pp, m, mb, in_numel, out_numel, &b));
+  /* While this stage's device computes, its messages move on: a sent
+   * activation needs the sender in MPI to reach the next stage, which
+   * otherwise waits until this stage waits too. */
+  ctx->progress = progress, ctx->progress_user = pp->pipe_comm;
   int mm = 0; /* the micro-batches with samples, in order */
   for (int k = 0; k < m; k++)
     if (mb[k].n > 0) idx[mm++] = k;
@@ -214,10 +222,12 @@ int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, co
   }
   pp->total_s = clt__now() - t0;
   if (base->train) pp->sum_wait_s += pp->wait_s, pp->sum_total_s += pp->total_s, pp->runs++;
+  ctx->progress = NULL;
   free_bufs(&b);
   free(idx);
   return CLT_OK;
 fail:
+  ctx->progress = NULL;
   abandon_all(pp, &b, m);
   free_bufs(&b);
   free(idx);
