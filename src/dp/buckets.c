@@ -174,6 +174,7 @@ int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
       CLT_TRY(clt__replica_set_pool(reps[i], dp->pool.nslots, dp->pool.slot_floats, dp->pool.slot, dp->pool.after,
                                     b->opened_at, dp->shard_params, dp->wire));
   }
+  CLT_TRY(clt__dp_gather_attach(dp, reps));
 fail:
   return rc;
 }

@@ -231,9 +231,14 @@ int clt__dp_zero_sharded_grads(const clt__dp *dp);
  * *params parameters (every parameter when ZeRO is off). */
 const clt__shard_range *clt__dp_shard(const clt__dp *dp, int *n, int64_t *params);
 /* Collective: every local replica's parameters from the ranks that own
- * them, after each rank's optimizer step on its shard (queued on the
- * replicas' compute queues; it reads after them). `step` for messages. */
+ * them, once each rank's optimizer step on its shard (queued on the
+ * replicas' compute queues) is done; the writes are queued there, not
+ * waited for. `step` for messages. */
 int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step);
+/* Bytes of host memory (pinned) the parameters' allgather stages through:
+ * the buckets' span twice, packed by rank and in arena order (0 without
+ * ZeRO). */
+uint64_t clt__dp_gather_bytes(const clt__dp *dp);
 /* Collective: the state of every rank's shard (shard: this rank's, per x
  * shard_params floats) into the whole layout, full (per x P floats,
  * component c from c P), on every rank. */

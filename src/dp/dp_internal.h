@@ -7,6 +7,14 @@
 
 #include "dp/dp.h"
 
+#include <cltrain/opencl.h>
+
+/* One rank's part of one bucket: n floats at arena in the arena, at packed
+ * in the allgather's buffer. */
+typedef struct clt__gather_piece {
+  int64_t arena, packed, n;
+} clt__gather_piece;
+
 /* A local replica's recent recorded runs (a ring of the newest). */
 #define CLT__COST_WINDOW 32
 #define CLT__SETS 16
@@ -73,11 +81,21 @@ struct clt__dp {
    * state_at its place in the shard; stage 2's pool of bucket buffers. */
   int zero, pooled;
   clt_reduce_scatter_plan **rs;
-  clt_allgather_plan **ag;
   clt__shard_range *shard, *part;
   int nshard;
   int64_t shard_params;
   clt__grad_pool pool;
+
+  /* zero_gather.c: the parameters' allgather, one host plan over every
+   * bucket (rank r's block: its parts in bucket order); the pieces of the
+   * packed buffer, rank after rank; the buckets' span of the arena; the
+   * packed buffer and the span in arena order (pinned, 2 span_n floats);
+   * per local replica the last write from it. */
+  clt_allgather_plan *gather;
+  clt__gather_piece *pieces;
+  int64_t span_lo, span_n;
+  clt_pinned *staging;
+  cl_event *written;
 };
 
 /* buckets.c: the bucket layout of a model (pure). */
@@ -87,5 +105,15 @@ int clt__dp_model_layout(const clt_model *m, int64_t limit, clt__bucket_layout *
  * clt__dp_buckets_create once the layout is known; and their release. */
 int clt__dp_zero_plans(clt__dp *dp, int64_t P);
 void clt__dp_zero_free(clt__dp *dp);
+/* This rank's shard of the state into the whole layout (local; the other
+ * ranks' ranges untouched). */
+void clt__dp_unshard_state(const clt__dp *dp, const float *shard, int per, int64_t P, float *full);
+
+/* zero_gather.c: the allgather's pieces and plan (collective, from
+ * clt__dp_zero_plans); its host buffers once the replicas exist (from
+ * clt__dp_buckets_attach); their release. */
+int clt__dp_gather_plan(clt__dp *dp, int64_t P);
+int clt__dp_gather_attach(clt__dp *dp, clt__replica *const *reps);
+void clt__dp_gather_free(clt__dp *dp);
 
 #endif

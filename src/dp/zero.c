@@ -10,7 +10,8 @@
  * arena no bucket covers (no backward writes it; every rank steps that
  * itself, as --zero 0 does). Each rank steps its ranges with the same
  * scalars as --zero 0, so its parameters there are --zero 0's bits, and
- * the allgather of every bucket's parameters hands them to the others:
+ * the allgather of every bucket's parameters (zero_gather.c) hands them
+ * to the others:
  * ZeRO at N ranks gives bitwise the parameters of --zero 0 at N ranks.
  *
  * State. The optimizer state of range k is per x n_k floats, packed one
@@ -172,15 +173,13 @@ int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
     CLT_TRY(bucket_parts(b, dp->nranks, dp->rank, dp->part));
   }
   if (dp->zero) {
-    if (!(dp->ag = clt__calloc(nb ? nb : 1, sizeof *dp->ag)) || !(dp->rs = clt__calloc(nb ? nb : 1, sizeof *dp->rs)))
-      return CLT_ENOMEM;
+    if (!(dp->rs = clt__calloc(nb ? nb : 1, sizeof *dp->rs))) return CLT_ENOMEM;
     clt_allreduce_opts ao = {0, dp->nlocal};
     for (int k = 0; k < nb; k++) {
       size_t count = (size_t)(b->hi[k] - b->lo[k]), off = 0, len = 0;
       CLT_TRY(clt_reduce_scatter_plan_create(dp->comm, count, NULL, dp->wire ? CLT_F16 : CLT_F32, CLT_SUM, &ao,
                                              &dp->rs[k]));
-      CLT_TRY(clt_allgather_plan_create(dp->comm, count, NULL, CLT_F32, &ao, &dp->ag[k]));
-      CLT_TRY(clt_allgather_plan_part(dp->ag[k], dp->rank, &off, &len));
+      CLT_TRY(clt_reduce_scatter_plan_part(dp->rs[k], dp->rank, &off, &len));
       if (b->lo[k] + (int64_t)off != dp->part[k].lo || (int64_t)len != dp->part[k].n) {
         rc = clt__error(CLT_EINTERNAL, "rank %d: bucket %d's part is %zu floats from %zu, the shard counted %lld from "
                         "%lld", dp->rank, k, len, off, (long long)dp->part[k].n,
@@ -188,6 +187,7 @@ int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
         goto fail;
       }
     }
+    CLT_TRY(clt__dp_gather_plan(dp, P)); /* the parameters' allgather (zero_gather.c) */
   }
   if (!dp->zero) { /* the whole arena, one range: one kernel per step */
     dp->shard[0] = (clt__shard_range){0, P, 0};
@@ -237,36 +237,11 @@ fail:
 void clt__dp_zero_free(clt__dp *dp) {
   for (int k = 0; k < dp->buckets.n; k++) {
     if (dp->rs) clt_reduce_scatter_plan_destroy(dp->rs[k]);
-    if (dp->ag) clt_allgather_plan_destroy(dp->ag[k]);
   }
-  free(dp->rs), free(dp->ag), free(dp->shard), free(dp->part);
-  dp->rs = NULL, dp->ag = NULL, dp->shard = NULL, dp->part = NULL;
+  clt__dp_gather_free(dp);
+  free(dp->rs), free(dp->shard), free(dp->part);
+  dp->rs = NULL, dp->shard = NULL, dp->part = NULL;
   clt__grad_pool_free(&dp->pool);
-}
-
-int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step) {
-  int rc = CLT_OK, n = dp->nlocal;
-  if (!dp->zero) return CLT_OK;
-  cl_command_queue *q = clt__calloc(n, sizeof *q);
-  cl_mem *bufs = clt__calloc(n, sizeof *bufs);
-  size_t *offs = clt__calloc(n, sizeof *offs);
-  if (!q || !bufs || !offs) { rc = CLT_ENOMEM; goto fail; }
-  for (int i = 0; i < n; i++) {
-    clt_tensor p = clt__replica_params(reps[i]);
-    /* The compute queue: in order after the optimizer's kernels. */
-    q[i] = clt_context_queue(clt__replica_context(reps[i]));
-    bufs[i] = p.buf;
-  }
-  for (int b = 0; b < dp->buckets.n; b++) {
-    for (int i = 0; i < n; i++) offs[i] = (size_t)dp->buckets.lo[b] * sizeof(float);
-    double t0 = clt__now();
-    CLT_TRY(clt__allreduce_run_devices_split(clt__allgather_base(dp->ag[b]), n, q, q, bufs, offs));
-    dp->comm_s += clt__now() - t0;
-  }
-fail:
-  free(q), free(bufs), free(offs);
-  return rc < 0 ? clt__error_prefix(rc, "gathering the parameters of step %lld (--zero %d)", (long long)step, dp->zero)
-                : rc;
 }
 
 /* Range k of the shard to or from the whole layout. */
@@ -284,23 +259,8 @@ void clt__dp_scatter_state(const clt__dp *dp, const float *full, int per, int64_
   for (int k = 0; k < dp->nshard; k++) copy_range(&dp->shard[k], per, P, (float *)full, shard, 0);
 }
 
-int clt__dp_gather_state(clt__dp *dp, const float *shard, int per, int64_t P, float *full) {
-  int rc = CLT_OK;
-  clt_allgather_plan *plan = NULL;
+void clt__dp_unshard_state(const clt__dp *dp, const float *shard, int per, int64_t P, float *full) {
   for (int k = 0; k < dp->nshard; k++) copy_range(&dp->shard[k], per, P, full, (float *)shard, 1);
-  if (!dp->zero) return CLT_OK;
-  /* Host plans of one buffer each (the trainer's have a replica's worth):
-   * made here, on the rare save. */
-  for (int b = 0; b < dp->buckets.n; b++) {
-    CLT_TRY(clt_allgather_plan_create(dp->comm, (size_t)(dp->buckets.hi[b] - dp->buckets.lo[b]), NULL, CLT_F32,
-                                      NULL, &plan));
-    for (int c = 0; c < per; c++) CLT_TRY(clt_allgather_run(plan, full + (size_t)c * (size_t)P + dp->buckets.lo[b]));
-    clt_allgather_plan_destroy(plan);
-    plan = NULL;
-  }
-fail:
-  clt_allgather_plan_destroy(plan);
-  return rc < 0 ? clt__error_prefix(rc, "gathering the optimizer state of every rank (--zero %d)", dp->zero) : rc;
 }
 
 int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params) {
