@@ -4,7 +4,7 @@
 # parameters, AdamW, buckets of 0.25 MiB: one 256 x 256 layer each):
 #
 #  1. memory per rank: what each replica holds on its device, measured from
-#     its buffers (the "replica ... holds" line of the log), against ZeRO's
+#     its buffers (the "start" records of the metrics), against ZeRO's
 #     formulas for fp32 Adam, Psi parameters over N ranks: stage 0 16 Psi,
 #     stage 1 4 Psi + 4 Psi + 8 Psi / N, stage 2 4 Psi + 12 Psi / N plus the
 #     bucket buffers the backward writes into (2 of the largest bucket);
@@ -47,18 +47,22 @@ steps = r[-1]["step"] - r[0]["step"] + 10 if r else 1
 print("%.6f" % (sum(x.get("comm_s") or 0 for x in r) / steps))' "$1"
 }
 
-# memory FILE N ZERO: the largest rank's measured parameters + gradients +
-# state, the formula, and their ratio, from the log.
+# memory METRICS LOG N ZERO: the largest rank's measured parameters +
+# gradients + state (the metrics' start records), the formula, and their
+# ratio; the bucket buffers from the log.
 memory() {
   /usr/bin/python3 -c '
-import re, sys
-log, n, z = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
-got = [tuple(map(int, m)) for m in re.findall(r"bytes: (\d+) (\d+) (\d+) (\d+);", log)]
+import json, re, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+got = [r["measured"] for r in recs if r["event"] == "start"]
+log, n, z = open(sys.argv[2]).read(), int(sys.argv[3]), int(sys.argv[4])
 pools = [int(a) * int(b) for a, b in re.findall(r"into (\d+) bucket buffers of (\d+) floats", log)]
-psi = got[0][0] // 4
+psi = got[0]["parameters"] // 4
 f = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n}[z if n > 1 else 0]
 extra = 4 * max(pools) if pools else 0
-p, g, s, o = max(got, key=lambda t: t[0] + t[1] + t[2])
+r = max(got, key=lambda r: r["parameters"] + r["gradients"] + r["optimizer_state"])
+p, g, s = r["parameters"], r["gradients"], r["optimizer_state"]
+o = r["activations"] + r["activation_grads"] + r["workspace"]
 m = p + g + s
 print("%7.2f MiB measured (params %.2f, grads %.2f, state %.2f), formula %7.2f MiB%s: %.3fx; activations etc. %.2f MiB" % (
       m / 2**20, p / 2**20, g / 2**20, s / 2**20, f / 2**20,
@@ -79,7 +83,7 @@ for n in 2 4; do
   c0=$(median "$tmp/c0")
   for z in 0 1 2; do
     c=$(median "$tmp/c$z")
-    echo "$n ranks, --zero $z: memory $(memory "$tmp/z$z-n$n-r1.err" "$n" "$z")"
+    echo "$n ranks, --zero $z: memory $(memory "$tmp/z$z-n$n-r1.jsonl" "$tmp/z$z-n$n-r1.err" "$n" "$z")"
     echo "$n ranks, --zero $z: communication $(/usr/bin/python3 -c "print('%.2f' % (1000 * $c))") ms/step (median of $reps; each: $(tr '\n' ' ' <"$tmp/c$z")s) = $(ratio "$c" "$c0")x stage 0's"
   done
 done

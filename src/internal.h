@@ -95,6 +95,12 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
 int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                     const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets,
                                     const cl_mem *out_bufs, const size_t *out_offsets);
+/* The pinned staging of a device run on these queues (one per replica,
+ * count x element size each), made now rather than at the first run, so
+ * that a memory report made before training sees it; and its bytes for
+ * replica q (0 while there is none). */
+int clt__plan_prepare_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues);
+size_t clt__plan_staged_bytes(const clt_allreduce_plan *plan, int q);
 /* Segment offsets for `count` elements over `size` ranks (size + 1): the
  * first count % size segments get one element more (src/comm/ring.c). */
 void clt__segments(size_t count, int size, size_t *seg_off);

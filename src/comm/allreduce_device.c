@@ -104,6 +104,18 @@ fail:
   return rc;
 }
 
+int clt__plan_prepare_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues) {
+  struct clt__dev_staging *dev;
+  if (!plan) return clt__error(CLT_EINVAL, "preparing a device run: no plan");
+  if (plan->count == 0 || n < 1) return CLT_OK;
+  return get_staging(plan, n, queues, &dev);
+}
+
+size_t clt__plan_staged_bytes(const clt_allreduce_plan *plan, int q) {
+  if (!plan || !plan->dev || q < 0 || q >= plan->dev->n) return 0;
+  return clt_pinned_size(plan->dev->pinned[q]);
+}
+
 static unsigned char *staged(const struct clt__dev_staging *dev, int q, size_t elem) {
   return (unsigned char *)clt_pinned_ptr(dev->pinned[q]) + elem * dev->plan->ops->esize;
 }

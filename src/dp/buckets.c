@@ -165,6 +165,8 @@ fail:
   return rc;
 }
 
+static int prepare_staging(clt__dp *dp, clt__replica *const *reps);
+
 int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
   int rc = CLT_OK;
   const clt__bucket_layout *b = &dp->buckets;
@@ -175,8 +177,53 @@ int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
                                     b->opened_at, dp->shard_params, dp->wire));
   }
   CLT_TRY(clt__dp_gather_attach(dp, reps));
+  CLT_TRY(prepare_staging(dp, reps));
 fail:
   return rc;
+}
+
+/* The plan that sums bucket b: the all-reduce's, or ZeRO's reduce-scatter. */
+static clt_allreduce_plan *bucket_plan(const clt__dp *dp, int b) {
+  if (dp->rs) return clt__reduce_scatter_base(dp->rs[b]);
+  return dp->plans ? dp->plans[b] : NULL;
+}
+
+/* Local replica i's place among those taking part, or -1. */
+static int active_index(const clt__dp *dp, int i) {
+  if (!clt__dp_active(dp, i)) return -1;
+  int q = 0;
+  for (int k = 0; k < i; k++) q += clt__dp_active(dp, k);
+  return q;
+}
+
+/* Every plan's pinned staging on the queues the exchange reads on, made
+ * before the first step (clt__dp_staging_bytes reports it). */
+static int prepare_staging(clt__dp *dp, clt__replica *const *reps) {
+  int rc = CLT_OK, n = 0;
+  cl_command_queue *q = clt__calloc(dp->nlocal, sizeof *q);
+  if (!q) return CLT_ENOMEM;
+  for (int i = 0; i < dp->nlocal; i++)
+    if (clt__dp_active(dp, i)) q[n++] = clt_context_transfer_queue(clt__replica_context(reps[i]));
+  for (int b = 0; b < dp->buckets.n; b++)
+    if (bucket_plan(dp, b)) CLT_TRY(clt__plan_prepare_devices(bucket_plan(dp, b), n, q));
+fail:
+  free(q);
+  return rc;
+}
+
+void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t *measured) {
+  int q = active_index(dp, i);
+  *counted = *measured = 0;
+  for (int b = 0; q >= 0 && b < dp->buckets.n; b++) {
+    clt_allreduce_plan *plan = bucket_plan(dp, b);
+    if (!plan) continue;
+    *counted += (uint64_t)(dp->buckets.hi[b] - dp->buckets.lo[b]) * (dp->wire ? 2 : 4);
+    *measured += clt__plan_staged_bytes(plan, q);
+  }
+  if (i == 0 && dp->zero) { /* the parameters' allgather, on the first replica's context */
+    *counted += (uint64_t)dp->span_n * 2 * sizeof(float);
+    *measured += clt__dp_gather_bytes(dp);
+  }
 }
 
 int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {

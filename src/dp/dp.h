@@ -235,6 +235,12 @@ const clt__shard_range *clt__dp_shard(const clt__dp *dp, int *n, int64_t *params
  * replicas' compute queues) is done; the writes are queued there, not
  * waited for. `step` for messages. */
 int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step);
+/* The host memory (pinned) the exchange stages local replica i's
+ * gradients through (one copy of every bucket, in the wire's type, for
+ * each replica taking part in a job of several), and on the first replica
+ * under ZeRO the parameters' allgather's: counted from the layout, and
+ * measured from the buffers made (clt__dp_buckets_attach makes them). */
+void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t *measured);
 /* Bytes of host memory (pinned) the parameters' allgather stages through:
  * the buckets' span twice, packed by rank and in arena order (0 without
  * ZeRO). */

@@ -219,11 +219,13 @@ int clt__replica_stage_backward(clt__replica *r, int set, const float *dy, int64
                                 float *dx);
 
 /* What the replica holds on its device, from the sizes of its buffers (the
- * measured counterpart of clt__replica_memory): parameters, gradients
- * (arena or shard and pool, with their f16 copies), optimizer state, and
- * everything else (activations, their gradients, workspaces). Bytes. */
+ * measured counterpart of clt__replica_memory, part by part): parameters,
+ * gradients (arena or shard and pool, with their f16 copies), optimizer
+ * state, activations (with the input, labels and losses), their gradients
+ * (the two buffers, backward scratch, skip slots) and workspaces (im2col,
+ * and the context's scratch as large as it is now). Bytes. */
 typedef struct clt__replica_bytes {
-  uint64_t parameters, gradients, optimizer_state, other;
+  uint64_t parameters, gradients, optimizer_state, activations, activation_grads, workspace, total;
 } clt__replica_bytes;
 void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out);
 

@@ -195,14 +195,25 @@ void clt__replica_pool_io(const clt__replica *r, clt__layer_io *io) {
   io->gslot_at = r->slot_at;
 }
 
+static uint64_t sizes(const cl_mem *bufs, size_t n) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; i++) bytes += clt_buffer_size(bufs[i]);
+  return bytes;
+}
+
 void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out) {
   memset(out, 0, sizeof *out);
   out->parameters = clt_buffer_size(r->params);
   const cl_mem grads[] = {r->grads, r->wire, r->pool, r->pool16, r->gshard, r->gshard16};
-  for (size_t i = 0; i < sizeof grads / sizeof grads[0]; i++) out->gradients += clt_buffer_size(grads[i]);
+  out->gradients = sizes(grads, sizeof grads / sizeof grads[0]);
   out->optimizer_state = clt_buffer_size(r->state);
-  const cl_mem other[] = {r->act,    r->dbuf[0], r->dbuf[1], r->input32, r->aux,
-                          r->gscratch, r->workspace, r->labels, r->losses, r->scalars};
-  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) out->other += clt_buffer_size(other[i]);
-  for (int k = 0; r->skip && k < r->spec->skip_slots; k++) out->other += clt_buffer_size(r->skip[k]);
+  const cl_mem act[] = {r->act, r->input32, r->aux, r->labels, r->losses, r->scalars};
+  out->activations = sizes(act, sizeof act / sizeof act[0]);
+  const cl_mem dact[] = {r->dbuf[0], r->dbuf[1], r->gscratch};
+  out->activation_grads = sizes(dact, sizeof dact / sizeof dact[0]);
+  if (r->skip) out->activation_grads += sizes(r->skip, (size_t)r->spec->skip_slots);
+  const cl_mem ws[] = {r->workspace, r->ctx->scratch};
+  out->workspace = sizes(ws, sizeof ws / sizeof ws[0]);
+  out->total = out->parameters + out->gradients + out->optimizer_state + out->activations + out->activation_grads +
+               out->workspace;
 }

@@ -262,6 +262,9 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   if (rc == CLT_OK && t->rank == 0 && o->tensorboard_dir) rc = clt__tb_open(o->tensorboard_dir, &out.tb);
   if (rc == CLT_OK && t->rank == 0) rc = clt__checkpoint_dir_check(t);
   CLT_TRY(clt__trainer_share_status(t, rc));
+  /* The metrics begin with what every replica holds (memory.c). */
+  rc = clt__trainer_memory_records(t, out.metrics);
+  CLT_TRY(clt__trainer_share_status(t, rc));
 
   /* Go on from where the trainer stands (a loaded checkpoint, or an
    * earlier fit): the position means something only on the same data. */

@@ -346,19 +346,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   }
   CLT_TRY(clt__trainer_all_ok(t, sync_rc, "checking that the replicas fit their devices"));
   CLT_TRY(clt__dp_buckets_attach(t->dp, t->rep));
-  for (int i = 0; i < t->nlocal; i++) { /* what the replicas hold, measured, beside what was counted */
-    clt__replica_bytes got;
-    char a[32], b[32], c[32], d[32], e[32];
-    clt__replica_device_bytes(t->rep[i], &got);
-    clt__log(CLT_LOG_INFO, "rank %d: replica %d holds %s on %s: parameters %s, gradients %s, optimizer state %s, "
-             "activations and the rest %s (bytes: %llu %llu %llu %llu; the report counted %llu in all)", t->rank, i,
-             clt__fmt_bytes(got.parameters + got.gradients + got.optimizer_state + got.other, a, sizeof a),
-             clt_devices_info(devs, i)->name, clt__fmt_bytes(got.parameters, b, sizeof b),
-             clt__fmt_bytes(got.gradients, c, sizeof c), clt__fmt_bytes(got.optimizer_state, d, sizeof d),
-             clt__fmt_bytes(got.other, e, sizeof e), (unsigned long long)got.parameters,
-             (unsigned long long)got.gradients, (unsigned long long)got.optimizer_state,
-             (unsigned long long)got.other, (unsigned long long)need.total);
-  }
+  CLT_TRY(clt__trainer_memory_report(t, &need)); /* what the replicas hold, measured, beside what was counted */
   free(params);
   *out = t;
   return CLT_OK;
@@ -387,6 +375,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->host_state);
   free(t->host_grads);
   free(t->zero_state);
+  free(t->memory);
   free(t->stale);
   free(t->sit_params), free(t->sit_state), free(t->sit_grads);
   clt__trace_destroy(t->trace);

@@ -12,6 +12,8 @@
 #include "model/replica.h"
 #include "dp/dp.h"
 
+#include <stdio.h>
+
 struct clt__pp;
 
 struct clt_trainer {
@@ -86,6 +88,9 @@ struct clt_trainer {
    * each local replica's device lane; else NULL. */
   clt__trace *trace;
   int trace_host, *trace_lanes;
+
+  /* Per local replica: its memory, counted and measured (memory.c). */
+  struct clt__memory_record *memory;
 };
 
 /* Collective: the whole model's parameters (and, when state is not
@@ -93,6 +98,17 @@ struct clt_trainer {
  * on every rank with `everywhere`): gathered from the stages under
  * --pipeline, else replica 0's (state: zero_state or replica 0's). */
 int clt__trainer_whole(clt_trainer *t, float *params, float *state, int everywhere);
+
+/* ---- the memory report (memory.c) ---- */
+
+typedef struct clt__memory_record clt__memory_record;
+/* Once the replicas and the exchange's buffers are made: each replica's
+ * memory as need counted it for this rank, and as its buffers measure,
+ * kept for the metrics and logged. */
+int clt__trainer_memory_report(clt_trainer *t, const clt_replica_memory *need);
+/* Collective: every replica's record of the job to rank 0, which writes
+ * them to metrics (when not NULL) as "start" records, one a line. */
+int clt__trainer_memory_records(clt_trainer *t, FILE *metrics);
 
 /* ---- one training step (step.c) ---- */
 

@@ -1,0 +1,115 @@
+/*
+ * memory.c: the memory report of every replica (issue 15): what the
+ * trainer counted for it before allocating anything (the layout of
+ * clt_model_replica_memory for this rank's ZeRO shard, the figures
+ * `cltrain summary` prints) beside what its buffers measure now that they
+ * are made, part by part: parameters, gradients, optimizer state,
+ * activations, their gradients, workspaces, and the host memory the
+ * exchange stages them through. Logged by each rank when the trainer is
+ * made; written by rank 0 as the first records of --metrics, one per
+ * replica of the job, so a run's file says what it held where.
+ */
+#include "pp/pp.h"
+#include "train/trainer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The parts, in the order of the records' arrays; the device's total
+ * (every part but the host's staging) after them. */
+enum { PARAMS, GRADS, STATE, ACT, DACT, WORK, STAGING, TOTAL, NPARTS };
+static const char *const part_names[NPARTS] = {"parameters",       "gradients", "optimizer_state", "activations",
+                                               "activation_grads", "workspace", "staging",         "total"};
+
+struct clt__memory_record {
+  int64_t rank, replica, stage; /* stage: -1 without a pipeline */
+  int64_t batch, zero, shard_params, params;
+  uint64_t counted[NPARTS], measured[NPARTS];
+  char device[96];
+};
+
+int clt__trainer_memory_report(clt_trainer *t, const clt_replica_memory *need) {
+  int n;
+  int64_t shard_params;
+  clt__dp_shard(t->dp, &n, &shard_params);
+  free(t->memory);
+  if (!(t->memory = clt__calloc(t->nlocal, sizeof *t->memory))) return CLT_ENOMEM;
+  for (int i = 0; i < t->nlocal; i++) {
+    clt__memory_record *m = &t->memory[i];
+    clt__replica_bytes got;
+    clt__replica_device_bytes(t->rep[i], &got);
+    memset(m, 0, sizeof *m);
+    m->rank = t->rank, m->replica = t->first_replica + i, m->stage = t->pp ? clt__pp_stage(t->pp) : -1;
+    m->batch = need->batch, m->zero = clt__dp_zero(t->dp);
+    m->shard_params = shard_params, m->params = clt_model_param_count(t->local);
+    clt__strlcpy(m->device, clt_context_device(t->ctx[i])->name, sizeof m->device);
+    const uint64_t counted[] = {need->parameters, need->gradients,        need->optimizer_state,
+                                need->activations, need->activation_grads, need->workspace};
+    const uint64_t measured[] = {got.parameters,  got.gradients,        got.optimizer_state,
+                                 got.activations, got.activation_grads, got.workspace};
+    for (int k = PARAMS; k <= WORK; k++) {
+      m->counted[k] = counted[k], m->measured[k] = measured[k];
+      m->counted[TOTAL] += counted[k], m->measured[TOTAL] += measured[k];
+    }
+    clt__dp_staging_bytes(t->dp, i, &m->counted[STAGING], &m->measured[STAGING]);
+    char b[NPARTS][32], c[32], s[32];
+    for (int k = 0; k < NPARTS; k++) clt__fmt_bytes(m->measured[k], b[k], sizeof b[k]);
+    clt__log(CLT_LOG_INFO, "rank %d: replica %d holds %s on %s: parameters %s, gradients %s, optimizer state %s, "
+             "activations %s, their gradients %s, workspace %s (counted before allocating: %s); host staging %s "
+             "(counted %s)", t->rank, i, b[TOTAL], m->device, b[PARAMS], b[GRADS], b[STATE], b[ACT], b[DACT], b[WORK],
+             clt__fmt_bytes(m->counted[TOTAL], c, sizeof c), b[STAGING], clt__fmt_bytes(m->counted[STAGING], s, sizeof s));
+  }
+  return CLT_OK;
+}
+
+static json_t *parts(const uint64_t *v) {
+  json_t *o = json_object();
+  for (int k = 0; k < NPARTS; k++) json_object_set_new(o, part_names[k], json_integer((json_int_t)v[k]));
+  return o;
+}
+
+int clt__trainer_memory_records(clt_trainer *t, FILE *metrics) {
+  int rc = CLT_OK;
+  int64_t most = t->nlocal, *counts = NULL;
+  clt__memory_record *all = NULL, *mine = NULL;
+  if (!t->memory) return CLT_OK;
+  /* Every rank's records to rank 0, as many slots each as the rank with most. */
+  if (!(counts = clt__calloc((size_t)t->nranks, sizeof *counts))) return CLT_ENOMEM;
+  counts[0] = t->nlocal;
+  if (t->nranks > 1) CLT_TRY(clt_allgather(t->comm, &most, sizeof most, counts));
+  for (int r = 0; r < t->nranks; r++)
+    if (counts[r] > most) most = counts[r];
+  all = clt__calloc((size_t)(t->nranks * most), sizeof *all);
+  mine = clt__calloc((size_t)most, sizeof *mine);
+  if (!all || !mine) { rc = CLT_ENOMEM; goto fail; }
+  memcpy(mine, t->memory, (size_t)t->nlocal * sizeof *mine);
+  if (t->nranks > 1)
+    CLT_TRY(clt_allgather(t->comm, mine, (size_t)most * sizeof *mine, all));
+  else
+    memcpy(all, mine, (size_t)most * sizeof *mine);
+  for (int r = 0; metrics && t->rank == 0 && r < t->nranks; r++)
+    for (int64_t i = 0; i < counts[r]; i++) {
+      const clt__memory_record *m = &all[r * most + i];
+      json_t *o = json_object();
+      json_object_set_new(o, "event", json_string("start"));
+      json_object_set_new(o, "rank", json_integer(m->rank));
+      json_object_set_new(o, "replica", json_integer(m->replica));
+      if (m->stage >= 0) json_object_set_new(o, "stage", json_integer(m->stage));
+      json_object_set_new(o, "device", json_string(m->device));
+      json_object_set_new(o, "batch", json_integer(m->batch));
+      json_object_set_new(o, "zero", json_integer(m->zero));
+      json_object_set_new(o, "params", json_integer(m->params));
+      json_object_set_new(o, "shard_params", json_integer(m->shard_params));
+      json_object_set_new(o, "counted", parts(m->counted));
+      json_object_set_new(o, "measured", parts(m->measured));
+      int bad = json_dumpf(o, metrics, JSON_COMPACT) < 0 || fputc('\n', metrics) == EOF;
+      json_decref(o);
+      if (bad) { rc = clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path); goto fail; }
+    }
+  if (metrics && fflush(metrics) == EOF) rc = clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path);
+fail:
+  free(counts), free(all), free(mine);
+  return rc;
+}
