@@ -20,6 +20,7 @@
 #include "model/replica.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -169,6 +170,21 @@ int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_in
   int too_large = d->max_alloc_bytes && need->largest > d->max_alloc_bytes;
   int too_much = d->global_mem_bytes && need->total > d->global_mem_bytes;
   if (!too_large && !too_much) return CLT_OK;
+  /* The part of the total to shrink first: the largest. */
+  const struct { uint64_t bytes; const char *what; } part[] = {
+      {need->parameters, "the parameters"},   {need->gradients, "the gradients"},
+      {need->optimizer_state, "the optimizer state"}, {need->activations, "the activations"},
+      {need->activation_grads, "their gradients"},    {need->workspace, "the workspace"}};
+  size_t big = 0;
+  for (size_t i = 1; i < sizeof part / sizeof part[0]; i++)
+    if (part[i].bytes > part[big].bytes) big = i;
+  char pb[32], why[160];
+  if (too_much)
+    snprintf(why, sizeof why, "%s; the largest part of it is %s (%s)",
+             too_large ? "neither the total nor the largest buffer fits" : "the total does not fit", part[big].what,
+             clt__fmt_bytes(part[big].bytes, pb, sizeof pb));
+  else
+    snprintf(why, sizeof why, "the largest buffer does not fit");
   return clt__error(CLT_EDEVMEM, "a replica for batches of %lld needs %s (parameters %s, gradients %s, optimizer state "
                     "%s, activations %s, their gradients %s, workspace %s), %s in its largest buffer (%s); device %d "
                     "(%s) has %s (CL_DEVICE_GLOBAL_MEM_SIZE) and allows %s in one buffer "
@@ -179,9 +195,7 @@ int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_in
                     clt__fmt_bytes(need->activation_grads, f, sizeof f), clt__fmt_bytes(need->workspace, g, sizeof g),
                     clt__fmt_bytes(need->largest, l, sizeof l), need->largest_what, d->index, d->name,
                     clt__fmt_bytes(d->global_mem_bytes, hg, sizeof hg), clt__fmt_bytes(d->max_alloc_bytes, ha, sizeof ha),
-                    too_much && too_large ? "neither the total nor the largest buffer fits"
-                    : too_much            ? "the total does not fit"
-                                          : "the largest buffer does not fit");
+                    why);
 }
 
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,

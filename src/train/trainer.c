@@ -159,7 +159,7 @@ static const char *higher_stage_fits(const clt_model *m, const clt_train_options
     if (clt_model_replica_memory_ranks(m, &oz, t->nranks, &need, NULL) < 0) break;
     if ((!cap || need.total <= cap) && (!one || need.largest <= one)) {
       char b[32];
-      snprintf(note, sizeof note, " (--zero %d on these %d ranks would fit: %s)", z, t->nranks,
+      snprintf(note, sizeof note, "; --zero %d on these %d ranks would fit (a replica then needs %s)", z, t->nranks,
                clt__fmt_bytes(need.total, b, sizeof b));
       break;
     }
@@ -269,7 +269,11 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   int bad = -1;
   for (int i = 0; rc == CLT_OK && i < t->nlocal; i++)
     if ((rc = clt__replica_memory_fits(&need, clt_devices_info(devs, i), o->max_device_memory)) < 0) bad = i;
-  if (rc < 0) clt__error_prefix(rc, "%s%s", m->spec->name, higher_stage_fits(m, o, t, clt_devices_info(devs, bad)));
+  if (rc < 0) { /* the model, why, and the stage that would fit */
+    char why[2048];
+    clt__strlcpy(why, clt_last_error(), sizeof why);
+    clt__error(rc, "%s: %s%s", m->spec->name, why, higher_stage_fits(m, o, t, clt_devices_info(devs, bad)));
+  }
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking that the replicas fit their devices"));
 
   /* Parameters: initialised from the seed on rank 0, broadcast to all
