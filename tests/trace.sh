@@ -62,6 +62,19 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
   else
     echo "FAIL: --trace on 2 ranks:"; sed 's/^/  /' "$tmp/err"; fail=1
   fi
+  # ZeRO stage 2: the reduce-scatters and the parameters' allgather after
+  # the step, with the wait for the step's end outside it.
+  rm -f "$tmp/m.jsonl"
+  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
+       --zero 2 >"$tmp/out" 2>"$tmp/err"; then
+    check "two ranks' timeline at --zero 2" 2
+    grep -q '"name":"allgather [0-9]* KiB","cat":"comm"' "$tmp/t.json" &&
+      grep -q '"name":"the optimizer step","cat":"wait"' "$tmp/t.json" &&
+      echo "ok: the parameters' allgather and the wait for the step are on it" ||
+      { echo "FAIL: no allgather or wait for the optimizer step on the timeline at --zero 2"; fail=1; }
+  else
+    echo "FAIL: --trace at --zero 2:"; sed 's/^/  /' "$tmp/err"; fail=1
+  fi
   rm -f "$tmp/m.jsonl"
   if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
        --pipeline 2 --micro-batches 2 >"$tmp/out" 2>"$tmp/err"; then

@@ -4,8 +4,9 @@ rank with a host lane and a lane per replica; STEPS "step N" spans on each
 host lane, every other host span inside one (or inside an evaluation or a
 checkpoint; a pipeline's micro-batches are on the host lane too; the exchange's
 buckets inside "gradient exchange"); each device lane's layer spans one after
-another, never overlapping; and the all-reduce spans of rank 0 adding up to
-the comm_s of its --metrics records (the same clock readings)."""
+another, never overlapping; and the all-reduce spans of rank 0 (under ZeRO
+the reduce-scatters and the parameters' allgather) adding up to the comm_s
+of its --metrics records (the same clock readings)."""
 import collections
 import json
 import sys
@@ -61,7 +62,9 @@ for pid in pids:
           sum(len(spans[(pid, t)]) for t in devs)))
 records = [json.loads(l) for l in open(metrics) if l.strip()]
 comm = sum(r.get("comm_s", 0) for r in records if r.get("event") == "step")
-traced = sum(e["dur"] for e in spans[(0, 0)] if e["cat"] == "comm" and e["name"].startswith("bucket ")) / 1e6
+# The exchange's buckets, and under ZeRO the parameters' allgather.
+traced = sum(e["dur"] for e in spans[(0, 0)]
+             if e["cat"] == "comm" and e["name"].startswith(("bucket ", "allgather "))) / 1e6
 print("rank 0: all-reduce spans %.6f s, metrics comm_s %.6f s" % (traced, comm))
 if abs(traced - comm) > 0.02 * comm + 1e-5:
     fails.append("the all-reduce spans add up to %.6f s, the metrics' comm_s to %.6f s" % (traced, comm))
