@@ -12,8 +12,8 @@
 #  2. communication per step (the exchange's own clock, comm_s in the
 #     metrics: the gradients' all-reduce, or reduce-scatter and the
 #     parameters' allgather), stages 1 and 2 against stage 0 (target at
-#     most 1.1x: the same bytes move), the median of REPS (3) interleaved
-#     runs of each.
+#     most 1.1x: the same bytes move): the median step of each run (every
+#     step logged), the median of REPS (3) interleaved runs of each.
 #
 # Run from the build directory: sh ../bench/zero.sh [STEPS]. The machine
 # may be shared: times are noise beside each other in one run, ratios are
@@ -33,18 +33,20 @@ printf 'linear 10\n' >>"$tmp/deep.model"
 
 train() { # NAME NP ZERO
   CLT_LOG_LEVEL=info $mpi -np "$2" ./cltrain train "$tmp/deep.model" --devices pocl --epochs 100 \
-    --max-steps "$steps" --batch 64 -o adamw --lr 0.001 --bucket-mb 0.25 --zero "$3" --log-every 10 --quiet \
+    --max-steps "$steps" --batch 64 -o adamw --lr 0.001 --bucket-mb 0.25 --zero "$3" --log-every 1 --quiet \
     --metrics "$tmp/$1.jsonl" >/dev/null 2>"$tmp/$1.err" || { cat "$tmp/$1.err"; exit 1; }
 }
 
-# comm FILE: mean exchange seconds per step after the first record.
+# comm FILE: the exchange's seconds in the median step after the first 10
+# (kernel builds, warm-up). A shared machine's bursts land on some steps
+# and inflate a mean several-fold; the median step is what the exchange
+# costs.
 comm() {
   /usr/bin/python3 -c '
-import json, sys
+import json, statistics, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
-r = [x for x in r if x["event"] == "step"][1:]
-steps = r[-1]["step"] - r[0]["step"] + 10 if r else 1
-print("%.6f" % (sum(x.get("comm_s") or 0 for x in r) / steps))' "$1"
+r = [x.get("comm_s") or 0 for x in r if x["event"] == "step" and x["step"] > 10]
+print("%.6f" % (statistics.median(r) if r else 0))' "$1"
 }
 
 # memory METRICS LOG N ZERO: the largest rank's measured parameters +

@@ -242,8 +242,7 @@ int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t ste
  * measured from the buffers made (clt__dp_buckets_attach makes them). */
 void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t *measured);
 /* Bytes of host memory (pinned) the parameters' allgather stages through:
- * the buckets' span twice, packed by rank and in arena order (0 without
- * ZeRO). */
+ * every bucket, packed by rank (0 without ZeRO). */
 uint64_t clt__dp_gather_bytes(const clt__dp *dp);
 /* Collective: the state of every rank's shard (shard: this rank's, per x
  * shard_params floats) into the whole layout, full (per x P floats,

@@ -88,12 +88,11 @@ struct clt__dp {
 
   /* zero_gather.c: the parameters' allgather, one host plan over every
    * bucket (rank r's block: its parts in bucket order); the pieces of the
-   * packed buffer, rank after rank; the buckets' span of the arena; the
-   * packed buffer and the span in arena order (pinned, 2 span_n floats);
-   * per local replica the last write from it. */
+   * packed buffer, rank after rank; the floats the buckets cover; the
+   * packed buffer (pinned); per local replica the last write from it. */
   clt_allgather_plan *gather;
   clt__gather_piece *pieces;
-  int64_t span_lo, span_n;
+  int64_t gather_n;
   clt_pinned *staging;
   cl_event *written;
 };
@@ -112,7 +111,7 @@ void clt__dp_unshard_state(const clt__dp *dp, const float *shard, int per, int64
 /* zero_gather.c: the allgather's pieces and plan (collective, from
  * clt__dp_zero_plans); its host buffers once the replicas exist (from
  * clt__dp_buckets_attach); their release. */
-int clt__dp_gather_plan(clt__dp *dp, int64_t P);
+int clt__dp_gather_plan(clt__dp *dp);
 int clt__dp_gather_attach(clt__dp *dp, clt__replica *const *reps);
 void clt__dp_gather_free(clt__dp *dp);
 

@@ -187,7 +187,7 @@ int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
         goto fail;
       }
     }
-    CLT_TRY(clt__dp_gather_plan(dp, P)); /* the parameters' allgather (zero_gather.c) */
+    CLT_TRY(clt__dp_gather_plan(dp)); /* the parameters' allgather (zero_gather.c) */
   }
   if (!dp->zero) { /* the whole arena, one range: one kernel per step */
     dp->shard[0] = (clt__shard_range){0, P, 0};

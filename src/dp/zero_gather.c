@@ -19,11 +19,12 @@
  * queue (outside comm_s, as the exchange waits for the backward), reads
  * its parts from the first replica on the transfer queue (every local
  * replica stepped the same shard to the same bits), gathers, and writes
- * the buckets' span back to every replica on its compute queue, without
- * waiting: the next step's forward is queued behind the write, and the
- * next gather overwrites the host buffer only after that step's end, so
- * after the write. Copies only: the parameters are the bits each owner
- * computed, as with the per-bucket plans.
+ * the other ranks' parts, each straight from the packed buffer, to every
+ * replica on its compute queue, without waiting: the next step's forward
+ * is queued behind the writes, and the next gather overwrites the buffer
+ * only after that step's end, so after the writes. Copies only: the
+ * parameters are the bits each owner computed, as with the per-bucket
+ * plans.
  */
 #include "dp/dp_internal.h"
 
@@ -36,19 +37,15 @@
 /* Rank rank's part of each bucket as the reduce-scatter cuts it (its
  * segment (rank + 1) mod N, halves.c), for every rank: the pieces of the
  * packed buffer, rank after rank, and each rank's count. */
-int clt__dp_gather_plan(clt__dp *dp, int64_t P) {
+int clt__dp_gather_plan(clt__dp *dp) {
   int rc = CLT_OK, nb = dp->buckets.n, N = dp->nranks;
   const clt__bucket_layout *b = &dp->buckets;
   size_t *seg = clt__calloc((size_t)N + 1, sizeof *seg), *counts = clt__calloc((size_t)N, sizeof *counts);
   dp->pieces = clt__calloc((size_t)N * (nb ? nb : 1), sizeof *dp->pieces);
   if (!seg || !counts || !dp->pieces) { rc = CLT_ENOMEM; goto fail; }
-  int64_t lowest = P, highest = 0, packed = 0;
-  for (int k = 0; k < nb; k++) {
-    if (b->lo[k] < lowest) lowest = b->lo[k];
-    if (b->hi[k] > highest) highest = b->hi[k];
-  }
-  dp->span_lo = nb ? lowest : 0;
-  dp->span_n = nb ? highest - lowest : 0;
+  int64_t packed = 0;
+  dp->gather_n = 0;
+  for (int k = 0; k < nb; k++) dp->gather_n += b->hi[k] - b->lo[k];
   for (int r = 0; r < N; r++) {
     int j = (r + 1) % N;
     for (int k = 0; k < nb; k++) {
@@ -59,9 +56,9 @@ int clt__dp_gather_plan(clt__dp *dp, int64_t P) {
       counts[r] += (size_t)n;
     }
   }
-  if (packed != dp->span_n) {
-    rc = clt__error(CLT_EINTERNAL, "rank %d: the buckets' parts hold %lld floats, their span %lld", dp->rank,
-                    (long long)packed, (long long)dp->span_n);
+  if (packed != dp->gather_n) {
+    rc = clt__error(CLT_EINTERNAL, "rank %d: the buckets' parts hold %lld floats, the buckets %lld", dp->rank,
+                    (long long)packed, (long long)dp->gather_n);
     goto fail;
   }
   clt_allreduce_opts ao = {0, 1}; /* the host's buffer, one per rank */
@@ -76,7 +73,7 @@ int clt__dp_gather_attach(clt__dp *dp, clt__replica *const *reps) {
   if (!dp->zero || dp->staging) return CLT_OK;
   /* Pinned on the first replica's context: it is read from (DMA straight
    * into it on a GPU); the others' writes read it as host memory. */
-  CLT_TRY(clt_pinned_create(clt__replica_context(reps[0]), (size_t)(2 * dp->span_n) * sizeof(float), &dp->staging));
+  CLT_TRY(clt_pinned_create(clt__replica_context(reps[0]), (size_t)dp->gather_n * sizeof(float), &dp->staging));
   if (!(dp->written = clt__calloc(dp->nlocal, sizeof *dp->written))) rc = CLT_ENOMEM;
 fail:
   return rc;
@@ -116,29 +113,29 @@ void clt__dp_gather_free(clt__dp *dp) {
   dp->staging = NULL, dp->gather = NULL, dp->pieces = NULL, dp->written = NULL;
 }
 
-/* Pieces of rank r: [r nb, (r + 1) nb). Packed <-> arena order, the arena
- * from element base on at x. */
-static void pack(const clt__dp *dp, int r, const float *x, int64_t base, float *packed) {
-  const clt__gather_piece *p = dp->pieces + (size_t)r * dp->buckets.n;
-  for (int k = 0; k < dp->buckets.n; k++) memcpy(packed + p[k].packed, x + (p[k].arena - base), p[k].n * sizeof *x);
+/* Pieces of rank r: [r nb, (r + 1) nb). An arena-order array x to this
+ * rank's block of the packed buffer, and every block back. */
+static void pack(const clt__dp *dp, const float *x, float *packed) {
+  const clt__gather_piece *p = dp->pieces + (size_t)dp->rank * dp->buckets.n;
+  for (int k = 0; k < dp->buckets.n; k++) memcpy(packed + p[k].packed, x + p[k].arena, (size_t)p[k].n * sizeof *x);
 }
 
-static void unpack(const clt__dp *dp, const float *packed, float *x, int64_t base) {
+static void unpack(const clt__dp *dp, const float *packed, float *x) {
   for (int k = 0; k < dp->nranks * dp->buckets.n; k++) {
     const clt__gather_piece *p = &dp->pieces[k];
-    memcpy(x + (p->arena - base), packed + p->packed, (size_t)p->n * sizeof *x);
+    memcpy(x + p->arena, packed + p->packed, (size_t)p->n * sizeof *x);
   }
 }
 
 int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step) {
   int rc = CLT_OK, n = dp->nlocal;
   cl_event ev = NULL;
-  if (!dp->zero || dp->span_n == 0) return CLT_OK;
+  if (!dp->zero || dp->gather_n == 0) return CLT_OK;
   double timeout = clt_comm_timeout(dp->comm);
-  float *packed = clt_pinned_ptr(dp->staging), *span = packed + dp->span_n;
+  float *packed = clt_pinned_ptr(dp->staging);
   int64_t w0 = clt__trace_ns();
   /* The step's end on every replica: its shard is final, and the last
-   * gather's write, which reads the span, is done. */
+   * gather's writes, which read the packed buffer, are done. */
   for (int i = 0; i < n; i++) {
     clt_context *ctx = clt__replica_context(reps[i]);
     CLT_CL_TRY(clEnqueueMarkerWithWaitList(clt_context_queue(ctx), 0, NULL, &ev));
@@ -163,19 +160,26 @@ int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t ste
   CLT_TRY(clt__wait_event(ctx0, ev, timeout, "reading the shard's parameters"));
   clReleaseEvent(ev), ev = NULL;
   CLT_TRY(clt_allgather_run(dp->gather, packed));
-  unpack(dp, packed, span, dp->span_lo);
+  /* The other ranks' pieces, each straight from the packed buffer to its
+   * place (this rank's are there already, on every local replica); the
+   * last write's event stands for all of them (an in-order queue). */
   for (int i = 0; i < n; i++) {
     cl_command_queue q = clt_context_queue(clt__replica_context(reps[i]));
     clt_tensor p = clt__replica_params(reps[i]);
     if (dp->written[i]) clReleaseEvent(dp->written[i]), dp->written[i] = NULL;
-    CLT_CL_TRY(clEnqueueWriteBuffer(q, p.buf, CL_FALSE, p.offset + (size_t)dp->span_lo * sizeof(float),
-                                    (size_t)dp->span_n * sizeof(float), span, 0, NULL, &dp->written[i]));
+    for (int k = 0; k < dp->nranks * dp->buckets.n; k++) {
+      const clt__gather_piece *g = &dp->pieces[k];
+      if (g->n == 0 || k / dp->buckets.n == dp->rank) continue;
+      if (dp->written[i]) clReleaseEvent(dp->written[i]), dp->written[i] = NULL;
+      CLT_CL_TRY(clEnqueueWriteBuffer(q, p.buf, CL_FALSE, p.offset + (size_t)g->arena * sizeof(float),
+                                      (size_t)g->n * sizeof(float), packed + g->packed, 0, NULL, &dp->written[i]));
+    }
     CLT_CL_TRY(clFlush(q));
   }
   double dt = clt__now() - t0;
   dp->comm_s += dt;
   clt__trace_span(dp->trace, dp->trace_lane, "comm", w1, w1 + (int64_t)(dt * 1e9), "allgather %.0f KiB",
-                  (double)dp->span_n * 4.0 / 1024.0);
+                  (double)dp->gather_n * 4.0 / 1024.0);
 fail:
   if (ev) clReleaseEvent(ev);
   return rc < 0 ? clt__error_prefix(rc, "gathering the parameters of step %lld (--zero %d)", (long long)step, dp->zero)
@@ -186,14 +190,14 @@ int clt__dp_gather_state(clt__dp *dp, const float *shard, int per, int64_t P, fl
   int rc = CLT_OK;
   float *packed = NULL;
   clt__dp_unshard_state(dp, shard, per, P, full);
-  if (!dp->zero || dp->span_n == 0) return CLT_OK;
+  if (!dp->zero || dp->gather_n == 0) return CLT_OK;
   /* A buffer of its own: made here, on the rare save. */
-  if (!(packed = clt__calloc((size_t)dp->span_n, sizeof *packed))) return CLT_ENOMEM;
+  if (!(packed = clt__calloc((size_t)dp->gather_n, sizeof *packed))) return CLT_ENOMEM;
   for (int c = 0; c < per; c++) {
     float *x = full + (size_t)c * (size_t)P;
-    pack(dp, dp->rank, x, 0, packed);
+    pack(dp, x, packed);
     CLT_TRY(clt_allgather_run(dp->gather, packed));
-    unpack(dp, packed, x, 0);
+    unpack(dp, packed, x);
   }
 fail:
   free(packed);
