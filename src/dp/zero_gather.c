@@ -6,14 +6,13 @@
  * Why one. Rank r's part of bucket b is the all-reduce's segment of it
  * (zero.c), so a rank's parts are scattered over the arena, one per
  * bucket. An allgather plan per bucket ran as many collectives as buckets,
- * each with its own device reads, write-backs and waits; worse, it read on
- * the compute queue, so the optimizer's kernels ran inside its clock. Here
- * each rank's parts of every bucket are packed into one block (rank r's
- * block is the r-th of a host buffer, its parts in bucket order), one
- * allgather plan with per-rank counts moves all blocks, and they are
- * unpacked into the arena's order. Measured on bench/zero.sh (2 ranks,
- * PoCL): communication per step at stage 1 went from 1.13x to 1.03x of
- * stage 0's, at stage 2 from 1.49x to 1.17x.
+ * each with its own device reads, write-backs of the whole bucket and a
+ * wait for them; and it read on the compute queue, so the optimizer's
+ * kernels ran inside its clock. Here each rank's parts of every bucket
+ * are packed into one block (rank r's block is the r-th of a host buffer,
+ * its parts in bucket order), and one allgather plan with per-rank counts
+ * moves all blocks: the bytes of the all-reduce's allgather half, in one
+ * collective (bench/zero.sh sets it beside stage 0's all-reduce).
  *
  * Order. The host waits for the step's end on every replica's compute
  * queue (outside comm_s, as the exchange waits for the backward), reads
