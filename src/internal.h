@@ -104,10 +104,9 @@ size_t clt__plan_staged_bytes(const clt_allreduce_plan *plan, int q);
 /* Segment offsets for `count` elements over `size` ranks (size + 1): the
  * first count % size segments get one element more (src/comm/ring.c). */
 void clt__segments(size_t count, int size, size_t *seg_off);
-/* A reduce-scatter or allgather plan as the plan behind it, for
- * clt__allreduce_run_devices_split (src/comm/halves.c). */
+/* A reduce-scatter plan as the plan behind it, for
+ * clt__allreduce_run_devices_into (src/comm/halves.c). */
 clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan);
-clt_allreduce_plan *clt__allgather_base(clt_allgather_plan *plan);
 
 /* ---- timelines (trace.c) ---------------------------------------------------
  * A rank's spans of work on named lanes, written as a Chrome / Perfetto

@@ -89,4 +89,3 @@ int clt_allgather_run_device(clt_allgather_plan *plan, cl_command_queue queue, c
 }
 
 clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan) { return plan ? &plan->p : NULL; }
-clt_allreduce_plan *clt__allgather_base(clt_allgather_plan *plan) { return plan ? &plan->p : NULL; }
