@@ -124,6 +124,11 @@ void ct_expect_f16(uint16_t *x, size_t n, int nranks, int replicas, int salt, in
       acc = ring_sum(i, n, nranks, local);
     } else if (strcmp(algorithm, "recursive-doubling") == 0) {
       acc = recdouble_sum(nranks, local);
+    } else if (strcmp(algorithm, "shm") == 0) {
+      /* Added in float in rank order, rounded once (src/comm/shm.c). */
+      float sum = f16(local[0]);
+      for (int r = 1; r < nranks; r++) sum += f16(local[r]);
+      acc = ct_half(sum);
     } else { /* "gather": in rank order on rank 0; "local": one rank */
       for (int r = 1; r < nranks; r++) acc = add16(acc, local[r]);
     }

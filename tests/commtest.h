@@ -38,7 +38,8 @@ uint16_t ct_half_input(size_t i, int who, int salt);
 /* The fp16 all-reduce of ct_half_input over nranks ranks of `replicas`
  * replicas, step by step as the library documents it: each rank's replicas
  * added in float and rounded once, then pairwise float additions rounded
- * to half in the order of `algorithm` (clt_allreduce_plan_algorithm), then
+ * to half in the order of `algorithm` (clt_allreduce_plan_algorithm; "shm":
+ * all ranks added in float in rank order, rounded once), then
  * for an average one division by nranks * replicas, rounded. */
 void ct_expect_f16(uint16_t *x, size_t n, int nranks, int replicas, int salt, int avg, const char *algorithm);
 /* |x[i] - exact sum| within the rounding of every step, for every i: the

@@ -79,8 +79,8 @@ static void help(FILE *to) {
           "      --chunk N          bytes per pipelined message (default: CLT_ALLREDUCE_CHUNK,\n"
           "                         else 256K, or 1M with 2 ranks)\n"
           "  -a, --algorithm LIST   all-reduce algorithms to time, comma-separated: auto (the\n"
-          "                         cost model's choice), ring, twolevel, recursive-doubling,\n"
-          "                         gather (default: auto, or CLT_ALLREDUCE)\n"
+          "                         cost model's choice), ring, twolevel, shm, recursive-\n"
+          "                         doubling, gather (default: auto, or CLT_ALLREDUCE)\n"
           "      --fit FILE         measure the cost model instead (ping-pong inside and\n"
           "                         between nodes, the reduction's speed), write it to FILE\n"
           "                         for CLT_COMM_MODEL=FILE, and print it\n"
@@ -127,9 +127,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       char list[256];
       snprintf(list, sizeof list, "%s", optarg);
       for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
-        if (strcmp(a, "auto") && strcmp(a, "ring") && strcmp(a, "twolevel") && strcmp(a, "recursive-doubling") &&
-            strcmp(a, "gather")) {
-          fprintf(stderr, "cltrain bench allreduce: --algorithm: '%s' is not auto, ring, twolevel, "
+        if (strcmp(a, "auto") && strcmp(a, "ring") && strcmp(a, "twolevel") && strcmp(a, "shm") &&
+            strcmp(a, "recursive-doubling") && strcmp(a, "gather")) {
+          fprintf(stderr, "cltrain bench allreduce: --algorithm: '%s' is not auto, ring, twolevel, shm, "
                           "recursive-doubling or gather\n", a);
           return CLI_EXIT_USAGE;
         }

@@ -126,8 +126,9 @@ static void help(FILE *to) {
           "      --bucket-mb X       all-reduce gradients in buckets of X MiB, overlapping the\n"
           "                          backward pass (default %g; 0: one bucket at the end)\n"
           "      --allreduce ALG     the gradients' all-reduce: auto (the cost model's choice),\n"
-          "                          ring, twolevel (node, then network), recursive-doubling or\n"
-          "                          gather (default: CLT_ALLREDUCE, else auto; doc/scaling.md)\n"
+          "                          ring, twolevel (node, then network), shm (the node's shared\n"
+          "                          memory), recursive-doubling or gather (default:\n"
+          "                          CLT_ALLREDUCE, else auto; doc/scaling.md)\n"
           "      --max-device-memory B  use at most B bytes of each device (like 512M or 2G;\n"
           "                          default: all of it); a replica that needs more is refused\n"
           "      --zero S            ZeRO sharding across ranks: 0 every rank keeps all optimizer\n"
@@ -330,10 +331,10 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       break;
     case O_MAXMEM: if (parse_bytes("--max-device-memory", optarg, &o->max_device_memory)) return -1; break;
     case O_ALLREDUCE:
-      if (strcmp(optarg, "auto") && strcmp(optarg, "ring") && strcmp(optarg, "twolevel") &&
+      if (strcmp(optarg, "auto") && strcmp(optarg, "ring") && strcmp(optarg, "twolevel") && strcmp(optarg, "shm") &&
           strcmp(optarg, "recursive-doubling") && strcmp(optarg, "gather")) {
-        fprintf(stderr, "cltrain: --allreduce must be auto, ring, twolevel, recursive-doubling or gather, not '%s'\n",
-                optarg);
+        fprintf(stderr, "cltrain: --allreduce must be auto, ring, twolevel, shm, recursive-doubling or gather, not "
+                        "'%s'\n", optarg);
         return -1;
       }
       a->allreduce = optarg;

@@ -40,7 +40,7 @@ static void usage(FILE *to) {
           "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n"
           "  CLT_TIMEOUT      seconds a collective waits for a peer before failing (default 300)\n"
           "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 256K; 1M with 2 ranks)\n"
-          "  CLT_ALLREDUCE    all-reduce algorithm: auto (the cost model's), ring, twolevel, ...\n"
+          "  CLT_ALLREDUCE    all-reduce algorithm: auto (the cost model's), ring, twolevel, shm, ...\n"
           "  CLT_NODE_SIZE    pretend nodes: k ranks each, or sizes such as 3,2 (default: shared memory)\n"
           "  CLT_COMM_MODEL   the cost model's file, from 'cltrain bench allreduce --fit FILE'\n"
           "  CLT_HOST_BLAS    0: CPU devices' GEMMs on CLBlast instead of the host BLAS (OpenBLAS)\n"

@@ -1,8 +1,9 @@
 /*
  * allreduce.c: all-reduce plans: the cross-rank check when a plan is made,
  * the choice of algorithm (model.c: the pipelined ring, the small-message
- * ones of small.c, two-level in twolevel.c), the element types' reductions, and runs on host buffers. Device
- * buffers are staged in allreduce_device.c.
+ * ones of small.c, two-level in twolevel.c, shared memory in shm.c), the
+ * element types' reductions, and runs on host buffers. Device buffers are
+ * staged in allreduce_device.c.
  */
 #include "comm_internal.h"
 
@@ -110,6 +111,7 @@ static int plan_steps(const clt_allreduce_plan *plan) {
   int n = plan->comm->size;
   if (n == 1 || plan->count == 0) return 0;
   if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_steps(plan->twolevel);
+  if (plan->algorithm == CLT__SHM) return clt__shm_steps(plan->shm);
   if (plan->algorithm != CLT__RING) return clt__small_steps(n, plan->algorithm);
   return (plan->kind->reduces + plan->kind->gathers) * (n - 1);
 }
@@ -173,13 +175,15 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   CLT_TRY(clt__op_begin(comm, what, comm->size - 1, &o));
   /* The algorithm: a function of what every rank should hold the same
    * (count, type, the layout, the model, CLT_ALLREDUCE), checked with the
-   * rest. The two-level all-reduce is an all-reduce only: a reduce-scatter
-   * keeps the ring, so a part has the bits of the ring's all-reduce. */
+   * rest. A reduce-scatter takes the all-reduce's algorithm, so that a part
+   * has the bits of the all-reduce of the same size; the two-level one is
+   * an all-reduce only (a reduce-scatter keeps the ring there). An
+   * allgather only copies: the ring. */
   enum clt__algorithm algorithm = CLT__RING;
   const clt__dtype_ops *ops = clt__dtype_ops_find(dtype);
   if (comm->size > 1 && kind->reduces && ops && count <= SIZE_MAX / ops->esize) {
     algorithm = clt__algorithm_choose(comm, count * ops->esize);
-    if (algorithm == CLT__TWOLEVEL && kind != &clt__kind_allreduce) algorithm = CLT__RING;
+    if (clt__algorithm_find(algorithm)->allreduce_only && kind != &clt__kind_allreduce) algorithm = CLT__RING;
   }
   clt__fingerprint mine = {.kind = kind->fp_kind, .dtype = (int32_t)dtype, .op = (int32_t)op,
                            .count = count, .chunk = chunk_bytes, .replicas = replicas,
@@ -267,6 +271,8 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
                                    comm->size - 1, (1 + kind->gathers) * (comm->size - 1), &plan->sched));
   if (plan->algorithm == CLT__TWOLEVEL) {
     CLT_TRY(clt__twolevel_create(plan, &plan->twolevel)); /* its own staging */
+  } else if (plan->algorithm == CLT__SHM) {
+    CLT_TRY(clt__shm_create(plan, &plan->shm)); /* the node's window */
   } else if (plan->algorithm != CLT__RING) {
     plan->slot_bytes = count * ops->esize;
     plan->nslots = plan->algorithm == CLT__GATHER && comm->rank == 0 ? comm->size - 1 : 1;
@@ -306,12 +312,14 @@ void clt__plan_destroy(clt_allreduce_plan *plan) {
              "abandoned messages may still arrive in them", plan->kind->op_name, plan->count);
     clt__ring_sched_free(&plan->sched);
     clt__twolevel_free(plan->twolevel, 1);
+    clt__shm_free(plan->shm);
     free(plan->seg_off);
     free(plan->seg_lo);
     free(plan);
     return;
   }
   clt__twolevel_free(plan->twolevel, 0);
+  clt__shm_free(plan->shm);
   clt__dev_staging_free(plan->dev);
   clt__ring_sched_free(&plan->sched);
   free(plan->seg_off);
@@ -342,9 +350,15 @@ static const clt__ring_sched *stage_sched(const clt_allreduce_plan *plan) {
   return plan->algorithm == CLT__TWOLEVEL ? clt__twolevel_stage_sched(plan->twolevel) : &plan->sched;
 }
 
+int clt__plan_staged(const clt_allreduce_plan *plan) {
+  if (plan->shm) return clt__shm_contiguous(plan->shm);
+  return clt__algorithm_find(plan->algorithm)->staged;
+}
+
 size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
   if (plan->count == 0) return 0;
-  if (plan->algorithm != CLT__RING && plan->algorithm != CLT__TWOLEVEL) return 1;
+  if (!clt__plan_staged(plan)) return 1;
+  if (plan->shm) return clt__shm_nrounds(plan->shm);
   const clt__ring_sched *s = stage_sched(plan);
   size_t n = s->nown;
   while (n - s->nown < s->nrecv && s->recv[n - s->nown].step < s->reduce_steps) n++;
@@ -352,9 +366,13 @@ size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
 }
 
 void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
-  if (plan->algorithm != CLT__RING && plan->algorithm != CLT__TWOLEVEL) {
+  if (!clt__plan_staged(plan)) {
     *off = 0;
     *n = plan->count;
+    return;
+  }
+  if (plan->shm) {
+    clt__shm_round(plan->shm, i, off, n);
     return;
   }
   const clt__ring_sched *s = stage_sched(plan);
@@ -375,6 +393,7 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
     return CLT_OK;
   }
   if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_exec(plan, op, base, divisor, ready, final, user);
+  if (plan->algorithm == CLT__SHM) return clt__shm_exec(plan, op, base, divisor, ready, final, user);
   if (plan->algorithm != CLT__RING)
     return clt__small_exec(op, plan->algorithm, base, plan->staging, plan->count, plan->ops, divisor);
   clt__ring_io io = {.base = base,

@@ -342,7 +342,7 @@ int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_co
   /* What this rank ends with: everything, or its part alone. */
   size_t lo = 0, hi = plan->count;
   if (!plan->kind->gathers) lo = plan->part_lo[plan->comm->rank], hi = plan->part_hi[plan->comm->rank];
-  if (plan->comm->size > 1 && (plan->algorithm == CLT__RING || plan->algorithm == CLT__TWOLEVEL)) {
+  if (plan->comm->size > 1 && clt__plan_staged(plan)) {
     CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), ring_ready, ring_final, dev));
     /* An allgather's own part is on the first replica only. */
     if (!plan->kind->reduces) {

@@ -64,6 +64,13 @@ struct clt_comm {
   int broken;              /* status of a failure that left messages in flight, else 0 */
   char *broken_detail;     /* its clt_last_error() */
   struct clt__diag *diag_out; /* what we told the others at our last timeout (sends may be in flight) */
+  /* Shared memory inside the node (shm.c): whether every node's ranks can
+   * share memory (pretend nodes within one machine can; the same on every
+   * rank), and the window, made by the first plan that needs it. */
+  int shm_capable;
+  unsigned char *const *shm_segs; /* local_size: each local rank's segment of the window */
+  size_t shm_bytes;        /* bytes of each segment (0: no window yet) */
+  uint64_t shm_round;      /* rounds run through the window so far (shm.c) */
   void *mpi;               /* transport state; NULL for a one-rank communicator */
 };
 
@@ -108,8 +115,15 @@ void clt__tp_abandon(clt_comm *comm, clt__req *req);
 /* Let the transport move messages in flight on (MPI progresses only
  * inside MPI calls): a probe for a message that never comes. */
 void clt__tp_progress(clt_comm *comm);
-/* Release the transport's state (the duplicated MPI communicator). */
+/* Release the transport's state (the duplicated MPI communicator, the
+ * shared-memory window). */
 void clt__tp_destroy(clt_comm *comm);
+/* A shared-memory window over this node's ranks with a segment of `bytes`
+ * (zeroed) for each, replacing a smaller one: comm->shm_segs and
+ * comm->shm_bytes. Collective over the communicator (the first call splits
+ * it into nodes) and blocking: call it only where every rank is known to
+ * be (after a plan's fingerprint check). */
+int clt__tp_shm_window(clt_comm *comm, size_t bytes);
 
 /* ---- operations with deadlines ------------------------------------------- */
 
@@ -243,7 +257,14 @@ void clt__segments(size_t count, int size, size_t *seg_off);
 
 /* ---- small messages (small.c) ------------------------------------------------- */
 
-enum clt__algorithm { CLT__RING = 0, CLT__RECDOUBLE = 1, CLT__GATHER = 2, CLT__TWOLEVEL = 3, CLT__NALGORITHMS = 4 };
+enum clt__algorithm {
+  CLT__RING = 0,
+  CLT__RECDOUBLE = 1,
+  CLT__GATHER = 2,
+  CLT__TWOLEVEL = 3,
+  CLT__SHM = 4,
+  CLT__NALGORITHMS = 5
+};
 
 /* ---- algorithms (model.c): one descriptor each ------------------------------ */
 
@@ -252,6 +273,13 @@ typedef struct clt__algorithm_desc {
   const char *name;        /* clt_allreduce_plan_algorithm, CLT_ALLREDUCE */
   /* Predicted seconds of an all-reduce of `bytes` on comm (model.c). */
   double (*cost)(const clt_comm *comm, double bytes);
+  /* Whether it can run on comm when chosen by the model (forced = 0) or by
+   * CLT_ALLREDUCE (forced = 1); a forced one that cannot runs `instead`. */
+  int (*usable)(const clt_comm *comm, int forced);
+  enum clt__algorithm instead;
+  int small;               /* a small-message one: CLT_ALLREDUCE_SMALL's threshold decides it */
+  int allreduce_only;      /* reduce-scatter plans keep the ring (their parts are the ring's bits) */
+  int staged;              /* device data comes and goes chunk by chunk (clt__plan_nstage) */
 } clt__algorithm_desc;
 
 const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a);
@@ -277,6 +305,26 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
                        int (*ready)(void *, const clt__ring_chunk *, int *),
                        int (*final)(void *, const clt__ring_chunk *), void *user);
 const clt__ring_sched *clt__twolevel_stage_sched(const struct clt__twolevel *t);
+
+/* ---- the shared-memory all-reduce inside a node (shm.c) --------------------- */
+
+struct clt__shm;
+/* The plan's rounds, and the window big enough for them (collective). */
+int clt__shm_create(clt_allreduce_plan *plan, struct clt__shm **out);
+void clt__shm_free(struct clt__shm *s);
+int clt__shm_steps(const struct clt__shm *s);
+/* Rounds, and round i's elements [off, off + n): the device staging order. */
+size_t clt__shm_nrounds(const struct clt__shm *s);
+/* Whether rounds are consecutive ranges of the buffer (an all-reduce's;
+ * a reduce-scatter's walk through every rank's part at once). */
+int clt__shm_contiguous(const struct clt__shm *s);
+void clt__shm_round(const struct clt__shm *s, size_t i, size_t *off, size_t *n);
+/* Run on host data at base (a reduce-scatter plan: this rank's part);
+ * ready(round) before a round's data is used, final(round) once all of it
+ * holds the result (chunk ids are rounds; contiguous rounds only). */
+int clt__shm_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                  int (*ready)(void *, const clt__ring_chunk *, int *),
+                  int (*final)(void *, const clt__ring_chunk *), void *user);
 
 /* The small-message algorithm for this many ranks, and its steps. */
 enum clt__algorithm clt__small_algorithm(int size);
@@ -326,6 +374,7 @@ struct clt_allreduce_plan {
   size_t slot_bytes;
   struct clt__dev_staging *dev; /* pinned staging of device runs, made on first use */
   struct clt__twolevel *twolevel; /* the two-level schedules, when that is the algorithm */
+  struct clt__shm *shm;    /* the shared-memory rounds, when that is the algorithm */
 };
 
 struct clt_reduce_scatter_plan {
@@ -346,13 +395,17 @@ int clt__plan_run(clt_allreduce_plan *plan, void *buf);
 /* Start one run of the plan (numbers it, refuses on a broken communicator). */
 int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op);
 /* Run the plan's algorithm on plan-shaped data at base (host memory), with
- * optional device hooks (ring only; the small-message algorithms need
- * everything in place first). */
+ * optional device hooks (staged algorithms only, clt__plan_staged; the
+ * small-message algorithms need everything in place first). */
 int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base,
                         int (*ready)(void *, const clt__ring_chunk *, int *),
                         int (*final)(void *, const clt__ring_chunk *), void *user);
+/* Whether the plan's device data is staged chunk by chunk through the
+ * hooks of clt__allreduce_exec (else all of it is copied first). */
+int clt__plan_staged(const clt_allreduce_plan *plan);
 /* The staging order: chunk i of it is the i-th to be needed by the ring
- * (its own segment first, then the segments as they are reduced). */
+ * (its own segment first, then the segments as they are reduced; shm: its
+ * rounds). */
 size_t clt__plan_nstage(const clt_allreduce_plan *plan);
 void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n);
 void clt__dev_staging_free(struct clt__dev_staging *dev);

@@ -18,6 +18,12 @@
  *                       rank carries, in ceil(L/l) rings:
  *                       2 (M-1) ceil(L/l) α_1 + 2 (M-1)/M n/l β_1 + (M-1)/M n/l γ,
  *                       and the intra-node allgather (L-1)(α_0 + n/L β_0)
+ *   shm                 one node: 3 k α_0 + (2N-1)/(2N) n β_0 + (N-1)/N n γ,
+ *                       k = the rounds of the bounded window; a byte is
+ *                       copied once into the window and once out, (2N-1)/N
+ *                       of the buffer in all, where a message through MPI's
+ *                       shared memory is copied twice, into a queue and out
+ *                       of it: so a copy costs β_0 / 2
  *
  * The defaults are a node with shared memory and a 25-100 Gb/s network;
  * `cltrain bench allreduce --fit FILE` measures this machine and writes
@@ -66,11 +72,34 @@ static double twolevel_cost(const clt_comm *c, double n) {
   return intra + inter;
 }
 
+/* The window's rounds: N pieces of the communicator's chunk (shm.c). */
+static double shm_cost(const clt_comm *c, double n) {
+  const clt__cost_model *m = &c->model;
+  double N = c->size, round = N * (double)c->chunk_bytes;
+  double rounds = n > 0 ? ceil(n / round) : 0;
+  return 3 * rounds * m->alpha[0] + (2 * N - 1) / (2 * N) * n * m->beta[0] + (N - 1) / N * n * m->gamma;
+}
+
+static int always(const clt_comm *c, int forced) { return (void)c, (void)forced, 1; }
+/* small.c sends to at most 7 peers at once. */
+static int gather_usable(const clt_comm *c, int forced) { return (void)forced, c->size <= 8; }
+/* Two-level on one node, or on nodes of one rank each, is the ring with
+ * extra steps: only when forced. */
+static int twolevel_usable(const clt_comm *c, int forced) {
+  return forced || (c->layout.nnodes > 1 && c->layout.lmax > 1);
+}
+/* One node whose ranks share memory. */
+static int shm_usable(const clt_comm *c, int forced) {
+  return (void)forced, c->shm_capable && c->layout.nnodes == 1;
+}
+
+/* name, cost, usable, instead (when forced but not usable), small, all-reduce only, staged */
 static const clt__algorithm_desc algorithms[CLT__NALGORITHMS] = {
-    {CLT__RING, "ring", ring_cost},
-    {CLT__RECDOUBLE, "recursive-doubling", recdouble_cost},
-    {CLT__GATHER, "gather", gather_cost},
-    {CLT__TWOLEVEL, "twolevel", twolevel_cost},
+    {CLT__RING, "ring", ring_cost, always, CLT__RING, 0, 0, 1},
+    {CLT__RECDOUBLE, "recursive-doubling", recdouble_cost, always, CLT__RECDOUBLE, 1, 0, 0},
+    {CLT__GATHER, "gather", gather_cost, gather_usable, CLT__RECDOUBLE, 1, 0, 0},
+    {CLT__TWOLEVEL, "twolevel", twolevel_cost, twolevel_usable, CLT__RING, 0, 1, 1},
+    {CLT__SHM, "shm", shm_cost, shm_usable, CLT__TWOLEVEL, 0, 0, 1},
 };
 
 const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a) {
@@ -88,8 +117,12 @@ int clt__algorithm_parse(const char *name) {
 
 enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
   if (comm->algorithm >= 0) {
-    if (comm->algorithm == CLT__GATHER && comm->size > 8) return CLT__RECDOUBLE;
-    return (enum clt__algorithm)comm->algorithm;
+    /* Forced: shm on several nodes is two-level (whose node steps go
+     * through the window where the ranks share memory); gather beyond 8
+     * ranks is recursive doubling. */
+    const clt__algorithm_desc *a = clt__algorithm_find((enum clt__algorithm)comm->algorithm);
+    for (int i = 0; i < CLT__NALGORITHMS && !a->usable(comm, 1); i++) a = clt__algorithm_find(a->instead);
+    return a->algorithm;
   }
   if (comm->small_set) {
     /* Gathering to rank 0 beats the ring on 3 to 8 ranks up to 4 times
@@ -99,14 +132,13 @@ enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
                                                                              : comm->small_bytes;
     if (bytes <= limit) return small;
   }
-  /* The cheapest; ties go to the earlier entry (the ring first). Two-level
-   * on one node, or on nodes of one rank each, is the ring with extra steps. */
+  /* The cheapest of those usable here; ties go to the earlier entry (the
+   * ring first). */
   enum clt__algorithm best = CLT__RING;
   double best_t = ring_cost(comm, (double)bytes);
   for (int i = 1; i < CLT__NALGORITHMS; i++) {
     const clt__algorithm_desc *a = &algorithms[i];
-    if (a->algorithm != CLT__TWOLEVEL && comm->small_set) continue;
-    if (a->algorithm == CLT__TWOLEVEL && (comm->layout.nnodes < 2 || comm->layout.lmax < 2)) continue;
+    if ((a->small && comm->small_set) || !a->usable(comm, 0)) continue;
     double t = a->cost(comm, (double)bytes);
     if (t < best_t) best = a->algorithm, best_t = t;
   }
@@ -174,7 +206,7 @@ int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t b
   int a = clt__algorithm_parse(algorithm);
   if (a < 0)
     return clt__error(CLT_EINVAL, "clt_comm_model_predict: unknown algorithm '%s' (ring, recursive-doubling, "
-                                  "gather or twolevel)", algorithm);
+                                  "gather, twolevel or shm)", algorithm);
   *seconds = comm->size == 1 ? 0 : clt__algorithm_find((enum clt__algorithm)a)->cost(comm, (double)bytes);
   return CLT_OK;
 }

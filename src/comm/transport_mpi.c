@@ -18,6 +18,10 @@
 
 struct clt__mpi {
   MPI_Comm comm;
+  /* The shared-memory window of the node (clt__tp_shm_window). */
+  MPI_Comm node;           /* this node's ranks, in local-rank order */
+  MPI_Win win;
+  unsigned char **segs;    /* local_size: every local rank's segment */
 };
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((clt__req *)0)->h), "an MPI_Request must fit in clt__req");
@@ -105,11 +109,110 @@ void clt__tp_progress(clt_comm *comm) {
   MPI_Iprobe(MPI_ANY_SOURCE, comm->diag_tag, mpi_comm(comm), &flag, MPI_STATUS_IGNORE);
 }
 
+/* ---- the node's shared-memory window ------------------------------------------
+ * MPI_Win_allocate_shared over the node's ranks (real nodes, or pretend ones
+ * inside one machine: comm->shm_capable), each rank's segment in its own
+ * pages (alloc_shared_noncontig) and touched first by its owner. The
+ * window is used by loads and stores only (shm.c orders them with atomic
+ * flags), never by RMA calls, so no epoch is opened. */
+
+static void free_window(struct clt__mpi *m) {
+  if (m->win != MPI_WIN_NULL) MPI_Win_free(&m->win);
+  free(m->segs);
+  m->segs = NULL;
+}
+
+int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
+  struct clt__mpi *m = comm->mpi;
+  int e;
+  if (!m || !comm->shm_capable)
+    return clt__error(CLT_EINTERNAL, "rank %d: a shared-memory window where the node's ranks share no memory",
+                      comm->rank);
+  if (bytes <= comm->shm_bytes) return CLT_OK;
+  if (bytes > (size_t)1 << 40) return clt__error(CLT_EINVAL, "a shared-memory segment of %zu bytes", bytes);
+  if (m->node == MPI_COMM_NULL &&
+      (e = MPI_Comm_split(m->comm, comm->layout.node, comm->rank, &m->node)) != MPI_SUCCESS)
+    return mpi_error(e, "MPI_Comm_split into nodes on", comm->rank);
+  MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
+  /* Every rank of the node is here (the caller's contract), done with the
+   * old window: a smaller one is replaced. */
+  free_window(m);
+  comm->shm_segs = NULL;
+  comm->shm_bytes = 0;
+  comm->shm_round = 0;
+  if (!(m->segs = clt__calloc((size_t)comm->local_size, sizeof *m->segs))) return CLT_ENOMEM;
+  MPI_Info info = MPI_INFO_NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  void *mine = NULL;
+  e = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, m->node, &mine, &m->win);
+  MPI_Info_free(&info);
+  if (e != MPI_SUCCESS) {
+    m->win = MPI_WIN_NULL;
+    free_window(m);
+    return mpi_error(e, "MPI_Win_allocate_shared of the node, with", comm->rank);
+  }
+  MPI_Win_set_errhandler(m->win, MPI_ERRORS_RETURN);
+  for (int l = 0; l < comm->local_size; l++) {
+    MPI_Aint size = 0;
+    int disp = 0;
+    void *p = NULL;
+    if ((e = MPI_Win_shared_query(m->win, l, &size, &disp, &p)) != MPI_SUCCESS || (size_t)size < bytes || !p) {
+      free_window(m);
+      return e != MPI_SUCCESS ? mpi_error(e, "MPI_Win_shared_query of", comm->layout.local[l])
+                              : clt__error(CLT_EMPI, "rank %d: the shared-memory segment of rank %d is %ld bytes, "
+                                                     "not %zu", comm->rank, comm->layout.local[l], (long)size, bytes);
+    }
+    m->segs[l] = p;
+  }
+  /* Zero (so the flags start at 0) before anyone reads them. */
+  memset(mine, 0, bytes);
+  if ((e = MPI_Barrier(m->node)) != MPI_SUCCESS) {
+    free_window(m);
+    return mpi_error(e, "MPI_Barrier of the node, with", comm->rank);
+  }
+  comm->shm_segs = m->segs;
+  comm->shm_bytes = bytes;
+  return CLT_OK;
+}
+
+/* MPI_Win_free waits for every rank of the node: only after they all
+ * said (an MPI_Ibarrier, within the deadline) that they are here too, and
+ * not after a failure, which may have left a peer inside an operation
+ * reading the window. Otherwise it is left to MPI_Finalize. */
+static void release_window(clt_comm *comm, struct clt__mpi *m) {
+  if (m->win == MPI_WIN_NULL) return;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int flag = 0;
+  if (!comm->broken && MPI_Ibarrier(m->node, &req) == MPI_SUCCESS) {
+    double start = clt__now();
+    while (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag && clt__now() - start < comm->timeout_s)
+      usleep(clt__now() - start < 0.01 ? 0 : 200);
+  }
+  if (flag) {
+    free_window(m);
+  } else {
+    clt__log(comm->broken ? CLT_LOG_DEBUG : CLT_LOG_WARN, "rank %d: the node's shared-memory window is left to "
+             "MPI_Finalize: %s", comm->rank,
+             comm->broken ? "the communicator failed earlier" : "another rank of the node did not destroy the "
+                                                                "communicator within CLT_TIMEOUT");
+    free(m->segs);
+    m->segs = NULL;
+    m->win = MPI_WIN_NULL;
+    m->node = MPI_COMM_NULL; /* its barrier may be pending */
+  }
+  comm->shm_segs = NULL;
+  comm->shm_bytes = 0;
+}
+
 void clt__tp_destroy(clt_comm *comm) {
   struct clt__mpi *m = comm->mpi;
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized) release_window(comm, m);
+  if (!finalized && m->node != MPI_COMM_NULL) MPI_Comm_free(&m->node);
   if (!finalized && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+  free(m->segs);
   free(m);
   comm->mpi = NULL;
 }
@@ -150,7 +253,7 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   struct clt__mpi *m = NULL;
   MPI_Comm local = MPI_COMM_NULL;
   MPI_Request req = MPI_REQUEST_NULL;
-  int *node_of = NULL;
+  int *node_of = NULL, *real = NULL;
   uint64_t *hashes = NULL;
 
   if (!out) return clt__error(CLT_EINVAL, "clt_comm_create: no place for the result");
@@ -162,7 +265,8 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
     rc = CLT_ENOMEM;
     goto fail;
   }
-  m->comm = MPI_COMM_NULL;
+  m->comm = m->node = MPI_COMM_NULL;
+  m->win = MPI_WIN_NULL;
   MPI_Comm_rank(user_comm, &comm->rank);
   MPI_Comm_size(user_comm, &comm->size);
   CLT_TRY(clt__comm_init_env(comm));
@@ -205,6 +309,13 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
     rc = mpi_error(e, "MPI_Allgather of the nodes on", comm->rank);
     goto fail;
   }
+  /* Ranks that share memory: pretend nodes inside one real node can use
+   * a shared window too. */
+  if (!(real = clt__calloc((size_t)comm->size, sizeof *real))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  memcpy(real, node_of, (size_t)comm->size * sizeof *real);
   /* Pretend nodes: every rank must pretend the same (one flag and the
    * layout's hash each), or every rank fails the same way. */
   int env_rc = clt__layout_env(comm->size, node_of, &pretend);
@@ -231,9 +342,18 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
       goto fail;
     }
   CLT_TRY(clt__layout_make(comm, node_of));
+  /* hashes[k]: the real node of node k's first rank (node ids are below size). */
+  comm->shm_capable = 1;
+  for (int r = 0; r < comm->size; r++) hashes[r] = UINT64_MAX;
+  for (int r = 0; r < comm->size; r++) {
+    uint64_t *first = &hashes[node_of[r]];
+    if (*first == UINT64_MAX) *first = (uint64_t)real[r];
+    if (*first != (uint64_t)real[r]) comm->shm_capable = 0;
+  }
   free(node_of);
   free(hashes);
-  node_of = NULL, hashes = NULL;
+  free(real);
+  node_of = NULL, hashes = NULL, real = NULL;
   clt__log(CLT_LOG_DEBUG, "rank %d of %d: node %d of %d%s, local rank %d of %d, timeout %.1f s, chunk %zu bytes, "
            "cost model: %s", comm->rank, comm->size, comm->layout.node, comm->layout.nnodes,
            pretend ? " (CLT_NODE_SIZE)" : "", comm->local_rank, comm->local_size, comm->timeout_s, comm->chunk_bytes,
@@ -244,6 +364,7 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
 fail:
   free(node_of);
   free(hashes);
+  free(real);
   if (comm && !comm->mpi && m) {
     if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
     free(m);

@@ -54,3 +54,9 @@ int clt__comm_split(clt_comm *comm, int color, int key, clt_comm **out) {
   if (rc == CLT_OK) clt_comm_set_timeout(*out, comm->timeout_s);
   return rc;
 }
+
+/* Shared memory between ranks: there is one rank. */
+int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
+  (void)comm, (void)bytes;
+  return no_mpi();
+}

@@ -1,0 +1,441 @@
+/*
+ * test_shm.c: the all-reduce through the node's shared-memory window
+ * (src/comm/shm.c, CLT_ALLREDUCE=shm), run by tests/shm.sh on 1 to 6 ranks:
+ * host and device buffers, f32 and f16, sum and average, counts from 0
+ * (and below the rank count) to a few MiB, one round or many: every rank
+ * gets the same bits, equal to a serial sum in rank order (the order shm.c
+ * documents; fp16: added in float, rounded once). Also its reduce-scatter
+ * (the all-reduce's bits in each part), the choice of the cost model, and
+ * with CLT_NODE_SIZE giving several pretend nodes, two-level in its place.
+ * With CT_STALL set, a rank stopped (SIGSTOP) inside a stream of shm
+ * all-reduces is named by the others' timeout error; with CT_KILL, a rank
+ * killed there ends the job (tests/shm.sh checks how).
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include <cltrain/mpi.h>
+
+#include "commtest.h"
+#include "testutil.h"
+#include "ref/ref.h"
+
+static clt_comm *comm; /* CLT_ALLREDUCE=shm */
+static int rank, nranks;
+static const char *expected; /* the algorithm a plan of comm runs */
+
+/* 0, 1, below and at the rank count, odd, several rounds of the default
+ * chunk (N pieces of 256 KiB, or 1 MiB at 2 ranks), a few MiB. */
+static const size_t counts[] = {0, 1, 2, 3, 5, 6, 17, 1000, 8193, 100003, 786435};
+#define NCOUNTS (sizeof counts / sizeof counts[0])
+
+static void assert_identical_across_ranks(const void *buf, size_t bytes, const char *what) {
+  uint64_t h = ct_hash(buf, bytes), *all = calloc((size_t)nranks, sizeof *all);
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  for (int r = 1; r < nranks; r++)
+    ck_assert_msg(all[r] == all[0], "%s: rank %d's result differs in bits from rank 0's", what, r);
+  free(all);
+}
+
+static void assert_contains(const char *text, const char *part) {
+  ck_assert_msg(strstr(text, part) != NULL, "rank %d: \"%s\" does not say \"%s\"", rank, text, part);
+}
+
+/* Exact sums (small integers), chunk bytes per piece (0: the default). */
+static void check_host(size_t n, size_t chunk, clt_reduce_op op, int salt) {
+  clt_allreduce_plan *plan = NULL;
+  clt_allreduce_opts opts = {.chunk_bytes = chunk};
+  float *x = malloc((n + 1) * sizeof *x), *want = malloc((n + 1) * sizeof *want);
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, &opts, &plan) == 0, "%s", clt_last_error());
+  ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), expected);
+  ct_expect(want, n, nranks, 1, salt, op == CLT_AVG);
+  for (int run = 0; run < 2; run++) {
+    ct_fill(x, n, rank * CT_MAX_REPLICAS, salt);
+    ck_assert_msg(clt_allreduce_run(plan, n ? x : NULL) == 0, "%s", clt_last_error());
+    long bad = ct_first_diff(x, want, n);
+    ck_assert_msg(bad < 0, "count %zu chunk %zu %s, run %d: element %ld is %g, expected %g", n, chunk,
+                  clt_reduce_op_name(op), run, bad, bad < 0 ? 0 : x[bad], bad < 0 ? 0 : want[bad]);
+  }
+  assert_identical_across_ranks(x, n * sizeof *x, "shm host all-reduce");
+  clt_allreduce_plan_destroy(plan);
+  free(x), free(want);
+}
+
+START_TEST(host_exact) {
+  for (size_t i = 0; i < NCOUNTS; i++) {
+    check_host(counts[i], 0, CLT_SUM, (int)i);
+    check_host(counts[i], 0, CLT_AVG, (int)i + 100);
+  }
+  check_host(37, 4, CLT_SUM, 1);      /* pieces of one element: 37 / N rounds */
+  check_host(10007, 64, CLT_AVG, 2);  /* many rounds, the last one short */
+}
+END_TEST
+
+/* Random floats: bit for bit the serial float sum in rank order, which is
+ * the order shm.c adds them in (and an average divides that sum once). The
+ * two-level plan (several pretend nodes) adds in another order: within
+ * rounding of a double sum there. */
+static void check_random(size_t n, size_t chunk, clt_reduce_op op) {
+  clt_allreduce_plan *plan = NULL;
+  float *x = malloc((n + 1) * sizeof *x), *other = malloc((n + 1) * sizeof *other);
+  float *want = calloc(n + 1, sizeof *want);
+  double *mag = calloc(n + 1, sizeof *mag);
+  for (int r = 0; r < nranks; r++) {
+    ref_random(other, n, 3000u + (unsigned)r);
+    for (size_t i = 0; i < n; i++) {
+      want[i] = r == 0 ? other[i] : want[i] + other[i];
+      mag[i] += fabs(other[i]);
+    }
+  }
+  if (op == CLT_AVG)
+    for (size_t i = 0; i < n; i++) want[i] /= (float)nranks;
+  ref_random(x, n, 3000u + (unsigned)rank);
+  clt_allreduce_opts opts = {.chunk_bytes = chunk};
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, &opts, &plan) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_allreduce_run(plan, x) == 0, "%s", clt_last_error());
+  if (strcmp(expected, "shm") == 0 || nranks == 1) {
+    long bad = ct_first_diff(x, want, n);
+    ck_assert_msg(bad < 0, "%zu floats, chunk %zu, %s: element %ld is %.9g, the serial sum in rank order %.9g", n, chunk,
+                  clt_reduce_op_name(op), bad, bad < 0 ? 0 : x[bad], bad < 0 ? 0 : want[bad]);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      double tol = nranks * ldexp(1.0, -23) * mag[i] + 1e-30;
+      ck_assert_msg(fabs(x[i] - want[i]) <= tol, "element %zu: %.9g, serial sum %.9g", i, x[i], want[i]);
+    }
+  }
+  assert_identical_across_ranks(x, n * sizeof *x, "shm random all-reduce");
+  /* The same bits run after run. */
+  float *again = malloc((n + 1) * sizeof *again);
+  ref_random(again, n, 3000u + (unsigned)rank);
+  ck_assert_msg(clt_allreduce_run(plan, again) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(ct_first_diff(x, again, n), -1);
+  clt_allreduce_plan_destroy(plan);
+  free(x), free(other), free(want), free(mag), free(again);
+}
+
+START_TEST(random_against_serial_sum) {
+  check_random(50001, 0, CLT_SUM);
+  check_random(50001, 4096, CLT_AVG);
+  check_random(786435, 0, CLT_SUM); /* 3 MiB: several rounds through the window */
+}
+END_TEST
+
+static void check_f16(size_t n, size_t chunk, clt_reduce_op op, clt_context *ctx, int salt) {
+  clt_allreduce_plan *plan = NULL;
+  clt_allreduce_opts opts = {.chunk_bytes = chunk};
+  uint16_t *x = malloc((n + 1) * sizeof *x), *want = malloc((n + 1) * sizeof *want);
+  for (size_t i = 0; i < n; i++) x[i] = ct_half_input(i, rank * CT_MAX_REPLICAS, salt);
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F16, op, &opts, &plan) == 0, "%s", clt_last_error());
+  if (ctx) {
+    cl_mem buf = ct_f16_buffer(ctx, x, n + 1);
+    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, 0) == 0, "%s", clt_last_error());
+    ct_f16_read(ctx, buf, 0, x, n);
+    clReleaseMemObject(buf);
+  } else {
+    ck_assert_msg(clt_allreduce_run(plan, n ? x : NULL) == 0, "%s", clt_last_error());
+  }
+  if (strcmp(expected, "twolevel") != 0) {
+    ct_expect_f16(want, n, nranks, 1, salt, op == CLT_AVG, nranks == 1 ? "local" : "shm");
+    long bad = ct_first_diff_f16(x, want, n);
+    ck_assert_msg(bad < 0, "f16 %s %zu %s: element %ld is 0x%04x, the serial sum in rank order 0x%04x",
+                  ctx ? "device" : "host", n, clt_reduce_op_name(op), bad, bad < 0 ? 0 : x[bad],
+                  bad < 0 ? 0 : want[bad]);
+  } else if (op == CLT_SUM) {
+    long bad = ct_f16_off_exact(x, n, nranks, 1, salt);
+    ck_assert_msg(bad < 0, "f16 %zu: element %ld (0x%04x) is off the exact sum by more than rounding", n, bad,
+                  bad < 0 ? 0 : x[bad]);
+  }
+  assert_identical_across_ranks(x, n * sizeof *x, "shm f16 all-reduce");
+  clt_allreduce_plan_destroy(plan);
+  free(x), free(want);
+}
+
+START_TEST(host_f16) {
+  const size_t sizes[] = {0, 1, 3, 7, 1000, 50001, 1572867};
+  for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+    check_f16(sizes[t], 0, CLT_SUM, NULL, (int)t);
+    check_f16(sizes[t], 0, CLT_AVG, NULL, (int)t + 10);
+  }
+  check_f16(20011, 512, CLT_SUM, NULL, 30); /* many rounds */
+}
+END_TEST
+
+/* Device buffers through the staging (PoCL's unified memory maps instead
+ * when the plan runs on the queue it reads on: both paths are run). */
+START_TEST(device_buffers) {
+  if (tu_ndev == 0) return;
+  clt_context *ctx = tu_ctx[rank % tu_ndev];
+  const size_t sizes[] = {0, 3, 1000, 30011, 100003};
+  const size_t chunks[] = {0, 0, 64, 0, 4096};
+  for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+    size_t n = sizes[t], pad = 2;
+    clt_reduce_op op = t == 2 ? CLT_AVG : CLT_SUM;
+    float *host = malloc((n + 2 * pad) * sizeof *host), *want = malloc((n + 1) * sizeof *want);
+    for (size_t i = 0; i < n + 2 * pad; i++) host[i] = 777.0f;
+    ct_fill(host + pad, n, rank * CT_MAX_REPLICAS, (int)t);
+    ct_expect(want, n, nranks, 1, (int)t, op == CLT_AVG);
+    cl_mem buf = tu_buffer(ctx, host, n + 2 * pad);
+    clt_allreduce_plan *plan = NULL;
+    clt_allreduce_opts opts = {.chunk_bytes = chunks[t]};
+    ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, &opts, &plan) == 0, "%s", clt_last_error());
+    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, pad * sizeof(float)) == 0, "%s: %s",
+                  tu_name(ctx), clt_last_error());
+    tu_read(ctx, buf, 0, host, n + 2 * pad);
+    ck_assert(host[0] == 777.0f && host[n + 2 * pad - 1] == 777.0f);
+    ck_assert_int_eq(ct_first_diff(host + pad, want, n), -1);
+    assert_identical_across_ranks(host + pad, n * sizeof *host, "shm device all-reduce");
+    clt_allreduce_plan_destroy(plan);
+    clReleaseMemObject(buf);
+    free(host), free(want);
+  }
+  check_f16(20011, 0, CLT_SUM, ctx, 5);
+  check_f16(5, 0, CLT_AVG, ctx, 6);
+}
+END_TEST
+
+/* Two replicas per process (the staging, chunk by chunk through the
+ * rounds): summed locally first, then across ranks. */
+START_TEST(two_replicas) {
+  if (tu_ndev == 0) return;
+  clt_context *ctx[2] = {tu_ctx[0], tu_ctx[1 % tu_ndev]};
+  const size_t sizes[] = {5003, 40009};
+  for (size_t t = 0; t < 2; t++) {
+    size_t n = sizes[t], offs[2] = {0, 0};
+    float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
+    cl_mem bufs[2];
+    cl_command_queue queues[2];
+    for (int q = 0; q < 2; q++) {
+      ct_fill(x, n, rank * CT_MAX_REPLICAS + q, 9);
+      bufs[q] = tu_buffer(ctx[q], x, n);
+      queues[q] = clt_context_queue(ctx[q]);
+    }
+    ct_expect(want, n, nranks, 2, 9, t == 1);
+    clt_allreduce_plan *plan = NULL;
+    clt_allreduce_opts opts = {.replicas = 2, .chunk_bytes = t == 1 ? 1024 : 0};
+    ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, t == 1 ? CLT_AVG : CLT_SUM, &opts, &plan) == 0, "%s",
+                  clt_last_error());
+    ck_assert_msg(clt_allreduce_run_devices(plan, 2, queues, bufs, offs) == 0, "%s", clt_last_error());
+    for (int q = 0; q < 2; q++) {
+      tu_read(ctx[q], bufs[q], 0, x, n);
+      ck_assert_int_eq(ct_first_diff(x, want, n), -1);
+      clReleaseMemObject(bufs[q]);
+    }
+    clt_allreduce_plan_destroy(plan);
+    free(x), free(want);
+  }
+}
+END_TEST
+
+/* A reduce-scatter takes the all-reduce's algorithm: each rank's part is
+ * bit for bit the all-reduce's (ZeRO's guarantee), on host and device. */
+START_TEST(reduce_scatter_parts) {
+  const size_t sizes[] = {0, 2, 1001, 300007};
+  for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++)
+    for (int half = 0; half < 2; half++) {
+      size_t n = sizes[t], es = half ? 2 : 4, lo = 0, len = 0;
+      clt_dtype dt = half ? CLT_F16 : CLT_F32;
+      clt_reduce_op op = t % 2 ? CLT_AVG : CLT_SUM;
+      clt_allreduce_opts opts = {.chunk_bytes = t == 2 ? 256 : 0};
+      unsigned char *a = malloc(n * es + 2), *b = malloc(n * es + 2);
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h = ct_half_input(i, rank * CT_MAX_REPLICAS, (int)t);
+        float f = ct_value(i, rank * CT_MAX_REPLICAS, (int)t) * 0.37f;
+        memcpy(a + i * es, half ? (void *)&h : (void *)&f, es);
+      }
+      memcpy(b, a, n * es);
+      clt_allreduce_plan *ar = NULL;
+      clt_reduce_scatter_plan *rs = NULL;
+      ck_assert_msg(clt_allreduce_plan_create(comm, n, dt, op, &opts, &ar) == 0, "%s", clt_last_error());
+      ck_assert_msg(clt_reduce_scatter_plan_create(comm, n, NULL, dt, op, &opts, &rs) == 0, "%s", clt_last_error());
+      if (strcmp(expected, "twolevel") != 0) /* two-level's reduce-scatter is the ring's */
+        ck_assert_str_eq(clt_reduce_scatter_plan_algorithm(rs), clt_allreduce_plan_algorithm(ar));
+      ck_assert_msg(clt_allreduce_run(ar, n ? a : NULL) == 0, "%s", clt_last_error());
+      if (tu_ndev && n) {
+        clt_context *ctx = tu_ctx[rank % tu_ndev];
+        cl_mem buf = ct_f16_buffer(ctx, NULL, (n * es + 1) / 2);
+        ck_assert_int_eq(clEnqueueWriteBuffer(clt_context_queue(ctx), buf, CL_TRUE, 0, n * es, b, 0, NULL, NULL),
+                         CL_SUCCESS);
+        ck_assert_msg(clt_reduce_scatter_run_device(rs, clt_context_queue(ctx), buf, 0) == 0, "%s", clt_last_error());
+        ck_assert_int_eq(clEnqueueReadBuffer(clt_context_queue(ctx), buf, CL_TRUE, 0, n * es, b, 0, NULL, NULL),
+                         CL_SUCCESS);
+        clReleaseMemObject(buf);
+      } else {
+        ck_assert_msg(clt_reduce_scatter_run(rs, n ? b : NULL) == 0, "%s", clt_last_error());
+      }
+      ck_assert_int_eq(clt_reduce_scatter_plan_part(rs, rank, &lo, &len), 0);
+      if (strcmp(expected, "twolevel") != 0)
+        ck_assert_msg(memcmp(a + lo * es, b + lo * es, len * es) == 0, "%s count %zu %s: the part differs from the "
+                      "all-reduce's", clt_dtype_name(dt), n, clt_reduce_op_name(op));
+      clt_allreduce_plan_destroy(ar);
+      clt_reduce_scatter_plan_destroy(rs);
+      free(a), free(b);
+    }
+}
+END_TEST
+
+/* auto on one node: shm where the model says it is cheapest (the default
+ * model: above the small-message threshold); forced on several pretend
+ * nodes, two-level; ranks that force different ones are refused. */
+START_TEST(choice) {
+  clt_comm *c = NULL;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_comm_set_allreduce(c, "auto"), 0);
+  double ring = 0, shm = 0;
+  size_t n = 1 << 20;
+  ck_assert_int_eq(clt_comm_model_predict(c, "shm", n * 4, &shm), 0);
+  ck_assert_int_eq(clt_comm_model_predict(c, "ring", n * 4, &ring), 0);
+  clt_allreduce_plan *plan = NULL;
+  ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+  int one_node = clt_comm_node_count(c) == 1;
+  const char *want = nranks == 1 ? "local" : one_node && shm < ring ? "shm" : NULL;
+  if (want)
+    ck_assert_msg(strcmp(clt_allreduce_plan_algorithm(plan), want) == 0, "%s, expected %s (ring %g s, shm %g s)",
+                  clt_allreduce_plan_algorithm(plan), want, ring, shm);
+  else
+    ck_assert_str_ne(clt_allreduce_plan_algorithm(plan), "shm");
+  clt_allreduce_plan_destroy(plan);
+  if (nranks > 1) {
+    ck_assert_int_eq(clt_comm_set_allreduce(c, rank == 0 ? "shm" : "ring"), 0);
+    int rc = clt_allreduce_plan_create(c, 100000, CLT_F32, CLT_SUM, NULL, &plan);
+    ck_assert_int_eq(rc, CLT_EMISMATCH);
+    assert_contains(clt_last_error(), "algorithm");
+  }
+  clt_comm_destroy(c);
+}
+END_TEST
+
+/* Plans of several sizes interleaved on one window (it grows when a larger
+ * one is made), and a communicator of its own alongside. */
+START_TEST(plans_share_the_window) {
+  clt_comm *other = NULL;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &other) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_comm_set_allreduce(other, "shm"), 0);
+  const size_t sizes[3] = {1000, 300001, 17};
+  clt_allreduce_plan *plans[3], *op = NULL;
+  for (int k = 0; k < 3; k++)
+    ck_assert_msg(clt_allreduce_plan_create(comm, sizes[k], CLT_F32, CLT_SUM, NULL, &plans[k]) == 0, "%s",
+                  clt_last_error());
+  ck_assert_msg(clt_allreduce_plan_create(other, 5000, CLT_F32, CLT_AVG, NULL, &op) == 0, "%s", clt_last_error());
+  float *x = malloc(300001 * sizeof *x), *want = malloc(300001 * sizeof *want);
+  for (int it = 0; it < 5; it++)
+    for (int k = 0; k < 4; k++) {
+      size_t n = k < 3 ? sizes[k] : 5000;
+      ct_fill(x, n, rank * CT_MAX_REPLICAS, it + k);
+      ct_expect(want, n, nranks, 1, it + k, k == 3);
+      ck_assert_msg(clt_allreduce_run(k < 3 ? plans[k] : op, x) == 0, "%s", clt_last_error());
+      ck_assert_int_eq(ct_first_diff(x, want, n), -1);
+    }
+  for (int k = 0; k < 3; k++) clt_allreduce_plan_destroy(plans[k]);
+  clt_allreduce_plan_destroy(op);
+  clt_comm_destroy(other);
+  free(x), free(want);
+}
+END_TEST
+
+/* The last rank is stopped (SIGSTOP, by a child it forks) while the ranks
+ * run shm all-reduces of 16 MiB back to back: the others fail with
+ * CLT_ETIMEDOUT naming it, rather than spin on its flags for ever; it is
+ * continued after they have, and fails too (its peers are gone). With
+ * kill set it is killed instead (SIGKILL): the job ends (tests/shm.sh). */
+static void stopped_rank(int kill_it) {
+  if (nranks < 2) return;
+  clt_comm *c = NULL;
+  int victim = nranks - 1;
+  ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_comm_set_allreduce(c, "shm"), 0);
+  ck_assert_int_eq(clt_comm_set_timeout(c, 2), 0);
+  size_t n = (size_t)4 << 20;
+  clt_allreduce_plan *plan = NULL;
+  ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+  ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), expected);
+  float *x = calloc(n, sizeof *x);
+  pid_t child = -1;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == victim) {
+    pid_t self = getpid();
+    child = fork();
+    ck_assert(child >= 0);
+    if (child == 0) {
+      usleep(300000);
+      kill(self, kill_it ? SIGKILL : SIGSTOP);
+      sleep(6); /* the others' timeout (2 s), the diagnosis's grace (1 s), slack */
+      kill(self, SIGCONT);
+      _exit(0);
+    }
+  }
+  int rc = 0, runs = 0;
+  double t0 = MPI_Wtime(), stop = 0;
+  while (rc == 0 && MPI_Wtime() - t0 < 60) rc = clt_allreduce_run(plan, x), runs++;
+  stop = MPI_Wtime();
+  ck_assert_msg(rc == CLT_ETIMEDOUT, "rank %d: %d runs, then %s: %s", rank, runs, clt_status_name(rc),
+                rc ? clt_last_error() : "no error in 60 s");
+  if (rank != victim) {
+    char want[64];
+    snprintf(want, sizeof want, "is rank %d alive?", victim);
+    assert_contains(clt_last_error(), want);
+    snprintf(want, sizeof want, "for rank %d", victim);
+    assert_contains(clt_last_error(), want);
+    fprintf(stderr, "rank %d (%.1f s, run %d): %s\n", rank, stop - t0, runs, clt_last_error());
+  } else {
+    int status = 0;
+    waitpid(child, &status, 0);
+  }
+  /* The communicator refuses further work. */
+  ck_assert_int_ne(clt_allreduce_run(plan, x), 0);
+  assert_contains(clt_last_error(), "refused");
+  clt_allreduce_plan_destroy(plan);
+  MPI_Barrier(MPI_COMM_WORLD);
+  clt_comm_destroy(c);
+  free(x);
+}
+
+START_TEST(stalled_rank) { stopped_rank(0); }
+END_TEST
+
+START_TEST(killed_rank) { stopped_rank(1); }
+END_TEST
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  int su = tu_setup();
+  if (su == 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0 || clt_comm_set_allreduce(comm, "shm") < 0) {
+    fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  expected = nranks == 1 ? "local" : clt_comm_node_count(comm) > 1 ? "twolevel" : "shm";
+  Suite *s = suite_create("shm");
+  TCase *tc = tcase_create("shared-memory all-reduce");
+  tcase_set_timeout(tc, 600);
+  if (getenv("CT_STALL")) {
+    tcase_add_test(tc, stalled_rank);
+  } else if (getenv("CT_KILL")) {
+    tcase_add_test(tc, killed_rank);
+  } else {
+    tcase_add_test(tc, host_exact);
+    tcase_add_test(tc, random_against_serial_sum);
+    tcase_add_test(tc, host_f16);
+    tcase_add_test(tc, device_buffers);
+    tcase_add_test(tc, two_replicas);
+    tcase_add_test(tc, reduce_scatter_parts);
+    tcase_add_test(tc, choice);
+    tcase_add_test(tc, plans_share_the_window);
+  }
+  suite_add_tcase(s, tc);
+  int rc = tu_run(s);
+  clt_comm_destroy(comm);
+  tu_teardown();
+  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}
