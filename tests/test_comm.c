@@ -239,6 +239,7 @@ static clt_comm *ring_only_comm(void) {
   setenv("CLT_ALLREDUCE_SMALL", "0", 1);
   ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
   unsetenv("CLT_ALLREDUCE_SMALL");
+  ck_assert_int_eq(clt_comm_set_allreduce(c, "ring"), 0); /* not shm, which the model may prefer */
   return c;
 }
 

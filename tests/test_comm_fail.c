@@ -111,6 +111,7 @@ static void absent_rank(size_t count, size_t chunk, const char *algorithm) {
   int absent = nranks - 1;
   ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
   ck_assert(clt_comm_timeout(c) > 0 && clt_comm_timeout(c) <= 5); /* CLT_TIMEOUT from comm_fail.sh */
+  if (algorithm) ck_assert_int_eq(clt_comm_set_allreduce(c, algorithm), 0);
   clt_allreduce_plan *plan = NULL;
   clt_allreduce_opts opts = {.chunk_bytes = chunk};
   ck_assert_msg(clt_allreduce_plan_create(c, count, CLT_F32, CLT_SUM, &opts, &plan) == 0, "%s", clt_last_error());
@@ -203,6 +204,11 @@ END_TEST
 START_TEST(absent_rank_ring) { absent_rank(50000, 1024, "ring"); }
 END_TEST
 
+/* Through the node's shared memory: the others spin on the absent rank's
+ * flags, within the same deadline. */
+START_TEST(absent_rank_shm) { absent_rank(50000, 1024, "shm"); }
+END_TEST
+
 START_TEST(bad_environment) {
   clt_comm *c = (clt_comm *)&c;
   setenv("CLT_TIMEOUT", "soon", 1);
@@ -243,6 +249,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, collective_mismatch);
   tcase_add_test(tc, absent_rank_small);
   tcase_add_test(tc, absent_rank_ring);
+  tcase_add_test(tc, absent_rank_shm);
   tcase_add_test(tc, absent_rank_reduce_scatter);
   tcase_add_test(tc, absent_rank_allgather);
   tcase_add_test(tc, bad_environment);

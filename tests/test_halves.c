@@ -469,7 +469,7 @@ int main(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   setenv("CLT_ALLREDUCE_SMALL", "0", 1);
-  if (clt_comm_create(MPI_COMM_WORLD, &ring) < 0) {
+  if (clt_comm_create(MPI_COMM_WORLD, &ring) < 0 || clt_comm_set_allreduce(ring, "ring") < 0) {
     fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -3,10 +3,12 @@
  * on pretend nodes (CLT_NODE_SIZE, set by tests/twolevel.sh), host and
  * device buffers, f32 and f16, sum and average, counts from 0 to many
  * chunks: against exact sums (small integers) or a serial double-precision
- * sum, every rank with the same bits. Also the node layout, the choice of
- * the cost model, refusals of bad CLT_NODE_SIZE / CLT_ALLREDUCE /
- * CLT_COMM_MODEL values and disagreeing ranks, and a rank that never
- * joins, named by the others after the timeout.
+ * sum, every rank with the same bits (the node steps go through shared
+ * memory here: pretend nodes are on one machine). Also the node layout,
+ * the choice of the cost model (shm on one node), refusals of bad
+ * CLT_NODE_SIZE / CLT_ALLREDUCE / CLT_COMM_MODEL values and disagreeing
+ * ranks, and a rank that never joins, named by the others after the
+ * timeout.
  */
 #include <math.h>
 #include <stdio.h>
@@ -241,7 +243,9 @@ START_TEST(choice) {
   clt_allreduce_plan *plan = NULL;
   ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
   int multi = clt_comm_node_count(c) > 1 && clt_comm_node_count(c) < nranks;
-  const char *want = nranks == 1 ? "local" : multi && two < ring ? "twolevel" : "ring";
+  double shm = INFINITY; /* one node: the shared-memory one is a candidate too */
+  if (clt_comm_node_count(c) == 1) ck_assert_int_eq(clt_comm_model_predict(c, "shm", n * 4, &shm), 0);
+  const char *want = nranks == 1 ? "local" : multi && two < ring ? "twolevel" : shm < ring ? "shm" : "ring";
   ck_assert_msg(strcmp(clt_allreduce_plan_algorithm(plan), want) == 0, "%s, expected %s (ring %g s, twolevel %g s)",
                 clt_allreduce_plan_algorithm(plan), want, ring, two);
   clt_allreduce_plan_destroy(plan);

@@ -352,6 +352,7 @@ static const clt__ring_sched *stage_sched(const clt_allreduce_plan *plan) {
 
 int clt__plan_staged(const clt_allreduce_plan *plan) {
   if (plan->shm) return clt__shm_contiguous(plan->shm);
+  if (plan->twolevel) return clt__twolevel_staged(plan->twolevel);
   return clt__algorithm_find(plan->algorithm)->staged;
 }
 

@@ -297,6 +297,8 @@ struct clt__twolevel;
 int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out);
 void clt__twolevel_free(struct clt__twolevel *t, int keep_staging);
 int clt__twolevel_steps(const struct clt__twolevel *t);
+/* Whether device data is staged through its node ring (not through shm). */
+int clt__twolevel_staged(const struct clt__twolevel *t);
 /* Run on host data at base; the device hooks as clt__allreduce_exec's:
  * ready for the node's reduce-scatter (the staging order is its schedule,
  * clt__twolevel_stage_sched), final for this rank's finished part and for
@@ -319,6 +321,16 @@ size_t clt__shm_nrounds(const struct clt__shm *s);
  * a reduce-scatter's walk through every rank's part at once). */
 int clt__shm_contiguous(const struct clt__shm *s);
 void clt__shm_round(const struct clt__shm *s, size_t i, size_t *off, size_t *n);
+/* The node's halves over fixed parts (local rank l's: elements
+ * [part_lo[l], part_hi[l]), the arrays kept by the caller), for two-level:
+ * the reduce-scatter leaves this rank's part summed over the node in its
+ * buffer, the allgather copies every part into every buffer. Steps step0
+ * onwards, 2 per round (clt__shm_steps) each. */
+int clt__shm_create_parts(clt_comm *comm, size_t count, size_t esize, size_t chunk_elems, const size_t *part_lo,
+                          const size_t *part_hi, struct clt__shm **out);
+int clt__shm_reduce_scatter(struct clt__shm *s, clt__op *op, unsigned char *base, const clt__dtype_ops *ops,
+                            int step0);
+int clt__shm_allgather(struct clt__shm *s, clt__op *op, unsigned char *base, int step0);
 /* Run on host data at base (a reduce-scatter plan: this rank's part);
  * ready(round) before a round's data is used, final(round) once all of it
  * holds the result (chunk ids are rounds; contiguous rounds only). */

@@ -193,22 +193,24 @@ static unsigned char *slot_of(const clt_comm *c, int l, uint64_t g) {
 
 /* ---- the three steps of a round ---------------------------------------------------- */
 
-/* Our input pieces for the others (allgather: our own, final piece). */
-static void copy_in(const struct clt__shm *s, const clt_comm *c, enum shm_mode mode, const unsigned char *base,
-                    size_t r, uint64_t g) {
+/* Our input pieces for the others (allgather: our own, final piece).
+ * What goes into the window counts as sent inside the node. */
+static void copy_in(const struct clt__shm *s, clt_comm *c, enum shm_mode mode, const unsigned char *base, size_t r,
+                    uint64_t g) {
   unsigned char *mine = slot_of(c, s->me, g);
   for (int l = 0; l < s->L; l++) {
     if ((mode == SHM_ALLGATHER) != (l == s->me)) continue;
     size_t lo, n;
     piece_of(s, r, l, &lo, &n);
     if (n) memcpy(mine + (size_t)l * s->pstride * s->esize, base + lo * s->esize, n * s->esize);
+    c->sent[0] += n * s->esize;
   }
 }
 
 /* Our piece summed from every rank's input, in local-rank order, into our
  * buffer and (for the others to copy) our slot. */
-static void reduce(struct clt__shm *s, const clt_comm *c, enum shm_mode mode, unsigned char *base, size_t r,
-                   uint64_t g, const clt__dtype_ops *ops, double divisor) {
+static void reduce(struct clt__shm *s, clt_comm *c, enum shm_mode mode, unsigned char *base, size_t r, uint64_t g,
+                   const clt__dtype_ops *ops, double divisor) {
   size_t lo, n, es = s->esize, pos = (size_t)s->me * s->pstride * es;
   unsigned char tmp[BLOCK_BYTES] __attribute__((aligned(64)));
   unsigned char *to_slot = mode == SHM_ALLREDUCE ? slot_of(c, s->me, g) + pos : NULL;
@@ -224,6 +226,7 @@ static void reduce(struct clt__shm *s, const clt_comm *c, enum shm_mode mode, un
     memcpy(mine + b * es, tmp, nb * es);
     if (to_slot) memcpy(to_slot + b * es, tmp, nb * es);
   }
+  if (to_slot) c->sent[0] += n * es;
 }
 
 /* Every other rank's piece from its slot. */
@@ -348,6 +351,31 @@ fail:
    * and the communicator are not used again. */
   if (rc == CLT_ETIMEDOUT) return rc;
   return clt__op_break(op, clt__op_error(op, step, rc));
+}
+
+int clt__shm_create_parts(clt_comm *comm, size_t count, size_t esize, size_t chunk_elems, const size_t *part_lo,
+                          const size_t *part_hi, struct clt__shm **out) {
+  *out = NULL;
+  struct clt__shm *s = shm_make(comm, count, esize, chunk_elems, part_lo, part_hi);
+  if (!s) return CLT_ENOMEM;
+  /* Every rank asks, even alone on its node: the first window splits the
+   * communicator into nodes, which all its ranks must do together. */
+  int rc = shm_window(comm, s);
+  if (rc < 0) {
+    clt__shm_free(s);
+    return rc;
+  }
+  *out = s;
+  return CLT_OK;
+}
+
+int clt__shm_reduce_scatter(struct clt__shm *s, clt__op *op, unsigned char *base, const clt__dtype_ops *ops,
+                            int step0) {
+  return run(s, op, SHM_REDUCE_SCATTER, base, ops, 1, NULL, step0);
+}
+
+int clt__shm_allgather(struct clt__shm *s, clt__op *op, unsigned char *base, int step0) {
+  return run(s, op, SHM_ALLGATHER, base, NULL, 1, NULL, step0);
 }
 
 int clt__shm_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,

@@ -176,26 +176,27 @@ int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
   return CLT_OK;
 }
 
-/* MPI_Win_free waits for every rank of the node: only after they all
- * said (an MPI_Ibarrier, within the deadline) that they are here too, and
- * not after a failure, which may have left a peer inside an operation
- * reading the window. Otherwise it is left to MPI_Finalize. */
+/* MPI_Win_free waits for every rank of the node, and a peer may still be
+ * inside an operation reading the window: free it only after every rank
+ * of the node said (an MPI_Ibarrier) that it is destroying the
+ * communicator too, within CLT_TIMEOUT, or a second after a failure (when
+ * a peer may be gone). Otherwise the window is left to MPI_Finalize. */
 static void release_window(clt_comm *comm, struct clt__mpi *m) {
   if (m->win == MPI_WIN_NULL) return;
   MPI_Request req = MPI_REQUEST_NULL;
   int flag = 0;
-  if (!comm->broken && MPI_Ibarrier(m->node, &req) == MPI_SUCCESS) {
+  double limit = comm->broken && comm->timeout_s > 1 ? 1 : comm->timeout_s;
+  if (MPI_Ibarrier(m->node, &req) == MPI_SUCCESS) {
     double start = clt__now();
-    while (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag && clt__now() - start < comm->timeout_s)
+    while (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag && clt__now() - start < limit)
       usleep(clt__now() - start < 0.01 ? 0 : 200);
   }
   if (flag) {
     free_window(m);
   } else {
     clt__log(comm->broken ? CLT_LOG_DEBUG : CLT_LOG_WARN, "rank %d: the node's shared-memory window is left to "
-             "MPI_Finalize: %s", comm->rank,
-             comm->broken ? "the communicator failed earlier" : "another rank of the node did not destroy the "
-                                                                "communicator within CLT_TIMEOUT");
+             "MPI_Finalize: another rank of the node did not destroy the communicator within %.1f s%s", comm->rank,
+             limit, comm->broken ? " (after a failure)" : " (CLT_TIMEOUT)");
     free(m->segs);
     m->segs = NULL;
     m->win = MPI_WIN_NULL;

@@ -38,6 +38,13 @@
  * ranks. Device buffers are staged chunk by chunk in the order of step 1's
  * ring, and each part goes back to the device as soon as it is final
  * (allreduce_device.c), so the copies overlap the rings.
+ *
+ * Where the ranks of every node share memory (real nodes, or pretend ones
+ * on one machine), steps 1 and 3 go through the node's shared-memory
+ * window instead of rings (shm.c: each rank sums its part straight from
+ * its peers' segments, then copies the others' parts out): the node's sum
+ * is then in local-rank order, and device buffers are copied whole before
+ * step 1 (the window's rounds walk through every part at once).
  */
 #include "comm_internal.h"
 
@@ -59,10 +66,12 @@ struct clt__twolevel {
   unsigned char *staging;   /* 2 chunks: receives being reduced */
   size_t slot_bytes;
   int steps;
+  struct clt__shm *shm;     /* steps 1 and 3 through the node's window, or NULL: rings */
 };
 
 void clt__twolevel_free(struct clt__twolevel *t, int keep_staging) {
   if (!t) return;
+  clt__shm_free(t->shm);
   clt__ring_sched_free(&t->rs);
   clt__ring_sched_free(&t->ag);
   for (int k = 0; t->net && k < t->nseg; k++) clt__ring_sched_free(&t->net[k]);
@@ -75,6 +84,7 @@ void clt__twolevel_free(struct clt__twolevel *t, int keep_staging) {
 }
 
 int clt__twolevel_steps(const struct clt__twolevel *t) { return t ? t->steps : 0; }
+int clt__twolevel_staged(const struct clt__twolevel *t) { return t && !t->shm; }
 
 int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
   int rc = CLT_OK;
@@ -120,6 +130,10 @@ int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
     CLT_TRY(clt__ring_sched_create(lay->node, M, off, off + 1, ce, M - 1, 2 * (M - 1), &t->net[k]));
   }
   t->steps = 2 * (L - 1) + 2 * (M - 1) * t->nseg;
+  if (comm->shm_capable) {
+    CLT_TRY(clt__shm_create_parts(plan->comm, plan->count, plan->ops->esize, ce, t->part_lo, t->part_hi, &t->shm));
+    t->steps = 2 * clt__shm_steps(t->shm) + 2 * (M - 1) * t->nseg;
+  }
   t->slot_bytes = (plan->count < ce ? plan->count : ce) * plan->ops->esize;
   if (t->slot_bytes && !(t->staging = clt__calloc(2, t->slot_bytes))) goto nomem;
   free(seg_off);
@@ -153,7 +167,10 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
                      .user = user};
   /* 1. The node's sums, one part per local rank (device data is used as
    * its chunks arrive, in the order of this ring). */
-  CLT_TRY(clt__ring_exec(op, &t->rs, &io));
+  if (t->shm)
+    CLT_TRY(clt__shm_reduce_scatter(t->shm, op, base, plan->ops, 0));
+  else
+    CLT_TRY(clt__ring_exec(op, &t->rs, &io));
   /* Alone on its node, the rank runs no ring there: wait for its data. */
   for (size_t i = 0; ready && t->L == 1 && i < t->rs.nown; i++) {
     int ok = 0;
@@ -162,7 +179,7 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
     if (rc < 0) goto fail;
   }
   io.ready = NULL;
-  io.step0 += t->L - 1;
+  io.step0 += t->shm ? clt__shm_steps(t->shm) : t->L - 1;
   /* 2. Each carried segment with its carriers on the other nodes. */
   io.divisor = divisor;
   io.tag_phase = TAG_NET;
@@ -186,7 +203,10 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
   io.divisor = 1;
   io.tag_phase = CLT__TAG_DATA;
   io.peers = comm->layout.local;
-  CLT_TRY(clt__ring_exec(op, &t->ag, &io));
+  if (t->shm)
+    CLT_TRY(clt__shm_allgather(t->shm, op, base, io.step0));
+  else
+    CLT_TRY(clt__ring_exec(op, &t->ag, &io));
 fail:
   return rc;
 }
