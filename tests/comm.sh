@@ -4,5 +4,8 @@
 srcdir=${srcdir:-.}
 # A failing rank leaves the others waiting: make that an error in seconds.
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
-export CLT_TIMEOUT
+# The threshold given, small messages take recursive doubling or the gather
+# (on one node the model would take shm for them, which tests/shm.sh runs).
+CLT_ALLREDUCE_SMALL=${CLT_ALLREDUCE_SMALL:-32K}
+export CLT_TIMEOUT CLT_ALLREDUCE_SMALL
 exec sh "$srcdir/tests/mpi_run.sh" --each "1 2 3 4" ./tests/test_comm

@@ -4,5 +4,7 @@
 # this machine, host buffers and device buffers on every OpenCL device.
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
-export CLT_TIMEOUT
+# Small plans on recursive doubling or the gather, as in tests/comm.sh.
+CLT_ALLREDUCE_SMALL=${CLT_ALLREDUCE_SMALL:-32K}
+export CLT_TIMEOUT CLT_ALLREDUCE_SMALL
 exec sh "$srcdir/tests/mpi_run.sh" --each "1 2 3 4 5" ./tests/test_halves

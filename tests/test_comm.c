@@ -236,9 +236,12 @@ static void check_host_f16(clt_comm *c, size_t n, size_t chunk, clt_reduce_op op
 /* A communicator that always runs the ring, even for a few elements. */
 static clt_comm *ring_only_comm(void) {
   clt_comm *c = NULL;
+  char *old = getenv("CLT_ALLREDUCE_SMALL") ? strdup(getenv("CLT_ALLREDUCE_SMALL")) : NULL; /* tests/comm.sh's */
   setenv("CLT_ALLREDUCE_SMALL", "0", 1);
   ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
-  unsetenv("CLT_ALLREDUCE_SMALL");
+  if (old) setenv("CLT_ALLREDUCE_SMALL", old, 1);
+  else unsetenv("CLT_ALLREDUCE_SMALL");
+  free(old);
   ck_assert_int_eq(clt_comm_set_allreduce(c, "ring"), 0); /* not shm, which the model may prefer */
   return c;
 }

@@ -468,12 +468,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  char *small = getenv("CLT_ALLREDUCE_SMALL") ? strdup(getenv("CLT_ALLREDUCE_SMALL")) : NULL; /* tests/halves.sh's */
   setenv("CLT_ALLREDUCE_SMALL", "0", 1);
   if (clt_comm_create(MPI_COMM_WORLD, &ring) < 0 || clt_comm_set_allreduce(ring, "ring") < 0) {
     fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  unsetenv("CLT_ALLREDUCE_SMALL");
+  if (small) setenv("CLT_ALLREDUCE_SMALL", small, 1);
+  else unsetenv("CLT_ALLREDUCE_SMALL");
+  free(small);
   Suite *s = suite_create("halves");
   TCase *tc = tcase_create("reduce-scatter and allgather");
   tcase_set_timeout(tc, 300);

@@ -246,6 +246,7 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   plan->ops = ops;
   plan->chunk_bytes = chunk_bytes;
   plan->chunk_elems = chunk_bytes / ops->esize;
+  plan->chunk_given = (opts && opts->chunk_bytes) || comm->chunk_set;
   plan->replicas = replicas;
   plan->natural = !counts;
   for (int r = 0; r < comm->size; r++) plan->total_replicas += all[r].replicas;

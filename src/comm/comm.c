@@ -60,6 +60,7 @@ int clt__comm_init_env(clt_comm *comm) {
   }
   const char *c = getenv("CLT_ALLREDUCE_CHUNK");
   /* The plan's own limits: at least one element of the largest type. */
+  comm->chunk_set = c && *c;
   if (c && *c && (clt__parse_bytes(c, CLT__MAX_CHUNK_BYTES, &comm->chunk_bytes) < 0 || comm->chunk_bytes < 4))
     return clt__error(CLT_EINVAL,
                       "CLT_ALLREDUCE_CHUNK='%s' is not a size in bytes from 4 (one float) to 1G: give e.g. 262144, "
@@ -75,7 +76,7 @@ int clt__comm_init_env(clt_comm *comm) {
   comm->small_set = strcmp(comm->model.source, "defaults") == 0;
   const char *m = getenv("CLT_ALLREDUCE_SMALL");
   if (m && *m) {
-    comm->small_set = 1;
+    comm->small_set = comm->small_given = 1;
     if (strcmp(m, "0") == 0)
       comm->small_bytes = 0; /* always the ring */
     else if (clt__parse_bytes(m, (size_t)1 << 30, &comm->small_bytes) < 0)

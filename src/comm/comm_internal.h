@@ -53,10 +53,12 @@ struct clt_comm {
   clt__layout layout;
   clt__cost_model model;
   int algorithm;           /* CLT_ALLREDUCE: -1 auto, else a forced enum clt__algorithm */
-  int small_set;           /* CLT_ALLREDUCE_SMALL was given: it decides small vs large */
+  int small_set;           /* a threshold decides small vs large (no model file, or CLT_ALLREDUCE_SMALL) */
+  int small_given;         /* CLT_ALLREDUCE_SMALL was given */
   uint64_t sent[2];        /* bytes this rank sent inside its node [0] and to other nodes [1] */
   double timeout_s;        /* seconds without progress before a wait fails */
   size_t chunk_bytes;      /* default bytes per pipelined message */
+  int chunk_set;           /* CLT_ALLREDUCE_CHUNK gave it (else the default for the ring) */
   size_t small_bytes;      /* all-reduces up to this size use a small-message algorithm */
   uint64_t ops;            /* collectives started so far: the next is ops + 1 */
   int tag_ops;             /* operation numbers wrap at this in tags */
@@ -311,6 +313,14 @@ const clt__ring_sched *clt__twolevel_stage_sched(const struct clt__twolevel *t);
 /* ---- the shared-memory all-reduce inside a node (shm.c) --------------------- */
 
 struct clt__shm;
+/* All-reduces up to this size go through the window in one round with one
+ * handshake, every rank summing all of it. */
+#define CLT__SHM_WHOLE_BYTES ((size_t)8 << 10)
+/* Bytes of a rank's piece of a round: the chunk when one was given, else
+ * the window's own default (larger than the ring's: every round waits for
+ * every rank of the node twice, which costs most when they are more than
+ * the cores). */
+size_t clt__shm_piece_bytes(const clt_comm *comm, size_t given);
 /* The plan's rounds, and the window big enough for them (collective). */
 int clt__shm_create(clt_allreduce_plan *plan, struct clt__shm **out);
 void clt__shm_free(struct clt__shm *s);
@@ -326,8 +336,8 @@ void clt__shm_round(const struct clt__shm *s, size_t i, size_t *off, size_t *n);
  * the reduce-scatter leaves this rank's part summed over the node in its
  * buffer, the allgather copies every part into every buffer. Steps step0
  * onwards, 2 per round (clt__shm_steps) each. */
-int clt__shm_create_parts(clt_comm *comm, size_t count, size_t esize, size_t chunk_elems, const size_t *part_lo,
-                          const size_t *part_hi, struct clt__shm **out);
+int clt__shm_create_parts(clt_allreduce_plan *plan, const size_t *part_lo, const size_t *part_hi,
+                          struct clt__shm **out);
 int clt__shm_reduce_scatter(struct clt__shm *s, clt__op *op, unsigned char *base, const clt__dtype_ops *ops,
                             int step0);
 int clt__shm_allgather(struct clt__shm *s, clt__op *op, unsigned char *base, int step0);
@@ -373,6 +383,7 @@ struct clt_allreduce_plan {
   clt_reduce_op op;
   const clt__dtype_ops *ops;
   size_t chunk_bytes, chunk_elems;
+  int chunk_given;         /* by the caller's options or CLT_ALLREDUCE_CHUNK (else a default) */
   int replicas;            /* buffers this rank gives each run */
   int total_replicas;      /* over every rank: the divisor of an average */
   enum clt__algorithm algorithm;

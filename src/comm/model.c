@@ -18,8 +18,10 @@
  *                       rank carries, in ceil(L/l) rings:
  *                       2 (M-1) ceil(L/l) α_1 + 2 (M-1)/M n/l β_1 + (M-1)/M n/l γ,
  *                       and the intra-node allgather (L-1)(α_0 + n/L β_0)
- *   shm                 one node: 3 k α_0 + (2N-1)/(2N) n β_0 + (N-1)/N n γ,
- *                       k = the rounds of the bounded window; a byte is
+ *   shm                 one node: 2 k α_0 + (2N-1)/(2N) n β_0 + (N-1)/N n γ,
+ *                       (up to 8 KiB: α_0 + n β_0/2 + (N-1) n γ, one
+ *                       handshake), k = the rounds of the bounded window,
+ *                       each waiting twice for every rank; a byte is
  *                       copied once into the window and once out, (2N-1)/N
  *                       of the buffer in all, where a message through MPI's
  *                       shared memory is copied twice, into a queue and out
@@ -72,12 +74,14 @@ static double twolevel_cost(const clt_comm *c, double n) {
   return intra + inter;
 }
 
-/* The window's rounds: N pieces of the communicator's chunk (shm.c). */
+/* The window's rounds: N pieces (shm.c). */
 static double shm_cost(const clt_comm *c, double n) {
   const clt__cost_model *m = &c->model;
-  double N = c->size, round = N * (double)c->chunk_bytes;
+  double N = c->size, round = N * (double)clt__shm_piece_bytes(c, 0);
   double rounds = n > 0 ? ceil(n / round) : 0;
-  return 3 * rounds * m->alpha[0] + (2 * N - 1) / (2 * N) * n * m->beta[0] + (N - 1) / N * n * m->gamma;
+  /* Small ones: one handshake, every rank copies all in and sums all. */
+  if (n <= (double)CLT__SHM_WHOLE_BYTES) return m->alpha[0] + n * m->beta[0] / 2 + (N - 1) * n * m->gamma;
+  return 2 * rounds * m->alpha[0] + (2 * N - 1) / (2 * N) * n * m->beta[0] + (N - 1) / N * n * m->gamma;
 }
 
 static int always(const clt_comm *c, int forced) { return (void)c, (void)forced, 1; }
@@ -124,7 +128,12 @@ enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
     for (int i = 0; i < CLT__NALGORITHMS && !a->usable(comm, 1); i++) a = clt__algorithm_find(a->instead);
     return a->algorithm;
   }
-  if (comm->small_set) {
+  /* Without a model file the measured threshold sends small messages to
+   * the small-message algorithms, but on one node whose ranks share memory
+   * (unless CLT_ALLREDUCE_SMALL is set): there shm beat them at every size
+   * from 4 bytes to 64 KiB (bench/allreduce.sh, 2 to 4 ranks: 1.3-3.8x
+   * MPI_Allreduce, where they ran 1.0-2.4x). */
+  if (comm->small_set && (comm->small_given || !shm_usable(comm, 0))) {
     /* Gathering to rank 0 beats the ring on 3 to 8 ranks up to 4 times
      * further than recursive doubling does (bench/allreduce.sh, 3 ranks). */
     enum clt__algorithm small = clt__small_algorithm(comm->size);

@@ -19,8 +19,8 @@
  * buffer on each rank, which is what held it to parity with MPI_Allreduce.
  *
  * Rounds. The window is bounded: a buffer goes through it in rounds of at
- * most N pieces of the plan's chunk (its elements split as the ring splits
- * a buffer, the first ones a piece one longer). Each segment has two slots
+ * most N pieces of 1 MiB, or of the chunk when one is given (its elements
+ * split as the ring splits a buffer, the first ones a piece one longer). Each segment has two slots
  * used by alternate rounds, so a rank copies round R + 1 in while its peers
  * still copy round R out. A slot is written again (round R + 2) only when
  * every peer's `done` says it has finished round R there.
@@ -45,6 +45,12 @@
  * and probes MPI meanwhile, so messages of earlier operations still in
  * flight progress and oversubscribed peers get the core.
  *
+ * Small buffers (up to CLT__SHM_WHOLE_BYTES) take one round with one handshake
+ * instead of two: every rank copies all of its input in, waits for every
+ * peer's, and sums the whole buffer itself, in the same order, so with
+ * the same bits. Summing N times what it would is cheap there; waiting
+ * twice for every rank is not when the ranks outnumber the cores.
+ *
  * Modes. The two-level all-reduce (twolevel.c) uses the first and second
  * halves on its own: a reduce-scatter (in, reduce into the buffer, `done`)
  * and an allgather (in: its own piece; out) over the fixed parts its
@@ -64,7 +70,12 @@ enum { FLAG_IN = 0, FLAG_OUT = 1, FLAG_DONE = 2 };
 #define SLOT_ALIGN 4096
 /* A slot holds at most this much: N pieces of the chunk, fewer elements
  * per piece on nodes of many ranks. */
-#define MAX_SLOT_BYTES ((size_t)16 << 20)
+#define MAX_SLOT_BYTES ((size_t)8 << 20)
+/* The default piece. On 3 ranks of 2 cores (bench/allreduce.sh, 4 to 32
+ * MiB, under load), pieces of 1 MiB ran 1.1-2.2x MPI_Allreduce where the
+ * ring's 256 KiB chunks ran 0.6-1.9x: fewer rounds, fewer times every
+ * rank must be scheduled. */
+#define PIECE_BYTES ((size_t)1 << 20)
 /* The reduction works in blocks whose partial sums stay in L1. */
 #define BLOCK_BYTES 8192
 
@@ -76,6 +87,7 @@ struct clt__shm {
   size_t piece;            /* elements per rank per round, at most */
   size_t pstride;          /* elements between pieces in a slot */
   size_t nrounds;
+  int whole;               /* one round, every rank sums all of it (small all-reduces) */
   const size_t *part_lo, *part_hi; /* fixed parts (two-level), or NULL: rounds cut the buffer in order */
   const void **srcs;       /* L: one block's addends */
 };
@@ -138,6 +150,7 @@ static struct clt__shm *shm_make(const clt_comm *comm, size_t count, size_t esiz
     s->nrounds = (count + (size_t)s->L * s->piece - 1) / ((size_t)s->L * s->piece);
   }
   s->pstride = longest < s->piece ? longest : s->piece;
+  if (!part_lo && count && count * esize <= CLT__SHM_WHOLE_BYTES) s->whole = 1; /* one round already */
   return s;
 }
 
@@ -145,18 +158,28 @@ static struct clt__shm *shm_make(const clt_comm *comm, size_t count, size_t esiz
  * ask for the same size. */
 static int shm_window(clt_comm *comm, const struct clt__shm *s) {
   if (s->nrounds == 0) return CLT_OK;
-  size_t slot = ((size_t)s->L * s->pstride * s->esize + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+  size_t bytes = s->whole ? s->count * s->esize : (size_t)s->L * s->pstride * s->esize;
+  size_t slot = (bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
   return clt__tp_shm_window(comm, HEAD_BYTES + NSLOTS * slot);
 }
 
 int clt__shm_contiguous(const struct clt__shm *s) { return s && !s->part_lo; }
+
+size_t clt__shm_piece_bytes(const clt_comm *comm, size_t given) {
+  return given ? given : comm->chunk_set ? comm->chunk_bytes : PIECE_BYTES;
+}
+
+static size_t plan_piece(const clt_allreduce_plan *plan) {
+  size_t b = clt__shm_piece_bytes(plan->comm, plan->chunk_given ? plan->chunk_bytes : 0);
+  return b / plan->ops->esize ? b / plan->ops->esize : 1;
+}
 
 /* An all-reduce's rounds cut the buffer in order; a reduce-scatter's go
  * through the ranks' parts (one node: local ranks are ranks). */
 int clt__shm_create(clt_allreduce_plan *plan, struct clt__shm **out) {
   *out = NULL;
   int parts = !plan->kind->gathers;
-  struct clt__shm *s = shm_make(plan->comm, plan->count, plan->ops->esize, plan->chunk_elems,
+  struct clt__shm *s = shm_make(plan->comm, plan->count, plan->ops->esize, plan_piece(plan),
                                 parts ? plan->part_lo : NULL, parts ? plan->part_hi : NULL);
   if (!s) return CLT_ENOMEM;
   int rc = shm_window(plan->comm, s);
@@ -207,14 +230,13 @@ static void copy_in(const struct clt__shm *s, clt_comm *c, enum shm_mode mode, c
   }
 }
 
-/* Our piece summed from every rank's input, in local-rank order, into our
- * buffer and (for the others to copy) our slot. */
-static void reduce(struct clt__shm *s, clt_comm *c, enum shm_mode mode, unsigned char *base, size_t r, uint64_t g,
-                   const clt__dtype_ops *ops, double divisor) {
-  size_t lo, n, es = s->esize, pos = (size_t)s->me * s->pstride * es;
+/* Elements [lo, lo + n) summed from every rank's input, in local-rank
+ * order: ours from our buffer, the others' at byte pos of their slots;
+ * into our buffer and, when to_slot, there too (for the others to copy). */
+static void sum_range(struct clt__shm *s, const clt_comm *c, unsigned char *base, size_t lo, size_t n, size_t pos,
+                      uint64_t g, unsigned char *to_slot, const clt__dtype_ops *ops, double divisor) {
+  size_t es = s->esize;
   unsigned char tmp[BLOCK_BYTES] __attribute__((aligned(64)));
-  unsigned char *to_slot = mode == SHM_ALLREDUCE ? slot_of(c, s->me, g) + pos : NULL;
-  piece_of(s, r, s->me, &lo, &n);
   unsigned char *mine = base + lo * es;
   for (size_t b = 0, blk = BLOCK_BYTES / es; b < n; b += blk) {
     size_t nb = n - b < blk ? n - b : blk;
@@ -226,7 +248,16 @@ static void reduce(struct clt__shm *s, clt_comm *c, enum shm_mode mode, unsigned
     memcpy(mine + b * es, tmp, nb * es);
     if (to_slot) memcpy(to_slot + b * es, tmp, nb * es);
   }
-  if (to_slot) c->sent[0] += n * es;
+}
+
+/* Our piece of round r, for the others in our slot too (all-reduce). */
+static void reduce(struct clt__shm *s, clt_comm *c, enum shm_mode mode, unsigned char *base, size_t r, uint64_t g,
+                   const clt__dtype_ops *ops, double divisor) {
+  size_t lo, n, pos = (size_t)s->me * s->pstride * s->esize;
+  piece_of(s, r, s->me, &lo, &n);
+  unsigned char *to_slot = mode == SHM_ALLREDUCE ? slot_of(c, s->me, g) + pos : NULL;
+  sum_range(s, c, base, lo, n, pos, g, to_slot, ops, divisor);
+  if (to_slot) c->sent[0] += n * s->esize;
 }
 
 /* Every other rank's piece from its slot. */
@@ -251,6 +282,51 @@ static clt__ring_chunk round_chunk(const struct clt__shm *s, size_t r) {
   clt__ring_chunk ch = {.step = 0, .seg = 0, .id = r, .dep_send = -1};
   clt__shm_round(s, r, &ch.off, &ch.n);
   return ch;
+}
+
+/* No progress: probe MPI, then wait.c's policy. The probe matters when the
+ * ranks outnumber the cores: Open MPI then yields the core inside its
+ * progress (as every MPI_Test of the other algorithms' waits does), and
+ * probing only after 20 us of spinning made 4-byte all-reduces on 3 and 4
+ * ranks of 2 cores take 27 us instead of 17. */
+static int idle(clt__op *op, int peer, int step) {
+  clt__tp_progress(op->comm);
+  return clt__op_idle(op, peer, step);
+}
+
+/* A small all-reduce in one round: all our input in, every peer's in,
+ * every rank sums all of it (in the same order as the pieces are). */
+static int run_whole(struct clt__shm *s, clt__op *op, unsigned char *base, const clt__dtype_ops *ops, double divisor,
+                     const shm_hooks *h, int step0) {
+  int rc = CLT_OK, in = 0, peer;
+  clt_comm *c = op->comm;
+  const uint64_t g = c->shm_round + 1;
+  clt__ring_chunk ch = round_chunk(s, 0);
+  for (;;) {
+    if (!in) {
+      /* Once our data is here (device staging) and our slot is free. */
+      int ok = 1;
+      if (h && h->ready) CLT_TRY(h->ready(h->user, &ch, &ok));
+      peer = !ok ? -1 : g > NSLOTS ? behind(c, FLAG_DONE, g - NSLOTS) : -1;
+      if (ok && peer < 0) {
+        memcpy(slot_of(c, s->me, g), base, s->count * s->esize);
+        c->sent[0] += s->count * s->esize;
+        raise_flag(c, FLAG_IN, g);
+        in = 1;
+        clt__op_progress(op);
+      }
+    }
+    if (in && (peer = behind(c, FLAG_IN, g)) < 0) break;
+    CLT_TRY(idle(op, peer >= 0 ? c->layout.local[peer] : -1, step0));
+  }
+  sum_range(s, c, base, 0, s->count, 0, g, NULL, ops, divisor);
+  raise_flag(c, FLAG_DONE, g);
+  if (h && h->final) CLT_TRY(h->final(h->user, &ch));
+  c->shm_round = g;
+  return CLT_OK;
+fail:
+  if (rc == CLT_ETIMEDOUT) return rc;
+  return clt__op_break(op, clt__op_error(op, step0, rc));
 }
 
 /* Run the rounds; steps step0 + 2r (round r's inputs) and step0 + 2r + 1
@@ -278,6 +354,7 @@ static int run(struct clt__shm *s, clt__op *op, enum shm_mode mode, unsigned cha
     c->shm_round = g0 + s->nrounds;
     return CLT_OK;
   }
+  if (s->whole) return run_whole(s, op, base, ops, divisor, h, step0);
 
   while (*rdone < s->nrounds) {
     int progressed = 0, wait_peer = -2, peer;
@@ -289,6 +366,7 @@ static int run(struct clt__shm *s, clt__op *op, enum shm_mode mode, unsigned cha
       if ((peer = behind(c, reduces ? FLAG_OUT : FLAG_IN, g)) < 0) {
         copy_out(s, c, base, rout, g);
         raise_flag(c, FLAG_DONE, g);
+        if (s->nrounds > 1) clt__tp_progress(c); /* long runs let MPI progress now and then */
         if (h && h->final) {
           clt__ring_chunk ch = round_chunk(s, rout);
           step = step0 + 2 * (int)rout + 1;
@@ -339,11 +417,9 @@ static int run(struct clt__shm *s, clt__op *op, enum shm_mode mode, unsigned cha
       clt__op_progress(op);
       continue;
     }
-    clt__tp_progress(c);
-    CLT_TRY(clt__op_idle(op, wait_peer >= 0 ? c->layout.local[wait_peer] : -1, step));
+    CLT_TRY(idle(op, wait_peer >= 0 ? c->layout.local[wait_peer] : -1, step));
   }
   c->shm_round = g0 + s->nrounds;
-  clt__tp_progress(c);
   return CLT_OK;
 
 fail:
@@ -353,10 +429,11 @@ fail:
   return clt__op_break(op, clt__op_error(op, step, rc));
 }
 
-int clt__shm_create_parts(clt_comm *comm, size_t count, size_t esize, size_t chunk_elems, const size_t *part_lo,
-                          const size_t *part_hi, struct clt__shm **out) {
+int clt__shm_create_parts(clt_allreduce_plan *plan, const size_t *part_lo, const size_t *part_hi,
+                          struct clt__shm **out) {
   *out = NULL;
-  struct clt__shm *s = shm_make(comm, count, esize, chunk_elems, part_lo, part_hi);
+  clt_comm *comm = plan->comm;
+  struct clt__shm *s = shm_make(comm, plan->count, plan->ops->esize, plan_piece(plan), part_lo, part_hi);
   if (!s) return CLT_ENOMEM;
   /* Every rank asks, even alone on its node: the first window splits the
    * communicator into nodes, which all its ranks must do together. */

@@ -131,7 +131,7 @@ int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
   }
   t->steps = 2 * (L - 1) + 2 * (M - 1) * t->nseg;
   if (comm->shm_capable) {
-    CLT_TRY(clt__shm_create_parts(plan->comm, plan->count, plan->ops->esize, ce, t->part_lo, t->part_hi, &t->shm));
+    CLT_TRY(clt__shm_create_parts(plan, t->part_lo, t->part_hi, &t->shm));
     t->steps = 2 * clt__shm_steps(t->shm) + 2 * (M - 1) * t->nseg;
   }
   t->slot_bytes = (plan->count < ce ? plan->count : ce) * plan->ops->esize;
