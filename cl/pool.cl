@@ -128,7 +128,33 @@ __kernel void maxpool_forward_rows(__global const act_t *x, const ulong xoff, __
   const uint oh = get_global_id(0), plane = get_global_id(1);
   const int h0 = (int)oh * sh - ph;
   const ulong in = xoff + (ulong)plane * H * POOL_W, o0 = ((ulong)plane * OH + oh) * POOL_OW;
-  UNROLL for (int ow = 0; ow < POOL_OW; ow++) {
+#if POOL_KH == 2 && POOL_KW == 2 && POOL_SW == 2 && POOL_PW == 0 && defined(POOL_NOPAD)
+  // 2 x 2 windows at stride 2, four at a time: the even and odd lanes of
+  // 8 values of each of the two rows are the four candidates in window
+  // order, compared as the scalar loop below compares them (the first
+  // wins ties, a NaN wins over numbers). The CNN's first pooling (32
+  // planes of 28 x 28, batch 64): 2.2-2.6 ms one window at a time.
+#define POOL_OW4 (POOL_OW / 4 * 4)
+  const int4 lane = (int4)(0, 2, 4, 6);
+  for (int ow = 0; ow < POOL_OW4; ow += 4) {
+    const float8 a = aload8(x, in + (ulong)h0 * POOL_W + 2 * ow), b = aload8(x, in + (ulong)(h0 + 1) * POOL_W + 2 * ow);
+    const int4 at0 = h0 * POOL_W + 2 * ow + lane;
+    float4 best = a.even;
+    int4 besti = at0;
+    int4 take = isgreater(a.odd, best) | (isnan(a.odd) & ~isnan(best));
+    best = select(best, a.odd, take), besti = select(besti, at0 + 1, take);
+    take = isgreater(b.even, best) | (isnan(b.even) & ~isnan(best));
+    best = select(best, b.even, take), besti = select(besti, at0 + POOL_W, take);
+    take = isgreater(b.odd, best) | (isnan(b.odd) & ~isnan(best));
+    best = select(best, b.odd, take), besti = select(besti, at0 + POOL_W + 1, take);
+    ASTORE(y, yoff + o0 + ow, best.s0), ASTORE(y, yoff + o0 + ow + 1, best.s1);
+    ASTORE(y, yoff + o0 + ow + 2, best.s2), ASTORE(y, yoff + o0 + ow + 3, best.s3);
+    vstore4(besti, 0, argmax + aoff + o0 + ow);
+  }
+#else
+#define POOL_OW4 0
+#endif
+  UNROLL for (int ow = POOL_OW4; ow < POOL_OW; ow++) {
     const int w0 = ow * POOL_SW - POOL_PW;
     float best = 0.0f;
     int besti = -1;

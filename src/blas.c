@@ -5,8 +5,8 @@
  * that name the routine and the shapes; tuned kernel parameters applied to
  * devices CLBlast's own database does not know. CPU devices run their
  * GEMMs on our own tiles (src/blas_cpu.c), and, where their buffers are
- * host memory, the shapes the tiles leave (a long k, a narrow C) on the
- * host's CBLAS (src/blas_host.c), behind the same checks.
+ * host memory, the shapes the tiles leave (B transposed with a C of few
+ * rows) on the host's CBLAS (src/blas_host.c), behind the same checks.
  */
 #include "internal.h"
 
@@ -207,7 +207,7 @@ static int host_blas(clt_context *ctx) {
     ctx->blas_said = 1;
     const char *core = host ? clt__host_blas_core() : NULL;
     const char *tiles =
-        clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles (CLT_CPU_GEMM=0: off) where C has 16 columns or more, else " : "";
+        clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles (CLT_CPU_GEMM=0: off) but where B is transposed and C has under 16 rows, there " : "";
     if (host)
       clt__log(CLT_LOG_INFO, "GEMMs on %s: %shost %s%s%s%s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
                tiles, clt__host_blas_name(), core ? " (" : "", core ? core : "", core ? " kernels)" : "",

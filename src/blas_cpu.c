@@ -74,7 +74,7 @@ int clt__cpu_gemm_on(const clt_context *ctx) {
 
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
                       clt_matrix b, clt_matrix c) {
-  if (n < 16 || m == 0 || k == 0) return 0;
+  if (m == 0 || n == 0 || k == 0) return 0;
   if (tb == CLT_TRANS && m < NT_M_MIN) return 0; /* the transpose would cost about what the GEMM does */
   if (!fits_u32(m) || !fits_u32(n) || !fits_u32(k) || !fits_u32(a.ld) || !fits_u32(b.ld) || !fits_u32(c.ld))
     return 0; /* the host BLAS or CLBlast takes it */

@@ -224,7 +224,7 @@ void clt__blas_clear_cache(void);
 /* src/blas_cpu.c: CPU devices' GEMMs on our own kernels (cl/gemm_cpu.cl).
  * _on: whether ctx's device takes them (PoCL's CPU devices unless
  * CLT_CPU_GEMM=0; any CPU device with CLT_CPU_GEMM=1); _use: whether this
- * one goes there (n >= 16, m >= 16 when B is transposed, every
+ * one goes there (m >= 16 when B is transposed, every
  * dimension below 2^32); _sgemm: as clt__host_sgemm below. */
 int clt__cpu_gemm_on(const clt_context *ctx);
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,
