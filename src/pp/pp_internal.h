@@ -36,6 +36,7 @@ struct clt__pp {
   double wait_s, total_s;  /* the last run's time waiting for neighbours, and all of it */
   double sum_wait_s, sum_total_s; /* over every training run so far (the bubble, logged at the end) */
   int64_t runs;
+  int warm;                       /* a training run is done: the next ones count for the bubble */
   clt__trace *trace;       /* the trainer's timeline, or NULL; spans on its lane trace_lane */
   int trace_lane;
 };
