@@ -16,8 +16,7 @@
 #  2. activation memory per stage, 1F1B against GPipe at P = 3, M = 8 (the
 #     trainer's log of each stage's activation sets);
 #  3. throughput of P = 2 against D = 2 on 2 ranks, for the CNN and the
-#     tiny GPT (samples/s of the last step records; the GPT on generated
-#     token data is skipped without `cltrain tokenize` input).
+#     tiny GPT on the fortunes corpus (samples/s of the last step records).
 # Ranks share this machine's cores (and whatever else runs on it): the
 # bubble of a stage waiting for a neighbour that waits for a core is
 # larger than the schedule's, and P = 3 on 2 cores cannot overlap all
@@ -75,6 +74,19 @@ for model in "$srcdir/examples/fashion_cnn.model"; do
   rm -f "$tmp/metrics"; run 2 "$model" -b 64 && dp=$(rate "$tmp/metrics") || dp=failed
   echo "$(basename "$model"): P=2 $pp, D=2 $dp"
 done
+# The tiny GPT on the fortunes corpus (scripts/make-fortunes-data.sh makes
+# it with cltrain tokenize when missing), in tokens of 32 sequences a step.
+gpt_train=data/fortunes_train.bin
+[ -f "$gpt_train" ] || CLTRAIN="$CLTRAIN" OUT_DIR=data sh "$srcdir/scripts/make-fortunes-data.sh" >/dev/null 2>&1 || :
+if [ -f "$gpt_train" ]; then
+  g="$srcdir/examples/gpt_tiny.model"
+  a="-o adamw --lr 0.001 --data $gpt_train --val none"
+  rm -f "$tmp/metrics"; run 2 "$g" $a -b 32 --pipeline 2 --micro-batches 4 && pp=$(rate "$tmp/metrics") || pp=failed
+  rm -f "$tmp/metrics"; run 2 "$g" $a -b 32 && dp=$(rate "$tmp/metrics") || dp=failed
+  echo "gpt_tiny.model (samples are sequences): P=2 $pp, D=2 $dp"
+else
+  echo "gpt_tiny.model: skipped (no $gpt_train, and scripts/make-fortunes-data.sh could not make it)"
+fi
 
 echo "== 4. a mixed pipeline, stage 0 on rusticl and stage 1 on PoCL, P=2 M=4: --stages auto against the even cut"
 cat >"$tmp/mixed.sh" <<'MIXED'
