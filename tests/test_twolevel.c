@@ -20,6 +20,7 @@
 
 #include <cltrain/mpi.h>
 
+#include "commcheck.h"
 #include "commtest.h"
 #include "testutil.h"
 #include "ref/ref.h"
@@ -29,14 +30,6 @@ static int rank, nranks;
 
 static const size_t counts[] = {0, 1, 2, 3, 5, 17, 1000, 8193, 100003};
 #define NCOUNTS (sizeof counts / sizeof counts[0])
-
-static void assert_identical_across_ranks(const void *buf, size_t bytes, const char *what) {
-  uint64_t h = ct_hash(buf, bytes), *all = calloc((size_t)nranks, sizeof *all);
-  MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-  for (int r = 1; r < nranks; r++)
-    ck_assert_msg(all[r] == all[0], "%s: rank %d's result differs in bits from rank 0's", what, r);
-  free(all);
-}
 
 static void assert_contains(const char *text, const char *part) {
   ck_assert_msg(strstr(text, part) != NULL, "rank %d: \"%s\" does not say \"%s\"", rank, text, part);
@@ -76,22 +69,7 @@ START_TEST(layout) {
 END_TEST
 
 static void check_host(size_t n, size_t chunk, clt_reduce_op op, int salt) {
-  clt_allreduce_plan *plan = NULL;
-  clt_allreduce_opts opts = {.chunk_bytes = chunk};
-  float *x = malloc((n + 1) * sizeof *x), *want = malloc((n + 1) * sizeof *want);
-  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, &opts, &plan) == 0, "%s", clt_last_error());
-  ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), nranks == 1 ? "local" : "twolevel");
-  ct_expect(want, n, nranks, 1, salt, op == CLT_AVG);
-  for (int run = 0; run < 2; run++) {
-    ct_fill(x, n, rank * CT_MAX_REPLICAS, salt);
-    ck_assert_msg(clt_allreduce_run(plan, n ? x : NULL) == 0, "%s", clt_last_error());
-    long bad = ct_first_diff(x, want, n);
-    ck_assert_msg(bad < 0, "count %zu chunk %zu %s, run %d: element %ld is %g, expected %g", n, chunk,
-                  clt_reduce_op_name(op), run, bad, bad < 0 ? 0 : x[bad], bad < 0 ? 0 : want[bad]);
-  }
-  assert_identical_across_ranks(x, n * sizeof *x, "two-level host all-reduce");
-  clt_allreduce_plan_destroy(plan);
-  free(x), free(want);
+  cc_check_host(comm, n, chunk, op, salt, nranks == 1 ? "local" : "twolevel", "two-level host all-reduce");
 }
 
 START_TEST(host_exact) {
@@ -125,7 +103,7 @@ START_TEST(random_against_serial_sum) {
     ck_assert_msg(fabs(x[i] - sum[i]) <= tol, "element %zu: %.9g, serial sum %.9g (tolerance %g)", i, x[i], sum[i],
                   tol);
   }
-  assert_identical_across_ranks(x, n * sizeof *x, "two-level random all-reduce");
+  cc_identical_across_ranks(x, n * sizeof *x, "two-level random all-reduce");
   /* The same bits run after run. */
   float *again = malloc(n * sizeof *again);
   ref_random(again, n, 2000u + (unsigned)rank);
@@ -136,34 +114,16 @@ START_TEST(random_against_serial_sum) {
 }
 END_TEST
 
-static void check_f16(size_t n, clt_reduce_op op, clt_context *ctx, int salt) {
-  clt_allreduce_plan *plan = NULL;
-  uint16_t *x = malloc((n + 1) * sizeof *x);
-  for (size_t i = 0; i < n; i++) x[i] = ct_half_input(i, rank * CT_MAX_REPLICAS, salt);
-  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F16, op, NULL, &plan) == 0, "%s", clt_last_error());
-  if (ctx) {
-    cl_mem buf = ct_f16_buffer(ctx, x, n + 1);
-    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, 0) == 0, "%s", clt_last_error());
-    ct_f16_read(ctx, buf, 0, x, n);
-    clReleaseMemObject(buf);
-  } else {
-    ck_assert_msg(clt_allreduce_run(plan, x) == 0, "%s", clt_last_error());
-  }
-  if (op == CLT_SUM) {
-    long bad = ct_f16_off_exact(x, n, nranks, 1, salt);
-    ck_assert_msg(bad < 0, "f16 %s %zu: element %ld (0x%04x) is off the exact sum by more than rounding",
-                  ctx ? "device" : "host", n, bad, bad < 0 ? 0 : x[bad]);
-  }
-  assert_identical_across_ranks(x, n * sizeof *x, "two-level f16 all-reduce");
-  clt_allreduce_plan_destroy(plan);
-  free(x);
+/* fp16: within rounding of the exact sum (two-level adds in its own order). */
+static void check_f16(size_t n, size_t chunk, clt_reduce_op op, clt_context *ctx, int salt) {
+  cc_check_f16(comm, n, chunk, op, ctx, salt, NULL, "two-level f16 all-reduce");
 }
 
 START_TEST(host_f16) {
   const size_t sizes[] = {1, 7, 1000, 50001};
   for (size_t t = 0; t < 4; t++) {
-    check_f16(sizes[t], CLT_SUM, NULL, (int)t);
-    check_f16(sizes[t], CLT_AVG, NULL, (int)t + 10);
+    check_f16(sizes[t], 0, CLT_SUM, NULL, (int)t);
+    check_f16(sizes[t], 0, CLT_AVG, NULL, (int)t + 10);
   }
 }
 END_TEST
@@ -171,29 +131,10 @@ END_TEST
 START_TEST(device_buffers) {
   if (tu_ndev == 0) return;
   clt_context *ctx = tu_ctx[rank % tu_ndev];
-  const size_t sizes[] = {0, 3, 1000, 30011};
-  for (size_t t = 0; t < 4; t++) {
-    size_t n = sizes[t], pad = 2;
-    clt_reduce_op op = t == 2 ? CLT_AVG : CLT_SUM;
-    float *host = malloc((n + 2 * pad) * sizeof *host), *want = malloc((n + 1) * sizeof *want);
-    for (size_t i = 0; i < n + 2 * pad; i++) host[i] = 777.0f;
-    ct_fill(host + pad, n, rank * CT_MAX_REPLICAS, (int)t);
-    ct_expect(want, n, nranks, 1, (int)t, op == CLT_AVG);
-    cl_mem buf = tu_buffer(ctx, host, n + 2 * pad);
-    clt_allreduce_plan *plan = NULL;
-    ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, NULL, &plan) == 0, "%s", clt_last_error());
-    ck_assert_msg(clt_allreduce_run_device(plan, clt_context_queue(ctx), buf, pad * sizeof(float)) == 0, "%s: %s",
-                  tu_name(ctx), clt_last_error());
-    tu_read(ctx, buf, 0, host, n + 2 * pad);
-    ck_assert(host[0] == 777.0f && host[n + 2 * pad - 1] == 777.0f);
-    ck_assert_int_eq(ct_first_diff(host + pad, want, n), -1);
-    assert_identical_across_ranks(host + pad, n * sizeof *host, "two-level device all-reduce");
-    clt_allreduce_plan_destroy(plan);
-    clReleaseMemObject(buf);
-    free(host), free(want);
-  }
-  check_f16(20011, CLT_SUM, ctx, 5);
-  check_f16(5, CLT_AVG, ctx, 6);
+  const size_t sizes[] = {0, 3, 1000, 30011}, chunks[] = {0, 0, 0, 0};
+  cc_check_device(comm, ctx, sizes, chunks, 4, "two-level device all-reduce");
+  check_f16(20011, 0, CLT_SUM, ctx, 5);
+  check_f16(5, 0, CLT_AVG, ctx, 6);
 }
 END_TEST
 
@@ -201,27 +142,7 @@ END_TEST
 START_TEST(two_replicas) {
   if (tu_ndev == 0) return;
   clt_context *ctx[2] = {tu_ctx[0], tu_ctx[1 % tu_ndev]};
-  size_t n = 5003, offs[2] = {0, 0};
-  float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
-  cl_mem bufs[2];
-  cl_command_queue queues[2];
-  for (int q = 0; q < 2; q++) {
-    ct_fill(x, n, rank * CT_MAX_REPLICAS + q, 9);
-    bufs[q] = tu_buffer(ctx[q], x, n);
-    queues[q] = clt_context_queue(ctx[q]);
-  }
-  ct_expect(want, n, nranks, 2, 9, 0);
-  clt_allreduce_plan *plan = NULL;
-  clt_allreduce_opts opts = {.replicas = 2};
-  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, CLT_SUM, &opts, &plan) == 0, "%s", clt_last_error());
-  ck_assert_msg(clt_allreduce_run_devices(plan, 2, queues, bufs, offs) == 0, "%s", clt_last_error());
-  for (int q = 0; q < 2; q++) {
-    tu_read(ctx[q], bufs[q], 0, x, n);
-    ck_assert_int_eq(ct_first_diff(x, want, n), -1);
-    clReleaseMemObject(bufs[q]);
-  }
-  clt_allreduce_plan_destroy(plan);
-  free(x), free(want);
+  cc_check_two_replicas(comm, ctx, 5003, 0, 0);
 }
 END_TEST
 
