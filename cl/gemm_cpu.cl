@@ -21,7 +21,7 @@
 // is cut (a convolution's chunks of samples cut it differently) does not
 // show in the bits. The host cuts C into the widest tiles that fit (a
 // smaller GEMM_R for the last rows, GEMM_V for the last columns), and
-// gemm_cpu_edge takes the columns short of 16, an element a work-item.
+// gemm_cpu_edge takes the columns short of 16, a row a work-item.
 //
 // Range: (row tiles, column tiles, batch); the tiles start at (m0, n0).
 
@@ -77,25 +77,40 @@ __kernel void gemm_cpu(const uint m0, const uint n0, const uint K, const float a
     }
 }
 
-// One element of C a work-item, over the rows [m0, m0 + range 0) and
-// columns [n0, n0 + range 1): the tiles' edges. Range: (rows, columns,
-// batch), as gemm_cpu's with tiles of one element.
+// The columns short of 16, [n0, n0 + GEMM_EDGE), of a row of C a
+// work-item, over the rows [m0, m0 + range 0): the tiles' edges. Each
+// element is the same sequential fma over k as in gemm_cpu. (An element a
+// work-item, one work-group each, took 119 us for the 64 x 10 x 128 of a
+// linear layer's output on PoCL, which pays for every work-group.) Range:
+// (rows, 1, batch).
+#ifndef GEMM_EDGE
+#define GEMM_EDGE 1
+#endif
 __kernel void gemm_cpu_edge(const uint m0, const uint n0, const uint K, const float alpha, const float beta,
                             __global const float *A, const ulong aoff, const uint lda, const ulong as,
                             __global const float *B, const ulong boff, const uint ldb, const ulong bs,
                             __global float *C, const ulong coff, const uint ldc, const ulong cs) {
-  const uint i = m0 + get_global_id(0), j = n0 + get_global_id(1);
+  const uint i = m0 + get_global_id(0);
   const ulong z = get_global_id(2);
   __global const float *a = A + aoff + z * as;
-  __global const float *b = B + boff + z * bs + j;
-  float acc = 0.0f;
-  for (uint k = 0; k < K; k++) acc = fma(A_AT(i, k), b[(ulong)k * ldb], acc);
-  __global float *c = C + coff + z * cs + (ulong)i * ldc + j;
+  __global const float *b = B + boff + z * bs + n0;
+  float acc[GEMM_EDGE];
+#pragma unroll
+  for (int j = 0; j < GEMM_EDGE; j++) acc[j] = 0.0f;
+  for (uint k = 0; k < K; k++) {
+    const float av = A_AT(i, k);
+#pragma unroll
+    for (int j = 0; j < GEMM_EDGE; j++) acc[j] = fma(av, b[(ulong)k * ldb + j], acc[j]);
+  }
+  __global float *c = C + coff + z * cs + (ulong)i * ldc + n0;
+#pragma unroll
+  for (int j = 0; j < GEMM_EDGE; j++) {
 #if GEMM_BETA0
-  *c = alpha * acc;
+    c[j] = alpha * acc[j];
 #else
-  *c = alpha * acc + beta * *c;
+    c[j] = alpha * acc[j] + beta * c[j];
 #endif
+  }
 }
 
 // T = B^T for each of a batch of rows x cols matrices B (leading dimension

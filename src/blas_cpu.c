@@ -106,7 +106,7 @@ fail:
 }
 
 /* The region of C rows [m0, m0 + rows) by columns [n0, n0 + cols) in
- * tiles of r rows by 16 v columns (v = 0: one element a work-item). */
+ * tiles of r rows by 16 v columns (v = 0: cols < 16, a row a work-item). */
 typedef struct region {
   size_t m0, n0, rows, cols;
   int r, v;
@@ -116,10 +116,10 @@ static int run_region(clt_context *ctx, clt_transpose ta, size_t k, float alpha,
                       clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, size_t batch, const region *g) {
   int rc = CLT_OK;
   cl_kernel kern;
-  char opts[96];
+  char opts[128];
   if (g->rows == 0 || g->cols == 0) return CLT_OK;
-  snprintf(opts, sizeof opts, "-DGEMM_R=%d -DGEMM_V=%d -DGEMM_TRANS_A=%d -DGEMM_BETA0=%d", g->r, g->v ? g->v : 1,
-           ta == CLT_TRANS, beta == 0.0f);
+  snprintf(opts, sizeof opts, "-DGEMM_R=%d -DGEMM_V=%d -DGEMM_TRANS_A=%d -DGEMM_BETA0=%d -DGEMM_EDGE=%d", g->r,
+           g->v ? g->v : 1, ta == CLT_TRANS, beta == 0.0f, g->v ? 1 : (int)g->cols);
   CLT_TRY(clt_context_kernel(ctx, "gemm_cpu", g->v ? "gemm_cpu" : "gemm_cpu_edge", opts, &kern));
   cl_uint m0 = (cl_uint)g->m0, n0 = (cl_uint)g->n0, K = (cl_uint)k, lda = (cl_uint)a.ld, ldb = (cl_uint)b.ld,
           ldc = (cl_uint)c.ld;
@@ -133,7 +133,7 @@ static int run_region(clt_context *ctx, clt_transpose ta, size_t k, float alpha,
               {sizeof c.buf, &c.buf}, {sizeof co, &co}, {sizeof ldc, &ldc}, {sizeof sc, &sc}};
   for (cl_uint i = 0; i < sizeof args / sizeof *args; i++)
     CLT_CL_TRY(clSetKernelArg(kern, i, args[i].size, args[i].value));
-  size_t global[3] = {g->rows / (size_t)g->r, g->v ? g->cols / (16 * (size_t)g->v) : g->cols, batch};
+  size_t global[3] = {g->rows / (size_t)g->r, g->v ? g->cols / (16 * (size_t)g->v) : 1, batch};
   size_t local[3] = {1, 1, 1};
   CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, kern, 3, NULL, global, local, 0, NULL, NULL));
   return CLT_OK;
