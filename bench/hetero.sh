@@ -2,7 +2,8 @@
 # hetero.sh: --balance auto on devices that can add up, against each
 # device alone on the same cores, in one run. Run from the build directory:
 #
-#   sh ../bench/hetero.sh [mlp|cnn] [STEPS] [REPS]      (B=N: batch, default 64)
+#   sh ../bench/hetero.sh [mlp|cnn] [STEPS] [REPS]      (B=N: batch, default 64;
+#                                                       RIGS="a b c": which rigs)
 #
 # Rigs (each device has cores of its own, so the sum of the solo rates is
 # reachable; README "Giving each device its own cores"):
@@ -124,9 +125,14 @@ rig() {
 
 extra=
 echo "model $model, batch $B, $steps steps a run ($((steps / slow)) for a slow device alone), $reps repetitions"
-echo "(a) two PoCL ranks on cores 0 and 1, a busy loop on core 1 (target: auto >= 0.9 of the sum)"
-rig a "0:pocl" "1:pocl" "0:pocl" "1:pocl"
-echo "(b) PoCL rank on core 0, rusticl rank on core 1 (target: auto >= 0.95 of the fastest)"
-rig b "0:pocl" "1:rusticl" "0:pocl" "1:rusticl"
-echo "(c) one process, --devices pocl,rusticl, unpinned (target: auto >= 0.95 of the fastest)"
-rig c "-:pocl" "-:rusticl" "-:pocl,rusticl"
+for r in ${RIGS:-a b c}; do
+  case $r in
+  a) echo "(a) two PoCL ranks on cores 0 and 1, a busy loop on core 1 (target: auto >= 0.9 of the sum)"
+     rig a "0:pocl" "1:pocl" "0:pocl" "1:pocl" ;;
+  b) echo "(b) PoCL rank on core 0, rusticl rank on core 1 (target: auto >= 0.95 of the fastest)"
+     rig b "0:pocl" "1:rusticl" "0:pocl" "1:rusticl" ;;
+  c) echo "(c) one process, --devices pocl,rusticl, unpinned (target: auto >= 0.95 of the fastest)"
+     rig c "-:pocl" "-:rusticl" "-:pocl,rusticl" ;;
+  *) echo "hetero.sh: RIGS: no rig \"$r\" (a, b, c)"; exit 2 ;;
+  esac
+done
