@@ -1,6 +1,16 @@
 # cli_lib.sh: what the tool's shell tests share (sourced, not run). The
 # caller sets CLTRAIN, out and err (files) and fail=0.
 
+# need_python WHAT: py is a python3 (to read WHAT), or the test is skipped
+# (exit 77).
+need_python() {
+  py=
+  for p in python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1; then py=$p; break; fi
+  done
+  if [ -z "$py" ]; then echo "SKIP: no python3 to read $1"; exit 77; fi
+}
+
 # expect CODE DESCRIPTION -- ARGS: run cltrain and check its exit code.
 expect() {
   want=$1 what=$2

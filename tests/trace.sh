@@ -17,13 +17,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
-py=
-for p in python3 /usr/bin/python3; do
-  if command -v "$p" >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then echo "SKIP: no python3 to read the trace"; exit 77; fi
+. "$srcdir/tests/cli_lib.sh" # need_python, mkidx
+need_python "the trace"
 
-. "$srcdir/tests/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
 train="train $tmp/m.model --data $tmp --normalize scale -e 1 -b 12 -d 0 -q --max-steps 6 --log-every 2 --bucket-mb 0.001"

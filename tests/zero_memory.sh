@@ -22,11 +22,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$CLTRAIN" devices --devices pocl >/dev/null 2>&1 || { echo "SKIP: no PoCL device"; exit 77; }
 command -v "${MPIEXEC:-mpiexec}" >/dev/null 2>&1 || { echo "SKIP: no MPI launcher"; exit 77; }
-py=
-for p in python3 /usr/bin/python3; do
-  if command -v "$p" >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then echo "SKIP: no python3 to read the metrics"; exit 77; fi
+. "$srcdir/tests/cli_lib.sh" # need_python
+need_python "the metrics"
 
 cat >"$tmp/gpt.model" <<'SPEC'
 input tokens 16 vocab=256
