@@ -6,7 +6,8 @@
 # prints for the same configuration (one rank at --zero 0; 2 ranks at
 # --zero 2, where the rank with the larger shard is the summary's), every
 # part measured is the part counted, byte for byte, and so is the host
-# staging of the exchange. Exits 77 without an OpenCL device or python3.
+# staging of the exchange; a metrics file that cannot be written fails the
+# run naming it. Exits 77 without an OpenCL device or python3.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
@@ -17,13 +18,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
-py=
-for p in python3 /usr/bin/python3; do
-  if command -v "$p" >/dev/null 2>&1; then py=$p; break; fi
-done
-if [ -z "$py" ]; then echo "SKIP: no python3 to read the metrics"; exit 77; fi
+. "$srcdir/tests/cli_lib.sh" # need_python, mkidx
+need_python "the metrics"
 
-. "$srcdir/tests/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 # 138,506 parameters: buckets of 0.25 MiB hold one 256 x 256 layer each,
 # so that the shards of --zero 2 are smaller than the model.
@@ -83,6 +80,14 @@ if "$CLTRAIN" $train -d 0 --metrics "$tmp/one.jsonl" >"$tmp/out" 2>"$tmp/err" &&
   check "one rank at --zero 0" 1 "$tmp/one.jsonl" "$tmp/one.txt"
 else
   echo "FAIL: training or summary on one rank:"; sed 's/^/  /' "$tmp/err"; fail=1
+fi
+
+# A metrics file that cannot be written (a full device) fails the run at
+# its first record, naming the file.
+if [ -w /dev/full ]; then
+  out=$tmp/out err=$tmp/err
+  expect 1 "a metrics file on a full device is refused" -- $train -d 0 --metrics /dev/full &&
+    has "$tmp/err" "writing metrics to /dev/full failed" "the message names the metrics file"
 fi
 
 MPIEXEC=${MPIEXEC:-mpiexec}

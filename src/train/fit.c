@@ -212,6 +212,10 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
     json_object_set_new(o, "test_loss", num(ev->test_loss));
     json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
   }
+  return clt__trainer_metrics_write(t, metrics, o);
+}
+
+int clt__trainer_metrics_write(clt_trainer *t, FILE *metrics, json_t *o) {
   int bad = json_dumpf(o, metrics, JSON_COMPACT) < 0 || fputc('\n', metrics) == EOF || fflush(metrics) == EOF;
   json_decref(o);
   return bad ? clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path) : CLT_OK;

@@ -104,11 +104,8 @@ int clt__trainer_memory_records(clt_trainer *t, FILE *metrics) {
       json_object_set_new(o, "shard_params", json_integer(m->shard_params));
       json_object_set_new(o, "counted", parts(m->counted));
       json_object_set_new(o, "measured", parts(m->measured));
-      int bad = json_dumpf(o, metrics, JSON_COMPACT) < 0 || fputc('\n', metrics) == EOF;
-      json_decref(o);
-      if (bad) { rc = clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path); goto fail; }
+      CLT_TRY(clt__trainer_metrics_write(t, metrics, o));
     }
-  if (metrics && fflush(metrics) == EOF) rc = clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path);
 fail:
   free(counts), free(all), free(mine);
   return rc;

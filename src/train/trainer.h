@@ -110,6 +110,11 @@ int clt__trainer_memory_report(clt_trainer *t, const clt_replica_memory *need);
  * them to metrics (when not NULL) as "start" records, one a line. */
 int clt__trainer_memory_records(clt_trainer *t, FILE *metrics);
 
+/* One JSON Lines record o (taken: freed) to the metrics file, flushed;
+ * CLT_EIO naming the file when it cannot be written (fit.c). */
+struct json_t;
+int clt__trainer_metrics_write(clt_trainer *t, FILE *metrics, struct json_t *o);
+
 /* ---- one training step (step.c) ---- */
 
 /* One local replica's part of a micro-batch: n samples, x (n, input size)
