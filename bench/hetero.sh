@@ -62,16 +62,6 @@ run() {
     >/dev/null 2>"$tmp/$name.err" || { cat "$tmp/$name.err"; exit 1; }
 }
 
-# tail_rate FILE: mean samples/s of the step records of the last two thirds.
-tail_rate() {
-  /usr/bin/python3 -c '
-import json, sys
-r = [json.loads(l) for l in open(sys.argv[1])]
-r = [x for x in r if x["event"] == "step"]
-r = r[len(r) // 3:]
-print("%.1f" % (sum(x["samples_per_s"] for x in r) / len(r)))' "$1"
-}
-
 # model_of FILE: the last step record's shares, fitted costs, and the step
 # from which the shares stayed within one sample of the last ones.
 model_of() {

@@ -10,6 +10,17 @@ r = [x for x in r if x["event"] == "step"][1:]
 print("%.1f" % (sum(x["samples_per_s"] for x in r) / len(r)))' "$1"
 }
 
+# tail_rate FILE: mean samples/s of the step records of the last two thirds (the
+# first third: kernel builds, the first re-splits).
+tail_rate() {
+  /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+r = [x for x in r if x["event"] == "step"]
+r = r[len(r) // 3:]
+print("%.1f" % (sum(x["samples_per_s"] for x in r) / len(r)))' "$1"
+}
+
 # hidden FILE: the share of all-reduce time that overlapped the backward pass.
 hidden() {
   /usr/bin/python3 -c '

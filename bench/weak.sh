@@ -34,25 +34,15 @@ train() { # CORE BATCH METRICS: cltrain train pinned to CORE
 --log-every 10 --quiet --metrics $3"
 }
 
-# tail_rate FILE: mean samples/s of the step records of the last two thirds.
-tail_rate() {
-  /usr/bin/python3 -c '
-import json, sys
-r = [json.loads(l) for l in open(sys.argv[1])]
-r = [x for x in r if x["event"] == "step"]
-r = r[len(r) // 3:]
-print("%.1f" % (sum(x["samples_per_s"] for x in r) / len(r)))' "$1"
-}
-
 echo "model $model, batch $B per rank, $steps steps a run, $reps repetitions, one PoCL thread per rank"
 for rep in $(seq "$reps"); do
   rm -f "$tmp"/*.jsonl
   # shellcheck disable=SC2046
-  mpirun -np 1 $(train 0 "$B" "$tmp/one.jsonl") >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  mpirun --bind-to none -np 1 $(train 0 "$B" "$tmp/one.jsonl") >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
   tail_rate "$tmp/one.jsonl" >>"$tmp/one.txt"
   # shellcheck disable=SC2046
-  { mpirun -np 1 $(train 0 "$B" "$tmp/a.jsonl") >/dev/null 2>"$tmp/err.a" & pa=$!
-    mpirun -np 1 $(train 1 "$B" "$tmp/b.jsonl") >/dev/null 2>"$tmp/err.b"; rb=$?
+  { mpirun --bind-to none -np 1 $(train 0 "$B" "$tmp/a.jsonl") >/dev/null 2>"$tmp/err.a" & pa=$!
+    mpirun --bind-to none -np 1 $(train 1 "$B" "$tmp/b.jsonl") >/dev/null 2>"$tmp/err.b"; rb=$?
     wait "$pa"; ra=$?; }
   [ "$ra" = 0 ] && [ "$rb" = 0 ] || { cat "$tmp/err.a" "$tmp/err.b"; exit 1; }
   /usr/bin/python3 -c "print('%.1f' % ($(tail_rate "$tmp/a.jsonl") + $(tail_rate "$tmp/b.jsonl")))" >>"$tmp/ceiling.txt"
