@@ -206,8 +206,9 @@ static int host_blas(clt_context *ctx) {
   if (!ctx->blas_said) {
     ctx->blas_said = 1;
     const char *core = host ? clt__host_blas_core() : NULL;
-    const char *tiles =
-        clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles (CLT_CPU_GEMM=0: off) but where B is transposed and C has under 16 rows, there " : "";
+    const char *tiles = clt__cpu_gemm_on(ctx) ? "cltrain's CPU tiles (CLT_CPU_GEMM=0: off) but where B is transposed "
+                                                "and C has under 16 rows, there "
+                                              : "";
     if (host)
       clt__log(CLT_LOG_INFO, "GEMMs on %s: %shost %s%s%s%s, %d thread(s) (CLT_HOST_BLAS=0: CLBlast)", ctx->info.name,
                tiles, clt__host_blas_name(), core ? " (" : "", core ? core : "", core ? " kernels)" : "",

@@ -164,8 +164,8 @@ void clt__pp_destroy(clt__pp *pp) {
     char predicted[64] = "";
     if (pp->predicted_s[pp->stage] > 0)
       snprintf(predicted, sizeof predicted, " (--stages auto predicted %.2f ms)", pp->predicted_s[pp->stage] * 1e3);
-    clt__log(CLT_LOG_INFO, "pipeline stage %d of %d (rank %d): waited %.3f s of %.3f s in %lld steps' schedules after the first: "
-             "bubble %.1f%% (ideal (P-1)/(M+P-1) = %.1f%% at M = %d); computed %.2f ms a micro-batch%s", pp->stage,
+    clt__log(CLT_LOG_INFO, "pipeline stage %d of %d (rank %d): waited %.3f s of %.3f s in %lld steps' schedules "
+             "after the first: bubble %.1f%% (ideal (P-1)/(M+P-1) = %.1f%% at M = %d); computed %.2f ms a micro-batch%s", pp->stage,
              pp->P, clt_comm_rank(pp->comm), pp->sum_wait_s, pp->sum_total_s, (long long)pp->runs,
              100 * pp->sum_wait_s / pp->sum_total_s, 100.0 * (pp->P - 1) / (pp->M + pp->P - 1), pp->M,
              (pp->sum_total_s - pp->sum_wait_s) / (double)(pp->runs * pp->M) * 1e3, predicted);
