@@ -15,11 +15,13 @@
  * machine, 6 x 64 tiles: 2.6 against 2.9 and 4.8).
  *
  * The tiles read B's rows as vectors, so a B that is transposed (a linear
- * layer's forward, a convolution's weight gradient) is first transposed
- * into the context's GEMM scratch: one pass over B for m passes of the
- * GEMM. A chunk's weight gradient in the CNN's conv2 (NT 64 x 288 x 784)
- * took 0.35-0.57 ms that way against 1.0-1.2 on OpenBLAS's Prescott
- * kernels, and the NN GEMM of the same flops 0.37-0.45.
+ * layer's forward, a convolution's weight gradient) is either read as rows
+ * by gemm_cpu_nt, each element a dot product of a row of A and one of B
+ * (up to a training batch's rows), or first transposed into the context's
+ * GEMM scratch: one pass over B for m passes of the GEMM. (A chunk's
+ * weight gradient in the CNN's conv2, NT 64 x 288 x 784, took 0.35-0.57 ms
+ * transposed against 1.0-1.2 on OpenBLAS's Prescott kernels, and the NN
+ * GEMM of the same flops 0.37-0.45.)
  *
  * C is cut into the widest tiles that fit: GEMM_R = 8 rows by 48 columns
  * (24 float16 accumulators of the 32 registers; of 4 x 32 to 14 x 32,
@@ -27,9 +29,9 @@
  * close), then the last rows in a tile of their own height and the last
  * columns in tiles of 16 or 32, and the final
  * columns short of 16 one element a work-item. Every element is the same
- * sequential sum over k in every tile, so results are deterministic for a
- * given device and shape, and replicas on one kind of device agree bit
- * for bit.
+ * sequential sum over k in every tile (in gemm_cpu_nt, the same sums of
+ * 16 lanes), so results are deterministic for a given device and shape,
+ * and replicas on one kind of device agree bit for bit.
  *
  * Which devices: by default those that run a work-group's items as a loop
  * (PoCL's CPU devices), where a work-item's float16 is a SIMD register.
@@ -48,6 +50,21 @@
 #include <string.h>
 
 enum { TILE_R = 8, TILE_V = 3 }; /* rows, and columns / 16 */
+
+/* A B^T with at most NT_DOT_M_MAX rows of C and k of at least
+ * NT_DOT_K_MIN (a training batch's linear forward, a convolution chunk's
+ * weight gradient) goes to gemm_cpu_nt, a dot product of rows an element,
+ * without the transpose: at batch 64, one thread, the MLP's 784-256
+ * forward took 0.19-0.29 ms against 0.30-0.35, the CNN's 3136-128 0.41-0.52
+ * against 0.57-0.61 and its conv2 backward (the weight gradient's GEMMs)
+ * 10.3-10.5 against 11.7-12.2 (bench/nn_bench --only linear, --only conv,
+ * minima of alternating runs). More rows than NT_DOT_M_MAX make the
+ * transpose a small part of the GEMM, and the tiles are faster (the tiny
+ * GPT's linears, 2048 rows); a short k (attention's scores, k = the head
+ * size) leaves the 16 lanes' sum a large part of each element. NT_R rows
+ * by NT_COLS columns a work-item, NT_J columns at a time: of 4 x 4, 4 x 6,
+ * 6 x 4, 6 x 3, 5 x 4, 8 x 3, 8 x 2 and 2 x 8, 6 x 4 was the fastest. */
+enum { NT_DOT_M_MAX = 256, NT_DOT_K_MIN = 64, NT_R = 6, NT_J = 4, NT_COLS = 64 };
 
 /* k runs in blocks of at most this many: a column panel of B (k x 48)
  * then stays near the core while the row tiles pass over it, and C takes
@@ -105,6 +122,30 @@ fail:
   return rc;
 }
 
+/* The arguments every GEMM kernel here takes (the first two: where its
+ * tiles start, or gemm_cpu_nt's m and n), and the launch, a work-item a
+ * work-group. */
+static int launch(clt_context *ctx, cl_kernel kern, size_t x0, size_t x1, size_t k, float alpha, clt_matrix a,
+                  size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs, const size_t *global) {
+  int rc = CLT_OK;
+  cl_uint m0 = (cl_uint)x0, n0 = (cl_uint)x1, K = (cl_uint)k, lda = (cl_uint)a.ld, ldb = (cl_uint)b.ld,
+          ldc = (cl_uint)c.ld;
+  cl_ulong ao = a.offset, bo = b.offset, co = c.offset, sa = as, sb = bs, sc = cs;
+  const struct {
+    size_t size;
+    const void *value;
+  } args[] = {{sizeof m0, &m0}, {sizeof n0, &n0},   {sizeof K, &K},     {sizeof alpha, &alpha}, {sizeof beta, &beta},
+              {sizeof a.buf, &a.buf}, {sizeof ao, &ao}, {sizeof lda, &lda}, {sizeof sa, &sa},
+              {sizeof b.buf, &b.buf}, {sizeof bo, &bo}, {sizeof ldb, &ldb}, {sizeof sb, &sb},
+              {sizeof c.buf, &c.buf}, {sizeof co, &co}, {sizeof ldc, &ldc}, {sizeof sc, &sc}};
+  for (cl_uint i = 0; i < sizeof args / sizeof *args; i++)
+    CLT_CL_TRY(clSetKernelArg(kern, i, args[i].size, args[i].value));
+  size_t local[3] = {1, 1, 1};
+  CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, kern, 3, NULL, global, local, 0, NULL, NULL));
+fail:
+  return rc;
+}
+
 /* The region of C rows [m0, m0 + rows) by columns [n0, n0 + cols) in
  * tiles of r rows by 16 v columns (v = 0: cols < 16, a row a work-item). */
 typedef struct region {
@@ -121,22 +162,23 @@ static int run_region(clt_context *ctx, clt_transpose ta, size_t k, float alpha,
   snprintf(opts, sizeof opts, "-DGEMM_R=%d -DGEMM_V=%d -DGEMM_TRANS_A=%d -DGEMM_BETA0=%d -DGEMM_EDGE=%d", g->r,
            g->v ? g->v : 1, ta == CLT_TRANS, beta == 0.0f, g->v ? 1 : (int)g->cols);
   CLT_TRY(clt_context_kernel(ctx, "gemm_cpu", g->v ? "gemm_cpu" : "gemm_cpu_edge", opts, &kern));
-  cl_uint m0 = (cl_uint)g->m0, n0 = (cl_uint)g->n0, K = (cl_uint)k, lda = (cl_uint)a.ld, ldb = (cl_uint)b.ld,
-          ldc = (cl_uint)c.ld;
-  cl_ulong ao = a.offset, bo = b.offset, co = c.offset, sa = as, sb = bs, sc = cs;
-  const struct {
-    size_t size;
-    const void *value;
-  } args[] = {{sizeof m0, &m0}, {sizeof n0, &n0},   {sizeof K, &K},     {sizeof alpha, &alpha}, {sizeof beta, &beta},
-              {sizeof a.buf, &a.buf}, {sizeof ao, &ao}, {sizeof lda, &lda}, {sizeof sa, &sa},
-              {sizeof b.buf, &b.buf}, {sizeof bo, &bo}, {sizeof ldb, &ldb}, {sizeof sb, &sb},
-              {sizeof c.buf, &c.buf}, {sizeof co, &co}, {sizeof ldc, &ldc}, {sizeof sc, &sc}};
-  for (cl_uint i = 0; i < sizeof args / sizeof *args; i++)
-    CLT_CL_TRY(clSetKernelArg(kern, i, args[i].size, args[i].value));
   size_t global[3] = {g->rows / (size_t)g->r, g->v ? g->cols / (16 * (size_t)g->v) : 1, batch};
-  size_t local[3] = {1, 1, 1};
-  CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, kern, 3, NULL, global, local, 0, NULL, NULL));
-  return CLT_OK;
+  return launch(ctx, kern, g->m0, g->n0, k, alpha, a, as, b, bs, beta, c, cs, global);
+fail:
+  return rc;
+}
+
+/* NT for up to NT_DOT_M_MAX rows of C, without the transpose: see
+ * gemm_cpu_nt. */
+static int run_nt(clt_context *ctx, size_t m, size_t n, size_t k, float alpha, clt_matrix a, size_t as, clt_matrix b,
+                  size_t bs, float beta, clt_matrix c, size_t cs, size_t batch) {
+  int rc = CLT_OK;
+  cl_kernel kern;
+  char opts[96];
+  snprintf(opts, sizeof opts, "-DNT_R=%d -DNT_J=%d -DNT_COLS=%d -DGEMM_BETA0=%d", NT_R, NT_J, NT_COLS, beta == 0.0f);
+  CLT_TRY(clt_context_kernel(ctx, "gemm_cpu", "gemm_cpu_nt", opts, &kern));
+  size_t global[3] = {(m + NT_R - 1) / NT_R, (n + NT_COLS - 1) / NT_COLS, batch};
+  return launch(ctx, kern, m, n, k, alpha, a, as, b, bs, beta, c, cs, global);
 fail:
   return rc;
 }
@@ -145,6 +187,10 @@ int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t 
                    clt_matrix a, size_t as, clt_matrix b, size_t bs, float beta, clt_matrix c, size_t cs,
                    size_t batch) {
   int rc = CLT_OK;
+  if (tb == CLT_TRANS && ta == CLT_NO_TRANS && m <= NT_DOT_M_MAX && k >= NT_DOT_K_MIN) {
+    CLT_TRY(run_nt(ctx, m, n, k, alpha, a, as, b, bs, beta, c, cs, batch));
+    return CLT_OK;
+  }
   if (tb == CLT_TRANS) {
     CLT_TRY(transpose_b(ctx, n, k, b, bs, batch, &b));
     bs = n * k;

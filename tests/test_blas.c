@@ -16,11 +16,13 @@
 static const size_t shapes[][4] = {{1, 1, 1, 0},     {3, 5, 7, 1},     {16, 16, 16, 0},  {33, 17, 65, 9},
                                    {70, 129, 31, 3},  {6, 64, 5, 0},    {13, 100, 9, 2},  {5, 48, 3, 1},
                                    {64, 208, 40, 0},  {7, 79, 2, 4},    {12, 47, 17, 0},  {8, 70, 6, 0},
-                                   {16, 96, 7, 0},    {20, 40, 1500, 1}};
+                                   {16, 96, 7, 0},    {20, 40, 1500, 1}, {70, 131, 100, 2}};
 /* From {6, 64, 5, 0} on: src/blas_cpu.c's regions (tiles of 8 x 48 rows
  * and columns, the last rows, the last columns in 16s or 32s, and those
  * short of 16) alone and together; k = 1500: its blocks of k, the second
- * added to C. */
+ * added to C. NT with 16 to 256 rows and k >= 64 ({33, 17, 65},
+ * {20, 40, 1500}) is gemm_cpu_nt's: k past the last 16, rows and columns
+ * past its tiles; {64, 208, 40}, k < 64, the transpose's. */
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
 /* Float32 accumulation of k products of values in [-1, 1) errs by about
