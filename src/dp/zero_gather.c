@@ -17,13 +17,50 @@
  * Order. The host waits for the step's end on every replica's compute
  * queue (outside comm_s, as the exchange waits for the backward), reads
  * its parts from the first replica on the transfer queue (every local
- * replica stepped the same shard to the same bits), gathers, and writes
- * the other ranks' parts, each straight from the packed buffer, to every
- * replica on its compute queue, without waiting: the next step's forward
- * is queued behind the writes, and the next gather overwrites the buffer
- * only after that step's end, so after the writes. Copies only: the
- * parameters are the bits each owner computed, as with the per-bucket
- * plans.
+ * replica stepped the same shard to the same bits) into its block,
+ * gathers, and writes the other ranks' parts, each straight from its
+ * block, to every replica on its compute queue, without waiting: the next
+ * step's forward is queued behind the writes. Copies only: the parameters
+ * are the bits each owner computed, as with the per-bucket plans.
+ *
+ * Where the blocks are. On one node whose ranks share memory (unless
+ * CLT_ALLREDUCE / --allreduce forces an algorithm other than shm) the plan
+ * keeps every rank's block in a shared-memory window of its own
+ * (comm/shm_gather.c): this rank's device read lands in its block there,
+ * the collective is one handshake of flags, and the writes read the other
+ * ranks' blocks where their owners put them. Before, an allgather plan
+ * always took the ring (it only copies): every block went from a private
+ * packed buffer through MPI's shared-memory transport (a copy into its
+ * queue, one out, per hop of N - 1) into the others' packed buffers.
+ * Elsewhere (several nodes, or --allreduce ring) it still does.
+ *
+ * Safety of the writes. They are non-blocking and read a block after the
+ * collective returned, so nobody may overwrite it before they are done:
+ *  - the packed buffer is this rank's: the next gather fills it only after
+ *    the host waited for the step's end on every compute queue, which the
+ *    writes were queued before (in-order queues), so after the writes;
+ *  - a window block is a peer's, which it fills again while our writes may
+ *    be pending. The window has two slots per rank, used by alternate
+ *    runs, and a rank's flag for run g also says it has finished reading
+ *    every block of run g - 1 (shm_gather.c). We raise it only after the
+ *    step's end, when our writes of run g - 1 are complete (checked on
+ *    their events: writes_pending), so a peer refills the slot our writes
+ *    of run g - 1 read (at run g + 1) only after our flag for run g said
+ *    they finished. The argument needs no reasoning about the training
+ *    step between two gathers (a reduce-scatter that would order them).
+ *  - the window is the plan's own, not the node's window of the gradient
+ *    all-reduce and reduce-scatter, whose rounds would overwrite it, and
+ *    which a later, larger plan replaces (freeing the old memory);
+ *  - the state gather of a checkpoint (clt__dp_gather_state) runs the
+ *    same plan with a buffer of its own (a host run copies through the
+ *    window); it raises its flag too, so it first waits for the
+ *    parameters' pending writes;
+ *  - at shutdown clt__dp_gather_free waits for the pending writes (with
+ *    CLT_TIMEOUT): the window lives until the communicator is destroyed,
+ *    which comes after the trainer, but the packed buffer is freed here.
+ * Mismatched ranks are refused when the plan is made (the fingerprint:
+ * count, per-rank counts, algorithm), and a rank that stops answering is
+ * CLT_ETIMEDOUT naming it, as in every collective.
  */
 #include "dp/dp_internal.h"
 
