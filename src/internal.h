@@ -107,6 +107,28 @@ void clt__segments(size_t count, int size, size_t *seg_off);
 /* A reduce-scatter plan as the plan behind it, for
  * clt__allreduce_run_devices_into (src/comm/halves.c). */
 clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan);
+/* An allgather plan (as clt_allgather_plan_create's, host buffers, one per
+ * rank) whose blocks may stay in shared memory (src/comm/shm_gather.c):
+ * on one node whose ranks share memory, unless CLT_ALLREDUCE forces
+ * another algorithm than shm, every rank's block lies in a window of the
+ * plan's own, and clt__allgather_window_block gives its address; elsewhere
+ * it gives NULL and the plan is an ordinary one (the ring). Collective. */
+int clt__allgather_plan_create_window(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                                      clt_allgather_plan **out);
+/* Rank rank's block in the window (its part, at clt_allgather_plan_part's
+ * count): with next = 1, of the next run (this rank fills its own there,
+ * then calls clt__allgather_run_filled); with next = 0, of the last run
+ * (the other ranks' parts, readable until this rank's next run but one).
+ * NULL when the plan has no window. */
+void *clt__allgather_window_block(const clt_allgather_plan *plan, int rank, int next);
+/* Bytes of this rank's segment of the window (0: none). */
+size_t clt__allgather_window_bytes(const clt_allgather_plan *plan);
+/* Run with this rank's block of the next run filled already; afterwards
+ * every rank's block of this run is readable in place. Before filling its
+ * block a rank must have finished reading the blocks of the run before:
+ * host copies done, and device commands that read them complete (not just
+ * queued): the run's flag says so to the others (shm_gather.c). */
+int clt__allgather_run_filled(clt_allgather_plan *plan);
 
 /* ---- timelines (trace.c) ---------------------------------------------------
  * A rank's spans of work on named lanes, written as a Chrome / Perfetto

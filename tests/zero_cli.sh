@@ -7,7 +7,13 @@
 # of 0 is refused at both. `cltrain summary --zero 1|2 --ranks N` counts the
 # largest shard's state (and at 2 its gradients with the bucket buffers),
 # and --max-device-memory refuses a replica that needs more, naming the cap.
-# Exits 77 without an OpenCL device.
+# The parameters' allgather takes both of its paths on 2 and 3 ranks, each
+# giving the weights of --zero 0 bit for bit (with a checkpoint between
+# steps, whose state gather runs while the last gather's writes may be
+# pending): the blocks in a window of their own (one node, the default and
+# --allreduce shm) and the ring's copies (--allreduce ring), each told by
+# the plan's line in the debug log, against --zero 0 under the same
+# --allreduce. Exits 77 without an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
@@ -100,6 +106,32 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
     # Every replica steps its rank's shard: none may sit steps out.
     expect fail "--zero $z with a weight of 0" "--balance weight 2 is 0, but under --zero $z every replica" -- \
       sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero $z --balance 1,0
+  done
+  # The allgather's two paths (src/dp/zero_gather.c), against --zero 0.
+  printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 32\nrelu\nlinear 10\n' >"$tmp/g.model"
+  gtrain="train $tmp/g.model --data $tmp --normalize scale -e 1 -b 12 -d 0 -q --max-steps 4 -o adamw --bucket-mb 0"
+  gtrain="$gtrain --checkpoint-every 2 --checkpoint-dir $tmp/ck"
+  # --zero 0 under the same --allreduce: on 3 ranks the ring sums in
+  # another order than shm (doc/scaling.md), so the reference is its own.
+  for n in 2 3; do
+    for alg in shm ring; do
+      rm -rf "$tmp/ck"
+      sh "$srcdir/tests/mpi_run.sh" $n $CLTRAIN $gtrain --zero 0 --allreduce $alg --save "$tmp/g0.safetensors" \
+        >"$tmp/out" 2>"$tmp/err" || { echo "FAIL: --zero 0 --allreduce $alg on $n ranks:"; sed 's/^/  /' "$tmp/err"; fail=1; }
+      for z in 1 2; do
+        want=$alg what="the ring's copies"
+        [ $alg = shm ] && what="a window of its own"
+        rm -rf "$tmp/ck" "$tmp/g.safetensors"
+        if CLT_LOG_LEVEL=debug sh "$srcdir/tests/mpi_run.sh" $n $CLTRAIN $gtrain --zero $z --allreduce $alg \
+             --save "$tmp/g.safetensors" >"$tmp/out" 2>"$tmp/err" &&
+           grep -q "allgather plan #.*, $want, " "$tmp/err" && cmp -s "$tmp/g0.safetensors" "$tmp/g.safetensors"; then
+          echo "ok: --zero $z on $n ranks, the allgather through $what: the weights of --zero 0 (--allreduce $alg)"
+        else
+          echo "FAIL: --zero $z --allreduce $alg on $n ranks (plan: $(grep -m1 "allgather plan #" "$tmp/err"))"
+          cmp "$tmp/g0.safetensors" "$tmp/g.safetensors"; tail -5 "$tmp/err" | sed 's/^/  /'; fail=1
+        fi
+      done
+    done
   done
   if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 2 --balance auto --balance-every 1 >"$tmp/out" 2>"$tmp/err"; then
     echo "ok: --zero 2 with --balance auto trains"

@@ -100,18 +100,23 @@ const clt__dtype_ops *clt__dtype_ops_find(clt_dtype dtype) {
 /* ---- plans ------------------------------------------------------------------ */
 
 const clt__coll_kind clt__kind_allreduce = {"allreduce", "clt_allreduce_plan_create", "clt_allreduce_run",
-                                            "clt_allreduce_run_devices", CLT__FP_ALLREDUCE_PLAN, 1, 1};
+                                            "clt_allreduce_run_devices", CLT__FP_ALLREDUCE_PLAN, 1, 1, 0};
 const clt__coll_kind clt__kind_reduce_scatter = {"reduce-scatter", "clt_reduce_scatter_plan_create",
                                                  "clt_reduce_scatter_run", "clt_reduce_scatter_run_devices",
-                                                 CLT__FP_REDUCE_SCATTER_PLAN, 1, 0};
+                                                 CLT__FP_REDUCE_SCATTER_PLAN, 1, 0, 0};
 const clt__coll_kind clt__kind_allgather = {"allgather", "clt_allgather_plan_create", "clt_allgather_run",
-                                            "clt_allgather_run_devices", CLT__FP_ALLGATHER_PLAN, 0, 1};
+                                            "clt_allgather_run_devices", CLT__FP_ALLGATHER_PLAN, 0, 1, 0};
+/* The library's own allgathers whose callers read and write the blocks in
+ * place (halves.c: clt__allgather_plan_create_window). */
+const clt__coll_kind clt__kind_allgather_window = {"allgather", "clt__allgather_plan_create_window",
+                                                   "clt_allgather_run", "clt_allgather_run_devices",
+                                                   CLT__FP_ALLGATHER_PLAN, 0, 1, 1};
 
 static int plan_steps(const clt_allreduce_plan *plan) {
   int n = plan->comm->size;
   if (n == 1 || plan->count == 0) return 0;
   if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_steps(plan->twolevel);
-  if (plan->algorithm == CLT__SHM) return clt__shm_steps(plan->shm);
+  if (plan->algorithm == CLT__SHM) return plan->gwin ? 1 : clt__shm_steps(plan->shm);
   if (plan->algorithm != CLT__RING) return clt__small_steps(n, plan->algorithm);
   return (plan->kind->reduces + plan->kind->gathers) * (n - 1);
 }
@@ -185,6 +190,12 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
     algorithm = clt__algorithm_choose(comm, count * ops->esize);
     if (clt__algorithm_find(algorithm)->allreduce_only && kind != &clt__kind_allreduce) algorithm = CLT__RING;
   }
+  /* An allgather in place: a window of its own where the node's ranks share
+   * memory, unless CLT_ALLREDUCE forces an algorithm that is not shm (ring:
+   * the copies through MPI, as a public allgather plan). */
+  if (comm->size > 1 && kind->window && clt__algorithm_find(CLT__SHM)->usable(comm, 0) &&
+      (comm->algorithm < 0 || clt__algorithm_choose(comm, 0) == CLT__SHM))
+    algorithm = CLT__SHM;
   clt__fingerprint mine = {.kind = kind->fp_kind, .dtype = (int32_t)dtype, .op = (int32_t)op,
                            .count = count, .chunk = chunk_bytes, .replicas = replicas,
                            .small = (int32_t)comm->small_bytes, .parts = counts_hash(counts, comm->size),
@@ -272,6 +283,8 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
                                    comm->size - 1, (1 + kind->gathers) * (comm->size - 1), &plan->sched));
   if (plan->algorithm == CLT__TWOLEVEL) {
     CLT_TRY(clt__twolevel_create(plan, &plan->twolevel)); /* its own staging */
+  } else if (plan->algorithm == CLT__SHM && !kind->reduces) {
+    CLT_TRY(clt__shm_gather_create(plan, &plan->gwin)); /* a window of its own */
   } else if (plan->algorithm == CLT__SHM) {
     CLT_TRY(clt__shm_create(plan, &plan->shm)); /* the node's window */
   } else if (plan->algorithm != CLT__RING) {
@@ -314,6 +327,7 @@ void clt__plan_destroy(clt_allreduce_plan *plan) {
     clt__ring_sched_free(&plan->sched);
     clt__twolevel_free(plan->twolevel, 1);
     clt__shm_free(plan->shm);
+    clt__shm_gather_free(plan->gwin);
     free(plan->seg_off);
     free(plan->seg_lo);
     free(plan);
@@ -321,6 +335,7 @@ void clt__plan_destroy(clt_allreduce_plan *plan) {
   }
   clt__twolevel_free(plan->twolevel, 0);
   clt__shm_free(plan->shm);
+  clt__shm_gather_free(plan->gwin);
   clt__dev_staging_free(plan->dev);
   clt__ring_sched_free(&plan->sched);
   free(plan->seg_off);
@@ -352,6 +367,7 @@ static const clt__ring_sched *stage_sched(const clt_allreduce_plan *plan) {
 }
 
 int clt__plan_staged(const clt_allreduce_plan *plan) {
+  if (plan->gwin) return 0;
   if (plan->shm) return clt__shm_contiguous(plan->shm);
   if (plan->twolevel) return clt__twolevel_staged(plan->twolevel);
   return clt__algorithm_find(plan->algorithm)->staged;
@@ -395,6 +411,7 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
     return CLT_OK;
   }
   if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_exec(plan, op, base, divisor, ready, final, user);
+  if (plan->gwin) return clt__shm_gather_exec(plan->gwin, op, base);
   if (plan->algorithm == CLT__SHM) return clt__shm_exec(plan, op, base, divisor, ready, final, user);
   if (plan->algorithm != CLT__RING)
     return clt__small_exec(op, plan->algorithm, base, plan->staging, plan->count, plan->ops, divisor);

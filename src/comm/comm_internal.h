@@ -126,6 +126,14 @@ void clt__tp_destroy(clt_comm *comm);
  * it into nodes) and blocking: call it only where every rank is known to
  * be (after a plan's fingerprint check). */
 int clt__tp_shm_window(clt_comm *comm, size_t bytes);
+/* A shared-memory window of its own over this node's ranks, a zeroed
+ * segment of `bytes` for each (*segs: local_size addresses), never
+ * replaced: memory that device commands may still read after a collective
+ * returned (shm_gather.c) cannot move under them when a later plan grows
+ * the node's window. Collective over the communicator like
+ * clt__tp_shm_window; it lives until the communicator is destroyed
+ * (MPI_Win_free is collective, a plan's destroy is not). */
+int clt__tp_shm_region(clt_comm *comm, size_t bytes, unsigned char *const **segs);
 
 /* ---- operations with deadlines ------------------------------------------- */
 
@@ -348,6 +356,22 @@ int clt__shm_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, do
                   int (*ready)(void *, const clt__ring_chunk *, int *),
                   int (*final)(void *, const clt__ring_chunk *), void *user);
 
+/* ---- an allgather whose blocks stay in a window of its own (shm_gather.c) ----- */
+
+struct clt__shm_gather;
+/* The plan's region (collective, after its fingerprint check). */
+int clt__shm_gather_create(clt_allreduce_plan *plan, struct clt__shm_gather **out);
+void clt__shm_gather_free(struct clt__shm_gather *g);
+/* Bytes of this rank's segment of the region. */
+size_t clt__shm_gather_bytes(const struct clt__shm_gather *g);
+/* Rank rank's block (its part, part_hi - part_lo elements): of the next run
+ * (next = 1: the one this rank fills before it), or of the last one. */
+unsigned char *clt__shm_gather_block(const struct clt__shm_gather *g, int rank, int next);
+/* One run: base's own part copied into the block first and the others'
+ * copied out after, or, base NULL, this rank's block already filled and
+ * the others' left to the caller to read where they are. One step. */
+int clt__shm_gather_exec(struct clt__shm_gather *g, clt__op *op, unsigned char *base);
+
 /* The small-message algorithm for this many ranks, and its steps. */
 enum clt__algorithm clt__small_algorithm(int size);
 int clt__small_steps(int size, enum clt__algorithm algorithm);
@@ -369,9 +393,11 @@ typedef struct clt__coll_kind {
   int32_t fp_kind;           /* its fingerprint */
   int reduces;               /* has the reduce-scatter half */
   int gathers;               /* has the allgather half */
+  int window;                /* an allgather that may keep its blocks in shared memory (shm_gather.c) */
 } clt__coll_kind;
 
-extern const clt__coll_kind clt__kind_allreduce, clt__kind_reduce_scatter, clt__kind_allgather;
+extern const clt__coll_kind clt__kind_allreduce, clt__kind_reduce_scatter, clt__kind_allgather,
+    clt__kind_allgather_window;
 
 /* One plan type behind clt_allreduce_plan, clt_reduce_scatter_plan and
  * clt_allgather_plan (the latter two wrap it: allreduce.c). */
@@ -398,6 +424,7 @@ struct clt_allreduce_plan {
   struct clt__dev_staging *dev; /* pinned staging of device runs, made on first use */
   struct clt__twolevel *twolevel; /* the two-level schedules, when that is the algorithm */
   struct clt__shm *shm;    /* the shared-memory rounds, when that is the algorithm */
+  struct clt__shm_gather *gwin; /* or an allgather's blocks in a window of its own */
 };
 
 struct clt_reduce_scatter_plan {

@@ -89,3 +89,32 @@ int clt_allgather_run_device(clt_allgather_plan *plan, cl_command_queue queue, c
 }
 
 clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan) { return plan ? &plan->p : NULL; }
+
+/* ---- an allgather in place (shm_gather.c) ---- */
+
+int clt__allgather_plan_create_window(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
+                                      clt_allgather_plan **out) {
+  clt_allreduce_plan *p = NULL;
+  clt_allreduce_opts ao = {0, 1};
+  int rc = clt__plan_create(&clt__kind_allgather_window, comm, count, counts, dtype, CLT_SUM, &ao, &p);
+  *out = (clt_allgather_plan *)p;
+  return rc;
+}
+
+void *clt__allgather_window_block(const clt_allgather_plan *plan, int rank, int next) {
+  if (!plan || !plan->p.gwin || rank < 0 || rank >= plan->p.comm->size) return NULL;
+  return clt__shm_gather_block(plan->p.gwin, rank, next);
+}
+
+size_t clt__allgather_window_bytes(const clt_allgather_plan *plan) {
+  return plan ? clt__shm_gather_bytes(plan->p.gwin) : 0;
+}
+
+int clt__allgather_run_filled(clt_allgather_plan *plan) {
+  clt__op op;
+  int rc;
+  if (!plan || !plan->p.gwin)
+    return clt__error(CLT_EINTERNAL, "clt__allgather_run_filled: %s", plan ? "the plan has no window" : "no plan");
+  if ((rc = clt__allreduce_begin(&plan->p, &op)) < 0) return rc;
+  return clt__shm_gather_exec(plan->p.gwin, &op, NULL);
+}

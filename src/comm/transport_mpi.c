@@ -22,6 +22,15 @@ struct clt__mpi {
   MPI_Comm node;           /* this node's ranks, in local-rank order */
   MPI_Win win;
   unsigned char **segs;    /* local_size: every local rank's segment */
+  /* Windows of their own (clt__tp_shm_region), kept until the
+   * communicator is destroyed. */
+  struct shm_region *regions;
+};
+
+struct shm_region {
+  MPI_Win win;
+  unsigned char **segs;
+  struct shm_region *next;
 };
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((clt__req *)0)->h), "an MPI_Request must fit in clt__req");
@@ -122,57 +131,98 @@ static void free_window(struct clt__mpi *m) {
   m->segs = NULL;
 }
 
+/* The node's communicator, split off the first time a window is asked
+ * for (collective over the communicator). */
+static int node_comm(clt_comm *comm, struct clt__mpi *m) {
+  int e;
+  if (m->node != MPI_COMM_NULL) return CLT_OK;
+  if ((e = MPI_Comm_split(m->comm, comm->layout.node, comm->rank, &m->node)) != MPI_SUCCESS)
+    return mpi_error(e, "MPI_Comm_split into nodes on", comm->rank);
+  MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
+  return CLT_OK;
+}
+
+/* A window over the node's ranks with a zeroed segment of `bytes` for each,
+ * every local rank's address in *segs (local_size entries, allocated);
+ * collective over the node, ending with a barrier so no rank reads a
+ * segment before its owner zeroed it. */
+static int alloc_window(clt_comm *comm, struct clt__mpi *m, size_t bytes, MPI_Win *win, unsigned char ***segs) {
+  int e;
+  *win = MPI_WIN_NULL;
+  if (!(*segs = clt__calloc((size_t)comm->local_size, sizeof **segs))) return CLT_ENOMEM;
+  MPI_Info info = MPI_INFO_NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  void *mine = NULL;
+  e = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, m->node, &mine, win);
+  MPI_Info_free(&info);
+  if (e != MPI_SUCCESS) {
+    *win = MPI_WIN_NULL;
+    free(*segs), *segs = NULL;
+    return mpi_error(e, "MPI_Win_allocate_shared of the node, with", comm->rank);
+  }
+  MPI_Win_set_errhandler(*win, MPI_ERRORS_RETURN);
+  for (int l = 0; l < comm->local_size; l++) {
+    MPI_Aint size = 0;
+    int disp = 0;
+    void *p = NULL;
+    if ((e = MPI_Win_shared_query(*win, l, &size, &disp, &p)) != MPI_SUCCESS || (size_t)size < bytes || !p) {
+      MPI_Win_free(win), free(*segs), *segs = NULL;
+      return e != MPI_SUCCESS ? mpi_error(e, "MPI_Win_shared_query of", comm->layout.local[l])
+                              : clt__error(CLT_EMPI, "rank %d: the shared-memory segment of rank %d is %ld bytes, "
+                                                     "not %zu", comm->rank, comm->layout.local[l], (long)size, bytes);
+    }
+    (*segs)[l] = p;
+  }
+  /* Zero (so the flags start at 0) before anyone reads them. */
+  memset(mine, 0, bytes);
+  if ((e = MPI_Barrier(m->node)) != MPI_SUCCESS) {
+    MPI_Win_free(win), free(*segs), *segs = NULL;
+    return mpi_error(e, "MPI_Barrier of the node, with", comm->rank);
+  }
+  return CLT_OK;
+}
+
 int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
   struct clt__mpi *m = comm->mpi;
-  int e;
+  int rc;
   if (!m || !comm->shm_capable)
     return clt__error(CLT_EINTERNAL, "rank %d: a shared-memory window where the node's ranks share no memory",
                       comm->rank);
   if (bytes <= comm->shm_bytes) return CLT_OK;
   if (bytes > (size_t)1 << 40) return clt__error(CLT_EINVAL, "a shared-memory segment of %zu bytes", bytes);
-  if (m->node == MPI_COMM_NULL &&
-      (e = MPI_Comm_split(m->comm, comm->layout.node, comm->rank, &m->node)) != MPI_SUCCESS)
-    return mpi_error(e, "MPI_Comm_split into nodes on", comm->rank);
-  MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
+  if ((rc = node_comm(comm, m)) < 0) return rc;
   /* Every rank of the node is here (the caller's contract), done with the
    * old window: a smaller one is replaced. */
   free_window(m);
   comm->shm_segs = NULL;
   comm->shm_bytes = 0;
   comm->shm_round = 0;
-  if (!(m->segs = clt__calloc((size_t)comm->local_size, sizeof *m->segs))) return CLT_ENOMEM;
-  MPI_Info info = MPI_INFO_NULL;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "alloc_shared_noncontig", "true");
-  void *mine = NULL;
-  e = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, m->node, &mine, &m->win);
-  MPI_Info_free(&info);
-  if (e != MPI_SUCCESS) {
-    m->win = MPI_WIN_NULL;
-    free_window(m);
-    return mpi_error(e, "MPI_Win_allocate_shared of the node, with", comm->rank);
-  }
-  MPI_Win_set_errhandler(m->win, MPI_ERRORS_RETURN);
-  for (int l = 0; l < comm->local_size; l++) {
-    MPI_Aint size = 0;
-    int disp = 0;
-    void *p = NULL;
-    if ((e = MPI_Win_shared_query(m->win, l, &size, &disp, &p)) != MPI_SUCCESS || (size_t)size < bytes || !p) {
-      free_window(m);
-      return e != MPI_SUCCESS ? mpi_error(e, "MPI_Win_shared_query of", comm->layout.local[l])
-                              : clt__error(CLT_EMPI, "rank %d: the shared-memory segment of rank %d is %ld bytes, "
-                                                     "not %zu", comm->rank, comm->layout.local[l], (long)size, bytes);
-    }
-    m->segs[l] = p;
-  }
-  /* Zero (so the flags start at 0) before anyone reads them. */
-  memset(mine, 0, bytes);
-  if ((e = MPI_Barrier(m->node)) != MPI_SUCCESS) {
-    free_window(m);
-    return mpi_error(e, "MPI_Barrier of the node, with", comm->rank);
-  }
+  if ((rc = alloc_window(comm, m, bytes, &m->win, &m->segs)) < 0) return rc;
   comm->shm_segs = m->segs;
   comm->shm_bytes = bytes;
+  return CLT_OK;
+}
+
+int clt__tp_shm_region(clt_comm *comm, size_t bytes, unsigned char *const **segs) {
+  struct clt__mpi *m = comm->mpi;
+  struct shm_region *r = NULL;
+  int rc;
+  *segs = NULL;
+  if (!m || !comm->shm_capable)
+    return clt__error(CLT_EINTERNAL, "rank %d: a shared-memory region where the node's ranks share no memory",
+                      comm->rank);
+  if (bytes == 0 || bytes > (size_t)1 << 40)
+    return clt__error(CLT_EINVAL, "a shared-memory segment of %zu bytes", bytes);
+  if ((rc = node_comm(comm, m)) < 0) return rc;
+  if (!(r = clt__calloc(1, sizeof *r))) return CLT_ENOMEM;
+  if ((rc = alloc_window(comm, m, bytes, &r->win, &r->segs)) < 0) {
+    free(r);
+    return rc;
+  }
+  r->next = m->regions;
+  m->regions = r;
+  *segs = r->segs;
   return CLT_OK;
 }
 
@@ -182,7 +232,7 @@ int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
  * communicator too, within CLT_TIMEOUT, or a second after a failure (when
  * a peer may be gone). Otherwise the window is left to MPI_Finalize. */
 static void release_window(clt_comm *comm, struct clt__mpi *m) {
-  if (m->win == MPI_WIN_NULL) return;
+  if (m->win == MPI_WIN_NULL && !m->regions) return;
   MPI_Request req = MPI_REQUEST_NULL;
   int flag = 0;
   double limit = comm->broken && comm->timeout_s > 1 ? 1 : comm->timeout_s;
@@ -193,6 +243,7 @@ static void release_window(clt_comm *comm, struct clt__mpi *m) {
   }
   if (flag) {
     free_window(m);
+    for (struct shm_region *r = m->regions; r; r = r->next) MPI_Win_free(&r->win);
   } else {
     clt__log(comm->broken ? CLT_LOG_DEBUG : CLT_LOG_WARN, "rank %d: the node's shared-memory window is left to "
              "MPI_Finalize: another rank of the node did not destroy the communicator within %.1f s%s", comm->rank,
@@ -202,6 +253,12 @@ static void release_window(clt_comm *comm, struct clt__mpi *m) {
     m->win = MPI_WIN_NULL;
     m->node = MPI_COMM_NULL; /* its barrier may be pending */
   }
+  for (struct shm_region *r = m->regions, *next; r; r = next) {
+    next = r->next;
+    free(r->segs);
+    free(r);
+  }
+  m->regions = NULL;
   comm->shm_segs = NULL;
   comm->shm_bytes = 0;
 }

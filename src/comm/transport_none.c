@@ -60,3 +60,9 @@ int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
   (void)comm, (void)bytes;
   return no_mpi();
 }
+
+int clt__tp_shm_region(clt_comm *comm, size_t bytes, unsigned char *const **segs) {
+  (void)comm, (void)bytes;
+  *segs = NULL;
+  return no_mpi();
+}

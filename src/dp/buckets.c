@@ -221,7 +221,7 @@ void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t
     *measured += clt__plan_staged_bytes(plan, q);
   }
   if (i == 0 && dp->zero) { /* the parameters' allgather, on the first replica's context */
-    *counted += (uint64_t)dp->gather_n * sizeof(float);
+    *counted += clt__dp_gather_counted(dp);
     *measured += clt__dp_gather_bytes(dp);
   }
 }

@@ -241,8 +241,10 @@ int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t ste
  * under ZeRO the parameters' allgather's: counted from the layout, and
  * measured from the buffers made (clt__dp_buckets_attach makes them). */
 void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t *measured);
-/* Bytes of host memory (pinned) the parameters' allgather stages through:
- * every bucket, packed by rank (0 without ZeRO). */
+/* Bytes of host memory the parameters' allgather stages through, counted
+ * and measured: every bucket packed by rank (pinned), or on one node this
+ * rank's segment of the plan's shared window (0 without ZeRO). */
+uint64_t clt__dp_gather_counted(const clt__dp *dp);
 uint64_t clt__dp_gather_bytes(const clt__dp *dp);
 /* Collective: the state of every rank's shard (shard: this rank's, per x
  * shard_params floats) into the whole layout, full (per x P floats,
