@@ -5,7 +5,9 @@
  * (and below the rank count) to a few MiB, one round or many: every rank
  * gets the same bits, equal to a serial sum in rank order (the order shm.c
  * documents; fp16: added in float, rounded once). Also its reduce-scatter
- * (the all-reduce's bits in each part), the choice of the cost model, and
+ * (the all-reduce's bits in each part), the choice of the cost model, its
+ * shm terms from a model file (alpha_shm, beta_shm: the fitted form, or the
+ * α-β-γ one without them; bad values refused), and
  * with CLT_NODE_SIZE giving several pretend nodes, two-level in its place.
  * With CT_STALL set, a rank stopped (SIGSTOP) inside a stream of shm
  * all-reduces is named by the others' timeout error; with CT_KILL, a rank
@@ -222,6 +224,84 @@ START_TEST(choice) {
 }
 END_TEST
 
+/* A model file's shm terms. Every rank writes its own copy of the file
+ * (the same text), as every rank of a job reads CLT_COMM_MODEL. */
+static void write_model(const char *path, const char *shm_keys) {
+  FILE *f = fopen(path, "w");
+  ck_assert_msg(f != NULL, "rank %d: cannot write %s", rank, path);
+  fprintf(f, "{\"alpha_intra\": 2e-6, \"beta_intra\": 1.5e-10, \"alpha_inter\": 1e-5, \"beta_inter\": 4e-10, "
+             "\"gamma\": 3e-11%s%s}", *shm_keys ? ", " : "", shm_keys);
+  fclose(f);
+}
+
+/* The comm a model file makes, or NULL with the error when refused. */
+static clt_comm *comm_with_model(const char *path) {
+  clt_comm *c = NULL;
+  setenv("CLT_COMM_MODEL", path, 1);
+  int rc = clt_comm_create(MPI_COMM_WORLD, &c);
+  unsetenv("CLT_COMM_MODEL");
+  return rc == 0 ? c : NULL;
+}
+
+static void model_refused(const char *path, const char *says) {
+  ck_assert_msg(comm_with_model(path) == NULL, "rank %d: %s accepted, expected \"%s\"", rank, path, says);
+  assert_contains(clt_last_error(), "CLT_COMM_MODEL");
+  assert_contains(clt_last_error(), path);
+  assert_contains(clt_last_error(), says);
+}
+
+/* Relative 1e-12: the test writes model.c's expressions in the same order,
+ * so only a compiler's contraction into fma could move the last bit. */
+static void assert_predicts(clt_comm *c, size_t bytes, double want, const char *form) {
+  double got = -1;
+  ck_assert_int_eq(clt_comm_model_predict(c, "shm", bytes, &got), 0);
+  if (nranks == 1) want = 0; /* one rank: nothing to exchange */
+  ck_assert_msg(fabs(got - want) <= 1e-12 * want, "rank %d: shm of %zu bytes on %d ranks: %.17g s, the %s form "
+                "gives %.17g", rank, bytes, nranks, got, form, want);
+}
+
+START_TEST(model_file_shm_terms) {
+  char path[64];
+  snprintf(path, sizeof path, "shm-model-%d.json", rank);
+  char *chunk = getenv("CLT_ALLREDUCE_CHUNK") ? strdup(getenv("CLT_ALLREDUCE_CHUNK")) : NULL;
+  setenv("CLT_ALLREDUCE_CHUNK", "262144", 1); /* pieces of 256 KiB: several rounds */
+  const double N = nranks, piece = 262144, a = 2e-6, b = 1.5e-10, g = 3e-11, as = 7e-6, bs = 6.5e-11;
+  const size_t big = ((size_t)3 << 20) + 4, small = 4096; /* rounds; one handshake */
+  const double k = ceil((double)big / (N * piece)), nb = (double)big, ns = (double)small;
+
+  /* Both keys: the fitted form, rounds and all. */
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": 6.5e-11");
+  clt_comm *c = comm_with_model(path);
+  ck_assert_msg(c != NULL, "rank %d: %s", rank, clt_last_error());
+  assert_predicts(c, big, 2 * k * as + (5 * N - 2) / N * nb * bs, "fitted");
+  assert_predicts(c, small, as + (N + 3) * ns * bs, "fitted one-handshake");
+  clt_comm_destroy(c);
+
+  /* Neither (a file from before): the α-β-γ form, as always. */
+  write_model(path, "");
+  ck_assert_msg((c = comm_with_model(path)) != NULL, "rank %d: %s", rank, clt_last_error());
+  assert_predicts(c, big, 2 * k * a + (2 * N - 1) / (2 * N) * nb * b + (N - 1) / N * nb * g, "alpha-beta-gamma");
+  assert_predicts(c, small, a + ns * b / 2 + (N - 1) * ns * g, "alpha-beta-gamma one-handshake");
+  clt_comm_destroy(c);
+
+  /* Bad ones are refused naming the file and the key, on every rank alike. */
+  write_model(path, "\"alpha_shm\": \"fast\", \"beta_shm\": 6.5e-11");
+  model_refused(path, "\"alpha_shm\" must be a number of seconds");
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": -1");
+  model_refused(path, "\"beta_shm\" must be a number of seconds");
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": 2");
+  model_refused(path, "\"beta_shm\" must be a number of seconds");
+  write_model(path, "\"alpha_shm\": 7e-6");
+  model_refused(path, "no \"beta_shm\"");
+  write_model(path, "\"beta_shm\": 6.5e-11");
+  model_refused(path, "no \"alpha_shm\"");
+  unlink(path);
+  if (chunk) setenv("CLT_ALLREDUCE_CHUNK", chunk, 1);
+  else unsetenv("CLT_ALLREDUCE_CHUNK");
+  free(chunk);
+}
+END_TEST
+
 /* Plans of several sizes interleaved on one window (it grows when a larger
  * one is made), and a communicator of its own alongside. */
 START_TEST(plans_share_the_window) {
@@ -340,6 +420,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, two_replicas);
     tcase_add_test(tc, reduce_scatter_parts);
     tcase_add_test(tc, choice);
+    tcase_add_test(tc, model_file_shm_terms);
     tcase_add_test(tc, plans_share_the_window);
   }
   suite_add_tcase(s, tc);

@@ -41,9 +41,13 @@ typedef struct clt__layout {
 static inline int clt__layout_first_seg(int lmax, int L, int l) { return (int)(((long long)l * lmax) / L); }
 
 /* The α-β-γ cost model (model.c): seconds per message, per byte on the
- * wire, inside a node [0] and between nodes [1], and per byte reduced. */
+ * wire, inside a node [0] and between nodes [1], and per byte reduced;
+ * and, when the model file has them (--fit timed shm itself), shm's own
+ * seconds per wait for every rank and per byte a rank moves. */
 typedef struct clt__cost_model {
   double alpha[2], beta[2], gamma;
+  double alpha_shm, beta_shm;
+  int shm_fitted;          /* alpha_shm and beta_shm came from the file */
   char source[256];        /* "defaults" or the file it came from */
 } clt__cost_model;
 

@@ -26,6 +26,20 @@
  *                       of the buffer in all, where a message through MPI's
  *                       shared memory is copied twice, into a queue and out
  *                       of it: so a copy costs β_0 / 2
+ *   shm, fitted         with alpha_shm and beta_shm in the file (--fit timed
+ *                       shm itself on one node):
+ *                       2 k α_s + (5N-2)/N n β_s (up to 8 KiB: α_s + (N+3) n β_s)
+ *                       α_s: one wait for every rank (two a round); β_s: a
+ *                       byte a rank loads or stores. Per byte of the buffer
+ *                       a rank stores 2 whatever N (into the window (N-1)/N,
+ *                       its piece's sum into its buffer and its slot 2/N,
+ *                       the others' sums out (N-1)/N) and loads (3N-2)/N
+ *                       (what it copies in, every rank's addends of its
+ *                       piece, the sums it copies out); the adds ride on
+ *                       the loads. Small ones: n in, N n summed, n back.
+ *                       The ping-pong's β_0 and the 1 MiB local sum's γ
+ *                       made shm 35-55% faster than measured here: the
+ *                       window's copies read another core's cache lines.
  *
  * The defaults are a node with shared memory and a 25-100 Gb/s network;
  * `cltrain bench allreduce --fit FILE` measures this machine and writes
@@ -79,6 +93,10 @@ static double shm_cost(const clt_comm *c, double n) {
   const clt__cost_model *m = &c->model;
   double N = c->size, round = N * (double)clt__shm_piece_bytes(c, 0);
   double rounds = n > 0 ? ceil(n / round) : 0;
+  if (m->shm_fitted) {
+    if (n <= (double)CLT__SHM_WHOLE_BYTES) return m->alpha_shm + (N + 3) * n * m->beta_shm;
+    return 2 * rounds * m->alpha_shm + (5 * N - 2) / N * n * m->beta_shm;
+  }
   /* Small ones: one handshake, every rank copies all in and sums all. */
   if (n <= (double)CLT__SHM_WHOLE_BYTES) return m->alpha[0] + n * m->beta[0] / 2 + (N - 1) * n * m->gamma;
   return 2 * rounds * m->alpha[0] + (2 * N - 1) / (2 * N) * n * m->beta[0] + (N - 1) / N * n * m->gamma;
@@ -156,16 +174,21 @@ enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
 
 /* ---- the model's values ---------------------------------------------------- */
 
+/* The shm pair is optional: files written before --fit timed shm, or on
+ * several nodes, have neither, and shm keeps the α-β-γ formula. */
 static const struct {
   const char *key;
   size_t at; /* offset in clt__cost_model */
   double value;
+  int optional;
 } fields[] = {
-    {"alpha_intra", offsetof(clt__cost_model, alpha), 1e-6},              /* 1 us: shared memory */
-    {"beta_intra", offsetof(clt__cost_model, beta), 1e-10},               /* 10 GB/s */
-    {"alpha_inter", offsetof(clt__cost_model, alpha) + sizeof(double), 1e-5}, /* 10 us */
-    {"beta_inter", offsetof(clt__cost_model, beta) + sizeof(double), 4e-10},  /* 2.5 GB/s: 25 GbE */
-    {"gamma", offsetof(clt__cost_model, gamma), 1e-10},                   /* 10 GB/s of float adds */
+    {"alpha_intra", offsetof(clt__cost_model, alpha), 1e-6, 0},              /* 1 us: shared memory */
+    {"beta_intra", offsetof(clt__cost_model, beta), 1e-10, 0},               /* 10 GB/s */
+    {"alpha_inter", offsetof(clt__cost_model, alpha) + sizeof(double), 1e-5, 0}, /* 10 us */
+    {"beta_inter", offsetof(clt__cost_model, beta) + sizeof(double), 4e-10, 0},  /* 2.5 GB/s: 25 GbE */
+    {"gamma", offsetof(clt__cost_model, gamma), 1e-10, 0},                   /* 10 GB/s of float adds */
+    {"alpha_shm", offsetof(clt__cost_model, alpha_shm), 0, 1},
+    {"beta_shm", offsetof(clt__cost_model, beta_shm), 0, 1},
 };
 #define NFIELDS_MODEL (sizeof fields / sizeof fields[0])
 
@@ -187,8 +210,16 @@ int clt__model_init(clt__cost_model *m) {
     rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': not a JSON object of the model's values", path);
     goto done;
   }
+  int optional_found = 0, optional_count = 0;
+  const char *optional_missing = NULL;
   for (size_t i = 0; i < NFIELDS_MODEL; i++) {
     json_t *v = json_object_get(root, fields[i].key);
+    optional_count += fields[i].optional;
+    if (!v && fields[i].optional) {
+      optional_missing = fields[i].key;
+      continue;
+    }
+    optional_found += fields[i].optional;
     if (!v) {
       rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': no \"%s\" (seconds%s): the file needs alpha_intra, "
                                   "beta_intra, alpha_inter, beta_inter and gamma", path, fields[i].key,
@@ -203,6 +234,14 @@ int clt__model_init(clt__cost_model *m) {
     }
     *field(m, i) = x;
   }
+  /* One without the other would leave half of shm's model at 0. */
+  if (optional_found && optional_found < optional_count) {
+    rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': no \"%s\": alpha_shm and beta_shm come together (shm's own "
+                                "terms, written by `cltrain bench allreduce --fit` on one node), or neither",
+                    path, optional_missing);
+    goto done;
+  }
+  m->shm_fitted = optional_found == optional_count;
   clt__strlcpy(m->source, path, sizeof m->source);
 done:
   json_decref(root);
