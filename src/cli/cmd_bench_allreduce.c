@@ -84,8 +84,9 @@ static void help(FILE *to) {
           "                         recursive-doubling, gather (default: auto, or\n"
           "                         CLT_ALLREDUCE)\n"
           "      --fit FILE         measure the cost model instead (ping-pong inside and\n"
-          "                         between nodes, the reduction's speed), write it to FILE\n"
-          "                         for CLT_COMM_MODEL=FILE, and print it\n"
+          "                         between nodes, the reduction's speed; on one node shm's\n"
+          "                         all-reduce from 256K to 32M, in pieces of --chunk),\n"
+          "                         write it to FILE for CLT_COMM_MODEL=FILE, and print it\n"
           "      --json             one JSON document on stdout instead of the table\n"
           "  -h, --help             this text\n"
           "\n"
@@ -531,7 +532,7 @@ int cmd_bench_allreduce(int argc, char **argv) {
   int ec = parse_opts(argc, argv, &o);
   if (ec != CLI_EXIT_OK) return ec < 0 ? CLI_EXIT_OK : ec;
   if ((ec = cli_mpi_init(&argc, &argv)) != CLI_EXIT_OK) return ec;
-  ec = o.fit ? cli_bench_fit(o.fit) : bench_allreduce(&o);
+  ec = o.fit ? cli_bench_fit(o.fit, o.chunk_bytes) : bench_allreduce(&o);
   cli_mpi_finalize();
   return ec;
 }
