@@ -85,7 +85,7 @@ static void help(FILE *to) {
           "                         CLT_ALLREDUCE)\n"
           "      --fit FILE         measure the cost model instead (ping-pong inside and\n"
           "                         between nodes, the reduction's speed; on one node shm's\n"
-          "                         all-reduce from 256K to 32M, in pieces of --chunk),\n"
+          "                         all-reduce from 64K to 64M, in pieces of --chunk),\n"
           "                         write it to FILE for CLT_COMM_MODEL=FILE, and print it\n"
           "      --json             one JSON document on stdout instead of the table\n"
           "  -h, --help             this text\n"
