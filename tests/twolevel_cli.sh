@@ -47,7 +47,8 @@ grep -q '"alpha_shm"' "$tmp/model.json" && { echo "FAIL: --fit on 2 pretend node
 # One node: shm timed, its terms written, and the file loads (on every rank).
 CLT_NODE_SIZE= run 2 bench allreduce --fit "$tmp/shm.json"
 for key in alpha_shm beta_shm; do
-  grep -q "\"$key\"" "$tmp/shm.json" 2>/dev/null || { echo "FAIL: --fit on one node wrote no $key"; cat "$tmp/out"; fail=1; }
+  grep -q "\"$key\"" "$tmp/shm.json" 2>/dev/null ||
+    { echo "FAIL: --fit on one node wrote no $key"; cat "$tmp/out"; fail=1; }
 done
 CLT_NODE_SIZE= CLT_COMM_MODEL=$tmp/shm.json run 2 bench allreduce --no-device --min-bytes 64K --max-bytes 128K \
   --iters 2 --warmup 1 -a shm ||
