@@ -341,7 +341,7 @@ END_TEST
 /* Where the file has terms fitted on this node, auto chooses among the
  * algorithms fitted alone: here α, β and γ make recursive doubling a
  * hundred times cheaper than shm's fitted form, as the ping-pong's made
- * it look on one node where it ran up to 5x shm's time. */
+ * it look on one node where it ran 1.1-5.8x shm's time. */
 START_TEST(fitted_choice) {
   if (nranks == 1) return;
   char path[64];

@@ -194,10 +194,10 @@ enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
     if (bytes <= limit) return small;
   }
   /* Where the file has terms fitted to this layout's own times, only the
-   * algorithms fitted compete: the α-β-γ forms of the others came out
-   * 11-67% below their measured times on one node (the ping-pong and the
+   * algorithms fitted compete: the α-β-γ forms of the others came out up
+   * to 90% below their measured times on one node (the ping-pong and the
    * local sum read no lines another core has just written), and chose the
-   * ring, then recursive doubling, where they ran up to 5x shm's time. */
+   * ring, then recursive doubling, which ran 1.1-5.8x shm's time at 2 ranks. */
   int fitted_only = 0;
   for (int i = 0; i < CLT__NALGORITHMS; i++)
     fitted_only |= algorithms[i].fitted && algorithms[i].fitted(comm) && algorithms[i].usable(comm, 0);
