@@ -5,8 +5,11 @@
  * (and below the rank count) to a few MiB, one round or many: every rank
  * gets the same bits, equal to a serial sum in rank order (the order shm.c
  * documents; fp16: added in float, rounded once). Also its reduce-scatter
- * (the all-reduce's bits in each part), the choice of the cost model, and
- * with CLT_NODE_SIZE giving several pretend nodes, two-level in its place.
+ * (the all-reduce's bits in each part), the choice of the cost model, the
+ * fitted terms from a model file (alpha_shm, beta_shm, the ring's pair and
+ * their far pairs: the fitted forms on one node, the α-β-γ ones without
+ * them or on several nodes; bad values refused; auto among the fitted
+ * ones alone), and with CLT_NODE_SIZE giving several pretend nodes, two-level in its place.
  * With CT_STALL set, a rank stopped (SIGSTOP) inside a stream of shm
  * all-reduces is named by the others' timeout error; with CT_KILL, a rank
  * killed there ends the job (tests/shm.sh checks how).
@@ -222,6 +225,152 @@ START_TEST(choice) {
 }
 END_TEST
 
+/* A model file's fitted terms. Every rank writes its own copy of the file
+ * (the same text), as every rank of a job reads CLT_COMM_MODEL. */
+static void write_model(const char *path, const char *fitted_keys) {
+  FILE *f = fopen(path, "w");
+  ck_assert_msg(f != NULL, "rank %d: cannot write %s", rank, path);
+  fprintf(f, "{\"alpha_intra\": 2e-6, \"beta_intra\": 1.5e-10, \"alpha_inter\": 1e-5, \"beta_inter\": 4e-10, "
+             "\"gamma\": 3e-11%s%s}", *fitted_keys ? ", " : "", fitted_keys);
+  fclose(f);
+}
+
+/* The comm a model file makes, or NULL with the error when refused. */
+static clt_comm *comm_with_model(const char *path) {
+  clt_comm *c = NULL;
+  setenv("CLT_COMM_MODEL", path, 1);
+  int rc = clt_comm_create(MPI_COMM_WORLD, &c);
+  unsetenv("CLT_COMM_MODEL");
+  return rc == 0 ? c : NULL;
+}
+
+static void model_refused(const char *path, const char *says) {
+  ck_assert_msg(comm_with_model(path) == NULL, "rank %d: %s accepted, expected \"%s\"", rank, path, says);
+  assert_contains(clt_last_error(), "CLT_COMM_MODEL");
+  assert_contains(clt_last_error(), path);
+  assert_contains(clt_last_error(), says);
+}
+
+/* Relative 1e-12: the test writes model.c's expressions in the same order,
+ * so only a compiler's contraction into fma could move the last bit. */
+static void assert_predicts(clt_comm *c, const char *algorithm, size_t bytes, double want, const char *form) {
+  double got = -1;
+  ck_assert_int_eq(clt_comm_model_predict(c, algorithm, bytes, &got), 0);
+  if (nranks == 1) want = 0; /* one rank: nothing to exchange */
+  ck_assert_msg(fabs(got - want) <= 1e-12 * want, "rank %d: %s of %zu bytes on %d ranks: %.17g s, the %s form "
+                "gives %.17g", rank, algorithm, bytes, nranks, got, form, want);
+}
+
+START_TEST(model_file_fitted_terms) {
+  char path[64];
+  snprintf(path, sizeof path, "shm-model-%d.json", rank);
+  char *chunk = getenv("CLT_ALLREDUCE_CHUNK") ? strdup(getenv("CLT_ALLREDUCE_CHUNK")) : NULL;
+  setenv("CLT_ALLREDUCE_CHUNK", "262144", 1); /* pieces and chunks of 256 KiB: several rounds */
+  const double N = nranks, piece = 262144, a = 2e-6, b = 1.5e-10, g = 3e-11, as = 7e-6, bs = 6.5e-11;
+  const double bsf = 2e-11, far = 1048576, ar = 3e-6, br = 2.5e-10, brf = 3e-10;
+  const size_t big = ((size_t)3 << 20) + 4, small = 4096; /* rounds; one handshake */
+  const double k = ceil((double)big / (N * piece)), nb = (double)big, ns = (double)small;
+  const double chunks = fmax(1, ceil(nb / N / piece));
+  /* The fitted terms were timed on one node: on pretend nodes the α-β-γ
+   * forms stay. */
+  clt_comm *c = comm_with_model("");
+  ck_assert_msg(c != NULL, "rank %d: %s", rank, clt_last_error());
+  int one_node = clt_comm_node_count(c) == 1;
+  clt_comm_destroy(c);
+  const double shm_abg = 2 * k * a + (2 * N - 1) / (2 * N) * nb * b + (N - 1) / N * nb * g;
+  const double ax = one_node ? a : 1e-5, bx = one_node ? b : 4e-10; /* the ring's slowest link */
+  const double ring_abg = 2 * (N - 1) * ax + 2 * (N - 1) / N * nb * bx + (N - 1) / N * nb * g;
+
+  /* shm's pair: the fitted form, rounds and all. */
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": 6.5e-11");
+  ck_assert_msg((c = comm_with_model(path)) != NULL, "rank %d: %s", rank, clt_last_error());
+  assert_predicts(c, "shm", big, one_node ? 2 * k * as + (5 * N - 2) / N * (nb * bs) : shm_abg, "fitted");
+  if (one_node) assert_predicts(c, "shm", small, as + (N + 3) * (ns * bs), "fitted one-handshake");
+  assert_predicts(c, "ring", big, ring_abg, "alpha-beta-gamma ring");
+  clt_comm_destroy(c);
+
+  /* All four pairs: the bytes past the knee cost beta_*_far more; the
+   * ring waits once per chunk of a segment. */
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": 6.5e-11, \"beta_shm_far\": 2e-11, \"shm_far_bytes\": 1048576, "
+                    "\"alpha_ring\": 3e-6, \"beta_ring\": 2.5e-10, \"beta_ring_far\": 3e-10, "
+                    "\"ring_far_bytes\": 1048576");
+  ck_assert_msg((c = comm_with_model(path)) != NULL, "rank %d: %s", rank, clt_last_error());
+  assert_predicts(c, "shm", big, one_node ? 2 * k * as + (5 * N - 2) / N * (nb * bs + (nb - far) * bsf) : shm_abg,
+                  "fitted with far bytes");
+  assert_predicts(c, "ring", big,
+                  one_node ? 2 * (N - 1) * chunks * ar + 2 * (N - 1) / N * (nb * br + (nb - far) * brf) : ring_abg,
+                  "fitted ring");
+  if (one_node) assert_predicts(c, "shm", small, as + (N + 3) * (ns * bs), "fitted one-handshake, under the knee");
+  clt_comm_destroy(c);
+
+  /* Neither (a file from before): the α-β-γ form, as always. */
+  write_model(path, "");
+  ck_assert_msg((c = comm_with_model(path)) != NULL, "rank %d: %s", rank, clt_last_error());
+  assert_predicts(c, "shm", big, shm_abg, "alpha-beta-gamma");
+  assert_predicts(c, "shm", small, a + ns * b / 2 + (N - 1) * ns * g, "alpha-beta-gamma one-handshake");
+  clt_comm_destroy(c);
+
+  /* Bad ones are refused naming the file and the key, on every rank alike. */
+  write_model(path, "\"alpha_shm\": \"fast\", \"beta_shm\": 6.5e-11");
+  model_refused(path, "\"alpha_shm\" must be a number of seconds");
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": -1");
+  model_refused(path, "\"beta_shm\" must be a number of seconds");
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": 2");
+  model_refused(path, "\"beta_shm\" must be a number of seconds");
+  write_model(path, "\"alpha_shm\": 7e-6");
+  model_refused(path, "no \"beta_shm\"");
+  write_model(path, "\"beta_shm\": 6.5e-11");
+  model_refused(path, "no \"alpha_shm\"");
+  write_model(path, "\"alpha_ring\": 3e-6");
+  model_refused(path, "no \"beta_ring\"");
+  write_model(path, "\"beta_ring\": 3e-10, \"alpha_shm\": 7e-6, \"beta_shm\": 6.5e-11");
+  model_refused(path, "no \"alpha_ring\"");
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": 6.5e-11, \"beta_shm_far\": 2e-11");
+  model_refused(path, "no \"shm_far_bytes\"");
+  write_model(path, "\"alpha_shm\": 7e-6, \"beta_shm\": 6.5e-11, \"shm_far_bytes\": -1, \"beta_shm_far\": 2e-11");
+  model_refused(path, "\"shm_far_bytes\" must be a number of bytes");
+  write_model(path, "\"beta_ring_far\": 3e-10, \"ring_far_bytes\": 1048576");
+  model_refused(path, "beta_ring_far and ring_far_bytes without alpha_ring and beta_ring");
+  unlink(path);
+  if (chunk) setenv("CLT_ALLREDUCE_CHUNK", chunk, 1);
+  else unsetenv("CLT_ALLREDUCE_CHUNK");
+  free(chunk);
+}
+END_TEST
+
+/* Where the file has terms fitted on this node, auto chooses among the
+ * algorithms fitted alone: here α, β and γ make recursive doubling a
+ * hundred times cheaper than shm's fitted form, as the ping-pong's made
+ * it look on one node where it ran 1.1-5.8x shm's time. */
+START_TEST(fitted_choice) {
+  if (nranks == 1) return;
+  char path[64];
+  snprintf(path, sizeof path, "shm-choice-%d.json", rank);
+  FILE *f = fopen(path, "w");
+  ck_assert_msg(f != NULL, "rank %d: cannot write %s", rank, path);
+  fprintf(f, "{\"alpha_intra\": 1e-9, \"beta_intra\": 1e-13, \"alpha_inter\": 1e-9, \"beta_inter\": 1e-13, "
+             "\"gamma\": 1e-13, \"alpha_shm\": 1e-6, \"beta_shm\": 5e-11, \"alpha_ring\": 1e-6, \"beta_ring\": 4e-10}");
+  fclose(f);
+  clt_comm *c = comm_with_model(path);
+  ck_assert_msg(c != NULL, "rank %d: %s", rank, clt_last_error());
+  ck_assert_int_eq(clt_comm_set_allreduce(c, "auto"), 0);
+  const size_t counts[3] = {1024, 1 << 16, 1 << 22};
+  for (int i = 0; i < 3; i++) {
+    clt_allreduce_plan *plan = NULL;
+    ck_assert_msg(clt_allreduce_plan_create(c, counts[i], CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+    const char *got = clt_allreduce_plan_algorithm(plan);
+    if (clt_comm_node_count(c) == 1)
+      ck_assert_msg(strcmp(got, "shm") == 0, "rank %d: %zu floats on one node: %s, expected shm (fitted)", rank,
+                    counts[i], got);
+    else /* several pretend nodes: the fitted terms do not apply, α-β-γ chooses */
+      ck_assert_msg(strcmp(got, "shm") != 0, "rank %d: %zu floats on pretend nodes: shm", rank, counts[i]);
+    clt_allreduce_plan_destroy(plan);
+  }
+  clt_comm_destroy(c);
+  unlink(path);
+}
+END_TEST
+
 /* Plans of several sizes interleaved on one window (it grows when a larger
  * one is made), and a communicator of its own alongside. */
 START_TEST(plans_share_the_window) {
@@ -340,6 +489,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, two_replicas);
     tcase_add_test(tc, reduce_scatter_parts);
     tcase_add_test(tc, choice);
+    tcase_add_test(tc, model_file_fitted_terms);
+    tcase_add_test(tc, fitted_choice);
     tcase_add_test(tc, plans_share_the_window);
   }
   suite_add_tcase(s, tc);

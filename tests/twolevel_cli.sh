@@ -1,6 +1,7 @@
 #!/bin/sh
 # twolevel_cli.sh: `cltrain bench allreduce` on pretend nodes: --fit writes
-# a cost model that CLT_COMM_MODEL loads; --algorithm times ring and
+# a cost model that CLT_COMM_MODEL loads (shm's own terms only where every
+# rank is on one node); --algorithm times ring and
 # twolevel, whose busiest rank sends a third of the ring's bytes across
 # nodes here (4 ranks, nodes of 2); bad --algorithm, CLT_ALLREDUCE,
 # CLT_NODE_SIZE and CLT_COMM_MODEL values end every rank at once with a
@@ -42,6 +43,19 @@ rc=$?
 for key in alpha_intra beta_intra alpha_inter beta_inter gamma; do
   grep -q "\"$key\"" "$tmp/model.json" 2>/dev/null || { echo "FAIL: --fit wrote no $key (exit $rc)"; cat "$tmp/out"; fail=1; }
 done
+for key in alpha_shm alpha_ring; do
+  grep -q "\"$key\"" "$tmp/model.json" && { echo "FAIL: --fit on 2 pretend nodes wrote $key"; fail=1; }
+done
+# One node: shm and the ring timed, their terms written, and the file loads
+# (on every rank). The far pairs are written only where they fit better.
+CLT_NODE_SIZE= run 2 bench allreduce --fit "$tmp/shm.json"
+for key in alpha_shm beta_shm alpha_ring beta_ring; do
+  grep -q "\"$key\"" "$tmp/shm.json" 2>/dev/null ||
+    { echo "FAIL: --fit on one node wrote no $key"; cat "$tmp/out"; fail=1; }
+done
+CLT_NODE_SIZE= CLT_COMM_MODEL=$tmp/shm.json run 2 bench allreduce --no-device --min-bytes 64K --max-bytes 128K \
+  --iters 2 --warmup 1 -a shm,ring,auto ||
+  { echo "FAIL: bench with the fitted terms:"; cat "$tmp/out"; fail=1; }
 
 CLT_COMM_MODEL=$tmp/model.json run 4 bench allreduce --no-device --min-bytes 4K --max-bytes 64K --iters 2 --warmup 1 \
   -a ring,twolevel,auto --json

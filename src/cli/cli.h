@@ -65,5 +65,12 @@ void cli_abort_job(const clt_comm *comm, int exit_code);
 /* Seconds from a monotonic clock. */
 double cli_now(void);
 int cmd_bench_allreduce(int argc, char **argv);
+/* `cltrain bench allreduce --fit FILE` (cmd_bench_fit.c); chunk_bytes: --chunk, or 0. */
+int cli_bench_fit(const char *path, size_t chunk_bytes);
+/* qsort's order of doubles. */
+int cli_cmp_double(const void *a, const void *b);
+/* The slowest rank's time of each iteration (times is overwritten with
+ * them, sorted), then the median of those. Collective over MPI_COMM_WORLD. */
+double cli_p50_over_ranks(double *times, long n);
 
 #endif

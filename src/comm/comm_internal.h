@@ -40,10 +40,22 @@ typedef struct clt__layout {
 /* The first segment local rank l of a node of L ranks carries (l = L: the end). */
 static inline int clt__layout_first_seg(int lmax, int L, int l) { return (int)(((long long)l * lmax) / L); }
 
+/* An algorithm's own terms, fitted by --fit to its times on one node
+ * (model.c): seconds per wait, per byte a rank moves, and per byte moved
+ * of a buffer's bytes past far_bytes (the caches' reach; beta_far 0 when
+ * the file has no such pair). */
+typedef struct clt__fitted_terms {
+  double alpha, beta, beta_far, far_bytes;
+  int set;                 /* the file had alpha and beta */
+} clt__fitted_terms;
+
 /* The α-β-γ cost model (model.c): seconds per message, per byte on the
- * wire, inside a node [0] and between nodes [1], and per byte reduced. */
+ * wire, inside a node [0] and between nodes [1], and per byte reduced;
+ * and, when the model file has them (--fit timed them on one node), shm's
+ * and the ring's own terms. */
 typedef struct clt__cost_model {
   double alpha[2], beta[2], gamma;
+  clt__fitted_terms shm, ring;
   char source[256];        /* "defaults" or the file it came from */
 } clt__cost_model;
 
@@ -287,6 +299,9 @@ typedef struct clt__algorithm_desc {
    * CLT_ALLREDUCE (forced = 1); a forced one that cannot runs `instead`. */
   int (*usable)(const clt_comm *comm, int forced);
   enum clt__algorithm instead;
+  /* Its own terms fitted on comm's layout (--fit timed it there), or NULL;
+   * the member NULL for those --fit does not time. */
+  const clt__fitted_terms *(*fitted)(const clt_comm *comm);
   int small;               /* a small-message one: CLT_ALLREDUCE_SMALL's threshold decides it */
   int allreduce_only;      /* reduce-scatter plans keep the ring (their parts are the ring's bits) */
   int staged;              /* device data comes and goes chunk by chunk (clt__plan_nstage) */

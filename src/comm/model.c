@@ -26,6 +26,33 @@
  *                       of the buffer in all, where a message through MPI's
  *                       shared memory is copied twice, into a queue and out
  *                       of it: so a copy costs β_0 / 2
+ *   shm, fitted         with alpha_shm and beta_shm in the file (--fit timed
+ *                       shm itself on one node; used on one node only):
+ *                       2 k α_s + (5N-2)/N (n β_s + (n - F_s)+ β_s,far)
+ *                       (up to 8 KiB: α_s + (N+3) n β_s)
+ *                       α_s: one wait for every rank (two a round); β_s: a
+ *                       byte a rank loads or stores. Per byte of the buffer
+ *                       a rank stores 2 whatever N (into the window (N-1)/N,
+ *                       its piece's sum into its buffer and its slot 2/N,
+ *                       the others' sums out (N-1)/N) and loads (3N-2)/N
+ *                       (what it copies in, every rank's addends of its
+ *                       piece, the sums it copies out); the adds ride on
+ *                       the loads. Small ones: n in, N n summed, n back.
+ *                       The ping-pong's β_0 and the 1 MiB local sum's γ
+ *                       made shm 35-55% faster than measured here: the
+ *                       window's copies read another core's cache lines.
+ *                       β_s,far (beta_shm_far, past shm_far_bytes F_s,
+ *                       0 without the pair): what a byte costs more once
+ *                       the buffer outgrows the caches (per byte, 37-44 ps
+ *                       up to 512 KiB, 69-74 ps at 32-64 MiB here).
+ *   ring, fitted        with alpha_ring and beta_ring (one node only):
+ *                       2 (N-1) c α_r + 2 (N-1)/N (n β_r + (n - F_r)+ β_r,far)
+ *                       c = ceil(n / (N chunk)): every step waits for each
+ *                       chunk of a segment; a rank sends 2 (N-1)/N n bytes
+ *                       and receives as many (MPI copies each in and out of
+ *                       its queue; the adds ride on the receive). The
+ *                       α-β-γ form put the ring at 0.33-0.89 of its time
+ *                       here, below shm's, where it ran 1.04-2.2x shm's.
  *
  * The defaults are a node with shared memory and a 25-100 Gb/s network;
  * `cltrain bench allreduce --fit FILE` measures this machine and writes
@@ -33,7 +60,8 @@
  * algorithms are chosen by CLT_ALLREDUCE_SMALL's measured threshold (as
  * before the model) and the model chooses between the ring and two-level;
  * with one, the model chooses among all of them unless CLT_ALLREDUCE_SMALL
- * is set too.
+ * is set too; where the file has fitted terms for this layout (one node),
+ * among the fitted ones alone.
  */
 #include "comm_internal.h"
 
@@ -44,10 +72,30 @@
 
 static int cross(const clt_comm *c) { return c->layout.nnodes > 1; }
 
+/* A fitted form: waits α + moved (n β + (n - F)+ β_far), where moved is
+ * the bytes a rank moves per byte of the buffer. */
+static double fitted_cost(const clt__fitted_terms *f, double waits, double moved, double n) {
+  return waits * f->alpha + moved * (n * f->beta + fmax(0, n - f->far_bytes) * f->beta_far);
+}
+
+/* The file's terms were fitted on one node (--fit times them only there). */
+static const clt__fitted_terms *ring_fitted(const clt_comm *c) {
+  return c->model.ring.set && !cross(c) ? &c->model.ring : NULL;
+}
+static const clt__fitted_terms *shm_fitted(const clt_comm *c) {
+  return c->model.shm.set && !cross(c) ? &c->model.shm : NULL;
+}
+
+/* The ring's chunks: every step waits for one message per chunk of a
+ * segment (ring.c). */
 static double ring_cost(const clt_comm *c, double n) {
   const clt__cost_model *m = &c->model;
   int x = cross(c);
   double N = c->size;
+  if (ring_fitted(c)) {
+    double chunks = fmax(1, ceil(n / N / (double)c->chunk_bytes));
+    return fitted_cost(&m->ring, 2 * (N - 1) * chunks, 2 * (N - 1) / N, n);
+  }
   return 2 * (N - 1) * m->alpha[x] + 2 * (N - 1) / N * n * m->beta[x] + (N - 1) / N * n * m->gamma;
 }
 
@@ -79,6 +127,10 @@ static double shm_cost(const clt_comm *c, double n) {
   const clt__cost_model *m = &c->model;
   double N = c->size, round = N * (double)clt__shm_piece_bytes(c, 0);
   double rounds = n > 0 ? ceil(n / round) : 0;
+  if (shm_fitted(c)) {
+    if (n <= (double)CLT__SHM_WHOLE_BYTES) return fitted_cost(&m->shm, 1, N + 3, n);
+    return fitted_cost(&m->shm, 2 * rounds, (5 * N - 2) / N, n);
+  }
   /* Small ones: one handshake, every rank copies all in and sums all. */
   if (n <= (double)CLT__SHM_WHOLE_BYTES) return m->alpha[0] + n * m->beta[0] / 2 + (N - 1) * n * m->gamma;
   return 2 * rounds * m->alpha[0] + (2 * N - 1) / (2 * N) * n * m->beta[0] + (N - 1) / N * n * m->gamma;
@@ -97,13 +149,13 @@ static int shm_usable(const clt_comm *c, int forced) {
   return (void)forced, c->shm_capable && c->layout.nnodes == 1;
 }
 
-/* name, cost, usable, instead (when forced but not usable), small, all-reduce only, staged */
+/* name, cost, usable, instead (when forced but not usable), fitted terms, small, all-reduce only, staged */
 static const clt__algorithm_desc algorithms[CLT__NALGORITHMS] = {
-    {CLT__RING, "ring", ring_cost, always, CLT__RING, 0, 0, 1},
-    {CLT__RECDOUBLE, "recursive-doubling", recdouble_cost, always, CLT__RECDOUBLE, 1, 0, 0},
-    {CLT__GATHER, "gather", gather_cost, gather_usable, CLT__RECDOUBLE, 1, 0, 0},
-    {CLT__TWOLEVEL, "twolevel", twolevel_cost, twolevel_usable, CLT__RING, 0, 1, 1},
-    {CLT__SHM, "shm", shm_cost, shm_usable, CLT__TWOLEVEL, 0, 0, 1},
+    {CLT__RING, "ring", ring_cost, always, CLT__RING, ring_fitted, 0, 0, 1},
+    {CLT__RECDOUBLE, "recursive-doubling", recdouble_cost, always, CLT__RECDOUBLE, NULL, 1, 0, 0},
+    {CLT__GATHER, "gather", gather_cost, gather_usable, CLT__RECDOUBLE, NULL, 1, 0, 0},
+    {CLT__TWOLEVEL, "twolevel", twolevel_cost, twolevel_usable, CLT__RING, NULL, 0, 1, 1},
+    {CLT__SHM, "shm", shm_cost, shm_usable, CLT__TWOLEVEL, shm_fitted, 0, 0, 1},
 };
 
 const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a) {
@@ -141,13 +193,22 @@ enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
                                                                              : comm->small_bytes;
     if (bytes <= limit) return small;
   }
+  /* Where the file has terms fitted to this layout's own times, only the
+   * algorithms fitted compete: the α-β-γ forms of the others came out up
+   * to 90% below their measured times on one node (the ping-pong and the
+   * local sum read no lines another core has just written), and chose the
+   * ring, then recursive doubling, which ran 1.1-5.8x shm's time at 2 ranks. */
+  int fitted_only = 0;
+  for (int i = 0; i < CLT__NALGORITHMS; i++)
+    fitted_only |= algorithms[i].fitted && algorithms[i].fitted(comm) && algorithms[i].usable(comm, 0);
   /* The cheapest of those usable here; ties go to the earlier entry (the
    * ring first). */
   enum clt__algorithm best = CLT__RING;
-  double best_t = ring_cost(comm, (double)bytes);
-  for (int i = 1; i < CLT__NALGORITHMS; i++) {
+  double best_t = INFINITY;
+  for (int i = 0; i < CLT__NALGORITHMS; i++) {
     const clt__algorithm_desc *a = &algorithms[i];
     if ((a->small && comm->small_set) || !a->usable(comm, 0)) continue;
+    if (fitted_only && !(a->fitted && a->fitted(comm))) continue;
     double t = a->cost(comm, (double)bytes);
     if (t < best_t) best = a->algorithm, best_t = t;
   }
@@ -156,20 +217,44 @@ enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
 
 /* ---- the model's values ---------------------------------------------------- */
 
+/* Beyond the five α-β-γ values, groups of keys that come together or not
+ * at all: files written before --fit timed shm and the ring, or on several
+ * nodes, have none, and those algorithms keep the α-β-γ formula; a far
+ * pair needs its algorithm's pair. */
+enum { G_ALWAYS, G_SHM, G_SHM_FAR, G_RING, G_RING_FAR, NGROUPS };
+static const int group_needs[NGROUPS] = {G_ALWAYS, G_ALWAYS, G_SHM, G_ALWAYS, G_RING};
 static const struct {
   const char *key;
   size_t at; /* offset in clt__cost_model */
   double value;
+  int group;
+  int bytes; /* a size in bytes, not seconds */
 } fields[] = {
-    {"alpha_intra", offsetof(clt__cost_model, alpha), 1e-6},              /* 1 us: shared memory */
-    {"beta_intra", offsetof(clt__cost_model, beta), 1e-10},               /* 10 GB/s */
-    {"alpha_inter", offsetof(clt__cost_model, alpha) + sizeof(double), 1e-5}, /* 10 us */
-    {"beta_inter", offsetof(clt__cost_model, beta) + sizeof(double), 4e-10},  /* 2.5 GB/s: 25 GbE */
-    {"gamma", offsetof(clt__cost_model, gamma), 1e-10},                   /* 10 GB/s of float adds */
+    {"alpha_intra", offsetof(clt__cost_model, alpha), 1e-6, G_ALWAYS, 0},              /* 1 us: shared memory */
+    {"beta_intra", offsetof(clt__cost_model, beta), 1e-10, G_ALWAYS, 0},               /* 10 GB/s */
+    {"alpha_inter", offsetof(clt__cost_model, alpha) + sizeof(double), 1e-5, G_ALWAYS, 0}, /* 10 us */
+    {"beta_inter", offsetof(clt__cost_model, beta) + sizeof(double), 4e-10, G_ALWAYS, 0},  /* 2.5 GB/s: 25 GbE */
+    {"gamma", offsetof(clt__cost_model, gamma), 1e-10, G_ALWAYS, 0},                   /* 10 GB/s of float adds */
+    {"alpha_shm", offsetof(clt__cost_model, shm.alpha), 0, G_SHM, 0},
+    {"beta_shm", offsetof(clt__cost_model, shm.beta), 0, G_SHM, 0},
+    {"beta_shm_far", offsetof(clt__cost_model, shm.beta_far), 0, G_SHM_FAR, 0},
+    {"shm_far_bytes", offsetof(clt__cost_model, shm.far_bytes), 0, G_SHM_FAR, 1},
+    {"alpha_ring", offsetof(clt__cost_model, ring.alpha), 0, G_RING, 0},
+    {"beta_ring", offsetof(clt__cost_model, ring.beta), 0, G_RING, 0},
+    {"beta_ring_far", offsetof(clt__cost_model, ring.beta_far), 0, G_RING_FAR, 0},
+    {"ring_far_bytes", offsetof(clt__cost_model, ring.far_bytes), 0, G_RING_FAR, 1},
 };
 #define NFIELDS_MODEL (sizeof fields / sizeof fields[0])
 
 static double *field(clt__cost_model *m, size_t i) { return (double *)(void *)((char *)m + fields[i].at); }
+
+/* "alpha_shm and beta_shm": a group's keys, for messages. */
+static void group_keys(int g, char *out, size_t len) {
+  const char *k[2] = {NULL, NULL};
+  for (size_t i = 0, n = 0; i < NFIELDS_MODEL && n < 2; i++)
+    if (fields[i].group == g) k[n++] = fields[i].key;
+  snprintf(out, len, "%s and %s", k[0], k[1]);
+}
 
 int clt__model_init(clt__cost_model *m) {
   memset(m, 0, sizeof *m);
@@ -183,26 +268,53 @@ int clt__model_init(clt__cost_model *m) {
     return clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': %s:%d:%d: %s (write one with `cltrain bench allreduce "
                                   "--fit FILE`)", path, path, err.line, err.column, err.text);
   int rc = CLT_OK;
+  char keys[64], needs[64];
   if (!json_is_object(root)) {
     rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': not a JSON object of the model's values", path);
     goto done;
   }
+  int found[NGROUPS] = {0}, count[NGROUPS] = {0};
+  const char *missing[NGROUPS] = {NULL};
   for (size_t i = 0; i < NFIELDS_MODEL; i++) {
+    int g = fields[i].group;
     json_t *v = json_object_get(root, fields[i].key);
+    count[g]++;
+    if (!v && g != G_ALWAYS) {
+      missing[g] = fields[i].key;
+      continue;
+    }
+    found[g]++;
     if (!v) {
       rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': no \"%s\" (seconds%s): the file needs alpha_intra, "
                                   "beta_intra, alpha_inter, beta_inter and gamma", path, fields[i].key,
                       fields[i].key[0] == 'a' ? " per message" : " per byte");
       goto done;
     }
-    double x = json_number_value(v);
-    if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 1) {
-      rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': \"%s\" must be a number of seconds from 0 to 1", path,
-                      fields[i].key);
+    double x = json_number_value(v), max = fields[i].bytes ? 0x1p50 : 1;
+    if (!json_is_number(v) || !isfinite(x) || x < 0 || x > max) {
+      rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': \"%s\" must be a number %s", path, fields[i].key,
+                      fields[i].bytes ? "of bytes from 0 to 2^50" : "of seconds from 0 to 1");
       goto done;
     }
     *field(m, i) = x;
   }
+  /* One without the other would leave half of a form at 0. */
+  for (int g = 1; g < NGROUPS; g++) {
+    group_keys(g, keys, sizeof keys);
+    if (found[g] && found[g] < count[g]) {
+      rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': no \"%s\": %s come together (written by `cltrain bench "
+                                  "allreduce --fit` on one node), or neither", path, missing[g], keys);
+      goto done;
+    }
+    if (found[g] && group_needs[g] != G_ALWAYS && !found[group_needs[g]]) {
+      group_keys(group_needs[g], needs, sizeof needs);
+      rc = clt__error(CLT_EINVAL, "CLT_COMM_MODEL='%s': %s without %s (the far bytes' cost adds to those)", path,
+                      keys, needs);
+      goto done;
+    }
+  }
+  m->shm.set = found[G_SHM] > 0;
+  m->ring.set = found[G_RING] > 0;
   clt__strlcpy(m->source, path, sizeof m->source);
 done:
   json_decref(root);
