@@ -73,7 +73,9 @@
 static int cross(const clt_comm *c) { return c->layout.nnodes > 1; }
 
 /* A fitted form: waits α + moved (n β + (n - F)+ β_far), where moved is
- * the bytes a rank moves per byte of the buffer. */
+ * the bytes a rank moves per byte of the buffer. `cltrain bench allreduce
+ * --fit` fits these forms with their factors of its own
+ * (src/cli/cmd_bench_fit.c, fit_factors): change both together. */
 static double fitted_cost(const clt__fitted_terms *f, double waits, double moved, double n) {
   return waits * f->alpha + moved * (n * f->beta + fmax(0, n - f->far_bytes) * f->beta_far);
 }
