@@ -43,15 +43,16 @@ export FAULT_DIR
 
 now() { date +%s; }
 
-# fault NP RANK SIGNAL: train on NP ranks, send SIGNAL to RANK after steps
-# are under way, and check how the job ends.
+# fault NP RANK SIGNAL [ARGS]: train on NP ranks (with ARGS), send SIGNAL to
+# RANK after steps are under way, and check how the job ends.
 fault() {
   np=$1 victim=$2 sig=$3
+  shift 3
   rm -f "$tmp"/pid.* "$tmp/metrics"
-  echo "== $np ranks, SIG$sig to rank $victim"
+  echo "== $np ranks${*:+ $*}, SIG$sig to rank $victim"
   CLT_TEST_LIMIT=60 sh "$srcdir/tests/mpi_run.sh" "$np" sh "$tmp/rank.sh" "$CLTRAIN" train "$tmp/m.model" \
     --data "$tmp" --normalize scale -e 1000000 -b 12 -d 0 -q --log-every 1 --metrics "$tmp/metrics" \
-    >"$tmp/out" 2>"$tmp/err" &
+    "$@" >"$tmp/out" 2>"$tmp/err" &
   job=$!
   # wait (at most 40 s) for a few logged steps
   i=0
@@ -98,6 +99,10 @@ fault 2 1 KILL
 fault 3 2 KILL
 fault 2 1 STOP
 fault 3 1 STOP
+# Under ZeRO a rank waits for its peers in the reduce-scatter of each
+# bucket and in the parameters' allgather, through a window of its own
+# (comm/shm_gather.c); a stalled peer is named there too.
+fault 3 1 STOP --zero 2
 
 # ---- one rank's bad input ---------------------------------------------------
 # Rank ONE_RANK gets ONE_ARGS after the others' (later options win); the

@@ -5,7 +5,8 @@
 # ranks, 3,2 on 5), where shm forced is two-level; then a rank stopped
 # (SIGSTOP) inside a stream of shm all-reduces, which the others must name
 # in a timeout error within seconds, and one killed (SIGKILL) there, which
-# must end the job with a non-zero status naming it, not hang it.
+# must end the job with a non-zero status naming it, not hang it; and a rank
+# stopped inside ZeRO's allgathers through their own window.
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
 export CLT_TIMEOUT
@@ -62,4 +63,13 @@ for np in 2 3; do
     echo "ok: the job ended with status $rc after $took s, naming rank $victim"
   fi
 done
+
+# ZeRO's allgather in a window of its own (shm_gather.c) waits for its
+# peers with the same code: a rank stopped inside a stream of them is named.
+echo "== a rank stopped inside ZeRO's window allgathers, 3 ranks"
+CT_STALL=1 CT_GATHER=1 CLT_TEST_LIMIT=90 sh "$srcdir/tests/mpi_run.sh" 3 ./tests/test_shm >"$tmp" 2>&1
+rc=$?
+cat "$tmp"
+note $rc "a stopped rank in the window allgather"
+grep -q "is rank 2 alive?" "$tmp" || { echo "FAIL: no survivor of the window allgather named rank 2"; status=1; }
 exit $status

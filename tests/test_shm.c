@@ -11,8 +11,9 @@
  * them or on several nodes; bad values refused; auto among the fitted
  * ones alone), and with CLT_NODE_SIZE giving several pretend nodes, two-level in its place.
  * With CT_STALL set, a rank stopped (SIGSTOP) inside a stream of shm
- * all-reduces is named by the others' timeout error; with CT_KILL, a rank
- * killed there ends the job (tests/shm.sh checks how).
+ * all-reduces (or, with CT_GATHER too, of ZeRO's allgathers in a window,
+ * shm_gather.c) is named by the others' timeout error; with CT_KILL, a
+ * rank killed there ends the job (tests/shm.sh checks how).
  */
 #include <math.h>
 #include <signal.h>
@@ -25,6 +26,8 @@
 #include <mpi.h>
 
 #include <cltrain/mpi.h>
+
+#include "internal.h" /* ZeRO's allgather in a window: internal */
 
 #include "commcheck.h"
 #include "commtest.h"
@@ -403,8 +406,19 @@ END_TEST
  * run shm all-reduces of 16 MiB back to back: the others fail with
  * CLT_ETIMEDOUT naming it, rather than spin on its flags for ever; it is
  * continued after they have, and fails too (its peers are gone). With
- * kill set it is killed instead (SIGKILL): the job ends (tests/shm.sh). */
-static void stopped_rank(int kill_it) {
+ * kill set it is killed instead (SIGKILL): the job ends (tests/shm.sh).
+ * With gather set the stream is of ZeRO's allgathers in a window of their
+ * own (shm_gather.c: each rank fills its block there, then one handshake),
+ * which wait for a peer with the same code and must fail the same way. */
+static int stream_run(clt_allreduce_plan *plan, clt_allgather_plan *gather, size_t mine, float *x) {
+  if (!gather) return clt_allreduce_run(plan, x);
+  float *block = clt__allgather_window_block(gather, rank, 1);
+  ck_assert_ptr_nonnull(block);
+  for (size_t i = 0; i < mine; i++) block[i] = (float)(rank + 1);
+  return clt__allgather_run_filled(gather);
+}
+
+static void stopped_rank(int kill_it, int gather) {
   if (nranks < 2) return;
   clt_comm *c = NULL;
   int victim = nranks - 1;
@@ -413,8 +427,17 @@ static void stopped_rank(int kill_it) {
   ck_assert_int_eq(clt_comm_set_timeout(c, 2), 0);
   size_t n = (size_t)4 << 20;
   clt_allreduce_plan *plan = NULL;
-  ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
-  ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), expected);
+  clt_allgather_plan *g = NULL;
+  size_t *counts = calloc((size_t)nranks, sizeof *counts);
+  ck_assert_ptr_nonnull(counts);
+  for (int r = 0; r < nranks; r++) counts[r] = n / (size_t)nranks + (r == 0 ? n % (size_t)nranks : 0);
+  if (gather) {
+    ck_assert_msg(clt__allgather_plan_create_window(c, n, counts, CLT_F32, &g) == 0, "%s", clt_last_error());
+    ck_assert_msg(clt__allgather_window_block(g, rank, 1) != NULL, "one node: the plan has a window");
+  } else {
+    ck_assert_msg(clt_allreduce_plan_create(c, n, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+    ck_assert_str_eq(clt_allreduce_plan_algorithm(plan), expected);
+  }
   float *x = calloc(n, sizeof *x);
   pid_t child = -1;
   MPI_Barrier(MPI_COMM_WORLD);
@@ -432,7 +455,7 @@ static void stopped_rank(int kill_it) {
   }
   int rc = 0, runs = 0;
   double t0 = MPI_Wtime(), stop = 0;
-  while (rc == 0 && MPI_Wtime() - t0 < 60) rc = clt_allreduce_run(plan, x), runs++;
+  while (rc == 0 && MPI_Wtime() - t0 < 60) rc = stream_run(plan, g, counts[rank], x), runs++;
   stop = MPI_Wtime();
   ck_assert_msg(rc == CLT_ETIMEDOUT, "rank %d: %d runs, then %s: %s", rank, runs, clt_status_name(rc),
                 rc ? clt_last_error() : "no error in 60 s");
@@ -442,24 +465,29 @@ static void stopped_rank(int kill_it) {
     assert_contains(clt_last_error(), want);
     snprintf(want, sizeof want, "for rank %d", victim);
     assert_contains(clt_last_error(), want);
-    fprintf(stderr, "rank %d (%.1f s, run %d): %s\n", rank, stop - t0, runs, clt_last_error());
+    fprintf(stderr, "rank %d (%.1f s, %s %d): %s\n", rank, stop - t0, gather ? "gather" : "run", runs,
+            clt_last_error());
   } else {
     int status = 0;
     waitpid(child, &status, 0);
   }
   /* The communicator refuses further work. */
-  ck_assert_int_ne(clt_allreduce_run(plan, x), 0);
+  ck_assert_int_ne(stream_run(plan, g, counts[rank], x), 0);
   assert_contains(clt_last_error(), "refused");
   clt_allreduce_plan_destroy(plan);
+  clt_allgather_plan_destroy(g);
   MPI_Barrier(MPI_COMM_WORLD);
   clt_comm_destroy(c);
-  free(x);
+  free(x), free(counts);
 }
 
-START_TEST(stalled_rank) { stopped_rank(0); }
+START_TEST(stalled_rank) { stopped_rank(0, 0); }
 END_TEST
 
-START_TEST(killed_rank) { stopped_rank(1); }
+START_TEST(killed_rank) { stopped_rank(1, 0); }
+END_TEST
+
+START_TEST(stalled_in_gather) { stopped_rank(0, 1); }
 END_TEST
 
 int main(int argc, char **argv) {
@@ -478,7 +506,7 @@ int main(int argc, char **argv) {
   TCase *tc = tcase_create("shared-memory all-reduce");
   tcase_set_timeout(tc, 600);
   if (getenv("CT_STALL")) {
-    tcase_add_test(tc, stalled_rank);
+    tcase_add_test(tc, getenv("CT_GATHER") ? stalled_in_gather : stalled_rank);
   } else if (getenv("CT_KILL")) {
     tcase_add_test(tc, killed_rank);
   } else {
