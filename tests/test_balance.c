@@ -6,8 +6,9 @@
  * replica whose fixed cost alone is longer than the step without it, and
  * keep a --balance-min-share floor; and the whole loop (runs noted, fits,
  * re-splits, probes) on a one-rank job of two simulated replicas settles,
- * probes a replica at 0 at a bounded rate, and gives it work back once it
- * becomes fast. Links the internal library.
+ * probes a replica at 0 at a bounded rate, gives it work back once it
+ * becomes fast, and does not re-split for gains that would not pay for
+ * what new shares cost. Links the internal library.
  */
 #include <check.h>
 #include <math.h>
@@ -144,7 +145,11 @@ typedef struct sim {
   clt__dp *dp;
   double fixed[2], per[2]; /* the simulated devices */
   double contention;       /* seconds a step loses when both run (they share cores) */
+  double resplit;          /* seconds the first step after new shares loses (kernels built for them) */
+  double drift;            /* replica 1's slow swing, a fraction of its per-sample cost */
   int64_t step, probes;    /* steps done; steps that gave a probe's one sample */
+  int64_t resplits;        /* steps whose shares differ from the step before's */
+  int64_t last[2];
 } sim;
 
 static void sim_start(sim *s, int64_t batch, int64_t min_share) {
@@ -170,14 +175,18 @@ static void sim_run(sim *s, int n) {
   for (int k = 0; k < n; k++) {
     const int64_t *sh = clt__dp_shares(s->dp);
     s->probes += sh[1] == 1;
+    int fresh = s->step > 0 && (sh[0] != s->last[0] || sh[1] != s->last[1]);
+    s->resplits += fresh;
+    s->last[0] = sh[0], s->last[1] = sh[1];
     double wall = 0;
     for (int i = 0; i < 2; i++)
       if (sh[i] > 0) {
-        double took = (s->fixed[i] + s->per[i] * sh[i]) * wobble((int)s->step + 5 * i);
+        double per = s->per[i] * (i == 1 ? 1 + s->drift * sin((double)s->step / 40.0) : 1);
+        double took = (s->fixed[i] + per * sh[i]) * wobble((int)s->step + 5 * i);
         clt__dp_note_run(s->dp, i, sh[i], took);
         wall = took > wall ? took : wall;
       }
-    clt__dp_note_step(s->dp, wall + s->contention * (sh[0] > 0 && sh[1] > 0));
+    clt__dp_note_step(s->dp, wall + s->contention * (sh[0] > 0 && sh[1] > 0) + s->resplit * fresh);
     s->step++;
     int changed;
     if (clt__dp_rebalance_due(s->dp, s->step)) ck_assert_int_eq(clt__dp_rebalance(s->dp, s->step, &changed), 0);
@@ -238,6 +247,39 @@ START_TEST(measured_steps_overrule_the_model) {
 }
 END_TEST
 
+/* Two PoCL ranks, one slowed to about half speed (bench/hetero.sh rig a),
+ * where new shares cost 0.45 s (kernels built for the new batch sizes) and
+ * the slow one's speed swings by 15%: the split settles and stays, rather
+ * than follow the swing a sample at a time and pay 0.45 s for each move;
+ * a real change (it becomes 3x slower) still moves it. */
+START_TEST(a_resplit_must_pay_for_itself) {
+  for (int costly = 0; costly < 2; costly++) {
+    sim s;
+    sim_start(&s, 64, 0);
+    s.fixed[0] = 0.0005, s.per[0] = 0.00064;
+    s.fixed[1] = 0.0005, s.per[1] = 0.00118;
+    s.drift = 0.15;
+    s.resplit = costly ? 0.45 : 0;
+    sim_run(&s, 40);
+    int64_t before = s.resplits;
+    sim_run(&s, 600);
+    int64_t moves = s.resplits - before;
+    const int64_t *sh = clt__dp_shares(s.dp);
+    if (costly)
+      ck_assert_msg(moves == 0, "%lld re-splits in 600 steps at 0.45 s each (now %lld:%lld)", (long long)moves,
+                    (long long)sh[0], (long long)sh[1]);
+    else /* free re-splits: it follows the swing (what makes this test see the rule) */
+      ck_assert_msg(moves >= 2, "%lld re-splits in 600 steps", (long long)moves);
+    ck_assert_msg(sh[1] >= 19 && sh[1] <= 25, "shares %lld:%lld", (long long)sh[0], (long long)sh[1]);
+    s.per[1] *= 3;
+    sim_run(&s, 100);
+    sh = clt__dp_shares(s.dp);
+    ck_assert_msg(sh[1] >= 6 && sh[1] <= 10, "3x slower: shares %lld:%lld", (long long)sh[0], (long long)sh[1]);
+    sim_stop(&s);
+  }
+}
+END_TEST
+
 START_TEST(the_floor_holds_and_bad_floors_are_refused) {
   sim s;
   sim_start(&s, 64, 4);
@@ -273,6 +315,7 @@ int main(void) {
   tcase_add_test(tc, the_shares_are_the_min_max_optimum);
   tcase_add_test(tc, the_loop_settles_probes_and_gives_work_back);
   tcase_add_test(tc, measured_steps_overrule_the_model);
+  tcase_add_test(tc, a_resplit_must_pay_for_itself);
   tcase_add_test(tc, the_floor_holds_and_bad_floors_are_refused);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -26,6 +26,15 @@
  * measurement is fresh, and a replica with a small share is tried without
  * once, for one re-split.
  *
+ * New shares cost a step of their own: kernels are specialised to the new
+ * batch sizes (PoCL builds a work-group function for every local size it
+ * has not seen: 0.2-0.5 s on the CNN), and the prefetchers refill. That
+ * cost is measured (the first step after a re-split, against the window's
+ * other steps, every rank's most) and a re-split whose predicted gain would
+ * not pay it back within PAYBACK_STEPS steps is not made: two PoCL ranks,
+ * one slowed (bench/hetero.sh rig a), lost 0.9 s of every 3 s to re-splits
+ * by a sample or two that the fits' noise asked for.
+ *
  * A replica at 0 samples cannot be measured, so it is probed: every so
  * often (probe_gap steps, doubling while it stays at 0, up to
  * PROBE_GAP_MAX rebalances) it gets one sample for one step, and a probe
@@ -51,6 +60,10 @@ enum {
 /* Keep the current shares while their predicted time is within 1/KEEP_SLACK
  * of the best (re-splitting drains the prefetchers: not for noise). */
 #define KEEP_SLACK 32
+
+/* ... or while the gain would take longer than this many steps to pay for
+ * what the last re-split cost. */
+#define PAYBACK_STEPS 100
 
 /* Measured steps: a set of replicas is held slower than another when its
  * steps took WALL_MARGIN longer; a measurement is trusted for SET_MEMORY
@@ -214,6 +227,7 @@ static int adopt_shares(clt__dp *dp, const int64_t *next);
 int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_batch) {
   int rc = CLT_OK;
   dp->micro_batch = micro_batch;
+  dp->runs_per_step = o->accumulate > 1 ? o->accumulate : 1;
   dp->auto_balance = o->balance == CLT_BALANCE_AUTO;
   dp->every = o->balance_every > 0 ? o->balance_every : 1;
   dp->min_share = o->balance == CLT_BALANCE_AUTO ? o->balance_min_share : 0;
@@ -389,7 +403,8 @@ const double *clt__dp_throughput(const clt__dp *dp) { return dp->throughput; }
 
 void clt__dp_note_step(clt__dp *dp, double seconds) {
   if (dp->skip_wall) {
-    dp->skip_wall = 0;
+    if (dp->measure_resplit && seconds > 0 && isfinite(seconds)) dp->resplit_wall = seconds;
+    dp->skip_wall = dp->measure_resplit = 0;
     return;
   }
   if (seconds > 0 && isfinite(seconds)) dp->wall_sum += seconds, dp->wall_steps++;
@@ -507,18 +522,23 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   *changed = 0;
   int probed = dp->probed; /* the replica probed in the step just done, or -1 */
   dp->probed = -1;
-  /* The window's measured step time: the slowest rank's, the same everywhere. */
-  double wall = dp->wall_steps ? dp->wall_sum / (double)dp->wall_steps : 0;
-  dp->wall_sum = 0, dp->wall_steps = 0;
+  /* The window's measured step time, and its first step's after new
+   * shares: the slowest rank's, the same everywhere. */
+  double wall = dp->wall_steps ? dp->wall_sum / (double)dp->wall_steps : 0, first = dp->resplit_wall;
+  dp->wall_sum = 0, dp->wall_steps = 0, dp->resplit_wall = 0;
   dp->rebalances++;
   if (dp->nranks > 1) {
-    double *walls = clt__calloc(dp->nranks, sizeof *walls);
+    double mine[2] = {wall, first}, *walls = clt__calloc(2 * (size_t)dp->nranks, sizeof *walls);
     if (!walls) return CLT_ENOMEM;
-    rc = clt_allgather(dp->comm, &wall, sizeof wall, walls);
-    for (int r = 0; rc == CLT_OK && r < dp->nranks; r++) wall = walls[r] > wall ? walls[r] : wall;
+    rc = clt_allgather(dp->comm, mine, sizeof mine, walls);
+    for (int r = 0; rc == CLT_OK && r < dp->nranks; r++) {
+      wall = walls[2 * r] > wall ? walls[2 * r] : wall;
+      first = walls[2 * r + 1] > first ? walls[2 * r + 1] : first;
+    }
     free(walls);
     if (rc < 0) return rc;
   }
+  if (first > 0 && wall > 0) dp->resplit_ps = first > wall ? (int64_t)llround((first - wall) * 1e12) : 0;
   CLT_TRY(clt__dp_gather_rates(dp));
   /* Not measured yet: a replica with samples and no fit (its first, warm-up
    * run is not counted). One at 0 without a fit is probed below. */
@@ -534,7 +554,8 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   rc = clt__shares_minmax(R, model, dp->micro_batch, dp->min_share, next);
   int64_t best = rc == CLT_OK ? clt__shares_predict_ps(R, model, next, dp->micro_batch) : 0;
   int64_t now = rc == CLT_OK ? clt__shares_predict_ps(R, model, dp->shares, dp->micro_batch) : 0;
-  int keep = rc == CLT_OK && probed < 0 && !dp->exploring && now - best <= best / KEEP_SLACK;
+  int keep = rc == CLT_OK && probed < 0 && !dp->exploring &&
+             (now - best <= best / KEEP_SLACK || (now - best) * dp->runs_per_step * PAYBACK_STEPS <= dp->resplit_ps);
   for (int r = 0; keep && r < R; r++) keep = dp->cost[r].shares_seen || dp->shares[r] == 0;
   if (keep) memcpy(next, dp->shares, (size_t)R * sizeof *next);
   if (rc == CLT_OK) rc = measured_override(dp, model, wall, probed, steps_done, next);
@@ -568,6 +589,7 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   *changed = memcmp(next, dp->shares, (size_t)R * sizeof *next) != 0;
   if (*changed) {
     dp->skip_wall = 1;
+    dp->measure_resplit = probed < 0 && dp->probed < 0; /* neither into nor out of a probe */
     CLT_TRY(adopt_shares(dp, next));
     char line[512];
     int at = 0;

@@ -64,6 +64,10 @@ struct clt__dp {
   double wall_sum;
   int64_t wall_steps, rebalances;
   int skip_wall;               /* the first step after new shares (prefetchers refill, replicas catch up) */
+  int measure_resplit;         /* ... and its wall time is what new shares cost (not a probe's) */
+  double resplit_wall;         /* that step's wall time, this rank (0: none this window) */
+  int64_t resplit_ps;          /* what the last new shares cost beyond a step (every rank's most) */
+  int64_t runs_per_step;       /* micro-batches a step (--accumulate) */
   int exploring;               /* this window tries a set the model did not choose */
 
   /* buckets.c: the layout, an all-reduce plan per bucket (NULL with one
