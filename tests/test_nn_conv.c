@@ -47,6 +47,9 @@ static const conv_case conv_cases[] = {
     /* On PoCL, im2col and col2im move rows for planes up to 64 wide (the
      * cases above) and elements beyond (src/nn/conv.c, by_rows): */
     {1, 4, 3, 70, 2, 3, 3, 1, 1, 1, 1, 1, 1}, /* K = 36, planes 70 wide */
+    /* A first layer's weight gradient on PoCL takes rows 16 columns at a
+     * time, then 8, 4, 2 and 1 (cl/conv.cl): 31 = 16 + 8 + 4 + 2 + 1 */
+    {3, 1, 4, 31, 3, 3, 3, 1, 1, 1, 1, 1, 2}, /* K = 9, 'same' 3x3, planes 31 wide */
 };
 
 typedef struct conv_state {
