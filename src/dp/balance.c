@@ -26,9 +26,11 @@
  * measurement is fresh, and a replica with a small share is tried without
  * once, for one re-split.
  *
- * New shares cost a step of their own: kernels are specialised to the new
- * batch sizes (PoCL builds a work-group function for every local size it
- * has not seen: 0.2-0.5 s on the CNN), and the prefetchers refill. That
+ * New shares cost a step of their own: kernels are built for the new batch
+ * sizes (src/blas_cpu.c compiles the last rows' and columns' tile sizes
+ * into its GEMMs, and PoCL builds a work-group function for every local
+ * size it has not seen: 0.2-0.5 s a re-split on the CNN with PoCL's kernel
+ * cache warm, 5 s cold), and the prefetchers refill. That
  * cost is measured (the first step after a re-split, against the window's
  * other steps, every rank's most) and a re-split whose predicted gain would
  * not pay it back within PAYBACK_STEPS steps is not made: two PoCL ranks,
