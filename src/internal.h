@@ -226,7 +226,8 @@ struct clt_context {
   cl_command_queue queue;      /* in-order, profiling on: all compute */
   cl_command_queue xfer_queue; /* in-order: copies that overtake queued compute */
   struct clt_program_entry *programs;
-  cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, made on first use */
+  cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, then results: made on first use */
+  size_t reduce_slots;   /* results it has room for (clt__sumsq_many) */
   cl_mem scratch;        /* clt__context_scratch's */
   cl_mem gemm_scratch;   /* src/blas_cpu.c's transposed operands, beside any op's scratch */
   int counted;           /* made whole: counted among the live contexts */
@@ -289,6 +290,10 @@ int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char 
  * buffer replaced while queued kernels still use it is freed only after
  * them). Reserve the most an owner will need up front to fail early. */
 int clt__context_scratch(clt_context *ctx, size_t bytes, cl_mem *out);
+/* out[k] = clt_sumsq of x[k], k < n: every reduction queued, then one read
+ * of all n (the same kernels, so the same bits, as n calls of clt_sumsq,
+ * which would each wait for the device). */
+int clt__sumsq_many(clt_context *ctx, const clt_tensor *x, int n, float *out);
 /* The same for the buffer in *slot (one of ctx's), `what` naming it in
  * the error when it cannot grow. */
 int clt__context_buffer(clt_context *ctx, cl_mem *slot, size_t bytes, const char *what, cl_mem *out);

@@ -129,32 +129,48 @@ fail:
   return rc;
 }
 
-static int reduce(clt_context *ctx, const clt_tensor *x, int square, float *out) {
+/* Sums (of squares) of n tensors into out[0, n): two passes each, the
+ * first into partial[0, G), the second into result slot G + k, then one
+ * read of the n results, so the host waits once for all of them. */
+static int reduce(clt_context *ctx, const clt_tensor *x, int n, int square, float *out) {
   int rc = CLT_OK;
   cl_kernel k1, k2;
   const char *op = square ? "sumsq" : "sum";
-  CLT_TRY(check_f32(x, op));
+  if (n < 1) return CLT_OK;
+  for (int i = 0; i < n; i++) CLT_TRY(check_f32(&x[i], op));
   CLT_TRY(clt_context_kernel(ctx, "reduce", "reduce_sum_f32", square ? "-DSQUARE=1" : "-DSQUARE=0", &k1));
   CLT_TRY(clt_context_kernel(ctx, "reduce", "reduce_sum_f32", "-DSQUARE=0", &k2));
   /* A CPU device runs a work-group at a time per thread, each start a cost
    * of its own (PoCL: 256 groups took longer than the sums in them): 8. */
   size_t groups = ctx->info.type == CLT_DEVICE_CPU ? 8 : REDUCE_GROUPS;
   size_t wgs1 = clt__clamp_wgs(ctx, k1, 256), wgs2 = clt__clamp_wgs(ctx, k2, groups);
-  /* partial[0..G) from pass 1, partial[G] the result of pass 2. */
-  if (!ctx->reduce_scratch) CLT_TRY(clt_buffer_create(ctx, (REDUCE_GROUPS + 1) * sizeof(float), &ctx->reduce_scratch));
+  if (ctx->reduce_scratch && ctx->reduce_slots < (size_t)n) { /* every earlier use ended in a blocking read */
+    clReleaseMemObject(ctx->reduce_scratch);
+    ctx->reduce_scratch = NULL;
+  }
+  if (!ctx->reduce_scratch) {
+    size_t slots = (size_t)n > ctx->reduce_slots ? (size_t)n : ctx->reduce_slots ? ctx->reduce_slots : 1;
+    CLT_TRY(clt_buffer_create(ctx, (REDUCE_GROUPS + slots) * sizeof(float), &ctx->reduce_scratch));
+    ctx->reduce_slots = slots;
+  }
   cl_mem partial = ctx->reduce_scratch;
-  CLT_TRY(reduce_pass(ctx, k1, x->buf, elem_off(x), (cl_ulong)clt_tensor_numel(x), partial, 0, groups, wgs1));
-  CLT_TRY(reduce_pass(ctx, k2, partial, 0, groups, partial, REDUCE_GROUPS, 1, wgs2));
-  CLT_CL_TRY(clEnqueueReadBuffer(ctx->queue, partial, CL_TRUE, REDUCE_GROUPS * sizeof(float), sizeof(float), out,
-                                 0, NULL, NULL));
+  for (int i = 0; i < n; i++) {
+    CLT_TRY(reduce_pass(ctx, k1, x[i].buf, elem_off(&x[i]), (cl_ulong)clt_tensor_numel(&x[i]), partial, 0, groups,
+                        wgs1));
+    CLT_TRY(reduce_pass(ctx, k2, partial, 0, groups, partial, REDUCE_GROUPS + (cl_ulong)i, 1, wgs2));
+  }
+  CLT_CL_TRY(clEnqueueReadBuffer(ctx->queue, partial, CL_TRUE, REDUCE_GROUPS * sizeof(float),
+                                 (size_t)n * sizeof(float), out, 0, NULL, NULL));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
 
-int clt_sum(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 0, out); }
+int clt_sum(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 1, 0, out); }
 
-int clt_sumsq(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 1, out); }
+int clt_sumsq(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 1, 1, out); }
+
+int clt__sumsq_many(clt_context *ctx, const clt_tensor *x, int n, float *out) { return reduce(ctx, x, n, 1, out); }
 
 int clt_convert(clt_context *ctx, const clt_tensor *src, const clt_tensor *dst) {
   int rc = CLT_OK;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "internal.h" /* clt__sumsq_many */
 #include "testutil.h"
 
 /* Sizes: one element, less than a work-group, not a multiple of anything. */
@@ -105,6 +106,40 @@ START_TEST(reductions_match_plain_c_and_repeat_bitwise) {
       clt_buffer_release(dx);
       free(x);
     }
+  }
+}
+END_TEST
+
+/* Several sums of squares in one call (clt__sumsq_many: every reduction
+ * queued, one read): each the bits of clt_sumsq of the same tensor, for
+ * parts of different sizes and offsets in one buffer, as the scratch grows
+ * (1, then 5 results) and is reused by fewer (3). The trainer's gradient
+ * norm on several ranks reads its parts this way. */
+START_TEST(many_sums_of_squares_in_one_read) {
+  static const size_t at[5] = {0, 3, 1000, 1001, 5000}, len[5] = {1, 997, 1, 3999, 12345};
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_context *ctx = tu_ctx[d];
+    size_t total = at[4] + len[4];
+    float *x = malloc(total * 4);
+    ref_random(x, total, 11);
+    cl_mem dx = tu_buffer(ctx, x, total);
+    clt_tensor parts[5];
+    float one[5], many[5];
+    for (int k = 0; k < 5; k++) {
+      parts[k] = view(dx, at[k], len[k]);
+      ck_assert_int_eq(clt_sumsq(ctx, &parts[k], &one[k]), 0);
+    }
+    static const int counts[3] = {1, 5, 3};
+    for (int c = 0; c < 3; c++) {
+      memset(many, 0xff, sizeof many);
+      ck_assert_msg(clt__sumsq_many(ctx, parts, counts[c], many) == 0, "%s", clt_last_error());
+      for (int k = 0; k < counts[c]; k++)
+        ck_assert_msg(memcmp(&many[k], &one[k], 4) == 0, "part %d of %d on %s: %.9g, alone %.9g", k, counts[c],
+                      tu_name(ctx), many[k], one[k]);
+    }
+    ck_assert_int_eq(clt__sumsq_many(ctx, parts, 0, many), 0); /* none: nothing read */
+    clt_buffer_release(dx);
+    free(x);
   }
 }
 END_TEST
@@ -253,6 +288,7 @@ int main(void) {
   TCase *tc = tcase_create("kernels");
   tcase_add_test(tc, elementwise_match_plain_c);
   tcase_add_test(tc, reductions_match_plain_c_and_repeat_bitwise);
+  tcase_add_test(tc, many_sums_of_squares_in_one_read);
   tcase_add_test(tc, views_check_their_shapes);
   tcase_add_test(tc, buffers_and_pinned_memory);
   tcase_add_test(tc, a_failed_build_returns_its_log);

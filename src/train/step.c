@@ -88,6 +88,8 @@ static int skip_step(clt_trainer *t, int *skipped) {
  * and of ZeRO are the same bits (src/dp/zero.c). */
 static int gradient_sumsq(clt_trainer *t, float *ss) {
   int rc = CLT_OK, n;
+  clt_tensor *r = NULL; /* the parts' views and sums, on several ranks */
+  float *sums = NULL;
   const clt__shard_range *part = clt__dp_norm_parts(t->dp, &n);
   if (t->sitting) { /* the sum is on the host */
     double acc = 0;
@@ -120,19 +122,25 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
     return CLT_OK;
   }
   if (!part) return clt_sumsq(t->ctx[lead], &g, ss);
+  /* Every part's sum queued, one wait for all of them (a wait a bucket
+   * cost the deep MLP of bench/zero.sh about 0.1 ms each, 6 a step), then
+   * added in part order: the same bits as a sum at a time. */
   double v[1] = {0};
+  int m = 0;
+  r = clt__calloc(n ? (size_t)n : 1, sizeof *r);
+  sums = clt__calloc(n ? (size_t)n : 1, sizeof *sums);
+  if (!r || !sums) { rc = CLT_ENOMEM; goto fail; }
   for (int k = 0; k < n; k++) {
-    clt_tensor r;
-    float sum = 0;
     if (part[k].n == 0) continue;
     CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)(pooled ? part[k].state_at : part[k].lo) * 4, CLT_F32, 1,
-                            &part[k].n, &r));
-    CLT_TRY(clt_sumsq(t->ctx[lead], &r, &sum));
-    v[0] += sum;
+                            &part[k].n, &r[m++]));
   }
+  CLT_TRY(clt__sumsq_many(t->ctx[lead], r, m, sums));
+  for (int k = 0; k < m; k++) v[0] += sums[k];
   CLT_TRY(clt__trainer_sum(t, v, 1));
   *ss = (float)v[0];
 fail:
+  free(r), free(sums);
   return rc;
 }
 
