@@ -122,9 +122,10 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
     return CLT_OK;
   }
   if (!part) return clt_sumsq(t->ctx[lead], &g, ss);
-  /* Every part's sum queued, one wait for all of them (a wait a bucket
-   * cost the deep MLP of bench/zero.sh about 0.1 ms each, 6 a step), then
-   * added in part order: the same bits as a sum at a time. */
+  /* Every part's sum queued, one wait for all of them (not a wait a
+   * bucket: 6 a step for bench/zero.sh's deep MLP, each a wake-up of the
+   * host, which a core shared with other work pays dearly), then added in
+   * part order: the same bits as a sum at a time. */
   double v[1] = {0};
   int m = 0;
   r = clt__calloc(n ? (size_t)n : 1, sizeof *r);
