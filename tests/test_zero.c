@@ -506,9 +506,12 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, sgd_momentum);
   /* On one rank every stage is --zero 0 (clt__dp_zero_set says so in the
-   * log): the same code on both sides, nothing more for these to compare. */
-  if (nranks > 1) {
-    tcase_add_test(tc, adamw);
+   * log): the same code on both sides, nothing more for these to compare.
+   * SGD and AdamW are compared on 2 to 4 ranks; clipping, accumulation and
+   * the f16 wire on 2 and 3 (even and uneven shards), where 4 ranks on
+   * this machine's 2 cores add 16 s alone (54 to 38 s) and no new case. */
+  if (nranks > 1) tcase_add_test(tc, adamw);
+  if (nranks > 1 && nranks < 4) {
     tcase_add_test(tc, adam_clipping);
     tcase_add_test(tc, accumulation);
     tcase_add_test(tc, fp16_wire);
