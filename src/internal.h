@@ -226,8 +226,7 @@ struct clt_context {
   cl_command_queue queue;      /* in-order, profiling on: all compute */
   cl_command_queue xfer_queue; /* in-order: copies that overtake queued compute */
   struct clt_program_entry *programs;
-  cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, then results: made on first use */
-  size_t reduce_slots;   /* results it has room for (clt__sumsq_many) */
+  cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, then their results: clt__context_buffer's */
   cl_mem scratch;        /* clt__context_scratch's */
   cl_mem gemm_scratch;   /* src/blas_cpu.c's transposed operands, beside any op's scratch */
   int counted;           /* made whole: counted among the live contexts */

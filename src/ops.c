@@ -144,16 +144,9 @@ static int reduce(clt_context *ctx, const clt_tensor *x, int n, int square, floa
    * of its own (PoCL: 256 groups took longer than the sums in them): 8. */
   size_t groups = ctx->info.type == CLT_DEVICE_CPU ? 8 : REDUCE_GROUPS;
   size_t wgs1 = clt__clamp_wgs(ctx, k1, 256), wgs2 = clt__clamp_wgs(ctx, k2, groups);
-  if (ctx->reduce_scratch && ctx->reduce_slots < (size_t)n) { /* every earlier use ended in a blocking read */
-    clReleaseMemObject(ctx->reduce_scratch);
-    ctx->reduce_scratch = NULL;
-  }
-  if (!ctx->reduce_scratch) {
-    size_t slots = (size_t)n > ctx->reduce_slots ? (size_t)n : ctx->reduce_slots ? ctx->reduce_slots : 1;
-    CLT_TRY(clt_buffer_create(ctx, (REDUCE_GROUPS + slots) * sizeof(float), &ctx->reduce_scratch));
-    ctx->reduce_slots = slots;
-  }
-  cl_mem partial = ctx->reduce_scratch;
+  cl_mem partial;
+  CLT_TRY(clt__context_buffer(ctx, &ctx->reduce_scratch, (REDUCE_GROUPS + (size_t)n) * sizeof(float),
+                              "the sums' scratch", &partial));
   for (int i = 0; i < n; i++) {
     CLT_TRY(reduce_pass(ctx, k1, x[i].buf, elem_off(&x[i]), (cl_ulong)clt_tensor_numel(&x[i]), partial, 0, groups,
                         wgs1));
