@@ -42,10 +42,12 @@ train() { # NAME NP ZERO
 # first 10 (kernel builds, warm-up); with "exposed", only its part while no
 # backward ran (comm_s x (1 - comm_hidden)). A shared machine's bursts land
 # on some steps and inflate a mean several-fold; the median step is what
-# the exchange costs. At stage 2 the backward waits for a bucket buffer
-# until the host has read it, so it runs alongside the exchange instead of
-# ahead of it: on a CPU device of one thread the exchange's reads take
-# turns with its kernels, and that time is hidden, not exposed.
+# the exchange costs. At stage 2 a CPU device copies each bucket out of its
+# buffer on the compute queue as the bucket closes (model/replica_pool.c),
+# so the exchange starts from the copy; CLT_ZERO2_COPY_OUT=0 measures the
+# GPUs' way instead (the exchange reads on its own queue, and the backward
+# waits for it to free a buffer: on a CPU device of one thread the reads
+# then take turns with the backward's kernels, which land in the clock).
 comm() {
   /usr/bin/python3 -c '
 import json, statistics, sys

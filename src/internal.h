@@ -87,20 +87,36 @@ int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t byt
  * run, whose reads follow the writes on those queues. */
 int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                      const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets);
-/* The same with the result written to out_bufs[q] from byte out_offsets[q]
- * instead of back in place (out_bufs NULL: in place): the elements this
- * rank ends with, packed (a reduce-scatter's part from out_offsets[q]).
- * ZeRO stage 2 reads a bucket from a reusable buffer and keeps its part in
- * the shard's gradient (src/dp/zero.c). */
-int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
-                                    const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets,
-                                    const cl_mem *out_bufs, const size_t *out_offsets);
+/* A device run in full: n replicas' buffers, each read on queues[q] (the
+ * staging is that queue's) and summed; the result written on
+ * write_queues[q], to out_bufs[q] from byte out_offsets[q] instead of back
+ * in place (out_bufs NULL: in place): the elements this rank ends with,
+ * packed (a reduce-scatter's part from out_offsets[q]). ZeRO stage 2 reads
+ * a bucket from a reusable buffer and keeps its part in the shard's
+ * gradient (src/dp/zero.c). copied[q] (copied NULL, or copied[q] NULL:
+ * none): replica q's bytes are already on their way into its staging
+ * (clt__plan_staging), copied there by that event on a queue of the
+ * caller's, and the run reads nothing of replica q itself. */
+typedef struct clt__device_run {
+  int n;
+  const cl_command_queue *queues, *write_queues;
+  const cl_mem *bufs;
+  const size_t *offsets;
+  const cl_mem *out_bufs;
+  const size_t *out_offsets;
+  const cl_event *copied;
+} clt__device_run;
+int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_run *run);
 /* The pinned staging of a device run on these queues (one per replica,
  * count x element size each), made now rather than at the first run, so
  * that a memory report made before training sees it; and its bytes for
  * replica q (0 while there is none). */
 int clt__plan_prepare_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues);
 size_t clt__plan_staged_bytes(const clt_allreduce_plan *plan, int q);
+/* Where replica q's bytes go in that staging (count x element size), or
+ * NULL while there is none. It stays until the plan is destroyed or run on
+ * other queues. */
+void *clt__plan_staging(const clt_allreduce_plan *plan, int q);
 /* Segment offsets for `count` elements over `size` ranks (size + 1): the
  * first count % size segments get one element more (src/comm/ring.c). */
 void clt__segments(size_t count, int size, size_t *seg_off);

@@ -10,7 +10,8 @@
  *     SGD with momentum (and Nesterov, weight decay), SGD without state,
  *     AdamW with its decay mask, Adam with clipping (the global norm),
  *     accumulated micro-batches, fp16 gradients on the wire, two devices
- *     on every rank;
+ *     on every rank; at stage 2, buckets copied out on the compute queue
+ *     (CPU devices) and read by the exchange (GPUs; CLT_ZERO2_COPY_OUT=0);
  *   - the shards cover the arena once: their sizes add up to the
  *     parameter count over the ranks, each smaller than it on 2+ ranks;
  *   - a checkpoint saved at --zero 1 or 2 holds the whole state: resumed
@@ -165,6 +166,22 @@ START_TEST(fp16_wire) {
   o.precision = CLT_F16;
   o.loss_scale = 1024;
   same_as_zero0(&o, "fp16, gradients as half on the wire");
+}
+END_TEST
+
+/* Stage 2 as on a GPU: the exchange reads each bucket out of its buffer on
+ * its own queue and frees the buffer with a user event, instead of the
+ * CPU devices' copy on the compute queue as the bucket closes. */
+START_TEST(stage2_read_by_the_exchange) {
+  clt_train_options o;
+  setenv("CLT_ZERO2_COPY_OUT", "0", 1);
+  options(&o, 2);
+  same_as_zero0(&o, "SGD momentum 0.9, buckets read by the exchange");
+  options(&o, 2);
+  o.precision = CLT_F16;
+  o.loss_scale = 1024;
+  same_as_zero0(&o, "fp16 wire, buckets read by the exchange");
+  unsetenv("CLT_ZERO2_COPY_OUT");
 }
 END_TEST
 
@@ -515,6 +532,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, adam_clipping);
     tcase_add_test(tc, accumulation);
     tcase_add_test(tc, fp16_wire);
+    tcase_add_test(tc, stage2_read_by_the_exchange);
   }
   tcase_add_test(tc, two_devices_per_rank);
   tcase_add_test(tc, shards_cover_the_arena);

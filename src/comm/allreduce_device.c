@@ -116,6 +116,11 @@ size_t clt__plan_staged_bytes(const clt_allreduce_plan *plan, int q) {
   return clt_pinned_size(plan->dev->pinned[q]);
 }
 
+void *clt__plan_staging(const clt_allreduce_plan *plan, int q) {
+  if (!plan || !plan->dev || q < 0 || q >= plan->dev->n) return NULL;
+  return clt_pinned_ptr(plan->dev->pinned[q]);
+}
+
 static unsigned char *staged(const struct clt__dev_staging *dev, int q, size_t elem) {
   return (unsigned char *)clt_pinned_ptr(dev->pinned[q]) + elem * dev->plan->ops->esize;
 }
@@ -295,12 +300,11 @@ int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_
 
 int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                      const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets) {
-  return clt__allreduce_run_devices_into(plan, n, queues, write_queues, bufs, offsets, NULL, NULL);
+  clt__device_run run = {n, queues, write_queues, bufs, offsets, NULL, NULL, NULL};
+  return clt__allreduce_run_devices_into(plan, &run);
 }
 
-int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
-                                    const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets,
-                                    const cl_mem *out_bufs, const size_t *out_offsets) {
+int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_run *run) {
   int rc = CLT_OK;
   struct clt__dev_staging *dev = NULL;
   clt__op op;
@@ -308,14 +312,25 @@ int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_co
 
   if (!plan) return clt__error(CLT_EINVAL, "a device run: no plan");
   const char *fn = plan->kind->run_devices_fn;
+  int n = run->n;
+  const cl_command_queue *queues = run->queues, *write_queues = run->write_queues;
+  const cl_mem *bufs = run->bufs, *out_bufs = run->out_bufs;
+  const size_t *offsets = run->offsets;
   if (n != plan->replicas || !queues || !bufs)
     return clt__error(CLT_EINVAL, "%s: %d buffers given, the plan was made for %d replicas", fn, n, plan->replicas);
   if (n > CLT__MAX_LOCAL_REPLICAS)
     return clt__error(CLT_EINVAL, "%s: %d replicas (at most %d per process)", fn, n, CLT__MAX_LOCAL_REPLICAS);
   for (int q = 0; q < n; q++) CLT_TRY(check_buffer(plan, q, bufs[q], offsets ? offsets[q] : 0));
+  /* Copies already made go into the staging they were given: it must be
+   * the one this run uses. */
+  for (int q = 0; run->copied && q < n; q++)
+    if (run->copied[q] && (!plan->dev || plan->dev->n != n || plan->dev->queues[q] != queues[q]))
+      return clt__error(CLT_EINVAL, "internal: %s: replica %d's bytes were copied to a staging this run does not use",
+                        fn, q);
   CLT_TRY(clt__allreduce_begin(plan, &op));
   if (plan->count == 0) return CLT_OK;
-  if (n == 1 && write_queues[0] == queues[0] && !out_bufs && plan->kind->gathers && unified(queues[0]))
+  if (n == 1 && write_queues[0] == queues[0] && !out_bufs && !run->copied && plan->kind->gathers &&
+      unified(queues[0]))
     return run_mapped(plan, &op, queues[0], bufs[0], offsets ? offsets[0] : 0);
   CLT_TRY(get_staging(plan, n, queues, &dev));
   dev->plan = plan;
@@ -323,13 +338,21 @@ int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, int n, const cl_co
   dev->bufs = bufs;
   dev->offs = offsets ? offsets : zeros;
   dev->wbufs = out_bufs;
-  dev->woffs = out_offsets ? out_offsets : zeros;
+  dev->woffs = run->out_offsets ? run->out_offsets : zeros;
   dev->wfirst = plan->kind->gathers ? 0 : plan->part_lo[plan->comm->rank];
   memset(dev->ready, 0, dev->nstage);
 
-  /* Every read at once, in the order the ring needs them. */
+  /* Every read at once, in the order the ring needs them; or every chunk
+   * waits for the copy already made. */
   size_t esize = plan->ops->esize;
   for (int q = 0; q < readers(dev); q++) {
+    if (run->copied && run->copied[q]) {
+      for (size_t i = 0; i < dev->nstage; i++) {
+        CLT_CL_TRY(clRetainEvent(run->copied[q]));
+        dev->events[(size_t)q * dev->nstage + i] = run->copied[q];
+      }
+      continue;
+    }
     for (size_t i = 0; i < dev->nstage; i++) {
       size_t off, cnt;
       clt__plan_stage_chunk(plan, i, &off, &cnt);

@@ -166,6 +166,7 @@ fail:
 }
 
 static int prepare_staging(clt__dp *dp, clt__replica *const *reps);
+static int copy_to_staging(clt__dp *dp, clt__replica *const *reps);
 
 int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
   int rc = CLT_OK;
@@ -178,6 +179,7 @@ int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
   }
   CLT_TRY(clt__dp_gather_attach(dp, reps));
   CLT_TRY(prepare_staging(dp, reps));
+  if (dp->pooled) CLT_TRY(copy_to_staging(dp, reps));
 fail:
   return rc;
 }
@@ -208,6 +210,24 @@ static int prepare_staging(clt__dp *dp, clt__replica *const *reps) {
     if (bucket_plan(dp, b)) CLT_TRY(clt__plan_prepare_devices(bucket_plan(dp, b), n, q));
 fail:
   free(q);
+  return rc;
+}
+
+/* Stage 2: replicas whose buffers are host memory copy each bucket into
+ * its plan's staging on their compute queue as it closes
+ * (clt__replica_pool_copy_to says why). */
+static int copy_to_staging(clt__dp *dp, clt__replica *const *reps) {
+  int rc = CLT_OK;
+  void **to = clt__calloc(dp->buckets.n ? dp->buckets.n : 1, sizeof *to);
+  if (!to) return CLT_ENOMEM;
+  for (int i = 0; i < dp->nlocal; i++) {
+    int q = active_index(dp, i);
+    if (q < 0) continue;
+    for (int b = 0; b < dp->buckets.n; b++) to[b] = clt__plan_staging(bucket_plan(dp, b), q);
+    CLT_TRY(clt__replica_pool_copy_to(reps[i], to));
+  }
+fail:
+  free(to);
   return rc;
 }
 
@@ -243,9 +263,10 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
   }
   cl_command_queue *q = clt__calloc(n, sizeof *q), *wq = clt__calloc(n, sizeof *wq);
   cl_mem *bufs = clt__calloc(n, sizeof *bufs), *obufs = clt__calloc(n, sizeof *obufs);
+  cl_event *copied = clt__calloc(n, sizeof *copied);
   size_t *offs = clt__calloc(n, sizeof *offs), *esize = clt__calloc(n, sizeof *esize);
   size_t *ooffs = clt__calloc(n, sizeof *ooffs);
-  if (!q || !wq || !bufs || !obufs || !offs || !esize || !ooffs) { rc = CLT_ENOMEM; goto fail; }
+  if (!q || !wq || !bufs || !obufs || !copied || !offs || !esize || !ooffs) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < n; i++) {
     clt_context *ctx = clt__replica_context(reps[i]);
     clt_tensor x = clt__replica_exchange_view(reps[i]);
@@ -268,13 +289,15 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
         clt_tensor slot = clt__replica_pool_view(reps[i], b), shard = clt__replica_shard_exchange_view(reps[i]);
         bufs[i] = slot.buf, offs[i] = slot.offset;
         obufs[i] = shard.buf, ooffs[i] = (size_t)dp->part[b].state_at * esize[i];
+        copied[i] = clt__replica_bucket_copied(reps[i], b);
       }
     }
     int64_t w1 = clt__trace_ns();
     clt__trace_span(dp->trace, dp->trace_lane, "wait", w0, w1, "bucket %d: its backward", b);
     double t0 = clt__now();
     clt_allreduce_plan *plan = dp->rs ? clt__reduce_scatter_base(dp->rs[b]) : dp->plans[b];
-    CLT_TRY(clt__allreduce_run_devices_into(plan, n, q, wq, bufs, offs, dp->pooled ? obufs : NULL, ooffs));
+    clt__device_run run = {n, q, wq, bufs, offs, dp->pooled ? obufs : NULL, ooffs, copied};
+    CLT_TRY(clt__allreduce_run_devices_into(plan, &run));
     /* Read out of every slot: the backward may write the slots again. */
     for (int i = 0; dp->pooled && i < n; i++) CLT_TRY(clt__replica_bucket_read(reps[i], b));
     double dt = clt__now() - t0;
@@ -297,7 +320,7 @@ fail:
    * failed), rather than wait for ever on slots no one will read. */
   for (int i = 0; rc < 0 && dp->pooled && i < n; i++)
     for (int b = 0; b < dp->buckets.n; b++) (void)clt__replica_bucket_read(reps[i], b);
-  free(q), free(wq), free(bufs), free(obufs), free(offs), free(esize), free(ooffs), free(reps);
+  free(q), free(wq), free(bufs), free(obufs), free(copied), free(offs), free(esize), free(ooffs), free(reps);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
 }
 

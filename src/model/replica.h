@@ -91,6 +91,11 @@ struct clt__replica {
   int *bucket_slot, *bucket_after, *bucket_opened_at;
   int64_t *slot_at;            /* per bucket: its slot's first float in pool */
   cl_event *bucket_read;       /* per bucket, for the last recorded run */
+  /* On a device whose buffers are host memory: bucket b is copied to
+   * copy_to[b] in the compute queue's order as it closes (bucket_copied[b]
+   * the copy of the last recorded run), and its slot needs no user event. */
+  void **copy_to;
+  cl_event *bucket_copied;
   unsigned char *bucket_open;  /* per bucket: opened in the run being enqueued */
 };
 
@@ -249,6 +254,19 @@ int clt__replica_enqueues_ahead(const clt__replica *r);
  * where the reduced shard goes (gshard16 under the wire, else gshard). */
 clt_tensor clt__replica_pool_view(const clt__replica *r, int b);
 clt_tensor clt__replica_shard_exchange_view(const clt__replica *r);
+/* On a device whose buffers are host memory (CL_DEVICE_HOST_UNIFIED_MEMORY:
+ * PoCL, llvmpipe), copy every bucket to host memory at to[b] (nbuckets,
+ * copied) on the compute queue as it closes, and return 1: its slot is then
+ * free for the next bucket in the queue's order, with no wait for the host.
+ * On a CPU device of one thread a copy on another queue takes turns with
+ * the backward's kernels queued ahead of it, so the exchange waited for
+ * them, and they for the exchange. Elsewhere (a GPU's copy engine overlaps
+ * its kernels), or with CLT_ZERO2_COPY_OUT=0, nothing changes and it
+ * returns 0. to[b] must stay valid while the pool does. */
+int clt__replica_pool_copy_to(clt__replica *r, void *const *to);
+/* Bucket b's copy in the last recorded run (clt__replica_pool_copy_to), or
+ * NULL. */
+cl_event clt__replica_bucket_copied(const clt__replica *r, int b);
 /* The host has read bucket b of the last recorded run: its slot may be
  * written again. */
 int clt__replica_bucket_read(clt__replica *r, int b);
