@@ -42,12 +42,13 @@ train() { # NAME NP ZERO
 # first 10 (kernel builds, warm-up); with "exposed", only its part while no
 # backward ran (comm_s x (1 - comm_hidden)). A shared machine's bursts land
 # on some steps and inflate a mean several-fold; the median step is what
-# the exchange costs. At stage 2 a CPU device copies each bucket out of its
-# buffer on the compute queue as the bucket closes (model/replica_pool.c),
-# so the exchange starts from the copy; CLT_ZERO2_COPY_OUT=0 measures the
-# GPUs' way instead (the exchange reads on its own queue, and the backward
-# waits for it to free a buffer: on a CPU device of one thread the reads
-# then take turns with the backward's kernels, which land in the clock).
+# the exchange costs. A CPU device copies each bucket out on the compute
+# queue as the backward closes it (clt__replica_copy_out), so the exchange
+# starts from the copy; CLT_COPY_OUT=0 measures the GPUs' way instead (the
+# exchange reads on its own queue: on a CPU device of one thread the reads
+# then take turns with the backward's kernels queued ahead of them, which
+# land in the clock, and at stage 2 the backward waits for the exchange to
+# free a bucket buffer).
 comm() {
   /usr/bin/python3 -c '
 import json, statistics, sys

@@ -11,7 +11,7 @@
  *     AdamW with its decay mask, Adam with clipping (the global norm),
  *     accumulated micro-batches, fp16 gradients on the wire, two devices
  *     on every rank; at stage 2, buckets copied out on the compute queue
- *     (CPU devices) and read by the exchange (GPUs; CLT_ZERO2_COPY_OUT=0);
+ *     (CPU devices) and read by the exchange (GPUs; CLT_COPY_OUT=0);
  *   - the shards cover the arena once: their sizes add up to the
  *     parameter count over the ranks, each smaller than it on 2+ ranks;
  *   - a checkpoint saved at --zero 1 or 2 holds the whole state: resumed
@@ -174,14 +174,14 @@ END_TEST
  * CPU devices' copy on the compute queue as the bucket closes. */
 START_TEST(stage2_read_by_the_exchange) {
   clt_train_options o;
-  setenv("CLT_ZERO2_COPY_OUT", "0", 1);
+  setenv("CLT_COPY_OUT", "0", 1);
   options(&o, 2);
   same_as_zero0(&o, "SGD momentum 0.9, buckets read by the exchange");
   options(&o, 2);
   o.precision = CLT_F16;
   o.loss_scale = 1024;
   same_as_zero0(&o, "fp16 wire, buckets read by the exchange");
-  unsetenv("CLT_ZERO2_COPY_OUT");
+  unsetenv("CLT_COPY_OUT");
 }
 END_TEST
 

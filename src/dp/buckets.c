@@ -136,17 +136,22 @@ static int local_active(const clt__dp *dp) {
  * reduce-scatters the buckets instead (zero.c; unless the whole gradient
  * is needed). Collective, when any rank needs plans: every rank makes one
  * per bucket, each for its own count. */
+static int prepare_staging(clt__dp *dp, clt__replica *const *reps);
+
 int clt__dp_replan(clt__dp *dp) {
   int rc = CLT_OK;
   const clt__bucket_layout *b = &dp->buckets;
   int n = local_active(dp);
+  for (int i = 0; dp->reps && i < dp->nlocal; i++) clt__replica_copy_out(dp->reps[i], NULL); /* its staging goes */
   for (int k = 0; dp->plans && k < b->n; k++) clt_allreduce_plan_destroy(dp->plans[k]), dp->plans[k] = NULL;
   dp->plan_replicas = n;
-  if (dp->nreplicas == 1 || (dp->nranks == 1 && n == 1) || clt__dp_zero_sharded_grads(dp)) return CLT_OK;
-  clt_allreduce_opts ao = {0, n ? n : 1}; /* a rank that sits out runs its part on the host */
-  for (int k = 0; k < b->n; k++)
-    CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
-                                      CLT_SUM, &ao, &dp->plans[k]));
+  if (!(dp->nreplicas == 1 || (dp->nranks == 1 && n == 1) || clt__dp_zero_sharded_grads(dp))) {
+    clt_allreduce_opts ao = {0, n ? n : 1}; /* a rank that sits out runs its part on the host */
+    for (int k = 0; k < b->n; k++)
+      CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
+                                        CLT_SUM, &ao, &dp->plans[k]));
+  }
+  if (dp->reps) CLT_TRY(prepare_staging(dp, dp->reps)); /* the new plans' */
 fail:
   return rc;
 }
@@ -165,9 +170,6 @@ fail:
   return rc;
 }
 
-static int prepare_staging(clt__dp *dp, clt__replica *const *reps);
-static int copy_to_staging(clt__dp *dp, clt__replica *const *reps);
-
 int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
   int rc = CLT_OK;
   const clt__bucket_layout *b = &dp->buckets;
@@ -178,8 +180,8 @@ int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
                                     b->opened_at, dp->shard_params, dp->wire));
   }
   CLT_TRY(clt__dp_gather_attach(dp, reps));
+  dp->reps = reps;
   CLT_TRY(prepare_staging(dp, reps));
-  if (dp->pooled) CLT_TRY(copy_to_staging(dp, reps));
 fail:
   return rc;
 }
@@ -199,35 +201,28 @@ static int active_index(const clt__dp *dp, int i) {
 }
 
 /* Every plan's pinned staging on the queues the exchange reads on, made
- * before the first step (clt__dp_staging_bytes reports it). */
+ * before the first step (clt__dp_staging_bytes reports it); and the
+ * replicas whose buffers are host memory copy each bucket into it as the
+ * backward closes the bucket (clt__replica_copy_out says why). */
 static int prepare_staging(clt__dp *dp, clt__replica *const *reps) {
   int rc = CLT_OK, n = 0;
   cl_command_queue *q = clt__calloc(dp->nlocal, sizeof *q);
-  if (!q) return CLT_ENOMEM;
+  void **to = clt__calloc(dp->buckets.n ? dp->buckets.n : 1, sizeof *to);
+  if (!q || !to) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
   for (int i = 0; i < dp->nlocal; i++)
     if (clt__dp_active(dp, i)) q[n++] = clt_context_transfer_queue(clt__replica_context(reps[i]));
   for (int b = 0; b < dp->buckets.n; b++)
     if (bucket_plan(dp, b)) CLT_TRY(clt__plan_prepare_devices(bucket_plan(dp, b), n, q));
-fail:
-  free(q);
-  return rc;
-}
-
-/* Stage 2: replicas whose buffers are host memory copy each bucket into
- * its plan's staging on their compute queue as it closes
- * (clt__replica_pool_copy_to says why). */
-static int copy_to_staging(clt__dp *dp, clt__replica *const *reps) {
-  int rc = CLT_OK;
-  void **to = clt__calloc(dp->buckets.n ? dp->buckets.n : 1, sizeof *to);
-  if (!to) return CLT_ENOMEM;
   for (int i = 0; i < dp->nlocal; i++) {
-    int q = active_index(dp, i);
-    if (q < 0) continue;
-    for (int b = 0; b < dp->buckets.n; b++) to[b] = clt__plan_staging(bucket_plan(dp, b), q);
-    CLT_TRY(clt__replica_pool_copy_to(reps[i], to));
+    int k = active_index(dp, i);
+    for (int b = 0; b < dp->buckets.n; b++) to[b] = k < 0 ? NULL : clt__plan_staging(bucket_plan(dp, b), k);
+    clt__replica_copy_out(reps[i], k < 0 ? NULL : to);
   }
 fail:
-  free(to);
+  free(q), free(to);
   return rc;
 }
 
@@ -289,8 +284,8 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
         clt_tensor slot = clt__replica_pool_view(reps[i], b), shard = clt__replica_shard_exchange_view(reps[i]);
         bufs[i] = slot.buf, offs[i] = slot.offset;
         obufs[i] = shard.buf, ooffs[i] = (size_t)dp->part[b].state_at * esize[i];
-        copied[i] = clt__replica_bucket_copied(reps[i], b);
       }
+      copied[i] = clt__replica_bucket_copied(reps[i], b);
     }
     int64_t w1 = clt__trace_ns();
     clt__trace_span(dp->trace, dp->trace_lane, "wait", w0, w1, "bucket %d: its backward", b);

@@ -37,6 +37,7 @@ struct clt__dp {
   int *rank_count;             /* per rank: its replicas */
   clt__trace *trace;           /* the trainer's timeline, or NULL; the exchange's spans go on its lane trace_lane */
   int trace_lane;
+  clt__replica *const *reps;   /* this rank's replicas, from clt__dp_buckets_attach on (the trainer's) */
 
   /* balance.c: the split of a global micro-batch. Per global replica:
    * its share, its smoothed throughput (samples/s, 0: not measured), its

@@ -287,8 +287,10 @@ fail:
 }
 
 static void release_events(clt__replica *r) {
-  for (int b = 0; b < r->nbuckets; b++)
+  for (int b = 0; b < r->nbuckets; b++) {
     if (r->bucket_ev[b]) clReleaseEvent(r->bucket_ev[b]), r->bucket_ev[b] = NULL;
+    if (r->bucket_copied[b]) clReleaseEvent(r->bucket_copied[b]), r->bucket_copied[b] = NULL;
+  }
   if (r->start_ev) clReleaseEvent(r->start_ev), r->start_ev = NULL;
   if (r->end_ev) clReleaseEvent(r->end_ev), r->end_ev = NULL;
 }
@@ -297,14 +299,16 @@ int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at
                              const int64_t *hi, int wire) {
   release_events(r);
   clt__replica_trace(r, 0);
-  free(r->bucket_ev);
+  free(r->bucket_ev), free(r->bucket_copied), free(r->copy_to);
   free(r->bucket_closed_at);
   free(r->bucket_lo);
   r->nbuckets = 0;
   r->bucket_ev = clt__calloc(nbuckets ? nbuckets : 1, sizeof *r->bucket_ev);
+  r->bucket_copied = clt__calloc(nbuckets ? nbuckets : 1, sizeof *r->bucket_copied);
+  r->copy_to = clt__calloc(nbuckets ? nbuckets : 1, sizeof *r->copy_to);
   r->bucket_closed_at = clt__calloc(nbuckets ? nbuckets : 1, sizeof *r->bucket_closed_at);
   r->bucket_lo = clt__calloc(2 * (size_t)(nbuckets ? nbuckets : 1), sizeof *r->bucket_lo);
-  if (!r->bucket_ev || !r->bucket_closed_at || !r->bucket_lo) return CLT_ENOMEM;
+  if (!r->bucket_ev || !r->bucket_copied || !r->copy_to || !r->bucket_closed_at || !r->bucket_lo) return CLT_ENOMEM;
   r->bucket_hi = r->bucket_lo + nbuckets;
   memcpy(r->bucket_closed_at, closed_at, (size_t)nbuckets * sizeof *closed_at);
   memcpy(r->bucket_lo, lo, (size_t)nbuckets * sizeof *lo);
@@ -359,8 +363,34 @@ fail:
   return rc;
 }
 
+int clt__replica_copy_out(clt__replica *r, void *const *to) {
+  const char *env = getenv("CLT_COPY_OUT");
+  int on = to && r->ctx->info.unified_memory && !(env && strcmp(env, "0") == 0);
+  for (int b = 0; b < r->nbuckets; b++) r->copy_to[b] = on ? to[b] : NULL;
+  return on;
+}
+
+cl_event clt__replica_bucket_copied(const clt__replica *r, int b) {
+  return b >= 0 && b < r->nbuckets && r->copy_to[b] ? r->bucket_copied[b] : NULL;
+}
+
+/* Recorded runs: bucket b out to the host in the queue's order (what the
+ * exchange sums: the f16 wire copy, or f32). */
+static int copy_out(clt__replica *r, int b) {
+  int rc = CLT_OK;
+  clt_tensor x = r->pool ? clt__replica_pool_view(r, b) : clt__replica_exchange_view(r);
+  size_t es = clt_dtype_size(x.dtype), at = x.offset + (r->pool ? 0 : (size_t)r->bucket_lo[b] * es);
+  size_t bytes = (size_t)(r->bucket_hi[b] - r->bucket_lo[b]) * es;
+  if (r->bucket_copied[b]) clReleaseEvent(r->bucket_copied[b]), r->bucket_copied[b] = NULL;
+  CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, x.buf, CL_FALSE, at, bytes, r->copy_to[b], 0, NULL,
+                                 &r->bucket_copied[b]));
+fail:
+  return rc;
+}
+
 /* Bucket b's gradients are all written: round them to the f16 wire
- * buffer if there is one, and mark the place on the queue. */
+ * buffer if there is one, copy it out (clt__replica_copy_out), and mark
+ * the place on the queue. */
 static int close_bucket(clt__replica *r, int b) {
   int rc = CLT_OK;
   if (r->pool) CLT_TRY(clt__replica_pool_close(r, b));
@@ -371,6 +401,7 @@ static int close_bucket(clt__replica *r, int b) {
     CLT_TRY(make_flat(r->wire, r->bucket_lo[b], CLT_F16, n, &w));
     CLT_TRY(clt_convert(r->ctx, &g, &w));
   }
+  if (r->copy_to[b] && r->bucket_hi[b] > r->bucket_lo[b]) CLT_TRY(copy_out(r, b));
   CLT_TRY(marker(r, &r->bucket_ev[b]));
 fail:
   return rc;
@@ -570,7 +601,7 @@ void clt__replica_destroy(clt__replica *r) {
   free(r->prof_bwd);
   release_events(r);
   clt__replica_pool_free(r);
-  free(r->bucket_ev);
+  free(r->bucket_ev), free(r->bucket_copied), free(r->copy_to);
   free(r->bucket_closed_at);
   free(r->bucket_lo);
   cl_mem bufs[] = {r->params,    r->grads,  r->state,  r->act,     r->dbuf[0], r->dbuf[1], r->aux,

@@ -49,6 +49,10 @@ struct clt__replica {
   int *bucket_closed_at;       /* per bucket: the layer whose backward completes it */
   int64_t *bucket_lo, *bucket_hi; /* per bucket: its gradient range [lo, hi) */
   cl_event *bucket_ev;         /* per bucket, from the last recorded run */
+  /* clt__replica_copy_out: bucket b is copied to copy_to[b] (NULL: not)
+   * as it closes, by bucket_copied[b] in the last recorded run. */
+  void **copy_to;
+  cl_event *bucket_copied;
   cl_event start_ev, end_ev;   /* around the last recorded run */
   cl_event loss_ev;            /* clt__replica_poll_loss's read in flight, or NULL */
   /* Wall time of the last recorded run, from its enqueueing to the end
@@ -91,11 +95,6 @@ struct clt__replica {
   int *bucket_slot, *bucket_after, *bucket_opened_at;
   int64_t *slot_at;            /* per bucket: its slot's first float in pool */
   cl_event *bucket_read;       /* per bucket, for the last recorded run */
-  /* On a device whose buffers are host memory: bucket b is copied to
-   * copy_to[b] in the compute queue's order as it closes (bucket_copied[b]
-   * the copy of the last recorded run), and its slot needs no user event. */
-  void **copy_to;
-  cl_event *bucket_copied;
   unsigned char *bucket_open;  /* per bucket: opened in the run being enqueued */
 };
 
@@ -171,6 +170,21 @@ void clt__replica_poll_cancel(clt__replica *r);
  * All arrays are copied. */
 int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at, const int64_t *lo,
                              const int64_t *hi, int wire);
+/* On a device whose buffers are host memory (CL_DEVICE_HOST_UNIFIED_MEMORY:
+ * PoCL, llvmpipe), recorded runs copy each bucket b (what the exchange
+ * sums: its range of the exchange view, or its slot of the pool) to host
+ * memory at to[b] (nbuckets; NULL, or to NULL: not) on the compute queue
+ * as it closes, before its marker; returns 1. The exchange then starts
+ * from the copy, and a pool's slot is free for its next bucket in the
+ * queue's order. On a CPU device of one thread, a read on another queue
+ * took turns with the backward's kernels queued ahead of it, so the
+ * exchange waited for them, and under ZeRO stage 2 they for the exchange.
+ * Elsewhere (a GPU's copy engine overlaps its kernels), or with
+ * CLT_COPY_OUT=0, it returns 0 and nothing is copied. to[b] must stay
+ * valid until the next call. */
+int clt__replica_copy_out(clt__replica *r, void *const *to);
+/* Bucket b's copy in the last recorded run, or NULL. */
+cl_event clt__replica_bucket_copied(const clt__replica *r, int b);
 /* The f16 copy of the gradient arena (empty view without one). */
 clt_tensor clt__replica_wire(const clt__replica *r);
 /* What the gradient all-reduce sums in place: the f16 wire copy when there
@@ -254,19 +268,6 @@ int clt__replica_enqueues_ahead(const clt__replica *r);
  * where the reduced shard goes (gshard16 under the wire, else gshard). */
 clt_tensor clt__replica_pool_view(const clt__replica *r, int b);
 clt_tensor clt__replica_shard_exchange_view(const clt__replica *r);
-/* On a device whose buffers are host memory (CL_DEVICE_HOST_UNIFIED_MEMORY:
- * PoCL, llvmpipe), copy every bucket to host memory at to[b] (nbuckets,
- * copied) on the compute queue as it closes, and return 1: its slot is then
- * free for the next bucket in the queue's order, with no wait for the host.
- * On a CPU device of one thread a copy on another queue takes turns with
- * the backward's kernels queued ahead of it, so the exchange waited for
- * them, and they for the exchange. Elsewhere (a GPU's copy engine overlaps
- * its kernels), or with CLT_ZERO2_COPY_OUT=0, nothing changes and it
- * returns 0. to[b] must stay valid while the pool does. */
-int clt__replica_pool_copy_to(clt__replica *r, void *const *to);
-/* Bucket b's copy in the last recorded run (clt__replica_pool_copy_to), or
- * NULL. */
-cl_event clt__replica_bucket_copied(const clt__replica *r, int b);
 /* The host has read bucket b of the last recorded run: its slot may be
  * written again. */
 int clt__replica_bucket_read(clt__replica *r, int b);

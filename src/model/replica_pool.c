@@ -15,8 +15,8 @@
  * them, so the queue never waits for something the host does after
  * waiting for the queue. On a device whose buffers are host memory the
  * bucket is instead copied out to the exchange's staging in the queue's
- * own order as it closes (clt__replica_pool_copy_to), and no user events
- * are needed.
+ * own order as it closes (clt__replica_copy_out), and its slot's next user
+ * waits for nothing.
  *
  * Also here: what a replica holds on its device, measured from its
  * buffers (the memory report's counterpart, for the log and bench/zero.sh).
@@ -37,8 +37,6 @@ int clt__replica_enqueues_ahead(const clt__replica *r) {
 /* Events of the last run that the host never set (a failed exchange): set
  * them, so that nothing waits on them for ever. */
 static void release_read_events(clt__replica *r) {
-  for (int b = 0; r->bucket_copied && b < r->nbuckets; b++)
-    if (r->bucket_copied[b]) clReleaseEvent(r->bucket_copied[b]), r->bucket_copied[b] = NULL;
   for (int b = 0; r->bucket_read && b < r->nbuckets; b++)
     if (r->bucket_read[b]) {
       cl_int st = CL_COMPLETE;
@@ -55,10 +53,8 @@ void clt__replica_pool_free(clt__replica *r) {
   clt_buffer_release(r->gshard), clt_buffer_release(r->gshard16);
   r->pool = r->pool16 = r->gshard = r->gshard16 = NULL;
   free(r->bucket_slot), free(r->bucket_read), free(r->bucket_open), free(r->slot_at);
-  free(r->copy_to), free(r->bucket_copied);
   r->bucket_slot = r->bucket_after = r->bucket_opened_at = NULL;
   r->bucket_read = NULL, r->bucket_open = NULL, r->slot_at = NULL;
-  r->copy_to = NULL, r->bucket_copied = NULL;
 }
 
 int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, const int *slot, const int *after,
@@ -131,25 +127,6 @@ clt_tensor clt__replica_shard_exchange_view(const clt__replica *r) {
   return t;
 }
 
-int clt__replica_pool_copy_to(clt__replica *r, void *const *to) {
-  int nb = r->nbuckets;
-  const char *env = getenv("CLT_ZERO2_COPY_OUT");
-  if (!r->pool || !r->ctx->info.unified_memory || (env && strcmp(env, "0") == 0)) return 0;
-  if (!r->copy_to) {
-    if (!(r->copy_to = clt__calloc(nb ? nb : 1, sizeof *r->copy_to)) ||
-        !(r->bucket_copied = clt__calloc(nb ? nb : 1, sizeof *r->bucket_copied)))
-      return CLT_ENOMEM;
-  }
-  memcpy(r->copy_to, to, (size_t)nb * sizeof *to);
-  clt__log(CLT_LOG_DEBUG, "%s: its buffers are host memory, so under --zero 2 each bucket is copied to the host on "
-           "the compute queue as it closes, and its buffer is free at once", r->ctx->info.name);
-  return 1;
-}
-
-cl_event clt__replica_bucket_copied(const clt__replica *r, int b) {
-  return r->bucket_copied && b >= 0 && b < r->nbuckets ? r->bucket_copied[b] : NULL;
-}
-
 int clt__replica_bucket_read(clt__replica *r, int b) {
   int rc = CLT_OK;
   cl_int st = CL_COMPLETE;
@@ -166,7 +143,7 @@ int clt__replica_pool_begin_run(clt__replica *r) {
   if (!r->pool) return CLT_OK;
   release_read_events(r);
   memset(r->bucket_open, 0, (size_t)r->nbuckets);
-  for (int b = 0; !r->copy_to && b < r->nbuckets; b++) {
+  for (int b = 0; b < r->nbuckets; b++) {
     r->bucket_read[b] = clCreateUserEvent(r->ctx->context, &e);
     CLT_CL_TRY(e);
   }
@@ -181,7 +158,10 @@ static int open_bucket(clt__replica *r, int b) {
   clt_tensor s;
   int64_t n = r->bucket_hi[b] - r->bucket_lo[b];
   r->bucket_open[b] = 1;
-  if (prev >= 0 && !r->copy_to) CLT_CL_TRY(clEnqueueBarrierWithWaitList(r->ctx->queue, 1, &r->bucket_read[prev], NULL));
+  /* A bucket copied out on this queue (clt__replica_copy_out) left its
+   * slot free already. */
+  if (prev >= 0 && !r->copy_to[prev])
+    CLT_CL_TRY(clEnqueueBarrierWithWaitList(r->ctx->queue, 1, &r->bucket_read[prev], NULL));
   if (n == 0) return CLT_OK;
   CLT_TRY(clt_tensor_view(r->pool, (size_t)r->slot_at[b] * 4, CLT_F32, 1, &n, &s));
   CLT_TRY(clt_fill(r->ctx, &s, 0.0f));
@@ -207,13 +187,6 @@ int clt__replica_pool_close(clt__replica *r, int b) {
     CLT_TRY(clt_tensor_view(r->pool, (size_t)r->slot_at[b] * 4, CLT_F32, 1, &n, &g));
     CLT_TRY(clt_tensor_view(r->pool16, (size_t)r->slot_at[b] * 2, CLT_F16, 1, &n, &w));
     CLT_TRY(clt_convert(r->ctx, &g, &w));
-  }
-  if (r->copy_to && n > 0) { /* out to the host in the queue's order: the slot is free after it */
-    size_t es = r->pool16 ? 2 : 4;
-    if (r->bucket_copied[b]) clReleaseEvent(r->bucket_copied[b]), r->bucket_copied[b] = NULL;
-    CLT_CL_TRY(clEnqueueReadBuffer(r->ctx->queue, r->pool16 ? r->pool16 : r->pool, CL_FALSE,
-                                   (size_t)r->slot_at[b] * es, (size_t)n * es, r->copy_to[b], 0, NULL,
-                                   &r->bucket_copied[b]));
   }
 fail:
   return rc;
