@@ -838,7 +838,7 @@ typedef struct clt_train_event {
   double samples_per_s;             /* global samples per second (recent) */
   double elapsed_s, eta_s;
   double test_loss, test_accuracy;  /* EPOCH with a test set; STEP when eval_every evaluated then */
-  double grad_norm;                 /* STEP: norm of the mean gradient (rank 0's; NaN when skipped) */
+  double grad_norm;                 /* STEP: norm of the mean gradient (the same on every rank; NaN when skipped) */
   double comm_s;                    /* STEP: seconds in gradient all-reduce since the last event */
   double comm_hidden;               /* STEP: the fraction of it that ran while backward still computed */
   int nreplicas;                    /* STEP: replicas of all ranks, and for each: */
@@ -1004,7 +1004,7 @@ CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_
 typedef struct clt_step_result {
   double loss;      /* mean over the global batch (per label, or per target value) */
   double accuracy;  /* fraction of the global batch's labels predicted right; NaN for regression */
-  double grad_norm; /* norm of the mean gradient (rank 0's replica 0; NaN when skipped) */
+  double grad_norm; /* norm of the mean gradient (the same on every rank; NaN when skipped) */
   int skipped;      /* 1: fp16 loss scaling skipped the update (the gradient overflowed) */
   int64_t global_n; /* samples in the global batch: the sum of every rank's n */
   double rmse;      /* regression: the root of the mean squared error over the global batch's target

@@ -81,12 +81,13 @@ static int skip_step(clt_trainer *t, int *skipped) {
   return CLT_OK;
 }
 
-/* The sum of squares of the summed gradient. On one rank, of the lead
- * replica's arena. On several, the sum over the ranks (in rank order, the
- * same on every rank; an inf or NaN anywhere reaches all) of each rank's
- * parts of the buckets, at every stage: so the clipping scale of --zero 0
- * and of ZeRO are the same bits (src/dp/zero.c). */
-static int gradient_sumsq(clt_trainer *t, float *ss) {
+/* This rank's part of the sum of squares of the summed gradient. On one
+ * rank, all of it: the lead replica's arena. On several, its parts of the
+ * buckets, at every stage, which update() adds over the ranks (in rank
+ * order, the same on every rank; an inf or NaN anywhere reaches all): so
+ * the clipping scale of --zero 0 and of ZeRO are the same bits
+ * (src/dp/zero.c). */
+static int gradient_sumsq(clt_trainer *t, double *ss) {
   int rc = CLT_OK, n;
   clt_tensor *r = NULL; /* the parts' views and sums, on several ranks */
   float *sums = NULL;
@@ -97,9 +98,7 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
     for (int k = 0; part && k < n; k++)
       for (int64_t j = part[k].lo; j < part[k].lo + part[k].n; j++) acc += (double)t->sit_grads[j] * t->sit_grads[j];
     for (int64_t j = 0; !part && j < P; j++) acc += (double)t->sit_grads[j] * t->sit_grads[j];
-    double v[1] = {acc};
-    if (part) CLT_TRY(clt__trainer_sum(t, v, 1));
-    *ss = (float)v[0];
+    *ss = acc;
     return CLT_OK;
   }
   int lead = clt__trainer_lead(t), pooled = clt__dp_zero_pooled(t->dp);
@@ -116,18 +115,21 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
       CLT_TRY(clt_sumsq(t->ctx[lead], &c, &cs));
       sum -= cs;
     }
-    double v[1] = {clt__pp_replica(t->pp) == 0 ? sum : 0.0};
-    CLT_TRY(clt__trainer_sum(t, v, 1));
-    *ss = (float)v[0];
+    *ss = clt__pp_replica(t->pp) == 0 ? sum : 0.0;
     return CLT_OK;
   }
-  if (!part) return clt_sumsq(t->ctx[lead], &g, ss);
+  if (!part) {
+    float all = 0;
+    CLT_TRY(clt_sumsq(t->ctx[lead], &g, &all));
+    *ss = all;
+    return CLT_OK;
+  }
   /* Every part's sum queued, one wait for all of them (not a wait a
    * bucket: 6 a step for bench/zero.sh's deep MLP, each a wake-up of the
    * host, which a core shared with other work pays dearly), then added in
    * part order: the same bits as a sum at a time. */
-  double v[1] = {0};
   int m = 0;
+  *ss = 0;
   r = clt__calloc(n ? (size_t)n : 1, sizeof *r);
   sums = clt__calloc(n ? (size_t)n : 1, sizeof *sums);
   if (!r || !sums) { rc = CLT_ENOMEM; goto fail; }
@@ -137,9 +139,7 @@ static int gradient_sumsq(clt_trainer *t, float *ss) {
                             &part[k].n, &r[m++]));
   }
   CLT_TRY(clt__sumsq_many(t->ctx[lead], r, m, sums));
-  for (int k = 0; k < m; k++) v[0] += sums[k];
-  CLT_TRY(clt__trainer_sum(t, v, 1));
-  *ss = (float)v[0];
+  for (int k = 0; k < m; k++) *ss += sums[k];
 fail:
   free(r), free(sums);
   return rc;
@@ -190,10 +190,11 @@ fail:
 
 /* The optimizer step on every local replica once the gradients of `labels`
  * labels are summed: scale, clip, update. *grad_norm gets the norm of the
- * mean gradient (this rank's replica 0; with clipping, rank 0's for
- * everyone); *skipped is 1 when fp16 loss scaling skipped the step
- * instead (the gradient was not finite). */
-static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skipped) {
+ * mean gradient; *skipped is 1 when fp16 loss scaling skipped the step
+ * instead (the gradient was not finite). sums (this rank's loss sum and
+ * correct count) come back summed over the ranks: they travel with the
+ * norm's parts, one exchange of the ranks a step instead of two. */
+static int update(clt_trainer *t, int64_t labels, double *sums, double *grad_norm, int *skipped) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(t->local);
   const clt_optimizer_config *cfg = &t->opts.optimizer;
@@ -201,11 +202,15 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
   *grad_norm = NAN;
   *skipped = 0;
 
-  /* Every replica of every rank now holds the same summed gradient, so
-   * each rank can tell alone whether it is finite (and stop before the
-   * update spoils the parameters), and clipping can use its norm. */
-  float ss = 0;
-  CLT_TRY(gradient_sumsq(t, &ss));
+  /* Every replica of every rank now holds the same summed gradient (or
+   * its shard of it), so every rank learns alike whether it is finite
+   * (and stops before the update spoils the parameters), and clipping
+   * can use its norm: the same bits on every rank, summed in rank order. */
+  double v[3] = {0, sums[0], sums[1]};
+  CLT_TRY(gradient_sumsq(t, &v[0]));
+  CLT_TRY(clt__trainer_sum(t, v, 3));
+  float ss = (float)v[0];
+  sums[0] = v[1], sums[1] = v[2];
   if (t->opts.precision == CLT_F16) {
     /* The gradient was scaled by the loss scale; in f16 an inf or NaN
      * means the scale is too large (or the data overflow f16 outright). */
@@ -221,15 +226,9 @@ static int update(clt_trainer *t, int64_t labels, double *grad_norm, int *skippe
     rc = nonfinite_layer(t);
     goto fail;
   }
-  /* Clipping: the norm of the summed gradient / labels. Devices may sum in
-   * different orders, so rank 0's first replica decides for everyone. */
+  /* Clipping: the norm of the summed gradient / labels. */
   *grad_norm = sqrt((double)ss) / (double)labels;
-  if (t->opts.clip > 0) {
-    double v[1] = {t->rank == 0 ? *grad_norm : 0.0};
-    CLT_TRY(clt__trainer_sum(t, v, 1));
-    *grad_norm = v[0];
-    if (v[0] > t->opts.clip) scale = (float)(scale * (t->opts.clip / (v[0] + 1e-6)));
-  }
+  if (t->opts.clip > 0 && *grad_norm > t->opts.clip) scale = (float)(scale * (t->opts.clip / (*grad_norm + 1e-6)));
 
   float lr = clt_schedule_lr(&t->opts.schedule, t->steps_done);
   int64_t step = t->steps_done + 1 - t->skipped; /* the optimizer's own count (Adam's bias correction) */
@@ -393,7 +392,7 @@ fail:
 
 int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__step_stats *st) {
   int rc = CLT_OK, last = 0;
-  double sums[3] = {0, 0, 0}; /* loss, correct, rank 0's gradient norm: this rank's, then all */
+  double sums[2] = {0, 0}; /* loss, correct: this rank's, then (update) every rank's */
   clt__slice *slices = clt__calloc(t->nlocal, sizeof *slices);
   uint8_t *ran = clt__calloc(t->nlocal, sizeof *ran); /* a rank that sits out: replicas that ran its samples */
   if (!slices || !ran) { free(slices), free(ran); return CLT_ENOMEM; }
@@ -426,12 +425,9 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
     st->labels += labels;
   }
   if (t->sitting) CLT_TRY(exchange_sitting(t, ran));
-  CLT_TRY(update(t, st->labels, &st->grad_norm, &st->skipped)); /* mean over the global labels */
+  CLT_TRY(update(t, st->labels, sums, &st->grad_norm, &st->skipped)); /* mean over the global labels */
   clt__trace_span(tr, lane, "optimizer", a, b = clt__trace_ns(), "update");
-
-  if (t->rank == 0) sums[2] = st->grad_norm;
-  CLT_TRY(clt__trainer_sum(t, sums, 3));
-  st->loss_sum = sums[0], st->correct = sums[1], st->grad_norm = sums[2];
+  st->loss_sum = sums[0], st->correct = sums[1];
   /* In f16 a step whose forward overflowed is skipped like any other
    * non-finite step (update): it leaves the sums alone. */
   st->counted = isfinite(st->loss_sum) || !st->skipped;

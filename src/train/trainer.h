@@ -142,7 +142,7 @@ typedef struct clt__micro_source {
 typedef struct clt__step_stats {
   double loss_sum, correct; /* over the global batch; for regression `correct` is the summed squared error */
   int64_t labels;           /* in the global batch (labels that count, or target values): the divisor */
-  double grad_norm;         /* of the mean gradient, rank 0's replica 0 (NaN when skipped) */
+  double grad_norm;         /* of the mean gradient, the same on every rank (NaN when skipped) */
   int skipped;              /* f16 loss scaling skipped the update */
   int counted;              /* its sums belong in the epoch's means (not a skipped overflow) */
   int shares_changed;       /* the balancer re-split the batch after it */
