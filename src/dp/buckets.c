@@ -131,13 +131,13 @@ static int local_active(const clt__dp *dp) {
   return n;
 }
 
+static int prepare_staging(clt__dp *dp, clt__replica *const *reps);
+
 /* The all-reduce plans for the replicas taking part now: none when one
  * replica alone does (its gradient is the sum), nor when ZeRO
  * reduce-scatters the buckets instead (zero.c; unless the whole gradient
  * is needed). Collective, when any rank needs plans: every rank makes one
  * per bucket, each for its own count. */
-static int prepare_staging(clt__dp *dp, clt__replica *const *reps);
-
 int clt__dp_replan(clt__dp *dp) {
   int rc = CLT_OK;
   const clt__bucket_layout *b = &dp->buckets;

@@ -363,11 +363,10 @@ fail:
   return rc;
 }
 
-int clt__replica_copy_out(clt__replica *r, void *const *to) {
+void clt__replica_copy_out(clt__replica *r, void *const *to) {
   const char *env = getenv("CLT_COPY_OUT");
   int on = to && r->ctx->info.unified_memory && !(env && strcmp(env, "0") == 0);
   for (int b = 0; b < r->nbuckets; b++) r->copy_to[b] = on ? to[b] : NULL;
-  return on;
 }
 
 cl_event clt__replica_bucket_copied(const clt__replica *r, int b) {

@@ -174,15 +174,15 @@ int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at
  * PoCL, llvmpipe), recorded runs copy each bucket b (what the exchange
  * sums: its range of the exchange view, or its slot of the pool) to host
  * memory at to[b] (nbuckets; NULL, or to NULL: not) on the compute queue
- * as it closes, before its marker; returns 1. The exchange then starts
+ * as it closes, before its marker. The exchange then starts
  * from the copy, and a pool's slot is free for its next bucket in the
  * queue's order. On a CPU device of one thread, a read on another queue
  * took turns with the backward's kernels queued ahead of it, so the
  * exchange waited for them, and under ZeRO stage 2 they for the exchange.
  * Elsewhere (a GPU's copy engine overlaps its kernels), or with
- * CLT_COPY_OUT=0, it returns 0 and nothing is copied. to[b] must stay
- * valid until the next call. */
-int clt__replica_copy_out(clt__replica *r, void *const *to);
+ * CLT_COPY_OUT=0, nothing is copied. to[b] must stay valid until the
+ * next call. */
+void clt__replica_copy_out(clt__replica *r, void *const *to);
 /* Bucket b's copy in the last recorded run, or NULL. */
 cl_event clt__replica_bucket_copied(const clt__replica *r, int b);
 /* The f16 copy of the gradient arena (empty view without one). */
