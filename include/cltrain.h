@@ -266,16 +266,20 @@ CLT_API int clt_comm_local_size(const clt_comm *comm);
  * lowest rank): MPI_COMM_TYPE_SHARED, or CLT_NODE_SIZE's pretend nodes. */
 CLT_API int clt_comm_node(const clt_comm *comm);
 CLT_API int clt_comm_node_count(const clt_comm *comm);
+/* The all-reduce algorithms by name, "auto" first: "auto, ring,
+ * recursive-doubling, gather, twolevel, shm, rabenseifner,
+ * twolevel-rabenseifner" (doc/scaling.md describes each). */
+CLT_API const char *clt_allreduce_algorithms(void);
 /* The algorithm of all-reduce plans made from now on, as CLT_ALLREDUCE:
- * "auto", "ring", "twolevel", "recursive-doubling" or "gather" (CLT_EINVAL
- * otherwise). Every rank must set the same (plans check). */
+ * one of clt_allreduce_algorithms() (CLT_EINVAL otherwise). Every rank
+ * must set the same (plans check). */
 CLT_API int clt_comm_set_allreduce(clt_comm *comm, const char *algorithm);
 /* Bytes this rank has sent to ranks on its own node and on other nodes,
  * over the communicator's life (every collective, checks included). */
 CLT_API void clt_comm_bytes_sent(const clt_comm *comm, uint64_t *intra, uint64_t *inter);
 /* The cost model's time for an all-reduce of `bytes` with `algorithm`
- * ("ring", "twolevel", "recursive-doubling", "gather") on this
- * communicator's ranks and nodes. */
+ * (one of clt_allreduce_algorithms() but "auto") on this communicator's
+ * ranks and nodes. */
 CLT_API int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds);
 /* The device this rank uses by default: its local rank modulo the number of
  * devices in devs (CLT_ENODEV when devs is empty). */
@@ -319,10 +323,13 @@ CLT_API void clt_allreduce_plan_destroy(clt_allreduce_plan *plan);
 CLT_API size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan);
 /* "ring"; for small messages, where the number of steps matters more than
  * bandwidth, "recursive-doubling" or "gather" (to rank 0 and back, for 3
- * to 8 ranks that are not a power of two); "twolevel" (reduce-scatter in
- * each node, all-reduce of each part across nodes, allgather in each
- * node) when ranks are on several nodes and the cost model says it is
- * faster; "local" on one rank. */
+ * to 8 ranks that are not a power of two); "rabenseifner" (recursive
+ * halving, then doubling: 2 log2 N steps to the ring's 2 (N - 1));
+ * "twolevel" (reduce-scatter in each node, all-reduce of each part across
+ * nodes, allgather in each node) or "twolevel-rabenseifner" (the same with
+ * Rabenseifner's between nodes) when ranks are on several nodes and the
+ * cost model says it is faster; "shm" through a node's shared memory;
+ * "local" on one rank. */
 CLT_API const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan);
 
 /* All-reduce a host buffer of the plan's count elements in place. Every rank

@@ -97,8 +97,10 @@ static uint16_t ring_sum(size_t i, size_t count, int nranks, const uint16_t *loc
   return acc;
 }
 
-/* Pairs below 2E folded first, then a butterfly over P = 2^k ranks (small.c). */
-static uint16_t recdouble_sum(int nranks, const uint16_t *local) {
+/* Pairs below 2E folded first, then a butterfly over P = 2^k ranks, pairs
+ * differing in bit 0 first (small.c), or in the highest bit first
+ * (Rabenseifner's halving, halving.c). */
+static uint16_t butterfly_sum(int nranks, const uint16_t *local, int highest_first) {
   uint16_t v[64];
   int p = 1;
   while (p * 2 <= nranks) p *= 2;
@@ -107,7 +109,8 @@ static uint16_t recdouble_sum(int nranks, const uint16_t *local) {
     if (r < 2 * extra && r % 2 == 1) v[r / 2] = add16(local[r - 1], local[r]);
     if (r >= 2 * extra) v[r - extra] = local[r];
   }
-  for (int mask = 1; mask < p; mask <<= 1) {
+  for (int k = 1; k < p; k <<= 1) {
+    int mask = highest_first ? p / (2 * k) : k;
     uint16_t next[64];
     for (int r = 0; r < p; r++) next[r] = add16(v[r], v[r ^ mask]);
     memcpy(v, next, (size_t)p * sizeof *v);
@@ -123,7 +126,9 @@ void ct_expect_f16(uint16_t *x, size_t n, int nranks, int replicas, int salt, in
     if (strcmp(algorithm, "ring") == 0) {
       acc = ring_sum(i, n, nranks, local);
     } else if (strcmp(algorithm, "recursive-doubling") == 0) {
-      acc = recdouble_sum(nranks, local);
+      acc = butterfly_sum(nranks, local, 0);
+    } else if (strcmp(algorithm, "rabenseifner") == 0) {
+      acc = butterfly_sum(nranks, local, 1);
     } else if (strcmp(algorithm, "shm") == 0) {
       /* Added in float in rank order, rounded once (src/comm/shm.c). */
       float sum = f16(local[0]);

@@ -202,7 +202,7 @@ START_TEST(bad_values) {
   char sizes[32];
   snprintf(sizes, sizeof sizes, "%d,1", nranks);
   refused("CLT_NODE_SIZE", sizes, "add up to");
-  refused("CLT_ALLREDUCE", "tree", "give auto, ring, twolevel");
+  refused("CLT_ALLREDUCE", "tree", "give one of auto, ring, recursive-doubling");
   refused("CLT_COMM_MODEL", "/nonexistent/model.json", "/nonexistent/model.json");
   char path[64];
   snprintf(path, sizeof path, "twolevel-model-%d.json", rank);

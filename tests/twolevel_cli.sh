@@ -79,11 +79,11 @@ sys.exit(0 if ok else 1)
 PY
 fi
 
-bad "--algorithm tree" "'tree' is not auto, ring, twolevel" 2 bench allreduce --algorithm tree
+bad "--algorithm tree" "'tree' is not one of auto, ring, recursive-doubling" 2 bench allreduce --algorithm tree
 CLT_ALLREDUCE=tree bad "CLT_ALLREDUCE=tree" "CLT_ALLREDUCE='tree'" 2 bench allreduce --no-device --max-bytes 4K
 echo '{"alpha_intra": 1e-6}' >"$tmp/half.json"
 CLT_COMM_MODEL=$tmp/half.json bad "a model without beta_intra" 'no "beta_intra"' 2 bench allreduce --no-device
 CLT_NODE_SIZE=2,x bad "CLT_NODE_SIZE=2,x" "CLT_NODE_SIZE='2,x'" 3 bench allreduce --no-device
 CLT_NODE_SIZE=2,2 bad "CLT_NODE_SIZE=2,2 on 3 ranks" "add up to 4 ranks, but the job has 3" 3 bench allreduce --no-device
-bad "train --allreduce tree" "--allreduce must be auto, ring, twolevel" 2 train m.model --allreduce tree
+bad "train --allreduce tree" "--allreduce must be one of auto, ring, recursive-doubling" 2 train m.model --allreduce tree
 exit $fail

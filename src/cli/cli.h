@@ -29,6 +29,9 @@ void cli_set_job(int rank, int size);
  * failure of train or eval ends the whole job at once (main.c). */
 void cli_argv_error(void);
 
+/* Whether name is one of clt_allreduce_algorithms() ("auto" included). */
+int cli_allreduce_known(const char *name);
+
 /* "1.5 GiB": bytes for messages, into buf (returned). */
 const char *cli_bytes(double b, char *buf, size_t size);
 

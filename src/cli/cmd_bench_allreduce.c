@@ -81,7 +81,8 @@ static void help(FILE *to) {
           "                         else 256K, or 1M with 2 ranks)\n"
           "  -a, --algorithm LIST   all-reduce algorithms to time, comma-separated: auto (the\n"
           "                         cost model's choice), ring, twolevel, shm,\n"
-          "                         recursive-doubling, gather (default: auto, or\n"
+          "                         recursive-doubling, gather, rabenseifner,\n"
+          "                         twolevel-rabenseifner (default: auto, or\n"
           "                         CLT_ALLREDUCE)\n"
           "      --fit FILE         measure the cost model instead (ping-pong inside and\n"
           "                         between nodes, the reduction's speed; on one node shm's\n"
@@ -130,10 +131,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       char list[256];
       snprintf(list, sizeof list, "%s", optarg);
       for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
-        if (strcmp(a, "auto") && strcmp(a, "ring") && strcmp(a, "twolevel") && strcmp(a, "shm") &&
-            strcmp(a, "recursive-doubling") && strcmp(a, "gather")) {
-          fprintf(stderr, "cltrain bench allreduce: --algorithm: '%s' is not auto, ring, twolevel, shm, "
-                          "recursive-doubling or gather\n", a);
+        if (!cli_allreduce_known(a)) {
+          fprintf(stderr, "cltrain bench allreduce: --algorithm: '%s' is not one of %s\n", a,
+                  clt_allreduce_algorithms());
           return CLI_EXIT_USAGE;
         }
       if (!*optarg || strlen(optarg) >= sizeof list) {

@@ -127,7 +127,8 @@ static void help(FILE *to) {
           "                          backward pass (default %g; 0: one bucket at the end)\n"
           "      --allreduce ALG     the gradients' all-reduce: auto (the cost model's choice),\n"
           "                          ring, twolevel (node, then network), shm (the node's shared\n"
-          "                          memory), recursive-doubling or gather (default:\n"
+          "                          memory), recursive-doubling, gather, rabenseifner (halving\n"
+          "                          then doubling), twolevel-rabenseifner (default:\n"
           "                          CLT_ALLREDUCE, else auto; doc/scaling.md)\n"
           "      --max-device-memory B  use at most B bytes of each device (like 512M or 2G;\n"
           "                          default: all of it); a replica that needs more is refused\n"
@@ -331,10 +332,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       break;
     case O_MAXMEM: if (parse_bytes("--max-device-memory", optarg, &o->max_device_memory)) return -1; break;
     case O_ALLREDUCE:
-      if (strcmp(optarg, "auto") && strcmp(optarg, "ring") && strcmp(optarg, "twolevel") && strcmp(optarg, "shm") &&
-          strcmp(optarg, "recursive-doubling") && strcmp(optarg, "gather")) {
-        fprintf(stderr, "cltrain: --allreduce must be auto, ring, twolevel, shm, recursive-doubling or gather, not "
-                        "'%s'\n", optarg);
+      if (!cli_allreduce_known(optarg)) {
+        fprintf(stderr, "cltrain: --allreduce must be one of %s, not '%s'\n", clt_allreduce_algorithms(), optarg);
         return -1;
       }
       a->allreduce = optarg;

@@ -95,6 +95,14 @@ int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel) {
 }
 
 /* "1.5 GiB": bytes for messages. */
+int cli_allreduce_known(const char *name) {
+  size_t n = strlen(name);
+  /* A whole name of the list: after its start or ", ", before "," or its end. */
+  for (const char *at = clt_allreduce_algorithms(); n && (at = strstr(at, name)); at += n)
+    if ((at == clt_allreduce_algorithms() || at[-1] == ' ') && (at[n] == ',' || at[n] == 0)) return 1;
+  return 0;
+}
+
 const char *cli_bytes(double b, char *buf, size_t size) {
   static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;

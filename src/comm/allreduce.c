@@ -115,8 +115,9 @@ const clt__coll_kind clt__kind_allgather_window = {"allgather", "clt__allgather_
 static int plan_steps(const clt_allreduce_plan *plan) {
   int n = plan->comm->size;
   if (n == 1 || plan->count == 0) return 0;
-  if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_steps(plan->twolevel);
+  if (plan->twolevel) return clt__twolevel_steps(plan->twolevel);
   if (plan->algorithm == CLT__SHM) return plan->gwin ? 1 : clt__shm_steps(plan->shm);
+  if (plan->algorithm == CLT__RABENSEIFNER) return clt__halving_steps(n);
   if (plan->algorithm != CLT__RING) return clt__small_steps(n, plan->algorithm);
   return (plan->kind->reduces + plan->kind->gathers) * (n - 1);
 }
@@ -281,13 +282,13 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   else
     CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_lo, plan->seg_hi, plan->chunk_elems,
                                    comm->size - 1, (1 + kind->gathers) * (comm->size - 1), &plan->sched));
-  if (plan->algorithm == CLT__TWOLEVEL) {
+  if (plan->algorithm == CLT__TWOLEVEL || plan->algorithm == CLT__TWOLEVEL_RABENSEIFNER) {
     CLT_TRY(clt__twolevel_create(plan, &plan->twolevel)); /* its own staging */
   } else if (plan->algorithm == CLT__SHM && !kind->reduces) {
     CLT_TRY(clt__shm_gather_create(plan, &plan->gwin)); /* a window of its own */
   } else if (plan->algorithm == CLT__SHM) {
     CLT_TRY(clt__shm_create(plan, &plan->shm)); /* the node's window */
-  } else if (plan->algorithm != CLT__RING) {
+  } else if (plan->algorithm != CLT__RING) { /* the small ones, Rabenseifner */
     plan->slot_bytes = count * ops->esize;
     plan->nslots = plan->algorithm == CLT__GATHER && comm->rank == 0 ? comm->size - 1 : 1;
   } else if (kind->reduces) {
@@ -363,7 +364,7 @@ const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan) {
 /* The ring whose schedule orders the staging: the plan's, or the node's
  * reduce-scatter of a two-level plan. */
 static const clt__ring_sched *stage_sched(const clt_allreduce_plan *plan) {
-  return plan->algorithm == CLT__TWOLEVEL ? clt__twolevel_stage_sched(plan->twolevel) : &plan->sched;
+  return plan->twolevel ? clt__twolevel_stage_sched(plan->twolevel) : &plan->sched;
 }
 
 int clt__plan_staged(const clt_allreduce_plan *plan) {
@@ -410,9 +411,14 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
     if (divisor > 1) plan->ops->divide(base, plan->count, divisor);
     return CLT_OK;
   }
-  if (plan->algorithm == CLT__TWOLEVEL) return clt__twolevel_exec(plan, op, base, divisor, ready, final, user);
+  if (plan->twolevel) return clt__twolevel_exec(plan, op, base, divisor, ready, final, user);
   if (plan->gwin) return clt__shm_gather_exec(plan->gwin, op, base);
   if (plan->algorithm == CLT__SHM) return clt__shm_exec(plan, op, base, divisor, ready, final, user);
+  if (plan->algorithm == CLT__RABENSEIFNER) {
+    clt__halving h = {.n = plan->comm->size, .me = plan->comm->rank, .base = base, .hi = plan->count,
+                      .tmp = plan->staging, .ops = plan->ops, .divisor = divisor, .tag_phase = CLT__TAG_DATA};
+    return clt__halving_exec(op, &h);
+  }
   if (plan->algorithm != CLT__RING)
     return clt__small_exec(op, plan->algorithm, base, plan->staging, plan->count, plan->ops, divisor);
   clt__ring_io io = {.base = base,

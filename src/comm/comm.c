@@ -68,8 +68,8 @@ int clt__comm_init_env(clt_comm *comm) {
   const char *a = getenv("CLT_ALLREDUCE");
   comm->algorithm = -1;
   if (a && *a && (comm->algorithm = clt__algorithm_parse(a)) < -1)
-    return clt__error(CLT_EINVAL, "CLT_ALLREDUCE='%s' is not an all-reduce algorithm: give auto, ring, twolevel, "
-                                  "shm, recursive-doubling or gather", a);
+    return clt__error(CLT_EINVAL, "CLT_ALLREDUCE='%s' is not an all-reduce algorithm: give one of %s", a,
+                      clt_allreduce_algorithms());
   int rc = clt__model_init(&comm->model);
   if (rc < 0) return rc;
   /* Without a fitted model the measured threshold decides small messages. */
@@ -121,8 +121,8 @@ int clt_comm_node_count(const clt_comm *comm) { return comm ? comm->layout.nnode
 int clt_comm_set_allreduce(clt_comm *comm, const char *algorithm) {
   int a = algorithm ? clt__algorithm_parse(algorithm) : -2;
   if (!comm || a < -1)
-    return clt__error(CLT_EINVAL, "clt_comm_set_allreduce: %s: give auto, ring, twolevel, shm, recursive-doubling "
-                                  "or gather", !comm ? "no communicator" : algorithm ? algorithm : "no algorithm");
+    return clt__error(CLT_EINVAL, "clt_comm_set_allreduce: %s: give one of %s",
+                      !comm ? "no communicator" : algorithm ? algorithm : "no algorithm", clt_allreduce_algorithms());
   comm->algorithm = a;
   return CLT_OK;
 }

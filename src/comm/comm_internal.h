@@ -285,7 +285,9 @@ enum clt__algorithm {
   CLT__GATHER = 2,
   CLT__TWOLEVEL = 3,
   CLT__SHM = 4,
-  CLT__NALGORITHMS = 5
+  CLT__RABENSEIFNER = 5,
+  CLT__TWOLEVEL_RABENSEIFNER = 6, /* two-level, Rabenseifner between nodes */
+  CLT__NALGORITHMS = 7
 };
 
 /* ---- algorithms (model.c): one descriptor each ------------------------------ */
@@ -315,6 +317,34 @@ int clt__algorithm_parse(const char *name);
  * is set). A pure function of values every rank holds the same (checked by
  * the plan's fingerprint). */
 enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes);
+
+/* ---- Rabenseifner's all-reduce (halving.c) ---------------------------------- */
+
+/* Post messages (recv[i]: receive bytes[i] into bufs[i] from peers[i],
+ * else send them), all in flight at once, wait for all (tag phase
+ * tag_phase of op, `step` in messages), and check every receive got all
+ * of its bytes. */
+int clt__messages(clt__op *op, int step, int tag_phase, int n, const int *peers, const int *recv,
+                  void *const *bufs, const size_t *bytes);
+
+/* One all-reduce of elements [lo, hi) of base among n ranks: peers[i] is
+ * position i's rank on the communicator (NULL: rank i), me this rank's
+ * position. tmp holds hi - lo elements. */
+typedef struct clt__halving {
+  const int *peers;
+  int n, me;
+  unsigned char *base;
+  size_t lo, hi;
+  unsigned char *tmp;
+  const clt__dtype_ops *ops;
+  double divisor;          /* > 1: the average's */
+  int tag_phase;           /* CLT__TAG_DATA, or two-level's network phase */
+  int step0;               /* steps of the operation before this one (for messages) */
+} clt__halving;
+
+/* Steps of n ranks: 2 log2 P, + 2 when n is not a power of two P. */
+int clt__halving_steps(int n);
+int clt__halving_exec(clt__op *op, const clt__halving *h);
 
 /* ---- the two-level all-reduce (twolevel.c) ---------------------------------- */
 

@@ -115,14 +115,37 @@ static double gather_cost(const clt_comm *c, double n) {
   return 2 * m->alpha[x] + 2 * (N - 1) * n * m->beta[x] + (N - 1) * n * m->gamma;
 }
 
-static double twolevel_cost(const clt_comm *c, double n) {
+/* Rabenseifner's over N ranks (halving.c), per all-reduce: messages
+ * waited for, bytes a rank moves and reduces per byte of the buffer. */
+static void halving_terms(int N, double *waits, double *moved, double *reduced) {
+  double P = 1;
+  while (P * 2 <= N) P *= 2;
+  int fold = N > P;
+  *waits = clt__halving_steps(N);
+  *moved = 2 * (P - 1) / P + (fold ? 2 : 0);
+  *reduced = (P - 1) / P + (fold ? 1 : 0);
+}
+
+static double rabenseifner_cost(const clt_comm *c, double n) {
+  const clt__cost_model *m = &c->model;
+  int x = cross(c);
+  double waits, moved, reduced;
+  halving_terms(c->size, &waits, &moved, &reduced);
+  return waits * m->alpha[x] + moved * n * m->beta[x] + reduced * n * m->gamma;
+}
+
+/* Inside the node a ring reduce-scatter and allgather; between nodes the
+ * n/l bytes the busiest rank carries, in ceil(L/l) rings or Rabenseifners. */
+static double twolevel_form(const clt_comm *c, double n, int halving) {
   const clt__cost_model *m = &c->model;
   double L = c->layout.lmax, l = c->layout.lmin, M = c->layout.nnodes;
   double intra = (L - 1) * (2 * m->alpha[0] + n / L * (2 * m->beta[0] + m->gamma));
-  double rings = ceil(L / l);
-  double inter = 2 * (M - 1) * rings * m->alpha[1] + 2 * (M - 1) / M * n / l * m->beta[1] + (M - 1) / M * n / l * m->gamma;
-  return intra + inter;
+  double rings = ceil(L / l), waits = 2 * (M - 1), moved = 2 * (M - 1) / M, reduced = (M - 1) / M;
+  if (halving) halving_terms(c->layout.nnodes, &waits, &moved, &reduced);
+  return intra + waits * rings * m->alpha[1] + moved * n / l * m->beta[1] + reduced * n / l * m->gamma;
 }
+static double twolevel_cost(const clt_comm *c, double n) { return twolevel_form(c, n, 0); }
+static double twolevel_rabenseifner_cost(const clt_comm *c, double n) { return twolevel_form(c, n, 1); }
 
 /* The window's rounds: N pieces (shm.c). */
 static double shm_cost(const clt_comm *c, double n) {
@@ -158,6 +181,9 @@ static const clt__algorithm_desc algorithms[CLT__NALGORITHMS] = {
     {CLT__GATHER, "gather", gather_cost, gather_usable, CLT__RECDOUBLE, NULL, 1, 0, 0},
     {CLT__TWOLEVEL, "twolevel", twolevel_cost, twolevel_usable, CLT__RING, NULL, 0, 1, 1},
     {CLT__SHM, "shm", shm_cost, shm_usable, CLT__TWOLEVEL, shm_fitted, 0, 0, 1},
+    {CLT__RABENSEIFNER, "rabenseifner", rabenseifner_cost, always, CLT__RABENSEIFNER, NULL, 0, 1, 0},
+    {CLT__TWOLEVEL_RABENSEIFNER, "twolevel-rabenseifner", twolevel_rabenseifner_cost, twolevel_usable,
+     CLT__RABENSEIFNER, NULL, 0, 1, 1},
 };
 
 const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a) {
@@ -211,8 +237,10 @@ enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes) {
     const clt__algorithm_desc *a = &algorithms[i];
     if ((a->small && comm->small_set) || !a->usable(comm, 0)) continue;
     if (fitted_only && !(a->fitted && a->fitted(comm))) continue;
+    /* Equal forms computed apart (two-level's network ring and halving
+     * on 2 nodes) may differ in the last bits: a tie stays a tie. */
     double t = a->cost(comm, (double)bytes);
-    if (t < best_t) best = a->algorithm, best_t = t;
+    if (t < best_t * (1 - 1e-9)) best = a->algorithm, best_t = t;
   }
   return best;
 }
@@ -323,13 +351,18 @@ done:
   return rc;
 }
 
+const char *clt_allreduce_algorithms(void) {
+  /* The table's names in its order, after "auto". */
+  return "auto, ring, recursive-doubling, gather, twolevel, shm, rabenseifner, twolevel-rabenseifner";
+}
+
 int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds) {
   if (!comm || !algorithm || !seconds) return clt__error(CLT_EINVAL, "clt_comm_model_predict: no %s",
                                                        !comm ? "communicator" : !algorithm ? "algorithm" : "result");
   int a = clt__algorithm_parse(algorithm);
   if (a < 0)
-    return clt__error(CLT_EINVAL, "clt_comm_model_predict: unknown algorithm '%s' (ring, recursive-doubling, "
-                                  "gather, twolevel or shm)", algorithm);
+    return clt__error(CLT_EINVAL, "clt_comm_model_predict: unknown algorithm '%s' (%s)", algorithm,
+                      clt_allreduce_algorithms() + strlen("auto, "));
   *seconds = comm->size == 1 ? 0 : clt__algorithm_find((enum clt__algorithm)a)->cost(comm, (double)bytes);
   return CLT_OK;
 }

@@ -19,6 +19,7 @@
  */
 #include "comm_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int clt__small_steps(int size, enum clt__algorithm algorithm) {
@@ -36,41 +37,67 @@ enum clt__algorithm clt__small_algorithm(int size) {
  * handshake) in common MPI transports; larger ones need a rendezvous round
  * trip first (Open MPI's shared memory: above 4 KiB with its header). Mid-
  * sized messages are therefore sent as pieces that each fit, all in flight
- * at once; beyond 4 pieces one large message is as fast. */
+ * at once; beyond 4 pieces one large message is as fast (or pieces of at
+ * most 1 GiB: the transport takes at most INT_MAX bytes a message). */
 #define CLT__EAGER_PIECE ((size_t)4096 - 128)
 #define CLT__MAX_PIECES 4
+#define CLT__LARGE_PIECE ((size_t)1 << 30)
 
-/* Post n messages (recv[i]: receive into bufs[i], else send it), wait for
- * all, and check that every receive got all its bytes. */
-static int messages(clt__op *op, int step, int n, const int *peers, const int *recv, void *const *bufs,
-                    size_t bytes) {
-  int rc = CLT_OK, tag = clt__op_tag(op, CLT__TAG_DATA), nreq = 0;
-  size_t piece = bytes <= CLT__MAX_PIECES * CLT__EAGER_PIECE ? CLT__EAGER_PIECE : bytes;
-  clt__req reqs[8 * CLT__MAX_PIECES];
-  int req_peer[8 * CLT__MAX_PIECES];
-  size_t got[8 * CLT__MAX_PIECES] = {0}, want[8 * CLT__MAX_PIECES];
-  memset(reqs, 0, sizeof reqs);
-  for (int i = 0; i < n; i++)
-    for (size_t off = 0; off < bytes; off += piece, nreq++) {
+static size_t piece_of(size_t bytes) {
+  return bytes <= CLT__MAX_PIECES * CLT__EAGER_PIECE ? CLT__EAGER_PIECE : CLT__LARGE_PIECE;
+}
+
+int clt__messages(clt__op *op, int step, int tag_phase, int n, const int *peers, const int *recv,
+                  void *const *bufs, const size_t *bytes) {
+  int rc = CLT_OK, tag = clt__op_tag(op, tag_phase), nreq = 0, total = 0;
+  for (int i = 0; i < n; i++) total += (int)((bytes[i] + piece_of(bytes[i]) - 1) / piece_of(bytes[i]));
+  clt__req reqs_fixed[8 * CLT__MAX_PIECES], *reqs = reqs_fixed;
+  int peer_fixed[8 * CLT__MAX_PIECES], *req_peer = peer_fixed;
+  size_t got_fixed[8 * CLT__MAX_PIECES], want_fixed[8 * CLT__MAX_PIECES], *got = got_fixed, *want = want_fixed;
+  void *heap = NULL;
+  if (total > 8 * CLT__MAX_PIECES) {
+    size_t each = sizeof *reqs + sizeof *req_peer + 2 * sizeof *got;
+    if (!(heap = clt__calloc((size_t)total, each))) return CLT_ENOMEM;
+    reqs = heap;
+    got = (size_t *)(reqs + total);
+    want = got + total;
+    req_peer = (int *)(want + total);
+  }
+  memset(reqs, 0, (size_t)(total > 0 ? total : 1) * sizeof *reqs);
+  memset(got, 0, (size_t)(total > 0 ? total : 1) * sizeof *got);
+  for (int i = 0; i < n; i++) {
+    size_t piece = piece_of(bytes[i]);
+    for (size_t off = 0; off < bytes[i]; off += piece, nreq++) {
       unsigned char *at = (unsigned char *)bufs[i] + off;
-      want[nreq] = bytes - off < piece ? bytes - off : piece;
+      want[nreq] = bytes[i] - off < piece ? bytes[i] - off : piece;
       req_peer[nreq] = peers[i];
       rc = recv[i] ? clt__tp_irecv(op->comm, at, want[nreq], peers[i], tag, &reqs[nreq])
                    : clt__tp_isend(op->comm, at, want[nreq], peers[i], tag, &reqs[nreq]);
       if (rc < 0) {
         for (int j = 0; j < nreq; j++) clt__tp_abandon(op->comm, &reqs[j]);
-        return clt__op_break(op, clt__op_error(op, step, rc));
+        rc = clt__op_break(op, clt__op_error(op, step, rc));
+        goto done;
       }
       if (!recv[i]) want[nreq] = 0; /* sends report no size */
     }
-  if ((rc = clt__op_wait(op, reqs, req_peer, got, nreq, step)) < 0) return rc;
+  }
+  if ((rc = clt__op_wait(op, reqs, req_peer, got, nreq, step)) < 0) goto done;
   for (int i = 0; i < nreq; i++)
     if (got[i] != want[i]) {
       rc = clt__error(CLT_EMISMATCH, "rank %d sent %zu bytes where %zu were expected: are the ranks running the "
                       "same plans in the same order?", req_peer[i], got[i], want[i]);
-      return clt__op_break(op, clt__op_error(op, step, rc));
+      rc = clt__op_break(op, clt__op_error(op, step, rc));
+      goto done;
     }
-  return CLT_OK;
+done:
+  free(heap);
+  return rc;
+}
+
+static int messages(clt__op *op, int step, int n, const int *peers, const int *recv, void *const *bufs,
+                    size_t bytes) {
+  size_t each[8] = {bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes};
+  return clt__messages(op, step, CLT__TAG_DATA, n, peers, recv, bufs, each);
 }
 
 /* Exchange with one partner: send base and/or receive into tmp. */

@@ -63,9 +63,11 @@ struct clt__twolevel {
   clt__ring_sched *net;     /* nseg network rings (step 2) */
   size_t *net_off;          /* nseg x (M + 1): each ring's segments */
   int *net_peers;           /* nseg x M: each ring's ranks, in node order */
+  int halving;              /* step 2 by Rabenseifner's (halving.c), not rings */
+  unsigned char *tmp;       /* halving: the longest carried segment */
   unsigned char *staging;   /* 2 chunks: receives being reduced */
   size_t slot_bytes;
-  int steps;
+  int steps, net_steps;      /* the operation's; each network all-reduce's */
   struct clt__shm *shm;     /* steps 1 and 3 through the node's window, or NULL: rings */
 };
 
@@ -79,6 +81,7 @@ void clt__twolevel_free(struct clt__twolevel *t, int keep_staging) {
   free(t->net_off);
   free(t->net_peers);
   free(t->part_lo);
+  if (!keep_staging) free(t->tmp);
   if (!keep_staging) free(t->staging); /* abandoned receives may still land there */
   free(t);
 }
@@ -114,6 +117,8 @@ int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
   CLT_TRY(clt__ring_sched_create(p, L, t->rs_lo, t->rs_hi, ce, L - 1, L - 1, &t->rs));
   CLT_TRY(clt__ring_sched_create(p, L, t->part_lo, t->part_hi, ce, 0, L - 1, &t->ag));
 
+  t->halving = plan->algorithm == CLT__TWOLEVEL_RABENSEIFNER;
+  size_t longest = 0;
   int first = clt__layout_first_seg(lmax, L, p);
   t->nseg = clt__layout_first_seg(lmax, L, p + 1) - first;
   if (!(t->net = clt__calloc((size_t)t->nseg, sizeof *t->net)) ||
@@ -127,13 +132,17 @@ int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
     clt__segments(seg_off[j + 1] - seg_off[j], M, off);
     for (int s = 0; s <= M; s++) off[s] += seg_off[j];
     for (int n = 0; n < M; n++) peers[n] = lay->carrier[(size_t)n * (size_t)lmax + (size_t)j];
-    CLT_TRY(clt__ring_sched_create(lay->node, M, off, off + 1, ce, M - 1, 2 * (M - 1), &t->net[k]));
+    if (seg_off[j + 1] - seg_off[j] > longest) longest = seg_off[j + 1] - seg_off[j];
+    if (!t->halving)
+      CLT_TRY(clt__ring_sched_create(lay->node, M, off, off + 1, ce, M - 1, 2 * (M - 1), &t->net[k]));
   }
-  t->steps = 2 * (L - 1) + 2 * (M - 1) * t->nseg;
+  t->net_steps = t->halving ? clt__halving_steps(M) : 2 * (M - 1);
+  t->steps = 2 * (L - 1) + t->net_steps * t->nseg;
   if (comm->shm_capable) {
     CLT_TRY(clt__shm_create_parts(plan, t->part_lo, t->part_hi, &t->shm));
-    t->steps = 2 * clt__shm_steps(t->shm) + 2 * (M - 1) * t->nseg;
+    t->steps = 2 * clt__shm_steps(t->shm) + t->net_steps * t->nseg;
   }
+  if (t->halving && longest && !(t->tmp = clt__calloc(longest, plan->ops->esize))) goto nomem;
   t->slot_bytes = (plan->count < ce ? plan->count : ce) * plan->ops->esize;
   if (t->slot_bytes && !(t->staging = clt__calloc(2, t->slot_bytes))) goto nomem;
   free(seg_off);
@@ -185,8 +194,16 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
   io.tag_phase = TAG_NET;
   for (int k = 0; k < t->nseg; k++) {
     io.peers = t->net_peers + (size_t)k * (size_t)t->M;
-    CLT_TRY(clt__ring_exec(op, &t->net[k], &io));
-    io.step0 += 2 * (t->M - 1);
+    if (t->halving) {
+      const size_t *off = t->net_off + (size_t)k * ((size_t)t->M + 1);
+      clt__halving h = {.peers = io.peers, .n = t->M, .me = comm->layout.node, .base = base, .lo = off[0],
+                        .hi = off[t->M], .tmp = t->tmp, .ops = plan->ops, .divisor = divisor,
+                        .tag_phase = TAG_NET, .step0 = io.step0};
+      CLT_TRY(clt__halving_exec(op, &h));
+    } else {
+      CLT_TRY(clt__ring_exec(op, &t->net[k], &io));
+    }
+    io.step0 += t->net_steps;
   }
   if (t->M == 1 && divisor > 1) {
     size_t plo = t->part_lo[comm->local_rank], phi = t->part_hi[comm->local_rank];
