@@ -3,7 +3,8 @@
 # nodes: 1 to 6 ranks, nodes of 1, 2 and 3 ranks, uneven ones (5 ranks in
 # nodes of 2: 2,2,1; 3,2; 4,2), one run between pretend nodes over TCP
 # (--mca btl tcp,self), and on 4 ranks a rank that never joins; then with
-# Rabenseifner's all-reduce between nodes, up to 16 ranks.
+# Rabenseifner's all-reduce between nodes, up to 16 ranks (a rank that
+# never joins, on 5 nodes of 1).
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
 export CLT_TIMEOUT
@@ -39,8 +40,9 @@ CT_TWOLEVEL=twolevel-rabenseifner; export CT_TWOLEVEL
 run 1 4
 run 2 8
 run 2 5
-run 1 5
 run 3,2 5
-unset CT_TWOLEVEL
+CT_ABSENT=1; export CT_ABSENT
+run 1 5
+unset CT_ABSENT CT_TWOLEVEL
 run 4 16
 exit $status
