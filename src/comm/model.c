@@ -13,11 +13,17 @@
  *                       not a power of two P)
  *   gather              2 α_x + 2 (N-1) n β_x + (N-1) n γ (rank 0's link
  *                       carries every message; 2 to 8 ranks)
+ *   rabenseifner        w α_x + m n β_x + r n γ: w = 2 log2 P waits, m =
+ *                       2 (P-1)/P bytes moved and r = (P-1)/P reduced per
+ *                       byte, + 2, 2 and 1 when N is not a power of two P
+ *                       (the fold: halving.c)
  *   twolevel            intra-node reduce-scatter (L-1)(α_0 + n/L (β_0 + γ)),
  *                       a ring between nodes of the n/l bytes the busiest
  *                       rank carries, in ceil(L/l) rings:
  *                       2 (M-1) ceil(L/l) α_1 + 2 (M-1)/M n/l β_1 + (M-1)/M n/l γ,
  *                       and the intra-node allgather (L-1)(α_0 + n/L β_0)
+ *   twolevel-rabenseifner  the same, with Rabenseifner's w, m, r over M
+ *                       nodes in place of the network ring's
  *   shm                 one node: 2 k α_0 + (2N-1)/(2N) n β_0 + (N-1)/N n γ,
  *                       (up to 8 KiB: α_0 + n β_0/2 + (N-1) n γ, one
  *                       handshake), k = the rounds of the bounded window,

@@ -8,9 +8,10 @@
  *   1. reduce-scatter inside the node (a ring of its L ranks): local rank l
  *      ends with its part, the node's sum of segments
  *      [l lmax / L, (l + 1) lmax / L) of the lmax segments of the buffer;
- *   2. for each segment it carries, an all-reduce (a ring) with the ranks
- *      that carry that segment on the other nodes, one per node, in node
- *      order: each local rank moves 1/L of the buffer across the network;
+ *   2. for each segment it carries, an all-reduce (a ring, or Rabenseifner's
+ *      in twolevel-rabenseifner: halving.c) with the ranks that carry that
+ *      segment on the other nodes, one per node, in node order: each local
+ *      rank moves 1/L of the buffer across the network;
  *   3. allgather inside the node: every rank gets every part.
  *
  *        node 0: ranks 0 1     node 1: ranks 2 3     node 2: rank 4
