@@ -13,7 +13,7 @@ status=$?
 # Rabenseifner's (halving.c) at every size, with a power of two and with
 # the fold of the ranks beyond one (3, 5), against its own order of fp16
 # roundings (tests/commtest.c).
-CLT_ALLREDUCE=rabenseifner sh "$srcdir/tests/mpi_run.sh" --each "2 3 4 5" ./tests/test_comm
+CLT_ALLREDUCE=rabenseifner sh "$srcdir/tests/mpi_run.sh" --each "3 4 5" ./tests/test_comm
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 77 ] && exit $rc
 exit $status
