@@ -11,6 +11,12 @@
 #   RANKS=2 sh bench/allreduce.sh BUILD -- --min-bytes 4M --max-bytes 64M
 #   RANKS=2 sh bench/allreduce.sh BUILD -- --dtype f16 --min-bytes 2M --max-bytes 32M
 #
+# Pretend nodes (CLT_NODE_SIZE) with TCP between them, every algorithm of
+# several nodes against the flat ring (doc/scaling.md):
+#
+#   NODE_SIZE=4 TCP=1 RANKS=16 sh bench/allreduce.sh BUILD -- --no-device \
+#     -a ring,twolevel,twolevel-rabenseifner,rabenseifner,auto --min-bytes 64K --max-bytes 64M -i 5
+#
 # With more ranks than cores the numbers are noisy: compare the ratio
 # columns (MPI's time / cltrain's, measured in the same run) rather than
 # absolute bandwidths. PoCL is limited to one thread per rank.
@@ -25,6 +31,11 @@ ompi=
 if "$MPIEXEC" --version 2>&1 | grep -qi -e "Open MPI" -e "OpenRTE"; then
   ompi="--oversubscribe --bind-to none"
   [ "$(id -u)" = 0 ] && ompi="$ompi --allow-run-as-root"
+  [ "${TCP:-0}" = 1 ] && ompi="$ompi --mca btl tcp,self"
+fi
+if [ -n "$NODE_SIZE" ]; then
+  CLT_NODE_SIZE=$NODE_SIZE
+  export CLT_NODE_SIZE
 fi
 for np in ${RANKS:-2 3 4}; do
   echo "## $np ranks: $MPIEXEC -np $np $ompi $builddir/cltrain bench allreduce $*"

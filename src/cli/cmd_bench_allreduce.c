@@ -350,15 +350,15 @@ static void print_header(const bench_opts *o, int n, const char *device, size_t 
     printf("# bytes are fp16 bytes; MPI_Allreduce sums float32 data of the same element count (twice the bytes)\n");
   printf("# device buffers: %s; times in us, bandwidths in GB/s; x MPI = MPI time / cltrain time\n",
          device ? device : "skipped");
-  printf("%10s %-18s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s | %9s %11s %11s\n", "bytes", "algorithm",
+  printf("%10s %-21s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s | %9s %11s %11s\n", "bytes", "algorithm",
          "host us", "algbw", "busbw", "device us", "algbw", "busbw", "MPI us", "algbw", "busbw", "host", "device",
          "model us", "intra B", "inter B");
-  printf("%10s %-18s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s | %9s %11s %11s\n", "", "", "", "", "", "", "",
+  printf("%10s %-21s | %9s %8s %8s | %9s %8s %8s | %9s %8s %8s | %6s %6s | %9s %11s %11s\n", "", "", "", "", "", "", "",
          "", "", "", "", "x MPI", "x MPI", "", "", "");
 }
 
 static void print_row(const bench_ctx *b, int n, const result *r, const plan_info *pi) {
-  printf("%10zu %-18s |", b->bytes, pi->algorithm);
+  printf("%10zu %-21s |", b->bytes, pi->algorithm);
   for (int m = 0; m < M_COUNT; m++) {
     size_t bytes = method_bytes(b, m);
     if (!r[m].ran)
