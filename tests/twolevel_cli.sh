@@ -58,20 +58,24 @@ CLT_NODE_SIZE= CLT_COMM_MODEL=$tmp/shm.json run 2 bench allreduce --no-device --
   { echo "FAIL: bench with the fitted terms:"; cat "$tmp/out"; fail=1; }
 
 CLT_COMM_MODEL=$tmp/model.json run 4 bench allreduce --no-device --min-bytes 4K --max-bytes 64K --iters 2 --warmup 1 \
-  -a ring,twolevel,auto --json
+  -a ring,twolevel,auto,rabenseifner,twolevel-rabenseifner --json
 rc=$?
 grep -q '"algorithm": "twolevel"' "$tmp/out" && grep -q '"algorithm": "ring"' "$tmp/out" ||
   { echo "FAIL: bench --algorithm ring,twolevel (exit $rc):"; cat "$tmp/out"; fail=1; }
 # 64 KiB: the ring's busiest rank (1 or 3, whose right neighbour is on the
 # other node) sends 2 (N-1)/N = 3/2 of it across nodes, two-level's each
-# rank half of its half: 98304 and 32768 bytes.
+# rank half of its half: 98304 and 32768 bytes (with Rabenseifner's between
+# the 2 nodes too); flat Rabenseifner's sends half of it to its partner on
+# the other node when halving and half when doubling: 65536.
 if command -v python3 >/dev/null; then
 python3 - "$tmp/out" <<'PY' || fail=1
 import json, sys
 doc = json.load(open(sys.argv[1]))
 rows = {(r["bytes"], r["algorithm"]): r for r in doc["results"]}
 ring, two = rows[(65536, "ring")], rows[(65536, "twolevel")]
+rab, two_rab = rows[(65536, "rabenseifner")], rows[(65536, "twolevel-rabenseifner")]
 ok = doc["nodes"] == 2 and ring["sent_inter_bytes"] == 98304 and two["sent_inter_bytes"] == 32768 \
+    and rab["sent_inter_bytes"] == 65536 and two_rab["sent_inter_bytes"] == 32768 \
     and all(r["host"]["correct"] for r in doc["results"])
 print("ok: bytes across nodes, ring %d, twolevel %d" % (ring["sent_inter_bytes"], two["sent_inter_bytes"]) if ok
       else "FAIL: bytes across nodes: %s" % json.dumps(doc))
