@@ -190,10 +190,11 @@ int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *bas
   }
   io.ready = NULL;
   io.step0 += t->shm ? clt__shm_steps(t->shm) : t->L - 1;
-  /* 2. Each carried segment with its carriers on the other nodes. */
+  /* 2. Each carried segment with its carriers on the other nodes (none
+   * on one node: the average divides below). */
   io.divisor = divisor;
   io.tag_phase = TAG_NET;
-  for (int k = 0; k < t->nseg; k++) {
+  for (int k = 0; t->M > 1 && k < t->nseg; k++) {
     io.peers = t->net_peers + (size_t)k * (size_t)t->M;
     if (t->halving) {
       const size_t *off = t->net_off + (size_t)k * ((size_t)t->M + 1);
