@@ -188,7 +188,8 @@ const char *clt__fmt_bytes(uint64_t bytes, char *buf, size_t len);
 /* ---- binary16 (half.c) ------------------------------------------------------ */
 
 /* IEEE 754 binary16 held in a uint16_t, converted with integer arithmetic
- * only (no _Float16, no F16C, any rounding mode). To half: round to nearest,
+ * only (no _Float16, any rounding mode; the reductions' F16C loop on x86
+ * gives the same bits). To half: round to nearest,
  * ties to even; from 65520 up +-inf; every NaN becomes the quiet NaN 0x7e00,
  * because which NaN an addition returns (sign, payload) depends on the CPU
  * and the order of the operands, and the ranks' bits must agree. To float:
@@ -202,7 +203,13 @@ void clt__halves_sum(uint16_t *dst, const uint16_t *const *src, int nsrc, size_t
 void clt__halves_divide(uint16_t *x, size_t n, float by);
 /* The same with a chosen loop, for tests: CLT_EUNSUPPORTED where this
  * build or CPU lacks it. */
-enum { CLT__HALF_IMPL_SCALAR = 0, CLT__HALF_IMPL_V16 = 1, CLT__HALF_IMPL_AVX2 = 2, CLT__HALF_NIMPL = 3 };
+enum {
+  CLT__HALF_IMPL_SCALAR = 0,
+  CLT__HALF_IMPL_V16 = 1,
+  CLT__HALF_IMPL_AVX2 = 2,
+  CLT__HALF_IMPL_F16C = 3, /* x86's conversion instructions */
+  CLT__HALF_NIMPL = 4
+};
 int clt__halves_sum_impl(int impl, uint16_t *dst, const uint16_t *const *src, int nsrc, size_t n);
 int clt__halves_divide_impl(int impl, uint16_t *x, size_t n, float by);
 

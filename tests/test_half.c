@@ -125,7 +125,7 @@ static uint16_t mixed_half(uint64_t *state) {
   }
 }
 
-/* Each loop this build and CPU have (16-byte vectors, AVX2), and the one
+/* Each loop this build and CPU have (16-byte vectors, AVX2, F16C), and the one
  * the library picks, against the scalar functions. */
 static void check_loops(int impl) {
   enum { N = 4099 }; /* not a multiple of 8 or 16: the scalar tail runs too */
