@@ -180,15 +180,24 @@ static int shm_usable(const clt_comm *c, int forced) {
   return (void)forced, c->shm_capable && c->layout.nnodes == 1;
 }
 
+/* The names, once: the table's and clt_allreduce_algorithms()'s list. */
+#define N_RING "ring"
+#define N_RECDOUBLE "recursive-doubling"
+#define N_GATHER "gather"
+#define N_TWOLEVEL "twolevel"
+#define N_SHM "shm"
+#define N_RABENSEIFNER "rabenseifner"
+#define N_TWOLEVEL_RABENSEIFNER "twolevel-rabenseifner"
+
 /* name, cost, usable, instead (when forced but not usable), fitted terms, small, all-reduce only, staged */
 static const clt__algorithm_desc algorithms[CLT__NALGORITHMS] = {
-    {CLT__RING, "ring", ring_cost, always, CLT__RING, ring_fitted, 0, 0, 1},
-    {CLT__RECDOUBLE, "recursive-doubling", recdouble_cost, always, CLT__RECDOUBLE, NULL, 1, 0, 0},
-    {CLT__GATHER, "gather", gather_cost, gather_usable, CLT__RECDOUBLE, NULL, 1, 0, 0},
-    {CLT__TWOLEVEL, "twolevel", twolevel_cost, twolevel_usable, CLT__RING, NULL, 0, 1, 1},
-    {CLT__SHM, "shm", shm_cost, shm_usable, CLT__TWOLEVEL, shm_fitted, 0, 0, 1},
-    {CLT__RABENSEIFNER, "rabenseifner", rabenseifner_cost, always, CLT__RABENSEIFNER, NULL, 0, 1, 0},
-    {CLT__TWOLEVEL_RABENSEIFNER, "twolevel-rabenseifner", twolevel_rabenseifner_cost, twolevel_usable,
+    {CLT__RING, N_RING, ring_cost, always, CLT__RING, ring_fitted, 0, 0, 1},
+    {CLT__RECDOUBLE, N_RECDOUBLE, recdouble_cost, always, CLT__RECDOUBLE, NULL, 1, 0, 0},
+    {CLT__GATHER, N_GATHER, gather_cost, gather_usable, CLT__RECDOUBLE, NULL, 1, 0, 0},
+    {CLT__TWOLEVEL, N_TWOLEVEL, twolevel_cost, twolevel_usable, CLT__RING, NULL, 0, 1, 1},
+    {CLT__SHM, N_SHM, shm_cost, shm_usable, CLT__TWOLEVEL, shm_fitted, 0, 0, 1},
+    {CLT__RABENSEIFNER, N_RABENSEIFNER, rabenseifner_cost, always, CLT__RABENSEIFNER, NULL, 0, 1, 0},
+    {CLT__TWOLEVEL_RABENSEIFNER, N_TWOLEVEL_RABENSEIFNER, twolevel_rabenseifner_cost, twolevel_usable,
      CLT__RABENSEIFNER, NULL, 0, 1, 1},
 };
 
@@ -358,8 +367,8 @@ done:
 }
 
 const char *clt_allreduce_algorithms(void) {
-  /* The table's names in its order, after "auto". */
-  return "auto, ring, recursive-doubling, gather, twolevel, shm, rabenseifner, twolevel-rabenseifner";
+  return "auto, " N_RING ", " N_RECDOUBLE ", " N_GATHER ", " N_TWOLEVEL ", " N_SHM ", " N_RABENSEIFNER
+         ", " N_TWOLEVEL_RABENSEIFNER;
 }
 
 int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds) {
