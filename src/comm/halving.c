@@ -44,6 +44,9 @@ int clt__halving_steps(int n) {
   return 2 * k + (n > p ? 2 : 0);
 }
 
+/* The rank at list position pos. */
+static int peer_at(const clt__halving *h, int pos) { return h->peers ? h->peers[pos] : pos; }
+
 /* The list position standing for position v among the P (after the fold). */
 static int position_of(int v, int extra) { return v < extra ? 2 * v + 1 : v + extra; }
 
@@ -74,17 +77,16 @@ int clt__halving_exec(clt__op *op, const clt__halving *h) {
     if (h->divisor > 1) ops->divide(base, count, h->divisor);
     return CLT_OK;
   }
-#define PEER(pos) (h->peers ? h->peers[pos] : (pos))
   while (p * 2 <= n) p *= 2;
   int extra = n - p, v;
   int last = h->step0 + clt__halving_steps(n) - 1;
   if (me < 2 * extra && me % 2 == 0) {
     /* Folded into me + 1: send, then wait for the result. */
-    CLT_TRY(whole(op, h, step, PEER(me + 1), 0, base, count));
-    return whole(op, h, last, PEER(me + 1), 1, base, count);
+    CLT_TRY(whole(op, h, step, peer_at(h, me + 1), 0, base, count));
+    return whole(op, h, last, peer_at(h, me + 1), 1, base, count);
   }
   if (me < 2 * extra) {
-    CLT_TRY(whole(op, h, step, PEER(me - 1), 1, h->tmp, count));
+    CLT_TRY(whole(op, h, step, peer_at(h, me - 1), 1, h->tmp, count));
     ops->add(base, h->tmp, count);
     v = me / 2;
   } else {
@@ -101,7 +103,8 @@ int clt__halving_exec(clt__op *op, const clt__halving *h) {
     int k0 = upper ? mid : b0, k1 = upper ? b1 : mid; /* kept */
     int s0 = upper ? b0 : mid, s1 = upper ? mid : b1; /* sent */
     size_t keep = off[k1] - off[k0];
-    CLT_TRY(swap(op, h, step, PEER(position_of(v ^ d, extra)), base + off[s0] * es, off[s1] - off[s0], h->tmp, keep));
+    int peer = peer_at(h, position_of(v ^ d, extra));
+    CLT_TRY(swap(op, h, step, peer, base + off[s0] * es, off[s1] - off[s0], h->tmp, keep));
     ops->add(base + off[k0] * es, h->tmp, keep);
     b0 = k0, b1 = k1;
   }
@@ -111,13 +114,12 @@ int clt__halving_exec(clt__op *op, const clt__halving *h) {
   for (int d = 1; d < p; d *= 2, step++) {
     int upper = (v & d) != 0;
     int r0 = upper ? b0 - d : b1, r1 = upper ? b0 : b1 + d;
-    CLT_TRY(swap(op, h, step, PEER(position_of(v ^ d, extra)), base + off[b0] * es, off[b1] - off[b0],
+    CLT_TRY(swap(op, h, step, peer_at(h, position_of(v ^ d, extra)), base + off[b0] * es, off[b1] - off[b0],
                  base + off[r0] * es, off[r1] - off[r0]));
     if (upper) b0 = r0;
     else b1 = r1;
   }
-  if (me < 2 * extra) CLT_TRY(whole(op, h, last, PEER(me - 1), 0, base, count));
-#undef PEER
+  if (me < 2 * extra) CLT_TRY(whole(op, h, last, peer_at(h, me - 1), 0, base, count));
 fail:
   free(off);
   return rc;
