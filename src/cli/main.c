@@ -94,7 +94,6 @@ int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel) {
   return CLI_EXIT_OK;
 }
 
-/* "1.5 GiB": bytes for messages. */
 int cli_allreduce_known(const char *name) {
   size_t n = strlen(name);
   /* A whole name of the list: after its start or ", ", before "," or its end. */
@@ -103,6 +102,7 @@ int cli_allreduce_known(const char *name) {
   return 0;
 }
 
+/* "1.5 GiB": bytes for messages. */
 const char *cli_bytes(double b, char *buf, size_t size) {
   static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;
