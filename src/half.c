@@ -115,8 +115,9 @@ static void divide_scalar(uint16_t *x, float by, size_t i, size_t end) {
  * give +-inf from 65520 up: the integer steps' bits, but for a NaN, whose
  * sign and payload they keep. NaN lanes become 0x7e00 as in
  * clt__half_from_float. The float additions are the other loops' (the
- * same order, the MXCSR's rounding). A sum of two buffers: 0.1 ns an
- * element against AVX2's 0.85 (see above). */
+ * same order, the MXCSR's rounding). A sum of two buffers of 1M halves
+ * on a Xeon (Skylake-AVX512): 0.18 ns an element, against 1.28 for the
+ * AVX2 loop, 1.94 for 16-byte vectors and 5.8 for the scalar one. */
 #  define F16C_TARGET __attribute__((target("avx,f16c")))
 
 F16C_TARGET static inline __m128i halves_f16c(__m256 f) {
