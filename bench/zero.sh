@@ -7,7 +7,8 @@
 #     its buffers (the "start" records of the metrics), against ZeRO's
 #     formulas for fp32 Adam, Psi parameters over N ranks: stage 0 16 Psi,
 #     stage 1 4 Psi + 4 Psi + 8 Psi / N, stage 2 4 Psi + 12 Psi / N plus the
-#     bucket buffers the backward writes into (2 of the largest bucket);
+#     bucket buffers the backward writes into (2, each as long as the
+#     longest bucket it holds);
 #     activations are apart;
 #  2. communication per step (the exchange's own clock, comm_s in the
 #     metrics: the gradients' all-reduce, or reduce-scatter and the
@@ -68,7 +69,7 @@ import json, re, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 got = [r["measured"] for r in recs if r["event"] == "start"]
 log, n, z = open(sys.argv[2]).read(), int(sys.argv[3]), int(sys.argv[4])
-pools = [int(a) * int(b) for a, b in re.findall(r"into (\d+) bucket buffers of (\d+) floats", log)]
+pools = [int(b) for a, b in re.findall(r"into (\d+) bucket buffers of (\d+) floats in all", log)]
 psi = got[0]["parameters"] // 4
 f = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n}[z if n > 1 else 0]
 extra = 4 * max(pools) if pools else 0

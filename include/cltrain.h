@@ -981,7 +981,8 @@ CLT_API int clt_model_replica_memory(const clt_model *m, const clt_train_options
  * parameters (the all-reduce's segments of o->bucket_mb buckets), which is
  * what clt_trainer_create allocates there; under o->zero 2 (accumulate 1)
  * gradients for that shard plus the bucket buffers the backward writes
- * into (two of the largest bucket; three with tied weights); with o->zero 0 or one rank, as
+ * into (two, three with tied weights, each as long as the longest bucket
+ * it holds); with o->zero 0 or one rank, as
  * clt_model_replica_memory. *shard_params, when not NULL, receives the
  * parameters that state covers. */
 CLT_API int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,

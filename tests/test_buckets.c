@@ -84,10 +84,26 @@ START_TEST(a_tied_range_completes_at_the_lowest_layer_writing_it) {
 }
 END_TEST
 
+/* Every bucket fits its slot, slots do not overlap, and each is as long as
+ * the longest bucket it holds. */
+static void slots_fit(const clt__bucket_layout *b, const clt__grad_pool *p) {
+  ck_assert_int_eq(p->slot_at[0], 0);
+  for (int s = 0; s < p->nslots; s++) {
+    int64_t longest = 0;
+    for (int k = 0; k < b->n; k++)
+      if (p->slot[k] == s && b->hi[k] - b->lo[k] > longest) longest = b->hi[k] - b->lo[k];
+    ck_assert_msg(p->slot_at[s + 1] - p->slot_at[s] == longest, "slot %d: %lld floats, its longest bucket %lld", s,
+                  (long long)(p->slot_at[s + 1] - p->slot_at[s]), (long long)longest);
+    ck_assert(longest <= p->largest);
+  }
+  ck_assert_int_eq(p->floats, p->slot_at[p->nslots]);
+}
+
 /* ZeRO stage 2's pool (src/dp/zero.c): two slots for a chain of buckets
  * (the one being written and the one being reduced), a slot reused only
  * after an earlier bucket, and with a tied range, whose bucket is open from
- * the output layer to the embedding, one more. */
+ * the output layer to the embedding, one more. Each slot is as long as its
+ * own buckets need. */
 START_TEST(the_pool_double_buffers_and_holds_a_tied_bucket) {
   clt__grad_pool p;
   clt__bucket_layout b = layout(6, mlp_first, mlp, 1); /* 3 buckets: layers 5, 3, 1 */
@@ -95,14 +111,17 @@ START_TEST(the_pool_double_buffers_and_holds_a_tied_bucket) {
   ck_assert_int_eq(b.opened_at[2], 1);
   ck_assert_int_eq(clt__grad_pool_make(&b, &p), 0);
   ck_assert_int_eq(p.nslots, 2);
-  ck_assert_int_eq(p.slot_floats, 20);
   ck_assert(p.slot[0] == 0 && p.slot[1] == 1 && p.slot[2] == 0);
   ck_assert(p.after[0] == -1 && p.after[1] == -1 && p.after[2] == 0); /* after the host read bucket 0 */
+  /* Slot 0 holds [30, 35) then [0, 10), slot 1 [10, 30): 10 + 20 floats,
+   * where two slots of the longest bucket would be 40. */
+  ck_assert(p.slot_at[1] == 10 && p.floats == 30 && p.largest == 20);
+  slots_fit(&b, &p);
   clt__grad_pool_free(&p);
   clt__bucket_layout_free(&b);
   b = layout(6, mlp_first, mlp, 0); /* one bucket: one slot */
   ck_assert_int_eq(clt__grad_pool_make(&b, &p), 0);
-  ck_assert(p.nslots == 1 && p.slot_floats == 35 && p.after[0] == -1);
+  ck_assert(p.nslots == 1 && p.floats == 35 && p.largest == 35 && p.after[0] == -1);
   clt__grad_pool_free(&p);
   clt__bucket_layout_free(&b);
   /* Tied: layers 7 (bias [40, 45) and the tied [0, 10)), 5 [25, 40), 3
@@ -119,6 +138,21 @@ START_TEST(the_pool_double_buffers_and_holds_a_tied_bucket) {
     ck_assert(p.after[k] != 3);
   }
   ck_assert_int_eq(p.after[3], -1);
+  slots_fit(&b, &p);
+  clt__grad_pool_free(&p);
+  clt__bucket_layout_free(&b);
+  /* GPT-like: a tied embedding [0, 100) far longer than the rest, written
+   * by the output layer 9 and the embedding 1; layers 7, 5, 3 of 6 floats
+   * each. The embedding's slot is its own; the others take turns in two
+   * slots of 6: 112 floats, not 3 x 100. */
+  static const int gfirst[] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5};
+  static const clt__param_range g[] = {{0, 100}, {100, 106}, {106, 112}, {112, 118}, {0, 100}};
+  b = layout(10, gfirst, g, 1);
+  ck_assert_int_eq(b.n, 4);
+  ck_assert_int_eq(clt__grad_pool_make(&b, &p), 0);
+  ck_assert_int_eq(p.nslots, 3);
+  ck_assert(p.floats == 112 && p.largest == 100);
+  slots_fit(&b, &p);
   clt__grad_pool_free(&p);
   clt__bucket_layout_free(&b);
 }

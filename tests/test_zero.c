@@ -435,9 +435,10 @@ START_TEST(stage2_fits_where_stage1_does_not) {
   }
   ck_assert(need[0].total > need[1].total && need[1].total > need[2].total);
   ck_assert(need[1].gradients == (uint64_t)P * 4 && shard[1] == shard[2]);
-  /* The slots hold the largest bucket, 2570 + 65792 floats (the output
-   * layer joins the layer below it), twice. */
-  ck_assert_msg(need[2].gradients == (uint64_t)(shard[2] + 2 * (2570 + 65792)) * 4, "gradients %llu, shard %lld",
+  /* Two slots: one holds the largest bucket, 2570 + 65792 floats (the
+   * output layer joins the layer below it), the other a 256 x 256 layer
+   * (each slot as long as its longest bucket). */
+  ck_assert_msg(need[2].gradients == (uint64_t)(shard[2] + (2570 + 65792) + 65792) * 4, "gradients %llu, shard %lld",
                 (unsigned long long)need[2].gradients, (long long)shard[2]);
   ck_assert(need[2].optimizer_state == need[1].optimizer_state);
   o.max_device_memory = (need[1].total + need[2].total) / 2;

@@ -176,7 +176,7 @@ int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
   for (int i = 0; i < dp->nlocal; i++) {
     CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, dp->wire));
     if (dp->pooled)
-      CLT_TRY(clt__replica_set_pool(reps[i], dp->pool.nslots, dp->pool.slot_floats, dp->pool.slot, dp->pool.after,
+      CLT_TRY(clt__replica_set_pool(reps[i], dp->pool.nslots, dp->pool.slot_at, dp->pool.slot, dp->pool.after,
                                     b->opened_at, dp->shard_params, dp->wire));
   }
   CLT_TRY(clt__dp_gather_attach(dp, reps));

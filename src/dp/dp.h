@@ -207,12 +207,15 @@ int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, 
 int clt__dp_zero_grad_floats(const clt_model *m, const clt_train_options *o, int nranks, int64_t shard_params,
                              int64_t *floats);
 /* Stage 2's pool for a layout: bucket b is written into slot slot[b] of
- * nslots buffers of slot_floats, after the host has read bucket after[b]
- * out of it (-1: a fresh slot). Pure. */
+ * nslots buffers, after the host has read bucket after[b] out of it (-1: a
+ * fresh slot). Slot s is as long as the longest bucket it holds and starts
+ * at float slot_at[s] of the pool, floats long in all (slot_at[nslots]).
+ * Pure. */
 typedef struct clt__grad_pool {
   int nslots;
-  int64_t slot_floats;
+  int64_t floats, largest; /* the pool; its longest slot */
   int *slot, *after;
+  int64_t *slot_at;
 } clt__grad_pool;
 int clt__grad_pool_make(const clt__bucket_layout *b, clt__grad_pool *out);
 void clt__grad_pool_free(clt__grad_pool *p);

@@ -84,14 +84,14 @@ struct clt__replica {
   clt_tensor *set_outs; /* nsets x nlayers */
   /* ZeRO stage 2 (model/replica_pool.c): no gradient arena (grads NULL).
    * The backward writes bucket b into slot bucket_slot[b] of a pool of
-   * nslots buffers of slot_floats each (pool; pool16 its f16 copies under
+   * nslots buffers, pool_floats in all (pool; pool16 its f16 copies under
    * the f16 wire), zeroed when the bucket opens: after the host has read
    * bucket bucket_after[b], the slot's previous user (bucket_read[], user
    * events the exchange sets). The reduced shard of the gradient is gshard
    * (shard_floats f32; gshard16 what the f16 wire brings). */
   cl_mem pool, pool16, gshard, gshard16;
   int nslots;
-  int64_t slot_floats, shard_floats;
+  int64_t pool_floats, shard_floats;
   int *bucket_slot, *bucket_after, *bucket_opened_at;
   int64_t *slot_at;            /* per bucket: its slot's first float in pool */
   cl_event *bucket_read;       /* per bucket, for the last recorded run */
@@ -253,11 +253,13 @@ int clt__replica_zero_grads(clt__replica *r);
 
 /* ---- ZeRO stage 2's bucket pool (model/replica_pool.c) ---- */
 
-/* After clt__replica_set_buckets: nslots buffers of slot_floats, bucket b written into
- * slot[b] once the host has read bucket after[b] (-1: none), opened by the
- * backward of layer opened_at[b]; and the shard's gradient of shard_floats;
- * with wire, f16 copies of both (the f16 wire). Arrays copied. */
-int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, const int *slot, const int *after,
+/* After clt__replica_set_buckets: nslots buffers, slot s from float
+ * slot_at[s] of the pool to slot_at[s + 1], bucket b written into slot[b]
+ * once the host has read bucket after[b] (-1: none), opened by the
+ * backward of layer opened_at[b]; and the shard's gradient of
+ * shard_floats; with wire, f16 copies of both (the f16 wire). Arrays
+ * copied. */
+int clt__replica_set_pool(clt__replica *r, int nslots, const int64_t *slot_at, const int *slot, const int *after,
                           const int *opened_at, int64_t shard_floats, int wire);
 int clt__replica_pooled(const clt__replica *r);
 /* Whether a run is enqueued without the calling thread waiting for the

@@ -57,9 +57,10 @@ void clt__replica_pool_free(clt__replica *r) {
   r->bucket_read = NULL, r->bucket_open = NULL, r->slot_at = NULL;
 }
 
-int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, const int *slot, const int *after,
+int clt__replica_set_pool(clt__replica *r, int nslots, const int64_t *slot_at, const int *slot, const int *after,
                           const int *opened_at, int64_t shard_floats, int wire) {
   int rc = CLT_OK, nb = r->nbuckets;
+  int64_t floats = slot_at[nslots];
   clt__replica_pool_free(r);
   if (!(r->bucket_slot = clt__calloc(3 * (size_t)(nb ? nb : 1), sizeof *r->bucket_slot)) ||
       !(r->bucket_read = clt__calloc(nb ? nb : 1, sizeof *r->bucket_read)) ||
@@ -83,14 +84,14 @@ int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, cons
              r->ctx->info.name, (long long)(highest - lowest), nslots);
     for (int b = 0; b < nb; b++) r->bucket_slot[b] = 0, r->bucket_after[b] = -1;
     for (int b = 0; b < nb; b++) r->slot_at[b] = r->bucket_lo[b] - lowest;
-    nslots = 1, slot_floats = highest - lowest;
+    nslots = 1, floats = highest - lowest;
   } else {
     memcpy(r->bucket_slot, slot, (size_t)nb * sizeof *slot);
     memcpy(r->bucket_after, after, (size_t)nb * sizeof *after);
-    for (int b = 0; b < nb; b++) r->slot_at[b] = (int64_t)slot[b] * slot_floats;
+    for (int b = 0; b < nb; b++) r->slot_at[b] = slot_at[slot[b]];
   }
-  r->nslots = nslots, r->slot_floats = slot_floats, r->shard_floats = shard_floats;
-  size_t pool = (size_t)(nslots > 0 ? nslots : 1) * (size_t)(slot_floats > 0 ? slot_floats : 1);
+  r->nslots = nslots, r->pool_floats = floats, r->shard_floats = shard_floats;
+  size_t pool = (size_t)(floats > 0 ? floats : 1);
   size_t shard = (size_t)(shard_floats > 0 ? shard_floats : 1);
   CLT_TRY(clt_buffer_create(r->ctx, pool * 4, &r->pool));
   CLT_TRY(clt_buffer_create(r->ctx, shard * 4, &r->gshard));
@@ -105,8 +106,8 @@ int clt__replica_set_pool(clt__replica *r, int nslots, int64_t slot_floats, cons
   return CLT_OK;
 fail:
   clt__replica_pool_free(r);
-  return clt__error_prefix(rc, "making the gradient pool (%d buckets of %lld floats) and shard (%lld floats) on %s",
-                           nslots, (long long)slot_floats, (long long)shard_floats, r->ctx->info.name);
+  return clt__error_prefix(rc, "making the gradient pool (%d bucket buffers, %lld floats) and shard (%lld floats) "
+                           "on %s", nslots, (long long)floats, (long long)shard_floats, r->ctx->info.name);
 }
 
 clt_tensor clt__replica_pool_view(const clt__replica *r, int b) {
