@@ -72,6 +72,40 @@ static void sum_f32(void *dst, const void *const *src, int nsrc, size_t n) {
   for (int k = 0; k < nsrc; k++) add_f32(dst, src[k], n);
 }
 
+/* The same sums in one pass, each element's addends loaded once and the
+ * result stored to dst and dst2 (unless NULL), divided when by > 1: what
+ * a copy, sum_f32, divide_f32 and two copies give, bit for bit. dst may be
+ * one of the sources (the same elements are read before they are
+ * written). */
+static void sum_to_f32(void *dst, void *dst2, const void *const *src, int nsrc, size_t n, double by) {
+  float *d = dst, *d2 = dst2;
+  const float *const *s = (const float *const *)src;
+  const float b = (float)by;
+  const int divide = by > 1;
+  size_t i = 0;
+#define SUM4(j)                                                                                            \
+  do {                                                                                                     \
+    clt__v4f a, x;                                                                                         \
+    memcpy(&a, s[0] + (j), sizeof a);                                                                      \
+    for (int k = 1; k < nsrc; k++) {                                                                       \
+      memcpy(&x, s[k] + (j), sizeof x);                                                                    \
+      a += x;                                                                                              \
+    }                                                                                                      \
+    if (divide) a /= b;                                                                                    \
+    memcpy(d + (j), &a, sizeof a);                                                                         \
+    if (d2) memcpy(d2 + (j), &a, sizeof a);                                                                \
+  } while (0)
+  CLT__VEC_LOOP(n, i, SUM4)
+#undef SUM4
+  for (; i < n; i++) {
+    float a = s[0][i];
+    for (int k = 1; k < nsrc; k++) a += s[k][i];
+    if (divide) a /= b;
+    d[i] = a;
+    if (d2) d2[i] = a;
+  }
+}
+
 /* fp16 (IEEE binary16 in uint16_t): every step converts to float, adds
  * (or divides) in float and rounds to half once, to nearest even; inf and
  * NaN carry through, so one rank's overflow reaches every rank (src/half.c). */
@@ -87,8 +121,8 @@ static void sum_f16(void *dst, const void *const *src, int nsrc, size_t n) {
 static void divide_f16(void *x, size_t n, double by) { clt__halves_divide(x, n, (float)by); }
 
 static const clt__dtype_ops dtype_ops[] = {
-    {CLT_F32, 4, add_f32, sum_f32, divide_f32},
-    {CLT_F16, 2, add_f16, sum_f16, divide_f16},
+    {CLT_F32, 4, add_f32, sum_f32, divide_f32, sum_to_f32},
+    {CLT_F16, 2, add_f16, sum_f16, divide_f16, NULL},
 };
 
 const clt__dtype_ops *clt__dtype_ops_find(clt_dtype dtype) {

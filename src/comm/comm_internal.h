@@ -217,6 +217,10 @@ typedef struct clt__dtype_ops {
    * and rounded once: the local replicas of one process. */
   void (*sum)(void *dst, const void *const *src, int nsrc, size_t n);
   void (*divide)(void *x, size_t n, double by);       /* x[i] = x[i] / by */
+  /* Or NULL: dst[i] (and dst2[i] unless NULL) = (src[0][i] + ... +
+   * src[nsrc-1][i]) / by (by > 1), the bits of a copy of src[0], sum and
+   * divide, in one pass; dst may be a source. */
+  void (*sum_to)(void *dst, void *dst2, const void *const *src, int nsrc, size_t n, double by);
 } clt__dtype_ops;
 
 /* NULL when the type has no reduction yet. */

@@ -68,6 +68,12 @@ enum { FLAG_IN = 0, FLAG_OUT = 1, FLAG_DONE = 2 };
 #define HEAD_BYTES 256
 #define NSLOTS 2
 #define SLOT_ALIGN 4096
+/* Local rank l's slots start l / L of a page further into its segment than
+ * rank 0's: a rank summing its piece loads a peer's slot and stores to its
+ * own at the same offset, and at the same address modulo 4096 the core
+ * takes each load for one that must wait for the store before it (4K
+ * aliasing: 16 KiB on 2 ranks took 5.1 us instead of 3.7). */
+#define SKEW_BYTES 4096
 /* A slot holds at most this much: N pieces of the chunk, fewer elements
  * per piece on nodes of many ranks. */
 #define MAX_SLOT_BYTES ((size_t)8 << 20)
@@ -160,7 +166,7 @@ static int shm_window(clt_comm *comm, const struct clt__shm *s) {
   if (s->nrounds == 0) return CLT_OK;
   size_t bytes = s->whole ? s->count * s->esize : (size_t)s->L * s->pstride * s->esize;
   size_t slot = (bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
-  return clt__tp_shm_window(comm, HEAD_BYTES + NSLOTS * slot);
+  return clt__tp_shm_window(comm, HEAD_BYTES + SKEW_BYTES + NSLOTS * slot);
 }
 
 int clt__shm_contiguous(const struct clt__shm *s) { return s && !s->part_lo; }
@@ -210,8 +216,9 @@ static int behind(const clt_comm *c, int f, uint64_t g) {
 
 /* Local rank l's slot for global round g. */
 static unsigned char *slot_of(const clt_comm *c, int l, uint64_t g) {
-  size_t stride = (c->shm_bytes - HEAD_BYTES) / NSLOTS;
-  return c->shm_segs[l] + HEAD_BYTES + (size_t)(g % NSLOTS) * stride;
+  size_t stride = (c->shm_bytes - HEAD_BYTES - SKEW_BYTES) / NSLOTS;
+  size_t skew = (size_t)l * SKEW_BYTES / (size_t)c->local_size / LINE * LINE;
+  return c->shm_segs[l] + HEAD_BYTES + skew + (size_t)(g % NSLOTS) * stride;
 }
 
 /* ---- the three steps of a round ---------------------------------------------------- */
@@ -232,16 +239,26 @@ static void copy_in(const struct clt__shm *s, clt_comm *c, enum shm_mode mode, c
 
 /* Elements [lo, lo + n) summed from every rank's input, in local-rank
  * order: ours from our buffer, the others' at byte pos of their slots;
- * into our buffer and, when to_slot, there too (for the others to copy). */
+ * into our buffer and, when to_slot, there too (for the others to copy).
+ * A piece is summed in one pass where the type has one (ops->sum_to: 1.1-
+ * 1.2x faster from 32 KiB to 256 KiB on 2 ranks here, 1.0-1.07x from 1 to
+ * 16 MiB on 3), a whole small buffer through an L1 block (copy, add, copy:
+ * 0.1-0.4 us faster up to 8 KiB, where glibc's memcpy has more of the
+ * peers' lines in flight than the one-pass loop). */
 static void sum_range(struct clt__shm *s, const clt_comm *c, unsigned char *base, size_t lo, size_t n, size_t pos,
                       uint64_t g, unsigned char *to_slot, const clt__dtype_ops *ops, double divisor) {
   size_t es = s->esize;
+  const int one_pass = ops->sum_to && !s->whole;
   unsigned char tmp[BLOCK_BYTES] __attribute__((aligned(64)));
   unsigned char *mine = base + lo * es;
   for (size_t b = 0, blk = BLOCK_BYTES / es; b < n; b += blk) {
     size_t nb = n - b < blk ? n - b : blk;
     for (int l = 0; l < s->L; l++)
       s->srcs[l] = (l == s->me ? mine : slot_of(c, l, g) + pos) + b * es;
+    if (one_pass) {
+      ops->sum_to(mine + b * es, to_slot ? to_slot + b * es : NULL, s->srcs, s->L, nb, divisor);
+      continue;
+    }
     memcpy(tmp, s->srcs[0], nb * es);
     if (s->L > 1) ops->sum(tmp, s->srcs + 1, s->L - 1, nb);
     if (divisor > 1) ops->divide(tmp, nb, divisor);
