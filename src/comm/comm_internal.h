@@ -82,6 +82,7 @@ struct clt_comm {
    * share memory (pretend nodes within one machine can; the same on every
    * rank), and the window, made by the first plan that needs it. */
   int shm_capable;
+  int own_cores;           /* every rank has a core of its own (transport_mpi.c; the same on every rank) */
   unsigned char *const *shm_segs; /* local_size: each local rank's segment of the window */
   size_t shm_bytes;        /* bytes of each segment (0: no window yet) */
   uint64_t shm_round;      /* rounds run through the window so far (shm.c) */

@@ -6,10 +6,14 @@
  * errors returned rather than fatal, and makes every MPI call from the
  * caller's thread.
  */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#  define _GNU_SOURCE /* sched_getaffinity */
+#endif
 #include "comm_internal.h"
 #include "p2p.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -181,6 +185,36 @@ static int alloc_window(clt_comm *comm, struct clt__mpi *m, size_t bytes, MPI_Wi
     return mpi_error(e, "MPI_Barrier of the node, with", comm->rank);
   }
   return CLT_OK;
+}
+
+/* comm->own_cores: whether every rank has a core of its own, on every
+ * node (the same on every rank). A node's ranks may use the union of their
+ * CPU affinities; with more ranks than that, each round of shm.c waits for
+ * ranks that the cores take in turns, and fewer, larger rounds win. */
+static int own_cores(clt_comm *comm, MPI_Comm world, MPI_Comm node) {
+  enum { WORDS = 1024 / 64 };
+  uint64_t mask[WORDS] = {0};
+  int e, ranks = 1, cores = 0, own;
+#if defined(__linux__) && defined(CPU_ISSET)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE && c < 64 * WORDS; c++)
+      if (CPU_ISSET(c, &set)) mask[c / 64] |= (uint64_t)1 << (c % 64);
+  } else
+#endif
+  {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < n && c < 64 * WORDS; c++) mask[c / 64] |= (uint64_t)1 << (c % 64);
+  }
+  if ((e = MPI_Allreduce(MPI_IN_PLACE, mask, WORDS, MPI_UINT64_T, MPI_BOR, node)) != MPI_SUCCESS ||
+      (e = MPI_Comm_size(node, &ranks)) != MPI_SUCCESS)
+    return e;
+  for (int w = 0; w < WORDS; w++) cores += __builtin_popcountll(mask[w]);
+  own = cores >= ranks;
+  if ((e = MPI_Allreduce(MPI_IN_PLACE, &own, 1, MPI_INT, MPI_MIN, world)) != MPI_SUCCESS) return e;
+  comm->own_cores = own;
+  return MPI_SUCCESS;
 }
 
 int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
@@ -358,6 +392,10 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
     rc = mpi_error(e, "MPI_Comm_split_type on", comm->rank);
     goto fail;
   }
+  if ((e = own_cores(comm, m->comm, local)) != MPI_SUCCESS) {
+    rc = mpi_error(e, "counting the cores of the node on", comm->rank);
+    goto fail;
+  }
   MPI_Comm_free(&local);
   if (!(node_of = clt__calloc((size_t)comm->size, sizeof *node_of))) {
     rc = CLT_ENOMEM;
@@ -412,9 +450,10 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   free(hashes);
   free(real);
   node_of = NULL, hashes = NULL, real = NULL;
-  clt__log(CLT_LOG_DEBUG, "rank %d of %d: node %d of %d%s, local rank %d of %d, timeout %.1f s, chunk %zu bytes, "
-           "cost model: %s", comm->rank, comm->size, comm->layout.node, comm->layout.nnodes,
-           pretend ? " (CLT_NODE_SIZE)" : "", comm->local_rank, comm->local_size, comm->timeout_s, comm->chunk_bytes,
+  clt__log(CLT_LOG_DEBUG, "rank %d of %d: node %d of %d%s, local rank %d of %d, %s, timeout %.1f s, chunk %zu "
+           "bytes, cost model: %s", comm->rank, comm->size, comm->layout.node, comm->layout.nnodes,
+           pretend ? " (CLT_NODE_SIZE)" : "", comm->local_rank, comm->local_size,
+           comm->own_cores ? "a core per rank" : "more ranks than cores", comm->timeout_s, comm->chunk_bytes,
            comm->model.source);
   *out = comm;
   return CLT_OK;
