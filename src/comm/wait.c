@@ -161,14 +161,20 @@ int clt__op_idle(clt__op *op, int peer, int step) {
      * threads on a shared machine and halved training throughput. */
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
-  } else if (idle > 20e-6) {
-    /* Past a small message's time, give the core away between polls: the
-     * devices' worker threads of this rank or a peer on the node may need
-     * it (a CPU device's threads are not counted among the ranks). Spinning
-     * here took the core from PoCL's worker: 2 ranks of the MLP spent
-     * 1.4-3.1 ms a step in the all-reduce instead of 0.4-0.7, at 0.7x the
-     * throughput. Yielding from the first poll doubled a 512-byte
-     * all-reduce (0.7 to 1.6 us). */
+  } else if (idle > (op->comm->own_cores ? 200e-6 : 20e-6)) {
+    /* Past a small message's time, give the core away between polls. With
+     * more ranks than cores, after 20 us: a peer that waits for the core
+     * is what we wait for (3 ranks of the MLP on 2 cores: 80,000 samples/s
+     * yielding, 66,000 spinning). Yielding from the first poll doubled a
+     * 512-byte all-reduce (0.7 to 1.6 us). With a core per rank, only
+     * after 200 us: a yield hands the core to whatever else is runnable on
+     * it for a scheduler slice (a process beside the rank), while a thread
+     * that wakes up (a CPU device's worker given work) takes the core from
+     * a spinner anyway. 2 ranks of the MLP, each pinned to its core: 0.75
+     * of the weak-scaling ceiling, against 0.65 yielding after 20 us; a
+     * rank sharing its core with a busy process (bench/hetero.sh rig a):
+     * 2.6x the throughput. Past 200 us a peer is still computing, and two
+     * jobs on the same cores share them. */
     sched_yield();
   }
   return CLT_OK;
