@@ -78,11 +78,12 @@ enum { FLAG_IN = 0, FLAG_OUT = 1, FLAG_DONE = 2 };
  * per piece on nodes of many ranks. */
 #define MAX_SLOT_BYTES ((size_t)8 << 20)
 /* The default piece. With a core for every rank, 256 KiB: a round's
- * copies stay in the caches (2 ranks of 2 cores here: 1.01-1.12x the time
- * of 1 MiB pieces from 1 MiB to 256 MiB). With more ranks than cores, 1
- * MiB: on 3 ranks of 2 cores (bench/allreduce.sh, 4 to 32 MiB, under
- * load), pieces of 1 MiB ran 1.1-2.2x MPI_Allreduce where 256 KiB ran
- * 0.6-1.9x: fewer rounds, fewer times every rank must be scheduled. */
+ * copies stay in the caches (2 ranks of 2 cores here: 1 MiB pieces took
+ * 1.00-1.16x the time of 256 KiB ones from 1 MiB to 256 MiB). With more
+ * ranks than cores, 1 MiB: on 3 ranks of 2 cores (bench/allreduce.sh, 4 to
+ * 32 MiB, under load), pieces of 1 MiB ran 1.1-2.2x MPI_Allreduce where
+ * 256 KiB ran 0.6-1.9x: fewer rounds, fewer times every rank must be
+ * scheduled. */
 #define PIECE_BYTES ((size_t)256 << 10)
 #define PIECE_BYTES_SHARED_CORES ((size_t)1 << 20)
 /* The reduction works in blocks whose partial sums stay in L1. */
