@@ -289,6 +289,11 @@ CLT_API int clt_comm_set_timeout(clt_comm *comm, double seconds);
 CLT_API double clt_comm_timeout(const clt_comm *comm);
 /* Bytes per pipelined all-reduce message of plans that do not choose. */
 CLT_API size_t clt_comm_chunk_bytes(const clt_comm *comm);
+/* Bytes per rank of each round of the shared-memory all-reduce (shm) for
+ * plans that do not choose: CLT_ALLREDUCE_CHUNK when set, else 256 KiB
+ * when every rank has a core of its own (its node's ranks' CPU affinities
+ * cover as many cores as there are ranks, on every node), else 1 MiB. */
+CLT_API size_t clt_comm_shm_piece_bytes(const clt_comm *comm);
 
 typedef enum clt_reduce_op {
   CLT_SUM = 0,

@@ -209,6 +209,16 @@ START_TEST(environment) {
   ck_assert_int_eq(clt_comm_create_local(&c), 0);
   ck_assert(clt_comm_timeout(c) == 2.5);
   ck_assert_uint_eq(clt_comm_chunk_bytes(c), 256 << 10);
+  setenv("CLT_ALLREDUCE_CHUNK", "64K", 1);
+  clt_comm_destroy(c);
+  ck_assert_int_eq(clt_comm_create_local(&c), 0);
+  ck_assert_uint_eq(clt_comm_shm_piece_bytes(c), 64 << 10); /* the variable sets shm's pieces too */
+  unsetenv("CLT_ALLREDUCE_CHUNK");
+  clt_comm_destroy(c);
+  ck_assert_int_eq(clt_comm_create_local(&c), 0);
+  ck_assert_uint_eq(clt_comm_shm_piece_bytes(c), 256 << 10); /* one rank has a core of its own */
+  ck_assert_uint_eq(clt_comm_shm_piece_bytes(NULL), 0);
+  setenv("CLT_ALLREDUCE_CHUNK", "256K", 1);
   clt_comm_destroy(c);
   setenv("CLT_TIMEOUT", "2.5x", 1);
   ck_assert_int_eq(clt_comm_create_local(&c), CLT_EINVAL);

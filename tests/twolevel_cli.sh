@@ -53,6 +53,15 @@ for key in alpha_shm beta_shm alpha_ring beta_ring; do
   grep -q "\"$key\"" "$tmp/shm.json" 2>/dev/null ||
     { echo "FAIL: --fit on one node wrote no $key"; cat "$tmp/out"; fail=1; }
 done
+# The fit times shm in the plans' own pieces: 256 KiB when each rank has a
+# core (mpi_run.sh binds none: every rank has this shell's cores), else 1 MiB.
+want=1048576
+[ "$(nproc)" -ge 2 ] && want=262144
+if grep -q "\"shm_piece_bytes\": *$want" "$tmp/shm.json" 2>/dev/null; then
+  echo "ok: --fit timed shm in pieces of $want bytes, the plans' own"
+else
+  echo "FAIL: --fit's shm pieces are not the plans' $want:"; grep shm_piece "$tmp/shm.json"; fail=1
+fi
 CLT_NODE_SIZE= CLT_COMM_MODEL=$tmp/shm.json run 2 bench allreduce --no-device --min-bytes 64K --max-bytes 128K \
   --iters 2 --warmup 1 -a shm,ring,auto ||
   { echo "FAIL: bench with the fitted terms:"; cat "$tmp/out"; fail=1; }

@@ -235,8 +235,7 @@ static void fit_least_squares(algo_fit *f) {
  * and the model's plans take. */
 static int fit_algorithms(clt_comm *comm, size_t chunk_bytes, algo_fit *f) {
   int N = clt_comm_size(comm), rank = clt_comm_rank(comm), rc = CLT_OK;
-  const char *env = getenv("CLT_ALLREDUCE_CHUNK");
-  f[FIT_SHM].chunk = chunk_bytes ? chunk_bytes : env && *env ? clt_comm_chunk_bytes(comm) : (size_t)1 << 20;
+  f[FIT_SHM].chunk = chunk_bytes ? chunk_bytes : clt_comm_shm_piece_bytes(comm);
   f[FIT_RING].chunk = chunk_bytes ? chunk_bytes : clt_comm_chunk_bytes(comm);
   const char *why = N < 2 ? "one rank" : clt_comm_node_count(comm) > 1 ? "the ranks are on several nodes" : NULL;
   if (why) return f[FIT_SHM].why = f[FIT_RING].why = why, CLT_OK;

@@ -92,6 +92,7 @@ int clt_comm_create_local(clt_comm **out) {
   clt_comm *comm = clt__calloc(1, sizeof *comm);
   if (!comm) return CLT_ENOMEM;
   comm->size = comm->local_size = 1;
+  comm->own_cores = 1; /* one rank: a core of its own */
   comm->tag_ops = 1;
   if ((rc = clt__comm_init_env(comm)) < 0 || (rc = clt__layout_make(comm, NULL)) < 0) {
     clt__layout_free(&comm->layout);
@@ -134,6 +135,8 @@ void clt_comm_bytes_sent(const clt_comm *comm, uint64_t *intra, uint64_t *inter)
 
 double clt_comm_timeout(const clt_comm *comm) { return comm ? comm->timeout_s : 0; }
 size_t clt_comm_chunk_bytes(const clt_comm *comm) { return comm ? comm->chunk_bytes : 0; }
+
+size_t clt_comm_shm_piece_bytes(const clt_comm *comm) { return comm ? clt__shm_piece_bytes(comm, 0) : 0; }
 
 int clt_comm_set_timeout(clt_comm *comm, double seconds) {
   if (!comm || !isfinite(seconds) || seconds <= 0 || seconds > 1e9)
