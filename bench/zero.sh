@@ -69,7 +69,7 @@ import json, re, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 got = [r["measured"] for r in recs if r["event"] == "start"]
 log, n, z = open(sys.argv[2]).read(), int(sys.argv[3]), int(sys.argv[4])
-pools = [int(b) for a, b in re.findall(r"into (\d+) bucket buffers of (\d+) floats in all", log)]
+pools = [int(b) for b in re.findall(r"into \d+ bucket buffers of (\d+) floats in all", log)]
 psi = got[0]["parameters"] // 4
 f = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n}[z if n > 1 else 0]
 extra = 4 * max(pools) if pools else 0

@@ -84,14 +84,13 @@ struct clt__replica {
   clt_tensor *set_outs; /* nsets x nlayers */
   /* ZeRO stage 2 (model/replica_pool.c): no gradient arena (grads NULL).
    * The backward writes bucket b into slot bucket_slot[b] of a pool of
-   * nslots buffers, pool_floats in all (pool; pool16 its f16 copies under
-   * the f16 wire), zeroed when the bucket opens: after the host has read
+   * buffers (pool; pool16 its f16 copies under the f16 wire), zeroed when
+   * the bucket opens: after the host has read
    * bucket bucket_after[b], the slot's previous user (bucket_read[], user
    * events the exchange sets). The reduced shard of the gradient is gshard
    * (shard_floats f32; gshard16 what the f16 wire brings). */
   cl_mem pool, pool16, gshard, gshard16;
-  int nslots;
-  int64_t pool_floats, shard_floats;
+  int64_t shard_floats;
   int *bucket_slot, *bucket_after, *bucket_opened_at;
   int64_t *slot_at;            /* per bucket: its slot's first float in pool */
   cl_event *bucket_read;       /* per bucket, for the last recorded run */

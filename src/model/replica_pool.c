@@ -90,7 +90,7 @@ int clt__replica_set_pool(clt__replica *r, int nslots, const int64_t *slot_at, c
     memcpy(r->bucket_after, after, (size_t)nb * sizeof *after);
     for (int b = 0; b < nb; b++) r->slot_at[b] = slot_at[slot[b]];
   }
-  r->nslots = nslots, r->pool_floats = floats, r->shard_floats = shard_floats;
+  r->shard_floats = shard_floats;
   size_t pool = (size_t)(floats > 0 ? floats : 1);
   size_t shard = (size_t)(shard_floats > 0 ? shard_floats : 1);
   CLT_TRY(clt_buffer_create(r->ctx, pool * 4, &r->pool));
