@@ -2,7 +2,7 @@
  * nn_bench.c: milliseconds per call of every layer kernel that a training
  * step of the Fashion-MNIST models runs (examples/fashion_cnn.model and
  * fashion_mlp.model at batch 64), and of the SGEMMs inside them, on one
- * OpenCL device; with --gpt, of the tiny GPT's layers instead
+ * OpenCL device (the MLP's with its SGD step); with --gpt, of the tiny GPT's layers instead
  * (examples/gpt_tiny.model: context 128, width 128, 4 heads; batch 16). Where the trainer's CLT_PROFILE=1 says which layer is
  * slow, this says which call inside it, without the trainer around it.
  *
@@ -250,7 +250,7 @@ typedef struct opt_op {
 } opt_op;
 static int opt_step(void *arg) {
   opt_op *o = arg;
-  return clt_optimizer_step_masked(ctx, &o->cfg, 1, 1e-3f, 1.0f, &o->p, &o->g, &o->state, &o->mask);
+  return clt_optimizer_step_masked(ctx, &o->cfg, 1, 1e-3f, 1.0f, &o->p, &o->g, &o->state, o->mask.buf ? &o->mask : NULL);
 }
 
 typedef struct emb_op {
@@ -412,6 +412,11 @@ int main(int argc, char **argv) {
   bench("linear 256-128 backward", lin_bwd, &m2);
   bench("relu backward", relu_bwd, &r1);
   bench("linear 784-256 backward (no dx)", lin_bwd, &m1);
+  /* SGD over the MLP's 235146 parameters (cltrain train's default optimizer) */
+  const int64_t P = 235146;
+  opt_op o = {{0}, make(1, &P, CLT_F32), make(1, &P, CLT_F32), make(1, &P, CLT_F32), {0}}; /* no decay mask */
+  clt_optimizer_defaults(CLT_OPT_SGD, &o.cfg);
+  bench("sgd step (235146 parameters)", opt_step, &o);
   printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
 done:
   clt_context_destroy(ctx);
