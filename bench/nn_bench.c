@@ -1,9 +1,10 @@
 /*
  * nn_bench.c: milliseconds per call of every layer kernel that a training
  * step of the Fashion-MNIST models runs (examples/fashion_cnn.model and
- * fashion_mlp.model at batch 64), and of the SGEMMs inside them, on one
- * OpenCL device (the MLP's with its SGD step); with --gpt, of the tiny GPT's layers instead
- * (examples/gpt_tiny.model: context 128, width 128, 4 heads; batch 16). Where the trainer's CLT_PROFILE=1 says which layer is
+ * fashion_mlp.model at batch 64; the MLP's with its SGD step), and of the
+ * SGEMMs inside them, on one OpenCL device; with --gpt, of the tiny GPT's
+ * layers instead (examples/gpt_tiny.model: context 128, width 128, 4 heads;
+ * batch 16). Where the trainer's CLT_PROFILE=1 says which layer is
  * slow, this says which call inside it, without the trainer around it.
  *
  *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt] [--only SUBSTRING]
