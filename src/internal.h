@@ -256,12 +256,22 @@ struct clt_context {
   int blas_said;         /* its GEMM backend logged (src/blas.c) */
   double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
   int native_gemm;       /* host GEMMs as native kernels on the queue: 0 not asked yet, 1 yes, -1 no */
+  int shared_buffers;    /* clt_buffer_create's buffers are host-shared (src/shared_buffers.c) */
   /* Called between polls while clt__wait_event waits (NULL: it sleeps on
    * the event instead): a pipeline stage moves its messages on while its
    * device computes, as MPI progresses only inside MPI calls. */
   void (*progress)(void *user);
   void *progress_user;
 };
+
+/* src/shared_buffers.c: buffers whose bytes the host reads and writes in
+ * place between commands. _on: whether a device takes them (unified
+ * memory, fine-grained buffer SVM, CLT_SHARED_BUFFERS not 0); _create: one
+ * of `bytes` (NULL with *err set on failure); _host: the host address of a
+ * buffer made so, or of a sub-buffer of one, else NULL. */
+int clt__shared_buffers_on(cl_device_id device, const clt_device_info *info);
+cl_mem clt__shared_buffer_create(cl_context context, size_t bytes, cl_int *err);
+void *clt__shared_buffer_host(cl_mem buf);
 
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
 void clt__blas_clear_cache(void);

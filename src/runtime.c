@@ -50,6 +50,7 @@ int clt_context_create(const clt_devices *devs, int i, clt_context **out) {
    * gradient buckets leave while the backward pass goes on. */
   ctx->xfer_queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
   CLT_CL_TRY(err);
+  ctx->shared_buffers = clt__shared_buffers_on(ctx->device, &ctx->info);
   ctx->counted = 1;
   atomic_fetch_add(&live_contexts, 1);
   *out = ctx;
@@ -449,7 +450,10 @@ int clt_buffer_create(clt_context *ctx, size_t bytes, cl_mem *out) {
   if (bytes == 0) return clt__error(CLT_EINVAL, "clt_buffer_create: a buffer of 0 bytes on %s", ctx->info.name);
   if (ctx->info.max_alloc_bytes && bytes > ctx->info.max_alloc_bytes)
     return device_memory_error(ctx, bytes, CL_INVALID_BUFFER_SIZE);
-  cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  /* Host-shared where the device's memory is the host's: an all-reduce
+   * then works on the bytes in place (src/shared_buffers.c). */
+  cl_mem buf = ctx->shared_buffers ? clt__shared_buffer_create(ctx->context, bytes, &err)
+                                   : clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
   if (err != CL_SUCCESS) return device_memory_error(ctx, bytes, err);
   /* Drivers allocate lazily; touching the buffer makes running out show here,
    * where we can say how much was asked, rather than at some later kernel. */

@@ -108,9 +108,21 @@ START_TEST(random_against_serial_sum) {
 }
 END_TEST
 
+/* A buffer of the application's own (not clt_buffer_create's, so never
+ * host-shared): on a device whose memory is the host's it is mapped,
+ * elsewhere staged. */
+static cl_mem own_buffer(clt_context *ctx, const float *host, size_t n) {
+  cl_int e = CL_SUCCESS;
+  cl_mem buf = clCreateBuffer(clt_context_cl(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *host,
+                              (void *)host, &e);
+  ck_assert_int_eq(e, CL_SUCCESS);
+  return buf;
+}
+
 /* Device buffers at a byte offset, with guard values around the range that
- * must stay untouched. */
-static void check_device(clt_context *ctx, size_t n, size_t chunk, clt_reduce_op op, int salt) {
+ * must stay untouched; `own`: the application's buffer, else
+ * clt_buffer_create's (host-shared on PoCL). */
+static void check_device(clt_context *ctx, size_t n, size_t chunk, clt_reduce_op op, int salt, int own) {
   const size_t pad = 3;
   clt_allreduce_plan *plan = NULL;
   clt_allreduce_opts opts = {.chunk_bytes = chunk};
@@ -118,7 +130,7 @@ static void check_device(clt_context *ctx, size_t n, size_t chunk, clt_reduce_op
   for (size_t i = 0; i < n + 2 * pad; i++) host[i] = 777.0f;
   ct_fill(host + pad, n, rank * CT_MAX_REPLICAS, salt);
   ct_expect(want, n, nranks, 1, salt, op == CLT_AVG);
-  cl_mem buf = tu_buffer(ctx, host, n + 2 * pad);
+  cl_mem buf = own ? own_buffer(ctx, host, n + 2 * pad) : tu_buffer(ctx, host, n + 2 * pad);
   ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, &opts, &plan) == 0, "%s", clt_last_error());
   for (int run = 0; run < 2; run++) {
     if (run) ck_assert_int_eq(clEnqueueWriteBuffer(clt_context_queue(ctx), buf, CL_TRUE, 0,
@@ -144,11 +156,59 @@ static void check_device(clt_context *ctx, size_t n, size_t chunk, clt_reduce_op
 START_TEST(device_buffers) {
   if (tu_ndev == 0) return;
   const size_t sizes[] = {1, 3, 17, 1000, 20011};
-  for (int d = 0; d < tu_ndev; d++)
+  for (int d = 0; d < tu_ndev; d++) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-      check_device(tu_ctx[d], sizes[i], 256, i % 2 ? CLT_AVG : CLT_SUM, (int)i);
+      check_device(tu_ctx[d], sizes[i], 256, i % 2 ? CLT_AVG : CLT_SUM, (int)i, 0);
+    /* The application's own buffers: mapped or staged, never in place. */
+    check_device(tu_ctx[d], 17, 256, CLT_SUM, 10, 1);
+    check_device(tu_ctx[d], 20011, 256, CLT_AVG, 11, 1);
+  }
   /* Default chunk: one staging chunk per segment. */
-  check_device(tu_ctx[0], 100003, 0, CLT_SUM, 9);
+  check_device(tu_ctx[0], 100003, 0, CLT_SUM, 9, 0);
+}
+END_TEST
+
+/* The all-reduce starts after the work queued before it, and what is
+ * queued after it sees the result, whichever way the buffer is reduced
+ * (in place on a host-shared buffer, mapped, or staged): each rank fills
+ * its buffer (and a sub-buffer's region) with a kernel-side fill it does
+ * not wait for, then all-reduces and reads the result with a copy queued
+ * behind. */
+START_TEST(device_buffers_follow_the_queue) {
+  if (tu_ndev == 0) return;
+  const size_t n = 70001, sub_at = 1024; /* floats; the sub-buffer's origin is 4 KiB in */
+  for (int d = 0; d < tu_ndev; d++)
+    for (int own = 0; own < 2; own++) {
+      clt_context *ctx = tu_ctx[d];
+      cl_command_queue q = clt_context_queue(ctx);
+      float *zeros = calloc(n, sizeof *zeros), *got = malloc(n * sizeof *got);
+      cl_mem buf = own ? own_buffer(ctx, zeros, n) : tu_buffer(ctx, zeros, n);
+      cl_buffer_region region = {sub_at * sizeof(float), (n - sub_at) * sizeof(float)};
+      cl_int e = CL_SUCCESS;
+      cl_mem sub = clCreateSubBuffer(buf, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &e);
+      ck_assert_int_eq(e, CL_SUCCESS);
+      clt_allreduce_plan *plan = NULL, *subplan = NULL;
+      ck_assert_int_eq(clt_allreduce_plan_create(comm, n, CLT_F32, CLT_SUM, NULL, &plan), 0);
+      ck_assert_int_eq(clt_allreduce_plan_create(comm, 100, CLT_F32, CLT_SUM, NULL, &subplan), 0);
+      float v = (float)(rank + 1);
+      ck_assert_int_eq(clEnqueueFillBuffer(q, buf, &v, sizeof v, 0, n * sizeof v, 0, NULL, NULL), CL_SUCCESS);
+      ck_assert_msg(clt_allreduce_run_device(plan, q, buf, 0) == 0, "%s: %s", tu_name(ctx), clt_last_error());
+      /* Then elements [sub_at + 8, sub_at + 108) once more, through the sub-buffer. */
+      ck_assert_msg(clt_allreduce_run_device(subplan, q, sub, 8 * sizeof(float)) == 0, "%s: %s", tu_name(ctx),
+                    clt_last_error());
+      ck_assert_int_eq(clEnqueueReadBuffer(q, buf, CL_TRUE, 0, n * sizeof *got, got, 0, NULL, NULL), CL_SUCCESS);
+      float once = (float)(nranks * (nranks + 1) / 2), twice = once * (float)nranks;
+      for (size_t i = 0; i < n; i++) {
+        float want = i >= sub_at + 8 && i < sub_at + 108 ? twice : once;
+        ck_assert_msg(got[i] == want, "%s, %s buffer: element %zu is %g, expected %g", tu_name(ctx),
+                      own ? "the application's" : "clt_buffer_create's", i, got[i], want);
+      }
+      clt_allreduce_plan_destroy(plan);
+      clt_allreduce_plan_destroy(subplan);
+      clReleaseMemObject(sub);
+      clReleaseMemObject(buf);
+      free(zeros), free(got);
+    }
 }
 END_TEST
 
@@ -503,6 +563,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, host_many_chunks);
   tcase_add_test(tc, random_against_serial_sum);
   tcase_add_test(tc, device_buffers);
+  tcase_add_test(tc, device_buffers_follow_the_queue);
   tcase_add_test(tc, two_devices_per_process);
   tcase_add_test(tc, host_f16);
   tcase_add_test(tc, f16_non_finite_reaches_every_rank);

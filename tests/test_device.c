@@ -1,7 +1,8 @@
 /*
  * test_device.c: discovery finds the installed OpenCL implementations with
  * sane properties; selection specs choose the right devices and a spec that
- * matches nothing is an error listing what exists.
+ * matches nothing is an error listing what exists; clt_buffer_create's
+ * buffers are host-shared exactly where the device allows it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,56 @@ START_TEST(contexts_on_every_device) {
 }
 END_TEST
 
+/* OpenCL 2.0 names (the tests build against OpenCL 1.2's headers). */
+#define TEST_CL_DEVICE_SVM_CAPABILITIES 0x1053
+#define TEST_CL_DEVICE_SVM_FINE_GRAIN_BUFFER (1 << 1)
+#define TEST_CL_MEM_USES_SVM_POINTER 0x1109
+
+/* Host-shared (fine-grained SVM under a cl_mem, src/shared_buffers.c) on a
+ * device with unified memory and fine-grained buffer SVM (PoCL), an
+ * ordinary buffer elsewhere (rusticl here) or with CLT_SHARED_BUFFERS=0;
+ * either way kernels and copies see the same bytes, and the host sees a
+ * shared buffer's bytes in place once its queue has finished. */
+START_TEST(buffers_are_host_shared_where_the_device_allows) {
+  for (int off = 0; off < 2; off++) {
+    if (off) setenv("CLT_SHARED_BUFFERS", "0", 1);
+    for (int i = 0; i < tu_ndev; i++) {
+      clt_context *ctx = NULL;
+      ck_assert_int_eq(clt_context_create(tu_devices, i, &ctx), 0);
+      cl_ulong svm = 0;
+      if (clGetDeviceInfo(clt_context_cl_device(ctx), TEST_CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, NULL) !=
+          CL_SUCCESS)
+        svm = 0;
+      int want = !off && clt_context_device(ctx)->unified_memory && (svm & TEST_CL_DEVICE_SVM_FINE_GRAIN_BUFFER);
+      cl_mem buf = NULL;
+      ck_assert_int_eq(clt_buffer_create(ctx, 4096 * sizeof(float), &buf), 0);
+      cl_bool uses_svm = CL_FALSE;
+      void *host = NULL;
+      if (clGetMemObjectInfo(buf, TEST_CL_MEM_USES_SVM_POINTER, sizeof uses_svm, &uses_svm, NULL) != CL_SUCCESS)
+        uses_svm = CL_FALSE;
+      ck_assert_int_eq(clGetMemObjectInfo(buf, CL_MEM_HOST_PTR, sizeof host, &host, NULL), CL_SUCCESS);
+      ck_assert_msg((uses_svm == CL_TRUE) == want && (host != NULL) == want, "%s (CLT_SHARED_BUFFERS %s): shared %d",
+                    tu_name(ctx), off ? "0" : "unset", uses_svm == CL_TRUE);
+      float x[4096], y[4096];
+      for (int k = 0; k < 4096; k++) x[k] = (float)k - 7.5f;
+      ck_assert_int_eq(clEnqueueWriteBuffer(clt_context_queue(ctx), buf, CL_FALSE, 0, sizeof x, x, 0, NULL, NULL),
+                       CL_SUCCESS);
+      ck_assert_int_eq(clt_context_finish(ctx), 0);
+      if (want) {
+        ck_assert_int_eq(memcmp(host, x, sizeof x), 0);
+        ((float *)host)[5] = 1234.5f; /* a host write, seen by the copy queued after it */
+        x[5] = 1234.5f;
+      }
+      tu_read(ctx, buf, 0, y, 4096);
+      ck_assert_int_eq(memcmp(x, y, sizeof x), 0);
+      clReleaseMemObject(buf);
+      clt_context_destroy(ctx);
+    }
+  }
+  unsetenv("CLT_SHARED_BUFFERS");
+}
+END_TEST
+
 int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
@@ -168,6 +219,7 @@ int main(void) {
   tcase_add_test(tc, environment_supplies_the_default_spec);
   tcase_add_test(tc, bad_specs_are_errors_that_say_what_exists);
   tcase_add_test(tc, contexts_on_every_device);
+  tcase_add_test(tc, buffers_are_host_shared_where_the_device_allows);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   tu_teardown();
