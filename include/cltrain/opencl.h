@@ -58,7 +58,12 @@ CLT_API int clt_launch_1d(clt_context *ctx, cl_kernel k, size_t n, size_t wgs);
 /* ---- buffers --------------------------------------------------------------- */
 
 /* A device buffer of `bytes`. Running out is CLT_EDEVMEM with what was asked
- * and what the device has. */
+ * and what the device has. On a device whose memory is the host's and that
+ * has fine-grained buffer SVM (PoCL), its bytes are fine-grained SVM
+ * (CL_MEM_USE_HOST_PTR over clSVMAlloc's memory; CL_MEM_HOST_PTR gives
+ * them): the host may read and write them in place between commands, and
+ * the collectives below reduce it in place. CLT_SHARED_BUFFERS=0 in the
+ * environment makes ordinary buffers there too. */
 CLT_API int clt_buffer_create(clt_context *ctx, size_t bytes, cl_mem *out);
 CLT_API void clt_buffer_release(cl_mem buf);
 CLT_API size_t clt_buffer_size(cl_mem buf);
@@ -173,9 +178,13 @@ CLT_API int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_conf
  * allocates count x element size of pinned memory per queue; later runs on
  * the same queues reuse it. For an all-reduce or allgather of a single
  * buffer of a device whose memory is the host's
- * (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL, rusticl) the buffer is mapped
- * instead and the ring runs in place, with no copies or staging. Use clt_context_queue()
- * for a clt_context. */
+ * (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL, rusticl) the ring runs in place,
+ * with no copies or staging: on a buffer from clt_buffer_create that is
+ * host-shared (PoCL) once clFinish(queue) returns, with no other command
+ * (that wait has no CLT_TIMEOUT deadline: a queue that never finishes holds
+ * the call, and the other ranks' deadlines name this rank); on any other
+ * buffer between a map and an unmap, each waited for under CLT_TIMEOUT.
+ * Use clt_context_queue() for a clt_context. */
 
 /* All-reduce count elements of buf from byte offset `offset`, in place. */
 CLT_API int clt_allreduce_run_device(clt_allreduce_plan *plan, cl_command_queue queue, cl_mem buf,
