@@ -265,18 +265,19 @@ static int run_shared(clt_allreduce_plan *plan, clt__op *op, cl_command_queue q,
 }
 
 /* ---- a buffer in host memory, mapped ----------------------------------------
- * Any other buffer of a device whose buffers are host memory (CL_DEVICE_HOST_UNIFIED_MEMORY:
- * PoCL, rusticl's llvmpipe), one replica, the result wanted on the queue
- * it is read on (the public calls): the buffer's bytes are mapped, reduced
- * in place as a host buffer is (the same ring, the same bits), and
- * unmapped: for the all-reduce and the allgather, which write the whole
- * buffer (a reduce-scatter's ring works in the other parts too, which its
- * device run must not write). No copies, and a small message pays one map
- * and one unmap: 33 us for 4 bytes on PoCL at 2 ranks, where the staging's
- * reads, write-back and their waits took 47 (host buffers: 0.6 us). The trainer's exchange
- * reads on a transfer queue while the backward goes on on the compute
- * queue, where a map would be used alongside kernels: it keeps the
- * staging. */
+ * Any other buffer of a device whose buffers are host memory
+ * (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL, rusticl's llvmpipe), one replica,
+ * the result wanted on the queue it is read on (the public calls): the
+ * buffer's bytes are mapped, reduced in place as a host buffer is (the
+ * same ring, the same bits), and unmapped: for the all-reduce and the
+ * allgather, which write the whole buffer (a reduce-scatter's ring works
+ * in the other parts too, which its device run must not write). No
+ * copies, and a small message pays one map and one unmap: 33 us for 4
+ * bytes on PoCL at 2 ranks on a Xeon, where the staging's reads,
+ * write-back and their waits took 47 (host buffers: 0.6 us). The
+ * trainer's exchange reads on a transfer queue while the backward goes on
+ * on the compute queue, where a map would be used alongside kernels: it
+ * keeps the staging. */
 static int unified(cl_command_queue q) {
   cl_device_id d = NULL;
   cl_bool u = CL_FALSE;
