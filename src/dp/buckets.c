@@ -19,6 +19,13 @@
  * the replica rounds each complete bucket to an f16 copy (half the bytes on
  * the wire), the ring sums in f32, and the sums come back into the f32
  * arena at the end.
+ *
+ * In place. Where this rank has one replica taking part and its exchange
+ * buffer is host memory the device shares (src/shared_buffers.c: PoCL), a
+ * bucket is summed where the backward wrote it, once its marker has
+ * passed: no copy out, no write-back, no staging. Not under ZeRO (the
+ * reduce-scatter's ring works in parts its device run must not write,
+ * and stage 2's slots are reused while the backward runs).
  */
 #include "dp/dp_internal.h"
 
@@ -200,12 +207,31 @@ static int active_index(const clt__dp *dp, int i) {
   return q;
 }
 
+/* The bytes the exchange sums in place (the comment at the top), or NULL. */
+static unsigned char *in_place(const clt__dp *dp, clt__replica *const *reps) {
+  const char *env = getenv("CLT_IN_PLACE");
+  if (dp->rs || dp->pooled || local_active(dp) != 1 || !dp->plans || !dp->plans[0] || (env && strcmp(env, "0") == 0))
+    return NULL;
+  for (int i = 0; i < dp->nlocal; i++)
+    if (clt__dp_active(dp, i)) {
+      clt_tensor x = clt__replica_exchange_view(reps[i]);
+      unsigned char *host = clt__shared_buffer_host(x.buf);
+      return host ? host + x.offset : NULL;
+    }
+  return NULL;
+}
+
 /* Every plan's pinned staging on the queues the exchange reads on, made
  * before the first step (clt__dp_staging_bytes reports it); and the
  * replicas whose buffers are host memory copy each bucket into it as the
- * backward closes the bucket (clt__replica_copy_out says why). */
+ * backward closes the bucket (clt__replica_copy_out says why). None of it
+ * when the exchange works in place. */
 static int prepare_staging(clt__dp *dp, clt__replica *const *reps) {
   int rc = CLT_OK, n = 0;
+  if ((dp->in_place = in_place(dp, reps))) {
+    for (int i = 0; i < dp->nlocal; i++) clt__replica_copy_out(reps[i], NULL);
+    return CLT_OK;
+  }
   cl_command_queue *q = clt__calloc(dp->nlocal, sizeof *q);
   void **to = clt__calloc(dp->buckets.n ? dp->buckets.n : 1, sizeof *to);
   if (!q || !to) {
@@ -229,7 +255,7 @@ fail:
 void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t *measured) {
   int q = active_index(dp, i);
   *counted = *measured = 0;
-  for (int b = 0; q >= 0 && b < dp->buckets.n; b++) {
+  for (int b = 0; q >= 0 && !dp->in_place && b < dp->buckets.n; b++) {
     clt_allreduce_plan *plan = bucket_plan(dp, b);
     if (!plan) continue;
     *counted += (uint64_t)(dp->buckets.hi[b] - dp->buckets.lo[b]) * (dp->wire ? 2 : 4);
@@ -292,7 +318,10 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
     double t0 = clt__now();
     clt_allreduce_plan *plan = dp->rs ? clt__reduce_scatter_base(dp->rs[b]) : dp->plans[b];
     clt__device_run run = {n, q, wq, bufs, offs, dp->pooled ? obufs : NULL, ooffs, copied};
-    CLT_TRY(clt__allreduce_run_devices_into(plan, &run));
+    if (dp->in_place)
+      CLT_TRY(clt_allreduce_run(plan, dp->in_place + offs[0]));
+    else
+      CLT_TRY(clt__allreduce_run_devices_into(plan, &run));
     /* Read out of every slot: the backward may write the slots again. */
     for (int i = 0; dp->pooled && i < n; i++) CLT_TRY(clt__replica_bucket_read(reps[i], b));
     double dt = clt__now() - t0;

@@ -77,6 +77,7 @@ struct clt__dp {
   clt_allreduce_plan **plans;  /* for plan_replicas replicas: those taking part (clt__dp_active) */
   int plan_replicas;
   int wire;                    /* gradients travel as f16 */
+  unsigned char *in_place;     /* the one replica's exchange bytes, summed where they are, or NULL */
   double comm_s, comm_hidden_s;
 
   /* zero.c: ZeRO (0: off, and on one rank). Per bucket a reduce-scatter
