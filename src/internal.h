@@ -107,6 +107,25 @@ typedef struct clt__device_run {
   const cl_event *copied;
 } clt__device_run;
 int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_run *run);
+/* An arena (src/comm/shm_arena.c): `bytes` of this rank's in the node's
+ * shared memory, page-aligned, that every rank of the node reads in place,
+ * for a device buffer over it (clt__shared_buffer_wrap). Available when
+ * the communicator's ranks (two or more) are all on one node, no arena of
+ * it is held, and /dev/shm has room; acquire is collective (call it on
+ * every rank after they agreed that it is available everywhere). The
+ * memory lives until the communicator is destroyed; release says the
+ * holder's device buffers are gone, and a later acquire may reuse it. */
+int clt__comm_arena_available(const clt_comm *comm, size_t bytes);
+int clt__comm_arena_acquire(clt_comm *comm, size_t bytes, unsigned char **mine);
+void clt__comm_arena_release(clt_comm *comm);
+unsigned char *clt__arena_mine(const clt_comm *comm);
+/* [p, p + bytes) lies in this rank's held arena. */
+int clt__arena_holds(const clt_comm *comm, const void *p, size_t bytes);
+/* clt_allreduce_run on host memory; where buf lies in the held arena and
+ * the plan runs shm.c's all-reduce, summed in place from every rank's
+ * arena (the same bits, no copy into the window): every rank's buf must
+ * then lie in its arena, at the same offset. */
+int clt__allreduce_run_arena(clt_allreduce_plan *plan, void *buf);
 /* The pinned staging of a device run on these queues (one per replica,
  * count x element size each), made now rather than at the first run, so
  * that a memory report made before training sees it; and its bytes for
@@ -272,6 +291,11 @@ struct clt_context {
 int clt__shared_buffers_on(cl_device_id device, const clt_device_info *info);
 cl_mem clt__shared_buffer_create(cl_context context, size_t bytes, cl_int *err);
 void *clt__shared_buffer_host(cl_mem buf);
+/* A buffer of the context over `bytes` of host memory at host (page-
+ * aligned, kept alive by the caller until the buffer is released) that
+ * the device reads and writes in place, registered as host-shared: on a
+ * context with shared_buffers only. */
+int clt__shared_buffer_wrap(clt_context *ctx, void *host, size_t bytes, cl_mem *out);
 
 /* Empty CLBlast's process-wide program cache (src/blas.c). */
 void clt__blas_clear_cache(void);

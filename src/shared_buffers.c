@@ -20,6 +20,11 @@
  * buffer's destructor callback, once OpenCL is done with the buffer. A
  * user's own SVM-backed buffer is not on it (coarse-grained SVM needs
  * maps), and is mapped as before. CLT_SHARED_BUFFERS=0 turns this off.
+ *
+ * A buffer may also wrap host bytes that are not SVM's: the trainer's
+ * gradient arena in node-shared memory (comm/shm_arena.c), which every
+ * rank of the node reads in place. It is listed the same way; its bytes
+ * stay the caller's.
  */
 #undef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 200 /* clSVMAlloc, CL_DEVICE_SVM_CAPABILITIES */
@@ -27,6 +32,7 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,24 +66,20 @@ static void CL_CALLBACK free_shared(cl_mem buf, void *user) {
       break;
     }
   pthread_mutex_unlock(&lock);
-  if (!gone.bytes) return;
+  if (!gone.bytes) return; /* bytes of the caller's (clt__shared_buffer_wrap) */
   clSVMFree(gone.context, gone.bytes);
   clReleaseContext(gone.context);
 }
 
-cl_mem clt__shared_buffer_create(cl_context context, size_t bytes, cl_int *err) {
-  void *p = clSVMAlloc(context, CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER, bytes, 0);
-  if (!p) {
-    *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
-    return NULL;
-  }
+/* A buffer over host bytes p, listed as shared; SVM bytes (svm) are freed
+ * with it, others are the caller's. */
+static cl_mem track(cl_context context, void *p, size_t bytes, int svm, cl_int *err) {
   pthread_mutex_lock(&lock);
   if (nentries == capacity) {
     size_t n = capacity ? 2 * capacity : 64;
     shared_entry *grown = realloc(entries, n * sizeof *grown);
     if (!grown) {
       pthread_mutex_unlock(&lock);
-      clSVMFree(context, p);
       *err = CL_OUT_OF_HOST_MEMORY;
       return NULL;
     }
@@ -87,14 +89,39 @@ cl_mem clt__shared_buffer_create(cl_context context, size_t bytes, cl_int *err) 
   if (*err == CL_SUCCESS) *err = clSetMemObjectDestructorCallback(buf, free_shared, NULL);
   if (*err != CL_SUCCESS) {
     pthread_mutex_unlock(&lock);
-    if (buf) clReleaseMemObject(buf); /* no callback set: its bytes are freed below */
-    clSVMFree(context, p);
+    if (buf) clReleaseMemObject(buf); /* no callback set: the caller frees the bytes */
     return NULL;
   }
-  clRetainContext(context);
-  entries[nentries++] = (shared_entry){buf, context, p};
+  if (svm) clRetainContext(context);
+  entries[nentries++] = (shared_entry){buf, svm ? context : NULL, svm ? p : NULL};
   pthread_mutex_unlock(&lock);
   return buf;
+}
+
+cl_mem clt__shared_buffer_create(cl_context context, size_t bytes, cl_int *err) {
+  void *p = clSVMAlloc(context, CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER, bytes, 0);
+  if (!p) {
+    *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    return NULL;
+  }
+  cl_mem buf = track(context, p, bytes, 1, err);
+  if (!buf) clSVMFree(context, p);
+  return buf;
+}
+
+/* The device's memory is the host's, and its SVM buffers wrap host bytes
+ * in place (clt__shared_buffers_on): so do its buffers over other host
+ * bytes, given CL_MEM_USE_HOST_PTR and page alignment. */
+int clt__shared_buffer_wrap(clt_context *ctx, void *host, size_t bytes, cl_mem *out) {
+  cl_int e = CL_SUCCESS;
+  *out = NULL;
+  if (!ctx->shared_buffers || !host || ((uintptr_t)host & 4095) || bytes == 0)
+    return clt__error(CLT_EINTERNAL, "a buffer in place over host memory on %s, which does not share it",
+                      ctx->info.name);
+  if (!(*out = track(ctx->context, host, bytes, 0, &e)))
+    return clt__error(clt__cl_status(e), "a buffer of %zu bytes over shared host memory on %s: %s", bytes,
+                      ctx->info.name, clt__cl_error_name(e));
+  return CLT_OK;
 }
 
 void *clt__shared_buffer_host(cl_mem buf) {

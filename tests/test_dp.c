@@ -11,6 +11,8 @@
  *     the trainer itself fails otherwise);
  *   - K accumulated micro-batches equal one batch of the same total;
  *   - fp16 (gradients all-reduced as half) stays near one device's fp16;
+ *   - on PoCL everywhere, the exchange in place from shared memory gives
+ *     the staged exchange's bits;
  *   - a rank with a different model spec, or other data, fails on every
  *     rank, naming it.
  */
@@ -23,6 +25,7 @@
 #include <mpi.h>
 #include <cltrain/mpi.h>
 
+#include "internal.h" /* the arena: internal */
 #include "mpiutil.h"
 #include "testutil.h"
 #include "fashion.h"
@@ -326,6 +329,39 @@ START_TEST(evaluation_follows_the_shares) {
 }
 END_TEST
 
+/* Every rank on PoCL, whose buffers are host memory in place: the
+ * exchange sums each bucket where the backward wrote it, from the node's
+ * shared memory (the trainer's arena, comm/shm_arena.c), with no staging.
+ * The same bits as through the staging (CLT_IN_PLACE=0), with several
+ * buckets and with accumulation. */
+START_TEST(in_place_keeps_the_bits) {
+  clt_devices *pocl = NULL;
+  if (nranks < 2 || clt_devices_select(tu_devices, "pocl", &pocl) != 0) {
+    if (rank == 0) fprintf(stderr, "in place: needs 2 ranks and PoCL, skipped\n");
+    clt_devices_destroy(pocl);
+    return;
+  }
+  clt_model *m;
+  clt_model_parse(mlp, "dp.model", &m);
+  int64_t P = clt_model_param_count(m);
+  clt_model_destroy(m);
+  float *a = malloc(P * 4), *b = malloc(P * 4);
+  for (int acc = 1; acc <= 2; acc++) {
+    clt_train_options o;
+    options(&o, 64);
+    o.accumulate = acc;
+    train(mlp, pocl, comm, &o, a);
+    ck_assert_msg(clt__arena_mine(comm) != NULL, "rank %d: the gradients never lay in shared memory", rank);
+    setenv("CLT_IN_PLACE", "0", 1);
+    train(mlp, pocl, comm, &o, b);
+    unsetenv("CLT_IN_PLACE");
+    ck_assert_msg(memcmp(a, b, P * 4) == 0, "rank %d, %d micro-batch(es): in place and staged differ", rank, acc);
+  }
+  free(a), free(b);
+  clt_devices_destroy(pocl);
+}
+END_TEST
+
 START_TEST(a_different_model_is_named_on_every_rank) {
   if (nranks < 2) return;
   clt_model *m;
@@ -433,6 +469,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, the_cnn_one_step_matches_one_device);
   tcase_add_test(tc, the_cnn_matches_one_device);
   tcase_add_test(tc, evaluation_follows_the_shares);
+  tcase_add_test(tc, in_place_keeps_the_bits);
   tcase_add_test(tc, a_different_model_is_named_on_every_rank);
   tcase_add_test(tc, a_different_dataset_is_named_on_every_rank);
   tcase_add_test(tc, one_rank_with_bad_data_fails_every_rank);

@@ -10,13 +10,15 @@
  * their far pairs: the fitted forms on one node, the α-β-γ ones without
  * them or on several nodes; bad values refused; auto among the fitted
  * ones alone), and with CLT_NODE_SIZE giving several pretend nodes, two-level in its place.
- * With CT_STALL set, a rank stopped (SIGSTOP) inside a stream of shm
+ * The arena (shm_arena.c): bytes of shared memory all-reduced in place,
+ * also under a device buffer. With CT_STALL set, a rank stopped (SIGSTOP) inside a stream of shm
  * all-reduces (or, with CT_GATHER too, of ZeRO's allgathers in a window,
  * shm_gather.c) is named by the others' timeout error; with CT_KILL, a
  * rank killed there ends the job (tests/shm.sh checks how).
  */
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -490,6 +492,106 @@ END_TEST
 START_TEST(stalled_in_gather) { stopped_rank(0, 1); }
 END_TEST
 
+/* The arena (src/comm/shm_arena.c): bytes of the node's shared memory that
+ * the trainer lends to a device as its gradient arena, all-reduced in
+ * place from every rank's. Offered on one node of two or more ranks, one
+ * holder at a time; the runs give shm.c's bits (the serial sum in rank
+ * order, an average divided once) and touch nothing outside the buffer;
+ * a buffer outside the arena runs as clt_allreduce_run; and a device
+ * buffer over the arena (PoCL) sees the sums without a copy. */
+static void arena_case(unsigned char *arena, size_t at, size_t n, clt_reduce_op op, int salt) {
+  clt_allreduce_plan *plan = NULL;
+  float *x = (float *)(void *)(arena + at), *want = malloc((n + 1) * sizeof *want);
+  ck_assert_msg(clt_allreduce_plan_create(comm, n, CLT_F32, op, NULL, &plan) == 0, "%s", clt_last_error());
+  memset(arena + at - 4, 0x5a, 4);                 /* sentinels either side */
+  memset(arena + at + n * sizeof *x, 0xa5, 4);
+  for (int it = 0; it < 3; it++) {                 /* the flags grow run after run */
+    ct_fill(x, n, rank * CT_MAX_REPLICAS, salt + it);
+    ct_expect(want, n, nranks, 1, salt + it, op == CLT_AVG);
+    ck_assert_msg(clt__allreduce_run_arena(plan, x) == 0, "%s", clt_last_error());
+    long bad = ct_first_diff(x, want, n);
+    ck_assert_msg(bad < 0, "rank %d: %zu floats at byte %zu, %s: element %ld is %g, expected %g", rank, n, at,
+                  clt_reduce_op_name(op), bad, bad < 0 ? 0 : x[bad], bad < 0 ? 0 : want[bad]);
+  }
+  static const unsigned char before[4] = {0x5a, 0x5a, 0x5a, 0x5a}, after[4] = {0xa5, 0xa5, 0xa5, 0xa5};
+  ck_assert_msg(memcmp(arena + at - 4, before, 4) == 0 && memcmp(arena + at + n * sizeof *x, after, 4) == 0,
+                "rank %d: %zu floats at byte %zu wrote outside them", rank, n, at);
+  cc_identical_across_ranks(x, n * sizeof *x, "arena all-reduce");
+  /* Random floats: the serial float sum in rank order, bit for bit. */
+  float *other = malloc((n + 1) * sizeof *other);
+  for (int r = 0; r < nranks; r++) {
+    ref_random(other, n, 7000u + (unsigned)r);
+    for (size_t i = 0; i < n; i++) want[i] = r == 0 ? other[i] : want[i] + other[i];
+  }
+  if (op == CLT_AVG)
+    for (size_t i = 0; i < n; i++) want[i] /= (float)nranks;
+  ref_random(x, n, 7000u + (unsigned)rank);
+  ck_assert_msg(clt__allreduce_run_arena(plan, x) == 0, "%s", clt_last_error());
+  ck_assert_msg(ct_first_diff(x, want, n) < 0, "rank %d: %zu random floats: not the serial sum in rank order", rank, n);
+  clt_allreduce_plan_destroy(plan);
+  free(want), free(other);
+}
+
+START_TEST(arena_in_place) {
+  int one_node = nranks > 1 && strcmp(expected, "shm") == 0;
+  const size_t most = 786435 + 8192;
+  if (!one_node) { /* one rank, or pretend nodes: the trainer copies through the window */
+    ck_assert_msg(!clt__comm_arena_available(comm, 4096), "an arena offered across nodes");
+    return;
+  }
+  if (!clt__comm_arena_available(comm, most * 4)) { /* a small /dev/shm (a container's) */
+    if (rank == 0) fprintf(stderr, "arena: no room for %zu floats a rank in /dev/shm, skipped\n", most);
+    return;
+  }
+  unsigned char *arena = NULL, *again = NULL;
+  ck_assert_msg(clt__comm_arena_acquire(comm, most * 4, &arena) == 0, "%s", clt_last_error());
+  ck_assert_msg(((uintptr_t)arena & 4095) == 0, "rank %d: the arena is not page-aligned", rank);
+  ck_assert_msg(!clt__comm_arena_available(comm, 4096), "a held arena is offered again");
+  for (size_t i = 0; i < NCOUNTS; i++) {
+    arena_case(arena, 4096, counts[i], CLT_SUM, (int)i);
+    arena_case(arena, 4 + 4 * i, counts[i], CLT_AVG, (int)i + 50); /* any float offset */
+  }
+  /* Outside the arena: a host run. */
+  float x[1000], want[1000];
+  clt_allreduce_plan *plan = NULL;
+  ck_assert_msg(clt_allreduce_plan_create(comm, 1000, CLT_F32, CLT_SUM, NULL, &plan) == 0, "%s", clt_last_error());
+  ct_fill(x, 1000, rank * CT_MAX_REPLICAS, 9);
+  ct_expect(want, 1000, nranks, 1, 9, 0);
+  ck_assert_msg(clt__allreduce_run_arena(plan, x) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(ct_first_diff(x, want, 1000), -1);
+
+  /* A device buffer over the arena, where a device shares host memory. */
+  for (int d = 0; d < clt_devices_count(tu_devices); d++) {
+    clt_context *ctx = NULL;
+    ck_assert_int_eq(clt_context_create(tu_devices, d, &ctx), 0);
+    if (ctx->shared_buffers) {
+      cl_mem buf = NULL;
+      float back[1000];
+      ck_assert_msg(clt__shared_buffer_wrap(ctx, arena, 1000 * sizeof(float), &buf) == 0, "%s", clt_last_error());
+      ct_fill(x, 1000, rank * CT_MAX_REPLICAS, 10 + d);
+      ct_expect(want, 1000, nranks, 1, 10 + d, 0);
+      ck_assert_int_eq(clEnqueueWriteBuffer(ctx->queue, buf, CL_TRUE, 0, sizeof x, x, 0, NULL, NULL), CL_SUCCESS);
+      ck_assert_int_eq(clFinish(ctx->queue), CL_SUCCESS);
+      ck_assert_msg(clt__shared_buffer_host(buf) == (void *)arena, "the wrapped buffer is not listed as shared");
+      ck_assert_msg(clt__allreduce_run_arena(plan, arena) == 0, "%s", clt_last_error());
+      ck_assert_int_eq(clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, 0, sizeof back, back, 0, NULL, NULL), CL_SUCCESS);
+      ck_assert_msg(ct_first_diff(back, want, 1000) < 0, "rank %d, %s: the device does not read the sums in place", rank,
+                    ctx->info.name);
+      clReleaseMemObject(buf);
+    }
+    clt_context_destroy(ctx);
+  }
+  clt_allreduce_plan_destroy(plan);
+
+  /* Released, it is offered again, and a smaller one reuses it. */
+  clt__comm_arena_release(comm);
+  ck_assert_int_eq(clt__comm_arena_available(comm, 4096), 1);
+  ck_assert_msg(clt__comm_arena_acquire(comm, 4096, &again) == 0, "%s", clt_last_error());
+  ck_assert_ptr_eq(again, arena);
+  clt__comm_arena_release(comm);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -520,6 +622,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, model_file_fitted_terms);
     tcase_add_test(tc, fitted_choice);
     tcase_add_test(tc, plans_share_the_window);
+    tcase_add_test(tc, arena_in_place);
   }
   suite_add_tcase(s, tc);
   int rc = tu_run(s);

@@ -484,6 +484,19 @@ int clt__plan_run(clt_allreduce_plan *plan, void *buf) {
   return clt__allreduce_exec(plan, &op, buf, NULL, NULL, NULL);
 }
 
+int clt__allreduce_run_arena(clt_allreduce_plan *plan, void *buf) {
+  clt__op op;
+  int rc;
+  size_t bytes = plan ? plan->count * plan->ops->esize : 0;
+  if (!plan || plan->algorithm != CLT__SHM || !plan->shm || !plan->kind->gathers || !plan->ops->sum_to ||
+      plan->comm->size == 1 || plan->count == 0 || !clt__arena_holds(plan->comm, buf, bytes))
+    return clt__plan_run(plan, buf);
+  if ((rc = clt__allreduce_begin(plan, &op)) < 0) return rc;
+  double divisor = plan->op == CLT_AVG ? (double)plan->total_replicas : 1.0;
+  size_t at = (size_t)((unsigned char *)buf - clt__arena_mine(plan->comm));
+  return clt__arena_allreduce(&op, at, plan->count, plan->ops, divisor);
+}
+
 int clt_allreduce_run(clt_allreduce_plan *plan, void *buf) {
   if (!plan) return clt__error(CLT_EINVAL, "clt_allreduce_run: no plan");
   return clt__plan_run(plan, buf);

@@ -106,6 +106,7 @@ int clt_comm_create_local(clt_comm **out) {
 void clt_comm_destroy(clt_comm *comm) {
   if (!comm) return;
   if (comm->mpi) clt__tp_destroy(comm);
+  clt__comm_arena_free(comm);
   clt__layout_free(&comm->layout);
   free(comm->broken_detail);
   free(comm->diag_out);

@@ -86,6 +86,7 @@ struct clt_comm {
   unsigned char *const *shm_segs; /* local_size: each local rank's segment of the window */
   size_t shm_bytes;        /* bytes of each segment (0: no window yet) */
   uint64_t shm_round;      /* rounds run through the window so far (shm.c) */
+  struct clt__arena *arena; /* device buffers' bytes in shared memory (shm_arena.c), or NULL */
   void *mpi;               /* transport state; NULL for a one-rank communicator */
 };
 
@@ -405,6 +406,15 @@ int clt__shm_allgather(struct clt__shm *s, clt__op *op, unsigned char *base, int
 int clt__shm_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
                   int (*ready)(void *, const clt__ring_chunk *, int *),
                   int (*final)(void *, const clt__ring_chunk *), void *user);
+
+/* ---- an all-reduce of bytes already in shared memory (shm_arena.c) ----------- */
+
+/* Sum elements [0, count) at byte `at` of every rank's arena in place
+ * (clt__comm_arena_acquire), the same bits as shm.c's all-reduce. Every
+ * rank of the communicator is on one node and calls it alike. */
+int clt__arena_allreduce(clt__op *op, size_t at, size_t count, const clt__dtype_ops *ops, double divisor);
+/* At comm's destroy: the arena's bookkeeping (its region is the transport's). */
+void clt__comm_arena_free(clt_comm *comm);
 
 /* ---- an allgather whose blocks stay in a window of its own (shm_gather.c) ----- */
 

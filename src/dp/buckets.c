@@ -25,7 +25,10 @@
  * bucket is summed where the backward wrote it, once its marker has
  * passed: no copy out, no write-back, no staging. Not under ZeRO (the
  * reduce-scatter's ring works in parts its device run must not write,
- * and stage 2's slots are reused while the backward runs).
+ * and stage 2's slots are reused while the backward runs). Where the
+ * trainer put the arena in the node's shared memory (comm/shm_arena.c)
+ * and every replica of the job takes part, every rank's bucket is summed
+ * from there, with no copy into shm.c's window.
  */
 #include "dp/dp_internal.h"
 
@@ -229,9 +232,14 @@ static unsigned char *in_place(const clt__dp *dp, clt__replica *const *reps) {
 static int prepare_staging(clt__dp *dp, clt__replica *const *reps) {
   int rc = CLT_OK, n = 0;
   if ((dp->in_place = in_place(dp, reps))) {
+    /* Every rank's bytes in its arena (the trainer agreed to it on all),
+     * every rank at it (the shares, the same on all): the same choice. */
+    dp->arena = clt__arena_holds(dp->comm, dp->in_place, (size_t)dp->buckets.hi[0] * 4); /* top first */
+    for (int g = 0; g < dp->nreplicas; g++) dp->arena &= dp->shares[g] > 0;
     for (int i = 0; i < dp->nlocal; i++) clt__replica_copy_out(reps[i], NULL);
     return CLT_OK;
   }
+  dp->arena = 0;
   cl_command_queue *q = clt__calloc(dp->nlocal, sizeof *q);
   void **to = clt__calloc(dp->buckets.n ? dp->buckets.n : 1, sizeof *to);
   if (!q || !to) {
@@ -318,7 +326,9 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
     double t0 = clt__now();
     clt_allreduce_plan *plan = dp->rs ? clt__reduce_scatter_base(dp->rs[b]) : dp->plans[b];
     clt__device_run run = {n, q, wq, bufs, offs, dp->pooled ? obufs : NULL, ooffs, copied};
-    if (dp->in_place)
+    if (dp->arena)
+      CLT_TRY(clt__allreduce_run_arena(plan, dp->in_place + offs[0]));
+    else if (dp->in_place)
       CLT_TRY(clt_allreduce_run(plan, dp->in_place + offs[0]));
     else
       CLT_TRY(clt__allreduce_run_devices_into(plan, &run));

@@ -78,6 +78,7 @@ struct clt__dp {
   int plan_replicas;
   int wire;                    /* gradients travel as f16 */
   unsigned char *in_place;     /* the one replica's exchange bytes, summed where they are, or NULL */
+  int arena;                   /* and every rank's lie in the node's shared memory, each summed from there */
   double comm_s, comm_hidden_s;
 
   /* zero.c: ZeRO (0: off, and on one rank). Per bucket a reduce-scatter

@@ -200,24 +200,28 @@ int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_in
 
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                         clt_dtype act_dtype, const float *params, clt__replica **out) {
-  return clt__replica_create_sharded(ctx, spec, max_batch, state_per_param, spec->param_count, act_dtype, params, out);
+  return clt__replica_create_sharded(ctx, spec, max_batch, state_per_param, spec->param_count, act_dtype, params, NULL,
+                                     out);
 }
 
 static int create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                  int64_t state_params, clt_dtype act_dtype, const float *params, int grad_arena, clt__replica **out);
+                  int64_t state_params, clt_dtype act_dtype, const float *params, int grad_arena, void *grads_at,
+                  clt__replica **out);
 
 int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                                int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out) {
-  return create(ctx, spec, max_batch, state_per_param, state_params, act_dtype, params, 1, out);
+                                int64_t state_params, clt_dtype act_dtype, const float *params, void *grads_at,
+                                clt__replica **out) {
+  return create(ctx, spec, max_batch, state_per_param, state_params, act_dtype, params, 1, grads_at, out);
 }
 
 int clt__replica_create_pooled(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                                int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out) {
-  return create(ctx, spec, max_batch, state_per_param, state_params, act_dtype, params, 0, out);
+  return create(ctx, spec, max_batch, state_per_param, state_params, act_dtype, params, 0, NULL, out);
 }
 
 static int create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                  int64_t state_params, clt_dtype act_dtype, const float *params, int grad_arena, clt__replica **out) {
+                  int64_t state_params, clt_dtype act_dtype, const float *params, int grad_arena, void *grads_at,
+                  clt__replica **out) {
   int rc = CLT_OK;
   clt__replica *r = clt__calloc(1, sizeof *r);
   *out = NULL;
@@ -249,7 +253,12 @@ static int create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batc
   /* (a piece without parameters still gets its buffers: --stages auto times
    * one, src/pp/cut.c) */
   CLT_TRY(clt_buffer_create(ctx, pbytes ? pbytes : 4, &r->params));
-  if (grad_arena) CLT_TRY(clt_buffer_create(ctx, pbytes ? pbytes : 4, &r->grads));
+  if (grad_arena && grads_at) { /* the caller's host bytes (src/comm/shm_arena.c), zeroed as a new buffer's */
+    memset(grads_at, 0, pbytes ? pbytes : 4);
+    CLT_TRY(clt__shared_buffer_wrap(ctx, grads_at, pbytes ? pbytes : 4, &r->grads));
+  } else if (grad_arena) {
+    CLT_TRY(clt_buffer_create(ctx, pbytes ? pbytes : 4, &r->grads));
+  }
   if (state_per_param && state_params > 0)
     CLT_TRY(clt_buffer_create(ctx, (size_t)state_params * 4 * state_per_param, &r->state));
   CLT_TRY(clt_buffer_create(ctx, (size_t)(act ? act : 1) * esize, &r->act));

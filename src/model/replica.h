@@ -103,9 +103,13 @@ struct clt__replica {
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                         clt_dtype act_dtype, const float *params, clt__replica **out);
 /* The same with optimizer state for state_params parameters only (a ZeRO
- * shard, laid out as src/dp/zero.c says) instead of all of them. */
+ * shard, laid out as src/dp/zero.c says) instead of all of them; with
+ * grads_at, the gradient arena is a buffer over those host bytes
+ * (param_count floats, page-aligned, on a context with shared_buffers:
+ * the trainer's arena in node-shared memory), else a buffer of its own. */
 int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                                int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out);
+                                int64_t state_params, clt_dtype act_dtype, const float *params, void *grads_at,
+                                clt__replica **out);
 /* The same without a gradient arena: clt__replica_set_pool gives it the
  * buckets' pool and the shard's gradient before it runs (ZeRO stage 2). */
 int clt__replica_create_pooled(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,

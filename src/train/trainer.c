@@ -181,6 +181,31 @@ int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) {
   return grc;
 }
 
+/* The gradient arena in the node's shared memory (comm/shm_arena.c):
+ * where every rank holds one replica on a device whose buffers may be
+ * host memory in place (PoCL), all ranks on one node, and the gradients
+ * are summed as they are (f32, no ZeRO, no pipeline), the backward writes
+ * them where every peer reads them, and the exchange sums them there
+ * (dp/buckets.c): no copy into a window. Making it is collective, so the
+ * ranks agree first; *at stays NULL otherwise (CLT_IN_PLACE=0 too). */
+static int take_arena(clt_trainer *t, clt_comm *comm, const clt_train_options *o, int64_t P, unsigned char **at) {
+  const char *env = getenv("CLT_IN_PLACE");
+  *at = NULL;
+  if (t->nranks < 2) return CLT_OK;
+  int mine = t->nlocal == 1 && t->nreplicas == t->nranks && !t->pp && o->zero == 0 && o->precision == CLT_F32 &&
+             P > 0 && t->ctx[0]->shared_buffers && clt__comm_arena_available(comm, (size_t)P * sizeof(float)) &&
+             !(env && strcmp(env, "0") == 0);
+  double refusals = !mine;
+  int rc = clt__trainer_sum(t, &refusals, 1);
+  if (rc < 0 || refusals > 0) return rc;
+  rc = clt__comm_arena_acquire(comm, (size_t)P * sizeof(float), at);
+  if (rc == CLT_OK) t->arena_comm = comm;
+  CLT_TRY(clt__trainer_all_ok(t, rc, "making the gradients' arena in the node's shared memory"));
+  clt__log(CLT_LOG_INFO, "rank %d: the gradients lie in the node's shared memory, summed in place", t->rank);
+fail:
+  return rc;
+}
+
 int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *comm, const clt_train_options *o,
                        clt_trainer **out) {
   int rc = CLT_OK;
@@ -305,14 +330,16 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   t->host_params = clt__calloc(t->nlocal, sizeof *t->host_params);
   t->host_state = clt__calloc(t->nlocal, sizeof *t->host_state);
   if (!t->ctx || !t->rep || !t->host_params || !t->host_state) { rc = CLT_ENOMEM; goto fail; }
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
+  unsigned char *grads_at = NULL;
+  CLT_TRY(take_arena(t, dp_comm, o, P, &grads_at));
   for (int i = 0; i < t->nlocal; i++) {
-    CLT_TRY(clt_context_create(devs, i, &t->ctx[i]));
     if (clt__dp_zero_pooled(t->dp)) /* ZeRO stage 2: the gradient pool comes with the buckets */
       CLT_TRY(clt__replica_create_pooled(t->ctx[i], t->local->spec, t->pp_room, per, shard_params, o->precision,
                                          params, &t->rep[i]));
     else
       CLT_TRY(clt__replica_create_sharded(t->ctx[i], t->local->spec, t->pp_room, per, shard_params, o->precision,
-                                          params, &t->rep[i]));
+                                          params, grads_at, &t->rep[i]));
     if (t->pp) CLT_TRY(clt__replica_set_activation_sets(t->rep[i], nsets));
     clt__replica_set_timeout(t->rep[i], clt_comm_timeout(t->comm));
     if (clt__dp_zero_pooled(t->dp) && !clt__replica_enqueues_ahead(t->rep[i]) && sync_rc == CLT_OK) {
@@ -384,6 +411,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->sit_params), free(t->sit_state), free(t->sit_grads);
   clt__trace_destroy(t->trace);
   free(t->trace_lanes);
+  clt__comm_arena_release(t->arena_comm); /* its buffers went with the replicas */
   if (t->own_comm) clt_comm_destroy(t->comm);
   free(t->checkpoint_dir);
   free(t);

@@ -27,6 +27,7 @@ struct clt_trainer {
   clt_train_options opts;
   clt_comm *comm;
   int own_comm;                /* made here (one rank) */
+  clt_comm *arena_comm;        /* whose arena holds the gradients (take_arena), or NULL */
   int rank, nranks;
   int nlocal;                  /* replicas (devices) on this rank */
   int nreplicas;               /* on all ranks */
