@@ -75,10 +75,14 @@ static int fits_in_dev_shm(const clt_comm *comm, size_t bytes) {
   return free_bytes >= 1.25 * (double)(bytes + 2 * PAGE) * comm->local_size + 16.0 * 1048576.0;
 }
 
+/* What every rank of the communicator sees alike. */
+static int can_hold(const clt_comm *comm) {
+  return comm && comm->size > 1 && comm->shm_capable && comm->local_size == comm->size &&
+         !(comm->arena && comm->arena->held);
+}
+
 int clt__comm_arena_available(const clt_comm *comm, size_t bytes) {
-  if (!comm || comm->size < 2 || !comm->shm_capable || comm->local_size != comm->size) return 0;
-  if (comm->arena && comm->arena->held) return 0;
-  return (comm->arena && comm->arena->bytes >= bytes) || fits_in_dev_shm(comm, bytes);
+  return can_hold(comm) && ((comm->arena && comm->arena->bytes >= bytes) || fits_in_dev_shm(comm, bytes));
 }
 
 unsigned char *clt__arena_mine(const clt_comm *comm) {
@@ -87,7 +91,10 @@ unsigned char *clt__arena_mine(const clt_comm *comm) {
 
 int clt__comm_arena_acquire(clt_comm *comm, size_t bytes, unsigned char **mine) {
   *mine = NULL;
-  if (!clt__comm_arena_available(comm, bytes))
+  /* Not /dev/shm's room again: it may have changed since the ranks
+   * agreed, and a rank that left here would leave the others in the
+   * collective below. */
+  if (!can_hold(comm))
     return clt__error(CLT_EINTERNAL, "rank %d: an arena where the communicator has none to give", comm->rank);
   struct clt__arena *a = comm->arena;
   if (!a || a->bytes < bytes) {
