@@ -12,8 +12,9 @@ CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
 export CLT_TIMEOUT
-[ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 && unshare -m true 2>/dev/null ||
-  { echo "SKIP: needs root and a mount namespace (unshare -m)"; exit 77; }
+[ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 &&
+  unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>/dev/null ||
+  { echo "SKIP: needs root, a mount namespace (unshare -m) and a tmpfs mounted in it"; exit 77; }
 "$CLTRAIN" devices -d pocl >/dev/null 2>&1 || { echo "SKIP: no PoCL device"; exit 77; }
 command -v "${MPIEXEC:-mpiexec}" >/dev/null 2>&1 || { echo "SKIP: no MPI launcher"; exit 77; }
 . "$srcdir/tests/cli_lib.sh" # mkidx
