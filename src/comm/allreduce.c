@@ -494,7 +494,7 @@ int clt__allreduce_run_arena(clt_allreduce_plan *plan, void *buf) {
   if ((rc = clt__allreduce_begin(plan, &op)) < 0) return rc;
   double divisor = plan->op == CLT_AVG ? (double)plan->total_replicas : 1.0;
   size_t at = (size_t)((unsigned char *)buf - clt__arena_mine(plan->comm));
-  return clt__arena_allreduce(&op, at, plan->count, plan->ops, divisor);
+  return clt__arena_allreduce(&op, at, plan->seg_off, plan->ops, divisor);
 }
 
 int clt_allreduce_run(clt_allreduce_plan *plan, void *buf) {

@@ -409,10 +409,11 @@ int clt__shm_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, do
 
 /* ---- an all-reduce of bytes already in shared memory (shm_arena.c) ----------- */
 
-/* Sum elements [0, count) at byte `at` of every rank's arena in place
- * (clt__comm_arena_acquire), the same bits as shm.c's all-reduce. Every
- * rank of the communicator is on one node and calls it alike. */
-int clt__arena_allreduce(clt__op *op, size_t at, size_t count, const clt__dtype_ops *ops, double divisor);
+/* Sum elements [0, seg_off[size]) at byte `at` of every rank's arena in
+ * place (clt__comm_arena_acquire), rank l summing segment l: the same bits
+ * as shm.c's all-reduce. Every rank of the communicator is on one node and
+ * calls it alike. */
+int clt__arena_allreduce(clt__op *op, size_t at, const size_t *seg_off, const clt__dtype_ops *ops, double divisor);
 /* At comm's destroy: the arena's bookkeeping (its region is the transport's). */
 void clt__comm_arena_free(clt_comm *comm);
 

@@ -28,7 +28,8 @@
  *
  * Bits: shm.c's. Every element is summed by one rank in local-rank order
  * (ops->sum_to, one rounding per add; an average divided once), and the
- * other ranks copy those bits; pieces are cut as shm.c cuts a round.
+ * other ranks copy those bits; the pieces are the plan's segments (one
+ * node: local ranks are ranks).
  *
  * Flags are run numbers that only grow over the arena's life, so they are
  * never reset. Waiting and errors are shm.c's: polling with the deadline of
@@ -152,13 +153,6 @@ static int wait_all(clt__op *op, const struct clt__arena *a, int f, uint64_t g, 
   return CLT_OK;
 }
 
-/* Local rank l's piece of count elements: shm.c's cut of one round. */
-static void piece_of(size_t count, int L, int l, size_t *lo, size_t *n) {
-  size_t base = count / (size_t)L, rem = count % (size_t)L, ul = (size_t)l;
-  *lo = ul * base + (ul < rem ? ul : rem);
-  *n = base + (ul < rem);
-}
-
 int clt__arena_holds(const clt_comm *comm, const void *p, size_t bytes) {
   const struct clt__arena *a = comm ? comm->arena : NULL;
   if (!a || !a->held) return 0;
@@ -167,7 +161,7 @@ int clt__arena_holds(const clt_comm *comm, const void *p, size_t bytes) {
          bytes <= a->bytes - (size_t)((const unsigned char *)p - mine);
 }
 
-int clt__arena_allreduce(clt__op *op, size_t at, size_t count, const clt__dtype_ops *ops, double divisor) {
+int clt__arena_allreduce(clt__op *op, size_t at, const size_t *seg_off, const clt__dtype_ops *ops, double divisor) {
   int rc = CLT_OK, step = 0;
   clt_comm *c = op->comm;
   struct clt__arena *a = c->arena;
@@ -181,8 +175,7 @@ int clt__arena_allreduce(clt__op *op, size_t at, size_t count, const clt__dtype_
   CLT_TRY(wait_all(op, a, FLAG_IN, g, step));
   clt__op_progress(op);
 
-  size_t lo, n;
-  piece_of(count, L, me, &lo, &n);
+  size_t lo = seg_off[me], n = seg_off[me + 1] - lo;
   unsigned char *mine = a->data[me] + at;
   for (int l = 0; l < L; l++) srcs[l] = a->data[l] + at + lo * es;
   if (n) ops->sum_to(mine + lo * es, NULL, srcs, L, n, divisor);
@@ -198,8 +191,7 @@ int clt__arena_allreduce(clt__op *op, size_t at, size_t count, const clt__dtype_
         if (waiting < 0) waiting = l;
         continue;
       }
-      size_t plo, pn;
-      piece_of(count, L, l, &plo, &pn);
+      size_t plo = seg_off[l], pn = seg_off[l + 1] - plo;
       if (pn) memcpy(mine + plo * es, a->data[l] + at + plo * es, pn * es);
       got[l] = 1, left--, copied = 1;
     }
