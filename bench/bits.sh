@@ -1,0 +1,114 @@
+#!/bin/sh
+# bits.sh: the bits of trained weights, for refactorings that must change
+# none (issue 35). Trains every configuration below for 30 steps and saves
+# its weights; run it on two commits and compare:
+#
+#   sh ../bench/bits.sh OUT              (from a build directory: ./cltrain)
+#   sh ../bench/bits.sh --compare OUT_A OUT_B
+#
+# OUT gets one NAME.safetensors per configuration and SHA256SUMS; --compare
+# says which files differ (exit 1) or that every one is byte-identical.
+# ONLY="pattern": the configurations whose name matches (grep -E).
+#
+# Configurations (PoCL, one thread a rank; rusticl where named):
+#  - MLP (SGD, momentum), CNN (Adam, dropout) and tiny GPT (AdamW, clipping,
+#    tied weights) x {1, 2, 3 ranks} x {--zero 0, 1, 2} x {fp32, fp16};
+#  - the pipeline at 2 stages (1F1B and GPipe) and 2 stages x 2 replicas,
+#    for the MLP and the GPT (whose tied weight crosses stages);
+#  - PoCL + rusticl in one process and as two ranks;
+#  - shares that leave a replica out (a rank that sits out, and a local
+#    replica that does), given weights 3,1, and --accumulate 2 at --zero 2;
+#  - a run saved at step 15 and resumed to 30 (2 ranks, --zero 1, fp16),
+#    which must also equal the same run uninterrupted.
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+if [ "$1" = --compare ]; then
+  a=$2 b=$3 bad=0 n=0
+  for f in "$a"/*.safetensors; do
+    name=$(basename "$f")
+    n=$((n + 1))
+    if [ ! -f "$b/$name" ]; then echo "missing in $b: $name"; bad=1
+    elif ! cmp -s "$f" "$b/$name"; then echo "differs: $name"; bad=1; fi
+  done
+  for f in "$b"/*.safetensors; do [ -f "$a/$(basename "$f")" ] || { echo "missing in $a: $(basename "$f")"; bad=1; }; done
+  [ $bad = 0 ] && echo "all $n weight files byte-identical"
+  exit $bad
+fi
+out=${1:?usage: sh bench/bits.sh OUT | --compare OUT_A OUT_B}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export RUSTICL_ENABLE=${RUSTICL_ENABLE-llvmpipe} POCL_MAX_PTHREAD_COUNT=1
+mpi="mpirun --oversubscribe --bind-to none -x POCL_MAX_PTHREAD_COUNT -x RUSTICL_ENABLE"
+examples=$here/../examples
+tokens=${TOKENS:-data/fortunes_train.bin}
+[ -f "$tokens" ] || { echo "bits.sh: no $tokens (make fortunes-data, or TOKENS=FILE)" >&2; exit 1; }
+log=$out/log
+: >"$log"
+
+args() { # MODEL: its spec, data and optimizer
+  case $1 in
+  mlp) echo "$examples/fashion_mlp.model -o sgd --lr 0.05 --batch 64" ;;
+  cnn) echo "$examples/fashion_cnn.model -o adam --lr 0.001 --batch 48" ;;
+  gpt) echo "$examples/gpt_tiny.model --data $tokens --val none -o adamw --lr 0.003 --clip 1 --batch 12" ;;
+  esac
+}
+
+# run NAME NP MODEL [OPTIONS...]: train 30 steps on NP ranks, save OUT/NAME.
+run() {
+  name=$1 np=$2 model=$3
+  shift 3
+  if [ -n "$ONLY" ] && ! echo "$name" | grep -qE "$ONLY"; then return; fi
+  echo "== $name" >>"$log"
+  t0=$(date +%s)
+  # shellcheck disable=SC2046
+  if ! $mpi -np "$np" ./cltrain train $(args "$model") ${DEVICES---devices pocl} --epochs 1 --max-steps 30 --bucket-mb 0.05 \
+    --check-every 10 --quiet --save "$out/$name.safetensors" "$@" >>"$log" 2>&1; then
+    echo "FAIL: $name (see $log)"
+    exit 1
+  fi
+  echo "$name: $(($(date +%s) - t0)) s"
+}
+
+for model in mlp cnn gpt; do
+  for np in 1 2 3; do
+    for z in 0 1 2; do
+      for p in fp32 fp16; do
+        run "$model-np$np-zero$z-$p" "$np" "$model" --zero "$z" --precision "$p"
+      done
+    done
+  done
+  [ $model = cnn ] && continue
+  run "$model-pp2-1f1b" 2 "$model" --pipeline 2
+  run "$model-pp2-gpipe" 2 "$model" --pipeline 2 --schedule-pipeline gpipe --micro-batches 4
+  run "$model-pp2x2" 4 "$model" --pipeline 2
+done
+
+# PoCL and rusticl: in one process, and as two ranks (without --devices,
+# rank r takes device r).
+run "mlp-pocl+rusticl" 1 mlp --devices pocl,rusticl
+run "gpt-pocl+rusticl-fp16" 1 gpt --devices pocl,rusticl --precision fp16
+DEVICES= run "mlp-pocl-rusticl-ranks" 2 mlp --zero 1
+DEVICES= run "gpt-pocl-rusticl-ranks" 2 gpt --zero 2
+unset DEVICES
+# Shares: a rank that sits out (its replica at 0), a local replica that does,
+# uneven weights, and accumulation at --zero 2.
+run "mlp-np2-sit-out" 2 mlp --balance 1,0
+run "mlp-local-sit-out" 1 mlp --devices pocl,rusticl --balance 1,0
+run "cnn-np2-weights31-fp16" 2 cnn --balance 3,1 --precision fp16
+run "mlp-np2-zero2-accumulate2" 2 mlp --zero 2 --accumulate 2
+# Saved at step 15 and resumed: the same bits as the run straight through.
+if [ -z "$ONLY" ] || echo "gpt-np2-resume" | grep -qE "$ONLY"; then
+  ck=$(mktemp -d)
+  run "gpt-np2-first15" 2 gpt --zero 1 --precision fp16 --max-steps 15 --checkpoint-dir "$ck" --checkpoint-every 15
+  rm -f "$out/gpt-np2-first15.safetensors"
+  run "gpt-np2-resume" 2 gpt --zero 1 --precision fp16 --checkpoint-dir "$ck" --checkpoint-every 15 --resume latest
+  rm -rf "$ck"
+  if cmp -s "$out/gpt-np2-resume.safetensors" "$out/gpt-np2-zero1-fp16.safetensors" 2>/dev/null; then
+    echo "resumed at step 15: the same bits as straight through"
+  elif [ -f "$out/gpt-np2-zero1-fp16.safetensors" ]; then
+    echo "FAIL: resumed at step 15: not the bits of the run straight through"; exit 1
+  fi
+fi
+(cd "$out" && sha256sum ./*.safetensors >SHA256SUMS)
+echo "$(ls "$out"/*.safetensors | wc -l) weight files in $out"
