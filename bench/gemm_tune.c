@@ -8,7 +8,7 @@
  * stage tiles in local memory, which PoCL emulates in global memory). This
  * program tries candidate parameter sets through CLBlastOverrideParameters,
  * checks each against a plain-C GEMM (all four transpose cases, odd shapes),
- * times every shape, and prints the best set in the form src/blas.c's table
+ * times every shape, and prints the best set in the form src/core/blas.c's table
  * takes. It is a benchmark, not a test: the numbers move with machine load,
  * so rerun the winners (--only) before trusting a ranking.
  *

@@ -1,5 +1,5 @@
 // gemm_cpu.cl: row-major SGEMM for CPU devices (PoCL, rusticl's llvmpipe),
-// C = alpha op(A) B + beta C, op(A) = A or A^T, B as stored (src/blas_cpu.c).
+// C = alpha op(A) B + beta C, op(A) = A or A^T, B as stored (src/core/blas_cpu.c).
 //
 // Why a kernel of our own: a CPU device's compiler vectorizes a kernel
 // across work-items only where the work-item has no loop of its own, so a
@@ -119,7 +119,7 @@ __kernel void gemm_cpu_edge(const uint m0, const uint n0, const uint K, const fl
 // (a linear layer's forward: B is its weight, out x in) the transpose cost
 // a pass over the whole weight, scalar, for every forward: the MLP's 784 x
 // 256 forward took 0.36 ms where the TN GEMM of the same flops (its weight
-// gradient) took 0.23 (src/blas_cpu.c says which GEMMs come here).
+// gradient) took 0.23 (src/core/blas_cpu.c says which GEMMs come here).
 //
 // A work-item takes NT_R rows by NT_COLS columns, NT_J columns at a time
 // (NT_R * NT_J float16 accumulators, NT_R + NT_J vector loads a step of

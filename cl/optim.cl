@@ -9,7 +9,7 @@
 // every operation here is a single correctly rounded IEEE operation: no
 // contraction into FMA (the pragma), no mad(), and the host builds this file
 // with -cl-fp32-correctly-rounded-divide-sqrt (devices without it get the
-// same arithmetic from clt__optimizer_step_host in src/optim.c instead).
+// same arithmetic from clt__optimizer_step_host in src/core/optim.c instead).
 #pragma OPENCL FP_CONTRACT OFF
 
 // decay (NULL: every parameter) says per parameter whether weight decay

@@ -4,7 +4,7 @@
 # independent OpenCL implementations on the CPU; Fashion-MNIST (images) and
 # fortunes (English text for language models, scripts/make-fortunes-data.sh)
 # are the data cltrain trains on out of the box; OpenBLAS (optional for the
-# build) runs CPU devices' GEMMs on the host (src/blas_host.c). As root it
+# build) runs CPU devices' GEMMs on the host (src/core/blas_host.c). As root it
 # installs directly (a fresh Debian container has no sudo); otherwise
 # through sudo.
 set -e

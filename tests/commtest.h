@@ -25,7 +25,7 @@ long ct_first_diff(const float *a, const float *b, size_t n);
 uint64_t ct_hash(const void *p, size_t bytes);
 
 /* ---- fp16 (IEEE binary16 in uint16_t) -----------------------------------
- * A reference independent of src/half.c: through double with frexp, ldexp
+ * A reference independent of src/core/half.c: through double with frexp, ldexp
  * and nearbyint (round to nearest even in the default rounding mode). */
 uint16_t ct_half(float x);          /* NaN gives 0x7e00 */
 double ct_half_value(uint16_t h);   /* exact; NaN for NaN */

@@ -1,8 +1,8 @@
 /*
  * test_blas.c: SGEMM and strided batched SGEMM against the plain-C
  * reference on every device, through each backend the device has (CLBlast;
- * CPU devices also our own tiles, src/blas_cpu.c, and, with unified
- * memory, the host BLAS, src/blas_host.c): all
+ * CPU devices also our own tiles, src/core/blas_cpu.c, and, with unified
+ * memory, the host BLAS, src/core/blas_host.c): all
  * four transpose cases, offsets, padded leading dimensions, odd shapes,
  * k = 0, operands sharing a buffer, ordering with the device queue, and the
  * shape checks.
@@ -17,7 +17,7 @@ static const size_t shapes[][4] = {{1, 1, 1, 0},     {3, 5, 7, 1},     {16, 16, 
                                    {70, 129, 31, 3},  {6, 64, 5, 0},    {13, 100, 9, 2},  {5, 48, 3, 1},
                                    {64, 208, 40, 0},  {7, 79, 2, 4},    {12, 47, 17, 0},  {8, 70, 6, 0},
                                    {16, 96, 7, 0},    {20, 40, 1500, 1}, {70, 131, 100, 2}};
-/* From {6, 64, 5, 0} on: src/blas_cpu.c's regions (tiles of 8 x 48 rows
+/* From {6, 64, 5, 0} on: src/core/blas_cpu.c's regions (tiles of 8 x 48 rows
  * and columns, the last rows, the last columns in 16s or 32s, and those
  * short of 16) alone and together; k = 1500: its blocks of k, the second
  * added to C. NT with 16 to 256 rows and k >= 64 ({33, 17, 65},
@@ -43,7 +43,7 @@ static void run_case(clt_context *ctx, int ta, int tb, size_t m, size_t n, size_
   memcpy(want, c, nc * 4);
   cl_mem da = tu_buffer(ctx, a, na), db = tu_buffer(ctx, b, nb), dc = tu_buffer(ctx, c, nc);
   clt_matrix ma = {da, off, lda}, mb = {db, off, ldb}, mc = {dc, off, ldc};
-  float beta = off == 0 ? 0.0f : -0.5f; /* beta 0: C is not read (src/blas_cpu.c's GEMM_BETA0) */
+  float beta = off == 0 ? 0.0f : -0.5f; /* beta 0: C is not read (src/core/blas_cpu.c's GEMM_BETA0) */
   int rc = batch == 1 ? clt_sgemm(ctx, ta, tb, m, n, k, 1.5f, ma, mb, beta, mc)
                       : clt_sgemm_batched(ctx, ta, tb, m, n, k, 1.5f, ma, sa, mb, sb, beta, mc, sc, batch);
   ck_assert_msg(rc == 0, "%s", clt_last_error());
@@ -127,7 +127,7 @@ START_TEST(batched_sgemm_matches_plain_c) {
       run_case(tu_ctx[d], t & 1, t >> 1, 32, 8, 16, 0, 5);
       run_case(tu_ctx[d], t & 1, t >> 1, 100, 100, 100, 1, 3); /* above 64^3: the indirect kernel, padded */
       run_case(tu_ctx[d], t & 1, t >> 1, 300, 300, 8, 0, 2);   /* attention's scores: a small k */
-      run_case(tu_ctx[d], t & 1, t >> 1, 13, 100, 9, 1, 3);    /* src/blas_cpu.c's every region, batched */
+      run_case(tu_ctx[d], t & 1, t >> 1, 13, 100, 9, 1, 3);    /* src/core/blas_cpu.c's every region, batched */
       run_case(tu_ctx[d], t & 1, t >> 1, 17, 33, 1100, 0, 2);  /* and its blocks of k */
     }
 }

@@ -163,7 +163,7 @@ END_TEST
 #define TEST_CL_DEVICE_SVM_FINE_GRAIN_BUFFER (1 << 1)
 #define TEST_CL_MEM_USES_SVM_POINTER 0x1109
 
-/* Host-shared (fine-grained SVM under a cl_mem, src/shared_buffers.c) on a
+/* Host-shared (fine-grained SVM under a cl_mem, src/core/shared_buffers.c) on a
  * device with unified memory and fine-grained buffer SVM (PoCL), an
  * ordinary buffer elsewhere (rusticl here) or with CLT_SHARED_BUFFERS=0;
  * either way kernels and copies see the same bytes, and the host sees a

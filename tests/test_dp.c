@@ -25,7 +25,7 @@
 #include <mpi.h>
 #include <cltrain/mpi.h>
 
-#include "internal.h" /* the arena: internal */
+#include "comm/comm.h" /* the arena: internal */
 #include "mpiutil.h"
 #include "testutil.h"
 #include "fashion.h"

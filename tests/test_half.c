@@ -1,5 +1,5 @@
 /*
- * test_half.c: the host fp16 conversions and reductions of src/half.c
+ * test_half.c: the host fp16 conversions and reductions of src/core/half.c
  * against the independent reference of commtest.c: every half round-trips
  * exactly, float to half rounds to nearest even at every boundary
  * (65504, 65520 -> inf, 2^-24, 2^-25, ties, -0), and every vector loop of
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #include "commtest.h"
 #include "testutil.h"

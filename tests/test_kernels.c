@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h" /* clt__sumsq_many */
+#include "core/internal.h" /* clt__sumsq_many */
 #include "testutil.h"
 
 /* Sizes: one element, less than a work-group, not a multiple of anything. */

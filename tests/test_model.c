@@ -247,7 +247,7 @@ START_TEST(a_hung_device_times_out) {
   ck_assert_int_eq(e, CL_SUCCESS);
   ck_assert_int_eq(clEnqueueMarkerWithWaitList(ctx->queue, 1, &gate, NULL), CL_SUCCESS);
   clt__pass pass = {.train = 1, .record = 1};
-  /* A device whose GEMMs run on the calling thread (src/blas_host.c,
+  /* A device whose GEMMs run on the calling thread (src/core/blas_host.c,
    * rusticl) waits for its queue inside the run, at its first GEMM, as long
    * as the replica's timeout; others (GEMMs on the device, or native
    * kernels on its queue: PoCL) time out reading the loss. */
@@ -332,7 +332,7 @@ END_TEST
  * differently would flip ReLUs and max-pool choices between them. The
  * example CNN's shapes (its im2col GEMMs span samples) and the GPT, on
  * every device whose GEMMs are CLBlast's: a CPU device's GEMMs on the host
- * BLAS (src/blas_host.c) are OpenBLAS's, which chooses its kernels (small-
+ * BLAS (src/core/blas_host.c) are OpenBLAS's, which chooses its kernels (small-
  * matrix ones among them) by the matrices' sizes, and do not keep it
  * (run with CLT_HOST_BLAS=0 to check a CPU device). */
 START_TEST(a_samples_forward_does_not_depend_on_its_batch) {

@@ -29,7 +29,7 @@
 
 #include <cltrain/mpi.h>
 
-#include "internal.h" /* ZeRO's allgather in a window: internal */
+#include "comm/comm.h" /* ZeRO's allgather in a window: internal */
 
 #include "commcheck.h"
 #include "commtest.h"

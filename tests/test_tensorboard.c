@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "datautil.h"
-#include "internal.h"
+#include "core/internal.h"
 #include "io/tb_event.pb-c.h"
 #include "io/tensorboard.h"
 

@@ -102,7 +102,7 @@ void cli_abort_job(const clt_comm *comm, int exit_code) {
  * LP_NUM_THREADS) as the user set them, else with several ranks on this
  * node the cores split evenly between them (at least 1 each), so that
  * ranks sharing a node do not oversubscribe it. The host BLAS of such a
- * device takes the same count (src/blas_host.c: the device's compute
+ * device takes the same count (src/core/blas_host.c: the device's compute
  * units). */
 static void cpu_threads(int threads, clt_comm *comm) {
   char n[16];

@@ -108,7 +108,7 @@ static void sum_to_f32(void *dst, void *dst2, const void *const *src, int nsrc, 
 
 /* fp16 (IEEE binary16 in uint16_t): every step converts to float, adds
  * (or divides) in float and rounds to half once, to nearest even; inf and
- * NaN carry through, so one rank's overflow reaches every rank (src/half.c). */
+ * NaN carry through, so one rank's overflow reaches every rank (src/core/half.c). */
 static void add_f16(void *dst, const void *src, size_t n) {
   const uint16_t *one[1] = {src};
   clt__halves_sum(dst, one, 1, n);

@@ -246,7 +246,7 @@ static int check_buffer(const clt_allreduce_plan *plan, int q, cl_mem buf, size_
 
 /* ---- a host-shared buffer, in place -----------------------------------------
  * A buffer from clt_buffer_create on a device whose memory is the host's
- * and that has fine-grained buffer SVM (src/shared_buffers.c: PoCL), one
+ * and that has fine-grained buffer SVM (src/core/shared_buffers.c: PoCL), one
  * replica, the result wanted on its queue: once the queue has finished,
  * its bytes are reduced in place as a host buffer's are (the same ring,
  * the same bits), and commands enqueued afterwards see them. The wait is

@@ -9,7 +9,7 @@
 #ifndef CLT_COMM_INTERNAL_H
 #define CLT_COMM_INTERNAL_H
 
-#include "internal.h"
+#include "comm/comm.h"
 
 #include <stdint.h>
 
@@ -210,7 +210,7 @@ int clt__fingerprint_check(clt__op *op, const clt__fingerprint *mine, clt__finge
 
 /* What the collectives need to know of an element type. Every operation
  * computes in float and rounds to the type once per element (fp16: see
- * src/half.c). */
+ * src/core/half.c). */
 typedef struct clt__dtype_ops {
   clt_dtype dtype;
   size_t esize;

@@ -6,7 +6,7 @@
 #ifndef CLT_DATA_H
 #define CLT_DATA_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdint.h>
 #include <zlib.h>

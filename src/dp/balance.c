@@ -27,7 +27,7 @@
  * once, for one re-split.
  *
  * New shares cost a step of their own: kernels are built for the new batch
- * sizes (src/blas_cpu.c compiles the last rows' and columns' tile sizes
+ * sizes (src/core/blas_cpu.c compiles the last rows' and columns' tile sizes
  * into its GEMMs, and PoCL builds a work-group function for every local
  * size it has not seen: 0.2-0.5 s a re-split on the CNN with PoCL's kernel
  * cache warm, 5 s cold), and the prefetchers refill. That

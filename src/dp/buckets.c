@@ -21,7 +21,7 @@
  * arena at the end.
  *
  * In place. Where this rank has one replica taking part and its exchange
- * buffer is host memory the device shares (src/shared_buffers.c: PoCL), a
+ * buffer is host memory the device shares (src/core/shared_buffers.c: PoCL), a
  * bucket is summed where the backward wrote it, once its marker has
  * passed: no copy out, no write-back, no staging. Not under ZeRO (the
  * reduce-scatter's ring works in parts its device run must not write,

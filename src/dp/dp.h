@@ -25,7 +25,8 @@
 #ifndef CLT_DP_DP_H
 #define CLT_DP_DP_H
 
-#include "internal.h"
+#include "core/internal.h"
+#include "comm/comm.h"
 #include "model/model.h"
 #include "model/replica.h"
 

@@ -34,7 +34,7 @@
 #ifndef CLT_IO_HF_GPT2_H
 #define CLT_IO_HF_GPT2_H
 
-#include "internal.h"
+#include "core/internal.h"
 #include "model/spec.h"
 
 /* What config.json says (and what a matching spec gives). */

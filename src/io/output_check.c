@@ -6,7 +6,7 @@
  * it, so a read-only file system, a missing or foreign directory, a name
  * too long and a directory in the file's place are all found up front.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "io/safetensors.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * safetensors.h). It writes float32 tensors, which is all cltrain stores,
  * and reads F16 and BF16 as well, widened to float32.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "io/safetensors.h"
 
 #include <errno.h>

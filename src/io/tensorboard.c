@@ -5,7 +5,7 @@
  * C library for CRC-32C is packaged in Debian 12, so it is the table-driven
  * one here, checked against the standard's check value in the tests.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "io/tb_event.pb-c.h"
 #include "io/tensorboard.h"
 

@@ -6,7 +6,7 @@
  * do not depend on the device, the number of replicas or the order
  * anything runs in.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "model/model.h"
 
 #include <math.h>

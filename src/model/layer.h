@@ -14,7 +14,7 @@
 #ifndef CLT_MODEL_LAYER_H
 #define CLT_MODEL_LAYER_H
 
-#include "internal.h"
+#include "core/internal.h"
 #include "model/spec.h"
 
 /* ---- parsing one line of a spec ---- */

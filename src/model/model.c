@@ -2,7 +2,7 @@
  * model.c: the public model object: a parsed spec with its shapes and
  * parameter layout, loading from a file, and the summary table.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "model/layer.h"
 #include "model/model.h"
 

@@ -557,7 +557,7 @@ static void charge(clt__replica *r, double *slot, double *t0) {
   *t0 = t;
 }
 
-/* The context's too: a host GEMM (src/blas_host.c) inside the replica's
+/* The context's too: a host GEMM (src/core/blas_host.c) inside the replica's
  * run waits for the queue as long as the replica's own waits do. */
 void clt__replica_set_timeout(clt__replica *r, double timeout_s) {
   r->timeout_s = timeout_s;

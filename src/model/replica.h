@@ -7,7 +7,7 @@
 #ifndef CLT_MODEL_REPLICA_H
 #define CLT_MODEL_REPLICA_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdatomic.h>
 #include "model/spec.h"

@@ -10,7 +10,7 @@
  * so a layer that does not fit is reported where it is written, as
  * file:line:col with the offending text and both shapes.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "model/layer.h"
 #include "model/spec.h"
 

@@ -16,7 +16,7 @@
  * (the skip branch would cross ranks): clt__spec_cut_ok says where one may
  * go.
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "model/layer.h"
 #include "model/model.h"
 

@@ -1,6 +1,6 @@
 /*
  * conv.c: 2-D convolution, NCHW, forward and backward, as im2col + one GEMM
- * per chunk of samples (cl/conv.cl, src/blas.c).
+ * per chunk of samples (cl/conv.cl, src/core/blas.c).
  *
  * For a chunk of B samples, with K = Cin*KH*KW and P = OH*OW:
  *   forward   col (K, B*P) = im2col(x)
@@ -126,7 +126,7 @@ static cl_ulong ws_t(const geom *g) { return clt__nn_off(&g->ws) + (cl_ulong)(g-
 /* On a CPU device, chunks whose col fits in about CONV_CPU_COL_BYTES: the
  * GEMM then reads col while it is still in the cache im2col wrote it to.
  * And chunks of a multiple of 16 / gcd(P, 16) samples, so that the GEMM's
- * B * P columns are whole 16s: src/blas_cpu.c's tiles then need no
+ * B * P columns are whole 16s: src/core/blas_cpu.c's tiles then need no
  * element-a-work-item edge. The Fashion CNN's second layer on PoCL, batch
  * 64, one thread (bench/nn_bench --only conv2), forward and backward ms:
  * chunks of 18 samples (4 MB) 5.8-6.1 and 10.7-11.5; of 16 5.2-5.3 and

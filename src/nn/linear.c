@@ -1,6 +1,6 @@
 /*
  * linear.c: fully connected layer, y = x w^T + b, forward and backward,
- * through clt_sgemm (src/blas.c) plus the bias kernels of cl/bias.cl.
+ * through clt_sgemm (src/core/blas.c) plus the bias kernels of cl/bias.cl.
  *
  * With activations stored as f16 (mixed precision) the GEMMs still take
  * f32: x and dy are widened into the context's scratch space, the GEMMs

@@ -34,7 +34,7 @@
 #ifndef CLT_NN_H
 #define CLT_NN_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* ---- linear: y = x w^T + b ----------------------------------------------- */
 

@@ -16,7 +16,7 @@
 #ifndef CLT_PP_PP_H
 #define CLT_PP_PP_H
 
-#include "internal.h"
+#include "core/internal.h"
 #include "model/model.h"
 #include "model/replica.h"
 

@@ -2,7 +2,7 @@
  * timeline.c: clt_trainer_trace_start and clt_trainer_trace_save, a Chrome
  * / Perfetto trace of training (cltrain train --trace FILE.json).
  *
- * Each rank records spans (src/trace.c) on its lanes: "host", the thread
+ * Each rank records spans (src/core/trace.c) on its lanes: "host", the thread
  * that drives the step (the step, its data waits, the enqueueing of each
  * micro-batch, the gradient exchange bucket by bucket, the waits for the
  * devices, the update, the checks, evaluation, checkpoints), and one lane

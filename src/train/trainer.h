@@ -7,7 +7,7 @@
 #ifndef CLT_TRAIN_TRAINER_H
 #define CLT_TRAIN_TRAINER_H
 
-#include "internal.h"
+#include "core/internal.h"
 #include "model/model.h"
 #include "model/replica.h"
 #include "dp/dp.h"

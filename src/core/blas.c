@@ -4,11 +4,11 @@
  * checked before CLBlast sees them, and CLBlast failures turned into errors
  * that name the routine and the shapes; tuned kernel parameters applied to
  * devices CLBlast's own database does not know. CPU devices run their
- * GEMMs on our own tiles (src/blas_cpu.c), and, where their buffers are
+ * GEMMs on our own tiles (src/core/blas_cpu.c), and, where their buffers are
  * host memory, the shapes the tiles leave (B transposed with a C of few
- * rows) on the host's CBLAS (src/blas_host.c), behind the same checks.
+ * rows) on the host's CBLAS (src/core/blas_host.c), behind the same checks.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <clblast_c.h>
 #include <pthread.h>

@@ -11,7 +11,7 @@
  * binary16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits.
  * Largest finite 65504, smallest normal 2^-14, smallest subnormal 2^-24.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <string.h>
 

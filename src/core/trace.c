@@ -10,7 +10,7 @@
  * becomes one complete event ("ph": "X") of the Trace Event Format: pid the
  * rank, tid the lane, ts and dur in microseconds.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

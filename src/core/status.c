@@ -2,7 +2,7 @@
  * status.c: status codes and their names, the per-thread last-error detail,
  * the library version and a few string helpers every layer uses.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * log.c: the logging callback. Messages go to a user callback or stderr;
  * the level comes from clt_log_set_level() or CLT_LOG_LEVEL.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <stdio.h>

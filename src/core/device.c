@@ -3,7 +3,7 @@
  * properties that matter for training (count-then-fill, so a missing ICD or
  * an empty platform is "no devices", never a crash).
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -29,7 +29,7 @@
  * the plain-C references as CLBlast's are (tests/test_blas). CLT_HOST_BLAS=0
  * in the environment sends every GEMM to CLBlast instead.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -42,7 +42,7 @@
  * turns the tiles off; CLT_CPU_GEMM=1 puts every CPU device on them (the
  * tests check they agree on both drivers).
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdint.h>
 #include <stdio.h>

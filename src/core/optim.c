@@ -3,7 +3,7 @@
  * as fused kernels over the whole parameter arena (cl/optim.cl), and the
  * learning-rate schedules (constant, step, cosine, each with linear warm-up).
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -75,96 +75,6 @@ int clt__launch_exact_1d(clt_context *ctx, cl_kernel k, size_t n);
  * is this for a clt_context); the queue must outlive it. */
 int clt__pinned_create_cl(cl_context context, cl_command_queue queue, size_t bytes, clt_pinned **out);
 
-/* clt_allreduce_run_devices with the copies back on other queues than the
- * reads: the trainer reads finished gradient buckets on a transfer queue
- * while the backward pass goes on, and writes the sums back on the compute
- * queue, behind everything that touches the buffer (rusticl lost results
- * written from another queue while kernels still ran on the buffer). It
- * returns once the writes are enqueued, not done: what the caller enqueues
- * next on write_queues comes after them, and waiting would wait for the
- * rest of the backward pass queued before them, so the next bucket could
- * not overlap it. The staging is not touched again until the plan's next
- * run, whose reads follow the writes on those queues. */
-int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
-                                     const cl_command_queue *write_queues, const cl_mem *bufs, const size_t *offsets);
-/* A device run in full: n replicas' buffers, each read on queues[q] (the
- * staging is that queue's) and summed; the result written on
- * write_queues[q], to out_bufs[q] from byte out_offsets[q] instead of back
- * in place (out_bufs NULL: in place): the elements this rank ends with,
- * packed (a reduce-scatter's part from out_offsets[q]). ZeRO stage 2 reads
- * a bucket from a reusable buffer and keeps its part in the shard's
- * gradient (src/dp/zero.c). copied[q] (copied NULL, or copied[q] NULL:
- * none): replica q's bytes are already on their way into its staging
- * (clt__plan_staging), copied there by that event on a queue of the
- * caller's, and the run reads nothing of replica q itself. */
-typedef struct clt__device_run {
-  int n;
-  const cl_command_queue *queues, *write_queues;
-  const cl_mem *bufs;
-  const size_t *offsets;
-  const cl_mem *out_bufs;
-  const size_t *out_offsets;
-  const cl_event *copied;
-} clt__device_run;
-int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_run *run);
-/* An arena (src/comm/shm_arena.c): `bytes` of this rank's in the node's
- * shared memory, page-aligned, that every rank of the node reads in place,
- * for a device buffer over it (clt__shared_buffer_wrap). Available when
- * the communicator's ranks (two or more) are all on one node, no arena of
- * it is held, and /dev/shm has room; acquire is collective (call it on
- * every rank after they agreed that it is available everywhere). The
- * memory lives until the communicator is destroyed; release says the
- * holder's device buffers are gone, and a later acquire may reuse it. */
-int clt__comm_arena_available(const clt_comm *comm, size_t bytes);
-int clt__comm_arena_acquire(clt_comm *comm, size_t bytes, unsigned char **mine);
-void clt__comm_arena_release(clt_comm *comm);
-unsigned char *clt__arena_mine(const clt_comm *comm);
-/* [p, p + bytes) lies in this rank's held arena. */
-int clt__arena_holds(const clt_comm *comm, const void *p, size_t bytes);
-/* clt_allreduce_run on host memory; where buf lies in the held arena and
- * the plan runs shm.c's all-reduce, summed in place from every rank's
- * arena (the same bits, no copy into the window): every rank's buf must
- * then lie in its arena, at the same offset. */
-int clt__allreduce_run_arena(clt_allreduce_plan *plan, void *buf);
-/* The pinned staging of a device run on these queues (one per replica,
- * count x element size each), made now rather than at the first run, so
- * that a memory report made before training sees it; and its bytes for
- * replica q (0 while there is none). */
-int clt__plan_prepare_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues);
-size_t clt__plan_staged_bytes(const clt_allreduce_plan *plan, int q);
-/* Where replica q's bytes go in that staging (count x element size), or
- * NULL while there is none. It stays until the plan is destroyed or run on
- * other queues. */
-void *clt__plan_staging(const clt_allreduce_plan *plan, int q);
-/* Segment offsets for `count` elements over `size` ranks (size + 1): the
- * first count % size segments get one element more (src/comm/ring.c). */
-void clt__segments(size_t count, int size, size_t *seg_off);
-/* A reduce-scatter plan as the plan behind it, for
- * clt__allreduce_run_devices_into (src/comm/halves.c). */
-clt_allreduce_plan *clt__reduce_scatter_base(clt_reduce_scatter_plan *plan);
-/* An allgather plan (as clt_allgather_plan_create's, host buffers, one per
- * rank) whose blocks may stay in shared memory (src/comm/shm_gather.c):
- * on one node whose ranks share memory, unless CLT_ALLREDUCE forces
- * another algorithm than shm, every rank's block lies in a window of the
- * plan's own, and clt__allgather_window_block gives its address; elsewhere
- * it gives NULL and the plan is an ordinary one (the ring). Collective. */
-int clt__allgather_plan_create_window(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
-                                      clt_allgather_plan **out);
-/* Rank rank's block in the window (its part, at clt_allgather_plan_part's
- * count): with next = 1, of the next run (this rank fills its own there,
- * then calls clt__allgather_run_filled); with next = 0, of the last run
- * (the other ranks' parts, readable until this rank's next run but one).
- * NULL when the plan has no window. */
-void *clt__allgather_window_block(const clt_allgather_plan *plan, int rank, int next);
-/* Bytes of this rank's segment of the window (0: none). */
-size_t clt__allgather_window_bytes(const clt_allgather_plan *plan);
-/* Run with this rank's block of the next run filled already; afterwards
- * every rank's block of this run is readable in place. Before filling its
- * block a rank must have finished reading the blocks of the run before:
- * host copies done, and device commands that read them complete (not just
- * queued): the run's flag says so to the others (shm_gather.c). */
-int clt__allgather_run_filled(clt_allgather_plan *plan);
-
 /* ---- timelines (trace.c) ---------------------------------------------------
  * A rank's spans of work on named lanes, written as a Chrome / Perfetto
  * trace by clt_trainer_trace_save. Every function takes a NULL trace and
@@ -270,12 +180,12 @@ struct clt_context {
   struct clt_program_entry *programs;
   cl_mem reduce_scratch; /* partial sums of clt_sum/clt_sumsq, then their results: clt__context_buffer's */
   cl_mem scratch;        /* clt__context_scratch's */
-  cl_mem gemm_scratch;   /* src/blas_cpu.c's transposed operands, beside any op's scratch */
+  cl_mem gemm_scratch;   /* src/core/blas_cpu.c's transposed operands, beside any op's scratch */
   int counted;           /* made whole: counted among the live contexts */
-  int blas_said;         /* its GEMM backend logged (src/blas.c) */
+  int blas_said;         /* its GEMM backend logged (src/core/blas.c) */
   double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
   int native_gemm;       /* host GEMMs as native kernels on the queue: 0 not asked yet, 1 yes, -1 no */
-  int shared_buffers;    /* clt_buffer_create's buffers are host-shared (src/shared_buffers.c) */
+  int shared_buffers;    /* clt_buffer_create's buffers are host-shared (src/core/shared_buffers.c) */
   /* Called between polls while clt__wait_event waits (NULL: it sleeps on
    * the event instead): a pipeline stage moves its messages on while its
    * device computes, as MPI progresses only inside MPI calls. */
@@ -283,7 +193,7 @@ struct clt_context {
   void *progress_user;
 };
 
-/* src/shared_buffers.c: buffers whose bytes the host reads and writes in
+/* src/core/shared_buffers.c: buffers whose bytes the host reads and writes in
  * place between commands. _on: whether a device takes them (unified
  * memory, fine-grained buffer SVM, CLT_SHARED_BUFFERS not 0); _create: one
  * of `bytes` (NULL with *err set on failure); _host: the host address of a
@@ -297,10 +207,10 @@ void *clt__shared_buffer_host(cl_mem buf);
  * context with shared_buffers only. */
 int clt__shared_buffer_wrap(clt_context *ctx, void *host, size_t bytes, cl_mem *out);
 
-/* Empty CLBlast's process-wide program cache (src/blas.c). */
+/* Empty CLBlast's process-wide program cache (src/core/blas.c). */
 void clt__blas_clear_cache(void);
 
-/* src/blas_cpu.c: CPU devices' GEMMs on our own kernels (cl/gemm_cpu.cl).
+/* src/core/blas_cpu.c: CPU devices' GEMMs on our own kernels (cl/gemm_cpu.cl).
  * _on: whether ctx's device takes them (PoCL's CPU devices unless
  * CLT_CPU_GEMM=0; any CPU device with CLT_CPU_GEMM=1); _use: whether this
  * one goes there (m >= 16 when B is transposed, every
@@ -313,7 +223,7 @@ int clt__cpu_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t 
                    size_t batch);
 
 /* GEMMs on the host's CBLAS for CPU devices with unified memory
- * (src/blas_host.c). _use: whether ctx's GEMMs go there (built with a host
+ * (src/core/blas_host.c). _use: whether ctx's GEMMs go there (built with a host
  * BLAS, a CPU device, unified memory, CLT_HOST_BLAS not 0); _threads: the
  * threads it gives them (the device's compute units, at most the cores);
  * _name: the library configure found ("none" without). _sgemm: row-major

@@ -5,7 +5,7 @@
  * work-group sizes clamped to what the kernel and device allow; device
  * buffers and pinned host staging memory.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -451,7 +451,7 @@ int clt_buffer_create(clt_context *ctx, size_t bytes, cl_mem *out) {
   if (ctx->info.max_alloc_bytes && bytes > ctx->info.max_alloc_bytes)
     return device_memory_error(ctx, bytes, CL_INVALID_BUFFER_SIZE);
   /* Host-shared where the device's memory is the host's: an all-reduce
-   * then works on the bytes in place (src/shared_buffers.c). */
+   * then works on the bytes in place (src/core/shared_buffers.c). */
   cl_mem buf = ctx->shared_buffers ? clt__shared_buffer_create(ctx->context, bytes, &err)
                                    : clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
   if (err != CL_SUCCESS) return device_memory_error(ctx, bytes, err);

@@ -3,7 +3,7 @@
  * fixed-order reductions (cl/reduce.cl) on float32 tensor views, and the
  * conversion between float32 and float16 storage.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 

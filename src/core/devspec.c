@@ -3,7 +3,7 @@
  * "0:1,2", "nvidia") from --devices or CLT_DEVICES. The grammar is in
  * cltrain.h above clt_devices_select().
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ctype.h>
 #include <stdio.h>

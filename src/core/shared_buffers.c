@@ -29,7 +29,7 @@
 #undef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 200 /* clSVMAlloc, CL_DEVICE_SVM_CAPABILITIES */
 
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <stdint.h>

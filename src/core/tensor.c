@@ -3,7 +3,7 @@
  * buffers, with bounds checked once when the view is made, and host uploads
  * and downloads.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 #include <string.h>
