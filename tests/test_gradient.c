@@ -64,7 +64,7 @@ static clt_trainer *make_trainer(int device, const char *text, clt_optimizer_kin
 }
 
 static void set_params(clt_trainer *t, const float *p) {
-  clt_tensor view = clt__replica_params(t->rep[0]);
+  clt_tensor view = clt__replica_params(t->s.rep[0]);
   ck_assert_int_eq(clt_tensor_upload(t->ctx[0], &view, p, (size_t)clt_model_param_count(t->model) * 4), 0);
 }
 

@@ -324,3 +324,5 @@ int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t
 }
 
 #endif
+
+int clt__context_enqueues_ahead(clt_context *ctx) { return !clt__host_blas_use(ctx) || clt__host_blas_native(ctx); }

@@ -237,6 +237,10 @@ int clt__host_blas_threads(const clt_context *ctx);
  * for the queue; else the calling thread waits and runs them. */
 int clt__host_blas_native(clt_context *ctx);
 const char *clt__host_blas_name(void);
+/* Whether work is enqueued on ctx without the calling thread waiting for
+ * the device (not so with host GEMMs the calling thread runs): only then
+ * may enqueued work wait on something the caller does later. */
+int clt__context_enqueues_ahead(clt_context *ctx);
 /* The kernels OpenBLAS runs (its core name: "Haswell", "SkylakeX"; the
  * environment's OPENBLAS_CORETYPE chooses); NULL for another CBLAS. */
 const char *clt__host_blas_core(void);

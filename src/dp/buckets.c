@@ -11,7 +11,7 @@
  * weights and bias travel together.
  *
  * Exchange. A recorded backward puts a marker on each replica's queue when
- * a bucket is complete (model/replica.c). The calling thread waits for a
+ * a bucket is complete (replica_buckets.c). The calling thread waits for a
  * bucket's markers on every local replica, then the bucket's all-reduce
  * plan copies it to the host on the transfer queues, sums the replicas of
  * this rank, runs the ring across ranks and writes the sum back, while the
@@ -141,7 +141,7 @@ static int local_active(const clt__dp *dp) {
   return n;
 }
 
-static int prepare_staging(clt__dp *dp, clt__replica *const *reps);
+static int prepare_staging(clt__dp *dp);
 
 /* The all-reduce plans for the replicas taking part now: none when one
  * replica alone does (its gradient is the sum), nor when ZeRO
@@ -152,16 +152,16 @@ int clt__dp_replan(clt__dp *dp) {
   int rc = CLT_OK;
   const clt__bucket_layout *b = &dp->buckets;
   int n = local_active(dp);
-  for (int i = 0; dp->reps && i < dp->nlocal; i++) clt__replica_copy_out(dp->reps[i], NULL); /* its staging goes */
+  for (int i = 0; dp->drep && i < dp->nlocal; i++) clt__dp_rep_copy_out(dp->drep[i], NULL); /* its staging goes */
   for (int k = 0; dp->plans && k < b->n; k++) clt_allreduce_plan_destroy(dp->plans[k]), dp->plans[k] = NULL;
   dp->plan_replicas = n;
-  if (!(dp->nreplicas == 1 || (dp->nranks == 1 && n == 1) || clt__dp_zero_sharded_grads(dp))) {
+  if (!(dp->nreplicas == 1 || (dp->nranks == 1 && n == 1) || dp->zero > 0)) {
     clt_allreduce_opts ao = {0, n ? n : 1}; /* a rank that sits out runs its part on the host */
     for (int k = 0; k < b->n; k++)
       CLT_TRY(clt_allreduce_plan_create(dp->comm, (size_t)(b->hi[k] - b->lo[k]), dp->wire ? CLT_F16 : CLT_F32,
                                         CLT_SUM, &ao, &dp->plans[k]));
   }
-  if (dp->reps) CLT_TRY(prepare_staging(dp, dp->reps)); /* the new plans' */
+  if (dp->drep && dp->drep[0]) CLT_TRY(prepare_staging(dp)); /* the new plans' */
 fail:
   return rc;
 }
@@ -180,18 +180,14 @@ fail:
   return rc;
 }
 
-int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps) {
+int clt__dp_buckets_attach(clt__dp *dp) {
   int rc = CLT_OK;
-  const clt__bucket_layout *b = &dp->buckets;
   for (int i = 0; i < dp->nlocal; i++) {
-    CLT_TRY(clt__replica_set_buckets(reps[i], b->n, b->closed_at, b->lo, b->hi, dp->wire));
-    if (dp->pooled)
-      CLT_TRY(clt__replica_set_pool(reps[i], dp->pool.nslots, dp->pool.slot_at, dp->pool.slot, dp->pool.after,
-                                    b->opened_at, dp->shard_params, dp->wire));
+    CLT_TRY(clt__dp_rep_create(dp->rep[i], &dp->buckets, dp->wire, &dp->drep[i]));
+    if (dp->pooled) CLT_TRY(clt__dp_rep_set_pool(dp->drep[i], &dp->pool, dp->shard_params, dp->wire));
   }
-  CLT_TRY(clt__dp_gather_attach(dp, reps));
-  dp->reps = reps;
-  CLT_TRY(prepare_staging(dp, reps));
+  CLT_TRY(clt__dp_gather_attach(dp));
+  CLT_TRY(prepare_staging(dp));
 fail:
   return rc;
 }
@@ -211,13 +207,13 @@ static int active_index(const clt__dp *dp, int i) {
 }
 
 /* The bytes the exchange sums in place (the comment at the top), or NULL. */
-static unsigned char *in_place(const clt__dp *dp, clt__replica *const *reps) {
+static unsigned char *in_place(const clt__dp *dp) {
   const char *env = getenv("CLT_IN_PLACE");
   if (dp->rs || dp->pooled || local_active(dp) != 1 || !dp->plans || !dp->plans[0] || (env && strcmp(env, "0") == 0))
     return NULL;
   for (int i = 0; i < dp->nlocal; i++)
     if (clt__dp_active(dp, i)) {
-      clt_tensor x = clt__replica_exchange_view(reps[i]);
+      clt_tensor x = clt__dp_rep_exchange_view(dp->drep[i]);
       unsigned char *host = clt__shared_buffer_host(x.buf);
       return host ? host + x.offset : NULL;
     }
@@ -227,16 +223,16 @@ static unsigned char *in_place(const clt__dp *dp, clt__replica *const *reps) {
 /* Every plan's pinned staging on the queues the exchange reads on, made
  * before the first step (clt__dp_staging_bytes reports it); and the
  * replicas whose buffers are host memory copy each bucket into it as the
- * backward closes the bucket (clt__replica_copy_out says why). None of it
+ * backward closes the bucket (clt__dp_rep_copy_out says why). None of it
  * when the exchange works in place. */
-static int prepare_staging(clt__dp *dp, clt__replica *const *reps) {
+static int prepare_staging(clt__dp *dp) {
   int rc = CLT_OK, n = 0;
-  if ((dp->in_place = in_place(dp, reps))) {
+  if ((dp->in_place = in_place(dp))) {
     /* Every rank's bytes in its arena (the trainer agreed to it on all),
      * every rank at it (the shares, the same on all): the same choice. */
     dp->arena = clt__arena_holds(dp->comm, dp->in_place, (size_t)dp->buckets.hi[0] * 4); /* top first */
     for (int g = 0; g < dp->nreplicas; g++) dp->arena &= dp->shares[g] > 0;
-    for (int i = 0; i < dp->nlocal; i++) clt__replica_copy_out(reps[i], NULL);
+    for (int i = 0; i < dp->nlocal; i++) clt__dp_rep_copy_out(dp->drep[i], NULL);
     return CLT_OK;
   }
   dp->arena = 0;
@@ -247,13 +243,13 @@ static int prepare_staging(clt__dp *dp, clt__replica *const *reps) {
     goto fail;
   }
   for (int i = 0; i < dp->nlocal; i++)
-    if (clt__dp_active(dp, i)) q[n++] = clt_context_transfer_queue(clt__replica_context(reps[i]));
+    if (clt__dp_active(dp, i)) q[n++] = clt_context_transfer_queue(dp->ctx[i]);
   for (int b = 0; b < dp->buckets.n; b++)
     if (bucket_plan(dp, b)) CLT_TRY(clt__plan_prepare_devices(bucket_plan(dp, b), n, q));
   for (int i = 0; i < dp->nlocal; i++) {
     int k = active_index(dp, i);
     for (int b = 0; b < dp->buckets.n; b++) to[b] = k < 0 ? NULL : clt__plan_staging(bucket_plan(dp, b), k);
-    clt__replica_copy_out(reps[i], k < 0 ? NULL : to);
+    clt__dp_rep_copy_out(dp->drep[i], k < 0 ? NULL : to);
   }
 fail:
   free(q), free(to);
@@ -275,16 +271,16 @@ void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t
   }
 }
 
-int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
+int clt__dp_exchange(clt__dp *dp, int64_t step) {
   int rc = CLT_OK, n = 0;
   /* One replica alone: its sum is its own. Under ZeRO the buckets are
    * reduce-scattered instead (dp->rs), every replica taking part. */
   if (!dp->rs && (!dp->plans || !dp->plans[0])) return CLT_OK;
   /* The replicas taking part (one at 0 samples sits the step out). */
-  clt__replica **reps = clt__calloc(dp->nlocal, sizeof *reps);
+  clt__dp_rep **reps = clt__calloc(dp->nlocal, sizeof *reps);
   if (!reps) return CLT_ENOMEM;
   for (int i = 0; i < dp->nlocal; i++)
-    if (clt__dp_active(dp, i)) reps[n++] = all_reps[i];
+    if (clt__dp_active(dp, i)) reps[n++] = dp->drep[i];
   if (!dp->rs && n != dp->plan_replicas) {
     free(reps);
     return clt__error(CLT_EINVAL, "internal: step %lld has %d replicas taking part, the plans %d", (long long)step,
@@ -297,8 +293,8 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
   size_t *ooffs = clt__calloc(n, sizeof *ooffs);
   if (!q || !wq || !bufs || !obufs || !copied || !offs || !esize || !ooffs) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < n; i++) {
-    clt_context *ctx = clt__replica_context(reps[i]);
-    clt_tensor x = clt__replica_exchange_view(reps[i]);
+    clt_context *ctx = reps[i]->ctx;
+    clt_tensor x = clt__dp_rep_exchange_view(reps[i]);
     q[i] = clt_context_transfer_queue(ctx), wq[i] = clt_context_queue(ctx);
     bufs[i] = x.buf;
     esize[i] = dp->pooled ? (dp->wire ? 2 : 4) : clt_dtype_size(x.dtype);
@@ -312,14 +308,14 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
      * waits slowly (~100 ms a step here). */
     int64_t w0 = clt__trace_ns();
     for (int i = 0; i < n; i++) {
-      CLT_TRY(clt__replica_wait_bucket(reps[i], b, clt_comm_timeout(dp->comm)));
+      CLT_TRY(clt__dp_rep_wait(reps[i], b, clt_comm_timeout(dp->comm)));
       offs[i] = (size_t)dp->buckets.lo[b] * esize[i];
       if (dp->pooled) { /* stage 2: from the bucket's slot into the shard's gradient */
-        clt_tensor slot = clt__replica_pool_view(reps[i], b), shard = clt__replica_shard_exchange_view(reps[i]);
+        clt_tensor slot = clt__dp_rep_pool_view(reps[i], b), shard = clt__dp_rep_shard_view(reps[i]);
         bufs[i] = slot.buf, offs[i] = slot.offset;
         obufs[i] = shard.buf, ooffs[i] = (size_t)dp->part[b].state_at * esize[i];
       }
-      copied[i] = clt__replica_bucket_copied(reps[i], b);
+      copied[i] = clt__dp_rep_copied(reps[i], b);
     }
     int64_t w1 = clt__trace_ns();
     clt__trace_span(dp->trace, dp->trace_lane, "wait", w0, w1, "bucket %d: its backward", b);
@@ -333,7 +329,7 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
     else
       CLT_TRY(clt__allreduce_run_devices_into(plan, &run));
     /* Read out of every slot: the backward may write the slots again. */
-    for (int i = 0; dp->pooled && i < n; i++) CLT_TRY(clt__replica_bucket_read(reps[i], b));
+    for (int i = 0; dp->pooled && i < n; i++) CLT_TRY(clt__dp_rep_bucket_read(reps[i], b));
     double dt = clt__now() - t0;
     clt__trace_span(dp->trace, dp->trace_lane, "comm", w1, w1 + (int64_t)(dt * 1e9), "bucket %d: %s %.0f KiB",
                     b, dp->rs ? "reduce-scatter" : "all-reduce",
@@ -341,19 +337,19 @@ int clt__dp_exchange(clt__dp *dp, clt__replica *const *all_reps, int64_t step) {
     dp->comm_s += dt;
     /* Hidden if some replica's backward was still running when it ended. */
     for (int i = 0; i < n; i++)
-      if (clt__replica_busy(reps[i])) {
+      if (clt__replica_busy(reps[i]->r)) {
         dp->comm_hidden_s += dt;
         break;
       }
   }
   /* The f16 sums back into the f32 arenas (after the write-backs, which
    * are on the same in-order queue). */
-  for (int i = 0; i < n; i++) CLT_TRY(clt__replica_wire_to_grads(reps[i]));
+  for (int i = 0; i < n; i++) CLT_TRY(clt__dp_rep_wire_to_grads(reps[i]));
 fail:
   /* A failed exchange lets a waiting backward go on (into a step that
    * failed), rather than wait for ever on slots no one will read. */
   for (int i = 0; rc < 0 && dp->pooled && i < n; i++)
-    for (int b = 0; b < dp->buckets.n; b++) (void)clt__replica_bucket_read(reps[i], b);
+    for (int b = 0; b < dp->buckets.n; b++) (void)clt__dp_rep_bucket_read(reps[i], b);
   free(q), free(wq), free(bufs), free(obufs), free(copied), free(offs), free(esize), free(ooffs), free(reps);
   return rc < 0 ? clt__error_prefix(rc, "summing the gradients of step %lld", (long long)step) : rc;
 }

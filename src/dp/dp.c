@@ -1,7 +1,7 @@
 /*
  * dp.c: the data-parallel job: how many replicas each rank has and their
  * global numbering (rank r's replicas follow those of ranks < r), which
- * every gather of per-replica values in src/dp relies on.
+ * every gather of per-replica values in src/dp relies on; and its end.
  */
 #include "dp/dp_internal.h"
 
@@ -13,7 +13,8 @@ int clt__dp_create(clt_comm *comm, int nlocal, clt__dp **out) {
   clt__dp *dp = clt__calloc(1, sizeof *dp);
   *out = NULL;
   if (!dp) return CLT_ENOMEM;
-  dp->comm = comm;
+  dp->comm = dp->job_comm = comm;
+  dp->stage = -1;
   dp->rank = clt_comm_rank(comm);
   dp->nranks = clt_comm_size(comm);
   dp->nlocal = nlocal;
@@ -44,9 +45,11 @@ fail:
 
 void clt__dp_destroy(clt__dp *dp) {
   if (!dp) return;
+  clt__dp_zero_free(dp); /* first: it waits for the last gather's writes to the replicas */
   for (int b = 0; dp->plans && b < dp->buckets.n; b++) clt_allreduce_plan_destroy(dp->plans[b]);
   free(dp->plans);
-  clt__dp_zero_free(dp);
+  clt__dp_free_replicas(dp);
+  free(dp->lanes);
   clt__bucket_layout_free(&dp->buckets);
   free(dp->rank_first);
   free(dp->rank_count);

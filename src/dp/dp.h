@@ -1,26 +1,37 @@
 /*
- * dp.h: data parallelism (DESIGN.md layer 11), as the trainer sees it. One
- * clt__dp per trainer knows the job's replicas (how many on each rank, and
- * their global numbering) and owns what makes them one data-parallel
- * model:
+ * dp.h: data parallelism with ZeRO stages 0 to 2, as the layers above it
+ * see it: a strategy (strategy/strategy.h) that the trainer holds, and
+ * that a pipeline (src/pp) runs inside each stage. One clt__dp knows the
+ * job's replicas (how many on each rank, and their global numbering),
+ * owns this rank's replicas and makes them one model:
  *
- *   dp.c       the object, the replica numbering across ranks;
- *   agree.c    agreement across ranks: the model and options at create,
- *              and CRC32s of every replica's parameters during training;
- *   balance.c  the split of the global batch (shares) and its rebalancing
- *              from each replica's fitted fixed and per-sample cost;
- *   zero.c     ZeRO stages 1 and 2: the shards, their plans, stage 2's
- *              pool of bucket buffers, the parameter allgather and the
- *              state's gather for checkpoints;
- *   buckets.c  gradient buckets laid out from the parameter ranges each
- *              layer's backward writes, and their all-reduce overlapped
- *              with the backward pass (f16 on the wire under mixed
- *              precision).
+ *   dp.c               the object, the replica numbering across ranks;
+ *   strategy.c         the plan (sizes, the memory check, the replicas),
+ *                      and the strategy's functions;
+ *   replicas.c         this rank's replicas: their optimizer step on the
+ *                      host where a device rounds loosely, bringing one
+ *                      that sat steps out up to date, a rank that sits
+ *                      out, and the model's state in and out;
+ *   update.c           the gradient's norm and the optimizer step on each
+ *                      replica's shard;
+ *   evaluate.c         evaluation split over every replica of the job;
+ *   agree.c            agreement across ranks: the model and options at
+ *                      create, and CRC32s of every replica's parameters;
+ *   balance.c          the split of the global batch (shares) and its
+ *                      rebalancing from each replica's fitted costs;
+ *   buckets.c          gradient buckets laid out from the parameter ranges
+ *                      each layer's backward writes, and their exchange
+ *                      overlapped with the backward (f16 on the wire under
+ *                      mixed precision);
+ *   replica_buckets.c  what that hangs on each replica's runs (its hooks,
+ *                      ZeRO stage 2's pool of bucket buffers);
+ *   zero.c             ZeRO stages 1 and 2: the shards, their plans, the
+ *                      pool's slots, the memory a replica needs;
+ *   zero_gather.c      the parameters' allgather after a sharded step,
+ *                      and the state's gather for checkpoints.
  *
- * Replicas (src/model/replica.h) are reached only through their functions;
- * what dp asks of the model is clt__model_grad_ranges (model/model.h).
- * Functions marked collective must be called by every rank in the same
- * order.
+ * Functions marked collective must be called by every rank of the dp's
+ * communicator in the same order.
  */
 #ifndef CLT_DP_DP_H
 #define CLT_DP_DP_H
@@ -29,15 +40,39 @@
 #include "comm/comm.h"
 #include "model/model.h"
 #include "model/replica.h"
+#include "strategy/strategy.h"
 
 typedef struct clt__dp clt__dp;
 
+/* ---- the strategy (strategy.c) ---- */
+
+/* Data parallelism over every rank of the job: the trainer's table. */
+extern const clt__strategy_i clt__dp_strategy;
+
+/* How a data-parallel group is planned inside another strategy (a
+ * pipeline stage's replicas): what its replicas hold, the ranks they sum
+ * over, and what the other strategy adds. */
+typedef struct clt__dp_how {
+  const clt_model *local;      /* what the replicas hold (a stage of the job's model) */
+  clt_comm *comm;              /* the ranks whose replicas sum their gradients */
+  int accumulate;              /* micro-batches a step */
+  int64_t room;                /* samples a replica's run takes at most */
+  uint64_t extra_activations;  /* device bytes each replica needs beyond its own buffers (activation sets) */
+  int stage;                   /* the pipeline stage they are (for reports), or -1 */
+  /* The whole model's parameters (the same on every rank) made the
+   * replicas' in place, or NULL: the whole model's. */
+  void (*take)(void *user, float *params);
+  void *take_user;
+} clt__dp_how;
+/* Collective over job->comm: plan as how says; the result is also a
+ * strategy's state (clt__dp_strategy's functions take it as self). */
+int clt__dp_plan(const clt__job *job, const clt__dp_how *how, clt__dp **out);
+void clt__dp_destroy(clt__dp *dp);
+/* This rank's replicas (nlocal of them). */
+clt__replica *const *clt__dp_local_replicas(const clt__dp *dp);
+
 /* ---- the job (dp.c) ---- */
 
-/* nlocal replicas on this rank of comm. Collective: gathers every rank's
- * count, so that replica g of the job is replica g - first of its rank. */
-int clt__dp_create(clt_comm *comm, int nlocal, clt__dp **out);
-void clt__dp_destroy(clt__dp *dp);
 int clt__dp_replicas(const clt__dp *dp);      /* on all ranks */
 int clt__dp_first_replica(const clt__dp *dp); /* global index of this rank's first */
 
@@ -46,14 +81,6 @@ int clt__dp_first_replica(const clt__dp *dp); /* global index of this rank's fir
 /* Collective: the model spec, parameter count and the options that must
  * match on every rank do; CLT_EMISMATCH naming the rank and the field. */
 int clt__dp_agree_options(const clt__dp *dp, const clt_model *m, const clt_train_options *o);
-/* Collective: every replica of every rank holds the same parameters (CRC32
- * of the f32 arena); CLT_EMISMATCH naming the first that differs. `step`
- * is for the message. Local replicas with skip[i] (NULL: none) sat out
- * steps and become a bitwise copy of a checked one before they are read:
- * they are not read here; when all are skipped, host_params (the model a
- * rank that sits out keeps on the host) stands for them. */
-int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const uint8_t *skip,
-                           const float *host_params, int64_t step);
 
 /* ---- balancing (balance.c) ---- */
 
@@ -79,6 +106,9 @@ int clt__shares_minmax(int R, const clt__cost *costs, int64_t total, int64_t min
 /* The largest predicted time of those shares, picoseconds. */
 int64_t clt__shares_predict_ps(int R, const clt__cost *costs, const int64_t *shares, int64_t total);
 
+/* nlocal replicas on this rank of comm, numbered (collective: gathers
+ * every rank's count); no replicas are made (the balancer's tests). */
+int clt__dp_create(clt_comm *comm, int nlocal, clt__dp **out);
 /* The first split of a global micro-batch of micro_batch samples over the
  * job's replicas, from o->balance (equal, weights; auto starts equal), and
  * auto's floor (o->balance_min_share, checked against the micro-batch). */
@@ -87,9 +117,9 @@ int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_b
 const int64_t *clt__dp_shares(const clt__dp *dp);
 /* Shares from elsewhere (a checkpoint): one per global replica, summing to
  * the micro-batch, each at least the floor; else CLT_EINVAL and nothing
- * changes. */
+ * changes. (Collective when it changes who takes part: call it on every
+ * rank.) */
 int clt__dp_set_shares(clt__dp *dp, const int64_t *shares);
-/* (Collective when it changes who takes part: call it on every rank.) */
 /* Where local replica i's slice starts in a full global micro-batch. */
 int64_t clt__dp_slice_start(const clt__dp *dp, int i);
 /* Split n samples of this rank over its replicas in proportion to their
@@ -119,6 +149,19 @@ int clt__dp_rebalance_due(const clt__dp *dp, int64_t steps_done);
  * rank computes the same ones), with a replica at 0 probed now and then.
  * *changed says whether they moved. */
 int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed);
+/* Whether local replica i takes part in steps under the current shares:
+ * it has a share. One that does not sits steps out: no work, no exchange,
+ * no update (it is brought up to date before anything reads it). A
+ * function of the shares alone, so every rank knows every rank's. Under
+ * ZeRO every replica always takes part (the floor is 1: strategy.c). */
+int clt__dp_active(const clt__dp *dp, int i);
+/* Every replica of this rank is at 0: the rank sits out. It still joins
+ * each all-reduce, from the host, and keeps the model on the host
+ * meanwhile (replicas.c). */
+int clt__dp_sits_out(const clt__dp *dp);
+/* Seconds spent in the exchange, and those while some backward still ran,
+ * since the last reset; reset zeroes them. */
+void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);
 
 /* ---- gradient buckets (buckets.c) ---- */
 
@@ -144,69 +187,8 @@ int clt__bucket_layout_make(int nlayers, const int *first, const clt__param_rang
                             clt__bucket_layout *out);
 void clt__bucket_layout_free(clt__bucket_layout *b);
 
-/* Collective: buckets of about bucket_mb MiB for the model, with one
- * all-reduce plan each for the replicas taking part when the job has more
- * than one replica (under ZeRO reduce-scatter and allgather plans, and this
- * rank's shard: zero.c); under CLT_F16 gradients travel as f16. Before the
- * replicas are made, so that they hold state for the shard only;
- * clt__dp_buckets_attach then sets the buckets on them (reps[nlocal]). */
-int clt__dp_buckets_create(clt__dp *dp, const clt_model *m, double bucket_mb, clt_dtype precision);
-int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps);
-/* Whether local replica i takes part in steps under the current shares:
- * it has a share. One that does not sits steps out: no work, no exchange,
- * no update (the trainer brings it up to date before anything reads it).
- * A function of the shares alone, so every rank knows every rank's. Under
- * ZeRO every replica always takes part (the floor is 1: trainer.c). */
-int clt__dp_active(const clt__dp *dp, int i);
-/* Every replica of this rank is at 0: the rank sits out. It still joins
- * each all-reduce, from the host (clt__dp_exchange_host), and keeps the
- * model on the host meanwhile (the trainer). */
-int clt__dp_sits_out(const clt__dp *dp);
-/* Collective when the shares changed who takes part: the all-reduce plans
- * for the replicas taking part now (balance.c calls it). */
-int clt__dp_replan(clt__dp *dp);
-/* Collective: sum the gradients of every replica taking part of every rank
- * into each of them, bucket by bucket as the recorded backward pass completes them
- * (it may still be running). `step` (1-based) is for messages. */
-int clt__dp_exchange(clt__dp *dp, clt__replica *const *reps, int64_t step);
-/* Collective: the exchange of a rank that sits out: its gradient in
- * grads (P floats: zeros, or what its replica ran of its own samples in
- * clt_trainer_step) summed with every other rank's in place, bucket by
- * bucket on the host, with the same bits as the device exchange. */
-int clt__dp_exchange_host(clt__dp *dp, float *grads, int64_t step);
-/* Seconds spent in the exchange, and those while some backward still ran,
- * since the last reset; reset zeroes them. */
-void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);
-/* Put the exchange's spans (each bucket's wait and all-reduce) on `lane`
- * of tr (the trainer's timeline), or stop with NULL. */
-void clt__dp_set_trace(clt__dp *dp, clt__trace *tr, int lane);
-/* Set what clt__dp_buckets_create made on every local replica
- * (reps[nlocal]): the bucket markers and the f16 copy of the gradients. */
-int clt__dp_buckets_attach(clt__dp *dp, clt__replica *const *reps);
-
 /* ---- ZeRO (zero.c) ---- */
 
-/* One range of this rank's shard: parameters [lo, lo + n) of the arena,
- * whose optimizer state is per x n floats from float state_at * per of the
- * shard's state (component c, Adam's m or v, from (state_at * per + c n)). */
-typedef struct clt__shard_range {
-  int64_t lo, n, state_at;
-} clt__shard_range;
-
-/* Before clt__dp_buckets_create: ZeRO stage (0, 1 or 2; the caller
- * refuses others); whole_local_grads: a step sums several micro-batches
- * locally (--accumulate), so stage 2 keeps each replica's whole gradient
- * (stage 1's memory) instead of a pool. On one rank there is nothing to
- * shard: stage 0, said in the log. */
-void clt__dp_zero_set(clt__dp *dp, int stage, int whole_local_grads);
-/* Pure: the parameters whose optimizer state rank `rank` of nranks keeps
- * under ZeRO with buckets of bucket_mb MiB (every parameter with one
- * rank): what clt__dp_buckets_create will make its shard. */
-int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params);
-/* Pure: the gradient floats a replica holds: P, or under stage 2 on
- * several ranks without accumulation shard_params and the pool's. */
-int clt__dp_zero_grad_floats(const clt_model *m, const clt_train_options *o, int nranks, int64_t shard_params,
-                             int64_t *floats);
 /* Stage 2's pool for a layout: bucket b is written into slot slot[b] of
  * nslots buffers, after the host has read bucket after[b] out of it (-1: a
  * fresh slot). Slot s is as long as the longest bucket it holds and starts
@@ -220,41 +202,14 @@ typedef struct clt__grad_pool {
 } clt__grad_pool;
 int clt__grad_pool_make(const clt__bucket_layout *b, clt__grad_pool *out);
 void clt__grad_pool_free(clt__grad_pool *p);
-/* Stage 2 with a pool: no replica has a gradient arena; the exchange
- * reduce-scatters each bucket into the shard's gradient. */
-int clt__dp_zero_pooled(const clt__dp *dp);
-/* On several ranks: this rank's part of each bucket (*n of them), whose
- * sums of squares, added over the ranks, are the gradient's; NULL on one. */
-const clt__shard_range *clt__dp_norm_parts(const clt__dp *dp, int *n);
-/* The stage in effect (0 on one rank). */
-int clt__dp_zero(const clt__dp *dp);
-/* Only this rank's shard of the summed gradient is valid after the
- * exchange (a reduce-scatter ran): ZeRO on. */
-int clt__dp_zero_sharded_grads(const clt__dp *dp);
-/* This rank's shard, after clt__dp_buckets_create: *n ranges covering
- * *params parameters (every parameter when ZeRO is off). */
-const clt__shard_range *clt__dp_shard(const clt__dp *dp, int *n, int64_t *params);
-/* Collective: every local replica's parameters from the ranks that own
- * them, once each rank's optimizer step on its shard (queued on the
- * replicas' compute queues) is done; the writes are queued there, not
- * waited for. `step` for messages. */
-int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step);
-/* The host memory (pinned) the exchange stages local replica i's
- * gradients through (one copy of every bucket, in the wire's type, for
- * each replica taking part in a job of several), and on the first replica
- * under ZeRO the parameters' allgather's: counted from the layout, and
- * measured from the buffers made (clt__dp_buckets_attach makes them). */
-void clt__dp_staging_bytes(const clt__dp *dp, int i, uint64_t *counted, uint64_t *measured);
-/* Bytes of host memory the parameters' allgather stages through, counted
- * and measured: every bucket packed by rank (pinned), or on one node this
- * rank's segment of the plan's shared window (0 without ZeRO). */
-uint64_t clt__dp_gather_counted(const clt__dp *dp);
-uint64_t clt__dp_gather_bytes(const clt__dp *dp);
-/* Collective: the state of every rank's shard (shard: this rank's, per x
- * shard_params floats) into the whole layout, full (per x P floats,
- * component c from c P), on every rank. */
-int clt__dp_gather_state(clt__dp *dp, const float *shard, int per, int64_t P, float *full);
-/* This rank's shard of a whole-layout state (the inverse, local). */
-void clt__dp_scatter_state(const clt__dp *dp, const float *full, int per, int64_t P, float *shard);
+/* Pure: what one replica of m needs on its device under data parallelism
+ * on nranks ranks (this one `rank`) with o's ZeRO stage, precision and
+ * optimizer, for runs of `room` samples: the model's buffers, optimizer
+ * state for the rank's shard (its parameters into *shard_params when not
+ * NULL), and gradients (the arena, with its f16 copy on the wire when
+ * `wire`; under stage 2 without accumulation the shard's and the bucket
+ * pool's instead). */
+int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int rank, int64_t room, int wire,
+                 clt_replica_memory *need, int64_t *shard_params);
 
 #endif

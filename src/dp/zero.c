@@ -67,17 +67,6 @@ void clt__dp_zero_set(clt__dp *dp, int stage, int whole_local_grads) {
   dp->pooled = stage == 2 && !whole_local_grads;
 }
 
-int clt__dp_zero(const clt__dp *dp) { return dp->zero; }
-
-int clt__dp_zero_sharded_grads(const clt__dp *dp) { return dp->zero > 0; }
-
-int clt__dp_zero_pooled(const clt__dp *dp) { return dp->pooled; }
-
-const clt__shard_range *clt__dp_norm_parts(const clt__dp *dp, int *n) {
-  *n = dp->part ? dp->buckets.n : 0;
-  return dp->part;
-}
-
 /* ---- stage 2's pool of bucket buffers ---- */
 
 /* One bucket more than the backward needs open at once: double buffering. */
@@ -303,52 +292,37 @@ fail:
   return rc;
 }
 
-int clt__dp_zero_pool_floats(const clt_model *m, double bucket_mb, int64_t *floats) {
+int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int rank, int64_t room, int wire,
+                 clt_replica_memory *need, int64_t *shard_params) {
   int rc = CLT_OK;
+  int64_t P = clt_model_param_count(m), state = P, pool_floats = 0;
+  int pooled = o->zero == 2 && nranks > 1 && o->accumulate == 1;
   clt__bucket_layout b;
   clt__grad_pool pool;
-  *floats = 0;
-  CLT_TRY(clt__dp_model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), &b));
-  rc = clt__grad_pool_make(&b, &pool);
-  if (rc == CLT_OK) *floats = pool.floats;
-  clt__grad_pool_free(&pool);
-  clt__bucket_layout_free(&b);
-fail:
-  return rc;
-}
-
-int clt__dp_zero_grad_floats(const clt_model *m, const clt_train_options *o, int nranks, int64_t shard_params,
-                             int64_t *floats) {
-  *floats = clt_model_param_count(m);
-  if (o->zero != 2 || nranks <= 1 || o->accumulate > 1) return CLT_OK; /* the whole local gradient */
-  int64_t pool = 0;
-  int rc = clt__dp_zero_pool_floats(m, o->bucket_mb, &pool);
-  *floats = shard_params + pool;
-  return rc;
-}
-
-int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,
-                                   clt_replica_memory *out, int64_t *shard_params) {
-  clt_train_options d;
-  int rc = CLT_OK;
-  if (!o) clt_train_options_defaults(&d), o = &d;
-  CLT_TRY(clt_model_replica_memory(m, o, out)); /* checks m, out and the options */
-  if (nranks < 1) return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: %d ranks (at least 1)", nranks);
-  if (o->zero < 0 || o->zero > 2)
-    return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0, 1 or 2)", o->zero);
-  int64_t most = clt_model_param_count(m), grads;
-  if (o->zero > 0 && nranks > 1) {
-    most = 0;
-    for (int r = 0; r < nranks; r++) {
+  memset(&b, 0, sizeof b), memset(&pool, 0, sizeof pool);
+  if (o->zero > 0 && nranks > 1) { /* this rank's shard, or (rank < 0) the largest any rank holds */
+    state = 0;
+    for (int r = rank < 0 ? 0 : rank; r < (rank < 0 ? nranks : rank + 1); r++) {
       int64_t p;
       CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, nranks, r, &p));
-      if (p > most) most = p;
+      if (p > state) state = p;
     }
-    CLT_TRY(clt__dp_zero_grad_floats(m, o, nranks, most, &grads));
-    clt__replica_memory_sharded(m->spec, o->batch / o->accumulate, clt_optimizer_state_per_param(&o->optimizer), most,
-                                grads, o->precision, o->precision == CLT_F16, out);
   }
-  if (shard_params) *shard_params = most;
+  if (pooled) { /* no arena: the shard's gradient and the bucket buffers the backward writes into */
+    CLT_TRY(clt__dp_model_layout(m, (int64_t)(o->bucket_mb * 1048576.0 / 4.0), &b));
+    CLT_TRY(clt__grad_pool_make(&b, &pool));
+    pool_floats = pool.floats;
+  }
+  clt__replica_config cfg = {.max_batch = room, .act_dtype = o->precision,
+                             .state_per_param = clt_optimizer_state_per_param(&o->optimizer), .state_params = state,
+                             .no_grad_arena = pooled};
+  clt__replica_memory(m->spec, &cfg, need);
+  /* The f16 copies the wire sums (2 bytes a float), beside the f32 ones. */
+  uint64_t more = pooled ? (uint64_t)(state + pool_floats) * (wire ? 6 : 4) : (wire ? (uint64_t)P * 2 : 0);
+  need->gradients += more, need->total += more;
+  if (shard_params) *shard_params = state;
 fail:
+  clt__grad_pool_free(&pool);
+  clt__bucket_layout_free(&b);
   return rc;
 }

@@ -107,13 +107,13 @@ fail:
 /* The window's blocks, or NULL: the packed buffer (pinned) instead. */
 static int in_window(const clt__dp *dp) { return clt__allgather_window_block(dp->gather, dp->rank, 1) != NULL; }
 
-int clt__dp_gather_attach(clt__dp *dp, clt__replica *const *reps) {
+int clt__dp_gather_attach(clt__dp *dp) {
   int rc = CLT_OK;
   if (!dp->zero || dp->written) return CLT_OK;
   /* Pinned on the first replica's context: it is read from (DMA straight
    * into it on a GPU); the others' writes read it as host memory. */
   if (!in_window(dp))
-    CLT_TRY(clt_pinned_create(clt__replica_context(reps[0]), (size_t)dp->gather_n * sizeof(float), &dp->staging));
+    CLT_TRY(clt_pinned_create(dp->ctx[0], (size_t)dp->gather_n * sizeof(float), &dp->staging));
   if (!(dp->written = clt__calloc(dp->nlocal, sizeof *dp->written))) rc = CLT_ENOMEM;
 fail:
   return rc;
@@ -189,7 +189,8 @@ static float *piece_at(const clt__dp *dp, float *packed, int r, const clt__gathe
   return block + (g->packed - dp->pieces[(size_t)r * dp->buckets.n].packed);
 }
 
-int clt__dp_allgather_params(clt__dp *dp, clt__replica *const *reps, int64_t step) {
+int clt__dp_allgather_params(clt__dp *dp, int64_t step) {
+  clt__replica *const *reps = dp->rep;
   int rc = CLT_OK, n = dp->nlocal;
   cl_event ev = NULL;
   if (!dp->zero || dp->gather_n == 0) return CLT_OK;

@@ -5,7 +5,6 @@
  * layer table (model/layer.h) over the kernels of src/nn.
  */
 #include "model/layer.h"
-#include "model/replica.h"
 #include "nn/nn.h"
 
 #include <stdio.h>

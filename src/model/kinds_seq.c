@@ -6,7 +6,6 @@
  * kernels of src/nn.
  */
 #include "model/layer.h"
-#include "model/replica.h"
 #include "nn/nn.h"
 
 #include <stdio.h>

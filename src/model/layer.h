@@ -68,7 +68,20 @@ void clt__weight_init(const clt_layer_spec *l, double fan_in, double fan_out, cl
 
 /* ---- running a layer ---- */
 
-typedef struct clt__pass clt__pass;
+/* What a run is for (model/replica.h runs it). */
+typedef struct clt__pass {
+  int train;            /* the backward too, and dropout active (keyed by seed, step and the first sample's
+                           global index) */
+  int record;           /* a recorded run: its device time is measured, and the hooks hung on the replica act
+                           on it (a data-parallel step records its last micro-batch) */
+  uint64_t seed, step;
+  int64_t global_first; /* global index of sample 0 of this slice, for dropout masks */
+  float loss_scale;     /* the backward starts from loss_scale * dloss (0 means 1) */
+  float *logits;        /* not NULL: the last layer's output, (n, its shape) as f32, is read back into it
+                           (the run then waits for the forward) */
+  const float *targets; /* a regression model's float targets (n * labels_per_sample), which it takes in
+                           place of labels (NULL then); must stay valid as the input */
+} clt__pass;
 
 /* What a layer's forward and backward get: views of this layer's places in
  * the replica's buffers for a batch of n samples. */
@@ -83,12 +96,10 @@ typedef struct clt__layer_io {
   clt_tensor dy, dx;  /* backward: gradient at y; dx overwritten, or dx.buf NULL when not needed */
   clt_tensor skip;    /* residual: forward, the output it adds; backward, its skip-gradient buffer */
   cl_mem params, grads;
-  /* ZeRO stage 2 (model/replica_pool.c): grads is the pool of bucket
-   * buffers, and the gradient of arena element e of bucket b (gbucket_lo[b]
-   * <= e < gbucket_hi[b]) is element gslot_at[b] + e - gbucket_lo[b] of it;
-   * gnb 0: grads is the whole arena. */
-  int gnb;
-  const int64_t *gbucket_lo, *gbucket_hi, *gslot_at;
+  /* Where a parameter's gradient is written when not in its range of the
+   * grads arena (a hook of the replica's: model/replica.h), or NULL. */
+  int (*grad_view)(void *user, const clt_param_spec *p, clt_tensor *out);
+  void *grad_user;
   cl_mem saved;       /* activation-dtype values kept for the backward, from element saved_off */
   int64_t saved_off;
   cl_mem aux;         /* f32 / i32 values kept for the backward, from element aux_off */

@@ -39,16 +39,8 @@ static int param_view(cl_mem arena, const clt_param_spec *p, clt_tensor *t) {
 int clt__io_param(const clt__layer_io *io, int k, clt_tensor *t) { return param_view(io->params, &io->l->param[k], t); }
 int clt__io_grad(const clt__layer_io *io, int k, clt_tensor *t) {
   const clt_param_spec *p = &io->l->param[k];
-  if (!io->gnb) return param_view(io->grads, p, t);
-  /* A parameter lies in one bucket: buckets are cut between written ranges. */
-  int64_t n = 1;
-  for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
-  for (int b = 0; b < io->gnb; b++)
-    if (p->offset >= io->gbucket_lo[b] && p->offset + n <= io->gbucket_hi[b])
-      return clt_tensor_view(io->grads, (size_t)(io->gslot_at[b] + p->offset - io->gbucket_lo[b]) * 4, CLT_F32,
-                             p->ndim, p->shape, t);
-  return clt__error(CLT_EINTERNAL, "parameter %d of layer %d (elements %lld to %lld) lies in no gradient bucket", k,
-                    io->index, (long long)p->offset, (long long)(p->offset + n));
+  if (io->grad_view) return io->grad_view(io->grad_user, p, t);
+  return param_view(io->grads, p, t);
 }
 
 static int batch_view(cl_mem buf, int64_t off, clt_dtype dt, int64_t n, int ndim, const int64_t *dims,

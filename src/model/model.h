@@ -19,7 +19,8 @@ typedef struct clt__param_range {
  * backward writes: none, one or several; a parameter shared by two layers
  * (weight tying) appears under both. Count-then-fill: returns how many
  * there are and fills the first `cap` of them into out (out may be NULL
- * when cap is 0). src/dp lays gradient buckets out from these. */
+ * when cap is 0). A strategy that sums gradients as the backward goes
+ * (src/dp) groups them from these. */
 int clt__model_grad_ranges(const clt_model *m, int layer, clt__param_range *out, int cap);
 
 /* Fill the parameter arena (spec->param_count floats) with the seeded

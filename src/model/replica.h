@@ -1,8 +1,22 @@
 /*
- * replica.h: one copy of a model on one device: the parameter, gradient and
- * optimizer-state arenas (one flat buffer each, so a bucket of gradients is
- * a contiguous range), the activations of a batch of up to max_batch
- * samples, and the forward and backward passes over the layer list.
+ * replica.h: one copy of a model on one device: its buffers (the parameter,
+ * gradient and optimizer-state arenas, one flat buffer each; activations
+ * for a batch of up to max_batch samples) and a layer runner that takes a
+ * batch forward, through the loss and backward, each layer a call through
+ * its kind in the layer table (model/layer.h).
+ *
+ * The runner knows nothing of how replicas are joined. What a parallel
+ * strategy does during a run it hangs on the run through a hook table
+ * (clt__run_hooks, the shape of ggml's backend interface): data parallelism
+ * marks gradients complete as the backward passes their layers (src/dp),
+ * ZeRO stage 2 says where a gradient is written, a pipeline stage runs the
+ * forward and backward in pieces on activation sets it owns (src/pp).
+ *
+ *   replica.c   the buffers, their layout and what they take (counted
+ *               before allocating, and measured), activation sets;
+ *   run.c       the layer runner: upload, forward, loss, backward, read;
+ *   run_time.c  a run's markers: its device time, the trace's layer spans,
+ *               the profile, waits with a timeout.
  */
 #ifndef CLT_MODEL_REPLICA_H
 #define CLT_MODEL_REPLICA_H
@@ -10,61 +24,89 @@
 #include "core/internal.h"
 
 #include <stdatomic.h>
+#include "model/layer.h"
 #include "model/spec.h"
 
 typedef struct clt__replica clt__replica;
 
-/* Per-layer places in the replica's buffers (in elements). */
+/* ---- what runs hang on a replica (optional members may be NULL) ---- */
+
+typedef struct clt__run_hooks {
+  /* (optional) A run starts: before its first layer (and, in a piecewise
+   * run, at clt__replica_begin). */
+  int (*run_begin)(void *user, const clt__pass *pass);
+  /* (optional) Before layer i's forward: where ZeRO stage 3 would gather
+   * the layer's parameters. */
+  int (*forward_begin)(void *user, int layer, const clt__pass *pass);
+  /* (optional) Before and after layer i's backward is enqueued. */
+  int (*backward_begin)(void *user, int layer, const clt__pass *pass);
+  int (*backward_end)(void *user, int layer, const clt__pass *pass);
+  /* (optional) The run's work is all enqueued (a run of no samples: at
+   * once), before its end marker. */
+  int (*run_end)(void *user, const clt__pass *pass);
+  /* (optional) Where the gradient of parameter p is written: a view of p's
+   * shape. Without it, p's range of the gradient arena. */
+  int (*grad_view)(void *user, const clt_param_spec *p, clt_tensor *out);
+} clt__run_hooks;
+
+/* ---- the buffers ---- */
+
+/* How a replica is made. */
+typedef struct clt__replica_config {
+  int64_t max_batch;       /* samples a run takes at most */
+  clt_dtype act_dtype;     /* activations and their gradients stored as f32, or f16 (mixed precision) */
+  int state_per_param;     /* optimizer state floats per parameter */
+  int64_t state_params;    /* the parameters the state covers (fewer than P when it is split over ranks) */
+  int no_grad_arena;       /* no P-float gradient arena: the hooks' grad_view places every gradient */
+  void *grads_at;          /* the arena over these host bytes (P floats, page-aligned, kept by the caller; a
+                              context with shared_buffers), else a buffer of its own */
+} clt__replica_config;
+
+/* A batch's activations: every layer's output and what its backward
+ * keeps (act), the f32 / i32 values kept (aux), the input as f32 before
+ * rounding or as token ids (input32, NULL when not needed), and the views
+ * of each layer's output from the last forward in this set (outs[0]: the
+ * input). A replica has one of its own; a pipeline stage makes more, one
+ * per micro-batch it holds between its forward and backward. */
+typedef struct clt__act_set {
+  cl_mem act, aux, input32;
+  clt_tensor *outs;
+} clt__act_set;
+
+/* Per-layer places in the activation buffers (in elements). */
 typedef struct clt__layer_slot {
-  int64_t act_offset;   /* this layer's output in the activation arena */
-  int64_t saved_offset; /* what it keeps for its backward, in the activation arena too */
+  int64_t act_offset;   /* this layer's output in act */
+  int64_t saved_offset; /* what it keeps for its backward, in act too */
   int64_t aux_offset;   /* f32 / i32 data kept for backward (argmax, mean/rstd, log-sum-exp) */
 } clt__layer_slot;
 
 struct clt__replica {
   clt_context *ctx;
   const clt_model_spec *spec;
-  int64_t max_batch;
-  int state_per_param;
-  int64_t state_params;        /* the parameters the state covers: P, or a ZeRO shard's (src/dp/zero.c) */
-  cl_mem params, grads, state; /* (P), (P), (k*state_params) floats; state NULL when k = 0 */
-  clt_dtype act_dtype;         /* how act and dbuf store values: f32, or f16 (mixed precision) */
-  cl_mem act;                  /* every layer's output for max_batch samples */
-  cl_mem dbuf[2];              /* gradient ping-pong, the largest layer output */
-  cl_mem input32;              /* f16 only: the f32 input batch before rounding */
-  cl_mem wire;                 /* f16 gradient copy for the all-reduce, or NULL */
-  cl_mem aux;                  /* argmax indices, layernorm statistics, attention's log-sum-exp */
+  clt__replica_config cfg;
+  cl_mem params, grads, state; /* (P), (P) or none, (state_per_param * state_params) floats or none */
+  clt__act_set own;            /* the replica's own activation set */
+  cl_mem dbuf[2];              /* activation-gradient ping-pong, the largest layer output */
   cl_mem gscratch;             /* backward scratch of the layer that needs most (attention) */
   cl_mem *skip;                /* spec->skip_slots: residuals' skip-branch gradients */
   cl_mem workspace;            /* conv2d im2col; NULL without conv layers */
-  cl_mem labels;               /* (max_batch * labels_per_sample) i32 */
-  cl_mem losses;               /* the same count of per-label losses */
-  cl_mem scalars;              /* [0] loss sum (f32), [1] correct count (i32) */
+  cl_mem labels;               /* (max_batch * labels_per_sample) i32, or a regression model's f32 targets */
+  cl_mem losses;               /* the same count of per-label losses (regression: then the squared errors) */
+  cl_mem scalars;              /* [0] loss sum (f32), [1] correct count (i32) or squared error (f32) */
   clt__layer_slot *slots;      /* one per layer */
-  int first_trainable;         /* backward stops at this layer */
-  /* Gradient buckets: runs with pass->record put a marker on the queue when
-   * the backward of each bucket's lowest layer is done, so its all-reduce
-   * can start while the backward of earlier layers goes on. */
-  int nbuckets;
-  int *bucket_closed_at;       /* per bucket: the layer whose backward completes it */
-  int64_t *bucket_lo, *bucket_hi; /* per bucket: its gradient range [lo, hi) */
-  cl_event *bucket_ev;         /* per bucket, from the last recorded run */
-  /* clt__replica_copy_out: bucket b is copied to copy_to[b] (NULL: not)
-   * as it closes, by bucket_copied[b] in the last recorded run. */
-  void **copy_to;
-  cl_event *bucket_copied;
-  cl_event start_ev, end_ev;   /* around the last recorded run */
-  cl_event loss_ev;            /* clt__replica_poll_loss's read in flight, or NULL */
-  /* Wall time of the last recorded run, from its enqueueing to the end
-   * marker's completion callback (profiling clocks are not reliable on
-   * every driver). Nanoseconds; the callback runs on a driver thread. */
+  int first_trainable;         /* a backward that needs no input gradient stops at this layer */
+  const clt__run_hooks *hooks; /* what the run calls (clt__replica_set_hooks), or NULL */
+  void *hooks_user;
+  /* run_time.c: markers around the last recorded run (start_ev, end_ev)
+   * and its wall time from its enqueueing to the end marker's completion
+   * callback, which runs on a driver thread (nanoseconds); the loss read
+   * in flight; how long a wait may take (CLT_TIMEOUT; 300 until set), and
+   * where the loss is read to (the replica's own memory: after a timeout
+   * the device may still write it). */
+  cl_event start_ev, end_ev, loss_ev;
   int64_t run_start_ns;
   _Atomic int64_t run_end_ns;
   _Atomic int callbacks_pending; /* registered and not yet run: r must outlive them */
-  /* How long a wait for the device may take before it is an error
-   * (CLT_TIMEOUT; the trainer sets its communicator's), and where the
-   * loss is read to: the replica's own memory, since after a timeout the
-   * device may still write it. */
   double timeout_s;
   unsigned char loss_host[8];
   /* With a trace (clt__replica_trace): markers of the last run after its
@@ -73,82 +115,89 @@ struct clt__replica {
   cl_event *trace_ev;
   /* CLT_PROFILE=1: wait after every layer and add up seconds per layer
    * (forward, backward), reported when the replica is destroyed. */
-  double *prof_fwd, *prof_bwd, prof_loss;
+  double *prof_fwd, *prof_bwd, prof_loss, prof_t0;
   int64_t prof_runs;
-  /* A pipeline stage's activation sets (clt__replica_set_activation_sets):
-   * act, aux and input32 of each micro-batch in flight, set 0 the ones
-   * above; and each set's layer output views from its forward, which its
-   * backward reads. nsets 0: none made (a plain replica). */
-  int nsets;
-  cl_mem *set_act, *set_aux, *set_in32;
-  clt_tensor *set_outs; /* nsets x nlayers */
-  /* ZeRO stage 2 (model/replica_pool.c): no gradient arena (grads NULL).
-   * The backward writes bucket b into slot bucket_slot[b] of a pool of
-   * buffers (pool; pool16 its f16 copies under the f16 wire), zeroed when
-   * the bucket opens: after the host has read
-   * bucket bucket_after[b], the slot's previous user (bucket_read[], user
-   * events the exchange sets). The reduced shard of the gradient is gshard
-   * (shard_floats f32; gshard16 what the f16 wire brings). */
-  cl_mem pool, pool16, gshard, gshard16;
-  int64_t shard_floats;
-  int *bucket_slot, *bucket_after, *bucket_opened_at;
-  int64_t *slot_at;            /* per bucket: its slot's first float in pool */
-  cl_event *bucket_read;       /* per bucket, for the last recorded run */
-  unsigned char *bucket_open;  /* per bucket: opened in the run being enqueued */
 };
 
-/* Make a replica of spec on ctx for batches of up to max_batch samples,
- * activations stored as act_dtype (CLT_F32 or CLT_F16). Parameters are uploaded from params (spec->param_count floats); gradients
- * and optimizer state start at zero. */
+/* Make a replica of spec on ctx as cfg says, its parameters uploaded from
+ * params (spec->param_count floats); gradients and optimizer state start
+ * at zero. */
+int clt__replica_create_with(clt_context *ctx, const clt_model_spec *spec, const clt__replica_config *cfg,
+                             const float *params, clt__replica **out);
+/* The plain one: state for every parameter, its own gradient arena. */
 int clt__replica_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
                         clt_dtype act_dtype, const float *params, clt__replica **out);
-/* The same with optimizer state for state_params parameters only (a ZeRO
- * shard, laid out as src/dp/zero.c says) instead of all of them; with
- * grads_at, the gradient arena is a buffer over those host bytes
- * (param_count floats, page-aligned, on a context with shared_buffers:
- * the trainer's arena in node-shared memory), else a buffer of its own. */
-int clt__replica_create_sharded(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                                int64_t state_params, clt_dtype act_dtype, const float *params, void *grads_at,
-                                clt__replica **out);
-/* The same without a gradient arena: clt__replica_set_pool gives it the
- * buckets' pool and the shard's gradient before it runs (ZeRO stage 2). */
-int clt__replica_create_pooled(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                               int64_t state_params, clt_dtype act_dtype, const float *params, clt__replica **out);
 void clt__replica_destroy(clt__replica *r);
-/* What clt__replica_create(ctx, spec, max_batch, state_per_param,
- * act_dtype) allocates, from the same layout; wire: with the f16 copy of
- * the gradients that clt__replica_set_buckets may add. */
-void clt__replica_memory(const clt_model_spec *spec, int64_t max_batch, int state_per_param, clt_dtype act_dtype,
-                         int wire, clt_replica_memory *out);
-/* The same with optimizer state for state_params parameters (a ZeRO
- * shard) and grad_floats floats of gradients (P; under ZeRO stage 2 the
- * shard's and the bucket pool's). */
-void clt__replica_memory_sharded(const clt_model_spec *spec, int64_t max_batch, int state_per_param,
-                                 int64_t state_params, int64_t grad_floats, clt_dtype act_dtype, int wire,
-                                 clt_replica_memory *out);
+/* Hang hooks on every later run (NULL: none). hooks must outlive them. */
+void clt__replica_set_hooks(clt__replica *r, const clt__run_hooks *hooks, void *user);
+
+/* What clt__replica_create_with(…, cfg, …) allocates, from the same
+ * layout (gradients: the arena only). */
+void clt__replica_memory(const clt_model_spec *spec, const clt__replica_config *cfg, clt_replica_memory *out);
 /* clt_replica_memory_check against d with at most cap bytes of it (0: all
  * of it; cap also bounds one buffer): --max-device-memory. */
 int clt__replica_memory_fits(const clt_replica_memory *need, const clt_device_info *d, uint64_t cap);
+/* What the replica holds on its device, from the sizes of its buffers (the
+ * measured counterpart of clt__replica_memory, part by part), bytes. */
+typedef struct clt__replica_bytes {
+  uint64_t parameters, gradients, optimizer_state, activations, activation_grads, workspace, total;
+} clt__replica_bytes;
+void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out);
 
+/* Another activation set for r's batches (clt__act_set_destroy frees it),
+ * and the device bytes one takes. */
+int clt__act_set_create(const clt__replica *r, clt__act_set *set);
+void clt__act_set_destroy(clt__act_set *set);
+uint64_t clt__act_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype);
 
-/* Upload n samples (n, input size) and their labels (or a regression
- * model's targets, pass->targets), run the forward pass
- * and the loss; with `train`, dropout is active (keyed by seed, step and the
- * first sample's global index) and the backward pass accumulates the
- * gradient of the summed loss into the gradient arena. Only enqueues work:
- * clt__replica_read_loss waits for it. x and y must stay valid until then. */
-typedef struct clt__pass {
-  int train;
-  int record;           /* mark bucket completions and the run's device time */
-  uint64_t seed, step;
-  int64_t global_first; /* global index of sample 0 of this slice, for dropout masks */
-  float loss_scale;     /* the backward starts from loss_scale * dloss (0 means 1) */
-  float *logits;        /* not NULL: the last layer's output, (n, its shape) as f32, is read back into it
-                           (the run then waits for the forward) */
-  const float *targets; /* a regression model's float targets (n * labels_per_sample), which it takes in
-                           place of the labels y (NULL then); must stay valid as y */
-} clt__pass;
+/* Tensor views of the arenas (an empty view where there is none). */
+clt_tensor clt__replica_params(const clt__replica *r);
+clt_tensor clt__replica_grads(const clt__replica *r);
+clt_tensor clt__replica_state(const clt__replica *r);
+/* Zero the gradient arena (nothing without one). */
+int clt__replica_zero_grads(clt__replica *r);
+clt_context *clt__replica_context(const clt__replica *r);
+
+/* ---- runs (run.c) ---- */
+
+/* Upload n samples x (n, input size) and their labels y (or a regression
+ * model's targets, pass->targets), run the forward pass and the loss;
+ * with pass->train the backward accumulates the gradient of the summed
+ * loss. Only enqueues work: clt__replica_read_loss waits for it. x and y
+ * must stay valid until then. */
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
+/* A recorded run of no samples: the hooks' run_begin and run_end and the
+ * run's markers (a replica can get none of a partial last batch). */
+int clt__replica_run_empty(clt__replica *r, const clt__pass *pass);
+
+/* A run in pieces, on an activation set of the caller's (a pipeline
+ * stage's runner, src/pp): begin and end bracket it (a recorded run's
+ * markers, the hooks' run_begin and run_end). */
+int clt__replica_begin(clt__replica *r, const clt__pass *pass);
+int clt__replica_end(clt__replica *r, const clt__pass *pass);
+/* The input x of n samples into set s (outs[0]), and with targets (int32
+ * labels, or a regression model's f32 targets) those too. */
+int clt__replica_input(clt__replica *r, clt__act_set *s, const float *x, const void *targets, int64_t n);
+/* Layers 1 .. L-1 of n samples whose input is in s. */
+int clt__replica_forward(clt__replica *r, clt__act_set *s, int64_t n, const clt__pass *pass);
+/* The loss of s's last output (its sum into the scalars that
+ * clt__replica_read_loss reads) and, in training, its gradient: the dy of
+ * a backward from the loss. */
+int clt__replica_loss(clt__replica *r, clt__act_set *s, int64_t n, const clt__pass *pass);
+/* The backward of s's batch from dy_host (n x the output shape, f32; NULL:
+ * from the loss's gradient) into the gradients (accumulated); with
+ * to_input on to the gradient at the input, left in *dx (a view valid
+ * until the next backward). */
+int clt__replica_backward(clt__replica *r, clt__act_set *s, int64_t n, const float *dy_host, int to_input,
+                          const clt__pass *pass, clt_tensor *dx);
+/* s's last layer's output (n samples). */
+clt_tensor clt__act_set_output(const clt__replica *r, const clt__act_set *s);
+/* A tensor of r's into host as f32 (waits for it, moving the context's
+ * progress hook meanwhile). */
+int clt__replica_read(clt__replica *r, const clt_tensor *t, float *host);
+
+/* ---- a run's time and markers (run_time.c) ---- */
+
 /* Waits for the device give up after timeout_s seconds (CLT_ETIMEDOUT
  * naming the device); 300 until set. */
 void clt__replica_set_timeout(clt__replica *r, double timeout_s);
@@ -159,57 +208,17 @@ void clt__replica_set_timeout(clt__replica *r, double timeout_s);
 int clt__replica_read_loss(clt__replica *r, float *loss, double *metric);
 /* The same without waiting: the first call enqueues the read; *ready is
  * 0 until it is done, then 1 with loss and *metric set (the next call
- * starts a new read). A failed run is its error. Another replica's work
- * can go on meanwhile (evaluation on all of a process's devices at once). */
+ * starts a new read). A failed run is its error. */
 int clt__replica_poll_loss(clt__replica *r, int *ready, float *loss, double *metric);
 /* Drop a poll's read in flight (after a failure elsewhere): waits for it. */
 void clt__replica_poll_cancel(clt__replica *r);
-
-/* Buckets (src/dp/buckets.c lays them out): bucket b is the gradient range
- * [lo[b], hi[b]), complete once the backward of layer closed_at[b] is done
- * (a bucket whose layer the backward never reaches closes when it ends).
- * Recorded runs put a marker on the queue there; with `wire`, each bucket
- * is also rounded to an f16 copy (for an f16 all-reduce) before its marker.
- * All arrays are copied. */
-int clt__replica_set_buckets(clt__replica *r, int nbuckets, const int *closed_at, const int64_t *lo,
-                             const int64_t *hi, int wire);
-/* On a device whose buffers are host memory (CL_DEVICE_HOST_UNIFIED_MEMORY:
- * PoCL, llvmpipe), recorded runs copy each bucket b (what the exchange
- * sums: its range of the exchange view, or its slot of the pool) to host
- * memory at to[b] (nbuckets; NULL, or to NULL: not) on the compute queue
- * as it closes, before its marker. The exchange then starts
- * from the copy, and a pool's slot is free for its next bucket in the
- * queue's order. On a CPU device of one thread, a read on another queue
- * took turns with the backward's kernels queued ahead of it, so the
- * exchange waited for them, and under ZeRO stage 2 they for the exchange.
- * Elsewhere (a GPU's copy engine overlaps its kernels), or with
- * CLT_COPY_OUT=0, nothing is copied. to[b] must stay valid until the
- * next call. */
-void clt__replica_copy_out(clt__replica *r, void *const *to);
-/* Bucket b's copy in the last recorded run, or NULL. */
-cl_event clt__replica_bucket_copied(const clt__replica *r, int b);
-/* The f16 copy of the gradient arena (empty view without one). */
-clt_tensor clt__replica_wire(const clt__replica *r);
-/* What the gradient all-reduce sums in place: the f16 wire copy when there
- * is one, else the f32 gradient arena. */
-clt_tensor clt__replica_exchange_view(const clt__replica *r);
-/* After the all-reduce: the summed f16 wire copy back into the f32 arena
- * (nothing without a wire copy). Enqueued on the compute queue. */
-int clt__replica_wire_to_grads(clt__replica *r);
-/* Wait (host side, up to timeout_s) until bucket b of the last recorded
- * run is complete. */
-int clt__replica_wait_bucket(clt__replica *r, int b, double timeout_s);
+/* Wait, within the timeout, for everything queued so far. */
+int clt__replica_finish(clt__replica *r, const char *what);
 /* 1 while the last recorded run is still executing on the device. */
 int clt__replica_busy(const clt__replica *r);
-/* The context the replica lives on. */
-clt_context *clt__replica_context(const clt__replica *r);
-/* A recorded run of no samples: just the markers (a replica can get none of
- * a partial last batch, and the all-reduce still waits on its events). */
-int clt__replica_record_empty(clt__replica *r);
 /* Seconds the last recorded run took, enqueue to completion (0 if
  * unknown); waits briefly for the completion callback. */
 double clt__replica_run_time(clt__replica *r);
-
 /* Mark every layer's end in later runs (on), or stop (off). */
 int clt__replica_trace(clt__replica *r, int on);
 /* The last run's layers as spans on `lane` of tr, from the device's clock
@@ -217,79 +226,14 @@ int clt__replica_trace(clt__replica *r, int on);
  * it done); the run must be complete (its loss read). Nothing without
  * markers or a device clock. */
 void clt__replica_trace_spans(clt__replica *r, clt__trace *tr, int lane, int64_t end_ns);
-/* ---- pipeline stages (src/pp): the replica of a stage's spec
- * (clt__spec_stage), with a micro-batch's activations kept from its
- * forward to its backward in one of nsets activation sets. ---- */
 
-/* Make nsets activation sets (set 0 is the replica's own). Once. */
-int clt__replica_set_activation_sets(clt__replica *r, int nsets);
-/* Device bytes of one activation set (what each set beyond the first adds). */
-uint64_t clt__replica_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype);
-/* The forward of n samples x (host, (n, input shape) f32) into set `set`.
- * Not the last stage: the output is read into out (host, (n, output
- * shape) f32; waits). The last stage (`last`): labels y or pass->targets,
- * the loss (clt__replica_read_loss reads it) and, in training, the
- * backward right away into the gradient arena, on to the input gradient
- * read into dx unless dx is NULL (the first stage). Waits for the device
- * either way: x may be reused on return. */
-int clt__replica_stage_forward(clt__replica *r, int set, const float *x, const int32_t *y, int64_t n,
-                               const clt__pass *pass, int last, float *out, float *dx);
-/* The backward of set `set` from dy (host, (n, output shape) f32, the
- * next stage's input gradient) into the gradient arena (accumulated), and
- * the input gradient into dx (host; waits) unless dx is NULL. */
-int clt__replica_stage_backward(clt__replica *r, int set, const float *dy, int64_t n, const clt__pass *pass,
-                                float *dx);
-
-/* What the replica holds on its device, from the sizes of its buffers (the
- * measured counterpart of clt__replica_memory, part by part): parameters,
- * gradients (arena or shard and pool, with their f16 copies), optimizer
- * state, activations (with the input, labels and losses), their gradients
- * (the two buffers, backward scratch, skip slots) and workspaces (im2col,
- * and the context's scratch as large as it is now). Bytes. */
-typedef struct clt__replica_bytes {
-  uint64_t parameters, gradients, optimizer_state, activations, activation_grads, workspace, total;
-} clt__replica_bytes;
-void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out);
-
-/* Zero the gradient arena (under a pool: the shard's gradient). */
-int clt__replica_zero_grads(clt__replica *r);
-
-/* ---- ZeRO stage 2's bucket pool (model/replica_pool.c) ---- */
-
-/* After clt__replica_set_buckets: nslots buffers, slot s from float
- * slot_at[s] of the pool to slot_at[s + 1], bucket b written into slot[b]
- * once the host has read bucket after[b] (-1: none), opened by the
- * backward of layer opened_at[b]; and the shard's gradient of
- * shard_floats; with wire, f16 copies of both (the f16 wire). Arrays
- * copied. */
-int clt__replica_set_pool(clt__replica *r, int nslots, const int64_t *slot_at, const int *slot, const int *after,
-                          const int *opened_at, int64_t shard_floats, int wire);
-int clt__replica_pooled(const clt__replica *r);
-/* Whether a run is enqueued without the calling thread waiting for the
- * device (not so with host GEMMs run by the calling thread): only then may
- * a bucket wait for the exchange to free its slot. */
-int clt__replica_enqueues_ahead(const clt__replica *r);
-/* What the exchange reads of bucket b (its slot; f16 under the wire) and
- * where the reduced shard goes (gshard16 under the wire, else gshard). */
-clt_tensor clt__replica_pool_view(const clt__replica *r, int b);
-clt_tensor clt__replica_shard_exchange_view(const clt__replica *r);
-/* The host has read bucket b of the last recorded run: its slot may be
- * written again. */
-int clt__replica_bucket_read(clt__replica *r, int b);
-/* Inside a recorded run (replica.c): open the buckets that layer i's
- * backward starts (i < 0: every one not opened yet), close one (before its
- * marker: its f16 copy), and the run's start and end. */
-int clt__replica_pool_begin_run(clt__replica *r);
-int clt__replica_pool_open_at(clt__replica *r, int i);
-int clt__replica_pool_close(clt__replica *r, int b);
-void clt__replica_pool_free(clt__replica *r);
-/* The layer views' map into the pool (layer.h's gnb...). */
-struct clt__layer_io;
-void clt__replica_pool_io(const clt__replica *r, struct clt__layer_io *io);
-
-/* Tensor views of the whole arenas. */
-clt_tensor clt__replica_params(const clt__replica *r);
-clt_tensor clt__replica_grads(const clt__replica *r);
-clt_tensor clt__replica_state(const clt__replica *r);
+/* Internal to src/model (run.c, run_time.c, replica.c). */
+int clt__replica_marker(clt__replica *r, cl_event *ev);
+int clt__replica_trace_mark(clt__replica *r, int slot);
+void clt__replica_trace_clear(clt__replica *r);
+void clt__replica_charge(clt__replica *r, double *slot);
+int clt__replica_time_run_end(clt__replica *r);
+int clt__replica_wait_done(clt__replica *r);
+void clt__replica_report_profile(const clt__replica *r);
 
 #endif

@@ -58,8 +58,8 @@ typedef struct clt_param_spec {
   double scale;
   int decay;           /* decoupled weight decay applies (matrices), not to biases, norms, embeddings */
   int tied;            /* another layer's tensor seen here: not owned, saved or initialised twice */
-  int stage_copy;      /* a pipeline stage's own copy of a weight tied to a layer of another stage
-                          (model/stage.c): the owner is at whole_offset of the whole model's arena */
+  int stage_copy;      /* a part of a model (a pipeline stage's spec, src/pp) holds its own copy of a weight
+                          tied to a layer outside it: the owner is at whole_offset of the whole arena */
   int64_t whole_offset;
 } clt_param_spec;
 
@@ -105,8 +105,8 @@ typedef struct clt_model_spec {
   float huber_delta;   /* huber's delta= (1) */
   int loss_line;       /* where the loss line is (0: none, the default) */
   int skip_slots;      /* pending skip-branch gradients at most at once in the backward */
-  int layer_base;      /* a pipeline stage (model/stage.c): its layer i is the whole model's i + layer_base
-                          (what keys each dropout layer's masks); 0 for a whole model */
+  int layer_base;      /* a part of a model (a pipeline stage's spec, src/pp): its layer i is the whole
+                          model's i + layer_base (what keys each dropout layer's masks); 0 for a whole model */
 } clt_model_spec;
 
 /* Parse a whole spec; errors are CLT_EFORMAT with "name:line:col: what" and
@@ -120,17 +120,5 @@ int64_t clt__shape_numel(const clt_shape *s);
 /* Rows of a layer's last dimension per sample: 1 for a flat shape, T for
  * (T, C); what linear and layernorm multiply the batch by. */
 int64_t clt__shape_rows(const clt_shape *s);
-
-/* Pipeline stages (model/stage.c). Whether a stage may begin at layer c
- * (2 <= c < nlayers) without cutting a residual's branch; else why not,
- * into why. */
-int clt__spec_cut_ok(const clt_model_spec *s, int c, char *why, size_t len);
-/* The layers [lo, hi) of s (1 <= lo < hi <= nlayers) as a spec of their
- * own: an input line of layer lo - 1's output shape, then those layers,
- * their parameters laid out from 0; *base is where they start in s's
- * arena. A weight tied to a layer outside [lo, hi) becomes a copy of its
- * own after them (stage_copy; its gradient summed with the owner's by
- * src/pp before every update). */
-int clt__spec_stage(const clt_model_spec *s, int lo, int hi, clt_model_spec **out, int64_t *base);
 
 #endif

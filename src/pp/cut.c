@@ -198,13 +198,12 @@ static int time_pieces(clt_context *ctx, const clt_model_spec *s, const int *pos
       for (int64_t k = 0; k < nout; k++) dy[k] = (float)((k * 7919) % 201 - 100) * 1e-4f; /* an output gradient */
       rc = clt__replica_create(ctx, st, n, 0, dt, params, &r);
     }
-    if (rc == CLT_OK) rc = clt__replica_set_activation_sets(r, 1);
     int64_t least = -1;
     for (int run = 0; rc == CLT_OK && run < 4; run++) {
       clt__pass pass = {.train = 1, .seed = seed, .step = (uint64_t)run + 1};
       double t0 = clt__now();
-      rc = clt__replica_stage_forward(r, 0, x, NULL, n, &pass, 0, y, NULL);
-      if (rc == CLT_OK) rc = clt__replica_stage_backward(r, 0, dy, n, &pass, pos[i] > 1 ? x : NULL);
+      rc = clt__pp_stage_forward(r, &r->own, x, NULL, n, &pass, 0, y, NULL);
+      if (rc == CLT_OK) rc = clt__pp_stage_backward(r, &r->own, dy, n, &pass, pos[i] > 1 ? x : NULL);
       int64_t took = (int64_t)((clt__now() - t0) * 1e9);
       if (run > 0 && (least < 0 || took < least)) least = took;
     }

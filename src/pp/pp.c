@@ -10,21 +10,13 @@
  *
  * The cut (cut.c): stage boundaries go between layers (blocks expanded),
  * never inside a residual's branch; by hand, evenly, or by measured cost.
+ * A stage is a spec of its own (stage_spec.c).
  */
 #include "pp/pp_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-const clt_model *clt__pp_stage_model(const clt__pp *pp) { return &pp->stage_model; }
-clt_comm *clt__pp_stage_comm(const clt__pp *pp) { return pp->stage_comm; }
-int clt__pp_stage(const clt__pp *pp) { return pp->stage; }
-int clt__pp_stages(const clt__pp *pp) { return pp->P; }
-int clt__pp_replica(const clt__pp *pp) { return pp->d; }
-int clt__pp_replicas(const clt__pp *pp) { return pp->D; }
-int clt__pp_micro_batches(const clt__pp *pp) { return pp->M; }
-const int *clt__pp_cut(const clt__pp *pp) { return pp->cut; }
 
 int clt__pp_activation_sets(const clt__pp *pp) {
   if (pp->stage == pp->P - 1) return 1;

@@ -100,8 +100,9 @@ void clt__pp_set_trace(clt__pp *pp, clt__trace *tr, int lane) {
 static const char *ACT = "pipeline activations", *GRAD = "pipeline gradients";
 
 /* Forward of micro-batch k (the j-th with samples) in set `set`. */
-static int forward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k, int set, int record,
-                   const clt__pass *base, step_bufs *b, double *loss, double *metric) {
+static int forward(clt__pp *pp, const clt__pp_micro *mb, int k, int set, int record, const clt__pass *base,
+                   step_bufs *b, double *loss, double *metric) {
+  clt__replica *r = pp->r;
   int rc = CLT_OK, first = pp->stage == 0, last = pp->stage == pp->P - 1;
   int64_t n = mb[k].n;
   size_t in_bytes = (size_t)(b->off_in[k + 1] - b->off_in[k]) * sizeof(float);
@@ -118,7 +119,7 @@ static int forward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k,
   if (last) {
     float l;
     double c;
-    CLT_TRY(clt__replica_stage_forward(r, set, x, mb[k].y, n, &pass, 1, NULL,
+    CLT_TRY(clt__pp_stage_forward(r, pp->set[set], x, mb[k].y, n, &pass, 1, NULL,
                                        first || !pass.train ? NULL : b->grad_out + b->off_in[k]));
     CLT_TRY(clt__replica_read_loss(r, &l, &c));
     clt__trace_span(pp->trace, pp->trace_lane, "compute", s0, clt__trace_ns(), "micro-batch %d: forward%s", k,
@@ -128,7 +129,7 @@ static int forward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k,
       CLT_TRY(clt__p2p_isend(pp->pipe_comm, b->grad_out + b->off_in[k], in_bytes, pp->stage - 1, CLT__PP_TAG_GRAD,
                              (uint64_t)k + 1, &b->send_grad[k]));
   } else {
-    CLT_TRY(clt__replica_stage_forward(r, set, x, NULL, n, &pass, 0, b->act_out + b->off_out[k], NULL));
+    CLT_TRY(clt__pp_stage_forward(r, pp->set[set], x, NULL, n, &pass, 0, b->act_out + b->off_out[k], NULL));
     clt__trace_span(pp->trace, pp->trace_lane, "compute", s0, clt__trace_ns(), "micro-batch %d: forward", k);
     CLT_TRY(clt__p2p_isend(pp->pipe_comm, b->act_out + b->off_out[k], out_bytes, pp->stage + 1, CLT__PP_TAG_ACT,
                            (uint64_t)k + 1, &b->send_act[k]));
@@ -137,8 +138,9 @@ fail:
   return rc;
 }
 
-static int backward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k, int set, int record,
-                    const clt__pass *base, step_bufs *b) {
+static int backward(clt__pp *pp, const clt__pp_micro *mb, int k, int set, int record, const clt__pass *base,
+                    step_bufs *b) {
+  clt__replica *r = pp->r;
   int rc = CLT_OK, first = pp->stage == 0;
   if (pp->stage == pp->P - 1) return CLT_OK; /* done with its forward */
   size_t in_bytes = (size_t)(b->off_in[k + 1] - b->off_in[k]) * sizeof(float);
@@ -147,7 +149,7 @@ static int backward(clt__pp *pp, clt__replica *r, const clt__pp_micro *mb, int k
   pass.record = record;
   CLT_TRY(wait_msg(pp, &b->recv_grad[k], GRAD));
   int64_t s0 = clt__trace_ns();
-  CLT_TRY(clt__replica_stage_backward(r, set, b->grad_in + b->off_out[k], mb[k].n, &pass,
+  CLT_TRY(clt__pp_stage_backward(r, pp->set[set], b->grad_in + b->off_out[k], mb[k].n, &pass,
                                       first ? NULL : b->grad_out + b->off_in[k]));
   clt__trace_span(pp->trace, pp->trace_lane, "compute", s0, clt__trace_ns(), "micro-batch %d: backward", k);
   if (!first)
@@ -157,13 +159,14 @@ fail:
   return rc;
 }
 
-int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, const clt__pass *base, int64_t step,
-                double *loss, double *metric) {
+int clt__pp_run(clt__pp *pp, int m, const clt__pp_micro *mb, const clt__pass *base, int64_t step, double *loss,
+                double *metric) {
+  clt__replica *r = pp->r;
   int rc = CLT_OK, first = pp->stage == 0, last = pp->stage == pp->P - 1;
   const clt_model_spec *s = pp->stage_model.spec;
   int64_t in_numel = clt__shape_numel(&s->layers[0].out_shape);
   int64_t out_numel = clt__shape_numel(&s->layers[s->nlayers - 1].out_shape);
-  int *idx = NULL, nsets = r->nsets ? r->nsets : 1;
+  int *idx = NULL, nsets = pp->nsets;
   step_bufs b;
   clt_context *ctx = clt__replica_context(r);
   double t0 = clt__now();
@@ -195,12 +198,15 @@ int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, co
                              (uint64_t)k + 1, &b.recv_grad[k]));
   }
   if (!base->train) { /* evaluation: forwards only */
-    for (int j = 0; j < mm; j++) CLT_TRY(forward(pp, r, mb, idx[j], 0, 0, base, &b, loss, metric));
+    for (int j = 0; j < mm; j++) CLT_TRY(forward(pp, mb, idx[j], 0, 0, base, &b, loss, metric));
   } else if (mm == 0) {
-    CLT_TRY(clt__replica_record_empty(r)); /* the exchange still waits on its markers */
+    clt__pass empty = *base;
+    empty.record = 1;
+    CLT_TRY(clt__replica_run_empty(r, &empty)); /* the exchange still waits on its markers */
   } else if (pp->schedule == CLT_PIPELINE_GPIPE) {
-    for (int j = 0; j < mm; j++) CLT_TRY(forward(pp, r, mb, idx[j], j % nsets, last && j == mm - 1, base, &b, loss, metric));
-    for (int j = 0; j < mm; j++) CLT_TRY(backward(pp, r, mb, idx[j], j % nsets, j == mm - 1, base, &b));
+    for (int j = 0; j < mm; j++)
+      CLT_TRY(forward(pp, mb, idx[j], j % nsets, last && j == mm - 1, base, &b, loss, metric));
+    for (int j = 0; j < mm; j++) CLT_TRY(backward(pp, mb, idx[j], j % nsets, j == mm - 1, base, &b));
   } else {
     int warm = pp->P - pp->stage - 1 < mm ? pp->P - pp->stage - 1 : mm;
     if (warm + 1 > nsets && warm < mm) {
@@ -208,13 +214,13 @@ int clt__pp_run(clt__pp *pp, clt__replica *r, int m, const clt__pp_micro *mb, co
                       pp->stage, warm + 1, nsets);
       goto fail;
     }
-    for (int j = 0; j < warm; j++) CLT_TRY(forward(pp, r, mb, idx[j], j % nsets, 0, base, &b, loss, metric));
+    for (int j = 0; j < warm; j++) CLT_TRY(forward(pp, mb, idx[j], j % nsets, 0, base, &b, loss, metric));
     for (int j = 0; j < mm - warm; j++) {
       int f = warm + j;
-      CLT_TRY(forward(pp, r, mb, idx[f], f % nsets, last && f == mm - 1, base, &b, loss, metric));
-      CLT_TRY(backward(pp, r, mb, idx[j], j % nsets, j == mm - 1, base, &b));
+      CLT_TRY(forward(pp, mb, idx[f], f % nsets, last && f == mm - 1, base, &b, loss, metric));
+      CLT_TRY(backward(pp, mb, idx[j], j % nsets, j == mm - 1, base, &b));
     }
-    for (int j = mm - warm; j < mm; j++) CLT_TRY(backward(pp, r, mb, idx[j], j % nsets, j == mm - 1, base, &b));
+    for (int j = mm - warm; j < mm; j++) CLT_TRY(backward(pp, mb, idx[j], j % nsets, j == mm - 1, base, &b));
   }
   for (int k = 0; k < m; k++) { /* the sends' buffers are freed next */
     CLT_TRY(wait_msg(pp, &b.send_act[k], ACT));

@@ -34,9 +34,9 @@ static const char *state_prefix(int per, int slot) {
 /* ---- saving ---------------------------------------------------------------- */
 
 static json_t *position_json(const clt_trainer *t) {
-  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "epoch", (json_int_t)t->pos.epoch, "step", (json_int_t)t->pos.step,
-                   "micro_batch", (json_int_t)t->micro_batch, "samples_in_epoch",
-                   (json_int_t)(t->pos.step * t->micro_batch), "train_samples", (json_int_t)t->pos_count);
+  return json_pack("{s:I, s:I, s:I, s:I, s:I}", "epoch", (json_int_t)t->progress.pos.epoch, "step", (json_int_t)t->progress.pos.step,
+                   "micro_batch", (json_int_t)t->s.micro_batch, "samples_in_epoch",
+                   (json_int_t)(t->progress.pos.step * t->s.micro_batch), "train_samples", (json_int_t)t->progress.count);
 }
 
 /* A float32 setting as the shortest decimal that reads back as the same
@@ -64,9 +64,9 @@ static json_t *optimizer_json(const clt_train_options *o) {
 static json_t *training_json(const clt_trainer *t) {
   static const char *const balance[] = {"equal", "weights", "auto"};
   json_t *shares = json_array();
-  for (int r = 0; r < t->nreplicas; r++) json_array_append_new(shares, json_integer(clt__dp_shares(t->dp)[r]));
+  for (int r = 0; r < clt__dp_replicas(t->s.dp); r++) json_array_append_new(shares, json_integer(clt__dp_shares(t->s.dp)[r]));
   return json_pack("{s:I, s:I, s:i, s:i, s:s, s:o}", "batch", (json_int_t)t->opts.batch, "accumulate",
-                   (json_int_t)t->opts.accumulate, "ranks", t->nranks, "replicas", t->nreplicas, "balance",
+                   (json_int_t)t->opts.accumulate, "ranks", t->nranks, "replicas", clt__dp_replicas(t->s.dp), "balance",
                    (unsigned)t->opts.balance < 3 ? balance[t->opts.balance] : "?", "shares", shares);
 }
 
@@ -91,13 +91,13 @@ static void new_run_id(char *out, size_t size) {
 /* The run record; a run that neither resumed nor saved before gets its
  * identity now (doc/checkpoint.md). */
 static json_t *run_json(clt_trainer *t) {
-  if (!t->run_id[0]) {
-    new_run_id(t->run_id, sizeof t->run_id);
-    t->run_branch = 0;
-    t->run_started = now_ns();
+  if (!t->run.id[0]) {
+    new_run_id(t->run.id, sizeof t->run.id);
+    t->run.branch = 0;
+    t->run.started = now_ns();
   }
-  return json_pack("{s:s, s:I, s:I}", "id", t->run_id, "branched_from", (json_int_t)t->run_branch, "started",
-                   (json_int_t)t->run_started);
+  return json_pack("{s:s, s:I, s:I}", "id", t->run.id, "branched_from", (json_int_t)t->run.branch, "started",
+                   (json_int_t)t->run.started);
 }
 
 /* The metadata's JSON values, as strings (safetensors metadata is a map of
@@ -108,33 +108,16 @@ static char *dump(json_t *v, size_t flags) {
   return s;
 }
 
-/* Rank 0: gather replica 0's parameters and state and write them. */
-int clt__checkpoint_write(clt_trainer *t, const char *path) {
+/* Rank 0: write the gathered parameters and state. */
+int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf) {
   int rc = CLT_OK, n = 0;
   const clt_model_spec *spec = t->model->spec;
   int64_t P = spec->param_count;
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
-  float *buf = clt__calloc((size_t)P * (1 + per), sizeof *buf);
   clt__st_tensor *tensors = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS * (1 + per), sizeof *tensors);
   char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL, *run = NULL;
-  if (!buf || !tensors) { rc = CLT_ENOMEM; goto fail; }
+  if (!tensors) { rc = CLT_ENOMEM; goto fail; }
   double t0 = clt__now();
-
-  if (t->pp) { /* gathered from the stages (clt__checkpoint_gather_state) */
-    memcpy(buf, t->zero_state, (size_t)(P * (1 + per)) * sizeof *buf);
-  } else {
-    CLT_TRY(clt_trainer_params(t, buf, P));
-  }
-  if (per && !t->pp) {
-    if (t->zero_state) { /* gathered from every rank's shard */
-      memcpy(buf + P, t->zero_state, (size_t)(per * P) * sizeof *buf);
-    } else if (t->host_state[0]) {
-      memcpy(buf + P, t->host_state[0], (size_t)(per * P) * sizeof *buf);
-    } else {
-      clt_tensor s = clt__replica_state(t->rep[0]);
-      CLT_TRY(clt_tensor_download(t->ctx[0], &s, buf + P, (size_t)(per * P) * sizeof *buf));
-    }
-  }
   int k;
   CLT_TRY(clt__arena_tensors(spec, "params/", buf, tensors, &n));
   for (int slot = 0; slot < per; slot++) {
@@ -143,9 +126,9 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   }
 
   char step[32], epoch[32], params[32], seed[32], scale[32];
-  snprintf(scale, sizeof scale, "%.17g", t->loss_scale);
+  snprintf(scale, sizeof scale, "%.17g", t->scaler.scale);
   snprintf(step, sizeof step, "%lld", (long long)t->steps_done);
-  snprintf(epoch, sizeof epoch, "%lld", (long long)t->pos.epoch);
+  snprintf(epoch, sizeof epoch, "%lld", (long long)t->progress.pos.epoch);
   snprintf(params, sizeof params, "%lld", (long long)P);
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->opts.seed);
   position = dump(position_json(t), 0);
@@ -153,11 +136,11 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
                        (json_int_t)t->micro_steps), 0);
   optim = dump(optimizer_json(&t->opts), JSON_REAL_PRECISION(9)); /* 9 digits hold any float */
   training = dump(training_json(t), 0);
-  progress = dump(json_pack("{s:I, s:f, s:f, s:f}", "steps", (json_int_t)t->ep_steps, "loss_sum", t->ep_sums[0],
-                            "correct", t->ep_sums[1], "samples", t->ep_sums[2]), 0); /* 17 digits: exact */
+  progress = dump(json_pack("{s:I, s:f, s:f, s:f}", "steps", (json_int_t)t->progress.ep_steps, "loss_sum", t->progress.ep_sums[0],
+                            "correct", t->progress.ep_sums[1], "samples", t->progress.ep_sums[2]), 0); /* 17 digits: exact */
   run = dump(run_json(t), 0);
   scaling = dump(json_pack("{s:s, s:I, s:I}", "precision", t->opts.precision == CLT_F16 ? "fp16" : "fp32",
-                           "clean_steps", (json_int_t)t->scale_clean_steps, "skipped", (json_int_t)t->skipped), 0);
+                           "clean_steps", (json_int_t)t->scaler.clean_steps, "skipped", (json_int_t)t->scaler.skipped), 0);
   if (!position || !rng || !optim || !training || !progress || !scaling || !run) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
   const char *meta[] = {"format", CLT__CKPT_FORMAT, "format_version", CLT__CKPT_VERSION_STR, "cltrain_version",
                         clt_version(), "model", clt_model_text(t->model), "param_count", params, "step", step,
@@ -169,43 +152,29 @@ int clt__checkpoint_write(clt_trainer *t, const char *path) {
   clt__log(CLT_LOG_INFO, "saved checkpoint %s (step %lld, %s) in %.3f s", path, (long long)t->steps_done,
            clt__fmt_bytes((uint64_t)P * (1 + per) * 4, size, sizeof size), clt__now() - t0);
 fail:
-  free(buf), free(tensors);
+  free(tensors);
   free(position), free(rng), free(optim), free(training), free(progress), free(scaling), free(run);
   return rc;
 }
 
-int clt__checkpoint_gather_state(clt_trainer *t) {
-  int rc = CLT_OK, n;
-  int64_t P = clt_model_param_count(t->model), params;
+int clt__checkpoint_gather(clt_trainer *t, float **out) {
+  int64_t P = clt_model_param_count(t->model);
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
-  float *shard = NULL;
-  if (t->pp) { /* the whole model from the stages, parameters then state, into zero_state on rank 0 */
-    if (!t->zero_state && !(t->zero_state = clt__calloc((size_t)(P * (1 + per)) + 1, sizeof *t->zero_state)))
-      rc = CLT_ENOMEM;
-    CLT_TRY(clt__trainer_all_ok(t, rc, "allocating for a checkpoint"));
-    return clt__trainer_whole(t, t->zero_state, t->zero_state + P, 0);
-  }
-  if (!clt__dp_zero(t->dp) || per == 0) return CLT_OK;
-  clt__dp_shard(t->dp, &n, &params);
-  if (!t->zero_state && !(t->zero_state = clt__calloc((size_t)(per * P), sizeof *t->zero_state))) return CLT_ENOMEM;
-  if (t->host_state[0]) {
-    shard = t->host_state[0];
-  } else {
-    clt_tensor s = clt__replica_state(t->rep[0]);
-    if (!(shard = clt__calloc((size_t)(per * params) + 1, sizeof *shard))) return CLT_ENOMEM;
-    CLT_TRY(clt_tensor_download(t->ctx[0], &s, shard, (size_t)(per * params) * sizeof *shard));
-  }
-  rc = clt__dp_gather_state(t->dp, shard, per, P, t->zero_state);
-fail:
-  if (shard != t->host_state[0]) free(shard);
+  float *buf = clt__calloc((size_t)(P * (1 + per)) + 1, sizeof *buf);
+  int rc = clt__trainer_all_ok(t, buf ? CLT_OK : CLT_ENOMEM, "allocating for a checkpoint");
+  if (rc == CLT_OK) rc = t->s.i->get_state(t->s.self, buf, per ? buf + P : NULL, 0);
+  if (rc < 0) free(buf), buf = NULL;
+  *out = buf;
   return rc;
 }
 
 int clt_trainer_save_checkpoint(clt_trainer *t, const char *path) {
+  float *buf;
   if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_save_checkpoint: trainer and path are needed");
-  int rc = clt__checkpoint_gather_state(t);
+  int rc = clt__checkpoint_gather(t, &buf);
   if (rc < 0) return rc;
-  rc = t->rank == 0 ? clt__checkpoint_write(t, path) : CLT_OK;
+  rc = t->rank == 0 ? clt__checkpoint_write(t, path, buf) : CLT_OK;
+  free(buf);
   return clt__trainer_share_status(t, rc);
 }
 
@@ -579,18 +548,18 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
                     (long long)h->step, (long long)mb, (long long)h->epoch + 1, (long long)h->count);
     goto fail;
   }
-  if (mb != t->micro_batch) {
-    if (samples % t->micro_batch) {
+  if (mb != t->s.micro_batch) {
+    if (samples % t->s.micro_batch) {
       rc = clt__error(CLT_EMISMATCH, "%s stopped after %lld samples of epoch %lld, in micro-batches of %lld; this "
                       "run's micro-batches of %lld do not end there (batch / accumulate); resume with a batch that "
                       "divides it", path, (long long)samples, (long long)h->epoch + 1, (long long)mb,
-                      (long long)t->micro_batch);
+                      (long long)t->s.micro_batch);
       goto fail;
     }
     clt__log(CLT_LOG_WARN, "%s was trained with micro-batches of %lld samples, this run takes %lld: it goes on "
-             "after sample %lld of epoch %lld", path, (long long)mb, (long long)t->micro_batch, (long long)samples,
+             "after sample %lld of epoch %lld", path, (long long)mb, (long long)t->s.micro_batch, (long long)samples,
              (long long)h->epoch + 1);
-    h->step = samples / t->micro_batch;
+    h->step = samples / t->s.micro_batch;
   }
 
   /* The epoch's sums so far, and the balancer's shares when they apply. */
@@ -601,16 +570,16 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   CLT_TRY(json_num(path, "epoch_progress", progress, "samples", &h->ep_sums[2]));
   CLT_TRY(meta_json(f, path, "training", &training));
   json_t *sh = json_object_get(training, "shares");
-  if (t->opts.balance == CLT_BALANCE_AUTO && json_is_array(sh) && (int)json_array_size(sh) == t->nreplicas) {
+  if (t->opts.balance == CLT_BALANCE_AUTO && json_is_array(sh) && (int)json_array_size(sh) == clt__dp_replicas(t->s.dp)) {
     int64_t sum = 0;
     int ok = 1;
-    for (int r = 0; r < t->nreplicas; r++) {
+    for (int r = 0; r < clt__dp_replicas(t->s.dp); r++) {
       json_t *e = json_array_get(sh, (size_t)r);
       ok &= json_is_integer(e) && json_integer_value(e) >= t->opts.balance_min_share;
       shares[r] = ok ? json_integer_value(e) : 0;
       sum += shares[r];
     }
-    if (ok && sum == t->micro_batch) h->nshares = t->nreplicas;
+    if (ok && sum == t->s.micro_batch) h->nshares = clt__dp_replicas(t->s.dp);
   }
   clt__log(CLT_LOG_INFO, "read checkpoint %s (step %lld, epoch %lld, batch %lld of the epoch) and checked it in %.3f s",
            path, (long long)h->steps_done, (long long)h->epoch + 1, (long long)h->step, clt__now() - t0);
@@ -631,7 +600,6 @@ int clt__checkpoint_read(clt_trainer *t, const char *path, clt__ckpt_header *h, 
  * place on every local replica. */
 int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, float *payload) {
   int rc = CLT_OK;
-  float *shard_state = NULL;
   int64_t P = clt_model_param_count(t->model);
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   if (t->nranks > 1) {
@@ -642,61 +610,33 @@ int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, 
     CLT_TRY(clt_bcast(t->comm, payload, (size_t)P * (1 + per) * sizeof *payload, 0));
   }
   if (h->rc < 0) return h->rc;
-  /* The file holds the whole state; under ZeRO this rank keeps its shard. */
-  int nshard;
-  int64_t params;
-  clt__dp_shard(t->dp, &nshard, &params);
-  float *state = payload + P;
-  if (t->pp) { /* this stage's part, in place: the parameters, then the state after them */
-    int64_t Ps = clt_model_param_count(t->local);
-    clt__pp_take(t->pp, t->model->spec, payload, payload + P, per, payload, payload + P);
-    if (per) memmove(payload + Ps, payload + P, (size_t)(per * Ps) * sizeof *payload);
-    state = payload + Ps;
-    params = Ps;
-    P = Ps;
-  } else if (per && clt__dp_zero(t->dp)) {
-    if (!(state = shard_state = clt__calloc((size_t)(per * params) + 1, sizeof *state))) return CLT_ENOMEM;
-    clt__dp_scatter_state(t->dp, payload + P, per, P, state);
-  }
-  t->sitting = 0; /* every replica takes it all: none is stale */
-  for (int i = 0; i < t->nlocal; i++) {
-    t->stale[i] = 0;
-    clt_tensor p = clt__replica_params(t->rep[i]), s = clt__replica_state(t->rep[i]);
-    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, payload, (size_t)P * sizeof *payload));
-    if (per) CLT_TRY(clt_tensor_upload(t->ctx[i], &s, state, (size_t)(per * params) * sizeof *payload));
-    if (t->host_params[i]) {
-      memcpy(t->host_params[i], payload, (size_t)P * sizeof *payload);
-      if (per) memcpy(t->host_state[i], state, (size_t)(per * params) * sizeof *payload);
-    }
-  }
-  free(shard_state);
-  shard_state = NULL;
+  /* The file holds the whole state: the strategy puts each rank's part of it on its replicas. */
+  CLT_TRY(t->s.i->set_state(t->s.self, payload, per ? payload + P : NULL));
   t->steps_done = h->steps_done;
   t->micro_steps = h->micro_steps;
   if (t->opts.precision == CLT_F16) {
-    t->loss_scale = h->loss_scale > 0 ? h->loss_scale : t->opts.loss_scale;
-    t->scale_clean_steps = h->loss_scale > 0 ? h->scale_clean_steps : 0;
-    t->skipped = h->loss_scale > 0 ? h->skipped : 0;
-    t->skips_in_row = 0;
+    t->scaler.scale = h->loss_scale > 0 ? h->loss_scale : t->opts.loss_scale;
+    t->scaler.clean_steps = h->loss_scale > 0 ? h->scale_clean_steps : 0;
+    t->scaler.skipped = h->loss_scale > 0 ? h->skipped : 0;
+    t->scaler.in_row = 0;
   }
-  t->pos.epoch = h->epoch;
-  t->pos.step = h->step;
-  t->pos_count = h->count;
-  t->ep_steps = h->ep_steps;
-  memcpy(t->ep_sums, h->ep_sums, sizeof t->ep_sums);
-  t->saved_step = h->steps_done; /* no need to save this state again */
+  t->progress.pos.epoch = h->epoch;
+  t->progress.pos.step = h->step;
+  t->progress.count = h->count;
+  t->progress.ep_steps = h->ep_steps;
+  memcpy(t->progress.ep_sums, h->ep_sums, sizeof t->progress.ep_sums);
+  t->run.saved_step = h->steps_done; /* no need to save this state again */
   /* A resumed run goes on under the checkpoint's run id (a new one for a
    * file older than the record), as a session branched from this step. */
   if (h->run_id[0])
-    clt__strlcpy(t->run_id, h->run_id, sizeof t->run_id);
+    clt__strlcpy(t->run.id, h->run_id, sizeof t->run.id);
   else
-    t->run_id[0] = 0, new_run_id(t->run_id, sizeof t->run_id);
-  t->run_branch = h->steps_done;
-  t->run_started = now_ns();
-  if (h->nshares == t->nreplicas) CLT_TRY(clt__dp_set_shares(t->dp, shares)); /* checked when read; collective */
+    t->run.id[0] = 0, new_run_id(t->run.id, sizeof t->run.id);
+  t->run.branch = h->steps_done;
+  t->run.started = now_ns();
+  if (h->nshares == clt__dp_replicas(t->s.dp)) CLT_TRY(clt__dp_set_shares(t->s.dp, shares)); /* checked when read; collective */
   return CLT_OK;
 fail:
-  free(shard_state);
   return clt__error_prefix(rc, "loading checkpoint %s", h->path);
 }
 
@@ -704,7 +644,7 @@ int clt__checkpoint_alloc(clt_trainer *t, clt__ckpt_header **h, int64_t **shares
   int64_t P = clt_model_param_count(t->model);
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   *h = clt__calloc(1, sizeof **h);
-  *shares = clt__calloc((size_t)t->nreplicas, sizeof **shares);
+  *shares = clt__calloc((size_t)clt__dp_replicas(t->s.dp), sizeof **shares);
   *payload = clt__calloc((size_t)P * (1 + per), sizeof **payload);
   if (*h && *shares && *payload) return CLT_OK;
   free(*h), free(*shares), free(*payload);
@@ -731,5 +671,5 @@ int clt_trainer_load_checkpoint(clt_trainer *t, const char *path) {
 }
 
 void clt_trainer_position(const clt_trainer *t, clt_sampler_pos *pos) {
-  if (t && pos) *pos = t->pos;
+  if (t && pos) *pos = t->progress.pos;
 }

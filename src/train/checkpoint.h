@@ -47,8 +47,13 @@ typedef struct clt__run_info {
  * files older than the record); the file is closed again. */
 int clt__checkpoint_run_info(const char *path, int check_data, clt__run_info *out);
 
-/* Rank 0: write the trainer's state to path (atomically). */
-int clt__checkpoint_write(clt_trainer *t, const char *path);
+/* Collective: the whole model's parameters and optimizer state from every
+ * rank's replicas (the strategy's get_state) into *out (P (1 + per)
+ * floats, parameters then state; freed by the caller; NULL on failure). */
+int clt__checkpoint_gather(clt_trainer *t, float **out);
+/* Rank 0: write the trainer's state to path (atomically), with the
+ * parameters and state clt__checkpoint_gather gave. */
+int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf);
 /* Open path and check it is a whole checkpoint of a version we read: the
  * format, the version, the header's CRC32 and size, and with check_data the
  * data's CRC32. */

@@ -127,7 +127,7 @@ static void remove_leftovers(const char *dir) {
   closedir(d);
 }
 
-static int save_to_dir(clt_trainer *t) {
+static int save_to_dir(clt_trainer *t, const float *buf) {
   const char *dir = t->opts.checkpoint_dir;
   char path[PATH_MAX];
   entry *list = NULL;
@@ -135,7 +135,7 @@ static int save_to_dir(clt_trainer *t) {
   CLT_TRY(clt_checkpoint_path(dir, t->steps_done, path, sizeof path));
   CLT_TRY(clt__make_dirs(dir, "the checkpoint directory"));
   remove_leftovers(dir);
-  CLT_TRY(clt__checkpoint_write(t, path));
+  CLT_TRY(clt__checkpoint_write(t, path, buf));
   /* Only now that the new one is whole do others go: the newest K whole
    * ones stay (in latest's order, the new one first), and no whole one is
    * removed while a damaged one stays, so damaged files go too. Those kept
@@ -192,11 +192,13 @@ int clt__checkpoint_dir_check(clt_trainer *t) {
 }
 
 int clt__trainer_checkpoint_to_dir(clt_trainer *t) {
-  int rc = clt__checkpoint_gather_state(t);
+  float *buf;
+  int rc = clt__checkpoint_gather(t, &buf);
   if (rc < 0) return rc;
-  rc = t->rank == 0 ? save_to_dir(t) : CLT_OK;
+  rc = t->rank == 0 ? save_to_dir(t, buf) : CLT_OK;
+  free(buf);
   rc = clt__trainer_share_status(t, rc);
-  if (rc == CLT_OK) t->saved_step = t->steps_done;
+  if (rc == CLT_OK) t->run.saved_step = t->steps_done;
   return rc;
 }
 

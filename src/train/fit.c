@@ -45,8 +45,8 @@ static int check_same_data(clt_trainer *t, const clt_dataset *ds) {
 /* New shares reach the prefetchers from their next batch on. */
 static int apply_shares(clt_trainer *t, clt_prefetcher **pf, int64_t *first) {
   int rc = CLT_OK;
-  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], t->nreplicas, clt__dp_shares(t->dp)));
-  for (int i = 0; i < t->nlocal; i++) first[i] = clt__dp_slice_start(t->dp, i);
+  for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], clt__dp_replicas(t->s.dp), clt__dp_shares(t->s.dp)));
+  for (int i = 0; i < t->nlocal; i++) first[i] = clt__dp_slice_start(t->s.dp, i);
 fail:
   return rc;
 }
@@ -89,12 +89,12 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
                        int64_t steps_per_epoch, fit_clock *c, clt_train_event *ev) {
   const clt_train_options *o = &t->opts;
   double tn = now_s(), comm_s, hidden_s;
-  clt__dp_comm_time(t->dp, &comm_s, &hidden_s, 1);
+  clt__dp_comm_time(t->s.dp, &comm_s, &hidden_s, 1);
   memset(ev, 0, sizeof *ev);
   ev->kind = CLT_EVENT_STEP;
   ev->epoch = epoch + 1, ev->epochs = o->epochs;
   ev->step = t->steps_done, ev->steps_total = steps_total;
-  ev->step_in_epoch = t->ep_steps, ev->steps_per_epoch = steps_per_epoch;
+  ev->step_in_epoch = t->progress.ep_steps, ev->steps_per_epoch = steps_per_epoch;
   ev->loss = st->loss_sum / (double)st->labels;
   ev->accuracy = st->correct / (double)st->labels;
   ev->lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
@@ -105,12 +105,12 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->grad_norm = st->grad_norm;
   ev->comm_s = comm_s;
   ev->comm_hidden = comm_s > 0 ? hidden_s / comm_s : NAN;
-  ev->nreplicas = t->nreplicas;
-  ev->shares = clt__dp_shares(t->dp);
-  ev->throughput = clt__dp_throughput(t->dp);
-  if (o->balance == CLT_BALANCE_AUTO) clt__dp_cost_arrays(t->dp, &ev->fixed_s, &ev->per_sample_s);
-  ev->loss_scale = t->loss_scale;
-  ev->skipped = t->skipped;
+  ev->nreplicas = clt__dp_replicas(t->s.dp);
+  ev->shares = clt__dp_shares(t->s.dp);
+  ev->throughput = clt__dp_throughput(t->s.dp);
+  if (o->balance == CLT_BALANCE_AUTO) clt__dp_cost_arrays(t->s.dp, &ev->fixed_s, &ev->per_sample_s);
+  ev->loss_scale = t->scaler.scale;
+  ev->skipped = t->scaler.skipped;
   c->window_t = tn;
   c->window_samples = 0;
 }
@@ -225,7 +225,7 @@ int clt__trainer_metrics_write(clt_trainer *t, FILE *metrics, json_t *o) {
 static int checkpoint(clt_trainer *t) {
   int64_t c0 = clt__trace_ns();
   int rc = clt__trainer_checkpoint_to_dir(t);
-  clt__trace_span(t->trace, t->trace_host, "checkpoint", c0, clt__trace_ns(), "checkpoint at step %lld",
+  clt__trace_span(t->timeline.trace, t->timeline.host, "checkpoint", c0, clt__trace_ns(), "checkpoint at step %lld",
                   (long long)t->steps_done);
   return rc;
 }
@@ -273,31 +273,31 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   /* Go on from where the trainer stands (a loaded checkpoint, or an
    * earlier fit): the position means something only on the same data. */
   int64_t count = clt_dataset_count(train);
-  if (t->pos_count && t->pos_count != count) {
+  if (t->progress.count && t->progress.count != count) {
     rc = clt__error(CLT_EMISMATCH, "the checkpoint was taken %lld samples into epoch %lld of a training set of %lld "
-                    "samples, and %s has %lld: resume on the same training set", (long long)(t->pos.step * t->micro_batch),
-                    (long long)t->pos.epoch + 1, (long long)t->pos_count, clt_dataset_path(train), (long long)count);
+                    "samples, and %s has %lld: resume on the same training set", (long long)(t->progress.pos.step * t->s.micro_batch),
+                    (long long)t->progress.pos.epoch + 1, (long long)t->progress.count, clt_dataset_path(train), (long long)count);
     goto fail;
   }
-  CLT_TRY(clt_sampler_create(count, t->micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0, &smp));
-  CLT_TRY(clt_sampler_set_shares(smp, t->nreplicas, clt__dp_shares(t->dp)));
-  if ((rc = clt_sampler_set_position(smp, t->pos)) < 0) {
+  CLT_TRY(clt_sampler_create(count, t->s.micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0, &smp));
+  CLT_TRY(clt_sampler_set_shares(smp, clt__dp_replicas(t->s.dp), clt__dp_shares(t->s.dp)));
+  if ((rc = clt_sampler_set_position(smp, t->progress.pos)) < 0) {
     rc = clt__error(CLT_EMISMATCH, "the checkpoint's position, batch %lld of epoch %lld, is past the %lld batches of "
-                    "an epoch of %s here (was --drop-last or the batch size different?)", (long long)t->pos.step + 1,
-                    (long long)t->pos.epoch + 1, (long long)clt_sampler_steps_per_epoch(smp), clt_dataset_path(train));
+                    "an epoch of %s here (was --drop-last or the batch size different?)", (long long)t->progress.pos.step + 1,
+                    (long long)t->progress.pos.epoch + 1, (long long)clt_sampler_steps_per_epoch(smp), clt_dataset_path(train));
     goto fail;
   }
-  t->pos_count = count;
+  t->progress.count = count;
   pf = clt__calloc(t->nlocal, sizeof *pf);
   b = clt__calloc(t->nlocal, sizeof *b);
   if (!pf || !b) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++)
-    CLT_TRY(clt_prefetcher_create(train, smp, t->first_replica + i, t->ctx[i], &pf[i]));
+    CLT_TRY(clt_prefetcher_create(train, smp, clt__dp_first_replica(t->s.dp) + i, t->ctx[i], &pf[i]));
 
   /* Replica i's slice starts at the sum of the shares before it. */
   if (!(first = clt__calloc(t->nlocal, sizeof *first))) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++)
-    for (int g = 0; g < t->first_replica + i; g++) first[i] += clt_sampler_share(smp, g);
+    for (int g = 0; g < clt__dp_first_replica(t->s.dp) + i; g++) first[i] += clt_sampler_share(smp, g);
 
   int64_t micro_per_epoch = clt_sampler_steps_per_epoch(smp);
   int64_t steps_per_epoch = (micro_per_epoch + o->accumulate - 1) / o->accumulate;
@@ -309,9 +309,9 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   fit_source src = {pf, b, first, 0, 0};
   clt__micro_source step_src = {fit_next, &src};
 
-  for (int64_t epoch = t->pos.epoch; epoch < o->epochs && t->steps_done < steps_total; epoch++) {
+  for (int64_t epoch = t->progress.pos.epoch; epoch < o->epochs && t->steps_done < steps_total; epoch++) {
     /* The epoch's sums so far (all ranks'): zero unless resumed half-way. */
-    double *ep_sums = t->ep_sums; /* loss, correct, labels */
+    double *ep_sums = t->progress.ep_sums; /* loss, correct, labels */
     src.last_in_epoch = 0;
     while (!src.last_in_epoch && t->steps_done < steps_total) {
       clt__step_stats st;
@@ -323,9 +323,9 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
         ep_sums[1] += st.correct;
         ep_sums[2] += (double)st.labels;
       }
-      t->ep_steps++;
+      t->progress.ep_steps++;
       clock.window_samples += src.samples;
-      clt_prefetcher_position(pf[0], &t->pos);
+      clt_prefetcher_position(pf[0], &t->progress.pos);
       int last = src.last_in_epoch;
 
       /* An evaluation due now (the epoch's own comes with its summary)
@@ -334,12 +334,12 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
       int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
       int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total));
       if (log) {
-        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(t->dp)); /* auto has them fresh */
+        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(t->s.dp)); /* auto has them fresh */
         step_event(t, &st, epoch, steps_total, steps_per_epoch, &clock, &ev);
         if (eval) {
           int64_t e0 = clt__trace_ns();
           CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
-          clt__trace_span(t->trace, t->trace_host, "eval", e0, clt__trace_ns(), "evaluation");
+          clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation");
           clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
                    ev.test_accuracy);
         }
@@ -355,7 +355,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     ev.kind = CLT_EVENT_EPOCH;
     ev.epoch = epoch + 1, ev.epochs = o->epochs;
     ev.step = t->steps_done, ev.steps_total = steps_total;
-    ev.step_in_epoch = t->ep_steps, ev.steps_per_epoch = steps_per_epoch;
+    ev.step_in_epoch = t->progress.ep_steps, ev.steps_per_epoch = steps_per_epoch;
     ev.loss = ep_sums[0] / ep_sums[2];
     ev.accuracy = ep_sums[1] / ep_sums[2];
     ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
@@ -366,19 +366,19 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     if (test) {
       int64_t e0 = clt__trace_ns();
       CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
-      clt__trace_span(t->trace, t->trace_host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",
+      clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",
                       (long long)epoch + 1);
     }
     CLT_TRY(emit(t, &out, &ev));
     if (src.last_in_epoch) { /* the epoch is whole: the next one starts from zero */
-      memset(t->ep_sums, 0, sizeof t->ep_sums);
-      t->ep_steps = 0;
+      memset(t->progress.ep_sums, 0, sizeof t->progress.ep_sums);
+      t->progress.ep_steps = 0;
       if (o->checkpoint_dir && (o->checkpoint_every == 0 || t->steps_done % o->checkpoint_every == 0))
         CLT_TRY(checkpoint(t));
     }
   }
   /* The state fit() ends with, unless that is saved already. */
-  if (o->checkpoint_dir && t->saved_step != t->steps_done) CLT_TRY(checkpoint(t));
+  if (o->checkpoint_dir && t->run.saved_step != t->steps_done) CLT_TRY(checkpoint(t));
 fail:
   if (pf)
     for (int i = 0; i < t->nlocal; i++) clt_prefetcher_destroy(pf[i]);

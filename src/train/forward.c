@@ -17,20 +17,18 @@
 static int forward_on(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
                       int64_t n, float *out, int64_t count, double *loss, double *sq_error) {
   int rc = CLT_OK;
+  clt__replica *r = NULL;
   if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", fn);
-  if (t->pp)
-    return clt__error(CLT_EUNSUPPORTED, "%s on a pipeline (--pipeline): not supported; a rank holds one stage. Use "
-                      "clt_trainer_evaluate, or load the weights into a trainer without a pipeline", fn);
   const clt_model_spec *s = t->model->spec;
   int regression = s->loss != CLT_LOSS_CROSSENTROPY;
-  int64_t in = clt_model_input_size(t->model), B = t->micro_batch;
+  int64_t in = clt_model_input_size(t->model), B = t->s.room;
   int64_t labels = s->labels_per_sample, outs = regression ? labels : labels * s->num_classes;
   void *zeros = NULL;
   double sum = 0, sq = 0;
   if (!x || !out || n < 1)
     return clt__error(CLT_EINVAL, "%s needs inputs, an output buffer and n >= 1 (n = %lld)", fn, (long long)n);
   if (t->nlocal < 1) return clt__error(CLT_EINVAL, "%s: this rank has no replica", fn);
-  if ((rc = clt__trainer_sync_replicas(t, 0)) < 0) return rc; /* replica 0 may have sat out steps */
+  if ((rc = t->s.i->whole_replica(t->s.self, 0, &r)) < 0) return clt__error_prefix(rc, "%s", fn);
   if (regression && y)
     return clt__error(CLT_EINVAL, "%s: y is int32 labels, but the model is a regression model (loss %s) and takes "
                       "float targets: call clt_trainer_forward_targets", fn, clt_loss_name((clt_loss_kind)s->loss));
@@ -56,8 +54,8 @@ static int forward_on(clt_trainer *t, const char *fn, const float *x, const int3
     else ly = y ? y + at * labels : zeros;
     float l;
     double c;
-    CLT_TRY(clt__replica_run(t->rep[0], x + at * in, ly, m, &pass));
-    CLT_TRY(clt__replica_read_loss(t->rep[0], &l, &c));
+    CLT_TRY(clt__replica_run(r, x + at * in, ly, m, &pass));
+    CLT_TRY(clt__replica_read_loss(r, &l, &c));
     sum += l;
     sq += c;
   }
@@ -121,19 +119,13 @@ static int check_gradient_args(const clt_trainer *t, const char *fn, const float
 static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
                        int64_t n, float *grad, int64_t count, double *loss) {
   int rc = CLT_OK;
+  clt__replica *r = NULL;
   if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", fn);
-  if (t->pp)
-    return clt__error(CLT_EUNSUPPORTED, "%s on a pipeline (--pipeline): not supported; a rank holds one stage's "
-                      "gradient. Use a trainer without a pipeline", fn);
   int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
-  int64_t P = clt_model_param_count(t->model), B = t->micro_batch, labels = 0;
+  int64_t P = clt_model_param_count(t->model), B = t->s.room, labels = 0;
   double sum = 0;
   if ((rc = check_gradient_args(t, fn, x, y, targets, n, grad, count, &labels)) < 0) return rc;
-  if (clt__dp_zero_pooled(t->dp))
-    return clt__error(CLT_EUNSUPPORTED, "%s: under --zero 2 no replica keeps a whole gradient to give; use --zero 1 "
-                      "(or 0)", fn);
-  if ((rc = clt__trainer_sync_replicas(t, 0)) < 0) return rc; /* replica 0 may have sat out steps */
-  clt__replica *r = t->rep[0];
+  if ((rc = t->s.i->whole_replica(t->s.self, 1, &r)) < 0) return clt__error_prefix(rc, "%s", fn);
 
   /* The backward accumulates the gradient of the SUMMED loss (scaled by the
    * loss scale in f16) over the runs; one division makes it the mean. */
@@ -143,7 +135,7 @@ static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int
     /* Dropout draws the masks the next clt_trainer_step would draw for the
      * same samples on one replica (it keys them by the same step). */
     clt__pass pass = {.train = 1, .seed = t->opts.seed, .step = (uint64_t)t->micro_steps, .global_first = at,
-                      .loss_scale = (float)t->loss_scale, .targets = targets ? targets + at * lps : NULL};
+                      .loss_scale = (float)t->scaler.scale, .targets = targets ? targets + at * lps : NULL};
     float l;
     double c;
     CLT_TRY(clt__replica_run(r, x + at * in, y ? y + at * lps : NULL, m, &pass));
@@ -151,8 +143,8 @@ static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int
     sum += l;
   }
   clt_tensor g = clt__replica_grads(r);
-  CLT_TRY(clt_tensor_download(t->ctx[0], &g, grad, (size_t)P * sizeof *grad));
-  double scale = 1.0 / ((double)labels * t->loss_scale);
+  CLT_TRY(clt_tensor_download(clt__replica_context(r), &g, grad, (size_t)P * sizeof *grad));
+  double scale = 1.0 / ((double)labels * t->scaler.scale);
   for (int64_t i = 0; i < P; i++) grad[i] = (float)(grad[i] * scale);
   if (loss) *loss = sum / (double)labels;
 fail:

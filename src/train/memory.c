@@ -7,9 +7,9 @@
  * activations, their gradients, workspaces, and the host memory the
  * exchange stages them through. Logged by each rank when the trainer is
  * made; written by rank 0 as the first records of --metrics, one per
- * replica of the job, so a run's file says what it held where.
+ * replica of the job, so a run's file says what it held where. And the
+ * public estimators of a replica's memory, from the strategy's count.
  */
-#include "pp/pp.h"
 #include "train/trainer.h"
 
 #include <jansson.h>
@@ -30,30 +30,27 @@ struct clt__memory_record {
   char device[96];
 };
 
-int clt__trainer_memory_report(clt_trainer *t, const clt_replica_memory *need) {
-  int n;
-  int64_t shard_params;
-  clt__dp_shard(t->dp, &n, &shard_params);
+int clt__trainer_memory_report(clt_trainer *t) {
   free(t->memory);
   if (!(t->memory = clt__calloc(t->nlocal, sizeof *t->memory))) return CLT_ENOMEM;
   for (int i = 0; i < t->nlocal; i++) {
     clt__memory_record *m = &t->memory[i];
-    clt__replica_bytes got;
-    clt__replica_device_bytes(t->rep[i], &got);
+    clt__replica_report r;
+    t->s.i->report(t->s.self, i, &r);
     memset(m, 0, sizeof *m);
-    m->rank = t->rank, m->replica = t->first_replica + i, m->stage = t->pp ? clt__pp_stage(t->pp) : -1;
-    m->batch = need->batch, m->zero = clt__dp_zero(t->dp);
-    m->shard_params = shard_params, m->params = clt_model_param_count(t->local);
-    clt__strlcpy(m->device, clt_context_device(t->ctx[i])->name, sizeof m->device);
-    const uint64_t counted[] = {need->parameters, need->gradients,        need->optimizer_state,
-                                need->activations, need->activation_grads, need->workspace};
-    const uint64_t measured[] = {got.parameters,  got.gradients,        got.optimizer_state,
-                                 got.activations, got.activation_grads, got.workspace};
+    m->rank = t->rank, m->replica = r.replica, m->stage = r.stage;
+    m->batch = r.counted.batch, m->zero = r.zero;
+    m->shard_params = r.shard_params, m->params = r.params;
+    clt__strlcpy(m->device, t->ctx[i]->info.name, sizeof m->device);
+    const uint64_t counted[] = {r.counted.parameters,  r.counted.gradients,        r.counted.optimizer_state,
+                                r.counted.activations, r.counted.activation_grads, r.counted.workspace};
+    const uint64_t measured[] = {r.measured.parameters,  r.measured.gradients,        r.measured.optimizer_state,
+                                 r.measured.activations, r.measured.activation_grads, r.measured.workspace};
     for (int k = PARAMS; k <= WORK; k++) {
       m->counted[k] = counted[k], m->measured[k] = measured[k];
       m->counted[TOTAL] += counted[k], m->measured[TOTAL] += measured[k];
     }
-    clt__dp_staging_bytes(t->dp, i, &m->counted[STAGING], &m->measured[STAGING]);
+    m->counted[STAGING] = r.staging_counted, m->measured[STAGING] = r.staging_measured;
     char b[NPARTS][32], c[32], s[32];
     for (int k = 0; k < NPARTS; k++) clt__fmt_bytes(m->measured[k], b[k], sizeof b[k]);
     clt__log(CLT_LOG_INFO, "rank %d: replica %d holds %s on %s: parameters %s, gradients %s, optimizer state %s, "
@@ -108,5 +105,39 @@ int clt__trainer_memory_records(clt_trainer *t, FILE *metrics) {
     }
 fail:
   free(counts), free(all), free(mine);
+  return rc;
+}
+
+/* ---- the public estimators (cltrain.h): what a replica needs, before a
+ * trainer exists (`cltrain summary`) ---- */
+
+int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt_replica_memory *out) {
+  clt_train_options d;
+  if (!m || !out) return clt__error(CLT_EINVAL, "clt_model_replica_memory: a model and a result are needed");
+  if (!o) clt_train_options_defaults(&d), o = &d;
+  if (o->batch < 1 || o->accumulate < 1 || o->batch % o->accumulate)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory: batch %lld and accumulate %d: the batch must be at "
+                      "least 1 and divide by accumulate", (long long)o->batch, o->accumulate);
+  if (o->precision != CLT_F32 && o->precision != CLT_F16)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory: the precision must be fp32 or fp16, not %s",
+                      clt_dtype_name(o->precision));
+  /* one rank: every parameter's state and the whole gradient (with its f16 copy in fp16) */
+  return clt__dp_need(m, o, 1, 0, o->batch / o->accumulate, o->precision == CLT_F16, out, NULL);
+}
+
+int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,
+                                   clt_replica_memory *out, int64_t *shard_params) {
+  clt_train_options d;
+  int rc = CLT_OK;
+  if (!o) clt_train_options_defaults(&d), o = &d;
+  CLT_TRY(clt_model_replica_memory(m, o, out)); /* checks m, out and the options */
+  if (nranks < 1) return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: %d ranks (at least 1)", nranks);
+  if (o->zero < 0 || o->zero > 2)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0, 1 or 2)", o->zero);
+  int64_t most = clt_model_param_count(m);
+  if (o->zero > 0 && nranks > 1) /* the largest shard of any rank */
+    CLT_TRY(clt__dp_need(m, o, nranks, -1, o->batch / o->accumulate, o->precision == CLT_F16, out, &most));
+  if (shard_params) *shard_params = most;
+fail:
   return rc;
 }

@@ -15,7 +15,6 @@
  * file holds one process per rank (pid = rank).
  */
 #include "train/trainer.h"
-#include "pp/pp.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,35 +22,31 @@
 #include <string.h>
 
 static void stop(clt_trainer *t) {
-  for (int i = 0; i < t->nlocal; i++) clt__replica_trace(t->rep[i], 0);
-  clt__dp_set_trace(t->dp, NULL, 0);
-  clt__pp_set_trace(t->pp, NULL, 0);
-  clt__trace_destroy(t->trace);
-  t->trace = NULL;
-  free(t->trace_lanes);
-  t->trace_lanes = NULL;
+  t->s.i->set_trace(t->s.self, NULL, 0, NULL);
+  clt__trace_destroy(t->timeline.trace);
+  t->timeline.trace = NULL;
+  free(t->timeline.lanes);
+  t->timeline.lanes = NULL;
 }
 
 int clt_trainer_trace_start(clt_trainer *t) {
   int rc = CLT_OK;
   if (!t) return clt__error(CLT_EINVAL, "clt_trainer_trace_start: no trainer");
-  if (t->trace) stop(t);
+  if (t->timeline.trace) stop(t);
   double v[1] = {0};
   CLT_TRY(clt__trainer_sum(t, v, 1)); /* a barrier: every rank's time 0 is the same moment */
-  CLT_TRY(clt__trace_create(&t->trace));
-  if (!(t->trace_lanes = clt__calloc(t->nlocal ? (size_t)t->nlocal : 1, sizeof *t->trace_lanes))) {
+  CLT_TRY(clt__trace_create(&t->timeline.trace));
+  if (!(t->timeline.lanes = clt__calloc(t->nlocal ? (size_t)t->nlocal : 1, sizeof *t->timeline.lanes))) {
     rc = CLT_ENOMEM;
     goto fail;
   }
-  t->trace_host = clt__trace_lane(t->trace, "host");
+  t->timeline.host = clt__trace_lane(t->timeline.trace, "host");
   for (int i = 0; i < t->nlocal; i++) {
     char name[256];
-    snprintf(name, sizeof name, "replica %d: %s", t->first_replica + i, t->ctx[i]->info.name);
-    t->trace_lanes[i] = clt__trace_lane(t->trace, name);
-    CLT_TRY(clt__replica_trace(t->rep[i], 1));
+    snprintf(name, sizeof name, "replica %d: %s", clt__dp_first_replica(t->s.dp) + i, t->ctx[i]->info.name);
+    t->timeline.lanes[i] = clt__trace_lane(t->timeline.trace, name);
   }
-  clt__dp_set_trace(t->dp, t->trace, t->trace_host);
-  clt__pp_set_trace(t->pp, t->trace, t->trace_host);
+  t->s.i->set_trace(t->s.self, t->timeline.trace, t->timeline.host, t->timeline.lanes);
   return CLT_OK;
 fail:
   stop(t);
@@ -98,12 +93,12 @@ int clt_trainer_trace_save(clt_trainer *t, const char *path) {
   size_t len = 0;
   if (!t) return clt__error(CLT_EINVAL, "clt_trainer_trace_save: no trainer");
   if (!path || !*path) return clt__error(CLT_EINVAL, "clt_trainer_trace_save: no path");
-  if (!t->trace) return clt__error(CLT_EINVAL, "clt_trainer_trace_save: no trace was started (clt_trainer_trace_start)");
+  if (!t->timeline.trace) return clt__error(CLT_EINVAL, "clt_trainer_trace_save: no trace was started (clt_trainer_trace_start)");
   char process[64];
   snprintf(process, sizeof process, "rank %d", t->rank);
-  rc = clt__trace_events(t->trace, t->rank, process, &mine, &len);
+  rc = clt__trace_events(t->timeline.trace, t->rank, process, &mine, &len);
   CLT_TRY(clt__trainer_all_ok(t, rc, "collecting the trace"));
-  double dropped[1] = {clt__trace_dropped(t->trace)};
+  double dropped[1] = {clt__trace_dropped(t->timeline.trace)};
   CLT_TRY(clt__trainer_sum(t, dropped, 1));
   /* Every rank's events to rank 0: their sizes, then each rank's in turn. */
   lens = clt__calloc((size_t)t->nranks, sizeof *lens);

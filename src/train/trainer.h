@@ -1,112 +1,94 @@
 /*
- * trainer.h: the trainer's layout, shared by its files: trainer.c
- * (replicas, evaluation, small collectives), step.c (one optimizer step,
- * internal and public), fit.c (the epoch loop around it, events and
- * metrics), checkpoint*.c and weights.c.
+ * trainer.h: the trainer's layout, shared by its files: trainer.c (the
+ * options, the contexts, the strategy, small collectives), step.c (one
+ * optimizer step, internal and public), loss_scale.c (fp16's dynamic loss
+ * scaling), fit.c (the epoch loop around the step, events and metrics),
+ * evaluate.c and forward.c (outside training), checkpoint*.c, weights.c,
+ * memory.c (the memory report) and timeline.c (--trace).
+ *
+ * The trainer holds one parallel strategy (strategy/strategy.h: data
+ * parallelism, or the pipeline), which owns this rank's replicas; it owns
+ * what is the same whatever the strategy: the step's order, the loss
+ * scale, clipping and the schedule, where training stands, checkpoints,
+ * metrics and the timeline.
  */
 #ifndef CLT_TRAIN_TRAINER_H
 #define CLT_TRAIN_TRAINER_H
 
 #include "core/internal.h"
-#include "model/model.h"
-#include "model/replica.h"
 #include "dp/dp.h"
+#include "model/model.h"
+#include "strategy/strategy.h"
 
 #include <stdio.h>
 
-struct clt__pp;
+/* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
+ * the scale, clean steps since it last changed, skipped steps in a row
+ * and in all. Skipped steps count in steps_done (their batch is used up)
+ * but not in the optimizer's own step count. */
+typedef struct clt__loss_scaler {
+  double scale;
+  int64_t clean_steps, in_row, skipped;
+} clt__loss_scaler;
+
+/* Where training goes on (checkpoint.c saves and restores all of it): the
+ * sampler position of the next global micro-batch, the size of the
+ * training set it refers to (0: none yet), and the current epoch's sums so
+ * far (loss, correct, samples) and steps, so that an epoch resumed
+ * half-way reports the whole epoch. */
+typedef struct clt__progress {
+  clt_sampler_pos pos;
+  int64_t count;
+  double ep_sums[3];
+  int64_t ep_steps;
+} clt__progress;
+
+/* The run checkpoints record (checkpoint_dir.c): steps_done at the last
+ * checkpoint written or loaded (-1: none), the directory (opts'
+ * checkpoint_dir's copy), the run's id, kept across resumes, the step this
+ * session started from, and when it started (ns since the Unix epoch). */
+typedef struct clt__run_record {
+  int64_t saved_step;
+  char *checkpoint_dir;
+  char id[24];
+  int64_t branch, started;
+} clt__run_record;
+
+/* The timeline (timeline.c), while one is recorded: its host lane and
+ * each local replica's device lane; else trace is NULL. */
+typedef struct clt__timeline {
+  clt__trace *trace;
+  int host, *lanes;
+} clt__timeline;
 
 struct clt_trainer {
   const clt_model *model;
-  /* What this rank's replicas hold, and every arena size below counts:
-   * the model, or under --pipeline its stage (src/pp), whose parameters,
-   * gradients and optimizer state alone live here. */
-  const clt_model *local;
-  struct clt__pp *pp;          /* pipeline parallelism, or NULL */
-  int64_t pp_room;             /* the samples of a micro-batch a stage's replica holds */
-  clt_train_options opts;
+  clt_train_options opts;      /* checked; accumulate is the strategy's (a pipeline's micro-batches) */
   clt_comm *comm;
   int own_comm;                /* made here (one rank) */
-  clt_comm *arena_comm;        /* whose arena holds the gradients (take_arena), or NULL */
   int rank, nranks;
-  int nlocal;                  /* replicas (devices) on this rank */
-  int nreplicas;               /* on all ranks */
-  int first_replica;           /* global index of this rank's first replica */
-  clt_context **ctx;           /* per local replica */
-  clt__replica **rep;
-  float **host_params;         /* per local replica: host copies for replicas whose */
-  float **host_state;          /*   optimizer step runs on the host; else NULL */
-  float *host_grads;           /* staging for those */
-  /* AdamW's decay mask (clt__model_decay_mask), on the host and on each
-   * replica's device; NULL when every parameter decays. */
-  uint8_t *decay_host;
-  cl_mem *decay_dev;
-  int64_t micro_batch;         /* global samples per micro-batch */
+  int nlocal;                  /* devices on this rank, a replica each */
+  clt_context **ctx;           /* per local device */
+  clt__strategy s;             /* what joins the replicas: data parallelism or a pipeline */
   int64_t steps_done;          /* optimizer steps */
   int64_t micro_steps;         /* micro-batches done (keys dropout masks) */
-
-  /* Data parallelism (src/dp): replica numbering, gradient buckets and
-   * their all-reduce, shares of the batch, agreement checks. */
-  clt__dp *dp;
-  /* ZeRO: the optimizer state of every rank's shard in the whole layout,
-   * gathered for rank 0 to save (clt__checkpoint_gather_state); else NULL. */
-  float *zero_state;
-  /* Per local replica: 1 when it sat out steps at 0 samples (no update:
-   * clt__dp_active) and has not been brought up to date since. */
-  uint8_t *stale;
-  /* While this rank sits out (clt__dp_sits_out: all its replicas at 0),
-   * the model lives on the host: parameters and optimizer state updated
-   * there from the host exchange's sum (every replica stale), and grads
-   * for that sum. */
-  int sitting;
-  float *sit_params, *sit_state, *sit_grads;
-
-  /* Dynamic loss scaling (opts.precision CLT_F16; 1 and unused in f32):
-   * the scale, clean steps since it last changed, skipped steps in a row
-   * and in all. Skipped steps count in steps_done (their batch is used up)
-   * but not in the optimizer's own step count. */
-  double loss_scale;
-  int64_t scale_clean_steps, skips_in_row, skipped;
-
-  /* Where training goes on (checkpoint.c saves and restores all of it):
-   * the sampler position of the next global micro-batch, the size of the
-   * training set it refers to (0: none yet), and the current epoch's sums
-   * so far (loss, correct, samples) and steps, so that an epoch resumed
-   * half-way reports the whole epoch. */
-  clt_sampler_pos pos;
-  int64_t pos_count;
-  double ep_sums[3];
-  int64_t ep_steps;
-  int64_t saved_step;          /* steps_done at the last checkpoint written or loaded, or -1 */
-  char *checkpoint_dir;        /* opts.checkpoint_dir's copy */
-  /* The run checkpoints record (checkpoint_dir.c): its id, kept across
-   * resumes; the step this session started from; when it started (ns
-   * since the Unix epoch). Set by a resume, else at the first save. */
-  char run_id[24];
-  int64_t run_branch, run_started;
-
-  /* The timeline (timeline.c), while one is recorded: its host lane and
-   * each local replica's device lane; else NULL. */
-  clt__trace *trace;
-  int trace_host, *trace_lanes;
-
-  /* Per local replica: its memory, counted and measured (memory.c). */
-  struct clt__memory_record *memory;
+  clt__loss_scaler scaler;
+  clt__progress progress;
+  clt__run_record run;
+  clt__timeline timeline;
+  struct clt__memory_record *memory; /* per local replica: its memory, counted and measured (memory.c) */
 };
 
-/* Collective: the whole model's parameters (and, when state is not
- * NULL, optimizer state in the whole layout) into params on rank 0 (and
- * on every rank with `everywhere`): gathered from the stages under
- * --pipeline, else replica 0's (state: zero_state or replica 0's). */
-int clt__trainer_whole(clt_trainer *t, float *params, float *state, int everywhere);
+/* The data-parallel group of the strategy's replicas: their numbering,
+ * shares of the batch and rates (fit, checkpoints). */
+static inline clt__dp *clt__trainer_dp(const clt_trainer *t) { return t->s.dp; }
 
 /* ---- the memory report (memory.c) ---- */
 
 typedef struct clt__memory_record clt__memory_record;
-/* Once the replicas and the exchange's buffers are made: each replica's
- * memory as need counted it for this rank, and as its buffers measure,
- * kept for the metrics and logged. */
-int clt__trainer_memory_report(clt_trainer *t, const clt_replica_memory *need);
+/* Once the strategy is planned: each replica's memory as counted and as
+ * its buffers measure, kept for the metrics and logged. */
+int clt__trainer_memory_report(clt_trainer *t);
 /* Collective: every replica's record of the job to rank 0, which writes
  * them to metrics (when not NULL) as "start" records, one a line. */
 int clt__trainer_memory_records(clt_trainer *t, FILE *metrics);
@@ -117,18 +99,6 @@ struct json_t;
 int clt__trainer_metrics_write(clt_trainer *t, FILE *metrics, struct json_t *o);
 
 /* ---- one training step (step.c) ---- */
-
-/* One local replica's part of a micro-batch: n samples, x (n, input size)
- * f32 and y (n * labels per sample) i32, or for a regression model targets
- * (as many) f32 and y NULL; x, y and targets may be NULL when n is 0. */
-typedef struct clt__slice {
-  const float *x;
-  const int32_t *y;
-  int64_t n;
-  int64_t global_first;  /* global index of its first sample (keys dropout masks) */
-  uint64_t dropout_step; /* the micro-batch's dropout key */
-  const float *targets;
-} clt__slice;
 
 /* Where a step's micro-batches come from (fit: the prefetchers; the public
  * step: the caller's batch). next() fills micro-batch k's slice for every
@@ -149,36 +119,40 @@ typedef struct clt__step_stats {
   int shares_changed;       /* the balancer re-split the batch after it */
 } clt__step_stats;
 
-/* One optimizer step: zero the gradients, then forward, loss and backward of
- * each micro-batch on every local replica, the exchange (src/dp) during the
+/* One optimizer step: zero the gradients, then forward, loss and backward
+ * of each micro-batch on every local replica, the exchange during the
  * last one's backward, the update, and the checks and rebalancing due
  * after it. Collective. */
 int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__step_stats *st);
 
-/* Bring every stale local replica (or with `only_active`, those taking
- * part in steps now) up to date: parameters and optimizer state copied
- * bit for bit from one that is. Anything that reads a replica's state
- * outside the step calls it first. */
-int clt__trainer_sync_replicas(clt_trainer *t, int only_active);
-/* The first local replica taking part in steps (it holds the step's sum). */
-int clt__trainer_lead(const clt_trainer *t);
+/* ---- fp16's loss scale (loss_scale.c) ---- */
+
+/* The scaler's start: opts.loss_scale under fp16, else 1. */
+void clt__scaler_init(clt_trainer *t);
+/* The summed gradient of a step, with sum of squares *ss (scaled by the
+ * loss scale squared in fp16), is not finite: in fp16 skip the step (*skip
+ * 1: halve the scale, the step counted as done; CLT_ENONFINITE after
+ * max_skips in a row); in fp32 the error naming where it starts. */
+int clt__scaler_nonfinite(clt_trainer *t, int *skip);
+/* A finite step: *scale (1 / labels) divided by the loss scale and *ss by
+ * its square (fp16), and the scale doubled after loss_scale_window clean
+ * steps. */
+void clt__scaler_unscale(clt_trainer *t, float *scale, float *ss, int64_t labels);
+
+/* ---- small collectives over the trainer's ranks ---- */
 
 /* Sum small per-rank values over all ranks in rank order (the same bits
  * everywhere). */
 int clt__trainer_sum(clt_trainer *t, double *vals, int n);
-
 /* Give every rank rank 0's outcome: its status and, after a failure, its
  * message (collective). Returns that status; on the other ranks a failure
  * is recorded as their own error, so every rank reports the same thing. */
 int clt__trainer_share_status(clt_trainer *t, int rc);
-
 /* Collective: CLT_OK when rc is CLT_OK on every rank; else the failure of
  * the first rank that failed (named on the others, with `what`). */
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
 
-/* Collective: under ZeRO, every rank's shard of the optimizer state into
- * t->zero_state, in the whole layout a checkpoint holds; else nothing. */
-int clt__checkpoint_gather_state(clt_trainer *t);
+/* ---- checkpoints (checkpoint*.c) ---- */
 
 /* fit()'s periodic checkpoint: DIR/ckpt-<step>.safetensors, then the
  * oldest beyond opts.checkpoint_keep removed (collective). */

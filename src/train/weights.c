@@ -3,7 +3,6 @@
  * as PyTorch's nn.Sequential names the same layers.
  */
 #include "train/trainer.h"
-#include "pp/pp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,16 +48,11 @@ int clt_trainer_save_weights(clt_trainer *t, const char *path) {
   float *params = NULL;
   clt__st_tensor *tensors = NULL;
   int n;
-  if (t->pp) { /* collective: the stages' parts to rank 0 */
-    params = clt__calloc((size_t)P, sizeof *params);
-    CLT_TRY(clt__trainer_all_ok(t, params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
-    CLT_TRY(clt__trainer_whole(t, params, NULL, 0));
-    if (t->rank != 0) goto fail;
-  } else {
-    if (t->rank != 0) return CLT_OK;
-    if (!(params = clt__calloc((size_t)P, sizeof *params))) return CLT_ENOMEM;
-    CLT_TRY(clt_trainer_params(t, params, P));
-  }
+  /* collective where the strategy holds a part of the model (a pipeline's stages to rank 0) */
+  params = clt__calloc((size_t)P, sizeof *params);
+  CLT_TRY(clt__trainer_all_ok(t, params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
+  CLT_TRY(t->s.i->get_state(t->s.self, params, NULL, 0));
+  if (t->rank != 0) goto fail;
   CLT_TRY(arena_tensors(t->model->spec, params, &tensors, &n));
   char step[32];
   snprintf(step, sizeof step, "%lld", (long long)t->steps_done);
@@ -129,18 +123,7 @@ int clt_trainer_load_weights(clt_trainer *t, const char *path) {
   /* Every rank learns rank 0's outcome (and its message), then takes its bits. */
   CLT_TRY(clt__trainer_share_status(t, rc));
   if (t->nranks > 1) CLT_TRY(clt_bcast(t->comm, params, (size_t)P * sizeof *params, 0));
-  /* every replica's optimizer state up to date first: only the parameters change */
-  CLT_TRY(clt__trainer_sync_replicas(t, 0));
-  t->sitting = 0;
-  if (t->pp) { /* this stage's part */
-    clt__pp_take(t->pp, t->model->spec, params, NULL, 0, params, NULL);
-    P = clt_model_param_count(t->local);
-  }
-  for (int i = 0; i < t->nlocal; i++) {
-    clt_tensor p = clt__replica_params(t->rep[i]);
-    CLT_TRY(clt_tensor_upload(t->ctx[i], &p, params, (size_t)P * sizeof *params));
-    if (t->host_params[i]) memcpy(t->host_params[i], params, (size_t)P * sizeof *params);
-  }
+  CLT_TRY(t->s.i->set_state(t->s.self, params, NULL)); /* only the parameters change */
 fail:
   free(params);
   return rc;
