@@ -40,7 +40,7 @@ for pid in pids:
         fails.append("rank %d: steps %s" % (pid, [e["name"] for e in step]))
     inside = lambda e, p: e["ts"] >= p["ts"] - EPS and e["ts"] + e["dur"] <= p["ts"] + p["dur"] + EPS
     outer = step + [e for e in hs if e["cat"] in ("eval", "checkpoint")]
-    piped = any(e["cat"] == "pipeline" for e in hs)
+    piped = any(e["cat"] == "compute" for e in hs)  # a pipeline stage's micro-batches (pp/schedule.c)
     for e in hs:
         if e["cat"] in ("step", "eval", "checkpoint"):
             continue

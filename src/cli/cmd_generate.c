@@ -69,60 +69,78 @@ static int sample(const float *logits, int V, double temperature, int top_k, uin
   return best;
 }
 
-int cmd_generate(int argc, char **argv) {
+/* What the command line asks for. */
+typedef struct gen_args {
+  const char *weights, *prompt, *devices;
+  long ntok, top_k;
+  double temperature;
+  unsigned long long seed;
+} gen_args;
+
+/* The options into a: -1 to go on, else the exit code (the help asked
+ * for, or a usage error said). */
+static int parse_args(int argc, char **argv, gen_args *a) {
   static const struct option opts[] = {{"weights", required_argument, 0, 'w'},     {"prompt", required_argument, 0, 'p'},
                                        {"tokens", required_argument, 0, 'n'},      {"temperature", required_argument, 0, 't'},
                                        {"top-k", required_argument, 0, 'k'},       {"seed", required_argument, 0, 'S'},
                                        {"devices", required_argument, 0, 'd'},     {"help", no_argument, 0, 'h'},
                                        {0}};
-  const char *weights = NULL, *prompt = "\n", *devices = NULL;
-  long ntok = 200, top_k = 0;
-  double temperature = 1.0;
-  unsigned long long seed = 42;
   char *end;
+  *a = (gen_args){NULL, "\n", NULL, 200, 0, 1.0, 42};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "w:p:n:t:k:d:h", opts, NULL)) != -1) {
     switch (c) {
-    case 'w': weights = optarg; break;
-    case 'p': prompt = optarg; break;
+    case 'w': a->weights = optarg; break;
+    case 'p': a->prompt = optarg; break;
     case 'n':
-      ntok = strtol(optarg, &end, 10);
-      if (*end || end == optarg || ntok < 0 || ntok > 100000000) {
+      a->ntok = strtol(optarg, &end, 10);
+      if (*end || end == optarg || a->ntok < 0 || a->ntok > 100000000) {
         fprintf(stderr, "cltrain: --tokens must be a whole number from 0 to 100000000, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       break;
     case 't':
-      temperature = strtod(optarg, &end);
-      if (*end || end == optarg || !(temperature >= 0 && temperature <= 100)) {
+      a->temperature = strtod(optarg, &end);
+      if (*end || end == optarg || !(a->temperature >= 0 && a->temperature <= 100)) {
         fprintf(stderr, "cltrain: --temperature must be a number from 0 to 100, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       break;
     case 'k':
-      top_k = strtol(optarg, &end, 10);
-      if (*end || end == optarg || top_k < 0 || top_k > 256) {
+      a->top_k = strtol(optarg, &end, 10);
+      if (*end || end == optarg || a->top_k < 0 || a->top_k > 256) {
         fprintf(stderr, "cltrain: --top-k must be a whole number from 0 to 256, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       break;
     case 'S':
-      seed = strtoull(optarg, &end, 10);
+      a->seed = strtoull(optarg, &end, 10);
       if (*end || end == optarg) {
         fprintf(stderr, "cltrain: --seed must be a whole number, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       break;
-    case 'd': devices = optarg; break;
+    case 'd': a->devices = optarg; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
     default: help(stderr); return CLI_EXIT_USAGE;
     }
   }
-  if (optind != argc - 1 || !weights) {
+  if (optind != argc - 1 || !a->weights) {
     fprintf(stderr, "cltrain generate: one MODEL spec file and --weights FILE are needed\n");
     return CLI_EXIT_USAGE;
   }
+  return -1;
+}
+
+int cmd_generate(int argc, char **argv) {
+  gen_args a;
+  int done = parse_args(argc, argv, &a);
+  if (done >= 0) return done;
+  const char *weights = a.weights, *prompt = a.prompt, *devices = a.devices;
+  long ntok = a.ntok, top_k = a.top_k;
+  double temperature = a.temperature;
+  unsigned long long seed = a.seed;
   clt_model *m = NULL;
   clt_devices *all = NULL, *one = NULL;
   clt_trainer *tr = NULL;

@@ -65,20 +65,18 @@ static void print_need(const clt_replica_memory *m, const clt_train_options *o, 
   printf("  (largest buffer %s: %s)\n", cli_bytes((double)m->largest, b, sizeof b), m->largest_what);
 }
 
-int cmd_summary(int argc, char **argv) {
+/* The options into o, *nranks and *devices: -1 to go on, else the exit
+ * code (the help asked for, or a usage error said). */
+static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, const char **devices) {
   static const struct option opts[] = {{"batch", required_argument, 0, 'b'}, {"accumulate", required_argument, 0, 'a'},
                                        {"optimizer", required_argument, 0, 'o'},
                                        {"precision", required_argument, 0, 'p'},
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
                                        {"zero", required_argument, 0, 'z'},   {"ranks", required_argument, 0, 'r'},
                                        {"bucket-mb", required_argument, 0, 'm'}, {0}};
-  int nranks = 1;
-  clt_train_options o;
-  const char *devices = NULL;
   clt_optimizer_kind kind = CLT_OPT_SGD;
   char *end;
   int c;
-  clt_train_options_defaults(&o);
   optind = 1;
   while ((c = getopt_long(argc, argv, "b:o:d:h", opts, NULL)) != -1) {
     switch (c) {
@@ -90,8 +88,8 @@ int cmd_summary(int argc, char **argv) {
                 c == 'b' ? "--batch" : "--accumulate", c == 'b' ? 1 << 24 : 1 << 16, optarg);
         return CLI_EXIT_USAGE;
       }
-      if (c == 'b') o.batch = v;
-      else o.accumulate = (int)v;
+      if (c == 'b') o->batch = v;
+      else o->accumulate = (int)v;
       break;
     }
     case 'o':
@@ -99,14 +97,14 @@ int cmd_summary(int argc, char **argv) {
         fprintf(stderr, "cltrain summary: --optimizer: %s\n", clt_last_error());
         return CLI_EXIT_USAGE;
       }
-      clt_optimizer_defaults(kind, &o.optimizer);
+      clt_optimizer_defaults(kind, &o->optimizer);
       break;
     case 'p':
       if (strcmp(optarg, "fp32") && strcmp(optarg, "fp16")) {
         fprintf(stderr, "cltrain summary: --precision must be fp32 or fp16, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
-      o.precision = strcmp(optarg, "fp16") == 0 ? CLT_F16 : CLT_F32;
+      o->precision = strcmp(optarg, "fp16") == 0 ? CLT_F16 : CLT_F32;
       break;
     case 'z':
     case 'r': {
@@ -116,8 +114,8 @@ int cmd_summary(int argc, char **argv) {
                 c == 'z' ? "--zero" : "--ranks", lo, hi, optarg);
         return CLI_EXIT_USAGE;
       }
-      if (c == 'z') o.zero = (int)v;
-      else nranks = (int)v;
+      if (c == 'z') o->zero = (int)v;
+      else *nranks = (int)v;
       break;
     }
     case 'm': {
@@ -126,10 +124,10 @@ int cmd_summary(int argc, char **argv) {
         fprintf(stderr, "cltrain summary: --bucket-mb must be a number from 0 to 1e6, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
-      o.bucket_mb = v;
+      o->bucket_mb = v;
       break;
     }
-    case 'd': devices = optarg; break;
+    case 'd': *devices = optarg; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
     default: help(stderr); return CLI_EXIT_USAGE;
     }
@@ -138,11 +136,20 @@ int cmd_summary(int argc, char **argv) {
     fprintf(stderr, "usage: cltrain summary MODEL [OPTIONS] (cltrain summary --help lists them)\n");
     return CLI_EXIT_USAGE;
   }
-  if (o.batch % o.accumulate) {
-    fprintf(stderr, "cltrain summary: --accumulate %d must divide the batch size %lld\n", o.accumulate,
-            (long long)o.batch);
+  if (o->batch % o->accumulate) {
+    fprintf(stderr, "cltrain summary: --accumulate %d must divide the batch size %lld\n", o->accumulate,
+            (long long)o->batch);
     return CLI_EXIT_USAGE;
   }
+  return -1;
+}
+
+int cmd_summary(int argc, char **argv) {
+  int nranks = 1, done;
+  clt_train_options o;
+  const char *devices = NULL;
+  clt_train_options_defaults(&o);
+  if ((done = parse_args(argc, argv, &o, &nranks, &devices)) >= 0) return done;
   clt_model *m;
   clt_devices *all = NULL, *sel = NULL;
   clt_replica_memory need;

@@ -38,47 +38,51 @@ static int find_nonfinite(const float *x, int64_t count, int64_t F, int64_t *sam
   return 0;
 }
 
+/* The magic number, the version, the sample count and the number of
+ * dimensions, each checked. */
+static int read_header(clt__reader *r, const char *path, uint64_t *count, uint32_t *ndims) {
+  int rc = CLT_OK;
+  unsigned char head[24];
+  CLT_TRY(clt__reader_read(r, head, 8, "the magic number"));
+  if (memcmp(head, RAW_MAGIC, 8) != 0) {
+    if (head[0] == 0 && head[1] == 0)
+      return clt__error(CLT_EFORMAT, "%s: this looks like an IDX file, not a cltrain raw file; open it with "
+                        "clt_dataset_open_idx_files", path);
+    return clt__error(CLT_EFORMAT, "%s: not a cltrain raw file: it starts with %02x %02x %02x %02x %02x %02x %02x "
+                      "%02x, not \"CLTRAW1\\0\"", path, head[0], head[1], head[2], head[3], head[4], head[5],
+                      head[6], head[7]);
+  }
+  CLT_TRY(clt__reader_read(r, head + 8, 16, "the header (version, count, ndims)"));
+  const uint32_t version = clt__le32(head + 8);
+  *count = clt__le64(head + 12);
+  *ndims = clt__le32(head + 20);
+  if (version != RAW_VERSION)
+    return clt__error(CLT_EFORMAT, "%s: raw format version %u; this cltrain reads version %u", path, version,
+                      RAW_VERSION);
+  if (*count == 0 || *count > (UINT64_C(1) << 40))
+    return clt__error(CLT_EFORMAT, "%s: the header declares %llu samples (1 to 2^40 allowed)", path,
+                      (unsigned long long)*count);
+  if (*ndims < 1 || *ndims > CLT_DATASET_MAX_DIMS)
+    return clt__error(CLT_EFORMAT, "%s: a sample has %u dimensions (1 to %d allowed)", path, *ndims,
+                      CLT_DATASET_MAX_DIMS);
+fail:
+  return rc;
+}
+
 int clt_dataset_open_raw(const char *path, clt_dataset **out) {
   int rc = CLT_OK;
   clt__reader r = {0};
   clt_dataset *ds = NULL;
-  unsigned char head[24], u32[4], dimbytes[8 * CLT_DATASET_MAX_DIMS];
+  unsigned char u32[4], dimbytes[8 * CLT_DATASET_MAX_DIMS];
   void *labels = NULL;
   char what[96];
+  uint64_t count = 0;
+  uint32_t ndims = 0;
 
   if (!out) return clt__error(CLT_EINVAL, "clt_dataset_open_raw: out is NULL");
   *out = NULL;
   CLT_TRY(clt__reader_open(&r, path));
-  CLT_TRY(clt__reader_read(&r, head, 8, "the magic number"));
-  if (memcmp(head, RAW_MAGIC, 8) != 0) {
-    if (head[0] == 0 && head[1] == 0)
-      rc = clt__error(CLT_EFORMAT, "%s: this looks like an IDX file, not a cltrain raw file; open it with "
-                      "clt_dataset_open_idx_files", path);
-    else
-      rc = clt__error(CLT_EFORMAT, "%s: not a cltrain raw file: it starts with %02x %02x %02x %02x %02x %02x %02x "
-                      "%02x, not \"CLTRAW1\\0\"", path, head[0], head[1], head[2], head[3], head[4], head[5],
-                      head[6], head[7]);
-    goto fail;
-  }
-  CLT_TRY(clt__reader_read(&r, head + 8, 16, "the header (version, count, ndims)"));
-  const uint32_t version = clt__le32(head + 8);
-  const uint64_t count = clt__le64(head + 12);
-  const uint32_t ndims = clt__le32(head + 20);
-  if (version != RAW_VERSION) {
-    rc = clt__error(CLT_EFORMAT, "%s: raw format version %u; this cltrain reads version %u", path, version,
-                    RAW_VERSION);
-    goto fail;
-  }
-  if (count == 0 || count > (UINT64_C(1) << 40)) {
-    rc = clt__error(CLT_EFORMAT, "%s: the header declares %llu samples (1 to 2^40 allowed)", path,
-                    (unsigned long long)count);
-    goto fail;
-  }
-  if (ndims < 1 || ndims > CLT_DATASET_MAX_DIMS) {
-    rc = clt__error(CLT_EFORMAT, "%s: a sample has %u dimensions (1 to %d allowed)", path, ndims,
-                    CLT_DATASET_MAX_DIMS);
-    goto fail;
-  }
+  CLT_TRY(read_header(&r, path, &count, &ndims));
   CLT_TRY(clt__reader_read(&r, dimbytes, 8 * (uint64_t)ndims, "the dimensions"));
   ds = clt__dataset_alloc(path);
   if (!ds) {

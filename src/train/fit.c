@@ -230,23 +230,23 @@ static int checkpoint(clt_trainer *t) {
   return rc;
 }
 
-int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
-  int rc = CLT_OK;
-  const clt_train_options *o = &t->opts;
-  clt_sampler *smp = NULL;
-  clt_prefetcher **pf = NULL;
-  clt_batch *b = NULL;
-  sinks out = {0};
-  int64_t *first = NULL; /* per local replica: where its slice starts in a global batch */
-  int64_t in = clt_model_input_size(t->model);
+/* What a fit holds while it runs. */
+typedef struct fit_state {
+  clt_sampler *smp;
+  clt_prefetcher **pf;
+  clt_batch *b;
+  int64_t *first;                          /* per local replica: where its slice starts in a global batch */
+  sinks out;
+  fit_source src;
+  fit_clock clock;
+  int64_t steps_per_epoch, steps_total;
+} fit_state;
 
-  /* The model is the same on every rank, so every rank returns here alike. */
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY)
-    return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
-                      "int32 class labels; train it on float targets with clt_trainer_step_targets",
-                      clt_loss_name(clt_model_loss(t->model)));
-  /* Each rank checks its own data, and all learn of any failure: a rank
-   * that returned alone would leave the others waiting in a collective. */
+/* Each rank checks its own data, and all learn of any failure: a rank
+ * that returned alone would leave the others waiting in a collective. */
+static int check_data(clt_trainer *t, const clt_dataset *train) {
+  int rc = CLT_OK;
+  int64_t in = clt_model_input_size(t->model);
   if (clt_dataset_sample_size(train) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
@@ -260,133 +260,174 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
                     clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking the training set"));
   CLT_TRY(check_same_data(t, train));
-  /* Every output before the first step, and every rank learns rank 0's answer. */
-  if (t->rank == 0 && o->metrics_path && !(out.metrics = fopen(o->metrics_path, "a")))
+fail:
+  return rc;
+}
+
+/* Every output before the first step, and every rank learns rank 0's
+ * answer; the metrics begin with what every replica holds (memory.c). */
+static int open_outputs(clt_trainer *t, sinks *out) {
+  int rc = CLT_OK;
+  const clt_train_options *o = &t->opts;
+  if (t->rank == 0 && o->metrics_path && !(out->metrics = fopen(o->metrics_path, "a")))
     rc = clt__error(CLT_EIO, "cannot open the metrics file %s for appending: %s", o->metrics_path, strerror(errno));
-  if (rc == CLT_OK && t->rank == 0 && o->tensorboard_dir) rc = clt__tb_open(o->tensorboard_dir, &out.tb);
+  if (rc == CLT_OK && t->rank == 0 && o->tensorboard_dir) rc = clt__tb_open(o->tensorboard_dir, &out->tb);
   if (rc == CLT_OK && t->rank == 0) rc = clt__checkpoint_dir_check(t);
   CLT_TRY(clt__trainer_share_status(t, rc));
-  /* The metrics begin with what every replica holds (memory.c). */
-  rc = clt__trainer_memory_records(t, out.metrics);
+  rc = clt__trainer_memory_records(t, out->metrics);
   CLT_TRY(clt__trainer_share_status(t, rc));
+fail:
+  return rc;
+}
 
-  /* Go on from where the trainer stands (a loaded checkpoint, or an
-   * earlier fit): the position means something only on the same data. */
+/* The sampler from where the trainer stands (a loaded checkpoint, or an
+ * earlier fit: the position means something only on the same data), and
+ * each local replica's prefetcher. */
+static int open_data(clt_trainer *t, const clt_dataset *train, fit_state *f) {
+  int rc = CLT_OK;
+  const clt_train_options *o = &t->opts;
+  clt__dp *dp = clt__trainer_dp(t);
   int64_t count = clt_dataset_count(train);
-  if (t->progress.count && t->progress.count != count) {
-    rc = clt__error(CLT_EMISMATCH, "the checkpoint was taken %lld samples into epoch %lld of a training set of %lld "
-                    "samples, and %s has %lld: resume on the same training set", (long long)(t->progress.pos.step * t->s.micro_batch),
-                    (long long)t->progress.pos.epoch + 1, (long long)t->progress.count, clt_dataset_path(train), (long long)count);
-    goto fail;
-  }
-  CLT_TRY(clt_sampler_create(count, t->s.micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0, &smp));
-  CLT_TRY(clt_sampler_set_shares(smp, clt__dp_replicas(t->s.dp), clt__dp_shares(t->s.dp)));
-  if ((rc = clt_sampler_set_position(smp, t->progress.pos)) < 0) {
-    rc = clt__error(CLT_EMISMATCH, "the checkpoint's position, batch %lld of epoch %lld, is past the %lld batches of "
-                    "an epoch of %s here (was --drop-last or the batch size different?)", (long long)t->progress.pos.step + 1,
-                    (long long)t->progress.pos.epoch + 1, (long long)clt_sampler_steps_per_epoch(smp), clt_dataset_path(train));
-    goto fail;
-  }
+  if (t->progress.count && t->progress.count != count)
+    return clt__error(CLT_EMISMATCH, "the checkpoint was taken %lld samples into epoch %lld of a training set of %lld "
+                      "samples, and %s has %lld: resume on the same training set",
+                      (long long)(t->progress.pos.step * t->s.micro_batch), (long long)t->progress.pos.epoch + 1,
+                      (long long)t->progress.count, clt_dataset_path(train), (long long)count);
+  CLT_TRY(clt_sampler_create(count, t->s.micro_batch, o->seed, o->drop_last ? CLT_SAMPLER_DROP_LAST : 0, &f->smp));
+  CLT_TRY(clt_sampler_set_shares(f->smp, clt__dp_replicas(dp), clt__dp_shares(dp)));
+  if (clt_sampler_set_position(f->smp, t->progress.pos) < 0)
+    return clt__error(CLT_EMISMATCH, "the checkpoint's position, batch %lld of epoch %lld, is past the %lld batches of "
+                      "an epoch of %s here (was --drop-last or the batch size different?)",
+                      (long long)t->progress.pos.step + 1, (long long)t->progress.pos.epoch + 1,
+                      (long long)clt_sampler_steps_per_epoch(f->smp), clt_dataset_path(train));
   t->progress.count = count;
-  pf = clt__calloc(t->nlocal, sizeof *pf);
-  b = clt__calloc(t->nlocal, sizeof *b);
-  if (!pf || !b) { rc = CLT_ENOMEM; goto fail; }
+  f->pf = clt__calloc(t->nlocal, sizeof *f->pf);
+  f->b = clt__calloc(t->nlocal, sizeof *f->b);
+  f->first = clt__calloc(t->nlocal, sizeof *f->first);
+  if (!f->pf || !f->b || !f->first) return CLT_ENOMEM;
   for (int i = 0; i < t->nlocal; i++)
-    CLT_TRY(clt_prefetcher_create(train, smp, clt__dp_first_replica(t->s.dp) + i, t->ctx[i], &pf[i]));
-
+    CLT_TRY(clt_prefetcher_create(train, f->smp, clt__dp_first_replica(dp) + i, t->ctx[i], &f->pf[i]));
   /* Replica i's slice starts at the sum of the shares before it. */
-  if (!(first = clt__calloc(t->nlocal, sizeof *first))) { rc = CLT_ENOMEM; goto fail; }
   for (int i = 0; i < t->nlocal; i++)
-    for (int g = 0; g < clt__dp_first_replica(t->s.dp) + i; g++) first[i] += clt_sampler_share(smp, g);
+    for (int g = 0; g < clt__dp_first_replica(dp) + i; g++) f->first[i] += clt_sampler_share(f->smp, g);
+  int64_t micro_per_epoch = clt_sampler_steps_per_epoch(f->smp);
+  f->steps_per_epoch = (micro_per_epoch + o->accumulate - 1) / o->accumulate;
+  f->steps_total = f->steps_per_epoch * o->epochs;
+  if (o->max_steps > 0 && o->max_steps < f->steps_total) f->steps_total = o->max_steps;
+  f->clock = (fit_clock){now_s(), 0, 0, t->steps_done};
+  f->clock.window_t = f->clock.t0;
+  f->src = (fit_source){f->pf, f->b, f->first, 0, 0};
+fail:
+  return rc;
+}
 
-  int64_t micro_per_epoch = clt_sampler_steps_per_epoch(smp);
-  int64_t steps_per_epoch = (micro_per_epoch + o->accumulate - 1) / o->accumulate;
-  int64_t steps_total = steps_per_epoch * o->epochs;
-  if (o->max_steps > 0 && o->max_steps < steps_total) steps_total = o->max_steps;
-  fit_clock clock = {now_s(), 0, 0, t->steps_done};
-  clock.window_t = clock.t0;
+/* After a step: its sums into the epoch's, its event when a record or an
+ * evaluation is due (the epoch's own comes with its summary), and a
+ * periodic checkpoint (one due at an epoch's last step waits for the
+ * epoch's summary). */
+static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, int64_t epoch, const clt_dataset *test) {
+  int rc = CLT_OK;
+  const clt_train_options *o = &t->opts;
   clt_train_event ev;
-  fit_source src = {pf, b, first, 0, 0};
-  clt__micro_source step_src = {fit_next, &src};
-
-  for (int64_t epoch = t->progress.pos.epoch; epoch < o->epochs && t->steps_done < steps_total; epoch++) {
-    /* The epoch's sums so far (all ranks'): zero unless resumed half-way. */
-    double *ep_sums = t->progress.ep_sums; /* loss, correct, labels */
-    src.last_in_epoch = 0;
-    while (!src.last_in_epoch && t->steps_done < steps_total) {
-      clt__step_stats st;
-      src.samples = 0;
-      CLT_TRY(clt__trainer_train_step(t, &step_src, &st));
-      if (st.shares_changed) CLT_TRY(apply_shares(t, pf, first));
-      if (st.counted) { /* a skipped overflow leaves the epoch's means alone */
-        ep_sums[0] += st.loss_sum;
-        ep_sums[1] += st.correct;
-        ep_sums[2] += (double)st.labels;
-      }
-      t->progress.ep_steps++;
-      clock.window_samples += src.samples;
-      clt_prefetcher_position(pf[0], &t->progress.pos);
-      int last = src.last_in_epoch;
-
-      /* An evaluation due now (the epoch's own comes with its summary)
-       * reaches the callback and the metrics in this step's event, which
-       * it makes due too. */
-      int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
-      int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == steps_total));
-      if (log) {
-        if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(t->s.dp)); /* auto has them fresh */
-        step_event(t, &st, epoch, steps_total, steps_per_epoch, &clock, &ev);
-        if (eval) {
-          int64_t e0 = clt__trace_ns();
-          CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
-          clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation");
-          clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
-                   ev.test_accuracy);
-        }
-        CLT_TRY(emit(t, &out, &ev));
-      }
-      /* Periodic checkpoints; one due at an epoch's last step waits for the
-       * epoch's summary below. */
-      if (o->checkpoint_dir && o->checkpoint_every > 0 && t->steps_done % o->checkpoint_every == 0 && !last)
-        CLT_TRY(checkpoint(t));
-    }
-    /* The epoch's summary; ep_sums already hold all ranks' sums. */
-    memset(&ev, 0, sizeof ev);
-    ev.kind = CLT_EVENT_EPOCH;
-    ev.epoch = epoch + 1, ev.epochs = o->epochs;
-    ev.step = t->steps_done, ev.steps_total = steps_total;
-    ev.step_in_epoch = t->progress.ep_steps, ev.steps_per_epoch = steps_per_epoch;
-    ev.loss = ep_sums[0] / ep_sums[2];
-    ev.accuracy = ep_sums[1] / ep_sums[2];
-    ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
-    ev.elapsed_s = now_s() - clock.t0;
-    ev.samples_per_s = NAN;
-    ev.grad_norm = NAN;
-    ev.test_loss = ev.test_accuracy = NAN;
-    if (test) {
+  if (st->shares_changed) CLT_TRY(apply_shares(t, f->pf, f->first));
+  if (st->counted) { /* a skipped overflow leaves the epoch's means alone */
+    t->progress.ep_sums[0] += st->loss_sum;
+    t->progress.ep_sums[1] += st->correct;
+    t->progress.ep_sums[2] += (double)st->labels;
+  }
+  t->progress.ep_steps++;
+  f->clock.window_samples += f->src.samples;
+  clt_prefetcher_position(f->pf[0], &t->progress.pos);
+  int last = f->src.last_in_epoch;
+  int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
+  int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == f->steps_total));
+  if (log) {
+    if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(clt__trainer_dp(t))); /* auto has them fresh */
+    step_event(t, st, epoch, f->steps_total, f->steps_per_epoch, &f->clock, &ev);
+    if (eval) {
       int64_t e0 = clt__trace_ns();
       CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
-      clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",
-                      (long long)epoch + 1);
+      clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation");
+      clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
+               ev.test_accuracy);
     }
-    CLT_TRY(emit(t, &out, &ev));
-    if (src.last_in_epoch) { /* the epoch is whole: the next one starts from zero */
-      memset(t->progress.ep_sums, 0, sizeof t->progress.ep_sums);
-      t->progress.ep_steps = 0;
-      if (o->checkpoint_dir && (o->checkpoint_every == 0 || t->steps_done % o->checkpoint_every == 0))
-        CLT_TRY(checkpoint(t));
+    CLT_TRY(emit(t, &f->out, &ev));
+  }
+  if (o->checkpoint_dir && o->checkpoint_every > 0 && t->steps_done % o->checkpoint_every == 0 && !last)
+    CLT_TRY(checkpoint(t));
+fail:
+  return rc;
+}
+
+/* The epoch's summary (ep_sums already hold all ranks' sums), its
+ * evaluation, and when it is whole its checkpoint. */
+static int end_epoch(clt_trainer *t, fit_state *f, int64_t epoch, const clt_dataset *test) {
+  int rc = CLT_OK;
+  const clt_train_options *o = &t->opts;
+  const double *ep_sums = t->progress.ep_sums; /* loss, correct, labels */
+  clt_train_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.kind = CLT_EVENT_EPOCH;
+  ev.epoch = epoch + 1, ev.epochs = o->epochs;
+  ev.step = t->steps_done, ev.steps_total = f->steps_total;
+  ev.step_in_epoch = t->progress.ep_steps, ev.steps_per_epoch = f->steps_per_epoch;
+  ev.loss = ep_sums[0] / ep_sums[2];
+  ev.accuracy = ep_sums[1] / ep_sums[2];
+  ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
+  ev.elapsed_s = now_s() - f->clock.t0;
+  ev.samples_per_s = NAN;
+  ev.grad_norm = NAN;
+  ev.test_loss = ev.test_accuracy = NAN;
+  if (test) {
+    int64_t e0 = clt__trace_ns();
+    CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
+    clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",
+                    (long long)epoch + 1);
+  }
+  CLT_TRY(emit(t, &f->out, &ev));
+  if (f->src.last_in_epoch) { /* the epoch is whole: the next one starts from zero */
+    memset(t->progress.ep_sums, 0, sizeof t->progress.ep_sums);
+    t->progress.ep_steps = 0;
+    if (o->checkpoint_dir && (o->checkpoint_every == 0 || t->steps_done % o->checkpoint_every == 0))
+      CLT_TRY(checkpoint(t));
+  }
+fail:
+  return rc;
+}
+
+int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
+  int rc = CLT_OK;
+  const clt_train_options *o = &t->opts;
+  fit_state f;
+  memset(&f, 0, sizeof f);
+  /* The model is the same on every rank, so every rank returns here alike. */
+  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY)
+    return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
+                      "int32 class labels; train it on float targets with clt_trainer_step_targets",
+                      clt_loss_name(clt_model_loss(t->model)));
+  CLT_TRY(check_data(t, train));
+  CLT_TRY(open_outputs(t, &f.out));
+  CLT_TRY(open_data(t, train, &f));
+  clt__micro_source step_src = {fit_next, &f.src};
+  for (int64_t epoch = t->progress.pos.epoch; epoch < o->epochs && t->steps_done < f.steps_total; epoch++) {
+    f.src.last_in_epoch = 0;
+    while (!f.src.last_in_epoch && t->steps_done < f.steps_total) {
+      clt__step_stats st;
+      f.src.samples = 0;
+      CLT_TRY(clt__trainer_train_step(t, &step_src, &st));
+      CLT_TRY(after_step(t, &f, &st, epoch, test));
     }
+    CLT_TRY(end_epoch(t, &f, epoch, test));
   }
   /* The state fit() ends with, unless that is saved already. */
   if (o->checkpoint_dir && t->run.saved_step != t->steps_done) CLT_TRY(checkpoint(t));
 fail:
-  if (pf)
-    for (int i = 0; i < t->nlocal; i++) clt_prefetcher_destroy(pf[i]);
-  free(pf);
-  free(b);
-  free(first);
-  clt_sampler_destroy(smp);
-  if (out.metrics) fclose(out.metrics);
-  clt__tb_close(out.tb);
+  for (int i = 0; f.pf && i < t->nlocal; i++) clt_prefetcher_destroy(f.pf[i]);
+  free(f.pf);
+  free(f.b);
+  free(f.first);
+  clt_sampler_destroy(f.smp);
+  if (f.out.metrics) fclose(f.out.metrics);
+  clt__tb_close(f.out.tb);
   return rc;
 }
