@@ -7,7 +7,11 @@
 # environment list is in its ENVIRONMENT. Every layer kind the spec parser
 # knows (the list its unknown-layer error gives) has its entry under LAYERS
 # in doc/cltrain-model.5. Every public function of the headers is named in
-# doc/libcltrain.3. Where groff is installed, each page formats
+# doc/libcltrain.3. Every all-reduce algorithm of the library's table (the
+# list `cltrain --help` gives for CLT_ALLREDUCE: clt_allreduce_algorithms())
+# is in bold in doc/cltrain.1's entries of train's --allreduce, bench
+# allreduce's --algorithm and CLT_ALLREDUCE, and in doc/libcltrain.3's
+# CLT_ALLREDUCE entry. Where groff is installed, each page formats
 # without a warning (and so does `man --warnings -l`, lintian's check, where
 # man runs). Needs no device.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -124,6 +128,43 @@ while read -r f; do
   grep -qw -- "$f" "$tmp/page3" || bad "$f, declared in include/, is not named in doc/libcltrain.3"
 done <"$tmp/functions"
 [ $nbad -eq $before ] && echo "ok: the $n public functions in doc/libcltrain.3"
+
+# ---- the all-reduce algorithms ------------------------------------------------------
+# "  CLT_ALLREDUCE    all-reduce algorithm: auto, ring, ... (auto: ...)", over
+# as many lines as it takes, up to the next variable.
+awk '/^  CLT_ALLREDUCE / { on = 1; print; next } on && /^  [^ ]/ { exit } on' "$tmp/top" | tr '\n' ' ' |
+  sed -n 's/.*algorithm: \([^(]*\) (.*/\1/p' | tr ',' '\n' | sed 's/^ *//; s/ *$//' | grep . >"$tmp/algorithms"
+if [ "$(wc -l <"$tmp/algorithms")" -lt 3 ]; then
+  bad "no list of all-reduce algorithms in the CLT_ALLREDUCE entry of 'cltrain --help':"
+  grep -A3 '^  CLT_ALLREDUCE ' "$tmp/top" | sed 's/^/  /'
+fi
+# bold PAGE TAG: the words set in bold (lines of .B, .BR, .RB) in the .TP
+# item whose tag, its escapes and quotes undone, matches the extended
+# regular expression TAG; one a line.
+bold() {
+  awk -v re="$2" '
+    /^\.TP( |$)/ { tp = 1; on = 0; next }
+    tp { tp = 0; t = $0; gsub(/\\-/, "-", t); gsub(/\\f[BIRP]/, "", t); gsub(/"/, "", t); sub(/^\.[BIR]+ /, "", t)
+         on = (t ~ re); next }
+    /^\.(SS|SH|PP)( |$)/ { on = 0 }
+    on && /^\.(B|BR|RB) / { print }' "$1" |
+    sed -E -e 's/^\.(B|BR|RB) //' -e 's/\\-/-/g' -e 's/"//g' | tr ' ,().;' '\n\n\n\n\n\n' | grep .
+}
+while IFS=';' read -r page tag name; do
+  bold "$page" "$tag" >"$tmp/bold"
+  [ -s "$tmp/bold" ] || { bad "doc/$name entry not found (a .TP item whose tag matches '$tag')"; continue; }
+  n=0 before=$nbad
+  while read -r a; do
+    n=$((n + 1))
+    grep -qxF -- "$a" "$tmp/bold" || bad "all-reduce algorithm '$a' (clt_allreduce_algorithms()) is not in bold in doc/$name entry"
+  done <"$tmp/algorithms"
+  [ $nbad -eq $before ] && echo "ok: the $n all-reduce algorithms in doc/$name entry"
+done <<LIST
+$page1;^--allreduce ;cltrain.1's --allreduce (train)
+$page1;^-a, --algorithm ;cltrain.1's --algorithm (bench allreduce)
+$page1;^CLT_ALLREDUCE\$;cltrain.1's CLT_ALLREDUCE
+$page3;^CLT_ALLREDUCE( |,|\$);libcltrain.3's CLT_ALLREDUCE
+LIST
 
 # ---- formatting ------------------------------------------------------------------
 if command -v groff >/dev/null 2>&1; then

@@ -31,6 +31,11 @@ void cli_argv_error(void);
 
 /* Whether name is one of clt_allreduce_algorithms() ("auto" included). */
 int cli_allreduce_known(const char *name);
+/* A help entry into buf (returned): lead ("      --allreduce ALG     "),
+ * then text's words in lines of at most width columns, each line after
+ * the first indented as far as lead reaches; ends with a newline. For
+ * texts made at run time, such as the library's list of algorithms. */
+const char *cli_help_entry(char *buf, size_t size, const char *lead, const char *text, int width);
 
 /* "1.5 GiB": bytes for messages, into buf (returned). */
 const char *cli_bytes(double b, char *buf, size_t size);

@@ -60,6 +60,9 @@ typedef struct plan_info {
 } plan_info;
 
 static void help(FILE *to) {
+  char algorithms[512], text[256];
+  snprintf(text, sizeof text, "all-reduce algorithms to time, comma-separated: %s (auto: the cost model's "
+           "choice; default: auto, or CLT_ALLREDUCE)", clt_allreduce_algorithms());
   fprintf(to,
           "usage: mpirun -np N cltrain bench allreduce [OPTIONS]\n"
           "\n"
@@ -79,11 +82,7 @@ static void help(FILE *to) {
           "                         of the same element count (twice the bytes)\n"
           "      --chunk N          bytes per pipelined message (default: CLT_ALLREDUCE_CHUNK,\n"
           "                         else 256K, or 1M with 2 ranks)\n"
-          "  -a, --algorithm LIST   all-reduce algorithms to time, comma-separated: auto (the\n"
-          "                         cost model's choice), ring, twolevel, shm,\n"
-          "                         recursive-doubling, gather, rabenseifner,\n"
-          "                         twolevel-rabenseifner (default: auto, or\n"
-          "                         CLT_ALLREDUCE)\n"
+          "%s"
           "      --fit FILE         measure the cost model instead (ping-pong inside and\n"
           "                         between nodes, the reduction's speed; on one node shm's\n"
           "                         all-reduce from 64K to 64M, in pieces of --chunk),\n"
@@ -94,7 +93,8 @@ static void help(FILE *to) {
           "busbw = algbw * 2(N-1)/N as in nccl-tests; x MPI = MPI's time / cltrain's;\n"
           "model us = the cost model's time; intra, inter = bytes the busiest rank sent\n"
           "inside its node and to other nodes in one host all-reduce. Nodes are the ranks\n"
-          "sharing memory, or CLT_NODE_SIZE's pretend ones.\n");
+          "sharing memory, or CLT_NODE_SIZE's pretend ones.\n",
+          cli_help_entry(algorithms, sizeof algorithms, "  -a, --algorithm LIST   ", text, 83));
 }
 
 /* "4", "64K", "256M", "1G" (binary multiples) into bytes; 0 on junk. */

@@ -65,6 +65,9 @@ static int parse_balance(const char *s, train_args *a) {
 static void help(FILE *to) {
   clt_train_options d;
   clt_train_options_defaults(&d);
+  char allreduce[512], text[256];
+  snprintf(text, sizeof text, "the gradients' all-reduce: %s (auto: the cost model's choice; default: "
+           "CLT_ALLREDUCE, else auto; doc/scaling.md)", clt_allreduce_algorithms());
   fprintf(to,
           "usage: cltrain train MODEL [OPTIONS]      (under mpirun for several ranks)\n"
           "\n"
@@ -125,11 +128,7 @@ static void help(FILE *to) {
           "                          (default %lld: none, and one at 0 is probed now and then)\n"
           "      --bucket-mb X       all-reduce gradients in buckets of X MiB, overlapping the\n"
           "                          backward pass (default %g; 0: one bucket at the end)\n"
-          "      --allreduce ALG     the gradients' all-reduce: auto (the cost model's choice),\n"
-          "                          ring, twolevel (node, then network), shm (the node's shared\n"
-          "                          memory), recursive-doubling, gather, rabenseifner (halving\n"
-          "                          then doubling), twolevel-rabenseifner (default:\n"
-          "                          CLT_ALLREDUCE, else auto; doc/scaling.md)\n"
+          "%s"
           "      --max-device-memory B  use at most B bytes of each device (like 512M or 2G;\n"
           "                          default: all of it); a replica that needs more is refused\n"
           "      --zero S            ZeRO sharding across ranks: 0 every rank keeps all optimizer\n"
@@ -167,7 +166,9 @@ static void help(FILE *to) {
           "  -h, --help              this text\n",
           DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr, d.loss_scale,
           (long long)d.loss_scale_window, d.max_skips,
-          (long long)d.balance_every, (long long)d.balance_min_share, d.bucket_mb, (long long)d.check_every, (long long)d.log_every,
+          (long long)d.balance_every, (long long)d.balance_min_share, d.bucket_mb,
+          cli_help_entry(allreduce, sizeof allreduce, "      --allreduce ALG     ", text, 86),
+          (long long)d.check_every, (long long)d.log_every,
           DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
 }
 

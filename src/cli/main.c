@@ -9,6 +9,8 @@
 #include "cli.h"
 
 static void usage(FILE *to) {
+  char algorithms[512], text[256];
+  snprintf(text, sizeof text, "all-reduce algorithm: %s (auto: the cost model's choice)", clt_allreduce_algorithms());
   fprintf(to,
           "usage: cltrain COMMAND [OPTIONS]\n"
           "\n"
@@ -40,11 +42,12 @@ static void usage(FILE *to) {
           "  CLT_KERNEL_DIR   load OpenCL kernels from this directory instead of the built-in copies\n"
           "  CLT_TIMEOUT      seconds a collective waits for a peer before failing (default 300)\n"
           "  CLT_ALLREDUCE_CHUNK  bytes per pipelined all-reduce message (default 256K; 1M with 2 ranks)\n"
-          "  CLT_ALLREDUCE    all-reduce algorithm: auto (the cost model's), ring, twolevel, shm, ...\n"
+          "%s"
           "  CLT_NODE_SIZE    pretend nodes: k ranks each, or sizes such as 3,2 (default: shared memory)\n"
           "  CLT_COMM_MODEL   the cost model's file, from 'cltrain bench allreduce --fit FILE'\n"
           "  CLT_HOST_BLAS    0: CPU devices' GEMMs on CLBlast instead of the host BLAS (OpenBLAS)\n"
-          "  CLT_HOST_BLAS_NATIVE  0: host GEMMs on the calling thread, never as native kernels\n");
+          "  CLT_HOST_BLAS_NATIVE  0: host GEMMs on the calling thread, never as native kernels\n",
+          cli_help_entry(algorithms, sizeof algorithms, "  CLT_ALLREDUCE    ", text, 93));
 }
 
 /* This process's place in the job (cli_set_job), for messages. */
@@ -100,6 +103,23 @@ int cli_allreduce_known(const char *name) {
   for (const char *at = clt_allreduce_algorithms(); n && (at = strstr(at, name)); at += n)
     if ((at == clt_allreduce_algorithms() || at[-1] == ' ') && (at[n] == ',' || at[n] == 0)) return 1;
   return 0;
+}
+
+const char *cli_help_entry(char *buf, size_t size, const char *lead, const char *text, int width) {
+  size_t at = 0, indent = strlen(lead), col = indent;
+#define PUT(...) (at += (size_t)snprintf(buf + at, at < size ? size - at : 0, __VA_ARGS__))
+  PUT("%s", lead);
+  for (const char *w = text + strspn(text, " "); *w; w += strspn(w, " ")) {
+    size_t n = strcspn(w, " ");
+    if (col > indent && col + 1 + n > (size_t)width) col = indent, PUT("\n%*s", (int)indent, "");
+    else if (col > indent) col++, PUT(" ");
+    PUT("%.*s", (int)n, w);
+    col += n;
+    w += n;
+  }
+  PUT("\n");
+#undef PUT
+  return buf;
 }
 
 /* "1.5 GiB": bytes for messages. */

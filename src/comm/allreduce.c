@@ -1,9 +1,11 @@
 /*
  * allreduce.c: all-reduce plans: the cross-rank check when a plan is made,
- * the choice of algorithm (model.c: the pipelined ring, the small-message
- * ones of small.c, two-level in twolevel.c, shared memory in shm.c), the
- * element types' reductions, and runs on host buffers. Device buffers are
- * staged in allreduce_device.c.
+ * the choice of algorithm (model.c's table: the pipelined ring in ring.c,
+ * the small-message ones of small.c, Rabenseifner's in halving.c,
+ * two-level in twolevel.c, shared memory in shm_plan.c), whose row then
+ * makes, runs and frees the plan's own state; the element types'
+ * reductions, and runs on host buffers. Device buffers are staged in
+ * allreduce_device.c.
  */
 #include "comm_internal.h"
 
@@ -11,9 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Receive buffers of the reduce-scatter: two, so one chunk is reduced while
- * the next arrives. */
-#define CLT__RING_SLOTS 2
 #define CLT__MAX_REPLICAS 1024
 
 /* ---- element types ------------------------------------------------------- */
@@ -147,13 +146,8 @@ const clt__coll_kind clt__kind_allgather_window = {"allgather", "clt__allgather_
                                                    CLT__FP_ALLGATHER_PLAN, 0, 1, 1};
 
 static int plan_steps(const clt_allreduce_plan *plan) {
-  int n = plan->comm->size;
-  if (n == 1 || plan->count == 0) return 0;
-  if (plan->twolevel) return clt__twolevel_steps(plan->twolevel);
-  if (plan->algorithm == CLT__SHM) return plan->gwin ? 1 : clt__shm_steps(plan->shm);
-  if (plan->algorithm == CLT__RABENSEIFNER) return clt__halving_steps(n);
-  if (plan->algorithm != CLT__RING) return clt__small_steps(n, plan->algorithm);
-  return (plan->kind->reduces + plan->kind->gathers) * (n - 1);
+  if (plan->comm->size == 1 || plan->count == 0) return 0;
+  return plan->alg->steps(plan);
 }
 
 /* FNV-1a of the per-rank counts: what the ranks compare (0 is kept for
@@ -296,7 +290,7 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   plan->replicas = replicas;
   plan->natural = !counts;
   for (int r = 0; r < comm->size; r++) plan->total_replicas += all[r].replicas;
-  plan->algorithm = algorithm;
+  plan->alg = clt__algorithm_find(algorithm);
 
   size_t n = (size_t)comm->size;
   if (!(plan->seg_off = clt__calloc(n + 1, sizeof *plan->seg_off)) ||
@@ -308,34 +302,7 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   plan->part_lo = plan->seg_lo + 2 * n;
   plan->part_hi = plan->seg_lo + 3 * n;
   lay_out(plan, counts);
-  /* An allgather alone starts where the reduce-scatter ends: the ring over
-   * the parts, rank r starting with its own. */
-  if (!kind->reduces)
-    CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->part_lo, plan->part_hi, plan->chunk_elems, 0,
-                                   comm->size - 1, &plan->sched));
-  else
-    CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_lo, plan->seg_hi, plan->chunk_elems,
-                                   comm->size - 1, (1 + kind->gathers) * (comm->size - 1), &plan->sched));
-  if (plan->algorithm == CLT__TWOLEVEL || plan->algorithm == CLT__TWOLEVEL_RABENSEIFNER) {
-    CLT_TRY(clt__twolevel_create(plan, &plan->twolevel)); /* its own staging */
-  } else if (plan->algorithm == CLT__SHM && !kind->reduces) {
-    CLT_TRY(clt__shm_gather_create(plan, &plan->gwin)); /* a window of its own */
-  } else if (plan->algorithm == CLT__SHM) {
-    CLT_TRY(clt__shm_create(plan, &plan->shm)); /* the node's window */
-  } else if (plan->algorithm != CLT__RING) { /* the small ones, Rabenseifner */
-    plan->slot_bytes = count * ops->esize;
-    plan->nslots = plan->algorithm == CLT__GATHER && comm->rank == 0 ? comm->size - 1 : 1;
-  } else if (kind->reduces) {
-    size_t longest = 0;
-    for (int j = 0; j < comm->size; j++)
-      if (plan->seg_hi[j] - plan->seg_lo[j] > longest) longest = plan->seg_hi[j] - plan->seg_lo[j];
-    plan->slot_bytes = (longest < plan->chunk_elems ? longest : plan->chunk_elems) * ops->esize;
-    plan->nslots = CLT__RING_SLOTS;
-  } /* an allgather receives into place: no staging */
-  if (plan->slot_bytes && !(plan->staging = clt__calloc((size_t)plan->nslots, plan->slot_bytes))) {
-    rc = CLT_ENOMEM;
-    goto fail;
-  }
+  CLT_TRY(plan->alg->create(plan)); /* its schedules, slots and windows */
   clt__log(CLT_LOG_DEBUG, "rank %d: %s #%llu: %zu x %s %s, %s, chunk %zu bytes, %d of %d replicas%s", comm->rank,
            what, (unsigned long long)o.number, count, clt_dtype_name(dtype), clt_reduce_op_name(op),
            clt_allreduce_plan_algorithm(plan), chunk_bytes, replicas, plan->total_replicas,
@@ -356,27 +323,26 @@ void clt__plan_destroy(clt_allreduce_plan *plan) {
    * error), receives abandoned then may still be matched, and MPI write
    * into the plan's staging buffers, at any time until MPI_Finalize: those
    * buffers are kept (left allocated) rather than freed under it. */
-  if (plan->comm && plan->comm->broken) {
+  int broken = plan->comm && plan->comm->broken;
+  if (broken)
     clt__log(CLT_LOG_DEBUG, "%s plan of %zu elements destroyed after a failure: its staging buffers are kept, since "
              "abandoned messages may still arrive in them", plan->kind->op_name, plan->count);
-    clt__ring_sched_free(&plan->sched);
-    clt__twolevel_free(plan->twolevel, 1);
-    clt__shm_free(plan->shm);
-    clt__shm_gather_free(plan->gwin);
-    free(plan->seg_off);
-    free(plan->seg_lo);
-    free(plan);
-    return;
-  }
-  clt__twolevel_free(plan->twolevel, 0);
-  clt__shm_free(plan->shm);
-  clt__shm_gather_free(plan->gwin);
-  clt__dev_staging_free(plan->dev);
-  clt__ring_sched_free(&plan->sched);
+  if (plan->alg) plan->alg->destroy(plan, broken);
+  if (!broken) clt__dev_staging_free(plan->dev);
   free(plan->seg_off);
   free(plan->seg_lo);
-  free(plan->staging);
   free(plan);
+}
+
+int clt__plan_scratch_create(clt_allreduce_plan *plan, size_t nbuf) {
+  size_t bytes = plan->count * plan->ops->esize;
+  if (bytes && !(plan->state = clt__calloc(nbuf, bytes))) return CLT_ENOMEM;
+  return CLT_OK;
+}
+
+void clt__plan_scratch_destroy(clt_allreduce_plan *plan, int keep_buffers) {
+  if (!keep_buffers) free(plan->state); /* abandoned receives may still land there */
+  plan->state = NULL;
 }
 
 int clt_allreduce_plan_create(clt_comm *comm, size_t count, clt_dtype dtype, clt_reduce_op op,
@@ -391,31 +357,15 @@ size_t clt_allreduce_plan_count(const clt_allreduce_plan *plan) { return plan ? 
 const char *clt_allreduce_plan_algorithm(const clt_allreduce_plan *plan) {
   if (!plan) return "?";
   if (plan->comm->size == 1) return "local";
-  const clt__algorithm_desc *a = clt__algorithm_find(plan->algorithm);
-  return a ? a->name : "?";
+  return plan->alg->name;
 }
 
-/* The ring whose schedule orders the staging: the plan's, or the node's
- * reduce-scatter of a two-level plan. */
-static const clt__ring_sched *stage_sched(const clt_allreduce_plan *plan) {
-  return plan->twolevel ? clt__twolevel_stage_sched(plan->twolevel) : &plan->sched;
-}
-
-int clt__plan_staged(const clt_allreduce_plan *plan) {
-  if (plan->gwin) return 0;
-  if (plan->shm) return clt__shm_contiguous(plan->shm);
-  if (plan->twolevel) return clt__twolevel_staged(plan->twolevel);
-  return clt__algorithm_find(plan->algorithm)->staged;
-}
+int clt__plan_staged(const clt_allreduce_plan *plan) { return plan->alg->staged && plan->alg->staged(plan); }
 
 size_t clt__plan_nstage(const clt_allreduce_plan *plan) {
   if (plan->count == 0) return 0;
   if (!clt__plan_staged(plan)) return 1;
-  if (plan->shm) return clt__shm_nrounds(plan->shm);
-  const clt__ring_sched *s = stage_sched(plan);
-  size_t n = s->nown;
-  while (n - s->nown < s->nrecv && s->recv[n - s->nown].step < s->reduce_steps) n++;
-  return n;
+  return plan->alg->nstage(plan);
 }
 
 void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
@@ -424,14 +374,7 @@ void clt__plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off
     *n = plan->count;
     return;
   }
-  if (plan->shm) {
-    clt__shm_round(plan->shm, i, off, n);
-    return;
-  }
-  const clt__ring_sched *s = stage_sched(plan);
-  const clt__ring_chunk *c = i < s->nown ? &s->own[i] : &s->recv[i - s->nown];
-  *off = c->off;
-  *n = c->n;
+  plan->alg->stage_chunk(plan, i, off, n);
 }
 
 /* ---- runs ---------------------------------------------------------------------- */
@@ -445,26 +388,7 @@ int clt__allreduce_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *ba
     if (divisor > 1) plan->ops->divide(base, plan->count, divisor);
     return CLT_OK;
   }
-  if (plan->twolevel) return clt__twolevel_exec(plan, op, base, divisor, ready, final, user);
-  if (plan->gwin) return clt__shm_gather_exec(plan->gwin, op, base);
-  if (plan->algorithm == CLT__SHM) return clt__shm_exec(plan, op, base, divisor, ready, final, user);
-  if (plan->algorithm == CLT__RABENSEIFNER) {
-    clt__halving h = {.n = plan->comm->size, .me = plan->comm->rank, .base = base, .hi = plan->count,
-                      .tmp = plan->staging, .ops = plan->ops, .divisor = divisor, .tag_phase = CLT__TAG_DATA};
-    return clt__halving_exec(op, &h);
-  }
-  if (plan->algorithm != CLT__RING)
-    return clt__small_exec(op, plan->algorithm, base, plan->staging, plan->count, plan->ops, divisor);
-  clt__ring_io io = {.base = base,
-                     .ops = plan->ops,
-                     .divisor = divisor,
-                     .staging = plan->staging,
-                     .nslots = plan->nslots,
-                     .slot_bytes = plan->slot_bytes,
-                     .ready = ready,
-                     .final = final,
-                     .user = user};
-  return clt__ring_exec(op, &plan->sched, &io);
+  return plan->alg->run(plan, op, base, divisor, ready, final, user);
 }
 
 int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op) {
@@ -482,19 +406,6 @@ int clt__plan_run(clt_allreduce_plan *plan, void *buf) {
                                   "%s)", fn, plan->replicas, plan->kind->run_devices_fn);
   if ((rc = clt__allreduce_begin(plan, &op)) < 0) return rc;
   return clt__allreduce_exec(plan, &op, buf, NULL, NULL, NULL);
-}
-
-int clt__allreduce_run_arena(clt_allreduce_plan *plan, void *buf) {
-  clt__op op;
-  int rc;
-  size_t bytes = plan ? plan->count * plan->ops->esize : 0;
-  if (!plan || plan->algorithm != CLT__SHM || !plan->shm || !plan->kind->gathers || !plan->ops->sum_to ||
-      plan->comm->size == 1 || plan->count == 0 || !clt__arena_holds(plan->comm, buf, bytes))
-    return clt__plan_run(plan, buf);
-  if ((rc = clt__allreduce_begin(plan, &op)) < 0) return rc;
-  double divisor = plan->op == CLT_AVG ? (double)plan->total_replicas : 1.0;
-  size_t at = (size_t)((unsigned char *)buf - clt__arena_mine(plan->comm));
-  return clt__arena_allreduce(&op, at, plan->seg_off, plan->ops, divisor);
 }
 
 int clt_allreduce_run(clt_allreduce_plan *plan, void *buf) {

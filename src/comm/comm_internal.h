@@ -283,7 +283,7 @@ int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io
  * count % size segments get one element more. */
 void clt__segments(size_t count, int size, size_t *seg_off);
 
-/* ---- small messages (small.c) ------------------------------------------------- */
+/* ---- algorithms (model.c): one descriptor each ------------------------------ */
 
 enum clt__algorithm {
   CLT__RING = 0,
@@ -296,8 +296,14 @@ enum clt__algorithm {
   CLT__NALGORITHMS = 7
 };
 
-/* ---- algorithms (model.c): one descriptor each ------------------------------ */
+/* The device hooks of a run (allreduce_device.c): is the local data of
+ * chunk c in place yet? and: chunk c holds its final value. */
+typedef int clt__ready_fn(void *user, const clt__ring_chunk *c, int *is_ready);
+typedef int clt__final_fn(void *user, const clt__ring_chunk *c);
 
+/* An algorithm: how it is chosen (its cost and where it can run: model.c)
+ * and how a plan runs it (its file). Adding one is a row of model.c's
+ * table, its cost there, and its file with the plan's members. */
 typedef struct clt__algorithm_desc {
   enum clt__algorithm algorithm;
   const char *name;        /* clt_allreduce_plan_algorithm, CLT_ALLREDUCE */
@@ -312,7 +318,30 @@ typedef struct clt__algorithm_desc {
   const clt__fitted_terms *(*fitted)(const clt_comm *comm);
   int small;               /* a small-message one: CLT_ALLREDUCE_SMALL's threshold decides it */
   int allreduce_only;      /* reduce-scatter plans keep the ring (their parts are the ring's bits) */
-  int staged;              /* device data comes and goes chunk by chunk (clt__plan_nstage) */
+
+  /* The plan's own state (plan->state: schedules, slots, windows), made
+   * once the ranks agreed on the plan and it is laid out (segments,
+   * parts); collective where it makes a window. A plan of one rank is the
+   * ring's (its device runs take the ring's staging order); steps and run
+   * are asked only with two ranks or more and count > 0. */
+  int (*create)(clt_allreduce_plan *plan);
+  /* Free it; keep_buffers: a failure left messages in flight, which may
+   * still land in receive buffers: leave those allocated. */
+  void (*destroy)(clt_allreduce_plan *plan, int keep_buffers);
+  /* Steps of a run, for messages ("step 3/6"). */
+  int (*steps)(const clt_allreduce_plan *plan);
+  /* Run on host data at base; divisor > 1: an average's. The
+   * hooks are NULL on host data; on device data (staged plans only) ready
+   * is asked before a chunk of the staging order is used and final told
+   * when one holds its result. */
+  int (*run)(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor, clt__ready_fn *ready,
+             clt__final_fn *final, void *user);
+  /* Device staging (optional: NULL where all of it is copied first):
+   * whether this plan's device data comes and goes chunk by chunk, and its
+   * staging order, chunk i of nstage being elements [off, off + n). */
+  int (*staged)(const clt_allreduce_plan *plan);
+  size_t (*nstage)(const clt_allreduce_plan *plan);
+  void (*stage_chunk)(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n);
 } clt__algorithm_desc;
 
 const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a);
@@ -323,6 +352,69 @@ int clt__algorithm_parse(const char *name);
  * is set). A pure function of values every rank holds the same (checked by
  * the plan's fingerprint). */
 enum clt__algorithm clt__algorithm_choose(const clt_comm *comm, size_t bytes);
+
+/* Each algorithm's plan members, in its file. */
+int clt__ring_plan_create(clt_allreduce_plan *plan);
+void clt__ring_plan_destroy(clt_allreduce_plan *plan, int keep_buffers);
+int clt__ring_plan_steps(const clt_allreduce_plan *plan);
+int clt__ring_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                       clt__ready_fn *ready, clt__final_fn *final, void *user);
+int clt__ring_plan_staged(const clt_allreduce_plan *plan);
+size_t clt__ring_plan_nstage(const clt_allreduce_plan *plan);
+void clt__ring_plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n);
+
+int clt__recdouble_plan_create(clt_allreduce_plan *plan);
+int clt__recdouble_plan_steps(const clt_allreduce_plan *plan);
+int clt__recdouble_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                            clt__ready_fn *ready, clt__final_fn *final, void *user);
+int clt__gather_plan_create(clt_allreduce_plan *plan);
+int clt__gather_plan_steps(const clt_allreduce_plan *plan);
+int clt__gather_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                         clt__ready_fn *ready, clt__final_fn *final, void *user);
+
+int clt__halving_plan_create(clt_allreduce_plan *plan);
+int clt__halving_plan_steps(const clt_allreduce_plan *plan);
+int clt__halving_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                          clt__ready_fn *ready, clt__final_fn *final, void *user);
+
+/* Two-level with rings, or with Rabenseifner's, between nodes. */
+int clt__twolevel_plan_create(clt_allreduce_plan *plan);
+int clt__twolevel_halving_plan_create(clt_allreduce_plan *plan);
+void clt__twolevel_plan_destroy(clt_allreduce_plan *plan, int keep_buffers);
+int clt__twolevel_plan_steps(const clt_allreduce_plan *plan);
+int clt__twolevel_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                           clt__ready_fn *ready, clt__final_fn *final, void *user);
+int clt__twolevel_plan_staged(const clt_allreduce_plan *plan);
+size_t clt__twolevel_plan_nstage(const clt_allreduce_plan *plan);
+void clt__twolevel_plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n);
+
+int clt__shm_plan_create(clt_allreduce_plan *plan);
+void clt__shm_plan_destroy(clt_allreduce_plan *plan, int keep_buffers);
+int clt__shm_plan_steps(const clt_allreduce_plan *plan);
+int clt__shm_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                      clt__ready_fn *ready, clt__final_fn *final, void *user);
+int clt__shm_plan_staged(const clt_allreduce_plan *plan);
+size_t clt__shm_plan_nstage(const clt_allreduce_plan *plan);
+void clt__shm_plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n);
+
+/* A state that is only scratch (small.c, halving.c): nbuf zeroed buffers
+ * of the plan's bytes, at (unsigned char *)plan->state; none for count 0. */
+int clt__plan_scratch_create(clt_allreduce_plan *plan, size_t nbuf);
+void clt__plan_scratch_destroy(clt_allreduce_plan *plan, int keep_buffers);
+
+/* ---- the ring's staging order (ring.c) ---------------------------------------- */
+
+/* The chunks a ring needs in order: its own segment's, then those of the
+ * segments as they are reduced (the reduce-scatter's receives). */
+size_t clt__ring_nstage(const clt__ring_sched *s);
+void clt__ring_stage_chunk(const clt__ring_sched *s, size_t i, size_t *off, size_t *n);
+
+/* ---- small messages (small.c) ------------------------------------------------- */
+
+/* The small-message algorithm for this many ranks (CLT__GATHER or
+ * CLT__RECDOUBLE), and recursive doubling's steps. */
+enum clt__algorithm clt__small_algorithm(int size);
+int clt__recdouble_steps(int size);
 
 /* ---- Rabenseifner's all-reduce (halving.c) ---------------------------------- */
 
@@ -351,23 +443,6 @@ typedef struct clt__halving {
 /* Steps of n ranks: 2 log2 P, + 2 when n is not a power of two P. */
 int clt__halving_steps(int n);
 int clt__halving_exec(clt__op *op, const clt__halving *h);
-
-/* ---- the two-level all-reduce (twolevel.c) ---------------------------------- */
-
-struct clt__twolevel;
-int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out);
-void clt__twolevel_free(struct clt__twolevel *t, int keep_staging);
-int clt__twolevel_steps(const struct clt__twolevel *t);
-/* Whether device data is staged through its node ring (not through shm). */
-int clt__twolevel_staged(const struct clt__twolevel *t);
-/* Run on host data at base; the device hooks as clt__allreduce_exec's:
- * ready for the node's reduce-scatter (the staging order is its schedule,
- * clt__twolevel_stage_sched), final for this rank's finished part and for
- * every part the node's allgather brings. */
-int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
-                       int (*ready)(void *, const clt__ring_chunk *, int *),
-                       int (*final)(void *, const clt__ring_chunk *), void *user);
-const clt__ring_sched *clt__twolevel_stage_sched(const struct clt__twolevel *t);
 
 /* ---- the shared-memory all-reduce inside a node (shm.c) --------------------- */
 
@@ -400,12 +475,12 @@ int clt__shm_create_parts(clt_allreduce_plan *plan, const size_t *part_lo, const
 int clt__shm_reduce_scatter(struct clt__shm *s, clt__op *op, unsigned char *base, const clt__dtype_ops *ops,
                             int step0);
 int clt__shm_allgather(struct clt__shm *s, clt__op *op, unsigned char *base, int step0);
-/* Run on host data at base (a reduce-scatter plan: this rank's part);
- * ready(round) before a round's data is used, final(round) once all of it
- * holds the result (chunk ids are rounds; contiguous rounds only). */
-int clt__shm_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
-                  int (*ready)(void *, const clt__ring_chunk *, int *),
-                  int (*final)(void *, const clt__ring_chunk *), void *user);
+/* Run plan's rounds s on host data at base (a reduce-scatter plan: this
+ * rank's part); ready(round) before a round's data is used, final(round)
+ * once all of it holds the result (chunk ids are rounds; contiguous rounds
+ * only). */
+int clt__shm_exec(clt_allreduce_plan *plan, struct clt__shm *s, clt__op *op, unsigned char *base, double divisor,
+                  clt__ready_fn *ready, clt__final_fn *final, void *user);
 
 /* ---- an all-reduce of bytes already in shared memory (shm_arena.c) ----------- */
 
@@ -433,13 +508,8 @@ unsigned char *clt__shm_gather_block(const struct clt__shm_gather *g, int rank, 
  * the others' left to the caller to read where they are. One step. */
 int clt__shm_gather_exec(struct clt__shm_gather *g, clt__op *op, unsigned char *base);
 
-/* The small-message algorithm for this many ranks, and its steps. */
-enum clt__algorithm clt__small_algorithm(int size);
-int clt__small_steps(int size, enum clt__algorithm algorithm);
-/* All-reduce count elements at base. tmp holds count elements, or
- * (size - 1) x count on rank 0 of CLT__GATHER. */
-int clt__small_exec(clt__op *op, enum clt__algorithm algorithm, unsigned char *base, unsigned char *tmp,
-                    size_t count, const clt__dtype_ops *ops, double divisor);
+/* The plan's window allgather, or NULL where it has none (shm_plan.c). */
+struct clt__shm_gather *clt__shm_plan_gather(const clt_allreduce_plan *plan);
 
 /* ---- the plan ------------------------------------------------------------------ */
 
@@ -473,19 +543,13 @@ struct clt_allreduce_plan {
   int chunk_given;         /* by the caller's options or CLT_ALLREDUCE_CHUNK (else a default) */
   int replicas;            /* buffers this rank gives each run */
   int total_replicas;      /* over every rank: the divisor of an average */
-  enum clt__algorithm algorithm;
+  const clt__algorithm_desc *alg; /* its algorithm (model.c's table) */
   size_t *seg_off;         /* size + 1: the all-reduce's segments */
   size_t *seg_lo, *seg_hi; /* size each: the ring's segment table */
   size_t *part_lo, *part_hi; /* size each: rank r's part (reduce-scatter result, allgather input) */
   int natural;             /* parts are the all-reduce's segments (no per-rank counts given) */
-  clt__ring_sched sched;
-  unsigned char *staging;  /* ring: nslots chunk buffers; small messages: see clt__small_exec */
-  int nslots;
-  size_t slot_bytes;
+  void *state;             /* the algorithm's own: made by alg->create, freed by alg->destroy */
   struct clt__dev_staging *dev; /* pinned staging of device runs, made on first use */
-  struct clt__twolevel *twolevel; /* the two-level schedules, when that is the algorithm */
-  struct clt__shm *shm;    /* the shared-memory rounds, when that is the algorithm */
-  struct clt__shm_gather *gwin; /* or an allgather's blocks in a window of its own */
 };
 
 struct clt_reduce_scatter_plan {

@@ -102,19 +102,21 @@ int clt__allgather_plan_create_window(clt_comm *comm, size_t count, const size_t
 }
 
 void *clt__allgather_window_block(const clt_allgather_plan *plan, int rank, int next) {
-  if (!plan || !plan->p.gwin || rank < 0 || rank >= plan->p.comm->size) return NULL;
-  return clt__shm_gather_block(plan->p.gwin, rank, next);
+  struct clt__shm_gather *g = plan ? clt__shm_plan_gather(&plan->p) : NULL;
+  if (!g || rank < 0 || rank >= plan->p.comm->size) return NULL;
+  return clt__shm_gather_block(g, rank, next);
 }
 
 size_t clt__allgather_window_bytes(const clt_allgather_plan *plan) {
-  return plan ? clt__shm_gather_bytes(plan->p.gwin) : 0;
+  return plan ? clt__shm_gather_bytes(clt__shm_plan_gather(&plan->p)) : 0;
 }
 
 int clt__allgather_run_filled(clt_allgather_plan *plan) {
   clt__op op;
   int rc;
-  if (!plan || !plan->p.gwin)
+  struct clt__shm_gather *g = plan ? clt__shm_plan_gather(&plan->p) : NULL;
+  if (!g)
     return clt__error(CLT_EINTERNAL, "clt__allgather_run_filled: %s", plan ? "the plan has no window" : "no plan");
   if ((rc = clt__allreduce_begin(&plan->p, &op)) < 0) return rc;
-  return clt__shm_gather_exec(plan->p.gwin, &op, NULL);
+  return clt__shm_gather_exec(g, &op, NULL);
 }

@@ -124,3 +124,18 @@ fail:
   free(off);
   return rc;
 }
+
+/* ---- the plans (model.c's row "rabenseifner") ------------------------------------ */
+
+/* The scratch: the whole buffer's bytes (what the fold receives). */
+int clt__halving_plan_create(clt_allreduce_plan *plan) { return clt__plan_scratch_create(plan, 1); }
+
+int clt__halving_plan_steps(const clt_allreduce_plan *plan) { return clt__halving_steps(plan->comm->size); }
+
+int clt__halving_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                          clt__ready_fn *ready, clt__final_fn *final, void *user) {
+  (void)ready, (void)final, (void)user;
+  clt__halving h = {.n = plan->comm->size, .me = plan->comm->rank, .base = base, .hi = plan->count,
+                    .tmp = plan->state, .ops = plan->ops, .divisor = divisor, .tag_phase = CLT__TAG_DATA};
+  return clt__halving_exec(op, &h);
+}

@@ -1,6 +1,8 @@
 /*
  * model.c: the all-reduce algorithms as a table, their α-β-γ cost model,
- * and the choice a plan makes from it.
+ * and the choice a plan makes from it. Each row also names its plans'
+ * functions, which live in the algorithm's file (ring.c, small.c,
+ * halving.c, twolevel.c, shm_plan.c).
  *
  * A message of n bytes between two ranks costs α + n β (α and β inside a
  * node, index 0, or between nodes, index 1); reducing n bytes costs n γ.
@@ -73,6 +75,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -110,7 +113,7 @@ static double ring_cost(const clt_comm *c, double n) {
 static double recdouble_cost(const clt_comm *c, double n) {
   const clt__cost_model *m = &c->model;
   int x = cross(c);
-  return clt__small_steps(c->size, CLT__RECDOUBLE) * (m->alpha[x] + n * m->beta[x] + n * m->gamma);
+  return clt__recdouble_steps(c->size) * (m->alpha[x] + n * m->beta[x] + n * m->gamma);
 }
 
 static double gather_cost(const clt_comm *c, double n) {
@@ -180,25 +183,46 @@ static int shm_usable(const clt_comm *c, int forced) {
   return (void)forced, c->shm_capable && c->layout.nnodes == 1;
 }
 
-/* The names, once: the table's and clt_allreduce_algorithms()'s list. */
-#define N_RING "ring"
-#define N_RECDOUBLE "recursive-doubling"
-#define N_GATHER "gather"
-#define N_TWOLEVEL "twolevel"
-#define N_SHM "shm"
-#define N_RABENSEIFNER "rabenseifner"
-#define N_TWOLEVEL_RABENSEIFNER "twolevel-rabenseifner"
-
-/* name, cost, usable, instead (when forced but not usable), fitted terms, small, all-reduce only, staged */
+/* The table, in the order of clt_allreduce_algorithms() and of ties (the
+ * earlier wins). Choosing a row: its cost, where it is usable, what runs
+ * instead when it is forced but not usable, its fitted terms, whether it
+ * is a small-message one and an all-reduce only one. Running it: its
+ * plans' create, destroy, steps and run, and their device staging order
+ * (none: device data is copied whole first). */
 static const clt__algorithm_desc algorithms[CLT__NALGORITHMS] = {
-    {CLT__RING, N_RING, ring_cost, always, CLT__RING, ring_fitted, 0, 0, 1},
-    {CLT__RECDOUBLE, N_RECDOUBLE, recdouble_cost, always, CLT__RECDOUBLE, NULL, 1, 0, 0},
-    {CLT__GATHER, N_GATHER, gather_cost, gather_usable, CLT__RECDOUBLE, NULL, 1, 0, 0},
-    {CLT__TWOLEVEL, N_TWOLEVEL, twolevel_cost, twolevel_usable, CLT__RING, NULL, 0, 1, 1},
-    {CLT__SHM, N_SHM, shm_cost, shm_usable, CLT__TWOLEVEL, shm_fitted, 0, 0, 1},
-    {CLT__RABENSEIFNER, N_RABENSEIFNER, rabenseifner_cost, always, CLT__RABENSEIFNER, NULL, 0, 1, 0},
-    {CLT__TWOLEVEL_RABENSEIFNER, N_TWOLEVEL_RABENSEIFNER, twolevel_rabenseifner_cost, twolevel_usable,
-     CLT__RABENSEIFNER, NULL, 0, 1, 1},
+    {.algorithm = CLT__RING, .name = "ring",
+     .cost = ring_cost, .usable = always, .instead = CLT__RING, .fitted = ring_fitted,
+     .create = clt__ring_plan_create, .destroy = clt__ring_plan_destroy, .steps = clt__ring_plan_steps,
+     .run = clt__ring_plan_run, .staged = clt__ring_plan_staged, .nstage = clt__ring_plan_nstage,
+     .stage_chunk = clt__ring_plan_stage_chunk},
+    {.algorithm = CLT__RECDOUBLE, .name = "recursive-doubling",
+     .cost = recdouble_cost, .usable = always, .instead = CLT__RECDOUBLE, .small = 1,
+     .create = clt__recdouble_plan_create, .destroy = clt__plan_scratch_destroy,
+     .steps = clt__recdouble_plan_steps, .run = clt__recdouble_plan_run},
+    {.algorithm = CLT__GATHER, .name = "gather",
+     .cost = gather_cost, .usable = gather_usable, .instead = CLT__RECDOUBLE, .small = 1,
+     .create = clt__gather_plan_create, .destroy = clt__plan_scratch_destroy, .steps = clt__gather_plan_steps,
+     .run = clt__gather_plan_run},
+    {.algorithm = CLT__TWOLEVEL, .name = "twolevel",
+     .cost = twolevel_cost, .usable = twolevel_usable, .instead = CLT__RING, .allreduce_only = 1,
+     .create = clt__twolevel_plan_create, .destroy = clt__twolevel_plan_destroy,
+     .steps = clt__twolevel_plan_steps, .run = clt__twolevel_plan_run, .staged = clt__twolevel_plan_staged,
+     .nstage = clt__twolevel_plan_nstage, .stage_chunk = clt__twolevel_plan_stage_chunk},
+    {.algorithm = CLT__SHM, .name = "shm",
+     .cost = shm_cost, .usable = shm_usable, .instead = CLT__TWOLEVEL, .fitted = shm_fitted,
+     .create = clt__shm_plan_create, .destroy = clt__shm_plan_destroy, .steps = clt__shm_plan_steps,
+     .run = clt__shm_plan_run, .staged = clt__shm_plan_staged, .nstage = clt__shm_plan_nstage,
+     .stage_chunk = clt__shm_plan_stage_chunk},
+    {.algorithm = CLT__RABENSEIFNER, .name = "rabenseifner",
+     .cost = rabenseifner_cost, .usable = always, .instead = CLT__RABENSEIFNER, .allreduce_only = 1,
+     .create = clt__halving_plan_create, .destroy = clt__plan_scratch_destroy, .steps = clt__halving_plan_steps,
+     .run = clt__halving_plan_run},
+    {.algorithm = CLT__TWOLEVEL_RABENSEIFNER, .name = "twolevel-rabenseifner",
+     .cost = twolevel_rabenseifner_cost, .usable = twolevel_usable, .instead = CLT__RABENSEIFNER,
+     .allreduce_only = 1,
+     .create = clt__twolevel_halving_plan_create, .destroy = clt__twolevel_plan_destroy,
+     .steps = clt__twolevel_plan_steps, .run = clt__twolevel_plan_run, .staged = clt__twolevel_plan_staged,
+     .nstage = clt__twolevel_plan_nstage, .stage_chunk = clt__twolevel_plan_stage_chunk},
 };
 
 const clt__algorithm_desc *clt__algorithm_find(enum clt__algorithm a) {
@@ -366,9 +390,19 @@ done:
   return rc;
 }
 
+/* "auto, ring, ...": the table's names, written once. */
+static char names[CLT__NALGORITHMS * 32];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void names_write(void) {
+  size_t at = (size_t)snprintf(names, sizeof names, "auto");
+  for (int i = 0; i < CLT__NALGORITHMS && at < sizeof names; i++)
+    at += (size_t)snprintf(names + at, sizeof names - at, ", %s", algorithms[i].name);
+}
+
 const char *clt_allreduce_algorithms(void) {
-  return "auto, " N_RING ", " N_RECDOUBLE ", " N_GATHER ", " N_TWOLEVEL ", " N_SHM ", " N_RABENSEIFNER
-         ", " N_TWOLEVEL_RABENSEIFNER;
+  pthread_once(&names_once, names_write);
+  return names;
 }
 
 int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds) {

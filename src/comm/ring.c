@@ -263,3 +263,95 @@ fail:
   if (rc == CLT_ETIMEDOUT) return rc;
   return clt__op_break(op, clt__op_error(op, io->step0 + step, rc));
 }
+
+/* ---- the staging order ---------------------------------------------------------- */
+
+size_t clt__ring_nstage(const clt__ring_sched *s) {
+  size_t n = s->nown;
+  while (n - s->nown < s->nrecv && s->recv[n - s->nown].step < s->reduce_steps) n++;
+  return n;
+}
+
+void clt__ring_stage_chunk(const clt__ring_sched *s, size_t i, size_t *off, size_t *n) {
+  const clt__ring_chunk *c = i < s->nown ? &s->own[i] : &s->recv[i - s->nown];
+  *off = c->off;
+  *n = c->n;
+}
+
+/* ---- the ring's plans (model.c's row "ring") -------------------------------------- */
+
+/* Receive buffers of the reduce-scatter: two, so one chunk is reduced while
+ * the next arrives. */
+#define RING_SLOTS 2
+
+struct ring_plan {
+  clt__ring_sched sched;
+  unsigned char *staging;  /* RING_SLOTS x slot_bytes; none for an allgather (it receives into place) */
+  int nslots;
+  size_t slot_bytes;
+};
+
+int clt__ring_plan_create(clt_allreduce_plan *plan) {
+  const clt_comm *comm = plan->comm;
+  const clt__coll_kind *kind = plan->kind;
+  int rc = CLT_OK;
+  struct ring_plan *r = clt__calloc(1, sizeof *r);
+  if (!r) return CLT_ENOMEM;
+  plan->state = r;
+  /* An allgather alone starts where the reduce-scatter ends: the ring over
+   * the parts, rank r starting with its own. */
+  if (!kind->reduces)
+    CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->part_lo, plan->part_hi, plan->chunk_elems, 0,
+                                   comm->size - 1, &r->sched));
+  else
+    CLT_TRY(clt__ring_sched_create(comm->rank, comm->size, plan->seg_lo, plan->seg_hi, plan->chunk_elems,
+                                   comm->size - 1, (1 + kind->gathers) * (comm->size - 1), &r->sched));
+  if (kind->reduces) {
+    size_t longest = 0;
+    for (int j = 0; j < comm->size; j++)
+      if (plan->seg_hi[j] - plan->seg_lo[j] > longest) longest = plan->seg_hi[j] - plan->seg_lo[j];
+    r->slot_bytes = (longest < plan->chunk_elems ? longest : plan->chunk_elems) * plan->ops->esize;
+    r->nslots = RING_SLOTS;
+  }
+  if (r->slot_bytes && !(r->staging = clt__calloc((size_t)r->nslots, r->slot_bytes))) return CLT_ENOMEM;
+fail:
+  return rc;
+}
+
+void clt__ring_plan_destroy(clt_allreduce_plan *plan, int keep_buffers) {
+  struct ring_plan *r = plan->state;
+  if (!r) return;
+  clt__ring_sched_free(&r->sched);
+  if (!keep_buffers) free(r->staging); /* abandoned receives may still land there */
+  free(r);
+  plan->state = NULL;
+}
+
+int clt__ring_plan_steps(const clt_allreduce_plan *plan) {
+  return (plan->kind->reduces + plan->kind->gathers) * (plan->comm->size - 1);
+}
+
+int clt__ring_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                       clt__ready_fn *ready, clt__final_fn *final, void *user) {
+  struct ring_plan *r = plan->state;
+  clt__ring_io io = {.base = base,
+                     .ops = plan->ops,
+                     .divisor = divisor,
+                     .staging = r->staging,
+                     .nslots = r->nslots,
+                     .slot_bytes = r->slot_bytes,
+                     .ready = ready,
+                     .final = final,
+                     .user = user};
+  return clt__ring_exec(op, &r->sched, &io);
+}
+
+int clt__ring_plan_staged(const clt_allreduce_plan *plan) { return (void)plan, 1; }
+
+size_t clt__ring_plan_nstage(const clt_allreduce_plan *plan) {
+  return clt__ring_nstage(&((const struct ring_plan *)plan->state)->sched);
+}
+
+void clt__ring_plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
+  clt__ring_stage_chunk(&((const struct ring_plan *)plan->state)->sched, i, off, n);
+}

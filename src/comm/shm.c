@@ -476,9 +476,8 @@ int clt__shm_allgather(struct clt__shm *s, clt__op *op, unsigned char *base, int
   return run(s, op, SHM_ALLGATHER, base, NULL, 1, NULL, step0);
 }
 
-int clt__shm_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
-                  int (*ready)(void *, const clt__ring_chunk *, int *),
-                  int (*final)(void *, const clt__ring_chunk *), void *user) {
+int clt__shm_exec(clt_allreduce_plan *plan, struct clt__shm *s, clt__op *op, unsigned char *base, double divisor,
+                  clt__ready_fn *ready, clt__final_fn *final, void *user) {
   shm_hooks h = {ready, final, user};
-  return run(plan->shm, op, plan->kind->gathers ? SHM_ALLREDUCE : SHM_REDUCE_SCATTER, base, plan->ops, divisor, &h, 0);
+  return run(s, op, plan->kind->gathers ? SHM_ALLREDUCE : SHM_REDUCE_SCATTER, base, plan->ops, divisor, &h, 0);
 }

@@ -22,8 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int clt__small_steps(int size, enum clt__algorithm algorithm) {
-  if (algorithm == CLT__GATHER) return 2;
+int clt__recdouble_steps(int size) {
   int p = 1, steps = 0;
   while (p * 2 <= size) p *= 2, steps++;
   return steps + (size > p ? 2 : 0);
@@ -167,8 +166,25 @@ fail:
   return rc;
 }
 
-int clt__small_exec(clt__op *op, enum clt__algorithm algorithm, unsigned char *base, unsigned char *tmp,
-                    size_t count, const clt__dtype_ops *ops, double divisor) {
-  if (algorithm == CLT__GATHER) return gather(op, base, tmp, count, ops, divisor);
-  return recdouble(op, base, tmp, count, ops, divisor);
+/* ---- the plans (model.c's rows "recursive-doubling" and "gather") ------------------ */
+
+/* The scratch: one buffer's bytes, or (size - 1) of them on gather's rank 0. */
+int clt__recdouble_plan_create(clt_allreduce_plan *plan) { return clt__plan_scratch_create(plan, 1); }
+int clt__gather_plan_create(clt_allreduce_plan *plan) {
+  return clt__plan_scratch_create(plan, plan->comm->rank == 0 ? (size_t)plan->comm->size - 1 : 1);
+}
+
+int clt__recdouble_plan_steps(const clt_allreduce_plan *plan) { return clt__recdouble_steps(plan->comm->size); }
+int clt__gather_plan_steps(const clt_allreduce_plan *plan) { return (void)plan, 2; }
+
+int clt__recdouble_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                            clt__ready_fn *ready, clt__final_fn *final, void *user) {
+  (void)ready, (void)final, (void)user;
+  return recdouble(op, base, plan->state, plan->count, plan->ops, divisor);
+}
+
+int clt__gather_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                         clt__ready_fn *ready, clt__final_fn *final, void *user) {
+  (void)ready, (void)final, (void)user;
+  return gather(op, base, plan->state, plan->count, plan->ops, divisor);
 }

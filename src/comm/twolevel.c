@@ -72,7 +72,7 @@ struct clt__twolevel {
   struct clt__shm *shm;     /* steps 1 and 3 through the node's window, or NULL: rings */
 };
 
-void clt__twolevel_free(struct clt__twolevel *t, int keep_staging) {
+static void twolevel_free(struct clt__twolevel *t, int keep_staging) {
   if (!t) return;
   clt__shm_free(t->shm);
   clt__ring_sched_free(&t->rs);
@@ -87,10 +87,9 @@ void clt__twolevel_free(struct clt__twolevel *t, int keep_staging) {
   free(t);
 }
 
-int clt__twolevel_steps(const struct clt__twolevel *t) { return t ? t->steps : 0; }
-int clt__twolevel_staged(const struct clt__twolevel *t) { return t && !t->shm; }
-
-int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
+/* The plan's rings, windows and staging; halving: Rabenseifner's between
+ * nodes, else rings. */
+static int twolevel_create(clt_allreduce_plan *plan, int halving) {
   int rc = CLT_OK;
   const clt_comm *comm = plan->comm;
   const clt__layout *lay = &comm->layout;
@@ -118,7 +117,7 @@ int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
   CLT_TRY(clt__ring_sched_create(p, L, t->rs_lo, t->rs_hi, ce, L - 1, L - 1, &t->rs));
   CLT_TRY(clt__ring_sched_create(p, L, t->part_lo, t->part_hi, ce, 0, L - 1, &t->ag));
 
-  t->halving = plan->algorithm == CLT__TWOLEVEL_RABENSEIFNER;
+  t->halving = halving;
   size_t longest = 0;
   int first = clt__layout_first_seg(lmax, L, p);
   t->nseg = clt__layout_first_seg(lmax, L, p + 1) - first;
@@ -147,23 +146,49 @@ int clt__twolevel_create(clt_allreduce_plan *plan, struct clt__twolevel **out) {
   t->slot_bytes = (plan->count < ce ? plan->count : ce) * plan->ops->esize;
   if (t->slot_bytes && !(t->staging = clt__calloc(2, t->slot_bytes))) goto nomem;
   free(seg_off);
-  *out = t;
+  plan->state = t;
   return CLT_OK;
 nomem:
   rc = CLT_ENOMEM;
 fail:
   free(seg_off);
-  clt__twolevel_free(t, 0);
+  twolevel_free(t, 0);
   return rc;
 }
 
-const clt__ring_sched *clt__twolevel_stage_sched(const struct clt__twolevel *t) { return &t->rs; }
+/* ---- the plans (model.c's rows "twolevel" and "twolevel-rabenseifner") ------------- */
 
-int clt__twolevel_exec(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
-                       int (*ready)(void *, const clt__ring_chunk *, int *),
-                       int (*final)(void *, const clt__ring_chunk *), void *user) {
+int clt__twolevel_plan_create(clt_allreduce_plan *plan) { return twolevel_create(plan, 0); }
+int clt__twolevel_halving_plan_create(clt_allreduce_plan *plan) { return twolevel_create(plan, 1); }
+
+void clt__twolevel_plan_destroy(clt_allreduce_plan *plan, int keep_buffers) {
+  twolevel_free(plan->state, keep_buffers);
+  plan->state = NULL;
+}
+
+int clt__twolevel_plan_steps(const clt_allreduce_plan *plan) {
+  return ((const struct clt__twolevel *)plan->state)->steps;
+}
+
+/* Device data is staged in the order of the node's ring (step 1), unless
+ * the node's steps go through its window (copied whole first). */
+int clt__twolevel_plan_staged(const clt_allreduce_plan *plan) {
+  return !((const struct clt__twolevel *)plan->state)->shm;
+}
+size_t clt__twolevel_plan_nstage(const clt_allreduce_plan *plan) {
+  return clt__ring_nstage(&((const struct clt__twolevel *)plan->state)->rs);
+}
+void clt__twolevel_plan_stage_chunk(const clt_allreduce_plan *plan, size_t i, size_t *off, size_t *n) {
+  clt__ring_stage_chunk(&((const struct clt__twolevel *)plan->state)->rs, i, off, n);
+}
+
+/* The device hooks: ready for the node's reduce-scatter (the staging order
+ * is its schedule), final for this rank's finished part and for every part
+ * the node's allgather brings. */
+int clt__twolevel_plan_run(clt_allreduce_plan *plan, clt__op *op, unsigned char *base, double divisor,
+                           clt__ready_fn *ready, clt__final_fn *final, void *user) {
   int rc = CLT_OK;
-  struct clt__twolevel *t = plan->twolevel;
+  struct clt__twolevel *t = plan->state;
   const clt_comm *comm = plan->comm;
   clt__ring_io io = {.base = base,
                      .ops = plan->ops,

@@ -156,10 +156,21 @@ static int tuned_disabled(void) {
   return env && strcmp(env, "0") == 0;
 }
 
+/* CLBlast keeps the programs it compiles in a process-wide cache that it
+ * frees only when the library is unloaded at exit, after the OpenCL driver
+ * may be gone: NVIDIA's then crashed (SIGSEGV in CLBlast's cache
+ * destructor). So the cache is emptied when the last context goes: the
+ * runtime calls back, once CLBlast has been asked anything (apply_tuned
+ * comes first on every path to it). */
+static void cache_clear(void) { CLBlastClearCache(); }
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static void cache_register(void) { clt__on_last_context(cache_clear); }
+
 /* Apply every matching entry of the table to ctx's device, once. A failed
  * override is reported and leaves CLBlast's defaults: slower, never wrong.
  * Returns whether the device runs tuned Xgemm parameters. */
 static int apply_tuned(clt_context *ctx) {
+  pthread_once(&cache_once, cache_register);
   pthread_mutex_lock(&tuned_lock);
   for (int i = 0; i < tuned_ndone; i++)
     if (tuned_done[i] == ctx->device) {
@@ -198,7 +209,6 @@ static int apply_tuned(clt_context *ctx) {
   return x;
 }
 
-void clt__blas_clear_cache(void) { CLBlastClearCache(); }
 
 /* Which backend runs ctx's GEMMs, logged (info) at its first GEMM. */
 static int host_blas(clt_context *ctx) {

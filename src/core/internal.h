@@ -207,8 +207,11 @@ void *clt__shared_buffer_host(cl_mem buf);
  * context with shared_buffers only. */
 int clt__shared_buffer_wrap(clt_context *ctx, void *host, size_t bytes, cl_mem *out);
 
-/* Empty CLBlast's process-wide program cache (src/core/blas.c). */
-void clt__blas_clear_cache(void);
+/* Call fn whenever the last context of the process is destroyed (each
+ * function once, however often it is registered; a few at most): a cache
+ * of OpenCL objects kept beyond the contexts is emptied there, while the
+ * driver is still loaded (src/core/blas.c: CLBlast's). */
+void clt__on_last_context(void (*fn)(void));
 
 /* src/core/blas_cpu.c: CPU devices' GEMMs on our own kernels (cl/gemm_cpu.cl).
  * _on: whether ctx's device takes them (PoCL's CPU devices unless

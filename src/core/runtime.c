@@ -17,12 +17,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Contexts alive in this process. CLBlast keeps the programs it compiles
- * in a process-wide cache that it frees only when the library is unloaded
- * at exit, after the OpenCL driver may be gone: NVIDIA's then crashed
- * (SIGSEGV in CLBlast's cache destructor). So the cache is emptied when the
- * last context goes. */
+/* Contexts alive in this process, and what runs when the last one goes
+ * (clt__on_last_context): process-wide caches of OpenCL objects must be
+ * emptied while the driver is still there (CLBlast's: blas.c). */
 static _Atomic int live_contexts;
+#define MAX_LAST_CONTEXT_FNS 4
+static pthread_mutex_t last_context_lock = PTHREAD_MUTEX_INITIALIZER;
+static void (*last_context_fns[MAX_LAST_CONTEXT_FNS])(void);
+static int last_context_nfns;
+
+void clt__on_last_context(void (*fn)(void)) {
+  pthread_mutex_lock(&last_context_lock);
+  int i = 0;
+  while (i < last_context_nfns && last_context_fns[i] != fn) i++;
+  if (i == last_context_nfns && i < MAX_LAST_CONTEXT_FNS) last_context_fns[last_context_nfns++] = fn;
+  else if (i == MAX_LAST_CONTEXT_FNS)
+    clt__log(CLT_LOG_ERROR, "internal: more than %d functions to call when the last context goes; one is left out",
+             MAX_LAST_CONTEXT_FNS);
+  pthread_mutex_unlock(&last_context_lock);
+}
+
+static void last_context_gone(void) {
+  void (*fns[MAX_LAST_CONTEXT_FNS])(void);
+  pthread_mutex_lock(&last_context_lock);
+  int n = last_context_nfns;
+  memcpy(fns, last_context_fns, sizeof fns);
+  pthread_mutex_unlock(&last_context_lock);
+  for (int i = 0; i < n; i++) fns[i]();
+}
 
 int clt_context_create(const clt_devices *devs, int i, clt_context **out) {
   int rc = CLT_OK;
@@ -86,7 +108,7 @@ void clt_context_destroy(clt_context *ctx) {
     clReleaseCommandQueue(ctx->xfer_queue);
   }
   if (ctx->queue) clReleaseCommandQueue(ctx->queue);
-  if (ctx->counted && atomic_fetch_sub(&live_contexts, 1) == 1) clt__blas_clear_cache();
+  if (ctx->counted && atomic_fetch_sub(&live_contexts, 1) == 1) last_context_gone();
   if (ctx->context) clReleaseContext(ctx->context);
   free(ctx);
 }

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 
 #include "io/safetensors.h"
+#include "io/weights.h"
 #include "model/model.h"
-#include "train/trainer.h"
 
 /* The shortest decimal that reads back as the float v, as a double:
  * layer_norm_epsilon 1e-05, not 9.99999974737875e-06. */

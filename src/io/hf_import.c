@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "io/safetensors.h"
-#include "train/trainer.h"
+#include "io/weights.h"
 
 #define MAX_DIM 1000000
 

@@ -7,6 +7,7 @@
 #include "model/layer.h"
 #include "nn/nn.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -203,12 +204,19 @@ static void describe_leakyrelu(const clt_layer_spec *l, char *buf, size_t len) {
   snprintf(buf, len, "leakyrelu %g", l->slope);
 }
 
+/* Gains of init=auto (PyTorch's calculate_gain): ReLU and GELU sqrt(2) (He
+ * et al. 2015), leaky ReLU sqrt(2 / (1 + slope^2)), tanh 5/3; sigmoid 1. */
+static double gain_he(const clt_layer_spec *l) { return (void)l, sqrt(2.0); }
+static double gain_leakyrelu(const clt_layer_spec *l) { return sqrt(2.0 / (1.0 + (double)l->slope * l->slope)); }
+static double gain_tanh(const clt_layer_spec *l) { return (void)l, 5.0 / 3.0; }
+
 #define ACT_KIND(var, nm, al, ...) \
   const clt__layer_kind var = {.name = nm, .alias = al, .flags = CLT_KIND_ACTIVATION, .forward = act_forward, .backward = act_backward, __VA_ARGS__}
-ACT_KIND(clt__kind_relu, "relu", NULL);
-ACT_KIND(clt__kind_leakyrelu, "leakyrelu", "leaky_relu", .parse = leakyrelu_parse, .describe = describe_leakyrelu);
-ACT_KIND(clt__kind_gelu, "gelu", NULL);
-ACT_KIND(clt__kind_tanh, "tanh", NULL);
+ACT_KIND(clt__kind_relu, "relu", NULL, .gain = gain_he);
+ACT_KIND(clt__kind_leakyrelu, "leakyrelu", "leaky_relu", .parse = leakyrelu_parse, .describe = describe_leakyrelu,
+         .gain = gain_leakyrelu);
+ACT_KIND(clt__kind_gelu, "gelu", NULL, .gain = gain_he);
+ACT_KIND(clt__kind_tanh, "tanh", NULL, .gain = gain_tanh);
 ACT_KIND(clt__kind_sigmoid, "sigmoid", NULL);
 
 /* ---- dropout: masks keyed by (seed, step, global index), see nn.h ---- */
@@ -236,7 +244,7 @@ static int dropout_backward(const clt__layer_io *io) {
 static void describe_dropout(const clt_layer_spec *l, char *buf, size_t len) { snprintf(buf, len, "dropout %g", l->p); }
 
 const clt__layer_kind clt__kind_dropout = {.name = "dropout",
-                                           .flags = CLT_KIND_TRAIN_ONLY,
+                                           .flags = CLT_KIND_TRAIN_ONLY | CLT_KIND_KEEPS_GAIN,
                                            .parse = dropout_parse,
                                            .forward = dropout_forward,
                                            .backward = dropout_backward,
@@ -251,7 +259,8 @@ static int flatten_infer(clt__spec_line *lc, clt_layer_spec *l) {
   return CLT_OK;
 }
 
-const clt__layer_kind clt__kind_flatten = {.name = "flatten", .flags = CLT_KIND_VIEW, .infer = flatten_infer};
+const clt__layer_kind clt__kind_flatten = {
+    .name = "flatten", .flags = CLT_KIND_VIEW | CLT_KIND_KEEPS_GAIN, .infer = flatten_infer};
 
 /* ---- residual: y = x + the output of layer l->skip ---- */
 

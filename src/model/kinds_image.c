@@ -181,6 +181,7 @@ static void describe_pool(const clt_layer_spec *l, char *buf, size_t len) {
 
 const clt__layer_kind clt__kind_maxpool = {.name = "maxpool",
                                            .alias = "maxpool2d",
+                                           .flags = CLT_KIND_KEEPS_GAIN,
                                            .parse = pool_parse,
                                            .infer = maxpool_infer,
                                            .forward = maxpool_forward,
@@ -189,6 +190,7 @@ const clt__layer_kind clt__kind_maxpool = {.name = "maxpool",
 
 const clt__layer_kind clt__kind_avgpool = {.name = "avgpool",
                                            .alias = "avgpool2d",
+                                           .flags = CLT_KIND_KEEPS_GAIN,
                                            .parse = pool_parse,
                                            .infer = pool_infer,
                                            .forward = avgpool_forward,
@@ -206,5 +208,8 @@ static int gap_infer(clt__spec_line *lc, clt_layer_spec *l) {
 static int gap_forward(const clt__layer_io *io) { return clt_nn_global_avgpool_forward(io->ctx, &io->x, &io->y); }
 static int gap_backward(const clt__layer_io *io) { return clt_nn_global_avgpool_backward(io->ctx, &io->dy, &io->dx); }
 
-const clt__layer_kind clt__kind_globalavgpool = {
-    .name = "globalavgpool", .infer = gap_infer, .forward = gap_forward, .backward = gap_backward};
+const clt__layer_kind clt__kind_globalavgpool = {.name = "globalavgpool",
+                                                 .flags = CLT_KIND_KEEPS_GAIN,
+                                                 .infer = gap_infer,
+                                                 .forward = gap_forward,
+                                                 .backward = gap_backward};

@@ -132,7 +132,9 @@ enum {
   CLT_KIND_TRAIN_ONLY = 2, /* the identity outside training (dropout) */
   CLT_KIND_INPUT = 4,      /* the first line */
   CLT_KIND_PASS_GRAD = 8,  /* the input gradient is dy itself: backward gets dx = dy and only adds elsewhere */
-  CLT_KIND_ACTIVATION = 16 /* elementwise, no parameters: what `act=NAME` on a linear or conv2d line may name */
+  CLT_KIND_ACTIVATION = 16, /* elementwise, no parameters: what `act=NAME` on a linear or conv2d line may name */
+  CLT_KIND_KEEPS_GAIN = 32  /* leaves the gain of the activation after it as it is (flatten, dropout, pooling):
+                               init=auto looks past it (spec.c) */
 };
 
 typedef struct clt__layer_kind {
@@ -155,6 +157,9 @@ typedef struct clt__layer_kind {
   int (*backward)(const clt__layer_io *io);
   /* The summary's description ("conv2d 32 k3 s1 p1"); NULL: the name. */
   void (*describe)(const clt_layer_spec *l, char *buf, size_t len);
+  /* Activations (optional): the gain of init=auto for the weights of the
+   * layer before it (spec.c); NULL: 1. */
+  double (*gain)(const clt_layer_spec *l);
 } clt__layer_kind;
 
 /* The kind called `word`, or NULL; the list of names for messages, into

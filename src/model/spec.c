@@ -16,7 +16,6 @@
 
 #include <ctype.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,32 +467,22 @@ static int assign_skip_slots(clt_model_spec *spec) {
 
 /* init=auto (linear and conv2d by default): He / Kaiming uniform over
  * fan_in, U(-g sqrt(3 / fan_in), g sqrt(3 / fan_in)), with the gain g of
- * the activation that follows the layer (flatten, dropout and pooling in
- * between change nothing): ReLU and GELU sqrt(2) (He et al. 2015), leaky
- * ReLU sqrt(2 / (1 + slope^2)), tanh 5/3 and sigmoid or none 1 (PyTorch's
- * calculate_gain; LeCun). The output layer, whose values are the softmax's
+ * the activation that follows the layer (its kind's gain: kinds_dense.c;
+ * kinds flagged CLT_KIND_KEEPS_GAIN in between, flatten, dropout and
+ * pooling, change nothing), 1 where none follows (LeCun). The output layer, whose values are the softmax's
  * scores, starts at zero: every class gets the same score, so the first
  * loss is ln(classes) whatever the features' scale (Fixup, Zhang et al.
  * 2019, zero-initialises the classifier likewise). The old default, ReLU's
  * gain everywhere, gave the CNN's output layer scores of std ~3 and a
  * first loss of 3.88 against ln 10 = 2.30. */
-static int passes_through(const clt_layer_spec *l) {
-  const clt__layer_kind *k = l->kind;
-  return k == &clt__kind_flatten || k == &clt__kind_dropout || k == &clt__kind_maxpool || k == &clt__kind_avgpool ||
-         k == &clt__kind_globalavgpool;
-}
-
 static void default_gains(clt_model_spec *spec) {
   for (int i = 0; i < spec->nlayers; i++) {
     clt_layer_spec *l = &spec->layers[i];
     if (l->init != CLT_INIT_AUTO || l->nparams == 0) continue;
     int j = i + 1;
-    while (j < spec->nlayers && passes_through(&spec->layers[j])) j++;
+    while (j < spec->nlayers && (spec->layers[j].kind->flags & CLT_KIND_KEEPS_GAIN)) j++;
     const clt_layer_spec *next = j < spec->nlayers ? &spec->layers[j] : NULL;
-    double gain = 1;
-    if (next && (next->kind == &clt__kind_relu || next->kind == &clt__kind_gelu)) gain = sqrt(2.0);
-    else if (next && next->kind == &clt__kind_leakyrelu) gain = sqrt(2.0 / (1.0 + (double)next->slope * next->slope));
-    else if (next && next->kind == &clt__kind_tanh) gain = 5.0 / 3.0;
+    double gain = next && next->kind->gain ? next->kind->gain(next) : 1;
     for (int k = 0; k < l->nparams; k++) {
       clt_param_spec *p = &l->param[k];
       if (p->tied || p->init != CLT_PINIT_UNIFORM) continue;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "io/weights.h"
 
 /* Names of the optimizer-state tensors: per float of state per parameter,
  * in the order the state arena holds them. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "io/weights.h"
 #include "model/spec.h"
 
 #define NAME_PREFIX "ckpt-"

@@ -17,6 +17,7 @@
 
 #include "core/internal.h"
 #include "dp/dp.h"
+#include "io/weights.h" /* clt__arena_tensors, clt__weights_read: the weights files' tensors */
 #include "model/model.h"
 #include "strategy/strategy.h"
 
@@ -161,16 +162,5 @@ int clt__trainer_checkpoint_to_dir(clt_trainer *t);
  * take checkpoints (clt_check_output), so a run does not find out after
  * its first hours of work. */
 int clt__checkpoint_dir_check(clt_trainer *t);
-
-/* The safetensors tensors of a parameter arena at base, named as
- * nn.Sequential names the layers ("0.weight", "0.bias", ...) after prefix;
- * t needs room for 2 * (layers) entries. */
-struct clt__st_tensor;
-int clt__arena_tensors(const clt_model_spec *s, const char *prefix, const float *base, struct clt__st_tensor *t,
-                       int *n);
-/* Read a weights file (or a checkpoint's "params/" tensors) into params
- * (s->param_count floats), checking every tensor's name and shape against
- * s: what clt_trainer_load_weights does on rank 0, without a trainer. */
-int clt__weights_read(const clt_model_spec *s, const char *path, float *params);
 
 #endif
