@@ -1,9 +1,11 @@
 /*
  * test_optim.c: the fused optimizer kernels (SGD, momentum, Nesterov,
  * weight decay, Adam, AdamW) against plain C over several steps on every
- * device, the learning-rate schedules, and bad arguments.
+ * device, the optimizers' table (every kind a row, settings checked), the
+ * learning-rate schedules, and bad arguments.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +176,73 @@ START_TEST(bad_arguments) {
 }
 END_TEST
 
+/* Every kind has its row: a name that parses back to it, defaults of its
+ * kind whose settings pass its check, state for at most two slots, and a
+ * place in the list that an unknown name is answered with. */
+START_TEST(every_kind_has_a_row) {
+  ck_assert_int_eq(clt_optimizer_parse("adagrad", &(clt_optimizer_kind){0}), CLT_EINVAL);
+  char unknown[512];
+  snprintf(unknown, sizeof unknown, "%s", clt_last_error());
+  for (int k = 0; k < CLT_OPT_COUNT; k++) {
+    const char *name = clt_optimizer_name((clt_optimizer_kind)k);
+    clt_optimizer_kind back;
+    ck_assert_msg(strcmp(name, "?") != 0, "optimizer kind %d has no row in src/core/optim.c's table", k);
+    ck_assert_msg(clt_optimizer_parse(name, &back) == 0 && back == (clt_optimizer_kind)k, "'%s' does not parse back", name);
+    ck_assert_msg(strstr(unknown, name), "the unknown optimizer's message '%s' does not list %s", unknown, name);
+    clt_optimizer_config cfg;
+    clt_optimizer_defaults((clt_optimizer_kind)k, &cfg);
+    ck_assert_int_eq(cfg.kind, k);
+    int per = clt_optimizer_state_per_param(&cfg);
+    ck_assert_msg(per >= 0 && per <= 2, "%s: %d floats of state per parameter", name, per);
+  }
+  ck_assert_str_eq(clt_optimizer_name(CLT_OPT_COUNT), "?");
+  ck_assert_int_eq(clt_optimizer_decoupled_decay(CLT_OPT_ADAMW), 1);
+  ck_assert_int_eq(clt_optimizer_decoupled_decay(CLT_OPT_ADAM), 0);
+  ck_assert_int_eq(clt_optimizer_decoupled_decay(CLT_OPT_SGD), 0);
+}
+END_TEST
+
+/* clt_trainer_create refuses settings an optimizer cannot work with
+ * (its row's check), naming the optimizer, the setting and its value. */
+static void refused(clt_optimizer_kind kind, const char *setting, float value, const char *want) {
+  static const char *const text = "input 4\nlinear 3\n";
+  clt_model *m;
+  clt_devices *one;
+  clt_trainer *t = NULL;
+  clt_train_options o;
+  ck_assert_msg(clt_model_parse(text, "tiny.model", &m) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(clt_devices_select(tu_devices, "0", &one), 0);
+  clt_train_options_defaults(&o);
+  clt_optimizer_defaults(kind, &o.optimizer);
+  float *field = strcmp(setting, "momentum") == 0 ? &o.optimizer.momentum
+               : strcmp(setting, "weight_decay") == 0 ? &o.optimizer.weight_decay
+               : strcmp(setting, "beta1") == 0 ? &o.optimizer.beta1
+               : strcmp(setting, "beta2") == 0 ? &o.optimizer.beta2 : &o.optimizer.eps;
+  ck_assert_msg(clt_trainer_create(m, one, NULL, &o, &t) == 0, "%s defaults: %s", clt_optimizer_name(kind),
+                clt_last_error());
+  clt_trainer_destroy(t);
+  t = NULL;
+  *field = value;
+  ck_assert_int_eq(clt_trainer_create(m, one, NULL, &o, &t), CLT_EINVAL);
+  ck_assert_ptr_null(t);
+  char expect[160];
+  snprintf(expect, sizeof expect, "the %s optimizer's %s must be %s, not %g", clt_optimizer_name(kind), setting, want,
+           (double)value);
+  ck_assert_msg(strstr(clt_last_error(), expect), "'%s' does not say '%s'", clt_last_error(), expect);
+  clt_devices_destroy(one);
+  clt_model_destroy(m);
+}
+
+START_TEST(settings_are_checked) {
+  refused(CLT_OPT_SGD, "momentum", 1.0f, "in [0, 1)");
+  refused(CLT_OPT_SGD, "weight_decay", -0.5f, "at least 0");
+  refused(CLT_OPT_ADAM, "beta1", 1.0f, "in [0, 1)");
+  refused(CLT_OPT_ADAMW, "beta2", -0.25f, "in [0, 1)");
+  refused(CLT_OPT_ADAM, "eps", 0.0f, "above 0");
+  refused(CLT_OPT_ADAMW, "weight_decay", NAN, "at least 0");
+}
+END_TEST
+
 START_TEST(schedules) {
   clt_schedule s = {.kind = CLT_SCHED_CONSTANT, .lr = 0.1f};
   ck_assert_float_eq(clt_schedule_lr(&s, 0), 0.1f);
@@ -204,6 +273,8 @@ int main(void) {
   tcase_add_test(tc, optimizers_match_plain_c);
   tcase_add_test(tc, decay_masks);
   tcase_add_test(tc, bad_arguments);
+  tcase_add_test(tc, every_kind_has_a_row);
+  tcase_add_test(tc, settings_are_checked);
   tcase_add_test(tc, schedules);
   suite_add_tcase(s, tc);
   rc = tu_run(s);

@@ -7,6 +7,7 @@
  */
 #include "train/trainer.h"
 #include "pp/pp.h"
+#include "core/optim.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -105,12 +106,7 @@ static int check_options(const clt_train_options *o) {
   if (o->checkpoint_dir && !o->checkpoint_dir[0])
     return clt__error(CLT_EINVAL, "the checkpoint directory is empty: name one, or give none (NULL)");
   if (o->checkpoint_keep < 0) return clt__error(CLT_EINVAL, "--keep must be at least 0 (0 keeps every checkpoint)");
-  const clt_optimizer_config *c = &o->optimizer;
-  if (!(c->momentum >= 0 && c->momentum < 1)) return clt__error(CLT_EINVAL, "momentum must be in [0, 1), not %g", c->momentum);
-  if (!(c->weight_decay >= 0)) return clt__error(CLT_EINVAL, "weight decay must be at least 0, not %g", c->weight_decay);
-  if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 && c->eps > 0))
-    return clt__error(CLT_EINVAL, "Adam needs betas in [0, 1) and eps > 0");
-  return CLT_OK;
+  return clt__optimizer_check(&o->optimizer); /* its row's check (src/core/optim.c) */
 }
 
 int clt__trainer_sum(clt_trainer *t, double *vals, int n) {
@@ -362,7 +358,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
       if (!t->host_grads && !(t->host_grads = clt__calloc((size_t)P, sizeof(float)))) { rc = CLT_ENOMEM; goto fail; }
     }
   }
-  if (o->optimizer.kind == CLT_OPT_ADAMW && !o->decay_all) {
+  if (clt_optimizer_decoupled_decay(o->optimizer.kind) && !o->decay_all) {
     if (!(t->decay_host = clt__calloc((size_t)P, 1)) || !(t->decay_dev = clt__calloc(t->nlocal, sizeof *t->decay_dev))) {
       rc = CLT_ENOMEM;
       goto fail;
