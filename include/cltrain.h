@@ -769,6 +769,7 @@ typedef enum clt_optimizer_kind {
   CLT_OPT_SGD = 0,   /* "sgd": momentum 0.9 (0: none), Nesterov on request, L2 weight decay 0 */
   CLT_OPT_ADAM = 1,  /* "adam": betas (0.9, 0.999), eps 1e-8, L2 weight decay 0 */
   CLT_OPT_ADAMW = 2, /* "adamw": betas (0.9, 0.999), eps 1e-8, decoupled weight decay 0.01 */
+  CLT_OPT_LION = 3,  /* "lion" (Chen et al. 2023): betas (0.9, 0.99), decoupled weight decay 0 */
   CLT_OPT_COUNT      /* how many kinds there are; not a kind */
 } clt_optimizer_kind;
 

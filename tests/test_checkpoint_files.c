@@ -104,7 +104,8 @@ START_TEST(state_tensors_are_named_by_the_slots) {
   static const struct {
     clt_optimizer_kind kind;
     const char *slots[3];
-  } kinds[] = {{CLT_OPT_SGD, {"momentum"}}, {CLT_OPT_ADAM, {"m", "v"}}, {CLT_OPT_ADAMW, {"m", "v"}}};
+  } kinds[] = {{CLT_OPT_SGD, {"momentum"}}, {CLT_OPT_ADAM, {"m", "v"}}, {CLT_OPT_ADAMW, {"m", "v"}},
+               {CLT_OPT_LION, {"m"}}};
   /* Every kind is here: a new optimizer says its slots' names. */
   ck_assert_int_eq(sizeof kinds / sizeof kinds[0], CLT_OPT_COUNT);
   char dir[64], path[128], name[64];

@@ -1,6 +1,6 @@
 /*
  * optim.c: the optimizers, one row each of the table below (optim.h): SGD
- * with momentum/Nesterov/weight decay, Adam and AdamW, each with its
+ * with momentum/Nesterov/weight decay, Adam, AdamW and Lion, each with its
  * settings' check, its host step here and its fused kernel over the whole
  * parameter arena (cl/optim.cl); the public optimizer functions, which go
  * through the table; and the learning-rate schedules (constant, step,
@@ -123,6 +123,45 @@ fail:
   return rc;
 }
 
+/* ---- Lion ------------------------------------------------------------------------- */
+
+/* Chen et al. 2023 (arXiv:2302.06675), as lion-pytorch's update_fn. */
+static int lion_check(const clt_optimizer_config *c) {
+  const clt_optimizer_config *d = &clt__optimizer_of(c->kind)->defaults;
+  if (!(c->beta1 >= 0 && c->beta1 <= 1)) return bad_setting(c, "beta1", c->beta1, d->beta1, "in [0, 1]");
+  if (!(c->beta2 >= 0 && c->beta2 <= 1)) return bad_setting(c, "beta2", c->beta2, d->beta2, "in [0, 1]");
+  return weight_decay_check(c, d);
+}
+
+/* torch.sign's: 0 for 0 (the parameter only decays), NaN stays NaN. */
+static float lion_sign(float c) { return c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c == 0.0f ? 0.0f : c; }
+
+static void lion_host(const clt_optimizer_config *cfg, int64_t t, float lr, float gscale, float *p, const float *grad,
+                      float *state, size_t n, const uint8_t *decay) {
+  const float beta1 = cfg->beta1, beta2 = cfg->beta2;
+  float *m = state;
+  (void)t;
+  for (size_t i = 0; i < n; i++) {
+    const float wd = WD(i);
+    float w = p[i] * (1.0f - lr * wd);
+    float g = grad[i] * gscale;
+    float c = beta1 * m[i] + (1.0f - beta1) * g;
+    p[i] = w - lr * lion_sign(c);
+    m[i] = beta2 * m[i] + (1.0f - beta2) * g;
+  }
+}
+
+/* lion_step(..., beta1, beta2, wd_all, ...) */
+static int lion_args(cl_kernel k, cl_uint *arg, const clt_optimizer_config *cfg, int64_t t) {
+  int rc = CLT_OK;
+  (void)t;
+  CLT_CL_TRY(clSetKernelArg(k, (*arg)++, sizeof(float), &cfg->beta1));
+  CLT_CL_TRY(clSetKernelArg(k, (*arg)++, sizeof(float), &cfg->beta2));
+  CLT_CL_TRY(clSetKernelArg(k, (*arg)++, sizeof(float), &cfg->weight_decay));
+fail:
+  return rc;
+}
+
 #undef WD
 
 /* ---- the table ------------------------------------------------------------------ */
@@ -142,6 +181,9 @@ static const clt__optimizer optimizers[CLT_OPT_COUNT] = {
                        .defaults = {COMMON_DEFAULTS, .weight_decay = 0.01f}, .check = adam_check,
                        .exact_div_sqrt = 1, .decoupled_decay = 1, .step_host = adam_host, .kernel = "adam_step",
                        .set_args = adam_args},
+    [CLT_OPT_LION] = {.name = "lion", .nslots = 1, .slots = {"m"},
+                      .defaults = {.beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f}, .check = lion_check,
+                      .decoupled_decay = 1, .step_host = lion_host, .kernel = "lion_step", .set_args = lion_args},
 };
 
 const clt__optimizer *clt__optimizer_of(clt_optimizer_kind kind) {

@@ -37,12 +37,25 @@ static void ref_adam(const clt_optimizer_config *cfg, int64_t t, double lr, doub
   }
 }
 
+/* Lion: lion-pytorch's update_fn, with torch.sign (0 for 0). */
+static void ref_lion(const clt_optimizer_config *cfg, int64_t t, double lr, double gscale, float *p, const float *g,
+                     float *state, size_t n) {
+  (void)t;
+  for (size_t i = 0; i < n; i++) {
+    double w = p[i] * (1 - lr * cfg->weight_decay), gi = (double)g[i] * gscale, m = state[i];
+    double c = cfg->beta1 * m + (1 - cfg->beta1) * gi;
+    p[i] = (float)(w - lr * ((c > 0) - (c < 0)));
+    state[i] = (float)(cfg->beta2 * m + (1 - cfg->beta2) * gi);
+  }
+}
+
 typedef void ref_step_fn(const clt_optimizer_config *cfg, int64_t t, double lr, double gscale, float *p,
                          const float *g, float *state, size_t n);
 static ref_step_fn *const ref_steps[CLT_OPT_COUNT] = {
     [CLT_OPT_SGD] = ref_sgd,
     [CLT_OPT_ADAM] = ref_adam,
     [CLT_OPT_ADAMW] = ref_adam,
+    [CLT_OPT_LION] = ref_lion,
 };
 
 void ref_optimizer_step(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale, float *p,
