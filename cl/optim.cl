@@ -70,3 +70,28 @@ __kernel void adam_step(__global float *p, const ulong poff, __global const floa
   float vhat = vi / bc2;
   p[i] = w - lr * mhat / (sqrt(vhat) + eps);
 }
+
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"),
+// as lion-pytorch's update_fn, with one state slot m (n floats):
+//   p *= 1 - lr * wd;  p -= lr * sign(beta1 * m + (1 - beta1) * g);
+//   m = beta2 * m + (1 - beta2) * g
+// Weight decay is decoupled (masked as AdamW's). sign is torch.sign's: 0
+// for 0 (the parameter only decays), NaN stays NaN. There is no divide or
+// square root, so every device gives these bits without build options.
+__kernel void lion_step(__global float *p, const ulong poff, __global const float *grad, const ulong goff,
+                        __global float *state, const ulong soff, const ulong n, const float lr, const float gscale,
+                        const float beta1, const float beta2, const float wd_all, __global const uchar *decay,
+                        const ulong doff) {
+  size_t i = get_global_id(0);
+  if (i >= n) return;
+  const float wd = decay && !decay[doff + i] ? 0.0f : wd_all;
+  p += poff;
+  grad += goff;
+  __global float *m = state + soff;
+  float w = p[i] * (1.0f - lr * wd);
+  float g = grad[i] * gscale;
+  float c = beta1 * m[i] + (1.0f - beta1) * g;
+  float u = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c == 0.0f ? 0.0f : c;
+  p[i] = w - lr * u;
+  m[i] = beta2 * m[i] + (1.0f - beta2) * g;
+}

@@ -762,25 +762,43 @@ CLT_API int clt_hf_gpt2_export(const char *model_path, const char *weights_path,
 
 /* ---- optimizers and learning-rate schedules ------------------------------- */
 
-typedef enum clt_optimizer_kind { CLT_OPT_SGD = 0, CLT_OPT_ADAM = 1, CLT_OPT_ADAMW = 2 } clt_optimizer_kind;
+/* The optimizers. Each is one row of the library's table
+ * (src/core/optim.c): its name, state, defaults, settings' check, host
+ * step and kernel. */
+typedef enum clt_optimizer_kind {
+  CLT_OPT_SGD = 0,   /* "sgd": momentum 0.9 (0: none), Nesterov on request, L2 weight decay 0 */
+  CLT_OPT_ADAM = 1,  /* "adam": betas (0.9, 0.999), eps 1e-8, L2 weight decay 0 */
+  CLT_OPT_ADAMW = 2, /* "adamw": betas (0.9, 0.999), eps 1e-8, decoupled weight decay 0.01 */
+  CLT_OPT_LION = 3,  /* "lion" (Chen et al. 2023): betas (0.9, 0.99), decoupled weight decay 0 */
+  CLT_OPT_COUNT      /* how many kinds there are; not a kind */
+} clt_optimizer_kind;
 
 typedef struct clt_optimizer_config {
   clt_optimizer_kind kind;
   float momentum;      /* SGD; 0 for none */
   int nesterov;        /* SGD with momentum */
-  float weight_decay;  /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
-  float beta1, beta2;  /* Adam/AdamW (0.9, 0.999) */
+  float weight_decay;  /* L2 added to the gradient, or decoupled (clt_optimizer_decoupled_decay) */
+  float beta1, beta2;  /* the optimizer's betas, where it has them */
   float eps;           /* Adam/AdamW (1e-8) */
 } clt_optimizer_config;
 
-/* Defaults for a kind: SGD momentum 0.9, Adam betas (0.9, 0.999), eps 1e-8,
- * weight decay 0 (AdamW 0.01). */
+/* Defaults for a kind (see each kind above); the settings it does not read
+ * stay momentum 0, betas (0.9, 0.999) and eps 1e-8. */
 CLT_API void clt_optimizer_defaults(clt_optimizer_kind kind, clt_optimizer_config *cfg);
-/* "sgd", "adam", "adamw" -> kind; CLT_EINVAL naming the text otherwise. */
+/* An optimizer's name ("sgd", "adamw", ...) -> kind; CLT_EINVAL naming the
+ * text and listing the names otherwise. */
 CLT_API int clt_optimizer_parse(const char *text, clt_optimizer_kind *out);
+/* The kind's name; "?" for a value that is no kind. */
 CLT_API const char *clt_optimizer_name(clt_optimizer_kind kind);
-/* Floats of optimizer state per parameter: SGD 1 (0 without momentum), Adam 2. */
+/* Floats of optimizer state per parameter: one per state slot of the kind
+ * (libcltrain(3) names them), none for SGD without momentum. */
 CLT_API int clt_optimizer_state_per_param(const clt_optimizer_config *cfg);
+/* 1 when the kind's weight decay is decoupled from the gradient (p shrinks
+ * by lr * weight_decay before the update), which the trainer, as GPT-2,
+ * applies to the matrices of linear, conv and attention layers only unless
+ * clt_train_options.decay_all; 0 when it is L2, added to the gradient of
+ * every parameter (see each kind above). */
+CLT_API int clt_optimizer_decoupled_decay(clt_optimizer_kind kind);
 
 /* The optimizer step in plain C on host memory (p, grad: n floats; state:
  * clt_optimizer_state_per_param x n), operation for operation the device
@@ -888,9 +906,10 @@ typedef struct clt_train_options {
   clt_optimizer_config optimizer; /* SGD momentum 0.9 */
   clt_schedule schedule;          /* learning rate 0.01, constant */
   float clip;                     /* global-norm gradient clipping; 0: off */
-  int decay_all;                  /* AdamW: decay every parameter; 0 (default): as GPT-2, only the
-                                   * matrices of linear, conv and attention layers, not biases, norms
-                                   * or embeddings. SGD and Adam (L2) always decay everything. */
+  int decay_all;                  /* decoupled weight decay (AdamW's, clt_optimizer_decoupled_decay):
+                                   * decay every parameter; 0 (default): as GPT-2, only the matrices
+                                   * of linear, conv and attention layers, not biases, norms or
+                                   * embeddings. L2 (SGD's, Adam's) always decays everything. */
   uint64_t seed;                  /* initialisation, shuffling, dropout (42) */
   int64_t eval_every;             /* also evaluate every N steps (into that step's event, which is then
                                      emitted whatever log_every says); 0: after each epoch only */
@@ -967,7 +986,7 @@ typedef struct clt_replica_memory {
   int64_t batch;             /* samples per run: the batch / accumulate of the options */
   uint64_t parameters;       /* float32 */
   uint64_t gradients;        /* float32, and their float16 copy when fp16 gradients are all-reduced */
-  uint64_t optimizer_state;  /* momentum, or Adam's two moments */
+  uint64_t optimizer_state;  /* the optimizer's state slots: momentum, Adam's two moments, ... */
   uint64_t activations;      /* every layer's output and what its backward keeps, the input and labels */
   uint64_t activation_grads; /* the two gradient buffers, backward scratch, residuals' skip gradients */
   uint64_t workspace;        /* conv2d's im2col and the kernels' scratch space */
@@ -1146,8 +1165,9 @@ CLT_API int clt_trainer_load_weights(clt_trainer *t, const char *path);
  * stopped. Tensors, float32, named after nn.Sequential's names of the layers
  * without the input line:
  *   params/<i>.weight, params/<i>.bias        the parameters
- *   optim/momentum/<i>.weight, ...            SGD with momentum: the momentum buffer
- *   optim/m/<i>.weight, optim/v/<i>.weight    Adam/AdamW: first and second moments
+ *   optim/<slot>/<i>.weight, ...              the optimizer's state, a tensor per parameter and
+ *                                             state slot, named as libcltrain(3) lists them:
+ *                                             SGD's momentum, Adam's m and v, ...
  * Metadata (strings; JSON where it says so), doc/checkpoint.md has them all:
  *   format "cltrain-checkpoint", format_version "1", cltrain_version, model
  *   (the spec text), param_count, step (optimizer steps done: the learning

@@ -141,6 +141,13 @@ START_TEST(resume_is_bitwise_mlp_adam_every_device) {
 }
 END_TEST
 
+/* Lion (one state slot, "optim/m/") on every device at once: the replicas
+ * of both vendors step by the kernel, and resume to the same bits. */
+START_TEST(resume_is_bitwise_mlp_lion_all_devices) {
+  resume_matches(cu_mlp, "all", CLT_OPT_LION, 1, 3e-4f);
+}
+END_TEST
+
 /* Train uninterrupted on `devices`, saving every 5 steps into dir; the
  * final parameters (malloc'd). */
 static float *train_saving(const char *devices, const char *dir) {
@@ -265,6 +272,7 @@ int main(void) {
   tcase_add_test(tc, resume_is_bitwise_cnn_adam_dropout_accumulate);
   tcase_add_test(tc, resume_is_bitwise_mlp_nesterov);
   tcase_add_test(tc, resume_is_bitwise_mlp_adam_every_device);
+  tcase_add_test(tc, resume_is_bitwise_mlp_lion_all_devices);
   tcase_add_test(tc, resume_on_other_devices_and_replica_counts);
   tcase_add_test(tc, another_batch_resumes_where_the_samples_allow);
   suite_add_tcase(s, tc);

@@ -83,6 +83,55 @@ static long header_offset(const char *path, const char *text) {
   return off;
 }
 
+/* How often text occurs in the file's header. */
+static int header_count(const char *path, const char *text) {
+  long n = cu_data_start(path);
+  char *buf = calloc(1, (size_t)n + 1);
+  FILE *f = fopen(path, "rb");
+  ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  int count = 0;
+  for (char *at = buf; (at = memmem(at, (size_t)(buf + n - at), text, strlen(text))); at++) count++;
+  free(buf);
+  return count;
+}
+
+/* The optimizer state's tensors are "optim/<slot>/<i>.weight", a tensor
+ * per parameter tensor and slot of the optimizer's row (src/core/optim.c,
+ * libcltrain(3)): for SGD and Adam the names cltrain always wrote, so the
+ * files of older versions load. */
+START_TEST(state_tensors_are_named_by_the_slots) {
+  static const struct {
+    clt_optimizer_kind kind;
+    const char *slots[3];
+  } kinds[] = {{CLT_OPT_SGD, {"momentum"}}, {CLT_OPT_ADAM, {"m", "v"}}, {CLT_OPT_ADAMW, {"m", "v"}},
+               {CLT_OPT_LION, {"m"}}};
+  /* Every kind is here: a new optimizer says its slots' names. */
+  ck_assert_int_eq(sizeof kinds / sizeof kinds[0], CLT_OPT_COUNT);
+  char dir[64], path[128], name[64];
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/state.safetensors", dir);
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    clt_train_options o;
+    cu_options(&o);
+    clt_optimizer_defaults(kinds[k].kind, &o.optimizer);
+    o.schedule.lr = 1e-3f;
+    make_checkpoint(cu_mlp, &o, 2, path);
+    int params = header_count(path, "\"params/"), slots = 0;
+    ck_assert_int_eq(params, 4); /* 0.weight, 0.bias, 2.weight, 2.bias */
+    for (; kinds[k].slots[slots]; slots++)
+      for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "\"optim/%s/%d.%s\"", kinds[k].slots[slots], i / 2 * 2, i % 2 ? "bias" : "weight");
+        ck_assert_msg(header_count(path, name) == 1, "%s: no tensor %s in %s", clt_optimizer_name(kinds[k].kind),
+                      name, path);
+      }
+    ck_assert_msg(header_count(path, "\"optim/") == slots * params, "%s: %d optim/ tensors, not %d",
+                  clt_optimizer_name(kinds[k].kind), header_count(path, "\"optim/"), slots * params);
+  }
+  cu_rmdir(dir);
+}
+END_TEST
+
 START_TEST(damaged_files_are_refused_and_change_nothing) {
   char dir[64], good[128], bad[128], weights[128];
   clt_train_options o;
@@ -593,6 +642,7 @@ int main(void) {
   Suite *s = suite_create("checkpoint files");
   TCase *tc = tcase_create("files");
   tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, state_tensors_are_named_by_the_slots);
   tcase_add_test(tc, damaged_files_are_refused_and_change_nothing);
   tcase_add_test(tc, latest_skips_damaged_and_temporary_files);
   tcase_add_test(tc, a_full_disk_leaves_the_previous_checkpoint);

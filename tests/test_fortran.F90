@@ -102,6 +102,9 @@ program test_fortran
   call clt_options_default(opts, CLT_OPT_ADAMW)
   call check(opts%optimizer == CLT_OPT_ADAMW .and. abs(opts%weight_decay - 0.01) < 1e-7 .and. &
        abs(opts%momentum) < 1e-30, 'AdamW defaults')
+  call clt_options_default(opts, CLT_OPT_LION)
+  call check(opts%optimizer == CLT_OPT_LION .and. abs(opts%beta2 - 0.99) < 1e-7 .and. &
+       abs(opts%weight_decay) < 1e-30, 'Lion defaults (CLT_OPT_LION is the C enum''s value)')
   call clt_options_default(opts)
   call check(opts%optimizer == CLT_OPT_SGD .and. opts%batch == 64 .and. opts%seed == 42 .and. &
        abs(opts%lr - 0.01) < 1e-7 .and. abs(opts%momentum - 0.9) < 1e-7, 'SGD defaults')

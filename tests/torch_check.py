@@ -19,6 +19,13 @@ tests/torch_check.sh, which finds a Python with torch and transformers).
    attention layers, never embeddings, biases or norms; no warm-up, no
    clipping on either side): every step's loss within 1e-3 in absolute
    terms (below).
+4. 20 Lion steps from the same initial weights on the same batches
+   (lion-pytorch's Lion, Chen et al. 2023: lr 3e-4, betas (0.9, 0.99),
+   decoupled weight decay 1.0 on the blocks' matrices alone, as for
+   AdamW): every step's loss within 1e-5 in absolute terms, and every
+   parameter after the 20 steps but the attention's key biases (below).
+   Without the lion-pytorch package (.ci/run installs it), its update_fn
+   as transcribed here.
 
 Prints the largest differences measured. Exit 0 when all hold, 1 when one
 does not, 77 when no OpenCL device exists.
@@ -52,10 +59,26 @@ from transformers import GPT2Config, GPT2LMHeadModel
 LOSS_TOL = 1e-4   # relative, step 0
 GRAD_TOL = 1e-4   # relative per tensor, step 0
 STEP_TOL = 1e-3   # absolute, every step
+# Lion's update is lr times a sign: both sides move a parameter by exactly
+# lr (less its decay) wherever beta1 * m + (1 - beta1) * g has the same
+# sign, so the parameters stay as close as the float rounding of
+# p * (1 - lr * wd) - lr, and the losses as close as AdamW's (measured on
+# PoCL: 1.9e-6 at most over the 20 steps; every parameter but the key
+# biases equal, bit for bit). Only where that sum is within rounding of 0 can
+# the sign differ: the attention's key biases, on which the loss does not
+# depend (softmax ignores q . b_k, the same for every key), so that their
+# gradient is rounding (1e-11) and Lion moves them at random on both sides
+# (some by 28 lr in 20 steps), without changing a loss. They are left out
+# of the comparison of the parameters, and checked to be such noise.
+# Slips fail both: decaying every tensor instead of the matrices alone
+# moves step 20's loss by 8e-3, beta2 0.98 for 0.99 a loss by 6e-3, weight
+# decay 0.9 for 1.0 one by 1e-4 (and a parameter by 1.2e-3).
+LION_TOL = 1e-5   # absolute, every step's loss and each parameter
 
 N_EMBD, N_HEAD, N_LAYER, N_POS, VOCAB = 64, 4, 2, 32, 256
 BATCH, STEPS = 4, 20
 LR, BETA1, BETA2, EPS, WD = 3e-3, 0.9, 0.95, 1e-8, 0.1
+LION_LR, LION_BETA1, LION_BETA2, LION_WD = 3e-4, 0.9, 0.99, 1.0
 
 failed = False
 
@@ -89,13 +112,57 @@ def torch_loss(model, x, y):
     return F.cross_entropy(logits.reshape(-1, VOCAB), torch.tensor(y, dtype=torch.long).reshape(-1))
 
 
-def adamw(model):
-    """torch's AdamW with cltrain's grouping: decay on the blocks' 2-D
-    matrices (c_attn, c_proj, c_fc), not on wte, wpe, biases or norms."""
+
+
+def decay_groups(model, wd):
+    """cltrain's grouping: decay on the blocks' 2-D matrices (c_attn,
+    c_proj, c_fc), not on wte, wpe, biases or norms."""
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and ".h." in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and ".h." in n)]
-    groups = [{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=LR, betas=(BETA1, BETA2), eps=EPS)
+    return [{"params": decay, "weight_decay": wd}, {"params": rest, "weight_decay": 0.0}]
+
+
+def lion_update_fn(p, grad, exp_avg, lr, wd, beta1, beta2):
+    """lion-pytorch 0.2.5's update_fn, line for line (for a Python without
+    the package)."""
+    p.data.mul_(1. - lr * wd)
+    update = exp_avg.clone().mul_(beta1).add(grad, alpha=1. - beta1).sgn_()
+    p.add_(update, alpha=-lr)
+    exp_avg.mul_(beta2).add_(grad, alpha=1. - beta2)
+
+
+class TranscribedLion(torch.optim.Optimizer):
+    """lion-pytorch's Lion without its options, stepping by lion_update_fn."""
+
+    def __init__(self, params, lr, betas, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                lion_update_fn(p, p.grad, state["exp_avg"], group["lr"], group["weight_decay"], *group["betas"])
+
+
+def adamw(model):
+    """torch's AdamW with cltrain's grouping."""
+    return torch.optim.AdamW(decay_groups(model, WD), lr=LR, betas=(BETA1, BETA2), eps=EPS)
+
+
+def lion(model):
+    """lion-pytorch's Lion (or its update transcribed) with cltrain's grouping."""
+    try:
+        from lion_pytorch import Lion
+        print("lion-pytorch %s" % __import__("importlib.metadata").metadata.version("lion-pytorch"))
+    except ImportError:
+        Lion = TranscribedLion
+        print("lion-pytorch is not installed: its update_fn as transcribed in this script")
+    return Lion(decay_groups(model, LION_WD), lr=LION_LR, betas=(LION_BETA1, LION_BETA2))
 
 
 def main():
@@ -198,6 +265,53 @@ def main():
         k = int(np.argmax(diffs))
         check(max(diffs) <= STEP_TOL, "%d AdamW steps: every loss within %g of torch's (largest difference %.3g, "
               "step %d; relative %.3g)" % (STEPS, STEP_TOL, diffs[k], k + 1, diffs[k] / ref[k]))
+
+        # 20 Lion steps from the initial weights again, on the same batches
+        model = GPT2LMHeadModel.from_pretrained(hf_dir).train()
+        lion_w = os.path.join(work, "lion.safetensors")
+        p = run([args.steps, "--optimizer", "lion", "--batch", str(BATCH), "--lr", repr(LION_LR), "--beta1",
+                 repr(LION_BETA1), "--beta2", repr(LION_BETA2), "--weight-decay", repr(LION_WD), "--save", lion_w,
+                 prefix + ".model", prefix + ".safetensors", xs, ys, os.path.join(work, "lion_grad.safetensors")])
+        check(p.returncode == 0, "torch_steps --optimizer lion ran (exit %d)" % p.returncode)
+        if p.returncode != 0:
+            return 1
+        mine = json.loads(p.stdout)
+        opt = lion(model)
+        ref = []
+        for k in range(STEPS):
+            opt.zero_grad()
+            loss = torch_loss(model, x[k], y[k])
+            loss.backward()
+            opt.step()
+            ref.append(loss.item())
+        diffs = [abs(a - b) for a, b in zip(mine["losses"], ref)]
+        for k, (a, b) in enumerate(zip(mine["losses"], ref)):
+            print("  lion step %2d: loss %.7f, torch's %.7f (difference %.3g)" % (k + 1, a, b, abs(a - b)))
+        check(len(mine["losses"]) == STEPS, "cltrain took %d Lion steps" % len(mine["losses"]))
+        check(ref[-1] < ref[0] - 0.5, "the Lion steps train: torch's loss from %.4f to %.4f" % (ref[0], ref[-1]))
+        k = int(np.argmax(diffs))
+        check(max(diffs) <= LION_TOL, "%d Lion steps: every loss within %g of torch's (largest difference %.3g, "
+              "step %d)" % (STEPS, LION_TOL, diffs[k], k + 1))
+        lion_dir = os.path.join(work, "lion")
+        p = run([args.cltrain, "hf", "export", prefix + ".model", "--weights", lion_w, "-o", lion_dir])
+        check(p.returncode == 0, "cltrain hf export of the weights after the Lion steps")
+        if p.returncode != 0:
+            return 1
+        my_w = load_file(os.path.join(lion_dir, "model.safetensors"))
+        worst, key_noise, key_moved = 0.0, 0.0, 0
+        for name, w in model.named_parameters():
+            d = np.abs(my_w[name].astype(np.float64) - w.detach().double().numpy())
+            if name.endswith("attn.c_attn.bias"):  # [query, key, value]: the key's part aside
+                key = slice(N_EMBD, 2 * N_EMBD)
+                key_noise = max(key_noise, float(opt.state[w]["exp_avg"][key].abs().max()))
+                key_moved += int(np.sum(d[key] > LION_TOL))
+                d[key] = 0
+            worst = max(worst, float(d.max()))
+        check(key_noise <= 1e-9, "the loss does not depend on the attention's key biases: torch's average of their "
+              "gradients is %.3g (rounding), so Lion moves them by the sign of rounding, on both sides; %d of them "
+              "differ" % (key_noise, key_moved))
+        check(worst <= LION_TOL, "%d Lion steps: every other parameter within %g of torch's (largest difference %.3g)"
+              % (STEPS, LION_TOL, worst))
     return 1 if failed else 0
 
 

@@ -3,8 +3,10 @@
 # (tests/torch_check.py): a random 2-layer GPT2LMHeadModel saved with
 # save_pretrained and imported with `cltrain hf import`; on the same
 # batches, the loss and every parameter's gradient at step 0 within 1e-4
-# relative, and 20 AdamW steps' losses within 1e-3. Exits 77 (skipped) when
-# no Python here imports torch and transformers (.ci/run installs them), or
+# relative, 20 AdamW steps' losses within 1e-3, and 20 Lion steps' losses
+# and parameters within 1e-5 of lion-pytorch's (its update transcribed where
+# the package is missing). Exits 77 (skipped) when no Python here imports
+# torch and transformers (.ci/run installs them, and lion-pytorch), or
 # without a device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}

@@ -1,6 +1,6 @@
 /*
- * torch_steps.c: cltrain's gradient and AdamW steps on given batches, for
- * tests/torch_check.py to compare with PyTorch's:
+ * torch_steps.c: cltrain's gradient and AdamW (or Lion) steps on given
+ * batches, for tests/torch_check.py to compare with PyTorch's:
  *
  *   torch_steps [options] MODEL WEIGHTS X.i32 Y.i32 GRAD.safetensors
  *
@@ -10,14 +10,16 @@
  * (clt_trainer_gradient), as a weights file (the tensors of
  * clt_trainer_save_weights, which `cltrain hf export` turns into GPT-2's
  * names and layout), then takes one clt_trainer_step per batch, in order,
- * with AdamW (constant learning rate, no warm-up, no clipping; weight decay
- * on the matrices of linear and attention layers only, cltrain's default).
- * Prints one line of JSON: {"loss0": the gradient's mean loss, "labels":
+ * with AdamW or --optimizer's (constant learning rate, no warm-up, no
+ * clipping; decoupled weight decay on the matrices of linear and attention
+ * layers only, cltrain's default), and with --save writes the weights
+ * after them. Prints one line of JSON: {"loss0": the gradient's mean loss, "labels":
  * its labels, "losses": [each step's mean loss, before its update],
  * "grad_norms": [...]}. One device: the first of CLT_DEVICES (default:
  * device 0). Exit 77 without a device, 2 for bad usage.
  */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,36 +45,49 @@ fail:
 static void usage(FILE *f) {
   fprintf(f, "usage: torch_steps [options] MODEL WEIGHTS X.i32 Y.i32 GRAD.safetensors\n"
              "  -b, --batch N         samples per batch (4)\n"
-             "      --lr X            AdamW's learning rate (1e-3)\n"
+             "      --optimizer NAME  adamw or lion (adamw); the others' settings default to its own\n"
+             "      --lr X            the learning rate (1e-3)\n"
              "      --beta1 X         (0.9)\n"
-             "      --beta2 X         (0.999)\n"
+             "      --beta2 X         (adamw 0.999, lion 0.99)\n"
              "      --eps X           (1e-8)\n"
-             "      --weight-decay X  decoupled, on linear and attention matrices only (0.01)\n");
+             "      --weight-decay X  decoupled, on linear and attention matrices only (adamw 0.01, lion 0)\n"
+             "      --save FILE       the weights after the steps (as clt_trainer_save_weights)\n");
 }
 
 int main(int argc, char **argv) {
   clt_train_options o;
   clt_train_options_defaults(&o);
-  clt_optimizer_defaults(CLT_OPT_ADAMW, &o.optimizer);
+  clt_optimizer_kind kind = CLT_OPT_ADAMW;
+  float beta1 = NAN, beta2 = NAN, eps = NAN, wd = NAN; /* NAN: the optimizer's default */
+  const char *save = NULL;
   o.schedule.lr = 1e-3f;
   o.batch = 4;
   o.check_every = 0;
   static const struct option opts[] = {{"batch", required_argument, NULL, 'b'},
+                                       {"optimizer", required_argument, NULL, 'o'},
                                        {"lr", required_argument, NULL, 'l'},
                                        {"beta1", required_argument, NULL, '1'},
                                        {"beta2", required_argument, NULL, '2'},
                                        {"eps", required_argument, NULL, 'e'},
                                        {"weight-decay", required_argument, NULL, 'w'},
+                                       {"save", required_argument, NULL, 's'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "b:h", opts, NULL)) != -1;) {
     switch (c) {
     case 'b': o.batch = atoll(optarg); break;
+    case 'o':
+      if (clt_optimizer_parse(optarg, &kind) < 0) {
+        fprintf(stderr, "torch_steps: --optimizer: %s\n", clt_last_error());
+        return 2;
+      }
+      break;
     case 'l': o.schedule.lr = strtof(optarg, NULL); break;
-    case '1': o.optimizer.beta1 = strtof(optarg, NULL); break;
-    case '2': o.optimizer.beta2 = strtof(optarg, NULL); break;
-    case 'e': o.optimizer.eps = strtof(optarg, NULL); break;
-    case 'w': o.optimizer.weight_decay = strtof(optarg, NULL); break;
+    case '1': beta1 = strtof(optarg, NULL); break;
+    case '2': beta2 = strtof(optarg, NULL); break;
+    case 'e': eps = strtof(optarg, NULL); break;
+    case 'w': wd = strtof(optarg, NULL); break;
+    case 's': save = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -81,6 +96,11 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  clt_optimizer_defaults(kind, &o.optimizer);
+  if (!isnan(beta1)) o.optimizer.beta1 = beta1;
+  if (!isnan(beta2)) o.optimizer.beta2 = beta2;
+  if (!isnan(eps)) o.optimizer.eps = eps;
+  if (!isnan(wd)) o.optimizer.weight_decay = wd;
   char **arg = argv + optind;
   clt_model *m = NULL;
   clt_devices *all = NULL, *one = NULL;
@@ -119,6 +139,7 @@ int main(int argc, char **argv) {
     if ((rc = clt_trainer_step(t, x + k * per, y + k * per, o.batch, &r)) < 0) { ec = du_die("torch_steps", rc, "step"); goto out; }
     losses[k] = r.loss, norms[k] = r.grad_norm;
   }
+  if (save && (rc = clt_trainer_save_weights(t, save)) < 0) { ec = du_die("torch_steps", rc, save); goto out; }
   printf("{\"loss0\": %.9g, \"labels\": %lld, \"losses\": [", loss0, (long long)per);
   for (int64_t k = 0; k < K; k++) printf("%s%.9g", k ? ", " : "", losses[k]);
   printf("], \"grad_norms\": [");

@@ -156,9 +156,10 @@ CLT_API int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose 
 /* One fused optimizer step over n parameters: grads are first multiplied by
  * grad_scale (1/global batch times the clipping factor), then weight decay
  * and the update are applied. `state` holds clt_optimizer_state_per_param(cfg)
- * x n floats (zero at the start of training); `t` is the 1-based step number
- * (Adam's bias correction; Adam keeps m in the first n state floats and v
- * in the next n). All three tensors are f32 views of n (or k*n) elements. */
+ * x n floats (zero at the start of training), slot after slot in the order
+ * libcltrain(3) names them (Adam: m in the first n floats, v in the next
+ * n); `t` is the 1-based step number (Adam's bias correction). All three
+ * tensors are f32 views of n (or k*n) elements. */
 CLT_API int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
                                float grad_scale, const clt_tensor *params, const clt_tensor *grads,
                                const clt_tensor *state);

@@ -37,6 +37,14 @@ int cli_allreduce_known(const char *name);
  * texts made at run time, such as the library's list of algorithms. */
 const char *cli_help_entry(char *buf, size_t size, const char *lead, const char *text, int width);
 
+/* For help texts, from the library's optimizers, into buf (returned): the
+ * names of those whose weight decay is decoupled (decoupled 1), L2 (0), or
+ * of all (-1), with sep between them and last before the last one:
+ * (-1, ", ", " or ") "sgd, adam or adamw", (0, "/", "/") "sgd/adam". */
+const char *cli_optimizer_names(int decoupled, const char *sep, const char *last, char *buf, size_t size);
+/* "; adamw 0.01": each optimizer whose default weight decay is not 0, with it. */
+const char *cli_optimizer_decays(char *buf, size_t size);
+
 /* "1.5 GiB": bytes for messages, into buf (returned). */
 const char *cli_bytes(double b, char *buf, size_t size);
 

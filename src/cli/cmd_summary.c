@@ -17,6 +17,7 @@
 
 static void help(FILE *to) {
   clt_train_options d;
+  char names[256];
   clt_train_options_defaults(&d);
   fprintf(to,
           "usage: cltrain summary MODEL [OPTIONS]\n"
@@ -26,7 +27,7 @@ static void help(FILE *to) {
           "\n"
           "  -b, --batch N         samples per replica run, as train's --batch (default %lld)\n"
           "      --accumulate K    as train's: runs of N / K samples (default 1)\n"
-          "  -o, --optimizer NAME  sgd, adam or adamw: their state (default sgd, with momentum)\n"
+          "  -o, --optimizer NAME  %s: their state (default %s, with momentum)\n"
           "      --precision P     fp32 or fp16 (default fp32)\n"
           "      --zero S          as train's --zero: 1 counts the optimizer state of the\n"
           "                        largest rank's shard only, 2 its gradients too with the\n"
@@ -36,7 +37,8 @@ static void help(FILE *to) {
           "  -d, --devices SPEC    compare the need with these devices (as train's --devices);\n"
           "                        exit 1 when it does not fit one of them\n"
           "  -h, --help            this text\n",
-          (long long)d.batch, d.bucket_mb);
+          (long long)d.batch, cli_optimizer_names(-1, ", ", " or ", names, sizeof names),
+          clt_optimizer_name(d.optimizer.kind), d.bucket_mb);
 }
 
 /* The replica's need, line by line. */

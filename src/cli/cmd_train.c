@@ -64,6 +64,7 @@ static int parse_balance(const char *s, train_args *a) {
 
 static void help(FILE *to) {
   clt_train_options d;
+  char all[256], l2[128], decoupled[128], decays[128]; /* from the optimizers' table */
   clt_train_options_defaults(&d);
   char allreduce[512], text[256];
   snprintf(text, sizeof text, "the gradients' all-reduce: %s (auto: the cost model's choice; default: "
@@ -93,12 +94,12 @@ static void help(FILE *to) {
           "      --weights FILE      start from these weights (.safetensors, or a checkpoint's)\n"
           "                          instead of the seed's; the optimizer starts afresh\n"
           "optimizer\n"
-          "  -o, --optimizer NAME    sgd, adam or adamw (default sgd)\n"
+          "  -o, --optimizer NAME    %s (default %s)\n"
           "      --lr X              learning rate (default %g)\n"
           "      --momentum X        SGD momentum (default 0.9)\n"
           "      --nesterov          Nesterov momentum\n"
-          "      --weight-decay X    L2 for sgd/adam, decoupled for adamw (default 0; adamw 0.01)\n"
-          "      --decay-all         adamw: decay biases, norms and embeddings too (by default, as\n"
+          "      --weight-decay X    L2 for %s, decoupled for %s (default 0%s)\n"
+          "      --decay-all         %s: decay biases, norms and embeddings too (by default, as\n"
           "                          in GPT-2, only the matrices of linear, conv and attention)\n"
           "      --schedule NAME     constant, step or cosine (default constant)\n"
           "      --warmup N          linear warm-up steps (default 0)\n"
@@ -164,7 +165,10 @@ static void help(FILE *to) {
           "                          the checkpoint directory (none there: start from the beginning)\n"
           "  -q, --quiet             no progress line\n"
           "  -h, --help              this text\n",
-          DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed, d.schedule.lr, d.loss_scale,
+          DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed,
+          cli_optimizer_names(-1, ", ", " or ", all, sizeof all), clt_optimizer_name(d.optimizer.kind), d.schedule.lr,
+          cli_optimizer_names(0, "/", "/", l2, sizeof l2), cli_optimizer_names(1, "/", "/", decoupled, sizeof decoupled),
+          cli_optimizer_decays(decays, sizeof decays), decoupled, d.loss_scale,
           (long long)d.loss_scale_window, d.max_skips,
           (long long)d.balance_every, (long long)d.balance_min_share, d.bucket_mb,
           cli_help_entry(allreduce, sizeof allreduce, "      --allreduce ALG     ", text, 86),

@@ -122,6 +122,30 @@ const char *cli_help_entry(char *buf, size_t size, const char *lead, const char 
   return buf;
 }
 
+const char *cli_optimizer_names(int decoupled, const char *sep, const char *last, char *buf, size_t size) {
+  int kinds[CLT_OPT_COUNT], n = 0;
+  size_t len = 0;
+  for (int k = 0; k < CLT_OPT_COUNT; k++)
+    if (decoupled < 0 || clt_optimizer_decoupled_decay((clt_optimizer_kind)k) == decoupled) kinds[n++] = k;
+  buf[0] = 0;
+  for (int i = 0; i < n && len < size; i++)
+    len += (size_t)snprintf(buf + len, size - len, "%s%s", i == 0 ? "" : i + 1 < n ? sep : last,
+                            clt_optimizer_name((clt_optimizer_kind)kinds[i]));
+  return buf;
+}
+
+const char *cli_optimizer_decays(char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int k = 0; k < CLT_OPT_COUNT && len < size; k++) {
+    clt_optimizer_config c;
+    clt_optimizer_defaults((clt_optimizer_kind)k, &c);
+    if (c.weight_decay != 0)
+      len += (size_t)snprintf(buf + len, size - len, "; %s %g", clt_optimizer_name(c.kind), (double)c.weight_decay);
+  }
+  return buf;
+}
+
 /* "1.5 GiB": bytes for messages. */
 const char *cli_bytes(double b, char *buf, size_t size) {
   static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};

@@ -91,7 +91,7 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
       if (!dp->host_grads && !(dp->host_grads = clt__calloc((size_t)P, sizeof(float)))) { rc = CLT_ENOMEM; goto fail; }
     }
   }
-  if (o->optimizer.kind == CLT_OPT_ADAMW && !o->decay_all) {
+  if (clt_optimizer_decoupled_decay(o->optimizer.kind) && !o->decay_all) {
     if (!(dp->decay_host = clt__calloc((size_t)P, 1)) || !(dp->decay_dev = clt__calloc(dp->nlocal, sizeof *dp->decay_dev))) {
       rc = CLT_ENOMEM;
       goto fail;

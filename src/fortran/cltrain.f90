@@ -31,7 +31,7 @@ module cltrain
        CLT_EMISMATCH = -14, CLT_EIO = -15, CLT_EFORMAT = -16, CLT_ENOTFOUND = -17, CLT_ENONFINITE = -18, &
        CLT_EINTERNAL = -19
   ! optimizers, schedules, precisions, a label that counts for nothing
-  integer(c_int), parameter, public :: CLT_OPT_SGD = 0, CLT_OPT_ADAM = 1, CLT_OPT_ADAMW = 2
+  integer(c_int), parameter, public :: CLT_OPT_SGD = 0, CLT_OPT_ADAM = 1, CLT_OPT_ADAMW = 2, CLT_OPT_LION = 3
   integer(c_int), parameter, public :: CLT_SCHED_CONSTANT = 0, CLT_SCHED_STEP = 1, CLT_SCHED_COSINE = 2
   integer(c_int), parameter, public :: CLT_F32 = 0, CLT_F16 = 1
   integer(c_int32_t), parameter, public :: CLT_IGNORE_LABEL = -100

@@ -62,7 +62,7 @@ size_t clt_f_options_size(void) { return sizeof(clt_f_options); }
 void clt_f_options_defaults(clt_f_options *f, int optimizer) {
   clt_train_options o;
   clt_train_options_defaults(&o);
-  if (optimizer >= CLT_OPT_SGD && optimizer <= CLT_OPT_ADAMW)
+  if (optimizer >= 0 && optimizer < CLT_OPT_COUNT)
     clt_optimizer_defaults((clt_optimizer_kind)optimizer, &o.optimizer);
   f->batch = o.batch;
   f->seed = (int64_t)o.seed;

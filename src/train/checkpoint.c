@@ -22,14 +22,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/optim.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 
-/* Names of the optimizer-state tensors: per float of state per parameter,
- * in the order the state arena holds them. */
-static const char *state_prefix(int per, int slot) {
-  if (per == 1) return "optim/momentum/";
-  return slot == 0 ? "optim/m/" : "optim/v/";
+/* Names of the optimizer-state tensors: "optim/<slot>/", the name of the
+ * optimizer's state slot in its row of the table (src/core/optim.c), slot
+ * after slot in the order the state arena holds them. */
+static const char *state_prefix(const clt_trainer *t, int slot, char *buf, size_t size) {
+  snprintf(buf, size, "optim/%s/", clt__optimizer_of(t->opts.optimizer.kind)->slots[slot]);
+  return buf;
 }
 
 /* ---- saving ---------------------------------------------------------------- */
@@ -120,9 +122,10 @@ int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf) {
   if (!tensors) { rc = CLT_ENOMEM; goto fail; }
   double t0 = clt__now();
   int k;
+  char pre[64];
   CLT_TRY(clt__arena_tensors(spec, "params/", buf, tensors, &n));
   for (int slot = 0; slot < per; slot++) {
-    CLT_TRY(clt__arena_tensors(spec, state_prefix(per, slot), buf + (size_t)P * (1 + slot), tensors + n, &k));
+    CLT_TRY(clt__arena_tensors(spec, state_prefix(t, slot, pre, sizeof pre), buf + (size_t)P * (1 + slot), tensors + n, &k));
     n += k;
   }
 
@@ -393,8 +396,9 @@ int clt__checkpoint_run_info(const char *path, int check_data, clt__run_info *ou
  * another model, and is refused rather than ignored. */
 static int check_no_others(clt_trainer *t, clt__st_file *f, const char *path, const char *kind, float *scratch) {
   const clt_model_spec *spec = t->model->spec;
-  const char *sgd[] = {"params/", "optim/momentum/", NULL}, *adam[] = {"params/", "optim/m/", "optim/v/", NULL};
-  const char *const *prefixes = strcmp(kind, "sgd") == 0 ? sgd : adam;
+  const int nslots = clt__optimizer_of(t->opts.optimizer.kind)->nslots; /* the file's kind: read_checkpoint checked */
+  char prefixes[1 + CLT__OPTIM_MAX_SLOTS][64] = {"params/"};
+  for (int slot = 0; slot < nslots; slot++) state_prefix(t, slot, prefixes[1 + slot], sizeof prefixes[1 + slot]);
   int rc = CLT_OK, n;
   void *it = NULL;
   clt__st_tensor *names = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *names);
@@ -402,7 +406,7 @@ static int check_no_others(clt_trainer *t, clt__st_file *f, const char *path, co
   CLT_TRY(clt__arena_tensors(spec, "", scratch, names, &n)); /* for the names only */
   for (const char *name; (name = clt__st_next_name(f, &it));) {
     int known = 0;
-    for (int p = 0; !known && prefixes[p]; p++) {
+    for (int p = 0; !known && p <= nslots; p++) {
       size_t lp = strlen(prefixes[p]);
       if (strncmp(name, prefixes[p], lp) != 0) continue;
       for (int i = 0; !known && i < n; i++) known = strcmp(name + lp, names[i].name) == 0;
@@ -465,10 +469,11 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   int first = 1; /* the first layer with parameters: its weight's state tells whether there is any */
   while (first < spec->nlayers && !spec->layers[first].param_count) first++;
   const char *first_name = first < spec->nlayers ? spec->layers[first].param[0].name : "";
+  char pre[64];
   for (int slot = 0; slot < per; slot++) {
     char probe[160];
     clt__st_tensor dummy;
-    snprintf(probe, sizeof probe, "%s%d.%s", state_prefix(per, slot), first - 1, first_name);
+    snprintf(probe, sizeof probe, "%s%d.%s", state_prefix(t, slot, pre, sizeof pre), first - 1, first_name);
     if (first < spec->nlayers && clt__st_find(f, probe, &dummy) == CLT_ENOTFOUND) {
       /* SGD saved without momentum has no state; this run needs some. */
       rc = clt__error(CLT_EMISMATCH, "%s has no %s optimizer state ('%s'): it was trained without momentum, and this "
@@ -476,12 +481,12 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
                       path, kind, probe, (double)t->opts.optimizer.momentum);
       goto fail;
     }
-    CLT_TRY(read_arena(t, f, path, state_prefix(per, slot), payload + (size_t)P * (1 + slot), saved_spec));
+    CLT_TRY(read_arena(t, f, path, pre, payload + (size_t)P * (1 + slot), saved_spec));
   }
   if (per == 0 && first < spec->nlayers) {
     char probe[160];
     clt__st_tensor dummy;
-    snprintf(probe, sizeof probe, "optim/momentum/%d.%s", first - 1, first_name);
+    snprintf(probe, sizeof probe, "%s%d.%s", state_prefix(t, 0, pre, sizeof pre), first - 1, first_name);
     if (clt__st_find(f, probe, &dummy) == CLT_OK)
       clt__log(CLT_LOG_WARN, "%s: this run uses no momentum, so the saved momentum is left out", path);
   }

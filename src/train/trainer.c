@@ -6,6 +6,7 @@
  * everyone's). The step itself is step.c.
  */
 #include "train/trainer.h"
+#include "core/optim.h"
 #include "pp/pp.h"
 
 #include <math.h>
@@ -116,12 +117,7 @@ static int check_options(const clt_train_options *o) {
   if (o->checkpoint_dir && !o->checkpoint_dir[0])
     return clt__error(CLT_EINVAL, "the checkpoint directory is empty: name one, or give none (NULL)");
   if (o->checkpoint_keep < 0) return clt__error(CLT_EINVAL, "--keep must be at least 0 (0 keeps every checkpoint)");
-  const clt_optimizer_config *c = &o->optimizer;
-  if (!(c->momentum >= 0 && c->momentum < 1)) return clt__error(CLT_EINVAL, "momentum must be in [0, 1), not %g", c->momentum);
-  if (!(c->weight_decay >= 0)) return clt__error(CLT_EINVAL, "weight decay must be at least 0, not %g", c->weight_decay);
-  if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 && c->eps > 0))
-    return clt__error(CLT_EINVAL, "Adam needs betas in [0, 1) and eps > 0");
-  return CLT_OK;
+  return clt__optimizer_check(&o->optimizer); /* its row's check (src/core/optim.c) */
 }
 
 int clt__trainer_sum(clt_trainer *t, double *vals, int n) { return clt__sum_ranks(t->comm, vals, n); }
