@@ -274,12 +274,13 @@ CLT_API const char *clt_allreduce_algorithms(void);
  * one of clt_allreduce_algorithms() (CLT_EINVAL otherwise). Every rank
  * must set the same (plans check). */
 CLT_API int clt_comm_set_allreduce(clt_comm *comm, const char *algorithm);
-/* Bytes this rank has sent to ranks on its own node and on other nodes,
- * over the communicator's life (every collective, checks included). */
+/* For benchmarks and tests (libcltrain(3)): bytes this rank has sent to
+ * ranks on its own node and on other nodes, over the communicator's life
+ * (every collective, checks included). */
 CLT_API void clt_comm_bytes_sent(const clt_comm *comm, uint64_t *intra, uint64_t *inter);
-/* The cost model's time for an all-reduce of `bytes` with `algorithm`
- * (one of clt_allreduce_algorithms() but "auto") on this communicator's
- * ranks and nodes. */
+/* For benchmarks and tests: the cost model's time for an all-reduce of
+ * `bytes` with `algorithm` (one of clt_allreduce_algorithms() but "auto")
+ * on this communicator's ranks and nodes. */
 CLT_API int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds);
 /* The device this rank uses by default: its local rank modulo the number of
  * devices in devs (CLT_ENODEV when devs is empty). */
@@ -287,10 +288,12 @@ CLT_API int clt_comm_default_device(const clt_comm *comm, const clt_devices *dev
 /* Seconds without progress before a wait fails (CLT_TIMEOUT by default). */
 CLT_API int clt_comm_set_timeout(clt_comm *comm, double seconds);
 CLT_API double clt_comm_timeout(const clt_comm *comm);
-/* Bytes per pipelined all-reduce message of plans that do not choose. */
+/* For benchmarks and tests: bytes per pipelined all-reduce message of
+ * plans that do not choose. */
 CLT_API size_t clt_comm_chunk_bytes(const clt_comm *comm);
-/* Bytes per rank of each round of the shared-memory all-reduce (shm) for
- * plans that do not choose: CLT_ALLREDUCE_CHUNK when set, else 256 KiB
+/* For benchmarks and tests: bytes per rank of each round of the
+ * shared-memory all-reduce (shm) for plans that do not choose:
+ * CLT_ALLREDUCE_CHUNK when set, else 256 KiB
  * when every rank has a core of its own (its node's ranks' CPU affinities
  * cover as many cores as there are ranks, on every node), else 1 MiB. */
 CLT_API size_t clt_comm_shm_piece_bytes(const clt_comm *comm);
@@ -808,8 +811,8 @@ CLT_API int clt_optimizer_decoupled_decay(clt_optimizer_kind kind);
  * their step from here, so every replica holds the same bits. */
 CLT_API void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
                                      float *p, const float *grad, float *state, size_t n);
-/* With a decay mask (n values, 0 where weight decay does not apply; NULL:
- * every parameter), as clt_optimizer_step_masked. */
+/* For benchmarks and tests: with a decay mask (n values, 0 where weight
+ * decay does not apply; NULL: every parameter), as clt_optimizer_step_masked. */
 CLT_API void clt_optimizer_step_host_masked(const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
                                             float *p, const float *grad, float *state, size_t n,
                                             const uint8_t *decay);
