@@ -423,40 +423,34 @@ fail:
   return rc;
 }
 
-/* Rank 0: read and check everything of path into h and payload (params,
- * then state). Nothing of the trainer changes here. */
-static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload) {
+/* The model: every parameter tensor with its shape (into payload), and a
+ * warning when the parameters fit but the spec saved is another. */
+static int read_model(clt_trainer *t, clt__st_file *f, const char *path, const char *saved_spec, float *payload) {
   int rc = CLT_OK;
-  clt__st_file *f = NULL;
-  json_t *pos = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL;
   const clt_model_spec *spec = t->model->spec;
-  int64_t P = spec->param_count;
-  int per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  int64_t P = spec->param_count, file_params;
   char diff[400];
-  double t0 = clt__now();
-  memset(h, 0, sizeof *h);
-  clt__strlcpy(h->path, path, sizeof h->path);
-
-  CLT_TRY(clt__checkpoint_open(path, 1, &f)); /* magic, version, both CRCs, size */
-  const char *saved_spec = clt__st_metadata(f, "model");
-  if (!saved_spec) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", path); goto fail; }
-
-  /* The model: every parameter tensor with its shape, and no more. */
-  int64_t file_params;
   CLT_TRY(meta_int(f, path, "param_count", &file_params));
   CLT_TRY(read_arena(t, f, path, "params/", payload, saved_spec));
-  if (file_params != P) {
-    spec_difference(saved_spec, spec, diff, sizeof diff);
-    rc = clt__error(CLT_ESHAPE, "%s does not fit the model %s: it holds %lld parameters, the model has %lld%s", path,
-                    spec->name, (long long)file_params, (long long)P, diff);
-    goto fail;
-  }
   spec_difference(saved_spec, spec, diff, sizeof diff);
+  if (file_params != P)
+    return clt__error(CLT_ESHAPE, "%s does not fit the model %s: it holds %lld parameters, the model has %lld%s", path,
+                      spec->name, (long long)file_params, (long long)P, diff);
   if (diff[0])
     clt__log(CLT_LOG_WARN, "%s: the parameters fit the model %s, but its spec is not the one saved%s", path,
              spec->name, diff);
+fail:
+  return rc;
+}
 
-  /* The optimizer: the same kind, and the state this run needs. */
+/* The optimizer: the same kind, the state this run needs (into payload
+ * after the parameters, slot after slot), and no tensor of another name. */
+static int read_optimizer(clt_trainer *t, clt__st_file *f, const char *path, const char *saved_spec, float *payload) {
+  int rc = CLT_OK;
+  const clt_model_spec *spec = t->model->spec;
+  int64_t P = spec->param_count;
+  int per = clt_optimizer_state_per_param(&t->opts.optimizer);
+  json_t *optim = NULL;
   CLT_TRY(meta_json(f, path, "optimizer", &optim));
   const char *kind = json_string_value(json_object_get(optim, "kind"));
   if (!kind) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'optimizer' names no kind", path); goto fail; }
@@ -490,10 +484,17 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
     if (clt__st_find(f, probe, &dummy) == CLT_OK)
       clt__log(CLT_LOG_WARN, "%s: this run uses no momentum, so the saved momentum is left out", path);
   }
-
   CLT_TRY(check_no_others(t, f, path, kind, payload));
+fail:
+  json_decref(optim);
+  return rc;
+}
 
-  /* Where the run stands. */
+/* The steps done, the dropout key and the seed (which must be this run's),
+ * and an fp16 checkpoint's loss scaling. */
+static int read_rng_and_scale(clt_trainer *t, clt__st_file *f, const char *path, clt__ckpt_header *h) {
+  int rc = CLT_OK;
+  json_t *rng = NULL, *scaling = NULL;
   CLT_TRY(meta_int(f, path, "step", &h->steps_done));
   CLT_TRY(meta_json(f, path, "rng", &rng));
   CLT_TRY(json_int(path, "rng", rng, "dropout_step", 0, &h->micro_steps));
@@ -525,15 +526,18 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
       CLT_TRY(json_int(path, "loss_scaling", scaling, "skipped", 0, &h->skipped));
     }
   }
+fail:
+  json_decref(rng), json_decref(scaling);
+  return rc;
+}
 
-  clt__run_info run;
-  CLT_TRY(run_info(f, path, &run));
-  clt__strlcpy(h->run_id, run.id, sizeof h->run_id);
-
-  /* The sampler position, in this run's micro-batches: the sample order of
-   * an epoch does not depend on the batch size, so a position at a whole
-   * number of this run's micro-batches carries over. */
+/* The sampler position, in this run's micro-batches: the sample order of
+ * an epoch does not depend on the batch size, so a position at a whole
+ * number of this run's micro-batches carries over. */
+static int read_position(clt_trainer *t, clt__st_file *f, const char *path, clt__ckpt_header *h) {
+  int rc = CLT_OK;
   int64_t mb, samples;
+  json_t *pos = NULL;
   CLT_TRY(meta_json(f, path, "sampler_position", &pos));
   CLT_TRY(json_int(path, "sampler_position", pos, "epoch", 0, &h->epoch));
   CLT_TRY(json_int(path, "sampler_position", pos, "step", 0, &h->step));
@@ -567,8 +571,16 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
              (long long)h->epoch + 1);
     h->step = samples / t->s.micro_batch;
   }
+fail:
+  json_decref(pos);
+  return rc;
+}
 
-  /* The epoch's sums so far, and the balancer's shares when they apply. */
+/* The epoch's sums so far, and the balancer's shares when they apply. */
+static int read_progress(clt_trainer *t, clt__st_file *f, const char *path, clt__ckpt_header *h, int64_t *shares) {
+  int rc = CLT_OK;
+  json_t *progress = NULL, *training = NULL;
+  int R = clt__dp_replicas(clt__trainer_dp(t));
   CLT_TRY(meta_json(f, path, "epoch_progress", &progress));
   CLT_TRY(json_int(path, "epoch_progress", progress, "steps", 0, &h->ep_steps));
   CLT_TRY(json_num(path, "epoch_progress", progress, "loss_sum", &h->ep_sums[0]));
@@ -576,22 +588,44 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   CLT_TRY(json_num(path, "epoch_progress", progress, "samples", &h->ep_sums[2]));
   CLT_TRY(meta_json(f, path, "training", &training));
   json_t *sh = json_object_get(training, "shares");
-  if (t->opts.balance == CLT_BALANCE_AUTO && json_is_array(sh) && (int)json_array_size(sh) == clt__dp_replicas(t->s.dp)) {
+  if (t->opts.balance == CLT_BALANCE_AUTO && json_is_array(sh) && (int)json_array_size(sh) == R) {
     int64_t sum = 0;
     int ok = 1;
-    for (int r = 0; r < clt__dp_replicas(t->s.dp); r++) {
+    for (int r = 0; r < R; r++) {
       json_t *e = json_array_get(sh, (size_t)r);
       ok &= json_is_integer(e) && json_integer_value(e) >= t->opts.balance_min_share;
       shares[r] = ok ? json_integer_value(e) : 0;
       sum += shares[r];
     }
-    if (ok && sum == t->s.micro_batch) h->nshares = clt__dp_replicas(t->s.dp);
+    if (ok && sum == t->s.micro_batch) h->nshares = R;
   }
+fail:
+  json_decref(progress), json_decref(training);
+  return rc;
+}
+
+/* Rank 0: read and check everything of path into h and payload (params,
+ * then state). Nothing of the trainer changes here. */
+static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload) {
+  int rc = CLT_OK;
+  clt__st_file *f = NULL;
+  double t0 = clt__now();
+  memset(h, 0, sizeof *h);
+  clt__strlcpy(h->path, path, sizeof h->path);
+  CLT_TRY(clt__checkpoint_open(path, 1, &f)); /* magic, version, both CRCs, size */
+  const char *saved_spec = clt__st_metadata(f, "model");
+  if (!saved_spec) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", path); goto fail; }
+  CLT_TRY(read_model(t, f, path, saved_spec, payload));
+  CLT_TRY(read_optimizer(t, f, path, saved_spec, payload));
+  CLT_TRY(read_rng_and_scale(t, f, path, h));
+  clt__run_info run;
+  CLT_TRY(run_info(f, path, &run));
+  clt__strlcpy(h->run_id, run.id, sizeof h->run_id);
+  CLT_TRY(read_position(t, f, path, h));
+  CLT_TRY(read_progress(t, f, path, h, shares));
   clt__log(CLT_LOG_INFO, "read checkpoint %s (step %lld, epoch %lld, batch %lld of the epoch) and checked it in %.3f s",
            path, (long long)h->steps_done, (long long)h->epoch + 1, (long long)h->step, clt__now() - t0);
 fail:
-  json_decref(pos), json_decref(rng), json_decref(optim), json_decref(training), json_decref(progress);
-  json_decref(scaling);
   clt__st_close(f);
   return rc;
 }
