@@ -62,13 +62,9 @@ static int parse_balance(const char *s, train_args *a) {
   return 0;
 }
 
-static void help(FILE *to) {
-  clt_train_options d;
+/* The help's first half: data, training and the optimizer. */
+static void help_training(FILE *to, const clt_train_options *d) {
   char all[256], l2[128], decoupled[128], decays[128]; /* from the optimizers' table */
-  clt_train_options_defaults(&d);
-  char allreduce[512], text[256];
-  snprintf(text, sizeof text, "the gradients' all-reduce: %s (auto: the cost model's choice; default: "
-           "CLT_ALLREDUCE, else auto; doc/scaling.md)", clt_allreduce_algorithms());
   fprintf(to,
           "usage: cltrain train MODEL [OPTIONS]      (under mpirun for several ranks)\n"
           "\n"
@@ -112,7 +108,20 @@ static void help(FILE *to) {
           "                          all-reduced as half, dynamic loss scaling (default fp32)\n"
           "      --loss-scale X      fp16: the first loss scale (default %g); halved and the step\n"
           "                          skipped when a gradient overflows, doubled after %lld clean\n"
-          "                          steps; %d skips in a row stop training\n"
+          "                          steps; %d skips in a row stop training\n",
+          DEFAULT_DATA, d->epochs, (long long)d->batch, (unsigned long long)d->seed,
+          cli_optimizer_names(-1, ", ", " or ", all, sizeof all), clt_optimizer_name(d->optimizer.kind), d->schedule.lr,
+          cli_optimizer_names(0, "/", "/", l2, sizeof l2), cli_optimizer_names(1, "/", "/", decoupled, sizeof decoupled),
+          cli_optimizer_decays(decays, sizeof decays), decoupled, d->loss_scale,
+          (long long)d->loss_scale_window, d->max_skips);
+}
+
+/* The help's second half: devices, parallelism, outputs and checkpoints. */
+static void help_devices(FILE *to, const clt_train_options *d) {
+  char allreduce[512], text[256];
+  snprintf(text, sizeof text, "the gradients' all-reduce: %s (auto: the cost model's choice; default: "
+           "CLT_ALLREDUCE, else auto; doc/scaling.md)", clt_allreduce_algorithms());
+  fprintf(to,
           "devices and output\n"
           "  -d, --devices SPEC      this rank's devices (default: CLT_DEVICES, else one device\n"
           "                          per rank chosen by local rank, or all devices with one rank)\n"
@@ -165,16 +174,18 @@ static void help(FILE *to) {
           "                          the checkpoint directory (none there: start from the beginning)\n"
           "  -q, --quiet             no progress line\n"
           "  -h, --help              this text\n",
-          DEFAULT_DATA, d.epochs, (long long)d.batch, (unsigned long long)d.seed,
-          cli_optimizer_names(-1, ", ", " or ", all, sizeof all), clt_optimizer_name(d.optimizer.kind), d.schedule.lr,
-          cli_optimizer_names(0, "/", "/", l2, sizeof l2), cli_optimizer_names(1, "/", "/", decoupled, sizeof decoupled),
-          cli_optimizer_decays(decays, sizeof decays), decoupled, d.loss_scale,
-          (long long)d.loss_scale_window, d.max_skips,
-          (long long)d.balance_every, (long long)d.balance_min_share, d.bucket_mb,
+          (long long)d->balance_every, (long long)d->balance_min_share, d->bucket_mb,
           cli_help_entry(allreduce, sizeof allreduce, "      --allreduce ALG     ", text, 86),
-          (long long)d.check_every, (long long)d.log_every,
-          DEFAULT_CHECKPOINT_DIR, d.checkpoint_keep);
+          (long long)d->check_every, (long long)d->log_every, DEFAULT_CHECKPOINT_DIR, d->checkpoint_keep);
 }
+
+static void help(FILE *to) {
+  clt_train_options d;
+  clt_train_options_defaults(&d);
+  help_training(to, &d);
+  help_devices(to, &d);
+}
+
 
 /* A bad command line: every rank finds the same, so none needs the job
  * ended for it (main.c). */
