@@ -10,7 +10,7 @@ fail=0
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 
-. "$srcdir/tests/cli_lib.sh"
+. "$srcdir/tests/lib/cli_lib.sh"
 
 # Tokenizing needs no device, so it comes before the check for one: a text
 # file becomes an llm.c shard (1024 header bytes, then one uint16 per byte).

@@ -1,5 +1,5 @@
 /*
- * app_split.c: cltrain as an HPC application uses it (tests/comm_app.sh,
+ * app_split.c: cltrain as an HPC application uses it (tests/comm/comm_app.sh,
  * under mpirun). The application initialises MPI itself, splits
  * MPI_COMM_WORLD into two sub-communicators (even and odd ranks), makes its
  * own OpenCL context, queue and buffers with plain OpenCL calls, and

@@ -17,7 +17,7 @@ export CLT_TIMEOUT
   { echo "SKIP: needs root, a mount namespace (unshare -m) and a tmpfs mounted in it"; exit 77; }
 "$CLTRAIN" devices -d pocl >/dev/null 2>&1 || { echo "SKIP: no PoCL device"; exit 77; }
 command -v "${MPIEXEC:-mpiexec}" >/dev/null 2>&1 || { echo "SKIP: no MPI launcher"; exit 77; }
-. "$srcdir/tests/cli_lib.sh" # mkidx
+. "$srcdir/tests/lib/cli_lib.sh" # mkidx
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -30,7 +30,7 @@ printf 'input 1 4 4\nflatten\nlinear 2048\nrelu\nlinear 2048\nrelu\nlinear 2048\
 # run NAME MODEL WANT: train in the namespace; WANT is 1 when the arena must be taken.
 run() {
   unshare -m sh -c 'mount -t tmpfs -o size=24m tmpfs /dev/shm && exec "$@"' sh \
-    env CLT_LOG_LEVEL=info sh "$srcdir/tests/mpi_run.sh" 2 "$CLTRAIN" train "$2" --data "$tmp" --devices pocl \
+    env CLT_LOG_LEVEL=info sh "$srcdir/tests/lib/mpi_run.sh" 2 "$CLTRAIN" train "$2" --data "$tmp" --devices pocl \
     --batch 16 --epochs 1 --max-steps 3 --quiet >"$tmp/out" 2>"$tmp/err"
   rc=$?
   took=$(grep -c "the gradients lie in the node's shared memory" "$tmp/err")

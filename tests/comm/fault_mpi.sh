@@ -11,7 +11,7 @@
 #     spec that matches nothing there, an unwritable --save): the job must
 #     end within seconds, not after CLT_TIMEOUT (here 60 s), with that
 #     rank's message naming it and the input.
-# Every job runs under tests/mpi_run.sh's time limit, and the stalled rank is
+# Every job runs under tests/lib/mpi_run.sh's time limit, and the stalled rank is
 # killed on exit whatever happens. Exits 77 without MPI or an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
@@ -28,7 +28,7 @@ trap cleanup EXIT
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
 
-. "$srcdir/tests/cli_lib.sh" # mkidx
+. "$srcdir/tests/lib/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
 
@@ -50,7 +50,7 @@ fault() {
   shift 3
   rm -f "$tmp"/pid.* "$tmp/metrics"
   echo "== $np ranks${*:+ $*}, SIG$sig to rank $victim"
-  CLT_TEST_LIMIT=60 sh "$srcdir/tests/mpi_run.sh" "$np" sh "$tmp/rank.sh" "$CLTRAIN" train "$tmp/m.model" \
+  CLT_TEST_LIMIT=60 sh "$srcdir/tests/lib/mpi_run.sh" "$np" sh "$tmp/rank.sh" "$CLTRAIN" train "$tmp/m.model" \
     --data "$tmp" --normalize scale -e 1000000 -b 12 -d 0 -q --log-every 1 --metrics "$tmp/metrics" \
     "$@" >"$tmp/out" 2>"$tmp/err" &
   job=$!
@@ -92,7 +92,7 @@ fault() {
   echo "   exit $rc after $took s; $(grep -m1 -e "$survivor" -e "rank $victim" "$tmp/err")"
 }
 
-sh "$srcdir/tests/mpi_run.sh" 1 true >/dev/null 2>&1
+sh "$srcdir/tests/lib/mpi_run.sh" 1 true >/dev/null 2>&1
 case $? in 77) echo "SKIP: no MPI launcher"; exit 77 ;; esac
 
 fault 2 1 KILL
@@ -122,7 +122,7 @@ one() {
   export ONE_RANK ONE_ARGS
   echo "== $np ranks, only rank $ONE_RANK: $what"
   start=$(now)
-  CLT_TIMEOUT=60 CLT_TEST_LIMIT=90 sh "$srcdir/tests/mpi_run.sh" "$np" sh "$tmp/one.sh" "$CLTRAIN" train \
+  CLT_TIMEOUT=60 CLT_TEST_LIMIT=90 sh "$srcdir/tests/lib/mpi_run.sh" "$np" sh "$tmp/one.sh" "$CLTRAIN" train \
     "$tmp/m.model" --data "$tmp" -e 1 -b 12 -d 0 -q >"$tmp/out" 2>"$tmp/err"
   rc=$?
   took=$(($(now) - start))

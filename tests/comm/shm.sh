@@ -1,6 +1,6 @@
 #!/bin/sh
 # shm.sh: the all-reduce through the node's shared-memory window
-# (tests/test_shm, CLT_ALLREDUCE=shm) on 1 to 6 ranks of this machine
+# (tests/comm/test_shm, CLT_ALLREDUCE=shm) on 1 to 6 ranks of this machine
 # (oversubscribed from 3), then on pretend nodes (CLT_NODE_SIZE=2 on 4
 # ranks, 3,2 on 5), where shm forced is two-level; then a rank stopped
 # (SIGSTOP) inside a stream of shm all-reduces, which the others must name
@@ -20,13 +20,13 @@ note() { # RC WHAT
 }
 for np in 1 2 3 4 5 6; do
   echo "== test_shm on $np rank(s)"
-  sh "$srcdir/tests/mpi_run.sh" "$np" ./tests/test_shm
+  sh "$srcdir/tests/lib/mpi_run.sh" "$np" ./tests/comm/test_shm
   note $? "test_shm on $np rank(s)"
 done
 for layout in "2 4" "3,2 5"; do
   set -- $layout
   echo "== test_shm with CLT_NODE_SIZE=$1 on $2 ranks"
-  CLT_NODE_SIZE=$1 sh "$srcdir/tests/mpi_run.sh" "$2" ./tests/test_shm
+  CLT_NODE_SIZE=$1 sh "$srcdir/tests/lib/mpi_run.sh" "$2" ./tests/comm/test_shm
   note $? "test_shm with CLT_NODE_SIZE=$1 on $2 ranks"
 done
 [ $status -eq 77 ] && exit 77
@@ -36,7 +36,7 @@ trap 'rm -f "$tmp"' EXIT
 for np in 2 3; do
   echo "== a rank stopped inside shm all-reduces, $np ranks"
   start=$(date +%s)
-  CT_STALL=1 CLT_TEST_LIMIT=90 sh "$srcdir/tests/mpi_run.sh" "$np" ./tests/test_shm >"$tmp" 2>&1
+  CT_STALL=1 CLT_TEST_LIMIT=90 sh "$srcdir/tests/lib/mpi_run.sh" "$np" ./tests/comm/test_shm >"$tmp" 2>&1
   rc=$?
   cat "$tmp"
   note $rc "a stopped rank on $np ranks"
@@ -48,7 +48,7 @@ for np in 2 3; do
 
   echo "== a rank killed inside shm all-reduces, $np ranks"
   start=$(date +%s)
-  CT_KILL=1 CLT_TEST_LIMIT=60 sh "$srcdir/tests/mpi_run.sh" "$np" ./tests/test_shm >"$tmp" 2>&1
+  CT_KILL=1 CLT_TEST_LIMIT=60 sh "$srcdir/tests/lib/mpi_run.sh" "$np" ./tests/comm/test_shm >"$tmp" 2>&1
   rc=$?
   took=$(($(date +%s) - start))
   sed 's/^/  /' "$tmp" | tail -20
@@ -67,7 +67,7 @@ done
 # ZeRO's allgather in a window of its own (shm_gather.c) waits for its
 # peers with the same code: a rank stopped inside a stream of them is named.
 echo "== a rank stopped inside ZeRO's window allgathers, 3 ranks"
-CT_STALL=1 CT_GATHER=1 CLT_TEST_LIMIT=90 sh "$srcdir/tests/mpi_run.sh" 3 ./tests/test_shm >"$tmp" 2>&1
+CT_STALL=1 CT_GATHER=1 CLT_TEST_LIMIT=90 sh "$srcdir/tests/lib/mpi_run.sh" 3 ./tests/comm/test_shm >"$tmp" 2>&1
 rc=$?
 cat "$tmp"
 note $rc "a stopped rank in the window allgather"

@@ -1,5 +1,5 @@
 /*
- * test_comm.c: the collectives across real MPI ranks (run by tests/comm.sh
+ * test_collectives.c: the collectives across real MPI ranks (run by tests/comm/comm.sh
  * under mpirun with 1 to 4 ranks): all-reduce of host and device buffers
  * (exact sums, averages, random data against a serial sum, odd counts,
  * counts below the number of ranks and zero, many chunks, both algorithms),
@@ -296,7 +296,7 @@ static void check_host_f16(clt_comm *c, size_t n, size_t chunk, clt_reduce_op op
 /* A communicator that always runs the ring, even for a few elements. */
 static clt_comm *ring_only_comm(void) {
   clt_comm *c = NULL;
-  char *old = getenv("CLT_ALLREDUCE_SMALL") ? strdup(getenv("CLT_ALLREDUCE_SMALL")) : NULL; /* tests/comm.sh's */
+  char *old = getenv("CLT_ALLREDUCE_SMALL") ? strdup(getenv("CLT_ALLREDUCE_SMALL")) : NULL; /* tests/comm/comm.sh's */
   setenv("CLT_ALLREDUCE_SMALL", "0", 1);
   ck_assert_msg(clt_comm_create(MPI_COMM_WORLD, &c) == 0, "%s", clt_last_error());
   if (old) setenv("CLT_ALLREDUCE_SMALL", old, 1);

@@ -1,6 +1,6 @@
 /*
- * test_comm_fail.c: the collectives' failures, under mpirun with 2 to 4
- * ranks (tests/comm_fail.sh): ranks that disagree get CLT_EMISMATCH on
+ * test_collectives_fail.c: the collectives' failures, under mpirun with 2 to 4
+ * ranks (tests/comm/comm_fail.sh): ranks that disagree get CLT_EMISMATCH on
  * every rank, naming the ranks and values, without hanging, and the
  * communicator stays usable; a rank that never joins makes the others fail
  * with CLT_ETIMEDOUT naming it, within seconds (CLT_TIMEOUT is short here),

@@ -1,6 +1,6 @@
 /*
  * test_halves.c: the all-reduce's two halves as collectives of their own,
- * clt_reduce_scatter_* and clt_allgather_* (run by tests/halves.sh under
+ * clt_reduce_scatter_* and clt_allgather_* (run by tests/comm/halves.sh under
  * mpirun on 1 to 5 ranks):
  *
  *   - a reduce-scatter part is bit for bit a serial sum in the ring's order
@@ -468,7 +468,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  char *small = getenv("CLT_ALLREDUCE_SMALL") ? strdup(getenv("CLT_ALLREDUCE_SMALL")) : NULL; /* tests/halves.sh's */
+  char *small = getenv("CLT_ALLREDUCE_SMALL") ? strdup(getenv("CLT_ALLREDUCE_SMALL")) : NULL; /* tests/comm/halves.sh's */
   setenv("CLT_ALLREDUCE_SMALL", "0", 1);
   if (clt_comm_create(MPI_COMM_WORLD, &ring) < 0 || clt_comm_set_allreduce(ring, "ring") < 0) {
     fprintf(stderr, "rank %d: clt_comm_create: %s\n", rank, clt_last_error());

@@ -1,6 +1,6 @@
 /*
  * test_shm.c: the all-reduce through the node's shared-memory window
- * (src/comm/shm.c, CLT_ALLREDUCE=shm), run by tests/shm.sh on 1 to 6 ranks:
+ * (src/comm/shm.c, CLT_ALLREDUCE=shm), run by tests/comm/shm.sh on 1 to 6 ranks:
  * host and device buffers, f32 and f16, sum and average, counts from 0
  * (and below the rank count) to a few MiB, one round or many: every rank
  * gets the same bits, equal to a serial sum in rank order (the order shm.c
@@ -14,7 +14,7 @@
  * also under a device buffer. With CT_STALL set, a rank stopped (SIGSTOP) inside a stream of shm
  * all-reduces (or, with CT_GATHER too, of ZeRO's allgathers in a window,
  * shm_gather.c) is named by the others' timeout error; with CT_KILL, a
- * rank killed there ends the job (tests/shm.sh checks how).
+ * rank killed there ends the job (tests/comm/shm.sh checks how).
  */
 #include <math.h>
 #include <signal.h>
@@ -408,7 +408,7 @@ END_TEST
  * run shm all-reduces of 16 MiB back to back: the others fail with
  * CLT_ETIMEDOUT naming it, rather than spin on its flags for ever; it is
  * continued after they have, and fails too (its peers are gone). With
- * kill set it is killed instead (SIGKILL): the job ends (tests/shm.sh).
+ * kill set it is killed instead (SIGKILL): the job ends (tests/comm/shm.sh).
  * With gather set the stream is of ZeRO's allgathers in a window of their
  * own (shm_gather.c: each rank fills its block there, then one handshake),
  * which wait for a peer with the same code and must fail the same way. */

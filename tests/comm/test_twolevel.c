@@ -1,6 +1,6 @@
 /*
  * test_twolevel.c: the node-then-network all-reduce (src/comm/twolevel.c)
- * on pretend nodes (CLT_NODE_SIZE, set by tests/twolevel.sh), host and
+ * on pretend nodes (CLT_NODE_SIZE, set by tests/comm/twolevel.sh), host and
  * device buffers, f32 and f16, sum and average, counts from 0 to many
  * chunks: against exact sums (small integers) or a serial double-precision
  * sum, every rank with the same bits (the node steps go through shared
@@ -28,7 +28,7 @@
 static clt_comm *comm; /* CLT_ALLREDUCE=twolevel on CLT_NODE_SIZE's nodes */
 static int rank, nranks;
 /* "twolevel", or CT_TWOLEVEL's "twolevel-rabenseifner" (Rabenseifner's
- * between nodes: tests/twolevel.sh). */
+ * between nodes: tests/comm/twolevel.sh). */
 static const char *algorithm = "twolevel";
 
 static const size_t counts[] = {0, 1, 2, 3, 5, 17, 1000, 8193, 100003};

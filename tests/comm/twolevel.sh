@@ -1,5 +1,5 @@
 #!/bin/sh
-# twolevel.sh: the two-level all-reduce (tests/test_twolevel) on pretend
+# twolevel.sh: the two-level all-reduce (tests/comm/test_twolevel) on pretend
 # nodes: 1 to 6 ranks, nodes of 1, 2 and 3 ranks, uneven ones (5 ranks in
 # nodes of 2: 2,2,1; 3,2; 4,2), one run between pretend nodes over TCP
 # (--mca btl tcp,self), and on 4 ranks a rank that never joins; then with
@@ -13,7 +13,7 @@ run() { # NODE_SIZE NP [mpiexec args]
   k=$1 np=$2
   shift 2
   echo "== CLT_NODE_SIZE=$k on $np rank(s) $*"
-  CLT_NODE_SIZE=$k sh "$srcdir/tests/mpi_run.sh" "$np" "$@" ./tests/test_twolevel
+  CLT_NODE_SIZE=$k sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$@" ./tests/comm/test_twolevel
   rc=$?
   case $rc in
     0) [ $status -eq 77 ] && status=0 ;;

@@ -17,7 +17,7 @@ fail=0
 run() { # NP ARGS...: cltrain on NP ranks, output in $tmp/out
   np=$1
   shift
-  sh "$srcdir/tests/mpi_run.sh" "$np" "$CLTRAIN" "$@" >"$tmp/out" 2>&1
+  sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" "$@" >"$tmp/out" 2>&1
 }
 bad() { # WHAT MUST_SAY NP ARGS...
   what=$1 say=$2

@@ -1,5 +1,5 @@
 /*
- * test_kernels.c: the elementwise kernels and reductions against plain C on
+ * test_ops.c: the elementwise kernels and reductions against plain C on
  * every device (PoCL and rusticl), tensor views and their checks, buffers,
  * pinned memory, and the kernel runtime's error paths: a program that fails
  * to build (its log in the message), a missing source, CLT_KERNEL_DIR.

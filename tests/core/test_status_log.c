@@ -1,5 +1,5 @@
 /*
- * test_core.c: status codes and their names, the last-error detail, the
+ * test_status_log.c: status codes and their names, the last-error detail, the
  * logging callback and levels, and the version.
  */
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 #!/bin/sh
-# dp_twolevel.sh: data-parallel training (tests/test_dp) on 4 ranks in two
+# dp_twolevel.sh: data-parallel training (tests/dp/test_dp) on 4 ranks in two
 # pretend nodes of 2 (CLT_NODE_SIZE=2) with every bucket all-reduced
 # node-then-network (CLT_ALLREDUCE=twolevel): the parameters stay within
 # tolerance of single-device training (as the flat ring's do), and every
@@ -12,5 +12,5 @@ CLT_TEST_LIMIT=${CLT_TEST_LIMIT:-300}
 CLT_NODE_SIZE=2
 CLT_ALLREDUCE=twolevel
 export CLT_TIMEOUT CLT_TEST_LIMIT CLT_NODE_SIZE CLT_ALLREDUCE
-sh "$srcdir/tests/mpi_run.sh" 4 ./tests/test_dp || exit $?
-CLT_NODE_SIZE=1 CLT_ALLREDUCE=twolevel-rabenseifner exec sh "$srcdir/tests/mpi_run.sh" 3 ./tests/test_dp
+sh "$srcdir/tests/lib/mpi_run.sh" 4 ./tests/dp/test_dp || exit $?
+CLT_NODE_SIZE=1 CLT_ALLREDUCE=twolevel-rabenseifner exec sh "$srcdir/tests/lib/mpi_run.sh" 3 ./tests/dp/test_dp

@@ -1,5 +1,5 @@
 #!/bin/sh
-# gpt_dp.sh: a GPT trained data-parallel (tests/test_gpt_dp) on 1 and 2
+# gpt_dp.sh: a GPT trained data-parallel (tests/dp/test_gpt_dp) on 1 and 2
 # ranks of this machine (GPT_DP_RANKS="1 2 3" for more): against one
 # device, and its checkpoints. Then the tool on 2 ranks (PoCL and rusticl
 # when both exist): a tiny byte-level GPT trained with checkpoints and
@@ -11,7 +11,7 @@ CLTRAIN=${CLTRAIN:-./cltrain}
 CLT_TIMEOUT=${CLT_TIMEOUT:-60}
 CLT_TEST_LIMIT=${CLT_TEST_LIMIT:-300}
 export CLT_TIMEOUT CLT_TEST_LIMIT
-sh "$srcdir/tests/mpi_run.sh" --each "${GPT_DP_RANKS:-1 2}" ./tests/test_gpt_dp
+sh "$srcdir/tests/lib/mpi_run.sh" --each "${GPT_DP_RANKS:-1 2}" ./tests/dp/test_gpt_dp
 status=$?
 [ $status -eq 1 ] && exit 1
 
@@ -19,12 +19,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 out=$tmp/out err=$tmp/err
 fail=0
-. "$srcdir/tests/cli_lib.sh"
+. "$srcdir/tests/lib/cli_lib.sh"
 # mpi_expect NP CODE DESCRIPTION -- ARGS: expect, on NP ranks.
 mpi_expect() {
   np=$1 want=$2 what=$3
   shift 4
-  sh "$srcdir/tests/mpi_run.sh" "$np" "$CLTRAIN" "$@" >"$out" 2>"$err"
+  sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" "$@" >"$out" 2>"$err"
   got=$?
   if [ "$got" -ne "$want" ]; then
     echo "FAIL: $what: 'cltrain $*' on $np ranks exited $got, expected $want"

@@ -1,6 +1,6 @@
 /*
  * test_dp.c: data-parallel training against single-device training, run
- * under mpirun on 1 to 4 ranks (tests/dp.sh). Rank r trains on device
+ * under mpirun on 1 to 4 ranks (tests/dp/dp.sh). Rank r trains on device
  * r % D of this machine (PoCL and rusticl alternate: a mixed-vendor job);
  * with one rank it takes every device (several replicas in one process).
  * Rank 0 also trains the same model alone on one device, with the whole

@@ -1,6 +1,6 @@
 /*
  * test_gpt_dp.c: a GPT trained data-parallel, under mpirun on 1 and 2
- * ranks (tests/gpt_dp.sh). Rank r trains on device r % D of this machine
+ * ranks (tests/dp/gpt_dp.sh). Rank r trains on device r % D of this machine
  * (PoCL and rusticl alternate: a mixed-vendor job); one rank takes every
  * device (two replicas in one process). Rank 0 also trains the same GPT
  * alone on device 0 with the whole global batch, as every rank's reference.

@@ -1,6 +1,6 @@
 /*
  * test_zero.c: ZeRO stages 1 and 2 (--zero 1, 2) against --zero 0 on the
- * same ranks, run under mpirun on 1 to 4 ranks (tests/zero.sh); rank r
+ * same ranks, run under mpirun on 1 to 4 ranks (tests/dp/zero.sh); rank r
  * trains on device r % D, so PoCL and rusticl alternate (a mixed-vendor
  * job). The model has 19682 parameters in three buckets (stage 2 reuses a
  * bucket buffer on PoCL), so at 3 ranks the shards are uneven.

@@ -25,7 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
 
-. "$srcdir/tests/cli_lib.sh" # mkidx
+. "$srcdir/tests/lib/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
 train="train $tmp/m.model --data $tmp --normalize scale -e 1 -b 12 -d 0 -q --max-steps 3"
@@ -95,18 +95,18 @@ grep -q "on one rank changes nothing" "$tmp/out" && echo "ok: summary says --zer
 MPIEXEC=${MPIEXEC:-mpiexec}
 if command -v "$MPIEXEC" >/dev/null 2>&1; then
   expect fail "ranks asking for different stages" "rank 1 disagrees with rank 0 on --zero" -- \
-    sh "$srcdir/tests/mpi_run.sh" 1 $CLTRAIN $train --zero 0 : -np 1 $CLTRAIN $train --zero 1
+    sh "$srcdir/tests/lib/mpi_run.sh" 1 $CLTRAIN $train --zero 0 : -np 1 $CLTRAIN $train --zero 1
   n=$(grep -c "disagrees with rank 0 on --zero" "$tmp/err")
   if [ "$n" -ge 2 ]; then echo "ok: named on both ranks"; else echo "FAIL: named on $n rank(s)"; fail=1; fi
   for z in 1 2; do
-    if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero $z >"$tmp/out" 2>"$tmp/err"; then
+    if sh "$srcdir/tests/lib/mpi_run.sh" 2 $CLTRAIN $train --zero $z >"$tmp/out" 2>"$tmp/err"; then
       echo "ok: --zero $z on 2 ranks trains"
     else
       echo "FAIL: --zero $z on 2 ranks:"; sed 's/^/  /' "$tmp/err"; fail=1
     fi
     # Every replica steps its rank's shard: none may sit steps out.
     expect fail "--zero $z with a weight of 0" "--balance weight 2 is 0, but under --zero $z every replica" -- \
-      sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero $z --balance 1,0
+      sh "$srcdir/tests/lib/mpi_run.sh" 2 $CLTRAIN $train --zero $z --balance 1,0
   done
   # The allgather's two paths (src/dp/zero_gather.c), against --zero 0.
   printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 32\nrelu\nlinear 10\n' >"$tmp/g.model"
@@ -117,13 +117,13 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
   for n in 2 3; do
     for alg in shm ring; do
       rm -rf "$tmp/ck"
-      sh "$srcdir/tests/mpi_run.sh" $n $CLTRAIN $gtrain --zero 0 --allreduce $alg --save "$tmp/g0.safetensors" \
+      sh "$srcdir/tests/lib/mpi_run.sh" $n $CLTRAIN $gtrain --zero 0 --allreduce $alg --save "$tmp/g0.safetensors" \
         >"$tmp/out" 2>"$tmp/err" || { echo "FAIL: --zero 0 --allreduce $alg on $n ranks:"; sed 's/^/  /' "$tmp/err"; fail=1; }
       for z in 1 2; do
         want=$alg what="the ring's copies"
         [ $alg = shm ] && what="a window of its own"
         rm -rf "$tmp/ck" "$tmp/g.safetensors"
-        if CLT_LOG_LEVEL=debug sh "$srcdir/tests/mpi_run.sh" $n $CLTRAIN $gtrain --zero $z --allreduce $alg \
+        if CLT_LOG_LEVEL=debug sh "$srcdir/tests/lib/mpi_run.sh" $n $CLTRAIN $gtrain --zero $z --allreduce $alg \
              --save "$tmp/g.safetensors" >"$tmp/out" 2>"$tmp/err" &&
            grep -q "allgather plan #.*, $want, " "$tmp/err" && cmp -s "$tmp/g0.safetensors" "$tmp/g.safetensors"; then
           echo "ok: --zero $z on $n ranks, the allgather through $what: the weights of --zero 0 (--allreduce $alg)"
@@ -134,7 +134,7 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
       done
     done
   done
-  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --zero 2 --balance auto --balance-every 1 >"$tmp/out" 2>"$tmp/err"; then
+  if sh "$srcdir/tests/lib/mpi_run.sh" 2 $CLTRAIN $train --zero 2 --balance auto --balance-every 1 >"$tmp/out" 2>"$tmp/err"; then
     echo "ok: --zero 2 with --balance auto trains"
   else
     echo "FAIL: --zero 2 with --balance auto:"; sed 's/^/  /' "$tmp/err"; fail=1

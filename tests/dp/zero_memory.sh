@@ -22,7 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$CLTRAIN" devices --devices pocl >/dev/null 2>&1 || { echo "SKIP: no PoCL device"; exit 77; }
 command -v "${MPIEXEC:-mpiexec}" >/dev/null 2>&1 || { echo "SKIP: no MPI launcher"; exit 77; }
-. "$srcdir/tests/cli_lib.sh" # need_python
+. "$srcdir/tests/lib/cli_lib.sh" # need_python
 need_python "the metrics"
 
 cat >"$tmp/gpt.model" <<'SPEC'
@@ -60,7 +60,7 @@ train="train $tmp/gpt.model --data $tmp/train.bin --max-steps 3 --batch 4 -o ada
 for z in 0 1; do
   part="the optimizer state (918.0 KiB)"
   [ $z -eq 1 ] && part="the activations"
-  sh "$srcdir/tests/mpi_run.sh" 4 "$CLTRAIN" $train --zero $z >"$tmp/out" 2>"$tmp/err"
+  sh "$srcdir/tests/lib/mpi_run.sh" 4 "$CLTRAIN" $train --zero $z >"$tmp/out" 2>"$tmp/err"
   rc=$?
   if [ $rc -ne 0 ] && grep -q "the total does not fit; the largest part of it is $part" "$tmp/err" &&
      grep -q -- "--zero 2 on these 4 ranks would fit" "$tmp/err"; then
@@ -70,7 +70,7 @@ for z in 0 1; do
   fi
 done
 
-if sh "$srcdir/tests/mpi_run.sh" 4 "$CLTRAIN" $train --zero 2 --metrics "$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" &&
+if sh "$srcdir/tests/lib/mpi_run.sh" 4 "$CLTRAIN" $train --zero 2 --metrics "$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" &&
    grep -q "stopped at step 3" "$tmp/out"; then
   echo "ok: --zero 2 on 4 ranks trains under the cap"
 else

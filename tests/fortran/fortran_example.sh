@@ -25,7 +25,7 @@ out=fortran_example.out
 status=0
 for np in 1 2; do
   echo "== train_fashion_f on $np rank(s)"
-  sh "$srcdir/tests/mpi_run.sh" "$np" ./examples/train_fashion_f "$srcdir/examples/fashion_mlp.model" "$data" 50 >"$out" 2>&1
+  sh "$srcdir/tests/lib/mpi_run.sh" "$np" ./examples/train_fashion_f "$srcdir/examples/fashion_mlp.model" "$data" 50 >"$out" 2>&1
   rc=$?
   cat "$out"
   if [ $rc -eq 77 ]; then

@@ -1,5 +1,5 @@
 ! test_fortran.F90: the Fortran module (use cltrain) end to end, on 1 or
-! more MPI ranks (tests/fortran.sh): devices, a communicator from
+! more MPI ranks (tests/fortran/fortran.sh): devices, a communicator from
 ! MPI_COMM_WORLD's Fortran handle (or this process alone, built without
 ! MPI's Fortran module), a model from a spec string, a trainer, steps whose
 ! loss falls, predict's shape, weights and checkpoints round trips bit for

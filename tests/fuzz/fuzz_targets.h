@@ -2,7 +2,7 @@
  * fuzz_targets.h: one input through each of cltrain's file parsers: the
  * model spec parser, the IDX, raw and token dataset readers, and the safetensors
  * reader behind clt_trainer_load_weights. Shared by the seeded mutation
- * test (tests/fuzz_inputs.c, run by `make check`) and the libFuzzer
+ * test (tests/fuzz/fuzz_inputs.c, run by `make check`) and the libFuzzer
  * harnesses (tests/fuzz/, built by --enable-fuzz).
  *
  * Each target returns 1 when the input was accepted and could be used, 0

@@ -1,11 +1,11 @@
 """hf_check.py: cltrain's GPT against transformers' GPT2LMHeadModel (run by
-tests/hf_check.sh, which finds a Python with torch and transformers).
+tests/io/hf_check.sh, which finds a Python with torch and transformers).
 
 1. A random-initialised 2-layer GPT2Config (n_embd 64, n_head 4, n_positions
    32, vocab 256), every parameter moved off its initial value so that a
    bias or norm put in the wrong place shows, saved with save_pretrained.
 2. `cltrain hf import` it; on the same tokens cltrain's logits
-   (tests/hf_logits, clt_trainer_forward) are transformers' within 1e-4 and
+   (tests/io/hf_logits, clt_trainer_forward) are transformers' within 1e-4 and
    the mean cross-entropy within 1e-5.
 3. `cltrain hf export` the imported model; GPT2LMHeadModel.from_pretrained
    loads it with every tensor as it was, and its logits are cltrain's.

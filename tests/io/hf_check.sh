@@ -1,5 +1,5 @@
 #!/bin/sh
-# hf_check.sh: cltrain against transformers itself (tests/hf_check.py): a
+# hf_check.sh: cltrain against transformers itself (tests/io/hf_check.py): a
 # random 2-layer GPT2LMHeadModel saved with save_pretrained, imported with
 # `cltrain hf import`, gives the same logits (within 1e-4) and loss (1e-5)
 # on the same tokens; exported back with `cltrain hf export`, from_pretrained
@@ -7,7 +7,7 @@
 # torch and transformers (.ci/run installs them), or without a device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
-HF_LOGITS=${HF_LOGITS:-$(dirname "$CLTRAIN")/tests/hf_logits}
+HF_LOGITS=${HF_LOGITS:-$(dirname "$CLTRAIN")/tests/io/hf_logits}
 
 # The first Python that has both (a pyenv python3 may shadow Debian's).
 py=
@@ -20,10 +20,10 @@ if [ -z "$py" ]; then
   exit 77
 fi
 if [ ! -x "$HF_LOGITS" ]; then
-  echo "FAIL: $HF_LOGITS is not built (make tests/hf_logits)"
+  echo "FAIL: $HF_LOGITS is not built (make tests/io/hf_logits)"
   exit 1
 fi
 # Nothing is downloaded: the model is made here.
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 export HF_HUB_OFFLINE TRANSFORMERS_OFFLINE TRANSFORMERS_VERBOSITY
-exec "$py" "$srcdir/tests/hf_check.py" --cltrain "$CLTRAIN" --logits "$HF_LOGITS"
+exec "$py" "$srcdir/tests/io/hf_check.py" --cltrain "$CLTRAIN" --logits "$HF_LOGITS"

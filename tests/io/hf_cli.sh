@@ -2,7 +2,7 @@
 # hf_cli.sh: `cltrain hf import|export` as a user meets them: the help
 # texts, a bad command line (exit 2), and a directory or model that cannot
 # be converted (exit 1, naming the file and what is wrong). The conversions
-# themselves are tests/test_hf (in C) and tests/hf_check.sh (against
+# themselves are tests/io/test_hf (in C) and tests/io/hf_check.sh (against
 # transformers). Needs no device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
@@ -10,7 +10,7 @@ fail=0
 out=$(mktemp) err=$(mktemp) dir=$(mktemp -d)
 trap 'rm -rf "$out" "$err" "$dir"' EXIT
 
-. "$srcdir/tests/cli_lib.sh"
+. "$srcdir/tests/lib/cli_lib.sh"
 
 expect 0 "hf --help" -- hf --help
 has "$out" "hf import DIR -o PREFIX" "hf --help shows import"

@@ -1,6 +1,6 @@
 /*
  * hf_logits.c: cltrain's logits and loss for given tokens, for
- * tests/hf_check.py to compare with transformers':
+ * tests/io/hf_check.py to compare with transformers':
  *
  *   hf_logits MODEL WEIGHTS X.i32 Y.i32 OUT.f32
  *

@@ -1,13 +1,13 @@
 #!/bin/sh
 # tensorboard.sh: `cltrain train --tensorboard DIR` on 2 replicas, read
-# back by TensorBoard's own reader (tests/tensorboard_check.py): every
+# back by TensorBoard's own reader (tests/io/tensorboard_check.py): every
 # scalar of the --metrics JSON Lines at the same step, each replica's share
 # among them. A directory that cannot be made is refused before training,
 # naming it. Exits 77 (skipped) when no Python here imports tensorboard
 # (.ci/run installs it from PyPI).
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
-. "$srcdir/tests/cli_lib.sh"
+. "$srcdir/tests/lib/cli_lib.sh"
 py=
 for p in ${PYTHON:-} python3 /usr/bin/python3; do
   if "$p" -c "import tensorboard.backend.event_processing.event_accumulator" >/dev/null 2>&1; then py=$p; break; fi
@@ -27,7 +27,7 @@ export RUSTICL_ENABLE
 expect 0 "training writes TensorBoard events" -- train "$srcdir/examples/fashion_mlp.model" --devices pocl,rusticl \
   --max-steps 60 --log-every 10 --eval-every 30 --tensorboard "$tmp/tb/run" --metrics "$tmp/m.jsonl" --quiet
 ls "$tmp/tb/run"/events.out.tfevents.* >/dev/null 2>&1 || { echo "FAIL: no events file in $tmp/tb/run"; fail=1; }
-if "$py" "$srcdir/tests/tensorboard_check.py" "$tmp/tb/run" "$tmp/m.jsonl" >"$out" 2>&1; then
+if "$py" "$srcdir/tests/io/tensorboard_check.py" "$tmp/tb/run" "$tmp/m.jsonl" >"$out" 2>&1; then
   echo "ok: TensorBoard reads what --metrics holds"; tail -1 "$out"
 else
   echo "FAIL: tensorboard_check.py:"; sed 's/^/  /' "$out"; fail=1

@@ -7,7 +7,7 @@
  * narrower MLP, the mask buffers of older files, another epsilon and a
  * shorter context, half precision, shards, tensors of other heads, dropout
  * in the spec, the GPT examples. (test_hf_refusals has the bad inputs;
- * tests/hf_check.sh compares against transformers itself.)
+ * tests/io/hf_check.sh compares against transformers itself.)
  */
 #include <jansson.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * framing and masked CRCs as TensorFlow's reader checks them, the first
  * event the file version, and scalar events decoding (protobuf-c) to the
  * tags, steps and float32 values written, non-finite values left out; a
- * directory that cannot be made is refused naming it. tests/tensorboard.sh
+ * directory that cannot be made is refused naming it. tests/io/tensorboard.sh
  * reads cltrain's files with TensorBoard itself. Needs no OpenCL device.
  */
 #include <check.h>

@@ -1,6 +1,6 @@
 /*
  * driverutil.h: what the small programs the Python checks call
- * (tests/hf_logits for hf_check.py, tests/torch_steps for torch_check.py)
+ * (tests/io/hf_logits for hf_check.py, tests/train/torch_steps for torch_check.py)
  * share: how they fail, and reading a file of int32 tokens.
  */
 #ifndef CLT_DRIVERUTIL_H

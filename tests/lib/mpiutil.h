@@ -1,6 +1,6 @@
 /*
- * mpiutil.h: what the data-parallel test programs (test_dp, test_ckpt_dp,
- * test_step, test_gpt_dp, run under mpirun by tests/mpi_run.sh) share: MPI
+ * mpiutil.h: what the data-parallel test programs (test_dp, test_checkpoint_dp,
+ * test_step, test_gpt_dp, run under mpirun by tests/lib/mpi_run.sh) share: MPI
  * and the device setup at start, this rank's devices, a temporary
  * directory every rank sees, and the job's exit code at the end.
  */

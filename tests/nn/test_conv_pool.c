@@ -1,8 +1,8 @@
 /*
- * test_nn_conv.c: the window layer kernels of src/nn/ on every device
+ * test_conv_pool.c: the window layer kernels of src/nn/ on every device
  * (PoCL and rusticl): conv2d (im2col + GEMM with whole-batch and chunked
  * workspaces, and the direct forward), max pooling, average pooling and global average pooling.
- * As in test_nn.c: forward against the plain-C reference (double),
+ * As in test_dense.c: forward against the plain-C reference (double),
  * backward against the reference backward AND central finite differences
  * of f = sum(y * dy) through the reference forward; accumulating gradients
  * start from random values, outputs from NaN, and guard elements catch

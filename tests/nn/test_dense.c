@@ -1,5 +1,5 @@
 /*
- * test_nn.c: the dense layer kernels of src/nn/ on every device (PoCL and
+ * test_dense.c: the dense layer kernels of src/nn/ on every device (PoCL and
  * rusticl): linear, the activations, dropout, layernorm, softmax
  * cross-entropy, the regression losses (MSE, L1, Huber) and flatten. Each
  * forward is checked against the plain-C reference (src/ref/ref_nn.c, in

@@ -1,5 +1,5 @@
 /*
- * test_nn_half_gemm.c: linear and conv2d with activations stored as f16
+ * test_half_gemm.c: linear and conv2d with activations stored as f16
  * (mixed precision), on every device.
  *
  * f16 storage means: the same f32 arithmetic on the stored (half) values,
@@ -7,7 +7,7 @@
  * inputs that are halves, must give EXACTLY the f32 path's results on the
  * same values rounded to nearest-even half (y, dx), and exactly the f32
  * path's parameter gradients (dw, db are f32 and see the same f32 values).
- * Rounding is done on the device (clt_convert), which test_kernels checks
+ * Rounding is done on the device (clt_convert), which test_ops checks
  * against the IEEE rules.
  */
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * test_nn_half.c: mixed precision in the layers of src/nn/ that store
+ * test_half_layers.c: mixed precision in the layers of src/nn/ that store
  * activations as f16 (cl/prelude.cl: stored half, computed float): the
  * activations, bias add and gradient, dropout, layernorm, the attention
  * core, softmax cross-entropy and max / average / global-average pooling,

@@ -1,5 +1,5 @@
 /*
- * test_nn_gpt.c: the transformer's layers of src/nn/ on every device (PoCL
+ * test_transformer.c: the transformer's layers of src/nn/ on every device (PoCL
  * and rusticl): token embedding, learned position embedding, the causal
  * multi-head self-attention core, and the residual adds, with activations
  * stored as f32 and as f16.
@@ -17,7 +17,7 @@
  * float computation bit for bit; elsewhere tolerances are NU_SUM_TOL of
  * the terms a result sums, as each test says.
  *
- * f16: as in test_nn_half_gemm.c, inputs are rounded to half on the
+ * f16: as in test_half_gemm.c, inputs are rounded to half on the
  * device; the f16 path must give exactly the f32 path's results on the
  * same values, rounded to nearest even once (f32 outputs: the same bits).
  */

@@ -20,10 +20,10 @@ trap cleanup EXIT
 
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
-sh "$srcdir/tests/mpi_run.sh" 1 true >/dev/null 2>&1
+sh "$srcdir/tests/lib/mpi_run.sh" 1 true >/dev/null 2>&1
 case $? in 77) echo "SKIP: no MPI launcher"; exit 77 ;; esac
 
-. "$srcdir/tests/cli_lib.sh" # mkidx
+. "$srcdir/tests/lib/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 mkidx "$tmp" t10k 48
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 16\nrelu\nlinear 10\n' >"$tmp/m.model"
@@ -34,7 +34,7 @@ bad() {
   np=$1 want=$2
   shift 2
   start=$(date +%s)
-  CLT_TEST_LIMIT=60 sh "$srcdir/tests/mpi_run.sh" "$np" "$CLTRAIN" train "$@" --data "$tmp" -e 1 -b 12 -q \
+  CLT_TEST_LIMIT=60 sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" train "$@" --data "$tmp" -e 1 -b 12 -q \
     >"$tmp/out" 2>"$tmp/err"
   rc=$?
   took=$(($(date +%s) - start))
@@ -68,7 +68,7 @@ bad 2 "--precision fp16 with --pipeline 2 is not supported" "$tmp/m.model" --pip
 good() {
   np=$1
   shift
-  CLT_TEST_LIMIT=120 sh "$srcdir/tests/mpi_run.sh" "$np" "$CLTRAIN" train "$tmp/m.model" --data "$tmp" \
+  CLT_TEST_LIMIT=120 sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" train "$tmp/m.model" --data "$tmp" \
     --normalize scale -e 2 -b 12 "$@" >"$tmp/out" 2>"$tmp/err"
   rc=$?
   if [ $rc -ne 0 ] || ! grep -q "cltrain: pipeline of" "$tmp/out" || ! grep -q "test loss" "$tmp/out"; then
@@ -98,7 +98,7 @@ if [ "$r" = 0 ]; then CLT_DEVICES=rusticl; else CLT_DEVICES=pocl; fi
 export CLT_DEVICES
 exec "$@"
 MIXED
-  CLT_TEST_LIMIT=120 CLT_LOG_LEVEL=info sh "$srcdir/tests/mpi_run.sh" 2 sh "$tmp/mixed.sh" "$CLTRAIN" train "$tmp/m.model" \
+  CLT_TEST_LIMIT=120 CLT_LOG_LEVEL=info sh "$srcdir/tests/lib/mpi_run.sh" 2 sh "$tmp/mixed.sh" "$CLTRAIN" train "$tmp/m.model" \
     --data "$tmp" --normalize scale -e 1 -b 12 --pipeline 2 --stages auto >"$tmp/out" 2>"$tmp/err"
   rc=$?
   split=$(sed -n 's/.*cut: stage 0: \([0-9]*\) layers\{0,1\}, .* stage 1: \([0-9]*\) layers\{0,1\}, .*/\1 \2/p' "$tmp/err" | head -1)
@@ -124,7 +124,7 @@ export FAULT_DIR
 fault() {
   np=$1 victim=$2 sig=$3
   rm -f "$tmp"/pid.* "$tmp/metrics"
-  CLT_TEST_LIMIT=60 sh "$srcdir/tests/mpi_run.sh" "$np" sh "$tmp/rank.sh" "$CLTRAIN" train "$tmp/m.model" \
+  CLT_TEST_LIMIT=60 sh "$srcdir/tests/lib/mpi_run.sh" "$np" sh "$tmp/rank.sh" "$CLTRAIN" train "$tmp/m.model" \
     --data "$tmp" --normalize scale -e 1000000 -b 12 -q --log-every 1 --metrics "$tmp/metrics" \
     --pipeline "$np" --micro-batches 4 >"$tmp/out" 2>"$tmp/err" &
   job=$!

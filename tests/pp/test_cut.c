@@ -1,5 +1,5 @@
 /*
- * test_pp_cut.c: the pipeline's cut by measured cost (src/pp/cut.c,
+ * test_cut.c: the pipeline's cut by measured cost (src/pp/cut.c,
  * --stages auto) against every cut there is, on made-up costs: P stages
  * over n pieces, stage s paying cost[s][q] for piece q (its device's
  * time), each stage holding a piece with parameters. The programme must

@@ -1,6 +1,6 @@
 /*
  * test_pipeline.c: pipeline parallelism (--pipeline, issue 17) against one
- * device, run under mpirun on 2, 3, 4 and 6 ranks (tests/pipeline.sh): P =
+ * device, run under mpirun on 2, 3, 4 and 6 ranks (tests/pp/pipeline.sh): P =
  * 2 and 3 stages with D = 1, and with D = 2 on 4 and 6 ranks. Rank r trains
  * on device r % D of this machine, so with PoCL and rusticl both present
  * stage 0 runs on PoCL and stage 1 on rusticl: a mixed-vendor pipeline.
@@ -188,7 +188,7 @@ START_TEST(residual_blocks) {
 }
 END_TEST
 
-/* The tiny GPT (tests/gptutil.c: token embedding, positions, two blocks
+/* The tiny GPT (tests/lib/gptutil.c: token embedding, positions, two blocks
  * of attention and MLP with dropout, each block whole in a stage) with its
  * output projection untied: a tie across stages is refused (refusals). */
 START_TEST(gpt_untied) {

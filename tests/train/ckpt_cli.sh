@@ -20,7 +20,7 @@ fi
 "$CLTRAIN" devices >/dev/null 2>&1
 [ $? -eq 3 ] && { echo "SKIP: no OpenCL device"; exit 77; }
 
-. "$srcdir/tests/cli_lib.sh"
+. "$srcdir/tests/lib/cli_lib.sh"
 
 # A slice of Fashion-MNIST as IDX files (1024 training, 256 test images):
 # the header with the new count, then the first images and labels.

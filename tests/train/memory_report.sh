@@ -18,7 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
-. "$srcdir/tests/cli_lib.sh" # need_python, mkidx
+. "$srcdir/tests/lib/cli_lib.sh" # need_python, mkidx
 need_python "the metrics"
 
 mkidx "$tmp" train 96
@@ -92,7 +92,7 @@ fi
 
 MPIEXEC=${MPIEXEC:-mpiexec}
 if command -v "$MPIEXEC" >/dev/null 2>&1; then
-  if CLT_LOG_LEVEL=info sh "$srcdir/tests/mpi_run.sh" 2 "$CLTRAIN" $train -d 0 --zero 2 --metrics "$tmp/two.jsonl" >"$tmp/out" 2>"$tmp/err" &&
+  if CLT_LOG_LEVEL=info sh "$srcdir/tests/lib/mpi_run.sh" 2 "$CLTRAIN" $train -d 0 --zero 2 --metrics "$tmp/two.jsonl" >"$tmp/out" 2>"$tmp/err" &&
      "$CLTRAIN" $summary --zero 2 --ranks 2 >"$tmp/two.txt" 2>>"$tmp/err"; then
     check "2 ranks at --zero 2" 2 "$tmp/two.jsonl" "$tmp/two.txt"
     # The log says the same, each rank of its replica.

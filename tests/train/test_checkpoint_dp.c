@@ -1,6 +1,6 @@
 /*
- * test_ckpt_dp.c: checkpoints of data-parallel runs, under mpirun on 1 to 3
- * ranks (tests/ckpt_dp.sh). Rank r trains on device r % D (PoCL and rusticl
+ * test_checkpoint_dp.c: checkpoints of data-parallel runs, under mpirun on 1 to 3
+ * ranks (tests/train/ckpt_dp.sh). Rank r trains on device r % D (PoCL and rusticl
  * alternate); one rank takes every device. Rank 0 makes a directory every
  * rank sees.
  *

@@ -1,5 +1,5 @@
 /*
- * test_train.c: training end to end on real data: a slice of Fashion-MNIST
+ * test_fit.c: training end to end on real data: a slice of Fashion-MNIST
  * (written to a raw file through the public API), an MLP and a small CNN,
  * on every device. The loss must fall clearly and the accuracy on held-out
  * samples must beat chance (10%) by a wide margin; weights saved and loaded

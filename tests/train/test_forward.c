@@ -5,7 +5,7 @@
  * one batch (so in several runs); its summed loss against
  * clt_trainer_evaluate's mean and the accuracy of its argmax against
  * evaluate's; the same logits without labels; f16 activations close to
- * f32; bad arguments refused. (tests/hf_check.py checks a GPT's logits
+ * f32; bad arguments refused. (tests/io/hf_check.py checks a GPT's logits
  * against transformers.)
  */
 #include <math.h>

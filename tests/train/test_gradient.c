@@ -11,7 +11,7 @@
  *    count untouched, and one plain SGD step (lr 1) on the same samples
  *    moves the parameters by exactly that gradient (dropout masks and all);
  *  - bad arguments refused, with the gradient buffer untouched.
- * (tests/torch_check.py checks a GPT-2's gradients against PyTorch's.)
+ * (tests/train/torch_check.py checks a GPT-2's gradients against PyTorch's.)
  * The parameters are set through the replica's arena (internal API): the
  * public API loads them only from files.
  */

@@ -1,7 +1,7 @@
 /*
  * test_step.c: clt_trainer_step, the public training step, in an
  * application's own data loop; run under mpirun on 1 and 2 ranks
- * (tests/step.sh). Data: the first NSAMPLES Fashion-MNIST training images.
+ * (tests/train/step.sh). Data: the first NSAMPLES Fashion-MNIST training images.
  *
  *   - steps on the batches fit would draw (the same sampler, read through
  *     the public API) give fit's parameters bit for bit, on every device of

@@ -1,7 +1,7 @@
 /*
  * test_step_regress.c: regression through the public step API
  * (clt_trainer_step_targets, clt_trainer_forward_targets), run under mpirun
- * on 1 and 2 ranks (tests/step.sh). The model is an MLP from 8 inputs to 3
+ * on 1 and 2 ranks (tests/train/step.sh). The model is an MLP from 8 inputs to 3
  * float outputs; the data a smooth function of the inputs, made here.
  *
  *   - the loss the step, the forward and the gradient report are the

@@ -1,5 +1,5 @@
 """torch_check.py: cltrain's training against PyTorch's (run by
-tests/torch_check.sh, which finds a Python with torch and transformers).
+tests/train/torch_check.sh, which finds a Python with torch and transformers).
 
 1. A random-initialised 2-layer GPT2Config (n_embd 64, n_head 4,
    n_positions 32, vocab 256, dropout 0), every parameter moved off its
@@ -9,7 +9,7 @@ tests/torch_check.sh, which finds a Python with torch and transformers).
 2. Step 0, on the first batch (4 windows of 32 bytes of this file): the
    mean cross-entropy within 1e-4 relative, and for every parameter tensor
    ||g_cltrain - g_torch|| / ||g_torch|| within 1e-4. cltrain's gradient is
-   clt_trainer_gradient's (tests/torch_steps), exported to GPT-2's names and
+   clt_trainer_gradient's (tests/train/torch_steps), exported to GPT-2's names and
    Conv1D layout with `cltrain hf export`; the tied wte has the gradient of
    the embedding and of the output projection on both sides. The first
    step's own gradient (clt_trainer_step's) has torch's norm within 1e-4.
@@ -101,7 +101,7 @@ def adamw(model):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cltrain", required=True)
-    ap.add_argument("--steps", required=True, help="tests/torch_steps")
+    ap.add_argument("--steps", required=True, help="tests/train/torch_steps")
     args = ap.parse_args()
     print("torch %s, transformers %s" % (torch.__version__, __import__("transformers").__version__))
     torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # torch_check.sh: cltrain's training against PyTorch itself
-# (tests/torch_check.py): a random 2-layer GPT2LMHeadModel saved with
+# (tests/train/torch_check.py): a random 2-layer GPT2LMHeadModel saved with
 # save_pretrained and imported with `cltrain hf import`; on the same
 # batches, the loss and every parameter's gradient at step 0 within 1e-4
 # relative, and 20 AdamW steps' losses within 1e-3. Exits 77 (skipped) when
@@ -8,7 +8,7 @@
 # without a device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
-TORCH_STEPS=${TORCH_STEPS:-$(dirname "$CLTRAIN")/tests/torch_steps}
+TORCH_STEPS=${TORCH_STEPS:-$(dirname "$CLTRAIN")/tests/train/torch_steps}
 
 # The first Python that has both (a pyenv python3 may shadow Debian's).
 py=
@@ -21,10 +21,10 @@ if [ -z "$py" ]; then
   exit 77
 fi
 if [ ! -x "$TORCH_STEPS" ]; then
-  echo "FAIL: $TORCH_STEPS is not built (make tests/torch_steps)"
+  echo "FAIL: $TORCH_STEPS is not built (make tests/train/torch_steps)"
   exit 1
 fi
 # Nothing is downloaded: the model is made here.
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 export HF_HUB_OFFLINE TRANSFORMERS_OFFLINE TRANSFORMERS_VERBOSITY
-exec "$py" "$srcdir/tests/torch_check.py" --cltrain "$CLTRAIN" --steps "$TORCH_STEPS"
+exec "$py" "$srcdir/tests/train/torch_check.py" --cltrain "$CLTRAIN" --steps "$TORCH_STEPS"

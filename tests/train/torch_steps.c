@@ -1,6 +1,6 @@
 /*
  * torch_steps.c: cltrain's gradient and AdamW steps on given batches, for
- * tests/torch_check.py to compare with PyTorch's:
+ * tests/train/torch_check.py to compare with PyTorch's:
  *
  *   torch_steps [options] MODEL WEIGHTS X.i32 Y.i32 GRAD.safetensors
  *

@@ -1,6 +1,6 @@
 #!/bin/sh
 # trace.sh: `cltrain train --trace FILE` writes a Chrome / Perfetto
-# timeline, checked by tests/trace_check.py: on one rank and (when mpiexec
+# timeline, checked by tests/train/trace_check.py: on one rank and (when mpiexec
 # exists) on 2 ranks with checkpoints, every rank's steps nest their spans,
 # the devices' layer spans follow one another, and rank 0's all-reduce spans
 # add up to the comm_s of its metrics; a 2-stage pipeline's micro-batches
@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
-. "$srcdir/tests/cli_lib.sh" # need_python, mkidx
+. "$srcdir/tests/lib/cli_lib.sh" # need_python, mkidx
 need_python "the trace"
 
 mkidx "$tmp" train 96
@@ -25,7 +25,7 @@ printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
 train="train $tmp/m.model --data $tmp --normalize scale -e 1 -b 12 -d 0 -q --max-steps 6 --log-every 2 --bucket-mb 0.001"
 
 check() { # WHAT RANKS: the trace and metrics of the run just made
-  if "$py" "$srcdir/tests/trace_check.py" "$tmp/t.json" "$tmp/m.jsonl" "$2" 6 >"$tmp/check" 2>&1; then
+  if "$py" "$srcdir/tests/train/trace_check.py" "$tmp/t.json" "$tmp/m.jsonl" "$2" 6 >"$tmp/check" 2>&1; then
     echo "ok: $1"; sed 's/^/  /' "$tmp/check"
   else
     echo "FAIL: $1:"; sed 's/^/  /' "$tmp/check"; fail=1
@@ -50,7 +50,7 @@ fi
 MPIEXEC=${MPIEXEC:-mpiexec}
 if command -v "$MPIEXEC" >/dev/null 2>&1; then
   rm -f "$tmp/m.jsonl"
-  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
+  if sh "$srcdir/tests/lib/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
        --checkpoint-dir "$tmp/ck" --checkpoint-every 3 >"$tmp/out" 2>"$tmp/err"; then
     check "two ranks' timeline, with checkpoints" 2
     grep -q '"cat":"checkpoint"' "$tmp/t.json" && echo "ok: the checkpoints are on it" ||
@@ -61,7 +61,7 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
   # ZeRO stage 2: the reduce-scatters and the parameters' allgather after
   # the step, with the wait for the step's end outside it.
   rm -f "$tmp/m.jsonl"
-  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
+  if sh "$srcdir/tests/lib/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
        --zero 2 >"$tmp/out" 2>"$tmp/err"; then
     check "two ranks' timeline at --zero 2" 2
     grep -q '"name":"allgather [0-9]* KiB","cat":"comm"' "$tmp/t.json" &&
@@ -72,7 +72,7 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
     echo "FAIL: --trace at --zero 2:"; sed 's/^/  /' "$tmp/err"; fail=1
   fi
   rm -f "$tmp/m.jsonl"
-  if sh "$srcdir/tests/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
+  if sh "$srcdir/tests/lib/mpi_run.sh" 2 $CLTRAIN $train --trace "$tmp/t.json" --metrics "$tmp/m.jsonl" \
        --pipeline 2 --micro-batches 2 >"$tmp/out" 2>"$tmp/err"; then
     check "a pipeline's timeline" 2
     grep -q '"name":"micro-batch 1: backward","cat":"compute"' "$tmp/t.json" &&

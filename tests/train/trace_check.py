@@ -1,4 +1,4 @@
-"""trace_check.py TRACE METRICS RANKS STEPS: what tests/trace.sh checks of a
+"""trace_check.py TRACE METRICS RANKS STEPS: what tests/train/trace.sh checks of a
 `cltrain train --trace` timeline (Trace Event Format JSON): one process per
 rank with a host lane and a lane per replica; STEPS "step N" spans on each
 host lane, every other host span inside one (or inside an evaluation or a
