@@ -22,7 +22,7 @@
 #   dp         2 ranks data-parallel on the same GPU (mpirun; $OUT/dp.jsonl)
 #   allreduce  cltrain bench allreduce on 2 ranks ($OUT/allreduce.json)
 #   profile    CLT_PROFILE=1 on a few CNN steps
-#   mpitests   test_dp, test_comm, test_ckpt_dp on 2 ranks
+#   mpitests   test_dp, test_collectives, test_checkpoint_dp on 2 ranks
 #   nnbench    bench/nn_bench: every layer call of a CNN step
 #   gpt        GPT-2 124M (examples/gpt2_124m.model, T = 1024) fp32 and fp16 against PyTorch
 #              (bench/pytorch_gpt.py, AMP) on the GPU: tokens/s, ratio, model FLOPs utilisation
@@ -420,7 +420,7 @@ EOF2
     step env probe-driver 30 env LD_LIBRARY_PATH="$NVDIR${ORIG_LD_LIBRARY_PATH:+:$ORIG_LD_LIBRARY_PATH}" "$PY" "$WORK/probe.py" "$NV"
     result "driver probe: $(tail -n 1 "$STEP_LOG")"
   fi
-  step env ldd 30 bash -c 'for f in "$@"; do echo "== $f"; ldd "$f"; done' _ "$B/bin/cltrain" "$B/tests/test_kernels" \
+  step env ldd 30 bash -c 'for f in "$@"; do echo "== $f"; ldd "$f"; done' _ "$B/bin/cltrain" "$B/tests/test_ops" \
     "$B/lib/libclblast.so.1" $NV
   grep -q "not found" "$STEP_LOG" && result "ldd: MISSING libraries: $(grep 'not found' "$STEP_LOG" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')"
   if [ "$HAVE_MPI" = 1 ]; then
@@ -459,8 +459,8 @@ TL=${GPU_CHECK_TEST_LIMIT:-90}
 # the ones that exercise kernels first, then any other the bundle holds, except
 # those run under mpirun below and test_spec (it reads the source tree by the
 # build's absolute path)
-TESTS_FIRST="test_kernels test_blas test_nn test_nn_conv test_optim test_train test_mixed test_device test_core"
-TESTS_NOT=" test_dp test_comm test_comm_fail test_ckpt_dp test_spec app_split fuzz_inputs "
+TESTS_FIRST="test_ops test_blas test_dense test_conv_pool test_optim test_fit test_mixed test_device test_status_log"
+TESTS_NOT=" test_dp test_collectives test_collectives_fail test_checkpoint_dp test_spec app_split fuzz_inputs "
 TESTS_ALL=$TESTS_FIRST
 for f in "$B"/tests/test_*; do
   t=$(basename "$f")
@@ -574,7 +574,7 @@ want profile && TAILN=40 step profile profile-cnn-fp16 90 env CLT_PROFILE=1 "${C
 
 # ---- the MPI tests ----------------------------------------------------------------------------
 if [ "$HAVE_MPI" = 1 ] && want mpitests; then
-  for t in test_dp test_comm test_ckpt_dp; do
+  for t in test_dp test_collectives test_checkpoint_dp; do
     [ -x "$B/tests/$t" ] || continue
     step mpitests "$t-2ranks" 150 "${MPIRUN[@]}" -np 2 "${RUN[@]}" "$B/tests/$t"
     rc=$?

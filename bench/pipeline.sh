@@ -31,7 +31,7 @@ export RUSTICL_ENABLE
 run() { # NP ARGS...: cltrain train on NP ranks, log at info
   np=$1
   shift
-  CLT_LOG_LEVEL=info CLT_TEST_LIMIT=900 sh "$srcdir/tests/mpi_run.sh" "$np" "$CLTRAIN" train "$@" -d pocl \
+  CLT_LOG_LEVEL=info CLT_TEST_LIMIT=900 sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" train "$@" -d pocl \
     --epochs 1 --max-steps "$steps" --log-every 5 --metrics "$tmp/metrics" >"$tmp/out" 2>"$tmp/err"
 }
 {
@@ -98,7 +98,7 @@ MIXED
 for model in "$srcdir/examples/fashion_mlp.model" "$srcdir/examples/fashion_cnn.model"; do
   for cut in even auto; do
     rm -f "$tmp/metrics"
-    CLT_LOG_LEVEL=info CLT_TEST_LIMIT=900 sh "$srcdir/tests/mpi_run.sh" 2 sh "$tmp/mixed.sh" "$CLTRAIN" train "$model" \
+    CLT_LOG_LEVEL=info CLT_TEST_LIMIT=900 sh "$srcdir/tests/lib/mpi_run.sh" 2 sh "$tmp/mixed.sh" "$CLTRAIN" train "$model" \
       -b 64 --pipeline 2 --micro-batches 4 $( [ $cut = auto ] && echo --stages auto ) --epochs 1 \
       --max-steps "$steps" --log-every 5 --metrics "$tmp/metrics" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; continue; }
     echo "$(basename "$model") $cut: $(rate "$tmp/metrics") samples/s; $(sed -n 's/.*cut: //p' "$tmp/err" | head -1)"

@@ -22,8 +22,8 @@
 #                    needs as shell variables
 #
 # BUILD_DIR is a configured tree (configure run there); this script first
-# makes in it the tool, the Check test programs and the MPI test programs
-# (make all check TESTS= EXTRA_PROGRAMS), unless --no-make is given.
+# makes in it the tool and the test programs, the MPI ones included
+# (make all check TESTS=), unless --no-make is given.
 # Run from anywhere; the source tree is the one this script lives in.
 #
 #   scripts/gpu-bundle.sh [--no-make] BUILD_DIR DEST
@@ -61,12 +61,9 @@ multiarch=/usr/lib/x86_64-linux-gnu
 
 if [ $domake = 1 ]; then
   jobs=$(nproc 2>/dev/null || echo 2)
-  echo "make in $build: all, the test programs, the MPI test programs"
+  echo "make in $build: all, the test programs (the MPI ones included)"
   make -C "$build" -s -j"$jobs" all >/dev/null
   make -C "$build" -s -j"$jobs" check TESTS= >/dev/null
-  extra=$(printf 'gpu-bundle-print-extra:\n\t@echo $(EXTRA_PROGRAMS)\n' |
-    make -C "$build" -s -f Makefile -f - gpu-bundle-print-extra 2>/dev/null | tail -n 1 || true)
-  [ -z "$extra" ] || make -C "$build" -s -j"$jobs" $extra >/dev/null
 fi
 ompi_libdir=$multiarch/openmpi/lib
 ompi_pkglibdir=$ompi_libdir/openmpi3
@@ -101,7 +98,7 @@ for b in bench/gemm_tune bench/nn_bench bench/bench_nn examples/train_fashion; d
   if [ -n "$p" ]; then copy_strip "$p" "$dest/bin/$(basename "$b")"; elves+=("$dest/bin/$(basename "$b")"); fi
 done
 ntests=0
-for t in "$build"/tests/test_* "$build"/tests/app_split "$build"/tests/fuzz_inputs; do
+for t in "$build"/tests/*/test_* "$build"/tests/comm/app_split "$build"/tests/fuzz/fuzz_inputs; do
   [ -e "$t" ] || continue
   case "$t" in *.o | *.c | *.h | *.log | *.trs) continue ;; esac
   p=$(real "$t")
@@ -110,8 +107,8 @@ for t in "$build"/tests/test_* "$build"/tests/app_split "$build"/tests/fuzz_inpu
   elves+=("$dest/tests/$(basename "$t")")
   ntests=$((ntests + 1))
 done
-for t in test_kernels test_nn test_dp; do
-  [ -e "$dest/tests/$t" ] || echo "$0: warning: tests/$t is not built in $build (make check TESTS=; make tests/test_dp)" >&2
+for t in test_ops test_dense test_dp; do
+  [ -e "$dest/tests/$t" ] || echo "$0: warning: tests/$t is not built in $build (make check TESTS=)" >&2
 done
 
 # libcltrain itself

@@ -3,7 +3,7 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer and run the test suite.
 #
 #   scripts/sanitize.sh                      # builds in ./build-sanitize
-#   scripts/sanitize.sh /tmp/bsan -- TESTS='tests/fuzz_inputs tests/fault_cli.sh'
+#   scripts/sanitize.sh /tmp/bsan -- TESTS='tests/fuzz/fuzz_inputs tests/cli/fault_cli.sh'
 #
 # Any sanitizer report fails the test that triggered it (halt_on_error; UBSan
 # is made fatal with -fno-sanitize-recover). Leak checking is off: the OpenCL

@@ -26,7 +26,7 @@
  * Results: the GEMM is the host BLAS's, deterministic for a given thread
  * count, shape and library, so replicas on such devices agree bit for bit
  * and a resumed run repeats the uninterrupted one; each is checked against
- * the plain-C references as CLBlast's are (tests/test_blas). CLT_HOST_BLAS=0
+ * the plain-C references as CLBlast's are (tests/core/test_blas). CLT_HOST_BLAS=0
  * in the environment sends every GEMM to CLBlast instead.
  */
 #include "core/internal.h"

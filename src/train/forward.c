@@ -4,8 +4,8 @@
  * first local replica in evaluation mode, its last layer read back; and
  * clt_trainer_gradient (and _targets), the same replica's gradient of the mean loss on
  * given samples, without an update. What checks against another framework
- * (transformers' logits, tests/hf_check.py; PyTorch's gradients,
- * tests/torch_check.py) and inference need; training never calls them.
+ * (transformers' logits, tests/io/hf_check.py; PyTorch's gradients,
+ * tests/train/torch_check.py) and inference need; training never calls them.
  */
 #include "train/trainer.h"
 

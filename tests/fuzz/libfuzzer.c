@@ -1,5 +1,5 @@
 /*
- * libfuzzer.c: libFuzzer entry points for the targets of tests/fuzz_targets.h,
+ * libfuzzer.c: libFuzzer entry points for the targets of tests/fuzz/fuzz_targets.h,
  * one program per target chosen by -DFUZZ_TARGET_<NAME> (see Makefile.am;
  * built only by ./configure --enable-fuzz CC=clang). Run one with a corpus
  * directory, for example:
@@ -9,7 +9,7 @@
  * A contract breach (a refusal without a message naming the input) aborts,
  * so libFuzzer saves the input like a crash.
  */
-#include "../fuzz_targets.h"
+#include "fuzz_targets.h"
 
 #include <stdio.h>
 #include <stdlib.h>

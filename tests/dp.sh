@@ -1,8 +1,0 @@
-#!/bin/sh
-# dp.sh: data-parallel training (tests/test_dp) on 1, 2, 3 and 4 ranks of
-# this machine, against single-device training.
-srcdir=${srcdir:-.}
-CLT_TIMEOUT=${CLT_TIMEOUT:-60}
-CLT_TEST_LIMIT=${CLT_TEST_LIMIT:-300}
-export CLT_TIMEOUT CLT_TEST_LIMIT
-exec sh "$srcdir/tests/mpi_run.sh" --each "1 2 3 4" ./tests/test_dp
