@@ -69,7 +69,13 @@ STEP_TOL = 1e-3   # absolute, every step
 # depend (softmax ignores q . b_k, the same for every key), so that their
 # gradient is rounding (1e-11) and Lion moves them at random on both sides
 # (some by 28 lr in 20 steps), without changing a loss. They are left out
-# of the comparison of the parameters, and checked to be such noise.
+# of the comparison of the parameters, and checked to be such noise. Any
+# other element whose sum crosses zero within the rounding of the two sides'
+# gradients (their GEMMs add in other orders) takes one step the other way:
+# it then differs by a whole number of 2 lr, and a few such flips are
+# rounding too (the batches, this file's own bytes, gave 9 of 100,000 at
+# one commit and none at another); a difference that is not such a flip, or
+# flips in more than 1 element in 1,000, is not.
 # Slips fail both: decaying every tensor instead of the matrices alone
 # moves step 20's loss by 8e-3, beta2 0.98 for 0.99 a loss by 6e-3, weight
 # decay 0.9 for 1.0 one by 1e-4 (and a parameter by 1.2e-3).
@@ -298,7 +304,7 @@ def main():
         if p.returncode != 0:
             return 1
         my_w = load_file(os.path.join(lion_dir, "model.safetensors"))
-        worst, key_noise, key_moved = 0.0, 0.0, 0
+        worst, key_noise, key_moved, flips, elements = 0.0, 0.0, 0, 0, 0
         for name, w in model.named_parameters():
             d = np.abs(my_w[name].astype(np.float64) - w.detach().double().numpy())
             if name.endswith("attn.c_attn.bias"):  # [query, key, value]: the key's part aside
@@ -306,12 +312,19 @@ def main():
                 key_noise = max(key_noise, float(opt.state[w]["exp_avg"][key].abs().max()))
                 key_moved += int(np.sum(d[key] > LION_TOL))
                 d[key] = 0
+            steps = d / (2 * LION_LR)  # a flip: a whole number of 2 lr, within the decay's rounding
+            flip = (d > LION_TOL) & (np.abs(steps - np.round(steps)) < 0.01)
+            flips += int(np.sum(flip))
+            elements += d.size
+            d[flip] = 0
             worst = max(worst, float(d.max()))
         check(key_noise <= 1e-9, "the loss does not depend on the attention's key biases: torch's average of their "
               "gradients is %.3g (rounding), so Lion moves them by the sign of rounding, on both sides; %d of them "
               "differ" % (key_noise, key_moved))
-        check(worst <= LION_TOL, "%d Lion steps: every other parameter within %g of torch's (largest difference %.3g)"
-              % (STEPS, LION_TOL, worst))
+        check(worst <= LION_TOL and flips * 1000 <= elements,
+              "%d Lion steps: every other parameter within %g of torch's (largest difference %.3g), but for %d of "
+              "%d elements (at most 1 in 1,000) a whole number of Lion's steps away, where a sum crossed zero "
+              "within rounding" % (STEPS, LION_TOL, worst, flips, elements))
     return 1 if failed else 0
 
 
