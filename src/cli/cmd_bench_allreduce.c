@@ -415,6 +415,109 @@ static int open_device(clt_comm *comm, const bench_opts *o, clt_devices **all, c
   return clt_context_create(*sel, d, ctx);
 }
 
+/* The host buffers of the largest size, and the times of every method;
+ * MPI's float32 arrays are the dtype's own for f32. */
+static int alloc_buffers(bench_ctx *b) {
+  const bench_opts *o = b->o;
+  size_t max_count = o->max_bytes / clt_dtype_size(o->dtype);
+  b->in = malloc(o->max_bytes);
+  b->buf = malloc(o->max_bytes);
+  b->expected = malloc(o->max_bytes);
+  b->times = calloc((size_t)M_COUNT * (size_t)o->iters, sizeof *b->times);
+  if (o->dtype == CLT_F32) {
+    b->mpi_in = (float *)b->in, b->mpi_buf = (float *)b->buf, b->mpi_expected = (float *)b->expected;
+  } else {
+    b->mpi_in = malloc(max_count * sizeof(float));
+    b->mpi_buf = malloc(max_count * sizeof(float));
+    b->mpi_expected = malloc(max_count * sizeof(float));
+  }
+  if (!b->in || !b->buf || !b->expected || !b->times || !b->mpi_in || !b->mpi_buf || !b->mpi_expected)
+    return CLT_ENOMEM;
+  return CLT_OK;
+}
+
+static void free_buffers(bench_ctx *b) {
+  if (b->o->dtype != CLT_F32) free(b->mpi_in), free(b->mpi_buf), free(b->mpi_expected);
+  free(b->in), free(b->buf), free(b->expected), free(b->times);
+}
+
+/* This rank's input of one size and the sum every rank expects. */
+static void set_size(bench_ctx *b, size_t bytes, int n, int rank) {
+  b->bytes = bytes;
+  b->count = bytes / clt_dtype_size(b->o->dtype);
+  for (size_t i = 0; i < b->count; i++) {
+    int sum = 0;
+    for (int k = 0; k < n; k++) sum += input_value(i, k);
+    store_int(b->in, b->o->dtype, i, input_value(i, rank));
+    store_int(b->expected, b->o->dtype, i, sum);
+    store_int(b->mpi_in, CLT_F32, i, input_value(i, rank));
+    store_int(b->mpi_expected, CLT_F32, i, sum);
+  }
+}
+
+/* One more host run, counting what this rank sends inside its node and
+ * to other nodes; the busiest rank's bytes into pi. */
+static int count_bytes_sent(bench_ctx *b, clt_allreduce_plan *plan, result *r, plan_info *pi) {
+  uint64_t s0[2], s1[2];
+  double dt;
+  int rc;
+  clt_comm_bytes_sent(b->comm, &s0[0], &s0[1]);
+  if ((rc = run_once(b, M_HOST, plan, &dt, &r[M_HOST].wrong)) < 0) return rc;
+  clt_comm_bytes_sent(b->comm, &s1[0], &s1[1]);
+  uint64_t sent[2] = {s1[0] - s0[0], s1[1] - s0[1]};
+#ifdef HAVE_MPI
+  MPI_Allreduce(MPI_IN_PLACE, sent, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+#endif
+  pi->sent_intra = sent[0], pi->sent_inter = sent[1];
+  return CLT_OK;
+}
+
+/* One size with one algorithm: its plan, every method's times, the bytes
+ * sent and the cost model's prediction, as a row of the table or the JSON
+ * (rank 0). Returns an exit code; a wrong result only sets *wrong. */
+static int bench_algorithm(bench_ctx *b, const char *a, int n, int rank, json_t *rows, int *wrong) {
+  clt_comm *comm = b->comm;
+  clt_allreduce_plan *plan = NULL;
+  result r[M_COUNT] = {{0}};
+  plan_info pi;
+  int rc;
+  memset(&pi, 0, sizeof pi);
+  clt_allreduce_opts popts = {.chunk_bytes = b->o->chunk_bytes};
+  if ((rc = clt_comm_set_allreduce(comm, a)) < 0) return cli_comm_fail(comm, rc, "choosing the algorithm");
+  if ((rc = clt_allreduce_plan_create(comm, b->count, b->o->dtype, CLT_SUM, &popts, &plan)) < 0)
+    return cli_comm_fail(comm, rc, "making the all-reduce plan");
+  int failed = 0;
+  if ((rc = run_methods(b, plan, r, &failed)) < 0) {
+    static const char *const what[M_COUNT] = {"all-reduce (host)", "all-reduce (device)", "MPI_Allreduce"};
+    return cli_comm_fail(comm, rc, what[failed]);
+  }
+  if ((rc = count_bytes_sent(b, plan, r, &pi)) < 0) return cli_comm_fail(comm, rc, "all-reduce (host)");
+  snprintf(pi.algorithm, sizeof pi.algorithm, "%s", clt_allreduce_plan_algorithm(plan));
+  if (clt_comm_model_predict(comm, strcmp(pi.algorithm, "local") ? pi.algorithm : "ring", b->bytes, &pi.model_s) < 0)
+    pi.model_s = 0;
+  clt_allreduce_plan_destroy(plan);
+  for (int m = 0; m < M_COUNT; m++) *wrong |= r[m].wrong != 0;
+  if (rank == 0 && rows) json_array_append_new(rows, json_row(b, n, r, &pi));
+  if (rank == 0 && !rows) print_row(b, n, r, &pi);
+  return CLI_EXIT_OK;
+}
+
+/* The JSON document of every row (rank 0), or the rows let go. */
+static void print_json(const bench_ctx *b, int n, int rank, size_t chunk, json_t *rows) {
+  const bench_opts *o = b->o;
+  if (rank == 0 && rows) {
+    json_t *doc = json_pack("{s:i, s:i, s:s, s:s, s:I, s:i, s:i, s:s?, s:o}", "ranks", n, "nodes",
+                            clt_comm_node_count(b->comm), "dtype", clt_dtype_name(o->dtype), "op", "sum",
+                            "chunk_bytes", (json_int_t)chunk, "warmup", (int)o->warmup, "iters", (int)o->iters,
+                            "device", b->ctx ? clt_context_device(b->ctx)->name : NULL, "results", rows);
+    json_dumpf(doc, stdout, JSON_INDENT(2));
+    printf("\n");
+    json_decref(doc);
+  } else if (rows) {
+    json_decref(rows);
+  }
+}
+
 static int bench_allreduce(const bench_opts *o) {
   clt_comm *comm = NULL;
   clt_devices *all = NULL, *sel = NULL;
@@ -428,20 +531,7 @@ static int bench_allreduce(const bench_opts *o) {
     return cli_comm_fail(comm, rc, "choosing the device");
   b.comm = comm;
   size_t chunk = o->chunk_bytes ? o->chunk_bytes : clt_comm_chunk_bytes(comm);
-  size_t esize = clt_dtype_size(o->dtype), max_count = o->max_bytes / esize;
-  b.in = malloc(o->max_bytes);
-  b.buf = malloc(o->max_bytes);
-  b.expected = malloc(o->max_bytes);
-  b.times = calloc((size_t)M_COUNT * (size_t)o->iters, sizeof *b.times);
-  if (o->dtype == CLT_F32) {
-    b.mpi_in = (float *)b.in, b.mpi_buf = (float *)b.buf, b.mpi_expected = (float *)b.expected;
-  } else {
-    b.mpi_in = malloc(max_count * sizeof(float));
-    b.mpi_buf = malloc(max_count * sizeof(float));
-    b.mpi_expected = malloc(max_count * sizeof(float));
-  }
-  if (!b.in || !b.buf || !b.expected || !b.times || !b.mpi_in || !b.mpi_buf || !b.mpi_expected)
-    return cli_comm_fail(comm, CLT_ENOMEM, "allocating buffers");
+  if (alloc_buffers(&b) < 0) return cli_comm_fail(comm, CLT_ENOMEM, "allocating buffers");
   if (b.ctx && (rc = clt_buffer_create(b.ctx, o->max_bytes, &b.dbuf)) < 0)
     return cli_comm_fail(comm, rc, "allocating the device buffer");
   if (rank == 0 && !o->json) {
@@ -453,66 +543,15 @@ static int bench_allreduce(const bench_opts *o) {
   const char *algorithms = o->algorithms ? o->algorithms : getenv("CLT_ALLREDUCE") && *getenv("CLT_ALLREDUCE")
                                                               ? getenv("CLT_ALLREDUCE") : "auto";
   for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
-    b.bytes = bytes;
-    b.count = bytes / esize;
-    for (size_t i = 0; i < b.count; i++) {
-      int sum = 0;
-      for (int k = 0; k < n; k++) sum += input_value(i, k);
-      store_int(b.in, o->dtype, i, input_value(i, rank));
-      store_int(b.expected, o->dtype, i, sum);
-      store_int(b.mpi_in, CLT_F32, i, input_value(i, rank));
-      store_int(b.mpi_expected, CLT_F32, i, sum);
-    }
+    set_size(&b, bytes, n, rank);
     char list[256];
     snprintf(list, sizeof list, "%s", algorithms);
-    for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
-      clt_allreduce_plan *plan = NULL;
-      result r[M_COUNT] = {{0}};
-      plan_info pi;
-      memset(&pi, 0, sizeof pi);
-      clt_allreduce_opts popts = {.chunk_bytes = o->chunk_bytes};
-      if ((rc = clt_comm_set_allreduce(comm, a)) < 0) return cli_comm_fail(comm, rc, "choosing the algorithm");
-      if ((rc = clt_allreduce_plan_create(comm, b.count, o->dtype, CLT_SUM, &popts, &plan)) < 0)
-        return cli_comm_fail(comm, rc, "making the all-reduce plan");
-      int failed = 0;
-      if ((rc = run_methods(&b, plan, r, &failed)) < 0) {
-        static const char *const what[M_COUNT] = {"all-reduce (host)", "all-reduce (device)", "MPI_Allreduce"};
-        return cli_comm_fail(comm, rc, what[failed]);
-      }
-      /* One more host run, counting what this rank sends where. */
-      uint64_t s0[2], s1[2];
-      double dt;
-      clt_comm_bytes_sent(comm, &s0[0], &s0[1]);
-      if ((rc = run_once(&b, M_HOST, plan, &dt, &r[M_HOST].wrong)) < 0)
-        return cli_comm_fail(comm, rc, "all-reduce (host)");
-      clt_comm_bytes_sent(comm, &s1[0], &s1[1]);
-      uint64_t sent[2] = {s1[0] - s0[0], s1[1] - s0[1]};
-#ifdef HAVE_MPI
-      MPI_Allreduce(MPI_IN_PLACE, sent, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-#endif
-      pi.sent_intra = sent[0], pi.sent_inter = sent[1];
-      snprintf(pi.algorithm, sizeof pi.algorithm, "%s", clt_allreduce_plan_algorithm(plan));
-      if (clt_comm_model_predict(comm, strcmp(pi.algorithm, "local") ? pi.algorithm : "ring", b.bytes, &pi.model_s) < 0)
-        pi.model_s = 0;
-      clt_allreduce_plan_destroy(plan);
-      for (int m = 0; m < M_COUNT; m++) wrong |= r[m].wrong != 0;
-      if (rank == 0 && rows) json_array_append_new(rows, json_row(&b, n, r, &pi));
-      if (rank == 0 && !rows) print_row(&b, n, r, &pi);
-    }
+    for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
+      if ((ec = bench_algorithm(&b, a, n, rank, rows, &wrong)) != CLI_EXIT_OK) return ec;
     if (bytes > o->max_bytes / 2) break;
   }
 
-  if (rank == 0 && rows) {
-    json_t *doc = json_pack("{s:i, s:i, s:s, s:s, s:I, s:i, s:i, s:s?, s:o}", "ranks", n, "nodes",
-                            clt_comm_node_count(comm), "dtype", clt_dtype_name(o->dtype), "op", "sum",
-                            "chunk_bytes", (json_int_t)chunk, "warmup", (int)o->warmup, "iters", (int)o->iters,
-                            "device", b.ctx ? clt_context_device(b.ctx)->name : NULL, "results", rows);
-    json_dumpf(doc, stdout, JSON_INDENT(2));
-    printf("\n");
-    json_decref(doc);
-  } else if (rows) {
-    json_decref(rows);
-  }
+  print_json(&b, n, rank, chunk, rows);
   if (wrong) {
     if (rank == 0) fprintf(stderr, "cltrain bench allreduce: WRONG results (see the table)\n");
     ec = CLI_EXIT_CHECK;
@@ -522,8 +561,7 @@ static int bench_allreduce(const bench_opts *o) {
   clt_devices_destroy(sel);
   clt_devices_destroy(all);
   clt_comm_destroy(comm);
-  if (o->dtype != CLT_F32) free(b.mpi_in), free(b.mpi_buf), free(b.mpi_expected);
-  free(b.in), free(b.buf), free(b.expected), free(b.times);
+  free_buffers(&b);
   return ec;
 }
 

@@ -186,6 +186,82 @@ static void lay_out(clt_allreduce_plan *plan, const size_t *counts) {
   }
 }
 
+/* The algorithm: a function of what every rank should hold the same
+ * (count, type, the layout, the model, CLT_ALLREDUCE), checked with the
+ * rest. A reduce-scatter takes the all-reduce's algorithm, so that a part
+ * has the bits of the all-reduce of the same size; the two-level one is
+ * an all-reduce only (a reduce-scatter keeps the ring there). An
+ * allgather only copies: the ring. */
+static enum clt__algorithm choose_algorithm(const clt__coll_kind *kind, const clt_comm *comm, size_t count,
+                                            const clt__dtype_ops *ops) {
+  enum clt__algorithm algorithm = CLT__RING;
+  if (comm->size > 1 && kind->reduces && ops && count <= SIZE_MAX / ops->esize) {
+    algorithm = clt__algorithm_choose(comm, count * ops->esize);
+    if (clt__algorithm_find(algorithm)->allreduce_only && kind != &clt__kind_allreduce) algorithm = CLT__RING;
+  }
+  /* An allgather in place: a window of its own where the node's ranks share
+   * memory, unless CLT_ALLREDUCE forces an algorithm that is not shm (ring:
+   * the copies through MPI, as a public allgather plan). */
+  if (comm->size > 1 && kind->window && clt__algorithm_find(CLT__SHM)->usable(comm, 0) &&
+      (comm->algorithm < 0 || clt__algorithm_choose(comm, 0) == CLT__SHM))
+    algorithm = CLT__SHM;
+  return algorithm;
+}
+
+/* The element type, the op, the chunk and the count, once every rank has
+ * the same ones (so every rank fails alike). */
+static int check_request(const char *fn, const clt__coll_kind *kind, clt_dtype dtype, clt_reduce_op op,
+                         size_t count, size_t chunk_bytes, const clt__dtype_ops *ops) {
+  if (!ops)
+    return clt__error(CLT_EUNSUPPORTED, "%s: %s %s is not implemented (f32 and f16 are)", fn, clt_dtype_name(dtype),
+                      kind->op_name);
+  if (op != CLT_SUM && op != CLT_AVG)
+    return clt__error(CLT_EINVAL, "%s: unknown op %d (CLT_SUM or CLT_AVG)", fn, (int)op);
+  if (chunk_bytes < ops->esize || chunk_bytes > ((size_t)1 << 30))
+    return clt__error(CLT_EINVAL, "%s: chunk of %zu bytes (from %zu to 1 GiB)", fn, chunk_bytes, ops->esize);
+  if (count > SIZE_MAX / ops->esize)
+    return clt__error(CLT_EINVAL, "%s: %zu elements do not fit in memory", fn, count);
+  return CLT_OK;
+}
+
+/* The per-rank counts, when given, add up to count exactly. */
+static int check_counts(const char *fn, int size, size_t count, const size_t *counts) {
+  size_t sum = 0;
+  if (!counts) return CLT_OK;
+  for (int r = 0; r < size; r++) {
+    if (counts[r] > count - sum)
+      return clt__error(CLT_EINVAL, "%s: the per-rank counts add up to more than count %zu (by rank %d's %zu)", fn,
+                        count, r, counts[r]);
+    sum += counts[r];
+  }
+  if (sum != count)
+    return clt__error(CLT_EINVAL, "%s: the per-rank counts add up to %zu, not count %zu", fn, sum, count);
+  return CLT_OK;
+}
+
+/* Every rank's replicas (from the fingerprints), within bounds. */
+static int check_replicas(const char *fn, int size, const clt__fingerprint *all) {
+  for (int r = 0; r < size; r++)
+    if (all[r].replicas < 1 || all[r].replicas > CLT__MAX_REPLICAS)
+      return clt__error(CLT_EINVAL, "%s: rank %d gives %d replicas (1 to %d)", fn, r, (int)all[r].replicas,
+                        CLT__MAX_REPLICAS);
+  return CLT_OK;
+}
+
+/* The segment table and the parts (lay_out), in one allocation after the
+ * offsets. */
+static int alloc_layout(clt_allreduce_plan *plan, const size_t *counts) {
+  size_t n = (size_t)plan->comm->size;
+  if (!(plan->seg_off = clt__calloc(n + 1, sizeof *plan->seg_off)) ||
+      !(plan->seg_lo = clt__calloc(4 * n, sizeof *plan->seg_lo)))
+    return CLT_ENOMEM;
+  plan->seg_hi = plan->seg_lo + n;
+  plan->part_lo = plan->seg_lo + 2 * n;
+  plan->part_hi = plan->seg_lo + 3 * n;
+  lay_out(plan, counts);
+  return CLT_OK;
+}
+
 int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
                      clt_reduce_op op, const clt_allreduce_opts *opts, clt_allreduce_plan **out) {
   int rc = CLT_OK;
@@ -207,24 +283,8 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   char what[48];
   snprintf(what, sizeof what, "%s plan", kind->op_name);
   CLT_TRY(clt__op_begin(comm, what, comm->size - 1, &o));
-  /* The algorithm: a function of what every rank should hold the same
-   * (count, type, the layout, the model, CLT_ALLREDUCE), checked with the
-   * rest. A reduce-scatter takes the all-reduce's algorithm, so that a part
-   * has the bits of the all-reduce of the same size; the two-level one is
-   * an all-reduce only (a reduce-scatter keeps the ring there). An
-   * allgather only copies: the ring. */
-  enum clt__algorithm algorithm = CLT__RING;
   const clt__dtype_ops *ops = clt__dtype_ops_find(dtype);
-  if (comm->size > 1 && kind->reduces && ops && count <= SIZE_MAX / ops->esize) {
-    algorithm = clt__algorithm_choose(comm, count * ops->esize);
-    if (clt__algorithm_find(algorithm)->allreduce_only && kind != &clt__kind_allreduce) algorithm = CLT__RING;
-  }
-  /* An allgather in place: a window of its own where the node's ranks share
-   * memory, unless CLT_ALLREDUCE forces an algorithm that is not shm (ring:
-   * the copies through MPI, as a public allgather plan). */
-  if (comm->size > 1 && kind->window && clt__algorithm_find(CLT__SHM)->usable(comm, 0) &&
-      (comm->algorithm < 0 || clt__algorithm_choose(comm, 0) == CLT__SHM))
-    algorithm = CLT__SHM;
+  enum clt__algorithm algorithm = choose_algorithm(kind, comm, count, ops);
   clt__fingerprint mine = {.kind = kind->fp_kind, .dtype = (int32_t)dtype, .op = (int32_t)op,
                            .count = count, .chunk = chunk_bytes, .replicas = replicas,
                            .small = (int32_t)comm->small_bytes, .parts = counts_hash(counts, comm->size),
@@ -234,45 +294,9 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
     goto fail;
   }
   CLT_TRY(clt__fingerprint_check(&o, &mine, all));
-
-  if (!ops) {
-    rc = clt__error(CLT_EUNSUPPORTED, "%s: %s %s is not implemented (f32 and f16 are)", fn, clt_dtype_name(dtype),
-                    kind->op_name);
-    goto fail;
-  }
-  if (op != CLT_SUM && op != CLT_AVG) {
-    rc = clt__error(CLT_EINVAL, "%s: unknown op %d (CLT_SUM or CLT_AVG)", fn, (int)op);
-    goto fail;
-  }
-  if (chunk_bytes < ops->esize || chunk_bytes > ((size_t)1 << 30)) {
-    rc = clt__error(CLT_EINVAL, "%s: chunk of %zu bytes (from %zu to 1 GiB)", fn, chunk_bytes, ops->esize);
-    goto fail;
-  }
-  if (count > SIZE_MAX / ops->esize) {
-    rc = clt__error(CLT_EINVAL, "%s: %zu elements do not fit in memory", fn, count);
-    goto fail;
-  }
-  if (counts) {
-    size_t sum = 0;
-    for (int r = 0; r < comm->size; r++) {
-      if (counts[r] > count - sum) {
-        rc = clt__error(CLT_EINVAL, "%s: the per-rank counts add up to more than count %zu (by rank %d's %zu)", fn,
-                        count, r, counts[r]);
-        goto fail;
-      }
-      sum += counts[r];
-    }
-    if (sum != count) {
-      rc = clt__error(CLT_EINVAL, "%s: the per-rank counts add up to %zu, not count %zu", fn, sum, count);
-      goto fail;
-    }
-  }
-  for (int r = 0; r < comm->size; r++)
-    if (all[r].replicas < 1 || all[r].replicas > CLT__MAX_REPLICAS) {
-      rc = clt__error(CLT_EINVAL, "%s: rank %d gives %d replicas (1 to %d)", fn, r, (int)all[r].replicas,
-                      CLT__MAX_REPLICAS);
-      goto fail;
-    }
+  CLT_TRY(check_request(fn, kind, dtype, op, count, chunk_bytes, ops));
+  CLT_TRY(check_counts(fn, comm->size, count, counts));
+  CLT_TRY(check_replicas(fn, comm->size, all));
 
   if (!(plan = clt__calloc(1, sizeof(struct clt_reduce_scatter_plan)))) {
     rc = CLT_ENOMEM;
@@ -291,17 +315,7 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   plan->natural = !counts;
   for (int r = 0; r < comm->size; r++) plan->total_replicas += all[r].replicas;
   plan->alg = clt__algorithm_find(algorithm);
-
-  size_t n = (size_t)comm->size;
-  if (!(plan->seg_off = clt__calloc(n + 1, sizeof *plan->seg_off)) ||
-      !(plan->seg_lo = clt__calloc(4 * n, sizeof *plan->seg_lo))) {
-    rc = CLT_ENOMEM;
-    goto fail;
-  }
-  plan->seg_hi = plan->seg_lo + n;
-  plan->part_lo = plan->seg_lo + 2 * n;
-  plan->part_hi = plan->seg_lo + 3 * n;
-  lay_out(plan, counts);
+  CLT_TRY(alloc_layout(plan, counts));
   CLT_TRY(plan->alg->create(plan)); /* its schedules, slots and windows */
   clt__log(CLT_LOG_DEBUG, "rank %d: %s #%llu: %zu x %s %s, %s, chunk %zu bytes, %d of %d replicas%s", comm->rank,
            what, (unsigned long long)o.number, count, clt_dtype_name(dtype), clt_reduce_op_name(op),

@@ -325,49 +325,45 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
   return clt__allreduce_run_devices_into(plan, &run);
 }
 
-int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_run *run) {
-  int rc = CLT_OK;
-  struct clt__dev_staging *dev = NULL;
-  clt__op op;
-  static const size_t zeros[CLT__MAX_LOCAL_REPLICAS];
-
-  if (!plan) return clt__error(CLT_EINVAL, "a device run: no plan");
+/* A device run's arguments: a buffer for each of the plan's replicas,
+ * large enough, and copies already made into the staging this run uses. */
+static int check_device_run(const clt_allreduce_plan *plan, const clt__device_run *run) {
   const char *fn = plan->kind->run_devices_fn;
-  int n = run->n;
-  const cl_command_queue *queues = run->queues, *write_queues = run->write_queues;
-  const cl_mem *bufs = run->bufs, *out_bufs = run->out_bufs;
-  const size_t *offsets = run->offsets;
-  if (n != plan->replicas || !queues || !bufs)
+  int n = run->n, rc;
+  if (n != plan->replicas || !run->queues || !run->bufs)
     return clt__error(CLT_EINVAL, "%s: %d buffers given, the plan was made for %d replicas", fn, n, plan->replicas);
   if (n > CLT__MAX_LOCAL_REPLICAS)
     return clt__error(CLT_EINVAL, "%s: %d replicas (at most %d per process)", fn, n, CLT__MAX_LOCAL_REPLICAS);
-  for (int q = 0; q < n; q++) CLT_TRY(check_buffer(plan, q, bufs[q], offsets ? offsets[q] : 0));
+  for (int q = 0; q < n; q++)
+    if ((rc = check_buffer(plan, q, run->bufs[q], run->offsets ? run->offsets[q] : 0)) < 0) return rc;
   /* Copies already made go into the staging they were given: it must be
    * the one this run uses. */
   for (int q = 0; run->copied && q < n; q++)
-    if (run->copied[q] && (!plan->dev || plan->dev->n != n || plan->dev->queues[q] != queues[q]))
+    if (run->copied[q] && (!plan->dev || plan->dev->n != n || plan->dev->queues[q] != run->queues[q]))
       return clt__error(CLT_EINVAL, "internal: %s: replica %d's bytes were copied to a staging this run does not use",
                         fn, q);
-  CLT_TRY(clt__allreduce_begin(plan, &op));
-  if (plan->count == 0) return CLT_OK;
-  if (n == 1 && write_queues[0] == queues[0] && !out_bufs && !run->copied && plan->kind->gathers) {
-    size_t at = offsets ? offsets[0] : 0;
-    unsigned char *host = clt__shared_buffer_host(bufs[0]);
-    if (host) return run_shared(plan, &op, queues[0], host + at);
-    if (unified(queues[0])) return run_mapped(plan, &op, queues[0], bufs[0], at);
-  }
-  CLT_TRY(get_staging(plan, n, queues, &dev));
+  return CLT_OK;
+}
+
+/* The staging takes this run's buffers, where its result goes, and no
+ * chunk read yet. */
+static void bind_run(struct clt__dev_staging *dev, const clt_allreduce_plan *plan, const clt__device_run *run) {
+  static const size_t zeros[CLT__MAX_LOCAL_REPLICAS];
   dev->plan = plan;
-  dev->write_queues = write_queues;
-  dev->bufs = bufs;
-  dev->offs = offsets ? offsets : zeros;
-  dev->wbufs = out_bufs;
+  dev->write_queues = run->write_queues;
+  dev->bufs = run->bufs;
+  dev->offs = run->offsets ? run->offsets : zeros;
+  dev->wbufs = run->out_bufs;
   dev->woffs = run->out_offsets ? run->out_offsets : zeros;
   dev->wfirst = plan->kind->gathers ? 0 : plan->part_lo[plan->comm->rank];
   memset(dev->ready, 0, dev->nstage);
+}
 
-  /* Every read at once, in the order the ring needs them; or every chunk
-   * waits for the copy already made. */
+/* Every read at once, in the order the ring needs them; or every chunk
+ * waits for the copy already made. */
+static int enqueue_reads(struct clt__dev_staging *dev, const clt__device_run *run) {
+  int rc = CLT_OK;
+  const clt_allreduce_plan *plan = dev->plan;
   size_t esize = plan->ops->esize;
   for (int q = 0; q < readers(dev); q++) {
     if (run->copied && run->copied[q]) {
@@ -380,36 +376,76 @@ int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_
     for (size_t i = 0; i < dev->nstage; i++) {
       size_t off, cnt;
       clt__plan_stage_chunk(plan, i, &off, &cnt);
-      CLT_CL_TRY(clEnqueueReadBuffer(queues[q], bufs[q], CL_FALSE, dev->offs[q] + off * esize, cnt * esize,
+      CLT_CL_TRY(clEnqueueReadBuffer(run->queues[q], run->bufs[q], CL_FALSE, dev->offs[q] + off * esize, cnt * esize,
                                      staged(dev, q, off), 0, NULL, &dev->events[(size_t)q * dev->nstage + i]));
     }
-    CLT_CL_TRY(clFlush(queues[q]));
+    CLT_CL_TRY(clFlush(run->queues[q]));
   }
+fail:
+  return rc;
+}
 
+/* The pipelined algorithms take each chunk as its read arrives (ring_ready)
+ * and write each back as it becomes final (ring_final). */
+static int reduce_pipelined(clt_allreduce_plan *plan, clt__op *op, struct clt__dev_staging *dev,
+                            const cl_command_queue *queues) {
+  int rc = CLT_OK;
+  CLT_TRY(clt__allreduce_exec(plan, op, staged(dev, 0, 0), ring_ready, ring_final, dev));
+  /* An allgather's own part is on the first replica only. */
+  if (!plan->kind->reduces) {
+    size_t plo = plan->part_lo[plan->comm->rank], phi = plan->part_hi[plan->comm->rank];
+    CLT_TRY(wait_device(plan, queues[0], 0, dev->events, dev->nstage, "copying the buffer to the host"));
+    CLT_TRY(write_back_from(dev, 1, plo, phi - plo));
+  }
+fail:
+  return rc;
+}
+
+/* The small-message algorithms and one rank need the whole buffer at once. */
+static int reduce_whole(clt_allreduce_plan *plan, clt__op *op, struct clt__dev_staging *dev,
+                        const cl_command_queue *queues) {
+  int rc = CLT_OK;
   /* What this rank ends with: everything, or its part alone. */
   size_t lo = 0, hi = plan->count;
   if (!plan->kind->gathers) lo = plan->part_lo[plan->comm->rank], hi = plan->part_hi[plan->comm->rank];
-  if (plan->comm->size > 1 && clt__plan_staged(plan)) {
-    CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), ring_ready, ring_final, dev));
-    /* An allgather's own part is on the first replica only. */
-    if (!plan->kind->reduces) {
-      size_t plo = plan->part_lo[plan->comm->rank], phi = plan->part_hi[plan->comm->rank];
-      CLT_TRY(wait_device(plan, queues[0], 0, dev->events, dev->nstage, "copying the buffer to the host"));
-      CLT_TRY(write_back_from(dev, 1, plo, phi - plo));
-    }
-  } else {
-    /* The small-message algorithms and one rank need the whole buffer at once. */
-    for (int q = 0; q < readers(dev); q++)
-      CLT_TRY(wait_device(plan, queues[q], q, dev->events + (size_t)q * dev->nstage, dev->nstage,
-                          "copying the buffer to the host"));
-    for (size_t i = 0; i < dev->nstage; i++) {
-      int ok;
-      CLT_TRY(chunk_ready(dev, i, &ok));
-    }
-    CLT_TRY(clt__allreduce_exec(plan, &op, staged(dev, 0, 0), NULL, NULL, NULL));
-    /* One rank's allgather has nothing new for the first replica. */
-    CLT_TRY(write_back_from(dev, plan->kind->reduces ? 0 : 1, lo, hi - lo));
+  for (int q = 0; q < readers(dev); q++)
+    CLT_TRY(wait_device(plan, queues[q], q, dev->events + (size_t)q * dev->nstage, dev->nstage,
+                        "copying the buffer to the host"));
+  for (size_t i = 0; i < dev->nstage; i++) {
+    int ok;
+    CLT_TRY(chunk_ready(dev, i, &ok));
   }
+  CLT_TRY(clt__allreduce_exec(plan, op, staged(dev, 0, 0), NULL, NULL, NULL));
+  /* One rank's allgather has nothing new for the first replica. */
+  CLT_TRY(write_back_from(dev, plan->kind->reduces ? 0 : 1, lo, hi - lo));
+fail:
+  return rc;
+}
+
+int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_run *run) {
+  int rc = CLT_OK;
+  struct clt__dev_staging *dev = NULL;
+  clt__op op;
+
+  if (!plan) return clt__error(CLT_EINVAL, "a device run: no plan");
+  int n = run->n;
+  const cl_command_queue *queues = run->queues, *write_queues = run->write_queues;
+  CLT_TRY(check_device_run(plan, run));
+  CLT_TRY(clt__allreduce_begin(plan, &op));
+  if (plan->count == 0) return CLT_OK;
+  if (n == 1 && write_queues[0] == queues[0] && !run->out_bufs && !run->copied && plan->kind->gathers) {
+    size_t at = run->offsets ? run->offsets[0] : 0;
+    unsigned char *host = clt__shared_buffer_host(run->bufs[0]);
+    if (host) return run_shared(plan, &op, queues[0], host + at);
+    if (unified(queues[0])) return run_mapped(plan, &op, queues[0], run->bufs[0], at);
+  }
+  CLT_TRY(get_staging(plan, n, queues, &dev));
+  bind_run(dev, plan, run);
+  CLT_TRY(enqueue_reads(dev, run));
+  if (plan->comm->size > 1 && clt__plan_staged(plan))
+    CLT_TRY(reduce_pipelined(plan, &op, dev, queues));
+  else
+    CLT_TRY(reduce_whole(plan, &op, dev, queues));
   /* Writes on the reads' queue are waited for (the public calls return
    * with the result in place); on other queues they are the caller's to
    * order (internal.h), and the reads' queue has nothing left: every read

@@ -145,123 +145,172 @@ void clt__ring_sched_free(clt__ring_sched *s) {
   memset(s, 0, sizeof *s);
 }
 
-int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io) {
-  int rc = CLT_OK, step = 0;
-  clt_comm *comm = op->comm;
-  if (s->total_steps == 0) return CLT_OK;
-  int left = ring_mod(s->rank - 1, s->size), right = ring_mod(s->rank + 1, s->size);
-  if (io->peers) left = io->peers[left], right = io->peers[right];
-  const int tag = clt__op_tag(op, io->tag_phase);
-  const size_t esize = io->ops ? io->ops->esize : 1;
-  const int rwin = io->nslots > COPY_WINDOW ? io->nslots : COPY_WINDOW;
+/* One run of the pipelined ring: its neighbours and tag, the requests in
+ * flight (sends and receives each in a window, used round robin) and how
+ * far each list of chunks has come; step is the step being worked on, for
+ * the messages of a wait or a failure. */
+typedef struct ring_run {
+  clt__op *op;
+  clt_comm *comm;
+  const clt__ring_sched *s;
+  const clt__ring_io *io;
+  int left, right, tag, rwin, step;
+  size_t esize;
   clt__req sreq[SEND_WINDOW], rreq[MAX_WINDOW];
-  size_t sent = 0, sdone = 0, rposted = 0, rdone = 0;
-  memset(sreq, 0, sizeof sreq);
-  memset(rreq, 0, sizeof rreq);
-  if (rwin > MAX_WINDOW) return clt__error(CLT_EINTERNAL, "ring: %d staging slots (at most %d)", io->nslots, MAX_WINDOW);
+  size_t sent, sdone, rposted, rdone;
+} ring_run;
 
-  while (rdone < s->nrecv || sdone < s->nsend) {
-    int progressed = 0, ok = 1;
-
-    /* Sends: our own chunks when their data is in place, then each received
-     * chunk once it has been reduced (or has arrived, in the allgather). */
-    while (sent < s->nsend && sent - sdone < SEND_WINDOW) {
-      const clt__ring_chunk *c = sent < s->nown ? &s->own[sent] : &s->recv[sent - s->nown];
-      step = c->step;
-      if (sent >= s->nown) {
-        if (sent - s->nown >= rdone) break;
-      } else if (io->ready) {
-        CLT_TRY(io->ready(io->user, c, &ok));
-        if (!ok) break;
-      }
-      CLT_TRY(clt__tp_isend(comm, io->base + c->off * esize, c->n * esize, right, tag, &sreq[sent % SEND_WINDOW]));
-      sent++;
-      progressed = 1;
+/* Sends: our own chunks when their data is in place, then each received
+ * chunk once it has been reduced (or has arrived, in the allgather). */
+static int post_sends(ring_run *r, int *progressed) {
+  const clt__ring_sched *s = r->s;
+  const clt__ring_io *io = r->io;
+  int rc = CLT_OK, ok = 1;
+  while (r->sent < s->nsend && r->sent - r->sdone < SEND_WINDOW) {
+    const clt__ring_chunk *c = r->sent < s->nown ? &s->own[r->sent] : &s->recv[r->sent - s->nown];
+    r->step = c->step;
+    if (r->sent >= s->nown) {
+      if (r->sent - s->nown >= r->rdone) break;
+    } else if (io->ready) {
+      CLT_TRY(io->ready(io->user, c, &ok));
+      if (!ok) break;
     }
+    CLT_TRY(clt__tp_isend(r->comm, io->base + c->off * r->esize, c->n * r->esize, r->right, r->tag,
+                          &r->sreq[r->sent % SEND_WINDOW]));
+    r->sent++;
+    *progressed = 1;
+  }
+  return CLT_OK;
+fail:
+  return rc;
+}
 
-    /* Receives: reduce-scatter ones into a free staging slot, allgather ones
-     * straight into place once the data there has been sent on. */
-    while (rposted < s->nrecv && rposted - rdone < (size_t)rwin) {
-      const clt__ring_chunk *c = &s->recv[rposted];
-      unsigned char *dst;
-      step = c->step;
-      if (c->step < s->reduce_steps) {
-        if (rposted - rdone >= (size_t)io->nslots) break;
-        dst = io->staging + (rposted % (size_t)io->nslots) * io->slot_bytes;
-      } else {
-        if (c->dep_send >= 0 && (size_t)c->dep_send >= sdone) break;
-        dst = io->base + c->off * esize;
-      }
-      CLT_TRY(clt__tp_irecv(comm, dst, c->n * esize, left, tag, &rreq[rposted % (size_t)rwin]));
-      rposted++;
-      progressed = 1;
-    }
-
-    /* The oldest receive: check it, reduce it, pass on that it is final. */
-    if (rdone < rposted) {
-      const clt__ring_chunk *c = &s->recv[rdone];
-      clt__req *req = &rreq[rdone % (size_t)rwin];
-      step = c->step;
-      if (req->kind) {
-        size_t got = 0;
-        CLT_TRY(clt__tp_test(comm, req, &got));
-        if (rc == 1) {
-          progressed = 1;
-          if (got != c->n * esize) {
-            rc = clt__error(CLT_EMISMATCH, "rank %d sent %zu bytes where %zu were expected: are the ranks running the "
-                            "same plans in the same order?", left, got, c->n * esize);
-            goto fail;
-          }
-        }
-      }
-      ok = !req->kind;
-      if (ok && c->step < s->reduce_steps && io->ready) CLT_TRY(io->ready(io->user, c, &ok));
-      if (ok) {
-        if (c->step < s->reduce_steps) {
-          unsigned char *dst = io->base + c->off * esize;
-          io->ops->add(dst, io->staging + (rdone % (size_t)io->nslots) * io->slot_bytes, c->n);
-          if (c->step == s->reduce_steps - 1 && io->divisor > 1) io->ops->divide(dst, c->n, io->divisor);
-        }
-        if (io->final && c->step >= s->reduce_steps - 1) CLT_TRY(io->final(io->user, c));
-        rdone++;
-        progressed = 1;
-      }
-    }
-
-    /* Retire finished sends in order (a later one finishing first just
-     * waits to be counted). */
-    while (sdone < sent) {
-      CLT_TRY(clt__tp_test(comm, &sreq[sdone % SEND_WINDOW], NULL));
-      if (rc == 0) break;
-      sdone++;
-      progressed = 1;
-    }
-
-    if (progressed) {
-      clt__op_progress(op);
+/* Receives: reduce-scatter ones into a free staging slot, allgather ones
+ * straight into place once the data there has been sent on. */
+static int post_receives(ring_run *r, int *progressed) {
+  const clt__ring_sched *s = r->s;
+  const clt__ring_io *io = r->io;
+  int rc = CLT_OK;
+  while (r->rposted < s->nrecv && r->rposted - r->rdone < (size_t)r->rwin) {
+    const clt__ring_chunk *c = &s->recv[r->rposted];
+    unsigned char *dst;
+    r->step = c->step;
+    if (c->step < s->reduce_steps) {
+      if (r->rposted - r->rdone >= (size_t)io->nslots) break;
+      dst = io->staging + (r->rposted % (size_t)io->nslots) * io->slot_bytes;
     } else {
-      int peer = left;
-      if (rdone < rposted && !rreq[rdone % (size_t)rwin].kind) {
-        peer = -1; /* the data has arrived; our own device is late */
-        step = s->recv[rdone].step;
-      } else if (rdone < rposted) {
-        step = s->recv[rdone].step;
-      } else if (sdone < sent) {
-        peer = right;
-        step = sdone < s->nown ? 0 : s->recv[sdone - s->nown].step + 1;
-      } else {
-        peer = -1;
-      }
-      CLT_TRY(clt__op_idle(op, peer, io->step0 + step));
+      if (c->dep_send >= 0 && (size_t)c->dep_send >= r->sdone) break;
+      dst = io->base + c->off * r->esize;
     }
+    CLT_TRY(clt__tp_irecv(r->comm, dst, c->n * r->esize, r->left, r->tag, &r->rreq[r->rposted % (size_t)r->rwin]));
+    r->rposted++;
+    *progressed = 1;
+  }
+  return CLT_OK;
+fail:
+  return rc;
+}
+
+/* The oldest receive: check it, reduce it, pass on that it is final. */
+static int finish_oldest_receive(ring_run *r, int *progressed) {
+  const clt__ring_sched *s = r->s;
+  const clt__ring_io *io = r->io;
+  int rc = CLT_OK, ok;
+  if (r->rdone >= r->rposted) return CLT_OK;
+  const clt__ring_chunk *c = &s->recv[r->rdone];
+  clt__req *req = &r->rreq[r->rdone % (size_t)r->rwin];
+  r->step = c->step;
+  if (req->kind) {
+    size_t got = 0;
+    CLT_TRY(clt__tp_test(r->comm, req, &got));
+    if (rc == 1) {
+      *progressed = 1;
+      if (got != c->n * r->esize)
+        return clt__error(CLT_EMISMATCH, "rank %d sent %zu bytes where %zu were expected: are the ranks running the "
+                          "same plans in the same order?", r->left, got, c->n * r->esize);
+    }
+  }
+  ok = !req->kind;
+  if (ok && c->step < s->reduce_steps && io->ready) CLT_TRY(io->ready(io->user, c, &ok));
+  if (ok) {
+    if (c->step < s->reduce_steps) {
+      unsigned char *dst = io->base + c->off * r->esize;
+      io->ops->add(dst, io->staging + (r->rdone % (size_t)io->nslots) * io->slot_bytes, c->n);
+      if (c->step == s->reduce_steps - 1 && io->divisor > 1) io->ops->divide(dst, c->n, io->divisor);
+    }
+    if (io->final && c->step >= s->reduce_steps - 1) CLT_TRY(io->final(io->user, c));
+    r->rdone++;
+    *progressed = 1;
+  }
+  return CLT_OK;
+fail:
+  return rc;
+}
+
+/* Retire finished sends in order (a later one finishing first just waits
+ * to be counted). */
+static int retire_sends(ring_run *r, int *progressed) {
+  int rc = CLT_OK;
+  while (r->sdone < r->sent) {
+    CLT_TRY(clt__tp_test(r->comm, &r->sreq[r->sdone % SEND_WINDOW], NULL));
+    if (rc == 0) break;
+    r->sdone++;
+    *progressed = 1;
+  }
+  return CLT_OK;
+fail:
+  return rc;
+}
+
+/* Nothing moved: wait a little, naming whom we wait for should the wait
+ * time out (the left neighbour, the right one, or our own device). */
+static int wait_idle(ring_run *r) {
+  const clt__ring_sched *s = r->s;
+  int peer = r->left;
+  if (r->rdone < r->rposted && !r->rreq[r->rdone % (size_t)r->rwin].kind) {
+    peer = -1; /* the data has arrived; our own device is late */
+    r->step = s->recv[r->rdone].step;
+  } else if (r->rdone < r->rposted) {
+    r->step = s->recv[r->rdone].step;
+  } else if (r->sdone < r->sent) {
+    peer = r->right;
+    r->step = r->sdone < s->nown ? 0 : s->recv[r->sdone - s->nown].step + 1;
+  } else {
+    peer = -1;
+  }
+  return clt__op_idle(r->op, peer, r->io->step0 + r->step);
+}
+
+int clt__ring_exec(clt__op *op, const clt__ring_sched *s, const clt__ring_io *io) {
+  int rc = CLT_OK;
+  if (s->total_steps == 0) return CLT_OK;
+  ring_run r = {.op = op, .comm = op->comm, .s = s, .io = io};
+  r.left = ring_mod(s->rank - 1, s->size), r.right = ring_mod(s->rank + 1, s->size);
+  if (io->peers) r.left = io->peers[r.left], r.right = io->peers[r.right];
+  r.tag = clt__op_tag(op, io->tag_phase);
+  r.esize = io->ops ? io->ops->esize : 1;
+  r.rwin = io->nslots > COPY_WINDOW ? io->nslots : COPY_WINDOW;
+  if (r.rwin > MAX_WINDOW)
+    return clt__error(CLT_EINTERNAL, "ring: %d staging slots (at most %d)", io->nslots, MAX_WINDOW);
+
+  while (r.rdone < s->nrecv || r.sdone < s->nsend) {
+    int progressed = 0;
+    CLT_TRY(post_sends(&r, &progressed));
+    CLT_TRY(post_receives(&r, &progressed));
+    CLT_TRY(finish_oldest_receive(&r, &progressed));
+    CLT_TRY(retire_sends(&r, &progressed));
+    if (progressed)
+      clt__op_progress(op);
+    else
+      CLT_TRY(wait_idle(&r));
   }
   return CLT_OK;
 
 fail:
-  for (int i = 0; i < SEND_WINDOW; i++) clt__tp_abandon(comm, &sreq[i]);
-  for (int i = 0; i < MAX_WINDOW; i++) clt__tp_abandon(comm, &rreq[i]);
+  for (int i = 0; i < SEND_WINDOW; i++) clt__tp_abandon(r.comm, &r.sreq[i]);
+  for (int i = 0; i < MAX_WINDOW; i++) clt__tp_abandon(r.comm, &r.rreq[i]);
   if (rc == CLT_ETIMEDOUT) return rc;
-  return clt__op_break(op, clt__op_error(op, io->step0 + step, rc));
+  return clt__op_break(op, clt__op_error(op, io->step0 + r.step, rc));
 }
 
 /* ---- the staging order ---------------------------------------------------------- */

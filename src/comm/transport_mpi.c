@@ -339,12 +339,102 @@ static int mpi_running(const char *fn) {
   return flag ? clt__error(CLT_EINVAL, "%s: MPI is already finalised", fn) : CLT_OK;
 }
 
+/* The library's own duplicate of the caller's communicator, with errors
+ * returned. */
+static int duplicate(MPI_Comm user_comm, clt_comm *comm, struct clt__mpi **mp) {
+  struct clt__mpi *m = *mp;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc, e;
+  if ((e = MPI_Comm_idup(user_comm, &m->comm, &req)) != MPI_SUCCESS)
+    return mpi_error(e, "MPI_Comm_idup on", comm->rank);
+  if ((rc = wait_for_dup(comm, &req)) < 0) {
+    /* The duplicate is still being made and may not be freed: leave it
+     * (and its state) to MPI_Finalize or MPI_Abort. */
+    *mp = NULL;
+    return rc;
+  }
+  comm->mpi = m;
+  MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  return CLT_OK;
+}
+
+/* Tags: the top one is for timeout diagnoses, the rest carry operation
+ * numbers. MPI guarantees at least 32767. */
+static void set_tags(clt_comm *comm, MPI_Comm mc) {
+  int *tag_ub = NULL, ub = 32767, flag = 0;
+  if (MPI_Comm_get_attr(mc, MPI_TAG_UB, &tag_ub, &flag) == MPI_SUCCESS && flag && tag_ub) ub = *tag_ub;
+  comm->diag_tag = ub;
+  comm->tag_ops = (ub - 1) / CLT__TAG_PHASES;
+}
+
+/* This rank's node, named by its lowest rank, and whether every rank has a
+ * core of its own (own_cores). Every rank is here (the duplicate
+ * finished), so these blocking calls cannot wait on an absent rank. */
+static int find_node(clt_comm *comm, MPI_Comm mc, int *lowest) {
+  MPI_Comm local = MPI_COMM_NULL;
+  int e;
+  *lowest = comm->rank;
+  if ((e = MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS ||
+      (e = MPI_Allreduce(MPI_IN_PLACE, lowest, 1, MPI_INT, MPI_MIN, local)) != MPI_SUCCESS)
+    return mpi_error(e, "MPI_Comm_split_type on", comm->rank);
+  if ((e = own_cores(comm, mc, local)) != MPI_SUCCESS)
+    return mpi_error(e, "counting the cores of the node on", comm->rank);
+  MPI_Comm_free(&local);
+  return CLT_OK;
+}
+
+/* Every rank learns every rank's node (*node_of), and keeps a copy of it
+ * (*real): the nodes that really share memory, before CLT_NODE_SIZE's
+ * pretend ones replace them. */
+static int gather_nodes(clt_comm *comm, MPI_Comm mc, int lowest, int **node_of, int **real) {
+  int e;
+  if (!(*node_of = clt__calloc((size_t)comm->size, sizeof **node_of))) return CLT_ENOMEM;
+  if ((e = MPI_Allgather(&lowest, 1, MPI_INT, *node_of, 1, MPI_INT, mc)) != MPI_SUCCESS)
+    return mpi_error(e, "MPI_Allgather of the nodes on", comm->rank);
+  if (!(*real = clt__calloc((size_t)comm->size, sizeof **real))) return CLT_ENOMEM;
+  memcpy(*real, *node_of, (size_t)comm->size * sizeof **real);
+  return CLT_OK;
+}
+
+/* Pretend nodes: every rank must pretend the same (one flag and the
+ * layout's hash each), or every rank fails the same way. *hashes (size
+ * entries) is left to the caller. */
+static int agree_on_layout(clt_comm *comm, MPI_Comm mc, int *node_of, uint64_t **hashes, int *pretend) {
+  int e, env_rc = clt__layout_env(comm->size, node_of, pretend);
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)(env_rc < 0);
+  for (int r = 0; r < comm->size; r++) h = (h ^ (uint64_t)node_of[r]) * 1099511628211ull;
+  if (!(*hashes = clt__calloc((size_t)comm->size, sizeof **hashes))) return CLT_ENOMEM;
+  if ((e = MPI_Allgather(&h, 1, MPI_UINT64_T, *hashes, 1, MPI_UINT64_T, mc)) != MPI_SUCCESS)
+    return mpi_error(e, "MPI_Allgather of the node layouts on", comm->rank);
+  if (env_rc < 0) return clt__error_prefix(env_rc, "rank %d", comm->rank);
+  for (int r = 1; r < comm->size; r++)
+    if ((*hashes)[r] != (*hashes)[0]) {
+      const char *v = getenv("CLT_NODE_SIZE");
+      return clt__error(CLT_EMISMATCH, "rank %d: the ranks disagree on the nodes: rank %d sees another layout than "
+                                       "rank 0 (CLT_NODE_SIZE='%s' here, or a rank failed on its own): every rank "
+                                       "must set the same CLT_NODE_SIZE, or none", comm->rank, r, v ? v : "");
+    }
+  return CLT_OK;
+}
+
+/* Whether the ranks of each node share memory: pretend nodes inside one
+ * real node can use a shared window too. first (size entries, scratch)
+ * gets the real node of node k's first rank (node ids are below size). */
+static int nodes_share_memory(int size, const int *node_of, const int *real, uint64_t *first) {
+  int capable = 1;
+  for (int r = 0; r < size; r++) first[r] = UINT64_MAX;
+  for (int r = 0; r < size; r++) {
+    uint64_t *f = &first[node_of[r]];
+    if (*f == UINT64_MAX) *f = (uint64_t)real[r];
+    if (*f != (uint64_t)real[r]) capable = 0;
+  }
+  return capable;
+}
+
 int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
-  int rc = CLT_OK, e;
+  int rc = CLT_OK;
   clt_comm *comm = NULL;
   struct clt__mpi *m = NULL;
-  MPI_Comm local = MPI_COMM_NULL;
-  MPI_Request req = MPI_REQUEST_NULL;
   int *node_of = NULL, *real = NULL;
   uint64_t *hashes = NULL;
 
@@ -362,90 +452,14 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   MPI_Comm_rank(user_comm, &comm->rank);
   MPI_Comm_size(user_comm, &comm->size);
   CLT_TRY(clt__comm_init_env(comm));
-
-  if ((e = MPI_Comm_idup(user_comm, &m->comm, &req)) != MPI_SUCCESS) {
-    rc = mpi_error(e, "MPI_Comm_idup on", comm->rank);
-    goto fail;
-  }
-  if ((rc = wait_for_dup(comm, &req)) < 0) {
-    /* The duplicate is still being made and may not be freed: leave it
-     * (and its state) to MPI_Finalize or MPI_Abort. */
-    m = NULL;
-    goto fail;
-  }
-  comm->mpi = m;
-  MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-
-  /* Tags: the top one is for timeout diagnoses, the rest carry operation
-   * numbers. MPI guarantees at least 32767. */
-  int *tag_ub = NULL, ub = 32767, flag = 0;
-  if (MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &tag_ub, &flag) == MPI_SUCCESS && flag && tag_ub) ub = *tag_ub;
-  comm->diag_tag = ub;
-  comm->tag_ops = (ub - 1) / CLT__TAG_PHASES;
-
-  /* Every rank is here now (the duplicate finished), so these blocking
-   * calls cannot wait on an absent rank. A node is named by its lowest
-   * rank; every rank learns every rank's node. */
-  int lowest = comm->rank, pretend = 0;
-  if ((e = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &local)) != MPI_SUCCESS ||
-      (e = MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, local)) != MPI_SUCCESS) {
-    rc = mpi_error(e, "MPI_Comm_split_type on", comm->rank);
-    goto fail;
-  }
-  if ((e = own_cores(comm, m->comm, local)) != MPI_SUCCESS) {
-    rc = mpi_error(e, "counting the cores of the node on", comm->rank);
-    goto fail;
-  }
-  MPI_Comm_free(&local);
-  if (!(node_of = clt__calloc((size_t)comm->size, sizeof *node_of))) {
-    rc = CLT_ENOMEM;
-    goto fail;
-  }
-  if ((e = MPI_Allgather(&lowest, 1, MPI_INT, node_of, 1, MPI_INT, m->comm)) != MPI_SUCCESS) {
-    rc = mpi_error(e, "MPI_Allgather of the nodes on", comm->rank);
-    goto fail;
-  }
-  /* Ranks that share memory: pretend nodes inside one real node can use
-   * a shared window too. */
-  if (!(real = clt__calloc((size_t)comm->size, sizeof *real))) {
-    rc = CLT_ENOMEM;
-    goto fail;
-  }
-  memcpy(real, node_of, (size_t)comm->size * sizeof *real);
-  /* Pretend nodes: every rank must pretend the same (one flag and the
-   * layout's hash each), or every rank fails the same way. */
-  int env_rc = clt__layout_env(comm->size, node_of, &pretend);
-  uint64_t h = 1469598103934665603ull ^ (uint64_t)(env_rc < 0);
-  for (int r = 0; r < comm->size; r++) h = (h ^ (uint64_t)node_of[r]) * 1099511628211ull;
-  if (!(hashes = clt__calloc((size_t)comm->size, sizeof *hashes))) {
-    rc = CLT_ENOMEM;
-    goto fail;
-  }
-  if ((e = MPI_Allgather(&h, 1, MPI_UINT64_T, hashes, 1, MPI_UINT64_T, m->comm)) != MPI_SUCCESS) {
-    rc = mpi_error(e, "MPI_Allgather of the node layouts on", comm->rank);
-    goto fail;
-  }
-  if (env_rc < 0) {
-    rc = clt__error_prefix(env_rc, "rank %d", comm->rank);
-    goto fail;
-  }
-  for (int r = 1; r < comm->size; r++)
-    if (hashes[r] != hashes[0]) {
-      const char *v = getenv("CLT_NODE_SIZE");
-      rc = clt__error(CLT_EMISMATCH, "rank %d: the ranks disagree on the nodes: rank %d sees another layout than "
-                                     "rank 0 (CLT_NODE_SIZE='%s' here, or a rank failed on its own): every rank "
-                                     "must set the same CLT_NODE_SIZE, or none", comm->rank, r, v ? v : "");
-      goto fail;
-    }
+  CLT_TRY(duplicate(user_comm, comm, &m));
+  set_tags(comm, m->comm);
+  int lowest, pretend = 0;
+  CLT_TRY(find_node(comm, m->comm, &lowest));
+  CLT_TRY(gather_nodes(comm, m->comm, lowest, &node_of, &real));
+  CLT_TRY(agree_on_layout(comm, m->comm, node_of, &hashes, &pretend));
   CLT_TRY(clt__layout_make(comm, node_of));
-  /* hashes[k]: the real node of node k's first rank (node ids are below size). */
-  comm->shm_capable = 1;
-  for (int r = 0; r < comm->size; r++) hashes[r] = UINT64_MAX;
-  for (int r = 0; r < comm->size; r++) {
-    uint64_t *first = &hashes[node_of[r]];
-    if (*first == UINT64_MAX) *first = (uint64_t)real[r];
-    if (*first != (uint64_t)real[r]) comm->shm_capable = 0;
-  }
+  comm->shm_capable = nodes_share_memory(comm->size, node_of, real, hashes);
   free(node_of);
   free(hashes);
   free(real);
