@@ -44,7 +44,7 @@ train() { # NAME NP ZERO
 # backward ran (comm_s x (1 - comm_hidden)). A shared machine's bursts land
 # on some steps and inflate a mean several-fold; the median step is what
 # the exchange costs. A CPU device copies each bucket out on the compute
-# queue as the backward closes it (clt__replica_copy_out), so the exchange
+# queue as the backward closes it (clt__dp_rep_copy_out), so the exchange
 # starts from the copy; CLT_COPY_OUT=0 measures the GPUs' way instead (the
 # exchange reads on its own queue: on a CPU device of one thread the reads
 # then take turns with the backward's kernels queued ahead of them, which

@@ -230,10 +230,9 @@ fail:
  * (collective: every rank then holds it all). */
 int clt__dp_get_state(void *self, float *params, float *state, int everywhere) {
   clt__dp *dp = self;
-  int rc = CLT_OK, per = state_per_param(dp), n;
+  int rc = CLT_OK, per = state_per_param(dp);
   int64_t P = clt_model_param_count(dp->local);
   float *shard = NULL;
-  (void)n;
   if (dp->rank == 0 || everywhere) {
     clt_tensor p = clt__replica_params(dp->rep[0]);
     CLT_TRY(clt__dp_sync_replicas(dp, 0));

@@ -33,7 +33,7 @@
  * shard's gradient (shard_params floats, packed like the state): so no
  * replica needs a P-float gradient arena, only a small pool of bucket
  * buffers that the backward writes into and reuses once the host has read
- * a bucket out (model/replica_pool.c; DeepSpeed's contiguous gradient
+ * a bucket out (replica_buckets.c; DeepSpeed's contiguous gradient
  * buckets). clt__grad_pool_make assigns the slots: the fewest the backward
  * needs open at once (1; 2 with tied weights, whose bucket stays open from
  * the output layer down to the embedding), plus one spare so that the
