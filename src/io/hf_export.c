@@ -115,6 +115,10 @@ int clt_hf_gpt2_export(const char *model_path, const char *weights_path, const c
                         "another directory", made[i], in[j]);
         goto fail;
       }
+  /* Both can be written (a FIFO as config.json would otherwise be found
+   * only after model.safetensors was replaced). */
+  CLT_TRY(clt_check_output(st_path, CLT_OUTPUT_FILE));
+  CLT_TRY(clt_check_output(cfg_path, CLT_OUTPUT_FILE));
   /* transformers refuses a safetensors file without format "pt". */
   const char *meta[] = {"format", "pt", NULL};
   CLT_TRY(clt__st_write(st_path, out, n, meta));

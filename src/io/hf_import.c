@@ -406,6 +406,8 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
   const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", text, "step", "0",
                         "source", "hugging face gpt2", NULL};
   CLT_TRY(check_outputs(&fs, cfg_path, model_path, weights_path));
+  CLT_TRY(clt_check_output(weights_path, CLT_OUTPUT_FILE)); /* both, before either is written */
+  CLT_TRY(clt_check_output(model_path, CLT_OUTPUT_FILE));
   CLT_TRY(clt__st_write(weights_path, out, nw, meta));
   CLT_TRY(clt__hf_write_text(model_path, text));
 fail:

@@ -5,8 +5,9 @@
 #   - an output that is not a regular file (a FIFO here; a device node in a
 #     private tmpfs under `unshare -m`, never the real /dev, where this
 #     machine lets us) through --save, --trace, --metrics, export, tokenize
-#     -o, hf import -o, or a symbolic link to one: refused before the first
-#     step, exit 1, naming the path and what it is;
+#     -o, hf import -o, hf export -o, bench allreduce --fit, or a symbolic
+#     link to one: refused before the first step, exit 1, naming the path
+#     and what it is;
 #   - a symbolic link to a regular file: followed, the link kept;
 #   - two of a command's inputs and outputs that are one file (the same
 #     inode, or the same path not yet there): --resume C --save C, --metrics
@@ -92,6 +93,8 @@ says "$fifo is a FIFO" "tokenize names the FIFO"; kind "$fifo" fifo "tokenize"
 run 1 "tokenize --val-output a FIFO" -- tokenize "$tmp/a.txt" -o "$tmp/t.bin" --val-fraction 0.5 --val-output "$fifo"
 says "$fifo is a FIFO" "tokenize names the FIFO"; kind "$fifo" fifo "tokenize --val-output"
 [ -e "$tmp/t.bin" ] && { echo "FAIL: tokenize wrote -o before refusing --val-output"; fail=1; }
+run 1 "bench allreduce --fit a FIFO" -- bench allreduce --fit "$fifo"
+says "$fifo is a FIFO" "bench allreduce names the FIFO"; kind "$fifo" fifo "bench allreduce --fit"
 ln -s fifo "$tmp/imp.safetensors"
 run 1 "hf import -o onto a FIFO" -- hf import "$tmp/nohf" -o "$tmp/imp"
 says "$tmp/imp.safetensors is a symbolic link to $fifo, a FIFO" "hf import names the FIFO"
@@ -201,6 +204,11 @@ if [ -f "$tmp/hf/model.safetensors" ]; then
   run 2 "hf export --weights DIR/model.safetensors -o DIR" -- hf export "$tmp/g.model" --weights "$tmp/hf2/model.safetensors" -o "$tmp/hf2"
   says "writing $tmp/hf2/model.safetensors would replace $tmp/hf2/model.safetensors, which the export reads" "hf export names its input"
   same "$tmp/hf2/model.safetensors" "$tmp/g.safetensors" "hf export: the weights are as they were"
+  # A FIFO as config.json: refused before model.safetensors is replaced.
+  rm -f "$tmp/hf/config.json"; mkfifo "$tmp/hf/config.json"
+  run 1 "hf export with a FIFO as DIR/config.json" -- hf export "$tmp/g.model" --weights "$tmp/g.safetensors" -o "$tmp/hf"
+  says "$tmp/hf/config.json is a FIFO" "hf export names the FIFO"; kind "$tmp/hf/config.json" fifo "hf export"
+  same "$tmp/hf/model.safetensors" "$tmp/hfmodel.orig" "hf export: model.safetensors is as it was"
 else
   echo "FAIL: could not make a Hugging Face directory to import:"; sed 's/^/  /' "$err"; fail=1
 fi
