@@ -917,7 +917,8 @@ typedef struct clt_train_options {
   int64_t eval_every;             /* also evaluate every N steps (into that step's event, which is then
                                      emitted whatever log_every says); 0: after each epoch only */
   int64_t log_every;              /* a step event every N steps (50) */
-  const char *metrics_path;       /* JSON Lines written by rank 0; NULL: none */
+  const char *metrics_path;       /* JSON Lines appended by rank 0 (a regular file, or a symbolic link
+                                     to one; made if missing); NULL: none */
   const char *tensorboard_dir;    /* TensorFlow event files for TensorBoard, written by rank 0 into
                                      this directory (made if missing): every event's scalars; NULL: none */
   int drop_last;                  /* leave out each epoch's last partial batch */
@@ -937,7 +938,10 @@ typedef struct clt_train_options {
   int64_t check_every;            /* compare parameter checksums of all replicas every N steps
                                      (100); 0: never */
   /* checkpoints (see clt_trainer_save_checkpoint and doc/checkpoint.md) */
-  const char *checkpoint_dir;     /* fit() writes DIR/ckpt-<step>.safetensors here; NULL: none */
+  const char *checkpoint_dir;     /* fit() writes DIR/ckpt-<step>.safetensors here; NULL: none.
+                                     Rank 0 makes it and locks it (flock on DIR/.cltrain-lock) from
+                                     the first fit() to clt_trainer_destroy: a directory another run
+                                     or trainer holds is CLT_EIO naming its PID and host */
   int64_t checkpoint_every;       /* every N optimizer steps; 0: at the end of each epoch. Either
                                      way also when fit() ends */
   int checkpoint_keep;            /* keep the newest K in checkpoint_dir, delete older ones (3);
@@ -1234,11 +1238,20 @@ typedef enum clt_output_kind {
   CLT_OUTPUT_APPEND = 1, /* a file appended to (metrics) */
   CLT_OUTPUT_DIR = 2     /* a directory files are written into, made if missing (checkpoints) */
 } clt_output_kind;
-/* Whether path can be written as kind says, checked by doing what the
+/* Every file the library writes is written whole: a temporary file beside
+ * it (path.tmp.PID), flushed, renamed over it, the directory flushed; only
+ * nothing or a regular file is replaced. A symbolic link is followed: the
+ * regular file it leads to is replaced and the link stays. A directory, a
+ * device, a FIFO or a socket in an output's place, or a link to one or to
+ * nothing, is CLT_EIO naming the path and what is there, and nothing is
+ * written. Appending (metrics) likewise only to a regular file.
+ *
+ * Whether path can be written as kind says, checked by doing what the
  * writer will do (creating its temporary file in the directory, then
  * removing it): CLT_OK, or CLT_EIO naming the path and the reason: a
- * directory in a file's place, a missing or read-only directory, no
- * permission, a name or path too long. Call it before long work whose
+ * directory, device, FIFO or socket in a file's place, a missing or
+ * read-only directory, no permission, a name or path too long, a directory
+ * another run has locked (checkpoint_dir). Call it before long work whose
  * result goes there; fit() checks its metrics file and checkpoint
  * directory itself before the first step. */
 CLT_API int clt_check_output(const char *path, clt_output_kind kind);

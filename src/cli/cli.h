@@ -48,6 +48,25 @@ const char *cli_optimizer_decays(char *buf, size_t size);
 /* "1.5 GiB": bytes for messages, into buf (returned). */
 const char *cli_bytes(double b, char *buf, size_t size);
 
+/* ---- a command's files (cli_paths.c) ------------------------------------ */
+
+/* One of a command's files: the option (or operand) that names it, its
+ * path (NULL: not given) and whether the command writes it. */
+typedef struct cli_file {
+  const char *opt, *path;
+  int output;
+} cli_file;
+/* Whether a and b are one file: the same device and inode where both exist
+ * (links included), else the same absolute path. */
+int cli_same_file(const char *a, const char *b);
+/* CLI_EXIT_OK, or CLI_EXIT_USAGE after naming the first two of files that
+ * are one file where at least one of them is an output. */
+int cli_check_distinct(const char *cmd, const cli_file *files, int n);
+/* Write text to path whole (a temporary file beside it, renamed over it;
+ * a symbolic link's regular file is replaced): CLI_EXIT_OK, or
+ * CLI_EXIT_ERROR after saying why, path left as it was. */
+int cli_write_whole(const char *path, const char *text);
+
 /* Discover devices and apply the spec (NULL: CLT_DEVICES, else all). */
 int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 

@@ -318,6 +318,8 @@ int cli_bench_fit(const char *path, size_t chunk_bytes) {
   int rc;
   if ((rc = cli_comm_create(&comm)) < 0) return cli_comm_fail(NULL, rc, "making the communicator");
   int n = clt_comm_size(comm), rank = clt_comm_rank(comm), ec = CLI_EXIT_OK;
+  /* Rank 0 writes FILE: find out before measuring whether it can. */
+  if (rank == 0 && (rc = clt_check_output(path, CLT_OUTPUT_FILE)) < 0) return cli_comm_fail(comm, rc, "--fit");
   double alpha[2] = {0, 0}, beta[2] = {0, 0}, gamma = fit_gamma();
   int peer[2] = {-1, -1};
 #ifdef HAVE_MPI
@@ -374,10 +376,11 @@ int cli_bench_fit(const char *path, size_t chunk_bytes) {
       json_object_set_new(doc, key, json_integer((json_int_t)f->chunk));
       snprintf(key, sizeof key, "%s_fit", name), json_object_set_new(doc, key, sizes);
     }
-    if (json_dump_file(doc, path, JSON_INDENT(2)) != 0) {
-      fprintf(stderr, "cltrain bench allreduce: --fit: cannot write '%s'\n", path);
-      ec = CLI_EXIT_ERROR;
-    } else {
+    char *text = json_dumps(doc, JSON_INDENT(2));
+    ec = text ? cli_write_whole(path, text) : CLI_EXIT_ERROR;
+    if (!text) fprintf(stderr, "cltrain bench allreduce: --fit: out of memory writing '%s'\n", path);
+    free(text);
+    if (ec == CLI_EXIT_OK) {
       printf("# cost model written to %s (%s): load it with CLT_COMM_MODEL=%s\n", path, note, path);
       printf("alpha_intra %.3g s  beta_intra %.3g s/B (%.2f GB/s)\n", alpha[0], beta[0], beta[0] > 0 ? 1e-9 / beta[0] : 0);
       printf("alpha_inter %.3g s  beta_inter %.3g s/B (%.2f GB/s)\n", alpha[1], beta[1], beta[1] > 0 ? 1e-9 / beta[1] : 0);

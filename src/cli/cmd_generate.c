@@ -156,7 +156,8 @@ int cmd_generate(int argc, char **argv) {
     ec = CLI_EXIT_ERROR;
     goto out;
   }
-  if ((rc = cli_select_devices(devices ? devices : "0", &all, &one)) < 0) { ec = cli_fail(rc, "devices"); goto out; }
+  /* An exit code, said already (no driver, no device: 3), as for every command. */
+  if ((ec = cli_select_devices(devices ? devices : "0", &all, &one)) != CLI_EXIT_OK) goto out;
   clt_train_options o;
   clt_train_options_defaults(&o);
   o.batch = 1;

@@ -81,7 +81,9 @@ static int hf_import(int argc, char **argv) {
   if (model && weights) {
     snprintf(model, len, "%s.model", prefix);
     snprintf(weights, len, "%s.safetensors", prefix);
-    rc = clt_hf_gpt2_import(argv[optind], (int)context, model, weights);
+    rc = clt_check_output(model, CLT_OUTPUT_FILE);
+    if (rc == CLT_OK) rc = clt_check_output(weights, CLT_OUTPUT_FILE);
+    if (rc == CLT_OK) rc = clt_hf_gpt2_import(argv[optind], (int)context, model, weights);
   }
   if (rc == CLT_OK) printf("cltrain: imported %s as %s and %s\n", argv[optind], model, weights);
   free(model);

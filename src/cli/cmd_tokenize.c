@@ -84,6 +84,25 @@ static int write_shard(const char *path, const unsigned char *text, int64_t n, i
   return CLI_EXIT_OK;
 }
 
+/* Before reading: the shards can be written (a regular file or nothing
+ * there, its directory writable), and none of them is one of the texts or
+ * the other shard. */
+static int check_files(int argc, char **argv, const char *output, const char *val_output) {
+  cli_file f[2 + 64];
+  int n = 0, rc;
+  f[n++] = (cli_file){"--output", output, 1};
+  f[n++] = (cli_file){"--val-output", val_output, 1};
+  for (int i = 0; i < 2; i++)
+    if (f[i].path && (rc = clt_check_output(f[i].path, CLT_OUTPUT_FILE)) < 0) return cli_fail(rc, f[i].opt);
+  for (int i = optind; i < argc; i += 64) { /* the texts, 64 at a time */
+    int m = n;
+    for (int j = i; j < argc && j < i + 64; j++)
+      if (strcmp(argv[j], "-") != 0) f[m++] = (cli_file){"TEXT", argv[j], 0};
+    if ((rc = cli_check_distinct("tokenize", f, m)) != CLI_EXIT_OK) return rc;
+  }
+  return CLI_EXIT_OK;
+}
+
 int cmd_tokenize(int argc, char **argv) {
   enum { O_VAL_FRACTION = 256, O_VAL_OUTPUT };
   static const struct option opts[] = {{"output", required_argument, 0, 'o'},
@@ -125,14 +144,12 @@ int cmd_tokenize(int argc, char **argv) {
                                                           : "--val-fraction needs --val-output FILE");
     return CLI_EXIT_USAGE;
   }
-  if (val_output && strcmp(val_output, output) == 0) {
-    fprintf(stderr, "cltrain: tokenize: --val-output and --output are both %s\n", output);
-    return CLI_EXIT_USAGE;
-  }
+  int ec = check_files(argc, argv, output, val_output);
+  if (ec != CLI_EXIT_OK) return ec;
 
   unsigned char *text = NULL;
   size_t len = 0, cap = 0;
-  int ec = CLI_EXIT_ERROR;
+  ec = CLI_EXIT_ERROR;
   for (int i = optind; i < argc; i++)
     if (read_text(argv[i], &text, &len, &cap) < 0) goto done;
   if (len == 0) {

@@ -553,6 +553,56 @@ static int check_batch(const train_args *a, const session *s) {
   return CLI_EXIT_OK;
 }
 
+/* Whether path names a checkpoint of dir (DIR/ckpt-*.safetensors), which
+ * the run may write over or remove (--keep). */
+static int names_checkpoint(const char *path, const char *dir) {
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  size_t n = strlen(base);
+  if (!dir || strncmp(base, "ckpt-", 5) != 0 || n < 17 || strcmp(base + n - 12, ".safetensors") != 0) return 0;
+  char parent[PATH_MAX];
+  snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
+  return cli_same_file(parent, dir);
+}
+
+/* No two of the run's inputs and outputs are one file (rank 0, which
+ * writes every output; after the data are open, so their files are known,
+ * and before anything is written). --weights and --save may not be one
+ * file either: see cltrain(1). */
+static int check_files(const train_args *a, const session *s) {
+  enum { MAX_FILES = 16 };
+  static const char *const idx[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                                    "t10k-labels-idx1-ubyte"};
+  char names[8][PATH_MAX];
+  cli_file f[MAX_FILES + 8];
+  int n = 0, k = 0;
+  f[n++] = (cli_file){"--save", a->save, 1};
+  f[n++] = (cli_file){"--metrics", a->o.metrics_path, 1};
+  f[n++] = (cli_file){"--trace", a->trace, 1};
+  f[n++] = (cli_file){"MODEL", a->model, 0};
+  f[n++] = (cli_file){"--weights", a->weights, 0};
+  f[n++] = (cli_file){"--resume", a->resume && strcmp(a->resume, "latest") ? a->resume : NULL, 0};
+  if (a->vocab) { /* token files: the ones opened */
+    f[n++] = (cli_file){"--data", s->train ? clt_dataset_path(s->train) : NULL, 0};
+    f[n++] = (cli_file){"--val", s->test ? clt_dataset_path(s->test) : NULL, 0};
+  } else { /* an IDX directory's files, as the reader looks for them */
+    const char *dir = a->data ? a->data : DEFAULT_DATA;
+    for (int i = 0; i < 4; i++)
+      for (int gz = 0; gz < 2; gz++) {
+        snprintf(names[k], sizeof names[k], "%s/%s%s", dir, idx[i], gz ? ".gz" : "");
+        if (access(names[k], F_OK) == 0) f[n++] = (cli_file){"--data", names[k++], 0};
+      }
+  }
+  int ec = cli_check_distinct("train", f, n);
+  for (int i = 0; ec == CLI_EXIT_OK && i < 3; i++)
+    if (f[i].path && names_checkpoint(f[i].path, a->o.checkpoint_dir)) {
+      fprintf(stderr, "cltrain train: %s %s names a checkpoint of --checkpoint-dir %s, which the run writes and "
+                      "removes (--keep); write %s to another file\n", f[i].opt, f[i].path, a->o.checkpoint_dir,
+              f[i].opt);
+      ec = CLI_EXIT_USAGE;
+    }
+  return ec;
+}
+
 static void session_close(session *s) {
   clt_trainer_destroy(s->tr);
   clt_dataset_destroy(s->train);
@@ -622,6 +672,7 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   }
   if ((ec = session_open(&a, comm, &s)) != CLI_EXIT_OK) goto out;
   if ((ec = check_batch(&a, &s)) != CLI_EXIT_OK) goto out;
+  if (clt_comm_rank(comm) == 0 && (ec = check_files(&a, &s)) != CLI_EXIT_OK) goto out;
   a.o.callback = progress;
   a.o.callback_user = &a;
   int64_t per_epoch = (clt_dataset_count(s.train) + a.o.batch - 1) / a.o.batch;
@@ -760,7 +811,9 @@ int cmd_export(int argc, char **argv) {
     fprintf(stderr, "usage: cltrain export CHECKPOINT OUT.safetensors\n");
     return CLI_EXIT_USAGE;
   }
-  int rc = clt_checkpoint_export(argv[1], argv[2]);
+  /* OUT first: a device, a FIFO, a missing directory are refused before the checkpoint is read. */
+  int rc = clt_check_output(argv[2], CLT_OUTPUT_FILE);
+  if (rc == CLT_OK) rc = clt_checkpoint_export(argv[1], argv[2]);
   if (rc < 0) return cli_fail(rc, "export");
   printf("cltrain: wrote the weights of %s to %s\n", argv[1], argv[2]);
   return CLI_EXIT_OK;

@@ -91,6 +91,20 @@ static inline void clt__put_le64(unsigned char *p, uint64_t v) {
  * path and the reason. */
 int clt__gz_write_all(gzFile gz, const char *path, const void *buf, size_t n);
 
+/* A file written whole through zlib (core/outfile.h's rules): into a
+ * temporary file beside path (or beside the regular file a symbolic link
+ * leads to), gzip-compressed when path ends in .gz, flushed and renamed
+ * over it by commit; nothing but a regular file is replaced, and a failure
+ * leaves what was at path as it was. abort (also after a failed commit: a
+ * no-op then) removes the temporary file. */
+typedef struct clt__gz_out {
+  gzFile gz;
+  char *target, *tmp;
+} clt__gz_out;
+int clt__gz_out_open(clt__gz_out *o, const char *path);
+int clt__gz_out_commit(clt__gz_out *o, const char *path);
+void clt__gz_out_abort(clt__gz_out *o);
+
 /* "28x28" into buf. */
 const char *clt__dims_str(int ndims, const int64_t *dims, char *buf, size_t len);
 

@@ -6,12 +6,15 @@
  * float32 samples, int32 labels, nothing after. Plain or gzip, via zlib.
  */
 #include "data/data.h"
+#include "core/outfile.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define RAW_MAGIC "CLTRAW1"  /* 8 bytes with its NUL */
 #define RAW_VERSION 1u
@@ -165,6 +168,49 @@ int clt__gz_write_all(gzFile gz, const char *path, const void *buf, size_t n) {
   return CLT_OK;
 }
 
+int clt__gz_out_open(clt__gz_out *o, const char *path) {
+  int rc;
+  size_t len = strlen(path);
+  int compress = len > 3 && strcmp(path + len - 3, ".gz") == 0;
+  memset(o, 0, sizeof *o);
+  if ((rc = clt__output_resolve(NULL, path, &o->target)) < 0) return rc;
+  if (!(o->tmp = clt__tmp_path(o->target))) {
+    clt__gz_out_abort(o);
+    return CLT_ENOMEM;
+  }
+  errno = 0;
+  if (!(o->gz = gzopen(o->tmp, compress ? "wb6" : "wbT"))) {
+    rc = clt__error(CLT_EIO, "%s: cannot create %s: %s", path, o->tmp, errno ? strerror(errno) : "zlib failed");
+    clt__gz_out_abort(o);
+  }
+  return rc;
+}
+
+int clt__gz_out_commit(clt__gz_out *o, const char *path) {
+  int zerr = gzclose_w(o->gz), rc = CLT_OK;
+  o->gz = NULL;
+  if (zerr != Z_OK)
+    rc = clt__error(CLT_EIO, "%s: finishing the file failed: %s", path, zerr == Z_ERRNO ? strerror(errno) : zError(zerr));
+  int fd = rc == CLT_OK ? open(o->tmp, O_RDONLY) : -1;
+  if (rc == CLT_OK && (fd < 0 || fsync(fd) != 0))
+    rc = clt__error(CLT_EIO, "%s: flushing %s failed: %s", path, o->tmp, strerror(errno));
+  if (fd >= 0) close(fd);
+  if (rc == CLT_OK) {
+    rc = clt__output_replace(o->tmp, o->target); /* removes tmp when it fails */
+    free(o->tmp);
+    o->tmp = NULL;
+  }
+  clt__gz_out_abort(o);
+  return rc;
+}
+
+void clt__gz_out_abort(clt__gz_out *o) {
+  if (o->gz) gzclose_w(o->gz);
+  if (o->tmp) unlink(o->tmp);
+  free(o->tmp), free(o->target);
+  memset(o, 0, sizeof *o);
+}
+
 /* n 32-bit words as little-endian bytes, through a bounded staging buffer. */
 static int write_le32_words(gzFile gz, const char *path, const void *words, uint64_t n) {
   unsigned char buf[65536];
@@ -187,7 +233,7 @@ static int write_le32_words(gzFile gz, const char *path, const void *words, uint
 int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int64_t *dims, int num_classes,
                           const float *x, const int32_t *y) {
   int rc = CLT_OK;
-  gzFile gz = NULL;
+  clt__gz_out out = {0};
   unsigned char head[28 + 8 * CLT_DATASET_MAX_DIMS];
   int64_t F = 1, bad_sample, bad_pos;
 
@@ -211,12 +257,8 @@ int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int6
       return clt__error(CLT_EINVAL, "%s: label %d at index %lld is not in [0, %d)", path, (int)y[i], (long long)i,
                         num_classes);
 
-  size_t len = strlen(path);
-  int compress = len > 3 && strcmp(path + len - 3, ".gz") == 0;
-  errno = 0;
-  gz = gzopen(path, compress ? "wb6" : "wbT");
-  if (!gz)
-    return clt__error(CLT_EIO, "%s: cannot create: %s", path, errno ? strerror(errno) : "zlib failed");
+  CLT_TRY(clt__gz_out_open(&out, path));
+  gzFile gz = out.gz;
   memcpy(head, RAW_MAGIC, 8);
   clt__put_le32(head + 8, RAW_VERSION);
   clt__put_le64(head + 12, (uint64_t)count);
@@ -226,14 +268,9 @@ int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int6
   CLT_TRY(clt__gz_write_all(gz, path, head, 28 + 8 * (size_t)ndims));
   CLT_TRY(write_le32_words(gz, path, x, (uint64_t)count * (uint64_t)F));
   CLT_TRY(write_le32_words(gz, path, y, (uint64_t)count));
-  int zerr = gzclose_w(gz);
-  gz = NULL;
-  if (zerr != Z_OK)
-    return clt__error(CLT_EIO, "%s: finishing the file failed: %s", path,
-                      zerr == Z_ERRNO ? strerror(errno) : zError(zerr));
-  return CLT_OK;
+  return clt__gz_out_commit(&out, path);
 
 fail:
-  if (gz) gzclose_w(gz);
+  clt__gz_out_abort(&out);
   return rc;
 }

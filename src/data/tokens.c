@@ -300,7 +300,7 @@ static int write_tokens(gzFile gz, const char *path, const uint32_t *tokens, int
 
 int clt_tokens_write(const char *path, const uint32_t *tokens, int64_t n, int wide) {
   int rc = CLT_OK;
-  gzFile gz = NULL;
+  clt__gz_out out = {0};
   unsigned char head[4 * HEADER_INTS] = {0};
 
   if (!path || !tokens) return clt__error(CLT_EINVAL, "clt_tokens_write: a NULL argument (path or tokens)");
@@ -313,24 +313,16 @@ int clt_tokens_write(const char *path, const uint32_t *tokens, int64_t n, int wi
     if (tokens[i] > UINT16_MAX) wide = 1;
   }
   const shard_format *f = format_of_width(wide ? 4 : 2);
-  size_t len = strlen(path);
-  int compress = len > 3 && strcmp(path + len - 3, ".gz") == 0;
-  errno = 0;
-  gz = gzopen(path, compress ? "wb6" : "wbT");
-  if (!gz) return clt__error(CLT_EIO, "%s: cannot create: %s", path, errno ? strerror(errno) : "zlib failed");
+  CLT_TRY(clt__gz_out_open(&out, path));
+  gzFile gz = out.gz;
   clt__put_le32(head, (uint32_t)f->magic);
   clt__put_le32(head + 4, (uint32_t)f->version);
   clt__put_le32(head + 8, (uint32_t)n);
   CLT_TRY(clt__gz_write_all(gz, path, head, sizeof head));
   CLT_TRY(write_tokens(gz, path, tokens, n, f->token_bytes));
-  int zerr = gzclose_w(gz);
-  gz = NULL;
-  if (zerr != Z_OK)
-    return clt__error(CLT_EIO, "%s: finishing the file failed: %s", path,
-                      zerr == Z_ERRNO ? strerror(errno) : zError(zerr));
-  return CLT_OK;
+  return clt__gz_out_commit(&out, path);
 
 fail:
-  if (gz) gzclose_w(gz);
+  clt__gz_out_abort(&out);
   return rc;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/outfile.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "model/model.h"
@@ -104,6 +105,20 @@ int clt_hf_gpt2_export(const char *model_path, const char *weights_path, const c
     rc = clt__error(CLT_ENOMEM, "out of memory writing %s", dir);
     goto fail;
   }
+  /* Neither file written is one read: --weights DIR/model.safetensors
+   * would be replaced by its own export. */
+  const char *in[2] = {model_path, weights_path}, *made[2] = {st_path, cfg_path};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++)
+      if (clt__same_file(made[i], in[j])) {
+        rc = clt__error(CLT_EINVAL, "writing %s would replace %s, which the export reads; export into "
+                        "another directory", made[i], in[j]);
+        goto fail;
+      }
+  /* Both can be written (a FIFO as config.json would otherwise be found
+   * only after model.safetensors was replaced). */
+  CLT_TRY(clt_check_output(st_path, CLT_OUTPUT_FILE));
+  CLT_TRY(clt_check_output(cfg_path, CLT_OUTPUT_FILE));
   /* transformers refuses a safetensors file without format "pt". */
   const char *meta[] = {"format", "pt", NULL};
   CLT_TRY(clt__st_write(st_path, out, n, meta));

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/outfile.h"
 #include "io/safetensors.h"
 #include "model/layer.h"
 
@@ -278,24 +279,22 @@ char *clt__hf_path(const char *dir, const char *file) {
 
 int clt__hf_write_text(const char *path, const char *text) {
   int rc = CLT_OK;
-  char *tmp = clt__st_tmp_path(path);
-  if (!tmp) return CLT_ENOMEM;
+  char *target = NULL, *tmp = NULL;
+  CLT_TRY(clt__output_resolve(NULL, path, &target));
+  if (!(tmp = clt__st_tmp_path(target))) { rc = CLT_ENOMEM; goto fail; }
   FILE *f = fopen(tmp, "w");
   if (!f) {
     rc = clt__error(CLT_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    goto out;
+    goto fail;
   }
   int bad = fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
   if (fclose(f) != 0 || bad) {
     rc = clt__error(CLT_EIO, "writing %s failed: %s", tmp, strerror(errno));
     unlink(tmp);
-    goto out;
+    goto fail;
   }
-  if (rename(tmp, path) != 0) {
-    rc = clt__error(CLT_EIO, "renaming %s to %s failed: %s", tmp, path, strerror(errno));
-    unlink(tmp);
-  }
-out:
-  free(tmp);
+  rc = clt__output_replace(tmp, target);
+fail:
+  free(tmp), free(target);
   return rc;
 }

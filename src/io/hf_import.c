@@ -9,10 +9,12 @@
 #include "io/hf_gpt2.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/outfile.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 
@@ -327,6 +329,32 @@ fail:
   return rc;
 }
 
+/* Neither output is a file the import reads (config.json, model.safetensors
+ * or the index and every shard it names) or the other output: writing it
+ * would replace the checkpoint being imported. */
+static int check_outputs(const hf_files *fs, const char *cfg_path, const char *model_path, const char *weights_path) {
+  const char *out[2] = {model_path, weights_path};
+  if (clt__same_file(model_path, weights_path))
+    return clt__error(CLT_EINVAL, "the model spec %s and the weights %s are one file; name two", model_path,
+                      weights_path);
+  for (int o = 0; o < 2; o++) {
+    char in[PATH_MAX] = "";
+    if (clt__same_file(out[o], cfg_path)) clt__strlcpy(in, cfg_path, sizeof in);
+    else if (clt__same_file(out[o], fs->path)) clt__strlcpy(in, fs->path, sizeof in);
+    const char *key;
+    json_t *v;
+    json_object_foreach(fs->map, key, v) {
+      char *shard = json_is_string(v) ? clt__hf_path(fs->dir, json_string_value(v)) : NULL;
+      if (shard && !in[0] && clt__same_file(out[o], shard)) clt__strlcpy(in, shard, sizeof in);
+      free(shard);
+    }
+    if (in[0])
+      return clt__error(CLT_EINVAL, "writing %s would replace %s, which the import reads; write the "
+                        "output elsewhere (-o PREFIX outside %s)", out[o], in, fs->dir);
+  }
+  return CLT_OK;
+}
+
 int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, const char *weights_path) {
   int rc = CLT_OK, n = 0, nw = 0;
   char *cfg_path = NULL, *text = NULL;
@@ -377,6 +405,9 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
   CLT_TRY(clt__arena_tensors(spec, "", params, out, &nw));
   const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", text, "step", "0",
                         "source", "hugging face gpt2", NULL};
+  CLT_TRY(check_outputs(&fs, cfg_path, model_path, weights_path));
+  CLT_TRY(clt_check_output(weights_path, CLT_OUTPUT_FILE)); /* both, before either is written */
+  CLT_TRY(clt_check_output(model_path, CLT_OUTPUT_FILE));
   CLT_TRY(clt__st_write(weights_path, out, nw, meta));
   CLT_TRY(clt__hf_write_text(model_path, text));
 fail:

@@ -4,9 +4,12 @@
  * check does what the later write will do, where it can without leaving
  * anything behind: it creates the writer's own temporary file and removes
  * it, so a read-only file system, a missing or foreign directory, a name
- * too long and a directory in the file's place are all found up front.
+ * too long, a directory, a device, a FIFO or a socket in the file's place
+ * (core/outfile.h) are all found up front.
  */
 #include "core/internal.h"
+#include "core/outfile.h"
+#include "io/dir_lock.h"
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -52,41 +55,44 @@ static int check_name(const char *what, const char *path) {
   return CLT_OK;
 }
 
-/* A file replaced whole (or appended to): its directory must exist and
- * take new files, and the path must not be a directory. */
+/* A file replaced whole (or appended to): nothing or a regular file there
+ * (a symbolic link is followed to one), its directory there and taking new
+ * files. */
 static int check_file(const char *what, const char *path, int append) {
   struct stat st;
+  char *target = NULL, *dir = NULL;
   int rc = check_name(what, path);
   if (rc < 0) return rc;
   int exists = stat(path, &st) == 0;
   if (exists && S_ISDIR(st.st_mode))
     return clt__error(CLT_EIO, "%s %s is a directory; name a file (for example %s/%s)", what, path, path,
                       append ? "metrics.jsonl" : "model.safetensors");
-  char *dir = parent_of(path);
-  if (!dir) return CLT_ENOMEM;
+  CLT_TRY(clt__output_resolve(what, path, &target)); /* a device, a FIFO, a socket: refused */
+  if (!(dir = parent_of(target))) { rc = CLT_ENOMEM; goto fail; }
   if (stat(dir, &st) != 0)
     rc = clt__error(CLT_EIO, "%s %s cannot be written: the directory %s %s", what, path, dir,
                     errno == ENOENT ? "does not exist" : strerror(errno));
   else if (!S_ISDIR(st.st_mode))
     rc = clt__error(CLT_EIO, "%s %s cannot be written: %s is not a directory", what, path, dir);
   else if (append && exists) {
-    int fd = open(path, O_WRONLY | O_APPEND);
+    int fd = open(target, O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
       rc = clt__error(CLT_EIO, "%s %s cannot be appended to: %s", what, path, strerror(errno));
     else
       close(fd);
   } else {
     /* The writer's own temporary name, or the file itself when appending. */
-    char *probe = append ? clt__strdup(path) : clt__st_tmp_path(path);
+    char *probe = append ? clt__strdup(target) : clt__st_tmp_path(target);
     rc = probe ? try_create(what, path, probe, dir) : CLT_ENOMEM;
     free(probe);
   }
-  free(dir);
+fail:
+  free(dir), free(target);
   return rc;
 }
 
 /* A directory: there and writable, or creatable under its nearest
- * existing ancestor. */
+ * existing ancestor; not one another run holds (io/dir_lock.h). */
 static int check_dir(const char *what, const char *path) {
   struct stat st;
   int rc = check_name(what, path);
@@ -112,6 +118,8 @@ static int check_dir(const char *what, const char *path) {
   }
   snprintf(probe, sizeof probe, "%s/.cltrain-probe.%ld", at, (long)getpid());
   rc = try_create(what, path, probe, at);
+  /* A directory another run holds (a checkpoint directory's lock). */
+  if (rc == CLT_OK && strcmp(at, path) == 0) rc = clt__dir_lock_check(what, path);
 done:
   free(at);
   return rc;

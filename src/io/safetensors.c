@@ -5,6 +5,7 @@
  */
 #include "core/internal.h"
 #include "io/safetensors.h"
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,23 +73,11 @@ static char *header_crc_text(const json_t *h) {
   return text;
 }
 
-char *clt__st_tmp_path(const char *path) {
-  char suffix[48];
-  snprintf(suffix, sizeof suffix, CLT__ST_TMP_INFIX "%ld", (long)getpid());
-  size_t n = strlen(path), ls = strlen(suffix);
-  const char *slash = strrchr(path, '/');
-  size_t base = n - (size_t)(slash ? slash + 1 - path : 0), keep = n;
-  if (base + ls > NAME_MAX) keep = n - (base + ls - NAME_MAX); /* cut the name's end, keep its directory */
-  char *tmp = clt__calloc(1, keep + ls + 1);
-  if (!tmp) return NULL;
-  memcpy(tmp, path, keep);
-  memcpy(tmp + keep, suffix, ls + 1);
-  return tmp;
-}
+char *clt__st_tmp_path(const char *path) { return clt__tmp_path(path); }
 
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata) {
   int rc = CLT_OK, fd = -1;
-  char *text = NULL, *tmp = NULL, *hdr = NULL, hex[16], num[32];
+  char *text = NULL, *tmp = NULL, *target = NULL, *hdr = NULL, hex[16], num[32];
   json_t *h = json_object(), *meta = json_object();
   uint64_t off = 0;
   uint32_t crc = 0;
@@ -120,7 +109,10 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   /* Pad the header with spaces to 8 bytes so the data is aligned. */
   size_t hlen = strlen(text), padded = (hlen + 7) / 8 * 8;
   hdr = clt__calloc(1, padded + 8);
-  if (!hdr || !(tmp = clt__st_tmp_path(path))) goto nomem;
+  if (!hdr) goto nomem;
+  /* Only nothing or a regular file is replaced; a symbolic link's file is. */
+  CLT_TRY(clt__output_resolve(NULL, path, &target));
+  if (!(tmp = clt__st_tmp_path(target))) goto nomem;
   uint64_t le = padded;
   for (int i = 0; i < 8; i++) hdr[i] = (char)(le >> (8 * i));
   memcpy(hdr + 8, text, hlen);
@@ -148,27 +140,8 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
                     strerror(errno), path, left);
     goto fail;
   }
-  if (rename(tmp, path) != 0) {
-    rc = clt__error(CLT_EIO, "renaming %s to %s failed: %s (%s %s)", tmp, path, strerror(errno), path, left);
-    goto fail;
-  }
-  /* Flush the directory so the rename itself survives a crash. */
-  char *dcopy = clt__strdup(path);
-  if (dcopy) {
-    int dfd = open(dirname(dcopy), O_RDONLY), synced = dfd >= 0 ? fsync(dfd) : 0, err = errno;
-    if (dfd >= 0) close(dfd);
-    free(dcopy);
-    /* Some file systems cannot flush a directory (EINVAL): nothing to do. */
-    if (dfd >= 0 && synced != 0 && err != EINVAL && err != EROFS) {
-      rc = clt__error(CLT_EIO, "%s is written, but flushing its directory failed: %s; the rename may not survive a "
-                      "crash", path, strerror(err));
-      goto fail_written;
-    }
-  }
-  free(text), free(hdr), free(tmp);
-  return CLT_OK;
-fail_written: /* path is in place: nothing to remove */
-  free(text), free(hdr), free(tmp);
+  rc = clt__output_replace(tmp, target);
+  free(text), free(hdr), free(tmp), free(target);
   return rc;
 nomem:
   rc = clt__error(CLT_ENOMEM, "%s: out of memory making the safetensors header", path);
@@ -176,7 +149,7 @@ fail:
   json_decref(h);
   if (fd >= 0) close(fd);
   if (tmp) unlink(tmp);
-  free(text), free(hdr), free(tmp);
+  free(text), free(hdr), free(tmp), free(target);
   return rc;
 }
 

@@ -3,7 +3,9 @@
  * little-endian header length, a JSON header naming each tensor's dtype,
  * shape and byte range, then the raw data), the format PyTorch and the
  * Python safetensors package load. Writes are atomic: a temporary file is
- * written, flushed and renamed over the target, then the directory flushed.
+ * written, flushed and renamed over the target, then the directory flushed
+ * (core/outfile.h: only nothing or a regular file is replaced, and a
+ * symbolic link's file rather than the link).
  *
  * Every file written here carries three more metadata strings: data_bytes
  * (the size of the data section), data_crc32 (zlib CRC32 of the data
@@ -15,6 +17,8 @@
 #define CLT_IO_SAFETENSORS_H
 
 #include <stdint.h>
+
+#include "core/outfile.h"
 
 /* How a tensor is stored. cltrain writes F32; it reads F16 and BF16 too
  * (Hugging Face checkpoints saved in half precision), widened to float32
@@ -34,7 +38,7 @@ typedef struct clt__st_tensor {
  * list of 2*k strings; may be NULL) to path atomically: to path +
  * CLT__ST_TMP_INFIX + the process id, flushed, then renamed. On failure the
  * temporary file is removed and path is untouched. */
-#define CLT__ST_TMP_INFIX ".tmp."
+#define CLT__ST_TMP_INFIX CLT__TMP_INFIX
 int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *const *metadata);
 /* The temporary name clt__st_write uses for path (malloc'd, or NULL): path
  * + CLT__ST_TMP_INFIX + the process id, with the file name shortened first

@@ -52,7 +52,7 @@ static int plan(const clt__job *job, clt__strategy *s) {
   const clt_train_options *o = job->opts;
   clt__pp *pp = NULL;
   if (job->nlocal != 1)
-    rc = clt__error(CLT_EUNSUPPORTED, "--pipeline %d runs one device per rank, but rank %d was given %d; select "
+    rc = clt__error(CLT_EINVAL, "--pipeline %d runs one device per rank, but rank %d was given %d; select "
                     "one (--devices, CLT_DEVICES)", o->pipeline, clt_comm_rank(job->comm), job->nlocal);
   else
     rc = clt__pp_create(job->comm, job->model, o, job->devs, &pp);

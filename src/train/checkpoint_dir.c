@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/outfile.h"
+#include "io/dir_lock.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "model/spec.h"
@@ -112,8 +114,9 @@ static int list_checkpoints(const char *dir, entry **out, int *n) {
 }
 
 /* Temporary files of saves that never finished (a killed job): the whole
- * size of a checkpoint each, and never read. One run owns its directory,
- * so none of them is being written now. */
+ * size of a checkpoint each, and never read. One run owns its directory
+ * (its lock, clt__checkpoint_dir_check), so none of them is being written
+ * now. */
 static void remove_leftovers(const char *dir) {
   DIR *d = opendir(dir);
   struct dirent *e;
@@ -187,9 +190,15 @@ fail:
 
 int clt__checkpoint_dir_check(clt_trainer *t) {
   char path[PATH_MAX];
-  if (!t->opts.checkpoint_dir) return CLT_OK;
-  int rc = clt_checkpoint_path(t->opts.checkpoint_dir, INT64_MAX, path, sizeof path); /* the longest name */
-  return rc < 0 ? rc : clt_check_output(t->opts.checkpoint_dir, CLT_OUTPUT_DIR);
+  const char *dir = t->opts.checkpoint_dir;
+  int rc = CLT_OK;
+  if (!dir || t->run.lock_fd >= 0) return CLT_OK; /* none, or this trainer's already */
+  CLT_TRY(clt_checkpoint_path(dir, INT64_MAX, path, sizeof path)); /* the longest name */
+  CLT_TRY(clt_check_output(dir, CLT_OUTPUT_DIR));
+  CLT_TRY(clt__make_dirs(dir, "the checkpoint directory"));
+  CLT_TRY(clt__dir_lock("the checkpoint directory", dir, &t->run.lock_fd));
+fail:
+  return rc;
 }
 
 int clt__trainer_checkpoint_to_dir(clt_trainer *t) {
@@ -276,9 +285,8 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
   clt_model_spec *spec = NULL;
   clt__st_tensor *want = NULL, *named = NULL;
   float *params = NULL;
-  struct stat a, b;
   if (!checkpoint || !out) return clt__error(CLT_EINVAL, "clt_checkpoint_export: two paths are needed");
-  if (stat(checkpoint, &a) == 0 && stat(out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+  if (clt__same_file(checkpoint, out))
     return clt__error(CLT_EINVAL, "exporting %s onto itself would replace the checkpoint with its weights; name "
                       "another file", checkpoint);
   CLT_TRY(clt__checkpoint_open(checkpoint, 1, &f));

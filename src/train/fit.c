@@ -5,6 +5,7 @@
  * micro-batches from its prefetcher (fit_next). Events go to the callback
  * and as JSON Lines metrics and TensorBoard event files from rank 0.
  */
+#include "core/outfile.h"
 #include "io/tensorboard.h"
 #include "train/trainer.h"
 
@@ -216,9 +217,13 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
 }
 
 int clt__trainer_metrics_write(clt_trainer *t, FILE *metrics, json_t *o) {
+  errno = 0;
   int bad = json_dumpf(o, metrics, JSON_COMPACT) < 0 || fputc('\n', metrics) == EOF || fflush(metrics) == EOF;
+  int err = errno;
   json_decref(o);
-  return bad ? clt__error(CLT_EIO, "writing metrics to %s failed", t->opts.metrics_path) : CLT_OK;
+  if (!bad) return CLT_OK;
+  return clt__error(CLT_EIO, "writing metrics to %s failed: %s", t->opts.metrics_path,
+                    err ? strerror(err) : "the write came short");
 }
 
 /* A periodic checkpoint, on the timeline when one is recorded. */
@@ -269,8 +274,7 @@ fail:
 static int open_outputs(clt_trainer *t, sinks *out) {
   int rc = CLT_OK;
   const clt_train_options *o = &t->opts;
-  if (t->rank == 0 && o->metrics_path && !(out->metrics = fopen(o->metrics_path, "a")))
-    rc = clt__error(CLT_EIO, "cannot open the metrics file %s for appending: %s", o->metrics_path, strerror(errno));
+  if (t->rank == 0 && o->metrics_path) rc = clt__output_open_append("the metrics file", o->metrics_path, &out->metrics);
   if (rc == CLT_OK && t->rank == 0 && o->tensorboard_dir) rc = clt__tb_open(o->tensorboard_dir, &out->tb);
   if (rc == CLT_OK && t->rank == 0) rc = clt__checkpoint_dir_check(t);
   CLT_TRY(clt__trainer_share_status(t, rc));

@@ -15,11 +15,13 @@
  * file holds one process per rank (pid = rank).
  */
 #include "train/trainer.h"
+#include "core/outfile.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void stop(clt_trainer *t) {
   t->s.i->set_trace(t->s.self, NULL, 0, NULL);
@@ -56,11 +58,10 @@ fail:
 /* Rank 0: the file from every rank's events (pieces[r], lens[r] bytes). */
 static int write_file(const char *path, int nranks, char *const *pieces, const uint64_t *lens, int dropped) {
   int rc = CLT_OK;
-  char *tmp = NULL;
+  char *tmp = NULL, *target = NULL;
   FILE *f = NULL;
-  size_t n = strlen(path) + 8;
-  if (!(tmp = clt__calloc(n, 1))) return CLT_ENOMEM;
-  snprintf(tmp, n, "%s.tmp", path);
+  CLT_TRY(clt__output_resolve("the trace", path, &target));
+  if (!(tmp = clt__tmp_path(target))) { rc = CLT_ENOMEM; goto fail; }
   if (!(f = fopen(tmp, "w"))) {
     rc = clt__error(CLT_EIO, "cannot write the trace %s: %s", tmp, strerror(errno));
     goto fail;
@@ -72,17 +73,20 @@ static int write_file(const char *path, int nranks, char *const *pieces, const u
   }
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"cltrain %s\",\"ranks\":%d,"
           "\"dropped_spans\":%s}}\n", clt_version(), nranks, dropped ? "true" : "false");
-  if (ferror(f) | (fclose(f) != 0)) {
+  int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+  if ((fclose(f) != 0) | bad) {
     f = NULL;
     rc = clt__error(CLT_EIO, "cannot write the trace %s: %s", tmp, strerror(errno));
     goto fail;
   }
   f = NULL;
-  if (rename(tmp, path) != 0) rc = clt__error(CLT_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  rc = clt__output_replace(tmp, target); /* removes tmp when it fails */
+  free(tmp), free(target);
+  return rc;
 fail:
   if (f) fclose(f);
-  if (rc < 0) remove(tmp);
-  free(tmp);
+  if (tmp) remove(tmp);
+  free(tmp), free(target);
   return rc;
 }
 

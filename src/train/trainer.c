@@ -7,6 +7,7 @@
  */
 #include "train/trainer.h"
 #include "core/optim.h"
+#include "io/dir_lock.h"
 #include "pp/pp.h"
 
 #include <math.h>
@@ -66,14 +67,14 @@ static int check_options(const clt_train_options *o) {
     if (o->batch % M)
       return clt__error(CLT_EINVAL, "--micro-batches %d must divide the batch size %lld", M, (long long)o->batch);
     if (o->zero)
-      return clt__error(CLT_EUNSUPPORTED, "--zero %d with --pipeline %d is not supported: a stage's replicas keep "
+      return clt__error(CLT_EINVAL, "--zero %d with --pipeline %d is not supported: a stage's replicas keep "
                         "all of its optimizer state", o->zero, o->pipeline);
     if (o->balance != CLT_BALANCE_EQUAL)
-      return clt__error(CLT_EUNSUPPORTED, "--balance %s with --pipeline %d is not supported: every stage must split "
+      return clt__error(CLT_EINVAL, "--balance %s with --pipeline %d is not supported: every stage must split "
                         "each micro-batch alike; use --balance equal", o->balance == CLT_BALANCE_AUTO ? "auto" : "weights",
                         o->pipeline);
     if (o->precision != CLT_F32)
-      return clt__error(CLT_EUNSUPPORTED, "--precision fp16 with --pipeline %d is not supported: stages exchange "
+      return clt__error(CLT_EINVAL, "--precision fp16 with --pipeline %d is not supported: stages exchange "
                         "fp32 activations", o->pipeline);
   } else if (o->micro_batches > 1 || (o->stages && o->stages[0]) || o->pipeline_schedule != CLT_PIPELINE_1F1B) {
     return clt__error(CLT_EINVAL, "%s is for a pipeline: give --pipeline P with P > 1 (or --accumulate for "
@@ -151,6 +152,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   t->model = m;
   t->opts = *o;
   t->run.saved_step = -1;
+  t->run.lock_fd = -1;
   clt__scaler_init(t);
   if (o->checkpoint_dir && !(t->opts.checkpoint_dir = t->run.checkpoint_dir = clt__strdup(o->checkpoint_dir))) {
     rc = CLT_ENOMEM;
@@ -193,6 +195,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   clt__trace_destroy(t->timeline.trace);
   free(t->timeline.lanes);
   if (t->own_comm) clt_comm_destroy(t->comm);
+  clt__dir_unlock(t->run.lock_fd);
   free(t->run.checkpoint_dir);
   free(t);
 }

@@ -46,11 +46,14 @@ typedef struct clt__progress {
 
 /* The run checkpoints record (checkpoint_dir.c): steps_done at the last
  * checkpoint written or loaded (-1: none), the directory (opts'
- * checkpoint_dir's copy), the run's id, kept across resumes, the step this
- * session started from, and when it started (ns since the Unix epoch). */
+ * checkpoint_dir's copy) and, on rank 0 from the first fit on, its lock
+ * (io/dir_lock.h; -1: not held), the run's id, kept across resumes, the
+ * step this session started from, and when it started (ns since the Unix
+ * epoch). */
 typedef struct clt__run_record {
   int64_t saved_step;
   char *checkpoint_dir;
+  int lock_fd;
   char id[24];
   int64_t branch, started;
 } clt__run_record;
@@ -160,7 +163,9 @@ int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
 int clt__trainer_checkpoint_to_dir(clt_trainer *t);
 /* Rank 0, before the first step: whether opts.checkpoint_dir (if any) can
  * take checkpoints (clt_check_output), so a run does not find out after
- * its first hours of work. */
+ * its first hours of work; then the directory is made and locked for this
+ * trainer's life (another run's lock there is CLT_EIO naming its PID and
+ * host). Only rank 0 writes checkpoints, so one lock is a run's. */
 int clt__checkpoint_dir_check(clt_trainer *t);
 
 #endif
