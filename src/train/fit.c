@@ -25,23 +25,6 @@ static double now_s(void) {
 /* NaN becomes JSON null. */
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
-/* Every rank must train on the same data: compare the sample count and
- * shape across ranks before the first step. */
-static int check_same_data(clt_trainer *t, const clt_dataset *ds) {
-  if (t->nranks == 1) return CLT_OK;
-  int64_t mine[2] = {clt_dataset_count(ds), clt_dataset_sample_size(ds)};
-  int64_t *all = clt__calloc((size_t)t->nranks * 2, sizeof *all);
-  if (!all) return CLT_ENOMEM;
-  int rc = clt_allgather(t->comm, mine, sizeof mine, all);
-  for (int r = 1; rc == CLT_OK && r < t->nranks; r++)
-    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
-      rc = clt__error(CLT_EMISMATCH, "rank %d trains on %lld samples of %lld values but rank 0 on %lld of %lld; "
-                      "every rank must read the same dataset", r, (long long)all[2 * r], (long long)all[2 * r + 1],
-                      (long long)all[0], (long long)all[1]);
-  free(all);
-  return rc;
-}
-
 /* New shares reach the prefetchers from their next batch on. */
 static int apply_shares(clt_trainer *t, clt_prefetcher **pf, int64_t *first) {
   int rc = CLT_OK;
@@ -259,7 +242,7 @@ static int check_data(clt_trainer *t, const clt_dataset *train) {
     rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                     clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking the training set"));
-  CLT_TRY(check_same_data(t, train));
+  CLT_TRY(clt__trainer_same_data(t, train, "trains on"));
 fail:
   return rc;
 }
