@@ -329,9 +329,11 @@ static int read_progress(clt__st_file *f, const char *path, clt__ckpt_meta *m) {
   if (!(s[1] >= 0 && s[1] <= s[2] && s[1] == floor(s[1])))
     return REFUSE("%s: the metadata 'epoch_progress' counts %.17g labels right, not a whole number from 0 to its "
                   "%.17g labels" AFTER, path, s[1], s[2]);
-  if (!(s[0] >= 0) || (s[2] == 0 && s[0] != 0))
-    return REFUSE("%s: the metadata 'epoch_progress' sums a loss of %.17g over %.17g labels; a loss is 0 or more, and "
-                  "no labels have none" AFTER, path, s[0], s[2]);
+  /* Cross-entropy on float32 scores is at most their largest difference
+   * plus the log of the classes: below 3 FLT_MAX a label. */
+  if (!(s[0] >= 0 && s[0] <= s[2] * 3.0 * FLT_MAX))
+    return REFUSE("%s: the metadata 'epoch_progress' sums a loss of %.17g over %.17g labels; a label's loss is from 0 "
+                  "to 3 times the largest float" AFTER, path, s[0], s[2]);
   return CLT_OK;
 }
 

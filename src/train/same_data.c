@@ -36,7 +36,7 @@ static void difference(const clt__data_fingerprint *a, const clt__data_fingerpri
              verb);
   for (int i = 0; !out[0] && i < CLT__DATA_PROBES; i++)
     if (a->probe[i] != b->probe[i])
-      snprintf(out, len, "%s another sample %lld than rank 0 (of the %d samples at fixed positions compared)", verb,
+      snprintf(out, len, "%s another sample %lld than rank 0, one of %d at fixed positions compared", verb,
                (long long)clt__probe_sample(a->count, i), CLT__DATA_PROBES);
   if (!out[0] && (memcmp(&a->mean, &b->mean, sizeof a->mean) || memcmp(&a->std, &b->std, sizeof a->std)))
     snprintf(out, len, "normalises with mean %g std %g but rank 0 with mean %g std %g", (double)b->mean,
