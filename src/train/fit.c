@@ -226,8 +226,11 @@ typedef struct fit_state {
 } fit_state;
 
 /* Each rank checks its own data, and all learn of any failure: a rank
- * that returned alone would leave the others waiting in a collective. */
-static int check_data(clt_trainer *t, const clt_dataset *train) {
+ * that returned alone would leave the others waiting in a collective.
+ * Then the ranks compare their training and test sets (same_data.c), so
+ * other data on one rank stops the run before its first step, not at its
+ * first evaluation. */
+static int check_data(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
   int rc = CLT_OK;
   int64_t in = clt_model_input_size(t->model);
   if (clt_dataset_sample_size(train) != in)
@@ -243,6 +246,7 @@ static int check_data(clt_trainer *t, const clt_dataset *train) {
                     clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking the training set"));
   CLT_TRY(clt__trainer_same_data(t, train, "trains on"));
+  CLT_TRY(clt__trainer_same_data(t, test, "evaluates on")); /* a test set on some ranks only too */
 fail:
   return rc;
 }
@@ -388,7 +392,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
                       "int32 class labels; train it on float targets with clt_trainer_step_targets",
                       clt_loss_name(clt_model_loss(t->model)));
-  CLT_TRY(check_data(t, train));
+  CLT_TRY(check_data(t, train, test));
   CLT_TRY(open_outputs(t, &f.out));
   CLT_TRY(open_data(t, train, &f));
   clt__micro_source step_src = {fit_next, &f.src};

@@ -21,7 +21,10 @@ static void difference(const clt__data_fingerprint *a, const clt__data_fingerpri
                        size_t len) {
   char da[96], db[96];
   out[0] = 0;
-  if (a->count != b->count || a->sample_size != b->sample_size)
+  if ((a->count < 0) != (b->count < 0)) /* a set on one rank, none on the other */
+    snprintf(out, len, "%s %s but rank 0 on %s", verb, b->count < 0 ? "no dataset" : "a dataset",
+             a->count < 0 ? "none" : "one");
+  else if (a->count != b->count || a->sample_size != b->sample_size)
     snprintf(out, len, "%s %lld samples of %lld values but rank 0 on %lld of %lld", verb, (long long)b->count,
              (long long)b->sample_size, (long long)a->count, (long long)a->sample_size);
   else if (a->ntokens != b->ntokens)
@@ -47,7 +50,11 @@ int clt__trainer_same_data(clt_trainer *t, const clt_dataset *ds, const char *ve
   if (t->nranks == 1) return CLT_OK;
   clt__data_fingerprint mine, *all = clt__calloc((size_t)t->nranks, sizeof *all);
   if (!all) return CLT_ENOMEM;
-  clt__dataset_fingerprint(ds, &mine);
+  memset(&mine, 0, sizeof mine);
+  if (ds)
+    clt__dataset_fingerprint(ds, &mine);
+  else
+    mine.count = -1, clt__strlcpy(mine.path, "(none)", sizeof mine.path);
   int rc = clt_allgather(t->comm, &mine, sizeof mine, all);
   char msg[3072], how[256];
   size_t used = 0;

@@ -156,7 +156,8 @@ int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
 /* Collective: every rank's ds is rank 0's, by their fingerprints (shape,
  * headers, samples at fixed positions: same_data.c); else CLT_EMISMATCH
  * on every rank naming the ranks, files and what differs ("rank 1 trains
- * on ...": verb is "trains on" or "evaluates on"). */
+ * on ...": verb is "trains on" or "evaluates on"). ds may be NULL: no
+ * dataset, which must then be so on every rank. */
 int clt__trainer_same_data(clt_trainer *t, const clt_dataset *ds, const char *verb);
 
 /* ---- checkpoints (checkpoint*.c) ---- */

@@ -420,7 +420,8 @@ static void poke_probed_sample(float *x, int64_t n, void *user) {
  * the test split's first 512, or the same samples with one value of one
  * probed sample changed. Every rank fails before the first step, and
  * before an evaluation, naming rank 1, its file and the sample; copies of
- * one file pass (each rank here reads its own copy in every other test). */
+ * one file pass (each rank here reads its own copy in every other test).
+ * So does a test set that rank 1 alone lacks. */
 START_TEST(same_shape_other_data_is_named_on_every_rank) {
   if (nranks < 2) return;
   static const int64_t dims[1] = {784};
@@ -456,6 +457,12 @@ START_TEST(same_shape_other_data_is_named_on_every_rank) {
       unlink(path);
     }
   }
+  /* A test set on every rank but rank 1: named before the first step (its
+   * evaluation would wait for rank 1 until the timeout). */
+  int rc = clt_trainer_fit(t, data, rank == 1 ? NULL : data);
+  ck_assert_msg(rc == CLT_EMISMATCH && strstr(clt_last_error(), "rank 1 evaluates on no dataset but rank 0 on one"),
+                "rank %d: fit gave %s: %s", rank, clt_status_name(rc), clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 0);
   double loss, acc;
   ck_assert_int_eq(clt_trainer_evaluate(t, data, &loss, &acc), 0); /* and every rank goes on */
   clt_trainer_destroy(t);
