@@ -192,19 +192,6 @@ static const char *shape_str(const clt__st_tensor *t, char *buf, size_t len) {
   return buf;
 }
 
-/* A top-level metadata string that is a whole number (the format version). */
-static int meta_int(clt__st_file *f, const char *path, const char *key, int64_t *out) {
-  const char *v = clt__st_metadata(f, key);
-  char *end;
-  if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
-  if (!*v || *end || errno || x < 0)
-    return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is '%.40s', not a whole number", path, key, v);
-  *out = x;
-  return CLT_OK;
-}
-
 int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
   int rc = CLT_OK;
   clt__st_file *f = NULL;
@@ -226,7 +213,7 @@ int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
     goto fail;
   }
   int64_t v = 0;
-  CLT_TRY(meta_int(f, path, "format_version", &v));
+  CLT_TRY(clt__ckpt_meta_whole(f, path, "format_version", 0, INT64_MAX, &v));
   if (v != CLT__CKPT_VERSION) {
     rc = clt__error(CLT_EFORMAT, "%s is checkpoint format version %s; this cltrain (%s) reads version %d%s", path,
                     version, clt_version(), CLT__CKPT_VERSION, v > CLT__CKPT_VERSION ? ": a newer cltrain wrote it" : "");

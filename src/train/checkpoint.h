@@ -69,6 +69,9 @@ typedef struct clt__ckpt_meta {
 int clt__ckpt_meta_read(struct clt__st_file *f, const char *path, clt__ckpt_meta *m);
 int clt__ckpt_meta_check_labels(const clt__ckpt_meta *m, const char *path, int64_t labels_per_sample);
 void clt__ckpt_meta_free(clt__ckpt_meta *m);
+/* A top-level metadata string that is a whole number in [lo, hi]. */
+int clt__ckpt_meta_whole(struct clt__st_file *f, const char *path, const char *key, int64_t lo, int64_t hi,
+                         int64_t *out);
 /* The run record alone (zero when there is none). */
 int clt__ckpt_run_read(struct clt__st_file *f, const char *path, clt__run_info *out);
 

@@ -63,8 +63,7 @@ static int meta_json(clt__st_file *f, const char *path, const char *key, json_t 
   return CLT_OK;
 }
 
-/* A top-level metadata string that is a whole number in [lo, hi]. */
-static int meta_whole(clt__st_file *f, const char *path, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+int clt__ckpt_meta_whole(clt__st_file *f, const char *path, const char *key, int64_t lo, int64_t hi, int64_t *out) {
   const char *v = clt__st_metadata(f, key);
   char *end;
   if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
@@ -137,7 +136,7 @@ static int read_position(clt__st_file *f, const char *path, clt__ckpt_meta *m) {
   int rc = read_members(f, path, "sampler_position", ms, 5, &o);
   json_decref(o);
   if (rc < 0) return rc;
-  CLT_TRY(meta_whole(f, path, "epoch", 0, COUNT_LIMIT, &epoch));
+  CLT_TRY(clt__ckpt_meta_whole(f, path, "epoch", 0, COUNT_LIMIT, &epoch));
   /* Every epoch takes one step at least; a place in the epoch lies within
    * its samples (and within any int64). */
   if (m->pos.epoch > m->steps_done)
@@ -376,8 +375,8 @@ int clt__ckpt_meta_read(clt__st_file *f, const char *path, clt__ckpt_meta *m) {
   memset(m, 0, sizeof *m);
   if (!(m->spec = clt__st_metadata(f, "model")))
     return clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", path);
-  CLT_TRY(meta_whole(f, path, "param_count", 0, COUNT_LIMIT, &m->param_count));
-  CLT_TRY(meta_whole(f, path, "step", 0, COUNT_LIMIT, &m->steps_done));
+  CLT_TRY(clt__ckpt_meta_whole(f, path, "param_count", 0, COUNT_LIMIT, &m->param_count));
+  CLT_TRY(clt__ckpt_meta_whole(f, path, "step", 0, COUNT_LIMIT, &m->steps_done));
   CLT_TRY(read_rng(f, path, m));
   CLT_TRY(read_scaling(f, path, m));
   CLT_TRY(read_position(f, path, m));
