@@ -179,9 +179,8 @@ static int read_rng(clt__st_file *f, const char *path, clt__ckpt_meta *m) {
                   " (its checkpoints record nothing else)" AFTER, path, generator);
   char *end;
   errno = 0;
-  unsigned long long seed = strtoull(m->seed, &end, 10);
-  (void)seed;
-  if (!m->seed[0] || *end || errno || m->seed[0] == '-' || m->seed[0] == '+' || m->seed[0] == ' ')
+  (void)strtoull(m->seed, &end, 10); /* digits only, below 2^64: strtoull alone takes "-1" and " 1" */
+  if (!m->seed[0] || *end || errno || m->seed[0] < '0' || m->seed[0] > '9')
     return REFUSE("%s: the metadata 'rng' has the seed '%s', not a whole number below 2^64" AFTER, path, m->seed);
   if (m->dropout_step < m->steps_done)
     return REFUSE("%s: the metadata 'rng' counts %lld micro-batches (dropout_step) but 'step' %lld steps, each of "
