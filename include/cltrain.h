@@ -1067,8 +1067,9 @@ typedef struct clt_step_result {
  * schedule, loss scaling, clipping, balance_every and check_every count
  * these steps as fit does; epochs, max_steps and the sampler position are
  * fit's and are left alone. Bad input on any rank (n < 0, NULL x or y with
- * n > 0, a label out of range) is CLT_EINVAL on every rank, naming it on
- * the rank that gave it and the rank elsewhere; nothing is changed. out
+ * n > 0, a label out of range) is CLT_EINVAL on every rank, and a NaN or
+ * Inf in x CLT_ENONFINITE, naming it (sample and value) on the rank that
+ * gave it and the rank elsewhere; nothing is changed. out
  * may be NULL. A regression model takes float targets through
  * clt_trainer_step_targets instead (labels to it are CLT_EINVAL).
  * Collective: every rank calls it the same number of times. */

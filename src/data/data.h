@@ -27,6 +27,7 @@ struct clt_dataset {
   float range;        /* values are divided by this first: 255 for CLT_U8, 1 for CLT_F32 */
   float mean, std;
   float lut[256];     /* CLT_U8: the normalised value of every byte */
+  uint64_t header_hash; /* of the files' headers as read (clt__hash), for the fingerprint */
 };
 
 /* An empty dataset owning a copy of path (NULL and CLT_ENOMEM on failure). */
@@ -86,6 +87,36 @@ static inline void clt__put_le64(unsigned char *p, uint64_t v) {
   clt__put_le32(p, (uint32_t)v);
   clt__put_le32(p + 4, (uint32_t)(v >> 32));
 }
+
+/* ---- fingerprints: ranks agreeing that they read the same data ---- */
+
+/* 64-bit FNV-1a of n bytes, going on from h (CLT__HASH_START to begin). */
+#define CLT__HASH_START UINT64_C(0xcbf29ce484222325)
+static inline uint64_t clt__hash(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * UINT64_C(0x100000001b3);
+  return h;
+}
+
+/* What every rank compares before training or evaluating on a dataset
+ * (train/same_data.c): its shape, a hash of its files' headers, and the
+ * hashes of the samples at CLT__DATA_PROBES fixed positions (first, last
+ * and evenly between; clt__probe_sample), so it costs the same for a file
+ * of any size. Plain and gzip copies of a file give the same. */
+#define CLT__DATA_PROBES 16
+typedef struct clt__data_fingerprint {
+  int64_t count, sample_size, labels_per_sample, ntokens;
+  int64_t dims[CLT_DATASET_MAX_DIMS];
+  int32_t ndims, num_classes, dtype, token_bytes;
+  uint64_t header;
+  uint64_t probe[CLT__DATA_PROBES];
+  float mean, std;           /* the normalisation, which decoding applies */
+  char path[256];            /* for messages: ranks may read copies of a file in other places */
+} clt__data_fingerprint;
+
+void clt__dataset_fingerprint(const clt_dataset *ds, clt__data_fingerprint *out);
+/* The sample probe i (< CLT__DATA_PROBES) of a dataset of count samples hashes. */
+int64_t clt__probe_sample(int64_t count, int i);
 
 /* Write n bytes through zlib (plain or gzip); a failure is CLT_EIO naming
  * path and the reason. */

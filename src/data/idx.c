@@ -24,6 +24,7 @@ typedef struct idx_file {
   uint64_t count;       /* dims[0] */
   uint64_t item_size;   /* product of the other dimensions */
   unsigned char *data;  /* (count, item_size) */
+  uint64_t header;      /* clt__hash of the magic number and the dimensions */
 } idx_file;
 
 static const char *idx_type_name(unsigned type) {
@@ -83,6 +84,7 @@ static int idx_read(const char *path, int min_dims, int max_dims, const char *ki
     goto fail;
   }
   CLT_TRY(clt__reader_read(&r, dimbytes, 4 * (uint64_t)f->ndims, "the dimensions"));
+  f->header = clt__hash(clt__hash(CLT__HASH_START, magic, 4), dimbytes, 4 * (size_t)f->ndims);
   f->item_size = 1;
   for (int i = 0; i < f->ndims; i++) {
     f->dims[i] = clt__be32(dimbytes + 4 * i);
@@ -143,6 +145,7 @@ int clt_dataset_open_idx_files(const char *images, const char *labels, int num_c
   ds->ndims = img.ndims - 1;
   for (int i = 0; i < ds->ndims; i++) ds->dims[i] = (int64_t)img.dims[i + 1];
   ds->sample_size = (int64_t)img.item_size;
+  ds->header_hash = clt__hash(clt__hash(CLT__HASH_START, &img.header, 8), &lab.header, 8);
   ds->dtype = CLT_U8;
   ds->range = 255.0f;
   ds->x = img.data;
@@ -168,7 +171,10 @@ fail:
   return rc;
 }
 
-/* dir/name or dir/name.gz, whichever exists first; NULL in *path if neither. */
+/* dir/name or dir/name.gz, whichever exists first; NULL in *path if neither.
+ * A name that is there but cannot be reached (a symbolic link in a loop
+ * or to nothing, a directory without search permission) is an error
+ * naming it and why, not "neither is there". */
 static int find_file(const char *dir, const char *name, char **path) {
   static const char *const suffixes[] = {"", ".gz"};
   struct stat st;
@@ -181,6 +187,14 @@ static int find_file(const char *dir, const char *name, char **path) {
     if (stat(p, &st) == 0) {
       *path = p;
       return CLT_OK;
+    }
+    int e = errno;
+    if (e != ENOENT || lstat(p, &st) == 0) {
+      int rc = clt__error(CLT_EIO, "%s: cannot open: %s%s", p,
+                          e == ENOENT ? "a symbolic link to a file that is not there" : strerror(e),
+                          e == ELOOP ? " (symbolic links in a loop)" : "");
+      free(p);
+      return rc;
     }
     free(p);
   }

@@ -43,7 +43,7 @@ static int find_nonfinite(const float *x, int64_t count, int64_t F, int64_t *sam
 
 /* The magic number, the version, the sample count and the number of
  * dimensions, each checked. */
-static int read_header(clt__reader *r, const char *path, uint64_t *count, uint32_t *ndims) {
+static int read_header(clt__reader *r, const char *path, uint64_t *count, uint32_t *ndims, uint64_t *hash) {
   int rc = CLT_OK;
   unsigned char head[24];
   CLT_TRY(clt__reader_read(r, head, 8, "the magic number"));
@@ -56,6 +56,7 @@ static int read_header(clt__reader *r, const char *path, uint64_t *count, uint32
                       head[6], head[7]);
   }
   CLT_TRY(clt__reader_read(r, head + 8, 16, "the header (version, count, ndims)"));
+  *hash = clt__hash(CLT__HASH_START, head, sizeof head);
   const uint32_t version = clt__le32(head + 8);
   *count = clt__le64(head + 12);
   *ndims = clt__le32(head + 20);
@@ -81,11 +82,12 @@ int clt_dataset_open_raw(const char *path, clt_dataset **out) {
   char what[96];
   uint64_t count = 0;
   uint32_t ndims = 0;
+  uint64_t hash = 0;
 
   if (!out) return clt__error(CLT_EINVAL, "clt_dataset_open_raw: out is NULL");
   *out = NULL;
   CLT_TRY(clt__reader_open(&r, path));
-  CLT_TRY(read_header(&r, path, &count, &ndims));
+  CLT_TRY(read_header(&r, path, &count, &ndims, &hash));
   CLT_TRY(clt__reader_read(&r, dimbytes, 8 * (uint64_t)ndims, "the dimensions"));
   ds = clt__dataset_alloc(path);
   if (!ds) {
@@ -106,6 +108,7 @@ int clt_dataset_open_raw(const char *path, clt_dataset **out) {
     ds->sample_size *= (int64_t)d;
   }
   CLT_TRY(clt__reader_read(&r, u32, 4, "the number of classes"));
+  ds->header_hash = clt__hash(clt__hash(hash, dimbytes, 8 * (size_t)ndims), u32, 4);
   const uint32_t nclasses = clt__le32(u32);
   if (nclasses == 0 || nclasses > INT32_MAX) {
     rc = clt__error(CLT_EFORMAT, "%s: the header declares %u classes (1 to 2^31-1 allowed)", path, nclasses);

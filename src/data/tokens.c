@@ -94,6 +94,7 @@ typedef struct shard {
   int64_t n;
   int token_bytes;
   uint32_t max;
+  uint64_t header;  /* clt__hash of its 256 header ints */
 } shard;
 
 /* Every token below limit (vocab, or 2^24 without one); errors name the
@@ -132,6 +133,7 @@ static int read_shard(const char *path, int vocab, shard *sh) {
     goto fail;
   }
   CLT_TRY(clt__reader_read(&r, head + 4, sizeof head - 4, "the header (256 int32)"));
+  sh->header = clt__hash(CLT__HASH_START, head, sizeof head);
   const int32_t version = (int32_t)clt__le32(head + 4), count = (int32_t)clt__le32(head + 8);
   if (version != f->version) {
     rc = clt__error(CLT_EFORMAT, "%s: token shard version %d; with the magic %d cltrain reads version %d (%s "
@@ -179,6 +181,7 @@ static void widen_in_place(void *buf, int64_t n) {
 /* Append a shard to the dataset's stream (which takes the wider of the two
  * widths) and free the shard's memory. */
 static int append_shard(clt_dataset *ds, shard *sh) {
+  ds->header_hash = clt__hash(ds->header_hash, &sh->header, sizeof sh->header);
   if (!ds->x) { /* the first shard becomes the stream as it is */
     ds->x = sh->tokens;
     ds->ntokens = sh->n;

@@ -231,7 +231,8 @@ out:
 }
 
 /* Tensor `name`: 0, or 1 when no file has it, or an error (a shard the
- * index names that cannot be read is one). */
+ * index names that cannot be read is one, and so is a shard that lacks
+ * what the index puts in it). */
 static int files_find(hf_files *fs, const char *name, clt__st_file **f, clt__st_tensor *t) {
   const char *shard = "model.safetensors";
   if (fs->map) {
@@ -244,6 +245,10 @@ static int files_find(hf_files *fs, const char *name, clt__st_file **f, clt__st_
   int rc = open_shard(fs, shard, f);
   if (rc < 0) return fs->map ? clt__error_prefix(rc, "%s puts '%s' in %s", fs->path, name, shard) : rc;
   rc = clt__st_find(*f, name, t);
+  if (rc == CLT_ENOTFOUND && fs->map) /* the index has it, the shard it names has not */
+    return clt__error(CLT_EFORMAT, "%s puts '%s' in %s, but %s/%s has no tensor '%s'; the index does not belong to "
+                      "these shards (was a shard replaced, or the index edited?)", fs->path, name, shard, fs->dir,
+                      shard, name);
   if (rc == CLT_ENOTFOUND) {
     clt_clear_error();
     return 1;

@@ -165,13 +165,35 @@ static int meta_u64(const clt__st_file *f, const char *key, int base, uint64_t *
   return 1;
 }
 
-/* What the header itself can tell: its CRC32, and the size of the data
- * section it records (written by clt__st_write; files from elsewhere carry
- * neither, and pass). */
+/* "__metadata__" is a map of strings to strings (the format says so, and
+ * PyTorch's reader refuses anything else): a value of another type would
+ * read here as a missing one, and an edit would pass as an older file. */
+static int check_metadata(clt__st_file *f) {
+  static const char *const types[] = {"an object", "an array", "a string", "a number", "a number", "true",
+                                      "false", "null"};
+  json_t *meta = json_object_get(f->header, "__metadata__"), *v;
+  const char *key;
+  if (!meta) return CLT_OK;
+  if (!json_is_object(meta))
+    return clt__error(CLT_EFORMAT, "%s: the header's __metadata__ is %s, not a map of names to strings; not a "
+                      "safetensors file, or edited", f->path, types[json_typeof(meta)]);
+  json_object_foreach(meta, key, v) {
+    if (!json_is_string(v))
+      return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is %s, not a string (safetensors metadata maps names to "
+                        "strings); the file was edited or not written by a safetensors writer", f->path, key,
+                        types[json_typeof(v)]);
+  }
+  return CLT_OK;
+}
+
+/* What the header itself can tell: its metadata's types, its CRC32, and
+ * the size of the data section it records (written by clt__st_write;
+ * files from elsewhere carry neither, and pass). */
 static int check_integrity(clt__st_file *f) {
   const char *want = clt__st_metadata(f, "header_crc32");
   uint64_t v;
-  int rc;
+  int rc = check_metadata(f);
+  if (rc < 0) return rc;
   if (want) {
     char *text = header_crc_text(f->header), have[16];
     if (!text) return clt__error(CLT_ENOMEM, "%s: out of memory checking the header", f->path);

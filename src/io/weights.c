@@ -42,6 +42,48 @@ int clt__arena_tensors_alloc(const clt_model_spec *s, const float *params, clt__
   return clt__arena_tensors(s, "", params, t, n);
 }
 
+/* The next line of a spec that says something (no blank or comment-only
+ * lines), trimmed, into out; *p advances past it; 0 at the end. */
+static int next_spec_line(const char **p, int *lineno, char *out, size_t len) {
+  while (**p) {
+    const char *s = *p, *e = strchr(s, '\n');
+    if (!e) e = s + strlen(s);
+    *p = *e ? e + 1 : e;
+    (*lineno)++;
+    const char *hash = memchr(s, '#', (size_t)(e - s));
+    if (hash) e = hash;
+    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+    if (e == s) continue;
+    size_t n = (size_t)(e - s) < len - 1 ? (size_t)(e - s) : len - 1;
+    memcpy(out, s, n);
+    out[n] = 0;
+    return 1;
+  }
+  return 0;
+}
+
+void clt__spec_difference(const char *saved, const char *whose, const clt_model_spec *now, char *out, size_t len) {
+  const char *a = saved, *b = now->text;
+  int la = 0, lb = 0;
+  char x[128], y[128];
+  out[0] = 0;
+  for (;;) {
+    int ha = next_spec_line(&a, &la, x, sizeof x), hb = next_spec_line(&b, &lb, y, sizeof y);
+    if (!ha && !hb) return;
+    if (ha && hb && strcmp(x, y) == 0) continue;
+    if (ha && hb)
+      snprintf(out, len, "; the specs differ from line %d of %s ('%s') and line %d of %s ('%s')", la, whose, x,
+               lb, now->name, y);
+    else if (hb)
+      snprintf(out, len, "; %s spec ends before line %d of %s ('%s')", whose, lb, now->name, y);
+    else
+      snprintf(out, len, "; %s ends before line %d of %s spec ('%s')", now->name, la, whose, x);
+    return;
+  }
+}
+
+
 /* "(10, 784)": a tensor's shape for messages. */
 static void shape_text(const clt__st_tensor *t, char *buf, size_t size) {
   size_t n = (size_t)snprintf(buf, size, "(");
@@ -50,16 +92,79 @@ static void shape_text(const clt__st_tensor *t, char *buf, size_t size) {
   if (n < size) snprintf(buf + n, size - n, ")");
 }
 
+/* Does name start with pattern, where a '*' in pattern stands for one
+ * path component ("optim/ * /" matches "optim/m/")? The rest of name. */
+static const char *after_prefix(const char *name, const char *pattern) {
+  for (; *pattern; pattern++) {
+    if (*pattern == '*') {
+      const char *slash = strchr(name, '/');
+      if (!slash || slash == name) return NULL;
+      name = slash;
+      continue;
+    }
+    if (*name++ != *pattern) return NULL;
+  }
+  return name;
+}
+
+/* Is name "<i>.<param>", a tensor the model saves (nn.Sequential's index
+ * i of a layer, not counting the input line; tied tensors are saved once,
+ * under their owner's name)? */
+static int model_tensor(const clt_model_spec *s, const char *name) {
+  char *dot;
+  if (*name < '0' || *name > '9') return 0;
+  long i = strtol(name, &dot, 10);
+  if (*dot != '.' || (name[0] == '0' && dot - name > 1) || i >= s->nlayers - 1) return 0; /* "00.weight" is not "0." */
+  const clt_layer_spec *l = &s->layers[i + 1];
+  for (int k = 0; k < l->nparams; k++)
+    if (!l->param[k].tied && strcmp(dot + 1, l->param[k].name) == 0) return 1;
+  return 0;
+}
+
+const char *clt__weights_stranger(clt__st_file *f, const clt_model_spec *s, const char *const *prefixes, int *count) {
+  const char *first = NULL;
+  void *it = NULL;
+  int strangers = 0;
+  for (const char *name; (name = clt__st_next_name(f, &it));) {
+    int known = 0;
+    for (int p = 0; !known && prefixes[p]; p++) {
+      const char *rest = after_prefix(name, prefixes[p]);
+      known = rest && model_tensor(s, rest);
+    }
+    if (!known && strangers++ == 0) first = name;
+  }
+  if (count) *count = strangers;
+  return first;
+}
+
 int clt__weights_read(const clt_model_spec *s, const char *path, float *params) {
   int rc = CLT_OK, n;
   clt__st_tensor *tensors = NULL;
   clt__st_file *f = NULL;
+  char diff[400] = "";
   CLT_TRY(clt__st_open(path, &f));
   CLT_TRY(clt__st_check_data(f, 0));
   CLT_TRY(clt__arena_tensors_alloc(s, params, &tensors, &n));
-  /* A checkpoint holds the same tensors under "params/". */
-  const char *format = clt__st_metadata(f, "format");
-  const char *prefix = format && strcmp(format, "cltrain-checkpoint") == 0 ? "params/" : "";
+  /* A checkpoint holds the same tensors under "params/", and the
+   * optimizer's state of each under "optim/<slot>/", which is left out. */
+  const char *format = clt__st_metadata(f, "format"), *saved = clt__st_metadata(f, "model");
+  int checkpoint = format && strcmp(format, "cltrain-checkpoint") == 0;
+  const char *prefix = checkpoint ? "params/" : "";
+  static const char *const weights_names[] = {"", NULL}, *const checkpoint_names[] = {"params/", "optim/*/", NULL};
+  const char *whose = checkpoint ? "the checkpoint's" : "the file's";
+  if (saved) clt__spec_difference(saved, whose, s, diff, sizeof diff);
+  /* Every tensor of the file is one of the model's: one more is a file of
+   * another model (a 3-layer MLP's weights would load into a 2-layer
+   * spec's and evaluate as a model nobody trained). */
+  int extra;
+  const char *stranger = clt__weights_stranger(f, s, checkpoint ? checkpoint_names : weights_names, &extra);
+  if (stranger) {
+    char more[48] = "";
+    if (extra > 1) snprintf(more, sizeof more, " (and %d more)", extra - 1);
+    rc = clt__error(CLT_ESHAPE, "%s holds a tensor '%s'%s that the model %s does not have%s; was it saved from "
+                    "another model?", path, stranger, more, s->name, diff);
+    goto fail;
+  }
   for (int i = 0; i < n; i++) {
     clt__st_tensor have;
     char name[160];
@@ -68,8 +173,8 @@ int clt__weights_read(const clt_model_spec *s, const char *path, float *params) 
     snprintf(name, sizeof name, "%s%s", prefix, tensors[i].name);
     rc = clt__st_find(f, name, &have);
     if (rc == CLT_ENOTFOUND) {
-      rc = clt__error(CLT_ESHAPE, "%s has no tensor '%s', which the model needs; was it saved from another model?",
-                      path, name);
+      rc = clt__error(CLT_ESHAPE, "%s has no tensor '%s', which the model %s needs%s; was it saved from another "
+                      "model?", path, name, s->name, diff);
       goto fail;
     }
     if (rc < 0) goto fail;
@@ -79,12 +184,17 @@ int clt__weights_read(const clt_model_spec *s, const char *path, float *params) 
       char hs[160], ms[160];
       shape_text(&have, hs, sizeof hs);
       shape_text(&tensors[i], ms, sizeof ms);
-      rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has shape %s but the model's is %s; was it saved from another "
-                      "model?", path, name, hs, ms);
+      rc = clt__error(CLT_ESHAPE, "%s: tensor '%s' has shape %s but the model's is %s%s; was it saved from another "
+                      "model?", path, name, hs, ms, diff);
       goto fail;
     }
     CLT_TRY(clt__st_read(f, &have, (float *)tensors[i].data, count));
   }
+  /* Everything fits a spec that says something else (another activation,
+   * dropout rate): loaded, as a checkpoint is, with a warning. */
+  if (diff[0])
+    clt__log(CLT_LOG_WARN, "%s: the parameters fit the model %s, but its spec is not the one saved%s", path, s->name,
+             diff);
 fail:
   clt__st_close(f);
   free(tensors);

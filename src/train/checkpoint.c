@@ -192,93 +192,6 @@ static const char *shape_str(const clt__st_tensor *t, char *buf, size_t len) {
   return buf;
 }
 
-/* The next line of a spec that says something (no blank or comment-only
- * lines), trimmed, into out; *p advances past it; 0 at the end. */
-static int next_spec_line(const char **p, int *lineno, char *out, size_t len) {
-  while (**p) {
-    const char *s = *p, *e = strchr(s, '\n');
-    if (!e) e = s + strlen(s);
-    *p = *e ? e + 1 : e;
-    (*lineno)++;
-    const char *hash = memchr(s, '#', (size_t)(e - s));
-    if (hash) e = hash;
-    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
-    if (e == s) continue;
-    size_t n = (size_t)(e - s) < len - 1 ? (size_t)(e - s) : len - 1;
-    memcpy(out, s, n);
-    out[n] = 0;
-    return 1;
-  }
-  return 0;
-}
-
-/* "; the specs differ from line 3 of the checkpoint's ('linear 32') and
- * line 3 of dp.model ('linear 16')", or "" when they say the same. */
-static void spec_difference(const char *saved, const clt_model_spec *now, char *out, size_t len) {
-  const char *a = saved, *b = now->text;
-  int la = 0, lb = 0;
-  char x[128], y[128];
-  out[0] = 0;
-  for (;;) {
-    int ha = next_spec_line(&a, &la, x, sizeof x), hb = next_spec_line(&b, &lb, y, sizeof y);
-    if (!ha && !hb) return;
-    if (ha && hb && strcmp(x, y) == 0) continue;
-    if (ha && hb)
-      snprintf(out, len, "; the specs differ from line %d of the checkpoint's ('%s') and line %d of %s ('%s')", la, x,
-               lb, now->name, y);
-    else if (hb)
-      snprintf(out, len, "; the checkpoint's spec ends before line %d of %s ('%s')", lb, now->name, y);
-    else
-      snprintf(out, len, "; %s ends before line %d of the checkpoint's spec ('%s')", now->name, la, x);
-    return;
-  }
-}
-
-/* A whole number from a JSON object member; errors name the file and key. */
-static int json_int(const char *path, const char *meta_key, json_t *obj, const char *key, int64_t lo, int64_t *out) {
-  json_t *v = json_object_get(obj, key);
-  if (!json_is_integer(v) || json_integer_value(v) < lo)
-    return clt__error(CLT_EFORMAT, "%s: metadata '%s' lacks a whole number '%s' (at least %lld)", path, meta_key, key,
-                      (long long)lo);
-  *out = json_integer_value(v);
-  return CLT_OK;
-}
-
-static int json_num(const char *path, const char *meta_key, json_t *obj, const char *key, double *out) {
-  json_t *v = json_object_get(obj, key);
-  if (!json_is_number(v))
-    return clt__error(CLT_EFORMAT, "%s: metadata '%s' lacks the number '%s'", path, meta_key, key);
-  *out = json_number_value(v);
-  return CLT_OK;
-}
-
-/* A metadata value that holds JSON: an object, or CLT_EFORMAT. */
-static int meta_json(clt__st_file *f, const char *path, const char *key, json_t **out) {
-  const char *v = clt__st_metadata(f, key);
-  json_error_t err;
-  *out = NULL;
-  if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
-  if (!(*out = json_loads(v, JSON_REJECT_DUPLICATES, &err)) || !json_is_object(*out)) {
-    json_decref(*out);
-    *out = NULL;
-    return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is not a JSON object: '%.80s'", path, key, v);
-  }
-  return CLT_OK;
-}
-
-static int meta_int(clt__st_file *f, const char *path, const char *key, int64_t *out) {
-  const char *v = clt__st_metadata(f, key);
-  char *end;
-  if (!v) return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is missing", path, key);
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
-  if (!*v || *end || errno || x < 0)
-    return clt__error(CLT_EFORMAT, "%s: the metadata '%s' is '%.40s', not a whole number", path, key, v);
-  *out = x;
-  return CLT_OK;
-}
-
 int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
   int rc = CLT_OK;
   clt__st_file *f = NULL;
@@ -299,8 +212,8 @@ int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
                       "'%s', not '" CLT__CKPT_FORMAT "')", path, format ? format : "(none)");
     goto fail;
   }
-  int64_t v;
-  CLT_TRY(meta_int(f, path, "format_version", &v));
+  int64_t v = 0;
+  CLT_TRY(clt__ckpt_meta_whole(f, path, "format_version", 0, INT64_MAX, &v));
   if (v != CLT__CKPT_VERSION) {
     rc = clt__error(CLT_EFORMAT, "%s is checkpoint format version %s; this cltrain (%s) reads version %d%s", path,
                     version, clt_version(), CLT__CKPT_VERSION, v > CLT__CKPT_VERSION ? ": a newer cltrain wrote it" : "");
@@ -339,7 +252,7 @@ static int read_arena(clt_trainer *t, clt__st_file *f, const char *path, const c
     for (int d = 0; d < want[i].ndim; d++) count *= want[i].shape[d];
     rc = clt__st_find(f, want[i].name, &have);
     if (rc == CLT_ENOTFOUND) {
-      spec_difference(saved_spec, spec, diff, sizeof diff);
+      clt__spec_difference(saved_spec, "the checkpoint's", spec, diff, sizeof diff);
       rc = clt__error(CLT_ESHAPE, "%s does not fit the model %s: it has no tensor '%s', which the model needs%s", path,
                       spec->name, want[i].name, diff);
       goto fail;
@@ -348,7 +261,7 @@ static int read_arena(clt_trainer *t, clt__st_file *f, const char *path, const c
     int same = have.ndim == want[i].ndim;
     for (int d = 0; same && d < have.ndim; d++) same = have.shape[d] == want[i].shape[d];
     if (!same) {
-      spec_difference(saved_spec, spec, diff, sizeof diff);
+      clt__spec_difference(saved_spec, "the checkpoint's", spec, diff, sizeof diff);
       rc = clt__error(CLT_ESHAPE, "%s does not fit the model %s: tensor '%s' is %s in the file and %s in the model%s",
                       path, spec->name, want[i].name, shape_str(&have, s1, sizeof s1), shape_str(&want[i], s2, sizeof s2),
                       diff);
@@ -361,32 +274,11 @@ fail:
   return rc;
 }
 
-/* The run record of an open checkpoint; zero when it has none (a file
- * older than the record). */
-static int run_info(clt__st_file *f, const char *path, clt__run_info *out) {
-  json_t *run = NULL;
-  int rc = CLT_OK;
-  memset(out, 0, sizeof *out);
-  if (!clt__st_metadata(f, "run")) return CLT_OK;
-  CLT_TRY(meta_json(f, path, "run", &run));
-  const char *id = json_string_value(json_object_get(run, "id"));
-  if (!id || !*id || strlen(id) >= sizeof out->id) {
-    rc = clt__error(CLT_EFORMAT, "%s: the metadata 'run' has no id", path);
-    goto fail;
-  }
-  clt__strlcpy(out->id, id, sizeof out->id);
-  CLT_TRY(json_int(path, "run", run, "branched_from", 0, &out->branched_from));
-  CLT_TRY(json_int(path, "run", run, "started", 0, &out->started_ns));
-fail:
-  json_decref(run);
-  return rc;
-}
-
 int clt__checkpoint_run_info(const char *path, int check_data, clt__run_info *out) {
   clt__st_file *f = NULL;
   int rc = clt__checkpoint_open(path, check_data, &f);
   memset(out, 0, sizeof *out);
-  if (rc == CLT_OK) rc = run_info(f, path, out);
+  if (rc == CLT_OK) rc = clt__ckpt_run_read(f, path, out);
   clt__st_close(f);
   return rc;
 }
@@ -394,45 +286,32 @@ int clt__checkpoint_run_info(const char *path, int check_data, clt__run_info *ou
 /* The file holds the model's parameters and its optimizer kind's state
  * "and no more": a tensor of another name is a file edited or written for
  * another model, and is refused rather than ignored. */
-static int check_no_others(clt_trainer *t, clt__st_file *f, const char *path, const char *kind, float *scratch) {
+static int check_no_others(clt_trainer *t, clt__st_file *f, const char *path, const char *kind) {
   const clt_model_spec *spec = t->model->spec;
   const int nslots = clt__optimizer_of(t->opts.optimizer.kind)->nslots; /* the file's kind: read_checkpoint checked */
   char prefixes[1 + CLT__OPTIM_MAX_SLOTS][64] = {"params/"};
-  for (int slot = 0; slot < nslots; slot++) state_prefix(t, slot, prefixes[1 + slot], sizeof prefixes[1 + slot]);
-  int rc = CLT_OK, n;
-  void *it = NULL;
-  clt__st_tensor *names = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *names);
-  if (!names) return CLT_ENOMEM;
-  CLT_TRY(clt__arena_tensors(spec, "", scratch, names, &n)); /* for the names only */
-  for (const char *name; (name = clt__st_next_name(f, &it));) {
-    int known = 0;
-    for (int p = 0; !known && p <= nslots; p++) {
-      size_t lp = strlen(prefixes[p]);
-      if (strncmp(name, prefixes[p], lp) != 0) continue;
-      for (int i = 0; !known && i < n; i++) known = strcmp(name + lp, names[i].name) == 0;
-    }
-    if (!known) {
-      rc = clt__error(CLT_EFORMAT, "%s holds a tensor '%s' that is neither a parameter of the model %s nor %s "
+  const char *list[2 + CLT__OPTIM_MAX_SLOTS] = {prefixes[0]};
+  for (int slot = 0; slot < nslots; slot++)
+    list[1 + slot] = state_prefix(t, slot, prefixes[1 + slot], sizeof prefixes[1 + slot]);
+  list[1 + nslots] = NULL;
+  const char *name = clt__weights_stranger(f, spec, list, NULL);
+  if (name)
+    return clt__error(CLT_EFORMAT, "%s holds a tensor '%s' that is neither a parameter of the model %s nor %s "
                       "optimizer state; the file was edited, or written for another model", path, name, spec->name,
                       kind);
-      goto fail;
-    }
-  }
-fail:
-  free(names);
-  return rc;
+  return CLT_OK;
 }
 
 /* The model: every parameter tensor with its shape (into payload), and a
  * warning when the parameters fit but the spec saved is another. */
-static int read_model(clt_trainer *t, clt__st_file *f, const char *path, const char *saved_spec, float *payload) {
+static int read_model(clt_trainer *t, clt__st_file *f, const char *path, const clt__ckpt_meta *m, float *payload) {
   int rc = CLT_OK;
   const clt_model_spec *spec = t->model->spec;
-  int64_t P = spec->param_count, file_params;
+  const char *saved_spec = m->spec;
+  int64_t P = spec->param_count, file_params = m->param_count;
   char diff[400];
-  CLT_TRY(meta_int(f, path, "param_count", &file_params));
   CLT_TRY(read_arena(t, f, path, "params/", payload, saved_spec));
-  spec_difference(saved_spec, spec, diff, sizeof diff);
+  clt__spec_difference(saved_spec, "the checkpoint's", spec, diff, sizeof diff);
   if (file_params != P)
     return clt__error(CLT_ESHAPE, "%s does not fit the model %s: it holds %lld parameters, the model has %lld%s", path,
                       spec->name, (long long)file_params, (long long)P, diff);
@@ -445,21 +324,16 @@ fail:
 
 /* The optimizer: the same kind, the state this run needs (into payload
  * after the parameters, slot after slot), and no tensor of another name. */
-static int read_optimizer(clt_trainer *t, clt__st_file *f, const char *path, const char *saved_spec, float *payload) {
+static int read_optimizer(clt_trainer *t, clt__st_file *f, const char *path, const clt__ckpt_meta *m, float *payload) {
   int rc = CLT_OK;
   const clt_model_spec *spec = t->model->spec;
+  const char *saved_spec = m->spec, *kind = clt_optimizer_name(m->optimizer.kind);
   int64_t P = spec->param_count;
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
-  json_t *optim = NULL;
-  CLT_TRY(meta_json(f, path, "optimizer", &optim));
-  const char *kind = json_string_value(json_object_get(optim, "kind"));
-  if (!kind) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'optimizer' names no kind", path); goto fail; }
-  if (strcmp(kind, clt_optimizer_name(t->opts.optimizer.kind)) != 0) {
-    rc = clt__error(CLT_EMISMATCH, "%s holds the state of the %s optimizer but this run uses %s; resume with "
-                    "--optimizer %s, or start from its weights alone with --weights", path, kind,
-                    clt_optimizer_name(t->opts.optimizer.kind), kind);
-    goto fail;
-  }
+  if (m->optimizer.kind != t->opts.optimizer.kind)
+    return clt__error(CLT_EMISMATCH, "%s holds the state of the %s optimizer but this run uses %s; resume with "
+                      "--optimizer %s, or start from its weights alone with --weights", path, kind,
+                      clt_optimizer_name(t->opts.optimizer.kind), kind);
   int first = 1; /* the first layer with parameters: its weight's state tells whether there is any */
   while (first < spec->nlayers && !spec->layers[first].param_count) first++;
   const char *first_name = first < spec->nlayers ? spec->layers[first].param[0].name : "";
@@ -484,124 +358,64 @@ static int read_optimizer(clt_trainer *t, clt__st_file *f, const char *path, con
     if (clt__st_find(f, probe, &dummy) == CLT_OK)
       clt__log(CLT_LOG_WARN, "%s: this run uses no momentum, so the saved momentum is left out", path);
   }
-  CLT_TRY(check_no_others(t, f, path, kind, payload));
+  CLT_TRY(check_no_others(t, f, path, kind));
 fail:
-  json_decref(optim);
   return rc;
 }
 
 /* The steps done, the dropout key and the seed (which must be this run's),
  * and an fp16 checkpoint's loss scaling. */
-static int read_rng_and_scale(clt_trainer *t, clt__st_file *f, const char *path, clt__ckpt_header *h) {
-  int rc = CLT_OK;
-  json_t *rng = NULL, *scaling = NULL;
-  CLT_TRY(meta_int(f, path, "step", &h->steps_done));
-  CLT_TRY(meta_json(f, path, "rng", &rng));
-  CLT_TRY(json_int(path, "rng", rng, "dropout_step", 0, &h->micro_steps));
-  const char *seed = json_string_value(json_object_get(rng, "seed"));
+static int read_rng_and_scale(clt_trainer *t, const clt__ckpt_meta *m, const char *path, clt__ckpt_header *h) {
   char mine[32];
+  h->steps_done = m->steps_done;
+  h->micro_steps = m->dropout_step;
   snprintf(mine, sizeof mine, "%llu", (unsigned long long)t->opts.seed);
-  if (!seed) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'rng' has no seed", path); goto fail; }
-  if (strcmp(seed, mine) != 0) {
-    rc = clt__error(CLT_EMISMATCH, "%s was trained with seed %s and this run has seed %s: the sample order and "
-                    "dropout would not continue; resume with --seed %s", path, seed, mine, seed);
-    goto fail;
-  }
-  const char *scale = clt__st_metadata(f, "loss_scale");
-  char *end;
-  if (!scale || !(strtod(scale, &end) > 0) || *end || !isfinite(strtod(scale, NULL))) {
-    rc = clt__error(CLT_EFORMAT, "%s: the metadata 'loss_scale' is '%s', not a positive number", path,
-                    scale ? scale : "(missing)");
-    goto fail;
-  }
+  if (strcmp(m->seed, mine) != 0)
+    return clt__error(CLT_EMISMATCH, "%s was trained with seed %s and this run has seed %s: the sample order and "
+                      "dropout would not continue; resume with --seed %s", path, m->seed, mine, m->seed);
   /* An f16 run goes on with an f16 checkpoint's loss scaling; from an f32
    * one (or one older than 'loss_scaling') it starts afresh. */
   h->loss_scale = 0;
-  if (t->opts.precision == CLT_F16 && clt__st_metadata(f, "loss_scaling")) {
-    CLT_TRY(meta_json(f, path, "loss_scaling", &scaling));
-    const char *prec = json_string_value(json_object_get(scaling, "precision"));
-    if (prec && strcmp(prec, "fp16") == 0) {
-      h->loss_scale = strtod(scale, NULL);
-      CLT_TRY(json_int(path, "loss_scaling", scaling, "clean_steps", 0, &h->scale_clean_steps));
-      CLT_TRY(json_int(path, "loss_scaling", scaling, "skipped", 0, &h->skipped));
-    }
+  if (t->opts.precision == CLT_F16 && m->fp16) {
+    h->loss_scale = m->loss_scale;
+    h->scale_clean_steps = m->clean_steps;
+    h->skipped = m->skipped;
   }
-fail:
-  json_decref(rng), json_decref(scaling);
-  return rc;
+  return CLT_OK;
 }
 
 /* The sampler position, in this run's micro-batches: the sample order of
  * an epoch does not depend on the batch size, so a position at a whole
  * number of this run's micro-batches carries over. */
-static int read_position(clt_trainer *t, clt__st_file *f, const char *path, clt__ckpt_header *h) {
-  int rc = CLT_OK;
-  int64_t mb, samples;
-  json_t *pos = NULL;
-  CLT_TRY(meta_json(f, path, "sampler_position", &pos));
-  CLT_TRY(json_int(path, "sampler_position", pos, "epoch", 0, &h->epoch));
-  CLT_TRY(json_int(path, "sampler_position", pos, "step", 0, &h->step));
-  CLT_TRY(json_int(path, "sampler_position", pos, "micro_batch", 1, &mb));
-  CLT_TRY(json_int(path, "sampler_position", pos, "train_samples", 0, &h->count));
-  /* What no run can have written: an epoch beyond the steps done (every
-   * epoch takes one step at least), or a place in the epoch past its
-   * samples (or past any int64). */
-  if (h->epoch > h->steps_done) {
-    rc = clt__error(CLT_EFORMAT, "%s: its sampler position is epoch %lld, but after %lld steps no run can be past epoch "
-                    "%lld; the file was edited or damaged", path, (long long)h->epoch + 1, (long long)h->steps_done,
-                    (long long)h->steps_done + 1);
-    goto fail;
-  }
-  if (__builtin_mul_overflow(h->step, mb, &samples) || samples > h->count) {
-    rc = clt__error(CLT_EFORMAT, "%s: its sampler position, %lld micro-batches of %lld samples into epoch %lld, is "
-                    "past the %lld training samples it refers to; the file was edited or damaged", path,
-                    (long long)h->step, (long long)mb, (long long)h->epoch + 1, (long long)h->count);
-    goto fail;
-  }
+static int read_position(clt_trainer *t, const clt__ckpt_meta *m, const char *path, clt__ckpt_header *h) {
+  int64_t mb = m->micro_batch, samples = m->pos.step * mb; /* checked: no overflow, within the training set */
+  h->epoch = m->pos.epoch;
+  h->step = m->pos.step;
+  h->count = m->train_samples;
   if (mb != t->s.micro_batch) {
-    if (samples % t->s.micro_batch) {
-      rc = clt__error(CLT_EMISMATCH, "%s stopped after %lld samples of epoch %lld, in micro-batches of %lld; this "
-                      "run's micro-batches of %lld do not end there (batch / accumulate); resume with a batch that "
-                      "divides it", path, (long long)samples, (long long)h->epoch + 1, (long long)mb,
-                      (long long)t->s.micro_batch);
-      goto fail;
-    }
+    if (samples % t->s.micro_batch)
+      return clt__error(CLT_EMISMATCH, "%s stopped after %lld samples of epoch %lld, in micro-batches of %lld; this "
+                        "run's micro-batches of %lld do not end there (batch / accumulate); resume with a batch that "
+                        "divides it", path, (long long)samples, (long long)h->epoch + 1, (long long)mb,
+                        (long long)t->s.micro_batch);
     clt__log(CLT_LOG_WARN, "%s was trained with micro-batches of %lld samples, this run takes %lld: it goes on "
              "after sample %lld of epoch %lld", path, (long long)mb, (long long)t->s.micro_batch, (long long)samples,
              (long long)h->epoch + 1);
     h->step = samples / t->s.micro_batch;
   }
-fail:
-  json_decref(pos);
-  return rc;
+  return CLT_OK;
 }
 
 /* The epoch's sums so far, and the balancer's shares when they apply. */
-static int read_progress(clt_trainer *t, clt__st_file *f, const char *path, clt__ckpt_header *h, int64_t *shares) {
-  int rc = CLT_OK;
-  json_t *progress = NULL, *training = NULL;
+static void read_progress(clt_trainer *t, const clt__ckpt_meta *m, clt__ckpt_header *h, int64_t *shares) {
   int R = clt__dp_replicas(clt__trainer_dp(t));
-  CLT_TRY(meta_json(f, path, "epoch_progress", &progress));
-  CLT_TRY(json_int(path, "epoch_progress", progress, "steps", 0, &h->ep_steps));
-  CLT_TRY(json_num(path, "epoch_progress", progress, "loss_sum", &h->ep_sums[0]));
-  CLT_TRY(json_num(path, "epoch_progress", progress, "correct", &h->ep_sums[1]));
-  CLT_TRY(json_num(path, "epoch_progress", progress, "samples", &h->ep_sums[2]));
-  CLT_TRY(meta_json(f, path, "training", &training));
-  json_t *sh = json_object_get(training, "shares");
-  if (t->opts.balance == CLT_BALANCE_AUTO && json_is_array(sh) && (int)json_array_size(sh) == R) {
-    int64_t sum = 0;
-    int ok = 1;
-    for (int r = 0; r < R; r++) {
-      json_t *e = json_array_get(sh, (size_t)r);
-      ok &= json_is_integer(e) && json_integer_value(e) >= t->opts.balance_min_share;
-      shares[r] = ok ? json_integer_value(e) : 0;
-      sum += shares[r];
-    }
-    if (ok && sum == t->s.micro_batch) h->nshares = R;
-  }
-fail:
-  json_decref(progress), json_decref(training);
-  return rc;
+  h->ep_steps = m->ep_steps;
+  memcpy(h->ep_sums, m->ep_sums, sizeof h->ep_sums);
+  if (t->opts.balance != CLT_BALANCE_AUTO || m->replicas != R || m->micro_batch != t->s.micro_batch) return;
+  for (int r = 0; r < R; r++)
+    if (m->shares[r] < t->opts.balance_min_share) return;
+  memcpy(shares, m->shares, (size_t)R * sizeof *shares);
+  h->nshares = R;
 }
 
 /* Rank 0: read and check everything of path into h and payload (params,
@@ -609,23 +423,23 @@ fail:
 static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload) {
   int rc = CLT_OK;
   clt__st_file *f = NULL;
+  clt__ckpt_meta m = {0};
   double t0 = clt__now();
   memset(h, 0, sizeof *h);
   clt__strlcpy(h->path, path, sizeof h->path);
   CLT_TRY(clt__checkpoint_open(path, 1, &f)); /* magic, version, both CRCs, size */
-  const char *saved_spec = clt__st_metadata(f, "model");
-  if (!saved_spec) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", path); goto fail; }
-  CLT_TRY(read_model(t, f, path, saved_spec, payload));
-  CLT_TRY(read_optimizer(t, f, path, saved_spec, payload));
-  CLT_TRY(read_rng_and_scale(t, f, path, h));
-  clt__run_info run;
-  CLT_TRY(run_info(f, path, &run));
-  clt__strlcpy(h->run_id, run.id, sizeof h->run_id);
-  CLT_TRY(read_position(t, f, path, h));
-  CLT_TRY(read_progress(t, f, path, h, shares));
+  CLT_TRY(clt__ckpt_meta_read(f, path, &m));  /* every field what some run can have written */
+  CLT_TRY(read_model(t, f, path, &m, payload));
+  CLT_TRY(clt__ckpt_meta_check_labels(&m, path, clt_model_labels_per_sample(t->model)));
+  CLT_TRY(read_optimizer(t, f, path, &m, payload));
+  CLT_TRY(read_rng_and_scale(t, &m, path, h));
+  clt__strlcpy(h->run_id, m.run.id, sizeof h->run_id);
+  CLT_TRY(read_position(t, &m, path, h));
+  read_progress(t, &m, h, shares);
   clt__log(CLT_LOG_INFO, "read checkpoint %s (step %lld, epoch %lld, batch %lld of the epoch) and checked it in %.3f s",
            path, (long long)h->steps_done, (long long)h->epoch + 1, (long long)h->step, clt__now() - t0);
 fail:
+  clt__ckpt_meta_free(&m);
   clt__st_close(f);
   return rc;
 }

@@ -42,6 +42,39 @@ typedef struct clt__run_info {
   int64_t branched_from, started_ns;
 } clt__run_info;
 
+/* A checkpoint's metadata, every field checked against what some run can
+ * have written (checkpoint_meta.c, doc/checkpoint.md "Metadata"). */
+typedef struct clt__ckpt_meta {
+  const char *spec;              /* 'model': the spec as written (the open file's string) */
+  int64_t param_count, steps_done;
+  clt_sampler_pos pos;           /* 'sampler_position' (= 'epoch') in the file's micro-batches */
+  int64_t micro_batch, train_samples;
+  char seed[24];                 /* 'rng': the seed as written; the generator is cltrain's */
+  int64_t dropout_step;          /* micro-batches done */
+  double loss_scale;
+  int fp16;                      /* 'loss_scaling' says fp16 (0: fp32, or a file older than it) */
+  int64_t clean_steps, skipped;
+  clt_optimizer_config optimizer; /* 'optimizer': the kind and its settings */
+  int64_t replicas;              /* 'training' */
+  int64_t *shares;               /* replicas of them, adding up to micro_batch */
+  int64_t ep_steps;              /* 'epoch_progress' */
+  double ep_sums[3];             /* loss, correct, labels */
+  clt__run_info run;             /* zero in a file older than the record */
+} clt__ckpt_meta;
+
+/* Read and check every metadata field of an open checkpoint into m; free
+ * it with clt__ckpt_meta_free (done on failure). What needs the model,
+ * the epoch's labels (at most train_samples of labels_per_sample each),
+ * clt__ckpt_meta_check_labels checks once the model is known to fit. */
+int clt__ckpt_meta_read(struct clt__st_file *f, const char *path, clt__ckpt_meta *m);
+int clt__ckpt_meta_check_labels(const clt__ckpt_meta *m, const char *path, int64_t labels_per_sample);
+void clt__ckpt_meta_free(clt__ckpt_meta *m);
+/* A top-level metadata string that is a whole number in [lo, hi]. */
+int clt__ckpt_meta_whole(struct clt__st_file *f, const char *path, const char *key, int64_t lo, int64_t hi,
+                         int64_t *out);
+/* The run record alone (zero when there is none). */
+int clt__ckpt_run_read(struct clt__st_file *f, const char *path, clt__run_info *out);
+
 /* Open path and check its framing, format, version and header CRC32 (and,
  * with check_data, its data's CRC32), then read its run record (zero for
  * files older than the record); the file is closed again. */

@@ -284,18 +284,20 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
   clt__st_file *f = NULL;
   clt_model_spec *spec = NULL;
   clt__st_tensor *want = NULL, *named = NULL;
+  clt__ckpt_meta checked = {0};
   float *params = NULL;
   if (!checkpoint || !out) return clt__error(CLT_EINVAL, "clt_checkpoint_export: two paths are needed");
   if (clt__same_file(checkpoint, out))
     return clt__error(CLT_EINVAL, "exporting %s onto itself would replace the checkpoint with its weights; name "
                       "another file", checkpoint);
   CLT_TRY(clt__checkpoint_open(checkpoint, 1, &f));
-  const char *text = clt__st_metadata(f, "model"), *step = clt__st_metadata(f, "step");
-  if (!text) { rc = clt__error(CLT_EFORMAT, "%s: the metadata 'model' (the model spec) is missing", checkpoint); goto fail; }
+  CLT_TRY(clt__ckpt_meta_read(f, checkpoint, &checked)); /* no weights of an edited file */
+  const char *text = checked.spec, *step = clt__st_metadata(f, "step");
   if ((rc = clt__spec_parse(text, checkpoint, &spec)) < 0) {
     rc = clt__error_prefix(rc, "%s: its model spec does not parse", checkpoint);
     goto fail;
   }
+  CLT_TRY(clt__ckpt_meta_check_labels(&checked, checkpoint, spec->labels_per_sample));
   want = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *want);
   named = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *named);
   params = clt__calloc((size_t)spec->param_count, sizeof *params);
@@ -319,6 +321,7 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
   const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", text, "step", step ? step : "0", NULL};
   CLT_TRY(clt__st_write(out, named, n, meta));
 fail:
+  clt__ckpt_meta_free(&checked);
   clt__st_close(f);
   clt__spec_destroy(spec);
   free(want), free(named), free(params);

@@ -23,7 +23,8 @@ static int check_set(clt_trainer *t, const clt_dataset *ds) {
   else if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
     rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                     clt_dataset_path(ds), clt_dataset_num_classes(ds), clt_model_num_classes(t->model));
-  return clt__trainer_all_ok(t, rc, "checking the evaluation set");
+  rc = clt__trainer_all_ok(t, rc, "checking the evaluation set");
+  return rc < 0 ? rc : clt__trainer_same_data(t, ds, "evaluates on");
 }
 
 

@@ -26,23 +26,6 @@ static double now_s(void) {
 /* NaN becomes JSON null. */
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
-/* Every rank must train on the same data: compare the sample count and
- * shape across ranks before the first step. */
-static int check_same_data(clt_trainer *t, const clt_dataset *ds) {
-  if (t->nranks == 1) return CLT_OK;
-  int64_t mine[2] = {clt_dataset_count(ds), clt_dataset_sample_size(ds)};
-  int64_t *all = clt__calloc((size_t)t->nranks * 2, sizeof *all);
-  if (!all) return CLT_ENOMEM;
-  int rc = clt_allgather(t->comm, mine, sizeof mine, all);
-  for (int r = 1; rc == CLT_OK && r < t->nranks; r++)
-    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
-      rc = clt__error(CLT_EMISMATCH, "rank %d trains on %lld samples of %lld values but rank 0 on %lld of %lld; "
-                      "every rank must read the same dataset", r, (long long)all[2 * r], (long long)all[2 * r + 1],
-                      (long long)all[0], (long long)all[1]);
-  free(all);
-  return rc;
-}
-
 /* New shares reach the prefetchers from their next batch on. */
 static int apply_shares(clt_trainer *t, clt_prefetcher **pf, int64_t *first) {
   int rc = CLT_OK;
@@ -248,8 +231,11 @@ typedef struct fit_state {
 } fit_state;
 
 /* Each rank checks its own data, and all learn of any failure: a rank
- * that returned alone would leave the others waiting in a collective. */
-static int check_data(clt_trainer *t, const clt_dataset *train) {
+ * that returned alone would leave the others waiting in a collective.
+ * Then the ranks compare their training and test sets (same_data.c), so
+ * other data on one rank stops the run before its first step, not at its
+ * first evaluation. */
+static int check_data(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
   int rc = CLT_OK;
   int64_t in = clt_model_input_size(t->model);
   if (clt_dataset_sample_size(train) != in)
@@ -264,7 +250,8 @@ static int check_data(clt_trainer *t, const clt_dataset *train) {
     rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                     clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
   CLT_TRY(clt__trainer_all_ok(t, rc, "checking the training set"));
-  CLT_TRY(check_same_data(t, train));
+  CLT_TRY(clt__trainer_same_data(t, train, "trains on"));
+  CLT_TRY(clt__trainer_same_data(t, test, "evaluates on")); /* a test set on some ranks only too */
 fail:
   return rc;
 }
@@ -409,7 +396,7 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
     return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
                       "int32 class labels; train it on float targets with clt_trainer_step_targets",
                       clt_loss_name(clt_model_loss(t->model)));
-  CLT_TRY(check_data(t, train));
+  CLT_TRY(check_data(t, train, test));
   CLT_TRY(open_outputs(t, &f.out));
   CLT_TRY(open_data(t, train, &f));
   clt__micro_source step_src = {fit_next, &f.src};

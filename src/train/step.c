@@ -208,10 +208,19 @@ static int check_targets(const clt_trainer *t, const step_targets *tg, int64_t n
   return CLT_OK;
 }
 
-/* This rank's input: CLT_OK or an error naming what is wrong. */
+/* This rank's input: CLT_OK or an error naming what is wrong. A NaN or
+ * Inf among the samples would make the loss NaN, which would then be
+ * blamed on the learning rate: it is named here, once a step, at the cost
+ * of one read of x (the forward reads it many times over). */
 static int check_input(const clt_trainer *t, const float *x, const step_targets *tg, int64_t n) {
   if (n < 0) return clt__error(CLT_EINVAL, "%s: n is %lld; give 0 or more samples", tg->fn, (long long)n);
   if (n > 0 && !x) return clt__error(CLT_EINVAL, "%s: x is NULL with n = %lld samples", tg->fn, (long long)n);
+  const int64_t in = clt_model_input_size(t->model);
+  for (int64_t k = 0; k < n * in; k++)
+    if (!isfinite(x[k]))
+      return clt__error(CLT_ENONFINITE, "%s: x holds %s at value %lld of sample %lld (of this rank's %lld); the "
+                        "input must be finite", tg->fn, isnan(x[k]) ? "NaN" : x[k] > 0 ? "+Inf" : "-Inf",
+                        (long long)(k % in), (long long)(k / in), (long long)n);
   return check_targets(t, tg, n);
 }
 

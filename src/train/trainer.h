@@ -156,6 +156,13 @@ int clt__trainer_share_status(clt_trainer *t, int rc);
  * the first rank that failed (named on the others, with `what`). */
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
 
+/* Collective: every rank's ds is rank 0's, by their fingerprints (shape,
+ * headers, samples at fixed positions: same_data.c); else CLT_EMISMATCH
+ * on every rank naming the ranks, files and what differs ("rank 1 trains
+ * on ...": verb is "trains on" or "evaluates on"). ds may be NULL: no
+ * dataset, which must then be so on every rank. */
+int clt__trainer_same_data(clt_trainer *t, const clt_dataset *ds, const char *verb);
+
 /* ---- checkpoints (checkpoint*.c) ---- */
 
 /* fit()'s periodic checkpoint: DIR/ckpt-<step>.safetensors, then the

@@ -161,6 +161,28 @@ sed 's/embedding 16/embedding 24/; s/linear 16 init/linear 24 init/' "$gpt/gpt.m
 expect 1 "weights of a narrower GPT" -- eval "$gpt/wide.model" --weights "$gpt/w.safetensors" --val "$gpt/val.bin" \
   --devices 0
 has "$err" "tensor '0.weight' has shape (256, 16) but the model's is (256, 24)" "the tensor and both shapes are named"
+# A 3-block GPT's weights hold every tensor of the 2-block GPT with its
+# shape, and more: refused wherever weights are read, naming the file, the
+# first tensor the model lacks and where the specs part.
+sed 's/block repeat=2/block repeat=3/' "$gpt/gpt.model" >"$gpt/deep.model"
+expect 0 "train a 3-block GPT for a step" -- train "$gpt/deep.model" --data "$gpt/train.bin" --val none --devices 0 \
+  --max-steps 1 --batch 8 --save "$gpt/deep.safetensors" --quiet
+for cmd in eval generate "hf export" "train --weights"; do
+  case $cmd in
+    eval) expect 1 "eval with a deeper GPT's weights" -- eval "$gpt/gpt.model" --weights "$gpt/deep.safetensors" \
+      --val "$gpt/val.bin" --devices 0 ;;
+    generate) expect 1 "generate with a deeper GPT's weights" -- generate "$gpt/gpt.model" \
+      --weights "$gpt/deep.safetensors" --prompt abc --tokens 5 --devices 0 ;;
+    "hf export") expect 1 "hf export with a deeper GPT's weights" -- hf export "$gpt/gpt.model" \
+      --weights "$gpt/deep.safetensors" -o "$gpt/hf" ;;
+    *) expect 1 "train from a deeper GPT's weights" -- train "$gpt/gpt.model" --weights "$gpt/deep.safetensors" \
+      --data "$gpt/train.bin" --val none --devices 0 --max-steps 1 --batch 8 --quiet ;;
+  esac
+  has "$err" "$gpt/deep.safetensors holds a tensor '19.proj.bias' (and 11 more) that the model $gpt/gpt.model does not have" \
+    "$cmd: the file and the first extra tensor are named"
+  has "$err" "line 4 of the file's ('block repeat=3')" "$cmd: where the specs part is named"
+done
+[ ! -e "$gpt/hf" ] && echo "ok: hf export wrote nothing" || { echo "FAIL: a refused hf export wrote $gpt/hf"; fail=1; }
 rm -rf "$gpt"
 
 # Training: a run that diverges stops at once, naming the step and the layer.

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "data/data.h" /* the fingerprint: internal */
 #include "datautil.h"
 
 static char *tmp; /* scratch directory of the running test */
@@ -338,6 +340,65 @@ START_TEST(idx_raw_given) {
 }
 END_TEST
 
+/* A data file that is there but cannot be opened (a symbolic link to
+ * itself, or to nothing) is named with the reason, not reported as
+ * "neither ... nor ....gz is there". */
+START_TEST(idx_unreachable_file) {
+  clt_dataset *ds = NULL;
+  du_join(p1, sizeof p1, tmp, "train-images-idx3-ubyte");
+  ck_assert_int_eq(symlink("train-images-idx3-ubyte", p1), 0);
+  du_expect_error(clt_dataset_open_idx(tmp, "train", &ds), CLT_EIO, p1, "Too many levels of symbolic links");
+  ck_assert_msg(!strstr(clt_last_error(), "is there"), "%s", clt_last_error());
+  unlink(p1);
+  ck_assert_int_eq(symlink("nowhere", p1), 0);
+  du_expect_error(clt_dataset_open_idx(tmp, "train", &ds), CLT_EIO, p1, "a symbolic link to a file that is not there");
+  ck_assert_ptr_null(ds);
+  unlink(p1);
+}
+END_TEST
+
+/* The fingerprint the ranks of a job compare (train/same_data.c): the
+ * same for a plain and a gzip copy, another when one probed sample or its
+ * label differs or the header does. */
+START_TEST(idx_fingerprint) {
+  clt__data_fingerprint a, b;
+  clt_dataset *ds = NULL;
+  write_good(0);
+  du_ok(clt_dataset_open_idx_files(p1, p2, 10, &ds));
+  clt__dataset_fingerprint(ds, &a);
+  clt_dataset_destroy(ds);
+  write_good(1);
+  du_ok(clt_dataset_open_idx_files(p1, p2, 10, &ds));
+  clt__dataset_fingerprint(ds, &b);
+  clt_dataset_destroy(ds);
+  ck_assert(memcmp(a.probe, b.probe, sizeof a.probe) == 0 && a.header == b.header && a.count == b.count);
+  /* every sample of 10 is probed: sample 9, the last */
+  ck_assert_int_eq(clt__probe_sample(N_IMG, CLT__DATA_PROBES - 1), N_IMG - 1);
+  img_data[9 * 12 + 5] ^= 1;
+  du_write_idx(p1, 0x08, 3, img_dims, img_data, sizeof img_data, 1);
+  du_ok(clt_dataset_open_idx_files(p1, p2, 10, &ds));
+  clt__dataset_fingerprint(ds, &b);
+  clt_dataset_destroy(ds);
+  ck_assert(a.probe[CLT__DATA_PROBES - 1] != b.probe[CLT__DATA_PROBES - 1] && a.probe[0] == b.probe[0]);
+  write_good(0);
+  lab_data[0] = (unsigned char)(lab_data[0] + 1) % 10;
+  uint32_t n = N_IMG;
+  du_write_idx(p2, 0x08, 1, &n, lab_data, N_IMG, 0);
+  du_ok(clt_dataset_open_idx_files(p1, p2, 10, &ds));
+  clt__dataset_fingerprint(ds, &b);
+  clt_dataset_destroy(ds);
+  ck_assert(a.probe[0] != b.probe[0] && a.probe[CLT__DATA_PROBES - 1] == b.probe[CLT__DATA_PROBES - 1]);
+  /* the same bytes seen as 12x1 images: the shape and the header differ */
+  const uint32_t flat[3] = {N_IMG, 12, 1};
+  write_good(0);
+  du_write_idx(p1, 0x08, 3, flat, img_data, sizeof img_data, 0);
+  du_ok(clt_dataset_open_idx_files(p1, p2, 10, &ds));
+  clt__dataset_fingerprint(ds, &b);
+  clt_dataset_destroy(ds);
+  ck_assert(a.header != b.header && memcmp(a.probe, b.probe, sizeof a.probe) == 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("dataset");
   TCase *tc = tcase_create("fashion-mnist");
@@ -362,6 +423,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, idx_label_range);
   tcase_add_test(tc, idx_corrupt_gzip);
   tcase_add_test(tc, idx_raw_given);
+  tcase_add_test(tc, idx_unreachable_file);
+  tcase_add_test(tc, idx_fingerprint);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/data.h" /* the fingerprint: internal */
 #include "datautil.h"
 
 static char *tmp; /* scratch directory of the running test */
@@ -438,6 +439,33 @@ START_TEST(bad_arguments) {
 }
 END_TEST
 
+/* The fingerprint the ranks of a job compare (train/same_data.c): a
+ * uint16 and a uint32 shard of the same tokens probe alike (their headers
+ * differ), a plain and a gzip copy are the same, and a token changed in a
+ * probed window changes that probe. */
+START_TEST(fingerprint) {
+  const int64_t n = 4001, T = 16; /* 250 windows */
+  uint32_t *t = make_tokens(n, 50257, 3);
+  clt__data_fingerprint fp[4];
+  const struct { const char *name; int wide; } files[3] = {{"f.bin", 0}, {"f.bin.gz", 0}, {"w.bin", 1}};
+  for (int i = 0; i < 4; i++) {
+    if (i == 3) t[clt__probe_sample(250, 7) * T + 3] ^= 1;
+    du_join(p1, sizeof p1, tmp, files[i % 3].name);
+    du_ok(clt_tokens_write(p1, t, n, files[i % 3].wide));
+    clt_dataset *ds = NULL;
+    const char *paths[1] = {p1};
+    du_ok(clt_dataset_open_tokens(paths, 1, T, 0, &ds));
+    clt__dataset_fingerprint(ds, &fp[i]);
+    clt_dataset_destroy(ds);
+  }
+  ck_assert(fp[0].header == fp[1].header && memcmp(fp[0].probe, fp[1].probe, sizeof fp[0].probe) == 0);
+  ck_assert(fp[0].header != fp[2].header && memcmp(fp[0].probe, fp[2].probe, sizeof fp[0].probe) == 0);
+  for (int k = 0; k < CLT__DATA_PROBES; k++)
+    ck_assert_msg((fp[0].probe[k] != fp[3].probe[k]) == (k == 7), "probe %d", k);
+  free(t);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("tokens");
   TCase *tc = tcase_create("format");
@@ -449,6 +477,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, shards_concatenate);
   tcase_add_test(tc, no_normalisation);
   tcase_add_test(tc, prefetch_windows);
+  tcase_add_test(tc, fingerprint);
   suite_add_tcase(s, tc);
   tc = tcase_create("bad");
   tcase_add_checked_fixture(tc, setup, teardown);

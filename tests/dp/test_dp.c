@@ -13,8 +13,9 @@
  *   - fp16 (gradients all-reduced as half) stays near one device's fp16;
  *   - on PoCL everywhere, the exchange in place from shared memory gives
  *     the staged exchange's bits;
- *   - a rank with a different model spec, or other data, fails on every
- *     rank, naming it.
+ *   - a rank with a different model spec, or other data (of another size,
+ *     or of the same shape with other samples), fails on every rank,
+ *     naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <cltrain/mpi.h>
 
 #include "comm/comm.h" /* the arena: internal */
+#include "data/data.h" /* clt__probe_sample: internal */
 #include "mpiutil.h"
 #include "testutil.h"
 #include "fashion.h"
@@ -408,6 +410,66 @@ START_TEST(a_different_dataset_is_named_on_every_rank) {
 }
 END_TEST
 
+/* One value of one sample changed: the sample fingerprints probe. */
+static void poke_probed_sample(float *x, int64_t n, void *user) {
+  (void)user;
+  x[clt__probe_sample(n, 5) * 784 + 100] += 0.5f;
+}
+
+/* Rank 1 reads data of the very shape of rank 0's, but other samples:
+ * the test split's first 512, or the same samples with one value of one
+ * probed sample changed. Every rank fails before the first step, and
+ * before an evaluation, naming rank 1, its file and the sample; copies of
+ * one file pass (each rank here reads its own copy in every other test).
+ * So does a test set that rank 1 alone lacks. */
+START_TEST(same_shape_other_data_is_named_on_every_rank) {
+  if (nranks < 2) return;
+  static const int64_t dims[1] = {784};
+  clt_model *m;
+  clt_trainer *t;
+  clt_train_options o;
+  options(&o, 48);
+  ck_assert_int_eq(clt_model_parse(mlp, "dp.model", &m), 0);
+  ck_assert_int_eq(clt_trainer_create(m, mine, comm, &o, &t), 0);
+  char path[80], want[128];
+  snprintf(path, sizeof path, "%s.other", data_path);
+  for (int k = 0; k < 2; k++) {
+    clt_dataset *other = data;
+    if (rank == 1) {
+      ck_assert_int_eq(tu_fashion_raw(k == 0 ? "test" : "train", NSAMPLES, 1, dims, k == 0 ? NULL : poke_probed_sample,
+                                      NULL, path), 0);
+      ck_assert_int_eq(clt_dataset_open_raw(path, &other), 0);
+    }
+    snprintf(want, sizeof want, "rank 1 trains on another sample %lld than rank 0",
+             (long long)clt__probe_sample(NSAMPLES, k == 0 ? 0 : 5));
+    int rc = clt_trainer_fit(t, other, NULL);
+    ck_assert_msg(rc == CLT_EMISMATCH, "rank %d: fit gave %s: %s", rank, clt_status_name(rc), clt_last_error());
+    ck_assert_msg(strstr(clt_last_error(), want) && strstr(clt_last_error(), ".raw.other") &&
+                  !strstr(clt_last_error(), "rank 2"), "rank %d: %s", rank, clt_last_error());
+    if (rank == 0) fprintf(stderr, "refused as it should be: %s\n", clt_last_error());
+    ck_assert_int_eq(clt_trainer_steps_done(t), 0);
+    double loss, acc;
+    rc = clt_trainer_evaluate(t, other, &loss, &acc);
+    ck_assert_msg(rc == CLT_EMISMATCH && strstr(clt_last_error(), "rank 1 evaluates on another sample"),
+                  "rank %d: evaluate gave %s: %s", rank, clt_status_name(rc), clt_last_error());
+    if (rank == 1) {
+      clt_dataset_destroy(other);
+      unlink(path);
+    }
+  }
+  /* A test set on every rank but rank 1: named before the first step (its
+   * evaluation would wait for rank 1 until the timeout). */
+  int rc = clt_trainer_fit(t, data, rank == 1 ? NULL : data);
+  ck_assert_msg(rc == CLT_EMISMATCH && strstr(clt_last_error(), "rank 1 evaluates on no dataset but rank 0 on one"),
+                "rank %d: fit gave %s: %s", rank, clt_status_name(rc), clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 0);
+  double loss, acc;
+  ck_assert_int_eq(clt_trainer_evaluate(t, data, &loss, &acc), 0); /* and every rank goes on */
+  clt_trainer_destroy(t);
+  clt_model_destroy(m);
+}
+END_TEST
+
 /* Rank 1 alone has samples of another size: every rank fails at once, the
  * others naming rank 1, in fit and in evaluate (not a wait for rank 1 in
  * the next collective until the timeout). */
@@ -475,6 +537,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, in_place_keeps_the_bits);
   tcase_add_test(tc, a_different_model_is_named_on_every_rank);
   tcase_add_test(tc, a_different_dataset_is_named_on_every_rank);
+  tcase_add_test(tc, same_shape_other_data_is_named_on_every_rank);
   tcase_add_test(tc, one_rank_with_bad_data_fails_every_rank);
   suite_add_tcase(s, tc);
   rc = tu_run(s);

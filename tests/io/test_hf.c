@@ -227,6 +227,14 @@ START_TEST(sharded_files) {
   hu_write_sharded(&h, dir, "model-00003-of-00003.safetensors");
   ck_assert_int_eq(clt_hf_gpt2_import(dir, 0, model2, weights2), CLT_ENOTFOUND);
   ck_assert_msg(strstr(clt_last_error(), "model-00003-of-00003.safetensors"), "%s", clt_last_error());
+  /* an index putting the second half's tensors in the first shard, which
+   * lacks them: the shard is named, not "the index has no tensor" */
+  hu_write_sharded(&h, dir, "model-00001-of-00002.safetensors");
+  ck_assert_int_eq(clt_hf_gpt2_import(dir, 0, model2, weights2), CLT_EFORMAT);
+  ck_assert_msg(strstr(clt_last_error(), "model.safetensors.index.json puts '") &&
+                strstr(clt_last_error(), "' in model-00001-of-00002.safetensors, but ") &&
+                strstr(clt_last_error(), "/model-00001-of-00002.safetensors has no tensor '"), "%s", clt_last_error());
+  fprintf(stderr, "refused as it should be: %s\n", clt_last_error());
   hu_free(&h);
 }
 END_TEST

@@ -15,6 +15,13 @@
  *     clt_trainer_save_checkpoint and from fit's periodic saves; a
  *     checkpoint directory that cannot be made;
  *   - another model, optimizer or seed: refused naming what differs;
+ *   - weights (or a checkpoint read as weights) holding a tensor the model
+ *     lacks, a deeper model's: refused naming the file and the tensor;
+ *   - a header whose CRCs are right but whose values no run writes (a
+ *     step of 2^63 - 1, epoch sums of 1e308, another generator, a position
+ *     that is not its micro-batches, an epoch that is not the sampler's, a
+ *     metadata value that is not a string, ...): refused naming the file
+ *     and the field;
  *   - --keep rotation, leftovers of killed saves removed, export of the
  *     weights alone, and load_weights reading a checkpoint.
  */
@@ -636,6 +643,194 @@ START_TEST(unexpected_contents_are_refused) {
 }
 END_TEST
 
+/* load_weights on rank 0 of path fails with want, every fragment in the
+ * message, and the parameters are as they were. */
+static void weights_refused(clt_trainer *t, const clt_model *m, const char *path, int want, ...) {
+  float *before = cu_params(t, m);
+  int rc = clt_trainer_load_weights(t, path);
+  char msg[2048];
+  snprintf(msg, sizeof msg, "%s", clt_last_error());
+  ck_assert_msg(rc == want, "load_weights(%s) gave %s (%s), not %s", path, clt_status_name(rc), msg,
+                clt_status_name(want));
+  va_list ap;
+  va_start(ap, want);
+  for (const char *frag; (frag = va_arg(ap, const char *));)
+    ck_assert_msg(strstr(msg, frag), "no '%s' in: %s", frag, msg);
+  va_end(ap);
+  fprintf(stderr, "refused as it should be: %s\n", msg);
+  float *after = cu_params(t, m);
+  ck_assert(memcmp(before, after, (size_t)clt_model_param_count(m) * 4) == 0);
+  free(before), free(after);
+}
+
+/* Weights of a model with more tensors than this one's: every tensor of
+ * the 2-layer MLP is in the 3-layer MLP's file with its shape, so they
+ * loaded and evaluated as a model nobody trained. Refused (as --weights,
+ * eval, generate and hf export read them), naming the file and the first
+ * tensor the model lacks; so is a checkpoint with one tensor more, read as
+ * weights. A spec that differs while every tensor fits (another
+ * activation) loads with a warning, as a checkpoint does. */
+START_TEST(weights_of_another_model_are_refused) {
+  static const char *deeper = "input 784\nlinear 32\nrelu\nlinear 10\nrelu\nlinear 10\n";
+  static const char *tanh_mlp = "input 784\nlinear 32\ntanh\nlinear 10\n";
+  char dir[64], path[128], ckpt[128], bad[128];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  cu_options(&o);
+  snprintf(path, sizeof path, "%s/deeper.safetensors", dir);
+  snprintf(ckpt, sizeof ckpt, "%s/ckpt.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/more.safetensors", dir);
+  clt_trainer *t = cu_trainer(deeper, "0", &o, &m);
+  ck_assert_int_eq(clt_trainer_save_weights(t, path), 0);
+  cu_done(t, m);
+  make_checkpoint(cu_mlp, &o, 2, ckpt);
+
+  t = cu_trainer(cu_mlp, "0", &o, &m);
+  weights_refused(t, m, path, CLT_ESHAPE, path, "tensor '4.bias' (and 1 more)", "the model ckpt.model does not have",
+                  "ckpt.model ends before line 5 of the file's spec ('relu')", NULL);
+  rewrite(ckpt, bad, add_tensor, "params/4.weight", 0);
+  weights_refused(t, m, bad, CLT_ESHAPE, bad, "tensor 'params/4.weight'", NULL);
+  rewrite(ckpt, bad, add_tensor, "optim/momentum/3.weight", 0); /* state of a layer it does not have */
+  weights_refused(t, m, bad, CLT_ESHAPE, bad, "tensor 'optim/momentum/3.weight'", NULL);
+  rewrite(ckpt, bad, add_tensor, "00.weight", 0); /* not "0.weight" */
+  weights_refused(t, m, bad, CLT_ESHAPE, bad, "tensor '00.weight'", NULL);
+  ck_assert_msg(clt_trainer_load_weights(t, ckpt) == 0, "%s", clt_last_error()); /* its optimizer state aside */
+  cu_done(t, m);
+
+  t = cu_trainer(tanh_mlp, "0", &o, &m);
+  cu_capture(1);
+  ck_assert_msg(clt_trainer_load_weights(t, ckpt) == 0, "%s", clt_last_error());
+  cu_capture(0);
+  ck_assert_msg(strstr(cu_captured(), "'relu'") && strstr(cu_captured(), "'tanh'"), "%s", cu_captured());
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
+/* A metadata value of the checkpoint set to a string. */
+typedef struct meta_edit {
+  const char *key, *value;
+} meta_edit;
+
+static void set_meta(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  const meta_edit *e = arg;
+  (void)data, (void)len;
+  json_object_set_new(json_object_get(h, "__metadata__"), e->key, json_string(e->value));
+}
+
+/* One member of a JSON metadata value set to a JSON value (given as text). */
+typedef struct member_edit {
+  const char *key, *member, *json;
+} member_edit;
+
+static void set_member(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  const member_edit *e = arg;
+  json_t *meta = json_object_get(h, "__metadata__");
+  (void)data, (void)len;
+  json_t *o = json_loads(json_string_value(json_object_get(meta, e->key)), 0, NULL);
+  ck_assert_msg(o != NULL, "no metadata '%s'", e->key);
+  json_t *v = json_loads(e->json, JSON_DECODE_ANY, NULL);
+  ck_assert_msg(v != NULL, "bad JSON %s", e->json);
+  json_object_set_new(o, e->member, v);
+  char *text = json_dumps(o, JSON_COMPACT);
+  json_object_set_new(meta, e->key, json_string(text));
+  free(text);
+  json_decref(o);
+}
+
+/* A metadata value replaced by JSON that is not a string. */
+static void unstring_meta(json_t *h, unsigned char **data, size_t *len, const void *arg) {
+  json_t *meta = json_object_get(h, "__metadata__");
+  (void)data, (void)len;
+  json_t *v = json_loads(json_string_value(json_object_get(meta, arg)), JSON_DECODE_ANY, NULL);
+  ck_assert(v != NULL);
+  json_object_set_new(meta, arg, v);
+}
+
+/* Headers whose CRCs are right (the edit recomputes them) but whose values
+ * no run writes: each refused with CLT_EFORMAT naming the file and the
+ * field, the trainer left as it was; export refuses them too. Before,
+ * a step of 2^63 - 1 trained nothing and exited 0, and epoch sums of 1e308
+ * reported loss 1.0000 and accuracy 1.0000. The checkpoint: 2 steps of 64
+ * of an epoch of 512 samples (8 steps), SGD with momentum, fp32. */
+START_TEST(impossible_header_values_are_refused) {
+  static const struct {
+    int in_json; /* 0: a top-level value (key = value); 1: a member of a JSON value */
+    const char *key, *member, *value, *frag1, *frag2;
+  } cases[] = {
+      {0, "step", NULL, "9223372036854775807", "'step' is 9223372036854775807", "outside"},
+      {0, "step", NULL, "1", "counts 2 steps in the epoch", "'step' is 1"},
+      {0, "epoch", NULL, "3", "'epoch' is 3", "sampler position's epoch is 0"},
+      {0, "param_count", NULL, "99999999999999999", "'param_count'", "outside"},
+      {0, "loss_scale", NULL, "0.5", "'loss_scale' is 0.5", "fp32 run's is 1"},
+      {0, "loss_scale", NULL, "1e39", "'loss_scale'", "a float holds"},
+      {1, "epoch_progress", "loss_sum", "1e308", "a loss of 1e+308 over 128 labels", NULL},
+      {1, "epoch_progress", "samples", "1e308", "'epoch_progress' sums 1e+308 labels", "512 samples"},
+      {1, "epoch_progress", "correct", "1e308", "'epoch_progress' counts 1e+308 labels right", NULL},
+      {1, "epoch_progress", "loss_sum", "-1", "a loss of -1", NULL},
+      {1, "epoch_progress", "samples", "127.5", "sums 127.5 labels", NULL},
+      {1, "epoch_progress", "steps", "9", "counts 9 steps in the epoch", NULL},
+      {1, "rng", "generator", "\"mt19937\"", "the generator 'mt19937'", "philox4x32-10"},
+      {1, "rng", "seed", "\"-42\"", "the seed '-42'", NULL},
+      {1, "rng", "dropout_step", "1", "counts 1 micro-batches", NULL},
+      {1, "sampler_position", "samples_in_epoch", "100", "says 100 samples into the epoch", "are 128"},
+      {1, "sampler_position", "micro_batch", "32", "says 128 samples into the epoch", "2 micro-batches of 32 are 64"},
+      {1, "sampler_position", "train_samples", "0", "past the 0 training samples", NULL},
+      {1, "training", "batch", "128", "micro-batch is 64 samples", "batch of 128 in 1 micro-batches"},
+      {1, "training", "shares", "[63]", "shares add up to 63", "micro-batch's 64"},
+      {1, "training", "shares", "[32, 32]", "the shares of its 1 replicas", NULL},
+      {1, "training", "balance", "\"fair\"", "the balance 'fair'", NULL},
+      {1, "training", "ranks", "0", "'training' member 'ranks' is 0", "outside"},
+      {1, "optimizer", "kind", "\"adagrad\"", "'optimizer'", "adagrad"},
+      {1, "optimizer", "momentum", "1.5", "'optimizer' holds settings no run trains with", "momentum"},
+      {1, "optimizer", "lr", "0", "'optimizer' has lr 0", NULL},
+      {1, "optimizer", "schedule", "\"linear\"", "'optimizer'", "linear"},
+      {1, "optimizer", "nesterov", "\"no\"", "'optimizer' lacks true or false 'nesterov'", NULL},
+      {1, "loss_scaling", "precision", "\"fp8\"", "the precision 'fp8'", NULL},
+      {1, "loss_scaling", "skipped", "3", "counts 3 skipped steps", "'step' is 2"},
+      {1, "run", "id", "\"not-hex\"", "the id 'not-hex'", "16 hex digits"},
+      {1, "run", "branched_from", "5", "started at step 5", "after its 'step' 2"},
+  };
+  char dir[64], good[128], bad[128], out[160];
+  clt_train_options o;
+  clt_model *m;
+  cu_tmpdir(dir, sizeof dir);
+  snprintf(good, sizeof good, "%s/good.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+  snprintf(out, sizeof out, "%s/weights.safetensors", dir);
+  cu_options(&o);
+  make_checkpoint(cu_mlp, &o, 2, good);
+  clt_trainer *t = cu_trainer(cu_mlp, "0", &o, &m);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (cases[i].in_json) {
+      member_edit e = {cases[i].key, cases[i].member, cases[i].value};
+      rewrite(good, bad, set_member, &e, 0);
+    } else {
+      meta_edit e = {cases[i].key, cases[i].value};
+      rewrite(good, bad, set_meta, &e, 0);
+    }
+    refused(t, m, bad, CLT_EFORMAT, bad, cases[i].frag1, cases[i].frag2, NULL);
+  }
+  /* A metadata value that is JSON, not the string of JSON safetensors
+   * metadata holds: it read as missing, and 'run' as a file older than
+   * the record. */
+  rewrite(good, bad, unstring_meta, "run", 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "the metadata 'run' is an object, not a string", NULL);
+  rewrite(good, bad, unstring_meta, "step", 0);
+  refused(t, m, bad, CLT_EFORMAT, bad, "the metadata 'step' is a number, not a string", NULL);
+  /* export writes no weights of an edited file */
+  meta_edit step = {"step", "9223372036854775807"};
+  rewrite(good, bad, set_meta, &step, 0);
+  ck_assert_int_eq(clt_checkpoint_export(bad, out), CLT_EFORMAT);
+  ck_assert_msg(strstr(clt_last_error(), "'step'"), "%s", clt_last_error());
+  ck_assert(!cu_exists(out));
+  ck_assert_msg(clt_trainer_load_checkpoint(t, good) == 0, "%s", clt_last_error());
+  cu_done(t, m);
+  cu_rmdir(dir);
+}
+END_TEST
+
 int main(void) {
   int rc = cu_setup();
   if (rc) return rc;
@@ -651,6 +846,8 @@ int main(void) {
   tcase_add_test(tc, non_finite_values_are_refused_on_load);
   tcase_add_test(tc, unexpected_contents_are_refused);
   tcase_add_test(tc, impossible_positions_are_refused);
+  tcase_add_test(tc, weights_of_another_model_are_refused);
+  tcase_add_test(tc, impossible_header_values_are_refused);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   cu_teardown();

@@ -143,6 +143,18 @@ START_TEST(bad_input_is_refused_naming_it) {
   refused(t, x, y, 8, "label 5 (of sample 5) is 10");
   y[5] = -1;
   refused(t, x, y, 8, "is -1");
+  y[5] = 5;
+  /* A NaN or Inf among the samples is named, not blamed on the learning
+   * rate once the loss it makes is NaN. */
+  x[3 * IN + 7] = NAN;
+  ck_assert_int_eq(clt_trainer_step(t, x, y, 8, NULL), CLT_ENONFINITE);
+  ck_assert_msg(strstr(clt_last_error(), "x holds NaN at value 7 of sample 3") &&
+                !strstr(clt_last_error(), "learning rate"), "%s", clt_last_error());
+  x[3 * IN + 7] = 0;
+  x[7 * IN] = -INFINITY;
+  ck_assert_int_eq(clt_trainer_step(t, x, y, 8, NULL), CLT_ENONFINITE);
+  ck_assert_msg(strstr(clt_last_error(), "x holds -Inf at value 0 of sample 7"), "%s", clt_last_error());
+  x[7 * IN] = 0;
   ck_assert_int_eq(clt_trainer_steps_done(t), 0);
   float *after = mu_params(t, m);
   ck_assert(memcmp(before, after, (size_t)P * sizeof *before) == 0);
