@@ -146,8 +146,10 @@ int clt_model_summary(const clt_model *m, char **out) {
     used += snprintf(buf + used, cap - used, "%-5d %-*s %-18s %12lld  %s\n", l->line, wide, what, shape,
                      (long long)l->param_count, dec);
   }
-  used += snprintf(buf + used, cap - used, "total parameters: %lld (%.2f MiB as float32); ", (long long)s->param_count,
-                   s->param_count * 4.0 / 1048576.0);
+  char millions[32] = ""; /* "134.5M, ": as model cards count */
+  if (s->param_count >= 1000000) snprintf(millions, sizeof millions, "%.1fM, ", s->param_count / 1e6);
+  used += snprintf(buf + used, cap - used, "total parameters: %lld (%s%.2f MiB as float32); ", (long long)s->param_count,
+                   millions, s->param_count * 4.0 / 1048576.0);
   if (s->loss == CLT_LOSS_CROSSENTROPY)
     used += snprintf(buf + used, cap - used, "%d classes\n", s->num_classes);
   else if (s->loss == CLT_LOSS_HUBER)

@@ -19,7 +19,7 @@ need_python "a checkpoint's header and write a targets shard"
 
 # ---- summary ----
 expect 0 "summary of SmolLM2-135M's shape" -- summary "$srcdir/examples/smollm2_135m.model" -b 1 -o adamw
-has "$out" "total parameters: 134515008 " "SmolLM2-135M has 134.5M parameters"
+has "$out" "total parameters: 134515008 (134.5M, " "SmolLM2-135M has 134.5M parameters"
 has "$out" "attention 9 heads 3 kv rope 100000 no-bias" "its attention is described"
 has "$out" "swiglu 1536  *(2048, 576)  *2654208  q\?.*gate_proj up_proj down_proj" "swiglu's matrices decay"
 has "$out" "q_proj k_proj v_proj o_proj" "attention's projections decay"
