@@ -14,6 +14,7 @@
 #define ACT_GELU 2
 #define ACT_TANH 3
 #define ACT_SIGMOID 4
+#define ACT_SILU 5
 
 // GELU, tanh approximation (as PyTorch's approximate='tanh' and GPT-2):
 // 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as the
@@ -22,6 +23,10 @@
 // 1.1), and saturates cleanly: exp(-2u) overflows to inf (g = 0, y = -0) or
 // underflows to 0 (g = 1, y = x), where the derivative's g (1 - g), which
 // stands for (1 - tanh^2 u) / 4, is exactly 0.
+//
+// SiLU (Llama's MLP activation, PyTorch's F.silu): x sigmoid(x), and its
+// derivative s (1 + x (1 - s)), s = sigmoid(x); exp(-x) overflowing to inf
+// gives s = 0 and y = -0 exactly.
 //
 // tanh1 (the tanh activation) saturates to exactly +-1 from |x| >= 10,
 // where that is the correctly rounded float: PoCL's tanh stops 1 ulp short
@@ -37,12 +42,13 @@ float act_value(int act, float x, float alpha) {
   case ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
   case ACT_GELU: return x / (1.0f + exp(-2.0f * GELU_C * (x + GELU_A * x * x * x)));
   case ACT_TANH: return tanh1(x);
+  case ACT_SILU: return x / (1.0f + exp(-x));
   default: return 1.0f / (1.0f + exp(-x));
   }
 }
 
-// The derivative from s, which is the forward's input x for leaky_relu and
-// gelu and its output y for relu, tanh and sigmoid.
+// The derivative from s, which is the forward's input x for leaky_relu,
+// gelu and silu and its output y for relu, tanh and sigmoid.
 float act_derivative(int act, float s, float alpha) {
   switch (act) {
   case ACT_RELU: return s > 0.0f ? 1.0f : 0.0f;
@@ -53,6 +59,10 @@ float act_derivative(int act, float s, float alpha) {
     return g + 2.0f * s * g * (1.0f - g) * GELU_C * (1.0f + 3.0f * GELU_A * x2);
   }
   case ACT_TANH: return 1.0f - s * s;
+  case ACT_SILU: {
+    float g = 1.0f / (1.0f + exp(-s));
+    return g * (1.0f + s * (1.0f - g));
+  }
   default: return s * (1.0f - s);
   }
 }

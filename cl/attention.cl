@@ -32,11 +32,17 @@
 // as what follows is finite: a row of the tile past the causal limit is
 // multiplied by an exact 0, and 0 * inf is NaN).
 //
-// Layout: qkv (B, T, 3C) with head h of q at columns h*D of each row, of k
-// at C + h*D, of v at 2C + h*D; y, dy (B, T, C) with head h at h*D; lse and
-// delta (B, H, T); the transposed copies (B, H, D, TP) f32, TP = T rounded
-// up to a multiple of 16, rows T .. TP-1 zero. The row kernels are launched
-// over (ceil(T / QB), H, B) items.
+// Grouped-query attention (Llama's): H query heads share K key and value
+// heads, G = H / K queries a group (G = 1: GPT's multi-head attention; K =
+// 1: multi-query). Layout: qkv (B, T, (H + 2K) D), its rows q | k | v, query
+// head h at columns h*D, its key head g = h / G at H*D + g*D, its value at
+// (H + K)*D + g*D; y, dy (B, T, H*D) with head h at h*D; lse and delta (B,
+// H, T); the transposed copies (B, heads, D, TP) f32 (H heads for q and dy,
+// K for k and v), TP = T rounded up to a multiple of 16, rows T .. TP-1
+// zero. The forward and dq kernels are launched over (ceil(T / QB), H, B)
+// items, dk/dv over (ceil(T / QB), K, B): an item of a key head walks the
+// queries of every head of its group in turn, so the group's sum is in its
+// registers, in a fixed order.
 #ifndef HEAD_DIM
 #error "attention.cl needs -DHEAD_DIM=<the head width>"
 #endif
@@ -202,9 +208,10 @@ __attribute__((always_inline)) void tile_scores(lane_t *s, __global const act_t 
 }
 
 // Rows t of the head columns col + h*D of src (B, T, ld) into dst (B, H,
-// D, TP) as f32, transposed, and of the next parts - 1 groups of C columns
-// into dst + stride, + 2 stride (q, k and v of qkv at once); rows T .. TP-1
-// zero. Over (TP, H, B) items.
+// D, TP) as f32, transposed, and of the next parts - 1 groups of H*D
+// columns into dst + stride, + 2 stride (k and v of qkv at once); rows T ..
+// TP-1 zero. Over (TP, H, B) items, H the heads of the part (H for q and
+// dy, K for k and v).
 __kernel void attention_transpose(__global const act_t *src, const ulong soff, const uint ld, const uint T,
                                   __global float *dst, const ulong doff, const uint parts, const ulong stride) {
   const uint t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
@@ -272,14 +279,16 @@ __kernel void attention_transpose16(__global const act_t *src, const ulong soff,
 // walk goes (the online softmax: when a tile brings a larger score, what
 // was summed is rescaled by exp(m_old - m_new), so every exp is at most 1
 // whatever the scores). The sums of exps stay KL lanes until the end.
-// kT: the keys transposed.
+// kT: the keys transposed (B, K, D, TP).
 __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __global const float *kT,
                                 const ulong ktoff, const uint T, const uint TP, __global act_t *y, const ulong yoff,
-                                __global float *lse, const ulong loff, const float scale, const uint zero) {
+                                __global float *lse, const ulong loff, const float scale, const uint zero,
+                                const uint G) {
   const uint i0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
-  const uint H = get_global_size(1), C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
-  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  const ulong kt = ktoff + ((ulong)b * H + h) * HEAD_DIM * TP;
+  const uint H = get_global_size(1), K = H / G, g = h / G, C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
+  const ulong ld = (ulong)(H + 2 * K) * HEAD_DIM, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong vhead = qoff + (ulong)b * T * ld + (ulong)(H + K + g) * HEAD_DIM;
+  const ulong kt = ktoff + ((ulong)b * K + g) * HEAD_DIM * TP;
   ulong qr[QB]; // query rows past the end clamped to the last (computed, never stored)
   lane_t l[QB];
   float m[QB], pb[QB][KL];
@@ -313,7 +322,7 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
     const uint ne = min((uint)KL, last + 1 - j0);
     for (uint e = 0; e < ne; e++) {
       vec_t v[NV];
-      load_row(v, qkv, head + (j0 + e) * ld + 2 * C);
+      load_row(v, qkv, vhead + (j0 + e) * ld);
       #pragma unroll
       for (int r = 0; r < QB; r++) {
         #pragma unroll
@@ -345,17 +354,18 @@ __kernel void attention_forward(__global const act_t *qkv, const ulong qoff, __g
 // as the forward computes it), dp_j = dy_i . v_j, ds_j = p_j (dp_j -
 // delta_i) with delta_i = dy_i . y_i (which equals sum_j p_j dp_j); dq_i =
 // scale sum_j ds_j k_j. delta_i is saved for attention_backward_dkv. tr
-// holds the keys and values transposed (at ktoff, vtoff).
+// holds the keys and values transposed (at ktoff, vtoff; (B, K, D, TP)).
 __kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff, __global const float *tr,
                                     const ulong ktoff, const ulong vtoff, const uint T,
                                     const uint TP, __global const act_t *y, const ulong yoff, __global const act_t *dy,
                                     const ulong dyoff, __global const float *lse, const ulong loff,
                                     __global float *delta, const ulong doff, __global act_t *dqkv, const ulong dqoff,
-                                    const float scale, const uint zero) {
+                                    const float scale, const uint zero, const uint G) {
   const uint i0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
-  const uint H = get_global_size(1), C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
-  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  const ulong tt = ((ulong)b * H + h) * HEAD_DIM * TP, lrow = ((ulong)b * H + h) * T;
+  const uint H = get_global_size(1), K = H / G, g = h / G, C = H * HEAD_DIM, last = min(i0 + QB, T) - 1;
+  const ulong ld = (ulong)(H + 2 * K) * HEAD_DIM, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
+  const ulong khead = qoff + (ulong)b * T * ld + (ulong)(H + g) * HEAD_DIM;
+  const ulong tt = ((ulong)b * K + g) * HEAD_DIM * TP, lrow = ((ulong)b * H + h) * T;
   ulong qr[QB], gr[QB]; // rows of q and dy, past the end clamped to the last
   float di[QB], li[QB], db[QB][KL];
   vec_t acc[QB][NV];
@@ -383,7 +393,7 @@ __kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff,
     const uint ne = min((uint)KL, last + 1 - j0);
     for (uint e = 0; e < ne; e++) {
       vec_t k[NV];
-      load_row(k, qkv, head + (j0 + e) * ld + C);
+      load_row(k, qkv, khead + (j0 + e) * ld);
       #pragma unroll
       for (int r = 0; r < QB; r++) {
         #pragma unroll
@@ -402,64 +412,70 @@ __kernel void attention_backward_dq(__global const act_t *qkv, const ulong qoff,
   }
 }
 
-// The backward for keys j0 .. j0 + QB - 1 (after attention_backward_dq,
-// whose delta it reads): over the queries i >= j, with p_ij, dp_ij and
-// ds_ij computed as there, dv_j = sum_i p_ij dy_i and dk_j = scale sum_i
-// ds_ij q_i. qT, dyT: the queries and dy transposed.
+// The backward for keys j0 .. j0 + QB - 1 of key head g (after
+// attention_backward_dq, whose delta it reads): over the query heads h of
+// its group in turn and, for each, the queries i >= j, with p_ij, dp_ij and
+// ds_ij computed as there, dv_j = sum_h sum_i p_ij dy_i and dk_j = scale
+// sum_h sum_i ds_ij q_i. qgT: the queries and dy transposed (at qtoff,
+// gtoff; (B, H, D, TP)).
 __kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff, __global const float *qgT,
                                      const ulong qtoff, const ulong gtoff, const uint T, const uint TP,
                                      __global const act_t *dy, const ulong dyoff, __global const float *lse,
                                      const ulong loff, __global const float *delta, const ulong doff,
-                                     __global act_t *dqkv, const ulong dqoff, const float scale, const uint zero) {
-  const uint j0 = get_global_id(0) * QB, h = get_global_id(1), b = get_global_id(2);
-  const uint H = get_global_size(1), C = H * HEAD_DIM;
-  const ulong ld = 3 * (ulong)C, head = qoff + (ulong)b * T * ld + (ulong)h * HEAD_DIM;
-  const ulong yhead = dyoff + (ulong)b * T * C + (ulong)h * HEAD_DIM;
-  const ulong tt = ((ulong)b * H + h) * HEAD_DIM * TP, lrow = ((ulong)b * H + h) * T;
+                                     __global act_t *dqkv, const ulong dqoff, const float scale, const uint zero,
+                                     const uint G) {
+  const uint j0 = get_global_id(0) * QB, g = get_global_id(1), b = get_global_id(2);
+  const uint K = get_global_size(1), H = K * G, C = H * HEAD_DIM;
+  const ulong ld = (ulong)(H + 2 * K) * HEAD_DIM, row0 = qoff + (ulong)b * T * ld;
   ulong kr[QB], vr[QB]; // key and value rows, past the end clamped to the last
   float pb[QB][KL], db[QB][KL];
   vec_t dk[QB][NV], dv[QB][NV];
   #pragma unroll
   for (int r = 0; r < QB; r++) {
-    kr[r] = head + min(j0 + r, T - 1) * ld + C, vr[r] = kr[r] + C;
+    kr[r] = row0 + min(j0 + r, T - 1) * ld + (ulong)(H + g) * HEAD_DIM, vr[r] = kr[r] + (ulong)K * HEAD_DIM;
     #pragma unroll
     for (int n = 0; n < NV; n++) dk[r][n] = dv[r][n] = 0.0f;
   }
-  for (uint i0 = j0 / KL * KL; i0 < T; i0 += KL) {
-    lane_t s[QB], dp[QB];
-    lane_t lv, ev;
-    if (i0 + KL <= T) {
-      lv = LVLOAD(0, lse + loff + lrow + i0), ev = LVLOAD(0, delta + doff + lrow + i0);
-    } else { // the last tile: rows past the end clamped to the last
-      float lb[KL], eb[KL];
-      #pragma unroll
-      for (int e = 0; e < KL; e++) {
-        const uint i = min(i0 + e, T - 1);
-        lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
+  for (uint h = g * G; h < g * G + G; h++) {
+    const ulong head = row0 + (ulong)h * HEAD_DIM;
+    const ulong yhead = dyoff + (ulong)b * T * C + (ulong)h * HEAD_DIM;
+    const ulong tt = ((ulong)b * H + h) * HEAD_DIM * TP, lrow = ((ulong)b * H + h) * T;
+    for (uint i0 = j0 / KL * KL; i0 < T; i0 += KL) {
+      lane_t s[QB], dp[QB];
+      lane_t lv, ev;
+      if (i0 + KL <= T) {
+        lv = LVLOAD(0, lse + loff + lrow + i0), ev = LVLOAD(0, delta + doff + lrow + i0);
+      } else { // the last tile: rows past the end clamped to the last
+        float lb[KL], eb[KL];
+        #pragma unroll
+        for (int e = 0; e < KL; e++) {
+          const uint i = min(i0 + e, T - 1);
+          lb[e] = lse[loff + lrow + i], eb[e] = delta[doff + lrow + i];
+        }
+        lv = LVLOAD(0, lb), ev = LVLOAD(0, eb);
       }
-      lv = LVLOAD(0, lb), ev = LVLOAD(0, eb);
-    }
-    tile_scores(s, qkv, kr, (ulong)zero * i0, qgT, qtoff + tt + i0, TP);
-    tile_scores(dp, qkv, vr, (ulong)zero * i0, qgT, gtoff + tt + i0, TP);
-    const ilane_t ids = (ilane_t)(int)i0 + LANE_IDS;
-    #pragma unroll
-    for (int r = 0; r < QB; r++) {
-      const ilane_t out = ids < (ilane_t)(int)(j0 + r) || ids >= (ilane_t)(int)T;
-      const lane_t p = masked_exp(s[r] * scale - lv, out);
-      LVSTORE(p, 0, pb[r]);
-      LVSTORE(p * (dp[r] - ev), 0, db[r]); // ds
-    }
-    const uint e0 = j0 > i0 ? j0 - i0 : 0, ne = min((uint)KL, T - i0);
-    for (uint e = e0; e < ne; e++) {
-      vec_t q[NV], g[NV];
-      load_row(q, qkv, head + (i0 + e) * ld);
-      load_row(g, dy, yhead + (i0 + e) * C);
+      tile_scores(s, qkv, kr, (ulong)zero * i0, qgT, qtoff + tt + i0, TP);
+      tile_scores(dp, qkv, vr, (ulong)zero * i0, qgT, gtoff + tt + i0, TP);
+      const ilane_t ids = (ilane_t)(int)i0 + LANE_IDS;
       #pragma unroll
       for (int r = 0; r < QB; r++) {
+        const ilane_t out = ids < (ilane_t)(int)(j0 + r) || ids >= (ilane_t)(int)T;
+        const lane_t p = masked_exp(s[r] * scale - lv, out);
+        LVSTORE(p, 0, pb[r]);
+        LVSTORE(p * (dp[r] - ev), 0, db[r]); // ds
+      }
+      const uint e0 = j0 > i0 ? j0 - i0 : 0, ne = min((uint)KL, T - i0);
+      for (uint e = e0; e < ne; e++) {
+        vec_t q[NV], gy[NV];
+        load_row(q, qkv, head + (i0 + e) * ld);
+        load_row(gy, dy, yhead + (i0 + e) * C);
         #pragma unroll
-        for (int n = 0; n < NV; n++) {
-          dv[r][n] += pb[r][e] * g[n];
-          dk[r][n] += db[r][e] * q[n];
+        for (int r = 0; r < QB; r++) {
+          #pragma unroll
+          for (int n = 0; n < NV; n++) {
+            dv[r][n] += pb[r][e] * gy[n];
+            dk[r][n] += db[r][e] * q[n];
+          }
         }
       }
     }
@@ -467,11 +483,11 @@ __kernel void attention_backward_dkv(__global const act_t *qkv, const ulong qoff
   #pragma unroll
   for (int r = 0; r < QB; r++) {
     if (j0 + r < T) {
-      const ulong dr = dqoff + ((ulong)b * T + j0 + r) * ld + (ulong)h * HEAD_DIM + C;
+      const ulong dr = dqoff + ((ulong)b * T + j0 + r) * ld + (ulong)(H + g) * HEAD_DIM;
       #pragma unroll
       for (int n = 0; n < NV; n++) {
         store_vec(dqkv, dr + (ulong)(n * VW), dk[r][n] * scale);
-        store_vec(dqkv, dr + C + (ulong)(n * VW), dv[r][n]);
+        store_vec(dqkv, dr + (ulong)K * HEAD_DIM + (ulong)(n * VW), dv[r][n]);
       }
     }
   }

@@ -434,7 +434,7 @@ CLT_API int clt_allgather(clt_comm *comm, const void *send, size_t bytes, void *
  *     clt_batch b;
  *     clt_prefetcher_next(pf, &b);                // b.x (b.n, sample_size) f32,
  *                                                 // b.y (b.n, labels_per_sample) i32
- *     ... upload b.x, b.y; forward; backward; divide by b.global_n ...
+ *     ... upload b.x, b.y; forward; backward; divide by b.global_labels ...
  *     if (b.last_in_epoch) ... evaluate; stop after the last epoch ...
  *   }
  *   clt_prefetcher_destroy(pf); clt_sampler_destroy(smp); clt_dataset_destroy(train);
@@ -520,6 +520,25 @@ CLT_API int clt_dataset_open_tokens(const char *const *paths, int npaths, int64_
  * 2^24, so what it writes always reads back. */
 CLT_API int clt_tokens_write(const char *path, const uint32_t *tokens, int64_t n, int wide);
 
+/* Targets for fine-tuning (PyTorch's ignore_index): a targets shard beside
+ * each token shard of ds (in the same order, with as many values as its
+ * token shard has tokens) says which tokens count as targets. Its format is
+ * a token shard's header of 256 little-endian int32, [0] magic 20250301,
+ * [1] version 1, [2] the number of targets N (> 0), the rest 0, then N
+ * little-endian int32, and nothing after: value i is token i of the shard
+ * (it counts) or -1 (it is masked) — Hugging Face's `labels`, aligned with
+ * the input ids and not shifted, with -1 for -100. A masked token is
+ * nobody's target: the window position before it (y = CLT_IGNORE_LABEL in
+ * clt_dataset_get_batch) contributes no loss and no gradient, and means
+ * divide by the labels that count (clt_batch.global_labels,
+ * clt_dataset_label_count). Any other value, a count that does not match
+ * the tokens, or a shard of another kind is CLT_EFORMAT naming the file and
+ * the index. Shards may be gzip-compressed. */
+CLT_API int clt_dataset_tokens_targets(clt_dataset *ds, const char *const *paths, int npaths);
+/* Write targets[0..n) (token ids, or -1 for masked) as a targets shard
+ * (gzip-compressed when path ends in ".gz"). */
+CLT_API int clt_tokens_write_targets(const char *path, const int32_t *targets, int64_t n);
+
 CLT_API void clt_dataset_destroy(clt_dataset *ds);
 
 CLT_API int64_t clt_dataset_count(const clt_dataset *ds);
@@ -532,6 +551,10 @@ CLT_API int64_t clt_dataset_sample_size(const clt_dataset *ds);
 /* Labels per sample: 1 for image and raw datasets, T for token datasets
  * (one next token per position). */
 CLT_API int64_t clt_dataset_labels_per_sample(const clt_dataset *ds);
+/* The labels that count over the whole dataset: count x labels per sample,
+ * less the masked targets of a token dataset with targets shards
+ * (clt_dataset_tokens_targets). What a mean loss over it divides by. */
+CLT_API int64_t clt_dataset_label_count(const clt_dataset *ds);
 /* The sample file's path, for messages. */
 CLT_API const char *clt_dataset_path(const clt_dataset *ds);
 
@@ -655,6 +678,9 @@ typedef struct clt_batch {
   int64_t epoch, step;    /* the position of this global batch */
   int last_in_epoch;      /* 1 for the last step of the epoch */
   int64_t labels_per_sample; /* 1, or T for a token dataset */
+  int64_t global_labels;  /* the labels that count in the whole global batch: global_n * labels_per_sample,
+                             less a token dataset's masked targets (clt_dataset_tokens_targets); divide the
+                             summed loss by this */
 } clt_batch;
 
 typedef struct clt_prefetcher clt_prefetcher;
@@ -802,6 +828,11 @@ CLT_API int clt_optimizer_state_per_param(const clt_optimizer_config *cfg);
  * clt_train_options.decay_all; 0 when it is L2, added to the gradient of
  * every parameter (see each kind above). */
 CLT_API int clt_optimizer_decoupled_decay(clt_optimizer_kind kind);
+/* 1 when the kind's update reads the clt_optimizer_config setting named
+ * ("momentum", "nesterov", "beta1", "beta2", "eps", "weight_decay"), 0 when
+ * it ignores it (Adam's momentum, Lion's eps); CLT_EINVAL for a value that
+ * is no kind or a name that is no setting. */
+CLT_API int clt_optimizer_reads(clt_optimizer_kind kind, const char *setting);
 
 /* The optimizer step in plain C on host memory (p, grad: n floats; state:
  * clt_optimizer_state_per_param x n), operation for operation the device

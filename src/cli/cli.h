@@ -44,6 +44,10 @@ const char *cli_help_entry(char *buf, size_t size, const char *lead, const char 
 const char *cli_optimizer_names(int decoupled, const char *sep, const char *last, char *buf, size_t size);
 /* "; adamw 0.01": each optimizer whose default weight decay is not 0, with it. */
 const char *cli_optimizer_decays(char *buf, size_t size);
+/* The optimizers whose update reads the setting ("beta1", "eps"), joined
+ * by sep; and "adam 0.9,0.999; ..." the betas of those that read them. */
+const char *cli_optimizers_reading(const char *setting, const char *sep, char *buf, size_t size);
+const char *cli_betas_defaults(char *buf, size_t size);
 
 /* "1.5 GiB": bytes for messages, into buf (returned). */
 const char *cli_bytes(double b, char *buf, size_t size);

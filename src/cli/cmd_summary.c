@@ -3,7 +3,7 @@
  * their output shapes and parameter counts, the memory one replica needs
  * for a batch (clt_model_replica_memory_ranks, the layout training
  * allocates, with ZeRO's shard of the optimizer state, and at stage 2 of
- * the gradients, over --ranks), and
+ * the gradients, over --ranks), the tensors weight decay applies to, and
  * with --devices, whether that fits each device.
  */
 #include "config.h"
@@ -22,12 +22,15 @@ static void help(FILE *to) {
   fprintf(to,
           "usage: cltrain summary MODEL [OPTIONS]\n"
           "\n"
-          "Prints each layer of the model spec file MODEL with its output shape and\n"
-          "parameter count, and the device memory one replica needs to train it.\n"
+          "Prints each layer of the model spec file MODEL with its output shape,\n"
+          "parameter count and the tensors weight decay applies to, and the device\n"
+          "memory one replica needs to train it.\n"
           "\n"
           "  -b, --batch N         samples per replica run, as train's --batch (default %lld)\n"
           "      --accumulate K    as train's: runs of N / K samples (default 1)\n"
           "  -o, --optimizer NAME  %s: their state (default %s, with momentum)\n"
+          "      --decay-all       as train's: decoupled weight decay on every tensor (the weight\n"
+          "                        decay column shows the tensors it applies to without it)\n"
           "      --precision P     fp32 or fp16 (default fp32)\n"
           "      --zero S          as train's --zero: 1 counts the optimizer state of the\n"
           "                        largest rank's shard only, 2 its gradients too with the\n"
@@ -75,7 +78,8 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
                                        {"precision", required_argument, 0, 'p'},
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
                                        {"zero", required_argument, 0, 'z'},   {"ranks", required_argument, 0, 'r'},
-                                       {"bucket-mb", required_argument, 0, 'm'}, {0}};
+                                       {"bucket-mb", required_argument, 0, 'm'},
+                                       {"decay-all", no_argument, 0, 'A'}, {0}};
   clt_optimizer_kind kind = CLT_OPT_SGD;
   char *end;
   int c;
@@ -130,6 +134,7 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
       break;
     }
     case 'd': *devices = optarg; break;
+    case 'A': o->decay_all = 1; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
     default: help(stderr); return CLI_EXIT_USAGE;
     }
@@ -165,6 +170,11 @@ int cmd_summary(int argc, char **argv) {
   }
   fputs(text, stdout);
   free(text);
+  if (!clt_optimizer_decoupled_decay(o.optimizer.kind))
+    printf("(%s's weight decay is L2, added to the gradient of every parameter)\n", clt_optimizer_name(o.optimizer.kind));
+  else if (o.decay_all)
+    printf("(--decay-all: %s's decoupled weight decay applies to every parameter)\n",
+           clt_optimizer_name(o.optimizer.kind));
   print_need(&need, &o, nranks, shard, clt_model_param_count(m));
   if (devices && (ec = cli_select_devices(devices, &all, &sel)) == CLI_EXIT_OK) {
     for (int i = 0; i < clt_devices_count(sel); i++) {

@@ -25,6 +25,7 @@
 
 typedef struct train_args {
   const char *model, *data, *val, *devices, *normalize, *save, *weights, *resume, *trace;
+  const char *targets, *val_targets; /* --targets, --val-targets: a token file's targets shard */
   const char *allreduce;     /* --allreduce: the all-reduce algorithm (NULL: CLT_ALLREDUCE) */
   int quiet;
   int threads;               /* --threads: a CPU device's threads (0: the default) */
@@ -64,7 +65,9 @@ static int parse_balance(const char *s, train_args *a) {
 
 /* The help's first half: data, training and the optimizer. */
 static void help_training(FILE *to, const clt_train_options *d) {
-  char all[256], l2[128], decoupled[128], decays[128]; /* from the optimizers' table */
+  char all[256], l2[128], decoupled[128], decays[128], betas[128], bdef[128], epsn[128]; /* from the optimizers' table */
+  clt_optimizer_config adam;
+  clt_optimizer_defaults(CLT_OPT_ADAM, &adam);
   fprintf(to,
           "usage: cltrain train MODEL [OPTIONS]      (under mpirun for several ranks)\n"
           "\n"
@@ -78,6 +81,10 @@ static void help_training(FILE *to, const clt_train_options *d) {
           "                          (default " DEFAULT_TOKENS ")\n"
           "      --val FILE|none     a language model's validation tokens (default: --data's name\n"
           "                          with 'train' made 'val', when that file exists)\n"
+          "      --targets FILE      a targets shard for --data's tokens: each token or -1 where it\n"
+          "                          is no target (fine-tuning: no loss, no gradient there;\n"
+          "                          cltrain(1), doc/data.md) (default: every token is one)\n"
+          "      --val-targets FILE  the same for --val's tokens\n"
           "      --normalize MODE    scale (pixels to [0,1]) or standard (training set mean/std)\n"
           "                          (default standard)\n"
           "training\n"
@@ -94,9 +101,13 @@ static void help_training(FILE *to, const clt_train_options *d) {
           "      --lr X              learning rate (default %g)\n"
           "      --momentum X        SGD momentum (default 0.9)\n"
           "      --nesterov          Nesterov momentum\n"
+          "      --betas B1,B2       the moments' decay rates of %s\n"
+          "                          (default %s)\n"
+          "      --eps X             the term added to Adam's denominator, for %s (default %g)\n"
           "      --weight-decay X    L2 for %s, decoupled for %s (default 0%s)\n"
           "      --decay-all         %s: decay biases, norms and embeddings too (by default, as\n"
-          "                          in GPT-2, only the matrices of linear, conv and attention)\n"
+          "                          in GPT-2, only the matrices of linear, conv, attention and\n"
+          "                          swiglu: cltrain summary shows them)\n"
           "      --schedule NAME     constant, step or cosine (default constant)\n"
           "      --warmup N          linear warm-up steps (default 0)\n"
           "      --step-size N       step schedule: steps between decays (default: one epoch)\n"
@@ -111,6 +122,8 @@ static void help_training(FILE *to, const clt_train_options *d) {
           "                          steps; %d skips in a row stop training\n",
           DEFAULT_DATA, d->epochs, (long long)d->batch, (unsigned long long)d->seed,
           cli_optimizer_names(-1, ", ", " or ", all, sizeof all), clt_optimizer_name(d->optimizer.kind), d->schedule.lr,
+          cli_optimizers_reading("beta1", "/", betas, sizeof betas), cli_betas_defaults(bdef, sizeof bdef),
+          cli_optimizers_reading("eps", "/", epsn, sizeof epsn), (double)adam.eps,
           cli_optimizer_names(0, "/", "/", l2, sizeof l2), cli_optimizer_names(1, "/", "/", decoupled, sizeof decoupled),
           cli_optimizer_decays(decays, sizeof decays), decoupled, d->loss_scale,
           (long long)d->loss_scale_window, d->max_skips);
@@ -231,12 +244,31 @@ static int parse_real(const char *opt, const char *s, double lo, double hi, floa
   return 0;
 }
 
+/* --betas B1,B2: two numbers in [0, 1). */
+static int parse_betas(const char *s, float *out) {
+  char *end;
+  double b1 = strtod(s, &end), b2 = NAN;
+  if (end != s && *end == ',') {
+    const char *second = end + 1;
+    b2 = strtod(second, &end);
+    if (end == second) b2 = NAN;
+  }
+  if (*end || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1)) {
+    fprintf(stderr, "cltrain: --betas must be two numbers from 0 up to (not including) 1, as B1,B2 (0.9,0.95), "
+                    "not '%s'\n", s);
+    return -1;
+  }
+  out[0] = (float)b1, out[1] = (float)b2;
+  return 0;
+}
+
 /* Parse argv into a; returns -1 (after a message) on a bad command line. */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
-         O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES };
+         O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES, O_BETAS, O_EPS, O_TARGETS,
+         O_VAL_TARGETS };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -246,6 +278,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"optimizer", required_argument, 0, 'o'},   {"lr", required_argument, 0, O_LR},
       {"momentum", required_argument, 0, O_MOM},  {"nesterov", no_argument, 0, O_NEST},
       {"weight-decay", required_argument, 0, O_WD}, {"schedule", required_argument, 0, O_SCHED},
+      {"betas", required_argument, 0, O_BETAS},   {"eps", required_argument, 0, O_EPS},
+      {"targets", required_argument, 0, O_TARGETS}, {"val-targets", required_argument, 0, O_VAL_TARGETS},
       {"warmup", required_argument, 0, O_WARM},   {"step-size", required_argument, 0, O_STEPSIZE},
       {"gamma", required_argument, 0, O_GAMMA},   {"min-lr", required_argument, 0, O_MINLR},
       {"clip", required_argument, 0, O_CLIP},     {"devices", required_argument, 0, 'd'},
@@ -267,8 +301,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
-  int c, momentum_set = 0, wd_set = 0;
-  float momentum = 0, wd = 0;
+  int c, momentum_set = 0, wd_set = 0, betas_set = 0, eps_set = 0;
+  float momentum = 0, wd = 0, betas[2] = {0, 0}, eps = 0;
   clt_optimizer_kind kind = CLT_OPT_SGD;
   *help_asked = 0;
   clt_train_options_defaults(o);
@@ -277,6 +311,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     switch (c) {
     case 'D': a->data = optarg; break;
     case O_VAL: a->val = optarg; break;
+    case O_TARGETS: a->targets = optarg; break;
+    case O_VAL_TARGETS: a->val_targets = optarg; break;
     case O_DECAY_ALL: o->decay_all = 1; break;
     case O_NORM:
       if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
@@ -301,6 +337,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case O_MOM: if (parse_real("--momentum", optarg, 0, 0.999999, &momentum)) return -1; momentum_set = 1; break;
     case O_NEST: o->optimizer.nesterov = 1; break;
     case O_WD: if (parse_real("--weight-decay", optarg, 0, 1e3, &wd)) return -1; wd_set = 1; break;
+    case O_BETAS: if (parse_betas(optarg, betas)) return -1; betas_set = 1; break;
+    case O_EPS: if (parse_real("--eps", optarg, 1e-30, 1, &eps)) return -1; eps_set = 1; break;
     case O_SCHED:
       if (clt_schedule_parse(optarg, &o->schedule.kind) < 0) {
         fprintf(stderr, "cltrain: --schedule: %s\n", clt_last_error());
@@ -402,6 +440,15 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   o->optimizer.nesterov = nesterov;
   if (momentum_set) o->optimizer.momentum = momentum;
   if (wd_set) o->optimizer.weight_decay = wd;
+  if ((betas_set && !clt_optimizer_reads(kind, "beta1")) || (eps_set && !clt_optimizer_reads(kind, "eps"))) {
+    char names[128];
+    const char *what = betas_set && !clt_optimizer_reads(kind, "beta1") ? "beta1" : "eps";
+    fprintf(stderr, "cltrain: --%s sets what %s does not use: it is for %s (-o)\n", what[0] == 'b' ? "betas" : "eps",
+            clt_optimizer_name(kind), cli_optimizers_reading(what, ", ", names, sizeof names));
+    return -1;
+  }
+  if (betas_set) o->optimizer.beta1 = betas[0], o->optimizer.beta2 = betas[1];
+  if (eps_set) o->optimizer.eps = eps;
   if (nesterov && (kind != CLT_OPT_SGD || o->optimizer.momentum == 0)) {
     fprintf(stderr, "cltrain: --nesterov needs the sgd optimizer with momentum\n");
     return -1;
@@ -464,20 +511,32 @@ static void progress(const clt_train_event *ev, void *user) {
   fflush(stdout);
 }
 
-/* A language model's token files: --data and --val, or the fortunes
- * corpus; the validation file is optional. Evaluation needs no training
- * set: with --val and no --data it opens --val alone. */
+/* A token file and, with its targets shard, the masked targets. */
+static int open_token_file(const char *path, const char *targets, int64_t T, int V, clt_dataset **out) {
+  int rc = clt_dataset_open_tokens(&path, 1, T, V, out);
+  if (rc < 0 || !targets) return rc;
+  if ((rc = clt_dataset_tokens_targets(*out, &targets, 1)) < 0) {
+    clt_dataset_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+/* A language model's token files: --data and --val (with --targets and
+ * --val-targets), or the fortunes corpus; the validation file is optional.
+ * Evaluation needs no training set: with --val and no --data it opens
+ * --val alone. */
 static int open_tokens(const train_args *a, const clt_model *m, clt_dataset **train, clt_dataset **test) {
   const char *path = a->data ? a->data : DEFAULT_TOKENS;
   int64_t T = clt_model_input_size(m);
   int V = clt_model_vocab(m), rc;
-  if (a->eval && a->val && !a->data) return clt_dataset_open_tokens(&a->val, 1, T, V, test);
+  if (a->eval && a->val && !a->data) return open_token_file(a->val, a->val_targets, T, V, test);
   if (!a->data && access(path, R_OK) != 0) {
     fprintf(stderr, "cltrain: no --data FILE.bin given and %s is not there (make it with "
             "scripts/make-fortunes-data.sh, or tokenize text with cltrain tokenize)\n", path);
     return CLT_ENOTFOUND;
   }
-  if ((rc = clt_dataset_open_tokens(&path, 1, T, V, train)) < 0) return rc;
+  if ((rc = open_token_file(path, a->targets, T, V, train)) < 0) return rc;
   char guess[4096];
   const char *val = a->val;
   const char *at = strstr(path, "train");
@@ -486,7 +545,11 @@ static int open_tokens(const train_args *a, const clt_model *m, clt_dataset **tr
     if (access(guess, R_OK) == 0) val = guess;
   }
   if (val && strcmp(val, "none") == 0) val = NULL;
-  return val ? clt_dataset_open_tokens(&val, 1, T, V, test) : CLT_OK;
+  if (!val && a->val_targets) {
+    fprintf(stderr, "cltrain: --val-targets %s, but there are no validation tokens (--val)\n", a->val_targets);
+    return CLT_EINVAL;
+  }
+  return val ? open_token_file(val, a->val_targets, T, V, test) : CLT_OK;
 }
 
 /* Open the training and test sets and normalise both alike. */
@@ -495,6 +558,11 @@ static int open_data(const train_args *a, const clt_model *m, clt_dataset **trai
   int rc;
   *train = *test = NULL;
   if (clt_model_vocab(m)) return open_tokens(a, m, train, test);
+  if (a->targets || a->val_targets) {
+    fprintf(stderr, "cltrain: --%s goes with a language model's token files; %s takes no tokens\n",
+            a->targets ? "targets" : "val-targets", a->model);
+    return CLT_EINVAL;
+  }
   if (!dir) {
     if (access(DEFAULT_DATA, R_OK) != 0) {
       fprintf(stderr, "cltrain: no --data DIR given and %s is not there (install dataset-fashion-mnist)\n",
@@ -722,6 +790,7 @@ static void eval_help(FILE *to) {
               "                        on --val FILE, or on --data FILE.bin when there is none\n"
               "      --val FILE        a language model's validation tokens (default: --data's\n"
               "                        name with 'train' made 'val', when that file exists)\n"
+              "      --val-targets FILE  --val's targets shard (as train's)\n"
               "      --normalize MODE  as for train: scale or standard (default standard)\n"
               "  -b, --batch N         samples per device batch (default 256)\n"
               "  -d, --devices SPEC    as for train\n"
@@ -732,6 +801,7 @@ static void eval_help(FILE *to) {
 int cmd_eval(int argc, char **argv, clt_comm *comm) {
   static const struct option opts[] = {{"weights", required_argument, 0, 'w'}, {"data", required_argument, 0, 'D'},
                                        {"val", required_argument, 0, 'V'},
+                                       {"val-targets", required_argument, 0, 'T'},
                                        {"normalize", required_argument, 0, 'n'}, {"batch", required_argument, 0, 'b'},
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
                                        {"threads", required_argument, 0, 't'}, {0}};
@@ -748,6 +818,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     case 'w': a.weights = optarg; break;
     case 'D': a.data = optarg; break;
     case 'V': a.val = optarg; break;
+    case 'T': a.val_targets = optarg; break;
     case 'n':
       if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
         fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);

@@ -134,6 +134,28 @@ const char *cli_optimizer_names(int decoupled, const char *sep, const char *last
   return buf;
 }
 
+const char *cli_optimizers_reading(const char *setting, const char *sep, char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int k = 0; k < CLT_OPT_COUNT && len < size; k++)
+    if (clt_optimizer_reads((clt_optimizer_kind)k, setting) == 1)
+      len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? sep : "", clt_optimizer_name((clt_optimizer_kind)k));
+  return buf;
+}
+
+const char *cli_betas_defaults(char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int k = 0; k < CLT_OPT_COUNT && len < size; k++) {
+    clt_optimizer_config c;
+    clt_optimizer_defaults((clt_optimizer_kind)k, &c);
+    if (clt_optimizer_reads(c.kind, "beta1") == 1)
+      len += (size_t)snprintf(buf + len, size - len, "%s%s %g,%g", len ? "; " : "", clt_optimizer_name(c.kind),
+                              (double)c.beta1, (double)c.beta2);
+  }
+  return buf;
+}
+
 const char *cli_optimizer_decays(char *buf, size_t size) {
   size_t len = 0;
   buf[0] = 0;

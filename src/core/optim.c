@@ -172,17 +172,20 @@ fail:
 
 static const clt__optimizer optimizers[CLT_OPT_COUNT] = {
     [CLT_OPT_SGD] = {.name = "sgd", .nslots = 1, .slots = {"momentum"}, .state_per_param = sgd_state_per_param,
-                     .defaults = {COMMON_DEFAULTS, .momentum = 0.9f}, .check = sgd_check,
+                     .defaults = {COMMON_DEFAULTS, .momentum = 0.9f}, .reads = "momentum nesterov weight_decay",
+                     .check = sgd_check,
                      .step_host = sgd_host, .kernel = "sgd_step", .set_args = sgd_args},
     [CLT_OPT_ADAM] = {.name = "adam", .nslots = 2, .slots = {"m", "v"}, .defaults = {COMMON_DEFAULTS},
-                      .check = adam_check, .exact_div_sqrt = 1, .step_host = adam_host, .kernel = "adam_step",
+                      .reads = "beta1 beta2 eps weight_decay", .check = adam_check, .exact_div_sqrt = 1, .step_host = adam_host, .kernel = "adam_step",
                       .set_args = adam_args},
     [CLT_OPT_ADAMW] = {.name = "adamw", .nslots = 2, .slots = {"m", "v"},
-                       .defaults = {COMMON_DEFAULTS, .weight_decay = 0.01f}, .check = adam_check,
+                       .defaults = {COMMON_DEFAULTS, .weight_decay = 0.01f}, .reads = "beta1 beta2 eps weight_decay",
+                       .check = adam_check,
                        .exact_div_sqrt = 1, .decoupled_decay = 1, .step_host = adam_host, .kernel = "adam_step",
                        .set_args = adam_args},
     [CLT_OPT_LION] = {.name = "lion", .nslots = 1, .slots = {"m"},
-                      .defaults = {.beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f}, .check = lion_check,
+                      .defaults = {.beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f}, .reads = "beta1 beta2 weight_decay",
+                      .check = lion_check,
                       .decoupled_decay = 1, .step_host = lion_host, .kernel = "lion_step", .set_args = lion_args},
 };
 
@@ -213,6 +216,21 @@ int clt__optimizer_check(const clt_optimizer_config *cfg) {
 }
 
 /* ---- the public functions, through the table ------------------------------------ */
+
+int clt_optimizer_reads(clt_optimizer_kind kind, const char *setting) {
+  static const char *const fields[] = {"momentum", "nesterov", "beta1", "beta2", "eps", "weight_decay"};
+  const clt__optimizer *o = clt__optimizer_of(kind);
+  if (!o) return unknown_kind(kind);
+  int known = 0;
+  for (size_t i = 0; setting && i < sizeof fields / sizeof *fields; i++) known |= strcmp(setting, fields[i]) == 0;
+  if (!known)
+    return clt__error(CLT_EINVAL, "clt_optimizer_reads: '%s' is no setting of clt_optimizer_config (momentum, "
+                      "nesterov, beta1, beta2, eps, weight_decay)", setting ? setting : "(null)");
+  size_t n = strlen(setting);
+  for (const char *r = o->reads; (r = strstr(r, setting)); r += n)
+    if ((r == o->reads || r[-1] == ' ') && (r[n] == ' ' || r[n] == 0)) return 1;
+  return 0;
+}
 
 void clt_optimizer_defaults(clt_optimizer_kind kind, clt_optimizer_config *cfg) {
   const clt__optimizer *o = clt__optimizer_of(kind);

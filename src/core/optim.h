@@ -35,6 +35,11 @@ typedef struct clt__optimizer {
   /* What clt_optimizer_defaults fills in (kind aside). Settings the update
    * does not read keep the library's usual values. */
   clt_optimizer_config defaults;
+  /* The clt_optimizer_config settings its update reads, by field name,
+   * space-separated ("beta1 beta2 eps weight_decay"): what
+   * clt_optimizer_reads answers, so that a command line can refuse a
+   * setting the optimizer would ignore. */
+  const char *reads;
   /* Refuse the settings the update cannot work with (CLT_EINVAL), naming
    * the setting, its value and what it must be. */
   int (*check)(const clt_optimizer_config *cfg);

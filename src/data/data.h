@@ -24,6 +24,10 @@ struct clt_dataset {
   int64_t labels_per_sample;  /* 1, or T for tokens */
   int token_bytes;    /* 0 for sample datasets; 2 (uint16) or 4 (uint32) for a token stream */
   int64_t ntokens;
+  uint8_t *target;    /* tokens with a targets shard (token_targets.c): 1 where the token counts as a target,
+                         0 where it is masked; NULL: every token counts */
+  int32_t *window_labels; /* with target: the labels that count in each window (count) */
+  int64_t labels_counted; /* every window's labels that count */
   float range;        /* values are divided by this first: 255 for CLT_U8, 1 for CLT_F32 */
   float mean, std;
   float lut[256];     /* CLT_U8: the normalised value of every byte */
@@ -39,6 +43,9 @@ int clt__dataset_check_labels(clt_dataset *ds, const char *labels_path);
 /* Token datasets (tokens.c): windows as float32 x (n, T) and int32 y (n, T),
  * for clt_dataset_get_batch, whose index checks are done. */
 void clt__tokens_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, int32_t *y);
+/* The labels of sample k that count (not CLT_IGNORE_LABEL): labels_per_sample
+ * but for a token window's masked targets. */
+int64_t clt__dataset_sample_labels(const clt_dataset *ds, int64_t k);
 
 /* ---- checked reading (gzread reads plain and gzip files alike) ---- */
 

@@ -31,6 +31,8 @@ void clt_dataset_destroy(clt_dataset *ds) {
   if (!ds) return;
   free(ds->x);
   free(ds->y);
+  free(ds->target);
+  free(ds->window_labels);
   free(ds->path);
   free(ds);
 }
@@ -39,6 +41,12 @@ int64_t clt_dataset_count(const clt_dataset *ds) { return ds ? ds->count : 0; }
 int clt_dataset_num_classes(const clt_dataset *ds) { return ds ? ds->num_classes : 0; }
 int64_t clt_dataset_sample_size(const clt_dataset *ds) { return ds ? ds->sample_size : 0; }
 int64_t clt_dataset_labels_per_sample(const clt_dataset *ds) { return ds ? ds->labels_per_sample : 0; }
+int64_t clt_dataset_label_count(const clt_dataset *ds) {
+  return !ds ? 0 : ds->window_labels ? ds->labels_counted : ds->count * ds->labels_per_sample;
+}
+int64_t clt__dataset_sample_labels(const clt_dataset *ds, int64_t k) {
+  return ds->window_labels ? ds->window_labels[k] : ds->labels_per_sample;
+}
 const char *clt_dataset_path(const clt_dataset *ds) { return ds ? ds->path : ""; }
 
 int clt_dataset_sample_shape(const clt_dataset *ds, int64_t *dims) {

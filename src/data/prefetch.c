@@ -33,7 +33,9 @@ struct slot {
   int64_t *indices;    /* (capacity) */
   int64_t capacity;    /* rows */
   clt_sampler_pos pos;
-  int64_t n, global_n;
+  int64_t n, global_n, global_labels;
+  int64_t *all;        /* with masked targets: room for the global batch's indices */
+  int64_t all_cap;
   int last_in_epoch;
   int rc;
   char error[1024];
@@ -69,6 +71,7 @@ static void slot_free(struct slot *sl) {
   clt_pinned_destroy(sl->pinned);
   free(sl->mem);
   free(sl->indices);
+  free(sl->all);
   memset(sl, 0, sizeof *sl);
 }
 
@@ -106,12 +109,35 @@ static int slot_alloc(struct slot *sl, clt_context *ctx, int64_t rows, const clt
   return CLT_OK;
 }
 
+/* The labels that count in the whole global batch of the slot's position:
+ * every replica's slice, added up (each rank's prefetchers find the same
+ * sum: the sampler is the job's). */
+static int global_labels(clt_prefetcher *pf, struct slot *sl) {
+  const clt_dataset *ds = pf->ds;
+  sl->global_labels = sl->global_n * clt_dataset_labels_per_sample(ds);
+  if (!ds->window_labels) return CLT_OK;
+  if (sl->all_cap < sl->global_n) {
+    int64_t *grown = realloc(sl->all, (size_t)sl->global_n * sizeof *grown);
+    if (!grown) return clt__error(CLT_ENOMEM, "the indices of a global batch of %lld", (long long)sl->global_n);
+    sl->all = grown, sl->all_cap = sl->global_n;
+  }
+  sl->global_labels = 0;
+  for (int r = 0; r < clt_sampler_replicas(pf->sampler); r++) {
+    int64_t n = 0;
+    int rc = clt_sampler_slice(pf->sampler, sl->pos.epoch, sl->pos.step, r, sl->all, &n);
+    if (rc < 0) return rc;
+    for (int64_t i = 0; i < n; i++) sl->global_labels += clt__dataset_sample_labels(ds, sl->all[i]);
+  }
+  return CLT_OK;
+}
+
 /* The thread's work: one slice into one slot (outside the lock). */
 static void slot_fill(clt_prefetcher *pf, struct slot *sl) {
   sl->n = 0;
   sl->rc = clt_sampler_slice(pf->sampler, sl->pos.epoch, sl->pos.step, pf->replica, sl->indices, &sl->n);
   if (sl->rc == CLT_OK) sl->rc = clt_dataset_get_batch(pf->ds, sl->indices, sl->n, sl->x, sl->y);
   sl->global_n = clt_sampler_batch_size(pf->sampler, sl->pos.step);
+  if (sl->rc == CLT_OK) sl->rc = global_labels(pf, sl);
   sl->last_in_epoch = sl->pos.step == clt_sampler_steps_per_epoch(pf->sampler) - 1;
   if (sl->rc < 0) clt__strlcpy(sl->error, clt_last_error(), sizeof sl->error);
 }
@@ -243,6 +269,7 @@ int clt_prefetcher_next(clt_prefetcher *pf, clt_batch *b) {
   b->sample_size = clt_dataset_sample_size(pf->ds);
   b->labels_per_sample = clt_dataset_labels_per_sample(pf->ds);
   b->global_n = sl->global_n;
+  b->global_labels = sl->global_labels;
   b->epoch = sl->pos.epoch;
   b->step = sl->pos.step;
   b->last_in_epoch = sl->last_in_epoch;

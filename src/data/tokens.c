@@ -275,6 +275,9 @@ void clt__tokens_get_batch(const clt_dataset *ds, const int64_t *indices, int64_
       for (int64_t j = 0; xi && j < T; j++) xi[j] = (float)t[j];
       for (int64_t j = 0; yi && j < T; j++) yi[j] = (int32_t)t[j + 1];
     }
+    const uint8_t *ok = ds->target ? ds->target + start + 1 : NULL; /* the targets shard's mask */
+    for (int64_t j = 0; ok && yi && j < T; j++)
+      if (!ok[j]) yi[j] = CLT_IGNORE_LABEL;
   }
 }
 

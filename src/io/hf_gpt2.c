@@ -119,9 +119,13 @@ static int block(walk *w, clt__hf_config *cfg, int k) {
   if (ln1 < 0) return ln1;
   int at = skip_dropout(w);
   const clt_layer_spec *a = at < w->s->nlayers ? &w->s->layers[at] : NULL;
-  if (k == 0) snprintf(what, sizeof what, "block 0's attention (attention heads=H with biases)");
-  else snprintf(what, sizeof what, "block %d's attention (attention heads=%d with biases)", k, cfg->n_head);
-  if (!a || a->kind != &clt__kind_attention || !a->bias || (k > 0 && a->heads != cfg->n_head))
+  if (k == 0) snprintf(what, sizeof what, "block 0's attention (attention heads=H with biases, without kv_heads= or "
+                       "rope_theta=)");
+  else snprintf(what, sizeof what, "block %d's attention (attention heads=%d with biases, without kv_heads= or "
+                "rope_theta=)", k, cfg->n_head);
+  /* GPT-2's: fused qkv and proj, both with biases, learned positions */
+  if (!a || a->kind != &clt__kind_attention || a->bias != CLT_BIAS_ALL || a->kv_heads || a->rope.theta != 0 ||
+      (k > 0 && a->heads != cfg->n_head))
     return misfit(w, at, "%s", what);
   cfg->n_head = a->heads;
   w->i++;

@@ -1,6 +1,6 @@
 /*
  * kinds_dense.c: the layer kinds that work on features (and on each
- * position of a sequence alike): input, linear, layernorm, the five
+ * position of a sequence alike): input, linear, layernorm, the six
  * activations, dropout, flatten and residual. Each is an entry of the
  * layer table (model/layer.h) over the kernels of src/nn.
  */
@@ -183,6 +183,7 @@ static clt_nn_act act_of(const clt_layer_spec *l) {
   if (l->kind == &clt__kind_gelu) return CLT_NN_GELU;
   if (l->kind == &clt__kind_tanh) return CLT_NN_TANH;
   if (l->kind == &clt__kind_sigmoid) return CLT_NN_SIGMOID;
+  if (l->kind == &clt__kind_silu) return CLT_NN_SILU;
   return CLT_NN_RELU;
 }
 
@@ -218,6 +219,7 @@ ACT_KIND(clt__kind_leakyrelu, "leakyrelu", "leaky_relu", .parse = leakyrelu_pars
 ACT_KIND(clt__kind_gelu, "gelu", NULL, .gain = gain_he);
 ACT_KIND(clt__kind_tanh, "tanh", NULL, .gain = gain_tanh);
 ACT_KIND(clt__kind_sigmoid, "sigmoid", NULL);
+ACT_KIND(clt__kind_silu, "silu", "swish"); /* no gain of its own in PyTorch's calculate_gain: 1 */
 
 /* ---- dropout: masks keyed by (seed, step, global index), see nn.h ---- */
 

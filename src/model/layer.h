@@ -8,8 +8,9 @@
  * kernels; nothing else asks which kind a layer is.
  *
  * Kinds live in kinds_dense.c (linear, layernorm, activations, dropout,
- * residual, flatten, input), kinds_image.c (conv2d and pooling) and
- * kinds_seq.c (embeddings and attention).
+ * residual, flatten, input), kinds_image.c (conv2d and pooling),
+ * kinds_seq.c (embeddings), kinds_attention.c (attention) and
+ * kinds_llama.c (rmsnorm, swiglu).
  */
 #ifndef CLT_MODEL_LAYER_H
 #define CLT_MODEL_LAYER_H
@@ -171,6 +172,7 @@ const char *clt__layer_kind_list(char *buf, size_t len);
 extern const clt__layer_kind clt__kind_input, clt__kind_linear, clt__kind_layernorm, clt__kind_relu,
     clt__kind_leakyrelu, clt__kind_gelu, clt__kind_tanh, clt__kind_sigmoid, clt__kind_dropout, clt__kind_flatten,
     clt__kind_residual, clt__kind_conv2d, clt__kind_maxpool, clt__kind_avgpool, clt__kind_globalavgpool,
-    clt__kind_embedding, clt__kind_posembedding, clt__kind_attention;
+    clt__kind_embedding, clt__kind_posembedding, clt__kind_attention, clt__kind_silu, clt__kind_rmsnorm,
+    clt__kind_swiglu;
 
 #endif

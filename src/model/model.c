@@ -100,31 +100,67 @@ static void describe(const clt_layer_spec *l, char *buf, size_t len) {
   else snprintf(buf, len, "%s", l->kind->name);
 }
 
+/* The tensors weight decay applies to (clt_param_spec.decay: the matrices
+ * of linear, conv2d, attention and swiglu layers) as "q_proj k_proj", their
+ * names without ".weight"; "-" when none; "- (tied)" for a weight that is
+ * another layer's (it takes its owner's: an embedding's, none). Returns
+ * the parameters counted. */
+static int64_t decayed(const clt_layer_spec *l, char *buf, size_t len) {
+  size_t used = 0;
+  int64_t n = 0, tied = 0;
+  buf[0] = 0;
+  for (int k = 0; k < l->nparams; k++) {
+    const clt_param_spec *p = &l->param[k];
+    tied |= p->tied;
+    if (!p->decay || p->tied || used >= len) continue;
+    const char *dot = strstr(p->name, ".weight");
+    int w = dot && dot[7] == 0 ? (int)(dot - p->name) : (int)strlen(p->name);
+    used += (size_t)snprintf(buf + used, len - used, "%s%.*s", used ? " " : "", w, p->name);
+    n += p->count;
+  }
+  if (!buf[0]) snprintf(buf, len, "%s", tied ? "- (tied)" : l->nparams ? "-" : "");
+  return n;
+}
+
 int clt_model_summary(const clt_model *m, char **out) {
   const clt_model_spec *s = m->spec;
-  size_t cap = 256 + (size_t)s->nlayers * 100, used = 0;
+  size_t cap = 512 + (size_t)s->nlayers * 200, used = 0;
   char *buf = clt__calloc(1, cap);
+  int wide = 28;
+  int64_t decay = 0;
   *out = NULL;
   if (!buf) return CLT_ENOMEM;
-  used += snprintf(buf + used, cap - used, "%-5s %-28s %-18s %12s\n", "line", "layer", "output", "parameters");
+  for (int i = 0; i < s->nlayers; i++) { /* the layer column as wide as its widest */
+    char what[64];
+    describe(&s->layers[i], what, sizeof what);
+    if ((int)strlen(what) > wide) wide = (int)strlen(what);
+  }
+  used += snprintf(buf + used, cap - used, "%-5s %-*s %-18s %12s  %s\n", "line", wide, "layer", "output", "parameters",
+                   "weight decay");
   for (int i = 0; i < s->nlayers; i++) {
-    char what[64], shape[64];
+    char what[64], shape[64], dec[96];
     const clt_layer_spec *l = &s->layers[i];
     describe(l, what, sizeof what);
     clt__shape_str(&l->out_shape, shape, sizeof shape);
-    used += snprintf(buf + used, cap - used, "%-5d %-28s %-18s %12lld\n", l->line, what, shape,
-                     (long long)l->param_count);
+    decay += decayed(l, dec, sizeof dec);
+    used += snprintf(buf + used, cap - used, "%-5d %-*s %-18s %12lld  %s\n", l->line, wide, what, shape,
+                     (long long)l->param_count, dec);
   }
-  used += snprintf(buf + used, cap - used, "total parameters: %lld (%.2f MiB as float32); ", (long long)s->param_count,
-                   s->param_count * 4.0 / 1048576.0);
+  char millions[32] = ""; /* "134.5M, ": as model cards count */
+  if (s->param_count >= 1000000) snprintf(millions, sizeof millions, "%.1fM, ", s->param_count / 1e6);
+  used += snprintf(buf + used, cap - used, "total parameters: %lld (%s%.2f MiB as float32); ", (long long)s->param_count,
+                   millions, s->param_count * 4.0 / 1048576.0);
   if (s->loss == CLT_LOSS_CROSSENTROPY)
-    snprintf(buf + used, cap - used, "%d classes\n", s->num_classes);
+    used += snprintf(buf + used, cap - used, "%d classes\n", s->num_classes);
   else if (s->loss == CLT_LOSS_HUBER)
-    snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss huber (delta %g)\n",
-             (long long)s->labels_per_sample, (double)s->huber_delta);
+    used += snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss huber (delta %g)\n",
+                     (long long)s->labels_per_sample, (double)s->huber_delta);
   else
-    snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss %s\n",
-             (long long)s->labels_per_sample, clt_loss_name((clt_loss_kind)s->loss));
+    used += snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss %s\n",
+                     (long long)s->labels_per_sample, clt_loss_name((clt_loss_kind)s->loss));
+  snprintf(buf + used, cap - used, "weight decay (decoupled, as AdamW's): %lld of the %lld parameters, the tensors "
+           "in the weight decay column (the matrices of linear, conv2d, attention and swiglu layers; not biases, "
+           "norms or embeddings, nor an output tied to an embedding)\n", (long long)decay, (long long)s->param_count);
   *out = buf;
   return CLT_OK;
 }

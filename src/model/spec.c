@@ -294,7 +294,7 @@ static int resolve_tie(clt__spec_line *lc, clt_model_spec *spec, clt_layer_spec 
 static int add_activation(clt__spec_line *lc, clt_model_spec *spec, const char *word, int col, int *cap) {
   const clt__layer_kind *kind = clt__layer_kind_find(word);
   if (!kind || !(kind->flags & CLT_KIND_ACTIVATION))
-    return clt__line_error(lc, col, "act=%s is not an activation (relu, leakyrelu, gelu, tanh, sigmoid)", word);
+    return clt__line_error(lc, col, "act=%s is not an activation (relu, leakyrelu, gelu, tanh, sigmoid, silu)", word);
   int rc = grow_layers(spec, cap);
   if (rc < 0) return rc;
   clt_layer_spec *l = &spec->layers[spec->nlayers];

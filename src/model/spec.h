@@ -45,7 +45,8 @@ typedef enum clt_param_init {
   CLT_PINIT_ONES
 } clt_param_init;
 
-#define CLT_MAX_LAYER_PARAMS 4
+/* attention's four projections with their biases (Qwen2's q, k, v) */
+#define CLT_MAX_LAYER_PARAMS 8
 
 /* One parameter tensor of a layer: a range of the arena seen with a shape. */
 typedef struct clt_param_spec {
@@ -63,21 +64,43 @@ typedef struct clt_param_spec {
   int64_t whole_offset;
 } clt_param_spec;
 
+/* Rotary position embeddings of an attention layer (rope_theta= and
+ * rope_scaling=llama3's options, model/rope.c): the inverse frequencies
+ * of the head's D / 2 pairs, computed once in float32 as transformers
+ * computes them, and uploaded with every forward. */
+#define CLT_ROPE_MAX_PAIRS 128
+typedef enum clt_rope_scaling { CLT_ROPE_PLAIN = 0, CLT_ROPE_LLAMA3 = 1 } clt_rope_scaling;
+typedef struct clt_rope_spec {
+  float theta;                 /* 0: no rotary embedding */
+  clt_rope_scaling scaling;
+  float factor, low_freq_factor, high_freq_factor;
+  int original_max;            /* original_max_position_embeddings */
+  int pairs;                   /* D / 2 */
+  float inv_freq[CLT_ROPE_MAX_PAIRS];
+} clt_rope_spec;
+
+/* attention's bias= (bit flags): on the q, k and v projections, on the
+ * output projection. */
+enum { CLT_BIAS_QKV = 1, CLT_BIAS_OUT = 2, CLT_BIAS_ALL = 3 };
+
 typedef struct clt_layer_spec {
   const struct clt__layer_kind *kind;
   int line;            /* where it was written, for messages */
   char name[32];       /* name=..., what tie= refers to ("" when none) */
   /* Options; which ones a kind reads is its own business (model/kinds_*.c). */
-  int out;             /* linear: out features; conv2d: out channels; embedding: width */
+  int out;             /* linear: out features; conv2d: out channels; embedding: width; swiglu: hidden */
   int kernel, stride, pad;
-  int bias;
+  int bias;            /* linear, conv2d, swiglu: 0 or 1; attention: CLT_BIAS_* flags */
   int heads;           /* attention */
+  int kv_heads;        /* attention: key and value heads (0: not given, as many as heads, GPT-2's fused
+                          qkv tensor; given: Llama's q_proj, k_proj, v_proj and o_proj) */
+  clt_rope_spec rope;  /* attention */
   int positions;       /* posembedding: rows of the table */
   clt_init_kind init;
   float std;           /* init=normal */
   float p;             /* dropout probability */
   float slope;         /* leaky relu */
-  float eps;           /* layernorm */
+  float eps;           /* layernorm, rmsnorm */
   int tie;             /* linear tie=NAME: the layer whose weight it uses, else -1 */
   int skip;            /* residual: the layer whose output it adds */
   int skip_slot;       /* residual: which pending-gradient buffer its skip branch uses */

@@ -1,6 +1,6 @@
 /*
  * activation.c: elementwise activations relu, leaky_relu, gelu (tanh
- * approximation), tanh and sigmoid, forward and backward (cl/activation.cl),
+ * approximation), tanh, sigmoid and silu, forward and backward (cl/activation.cl),
  * on activations stored as f32 or f16 (computed in float either way).
  */
 #include "nn/common.h"
@@ -14,14 +14,17 @@ const char *clt_nn_act_name(clt_nn_act act) {
   case CLT_NN_GELU: return "gelu";
   case CLT_NN_TANH: return "tanh";
   case CLT_NN_SIGMOID: return "sigmoid";
+  case CLT_NN_SILU: return "silu";
   }
   return "unknown activation";
 }
 
-int clt_nn_act_backward_needs_input(clt_nn_act act) { return act == CLT_NN_LEAKY_RELU || act == CLT_NN_GELU; }
+int clt_nn_act_backward_needs_input(clt_nn_act act) {
+  return act == CLT_NN_LEAKY_RELU || act == CLT_NN_GELU || act == CLT_NN_SILU;
+}
 
 static int check_act(const char *op, clt_nn_act act) {
-  if ((unsigned)act > CLT_NN_SIGMOID) return clt__error(CLT_EINVAL, "%s: unknown activation %d", op, (int)act);
+  if ((unsigned)act > CLT_NN_SILU) return clt__error(CLT_EINVAL, "%s: unknown activation %d", op, (int)act);
   return CLT_OK;
 }
 

@@ -3,8 +3,9 @@
  * host wrappers over explicit float32 tensor views: forward and backward of
  * linear, conv2d, max/average/global-average pooling, elementwise
  * activations, dropout, layernorm, softmax cross-entropy, flatten, and the
- * transformer's token and position embeddings, causal self-attention and
- * residual adds.
+ * transformer's token and position embeddings, causal self-attention
+ * (multi-head and grouped-query), rotary position embeddings, RMSNorm,
+ * SwiGLU's gate and residual adds.
  *
  * Internal to the library (not installed): the layer structs of the model
  * layer call these. Each function checks every shape first and returns
@@ -124,11 +125,12 @@ typedef enum clt_nn_act {
   CLT_NN_LEAKY_RELU = 1, /* x > 0 ? x : alpha x */
   CLT_NN_GELU = 2,       /* the tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
   CLT_NN_TANH = 3,
-  CLT_NN_SIGMOID = 4
+  CLT_NN_SIGMOID = 4,
+  CLT_NN_SILU = 5        /* x sigmoid(x) (Llama's MLP) */
 } clt_nn_act;
 
 const char *clt_nn_act_name(clt_nn_act act);
-/* 1 when the backward pass needs the forward's input x (leaky_relu, gelu),
+/* 1 when the backward pass needs the forward's input x (leaky_relu, gelu, silu),
  * 0 when it needs the output y (relu, tanh, sigmoid). */
 int clt_nn_act_backward_needs_input(clt_nn_act act);
 
@@ -267,6 +269,51 @@ int clt_nn_attention_backward(clt_context *ctx, int heads, const clt_tensor *qkv
  * two kernels; the forward uses none. For the model layer to reserve when
  * it builds a replica. */
 size_t clt_nn_attention_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads, clt_dtype dtype);
+
+/* Grouped-query attention (Llama's): `heads` query heads share `kv_heads`
+ * key and value heads (kv_heads divides heads; G = heads / kv_heads query
+ * heads a group; kv_heads = heads is the multi-head attention above, the
+ * same bits, and kv_heads = 1 multi-query). qkv (B, T, (H + 2K) D) act:
+ * each row q | k | v, query head h at columns h D, its key head h / G at
+ * H D + (h / G) D, its value head at (H + K) D + (h / G) D; y and dy (B,
+ * T, C = H D), lse (B, H, T) as above; dqkv like qkv, overwritten (the key
+ * and value gradients summed over each group's query heads in a fixed
+ * order). The scratch: (B H T + 2 B (H + K) D TP) floats, TP = T rounded up
+ * to 16; nothing of size T x T. */
+int clt_nn_gqa_forward(clt_context *ctx, int heads, int kv_heads, const clt_tensor *qkv, const clt_tensor *y,
+                       const clt_tensor *lse);
+int clt_nn_gqa_backward(clt_context *ctx, int heads, int kv_heads, const clt_tensor *qkv, const clt_tensor *y,
+                        const clt_tensor *lse, const clt_tensor *dy, const clt_tensor *dqkv);
+size_t clt_nn_gqa_scratch_bytes(int64_t B, int64_t T, int64_t C, int heads, int kv_heads, clt_dtype dtype);
+
+/* ---- rotary position embeddings (RoPE) ----
+ * In place on the query and key heads of a fused qkv (B, T, (H + 2K) D)
+ * act (as clt_nn_gqa_*), transformers' rotate-half convention: each head's
+ * halves x1, x2 become x1 cos a - x2 sin a and x2 cos a + x1 sin a with a =
+ * t inv_freq[i] (a float product), t the row's position in its sequence
+ * (0 .. T-1); inv_freq (D / 2) f32. The backward applies the transposed
+ * rotation to dqkv's query and key heads (the gradient at the rotated
+ * values becomes the gradient at the unrotated ones); values untouched. */
+int clt_nn_rope_forward(clt_context *ctx, int heads, int kv_heads, const clt_tensor *inv_freq, const clt_tensor *qkv);
+int clt_nn_rope_backward(clt_context *ctx, int heads, int kv_heads, const clt_tensor *inv_freq,
+                         const clt_tensor *dqkv);
+
+/* ---- Llama's RMSNorm over the last dimension ---- */
+/* x (..., D) act seen as M rows of D; w (D) f32; y like x; rstd (M) f32 =
+ * 1 / sqrt(mean(x^2) + eps) saved for the backward: y = (x rstd) w. */
+int clt_nn_rmsnorm_forward(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *w, const clt_tensor *y,
+                           const clt_tensor *rstd);
+/* dx like x (overwritten; may be dy); dw (D) accumulated. */
+int clt_nn_rmsnorm_backward(clt_context *ctx, const clt_tensor *x, const clt_tensor *w, const clt_tensor *rstd,
+                            const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw);
+
+/* ---- SwiGLU's gate ---- */
+/* gu (N, 2I) act, the fused gate and up projections [g | u] of each row;
+ * h (N, I) act = silu(g) u (overwritten). */
+int clt_nn_swiglu_forward(clt_context *ctx, const clt_tensor *gu, const clt_tensor *h);
+/* dh (N, I) act; dgu like gu (overwritten; may be gu): [dh u silu'(g) |
+ * dh silu(g)]. */
+int clt_nn_swiglu_backward(clt_context *ctx, const clt_tensor *gu, const clt_tensor *dh, const clt_tensor *dgu);
 
 /* ---- residual ---- */
 /* y = x + skip, all act alike with the same element count; y may be x or

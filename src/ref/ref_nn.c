@@ -176,6 +176,7 @@ void ref_act_forward(int act, double alpha, size_t n, const double *x, double *y
     case 1: y[i] = v > 0 ? v : alpha * v; break;
     case 2: y[i] = 0.5 * v * (1 + tanh(GELU_C * (v + GELU_A * v * v * v))); break;
     case 3: y[i] = tanh(v); break;
+    case 5: y[i] = v / (1 + exp(-v)); break;
     default: y[i] = 1 / (1 + exp(-v)); break;
     }
   }
@@ -193,6 +194,11 @@ void ref_act_backward(int act, double alpha, size_t n, const double *x, const do
       break;
     }
     case 3: d = 1 - tanh(v) * tanh(v); break;
+    case 5: {
+      double s = 1 / (1 + exp(-v));
+      d = s * (1 + v * (1 - s));
+      break;
+    }
     default: {
       double s = 1 / (1 + exp(-v));
       d = s * (1 - s);

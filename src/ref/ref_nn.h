@@ -42,7 +42,7 @@ void ref_global_avgpool_forward(int NC, int HW, const double *x, double *y);
 void ref_global_avgpool_backward(int NC, int HW, const double *dy, double *dx);
 
 /* Activations, numbered as clt_nn_act: 0 relu, 1 leaky_relu, 2 gelu (tanh
- * approximation), 3 tanh, 4 sigmoid. Backward from the input x. */
+ * approximation), 3 tanh, 4 sigmoid, 5 silu. Backward from the input x. */
 void ref_act_forward(int act, double alpha, size_t n, const double *x, double *y);
 void ref_act_backward(int act, double alpha, size_t n, const double *x, const double *dy, double *dx);
 

@@ -35,8 +35,11 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
                       clt_loss_name(clt_model_loss(t->model)));
   int rc = check_set(t, ds);
   double total[2] = {0, 0}; /* loss, correct */
-  int64_t labels = clt_dataset_count(ds) * clt_model_labels_per_sample(t->model);
+  int64_t labels = clt_dataset_label_count(ds); /* less masked targets */
   if (rc < 0) return rc;
+  if (labels == 0)
+    return clt__error(CLT_EINVAL, "evaluating on %s: every target is masked (-1 in its targets shards); the mean "
+                      "needs at least one that counts", clt_dataset_path(ds));
   CLT_TRY(t->s.i->evaluate(t->s.self, ds, total));
   CLT_TRY(clt__trainer_sum(t, total, 2));
   *loss = total[0] / (double)labels; /* the mean over labels, as training reports it */

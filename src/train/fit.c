@@ -55,7 +55,7 @@ static int fit_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *l
     s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, NULL};
   f->last_in_epoch = f->b[0].last_in_epoch;
   f->samples += f->b[0].global_n;
-  *labels = f->b[0].global_n * clt_model_labels_per_sample(t->model);
+  *labels = f->b[0].global_labels; /* less masked targets */
   *last = k == t->opts.accumulate - 1 || f->last_in_epoch;
 fail:
   return rc;

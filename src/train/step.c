@@ -121,6 +121,11 @@ int clt__trainer_train_step(clt_trainer *t, const clt__micro_source *src, clt__s
     PHASE(t, "wait", s->i->losses(s->self, slices, last, sums), "micro-batch %d: wait for the devices", k);
     st->labels += labels;
   }
+  if (st->labels == 0) { /* the same on every rank: the global batch's count */
+    rc = clt__error(CLT_EINVAL, "step %lld: every target of its batch is masked (-1 in the targets shards); a step "
+                    "needs at least one that counts: use a larger batch, or mask less", (long long)step);
+    goto fail;
+  }
   PHASE(t, "optimizer", update(t, sums, st), "update"); /* the mean over the global labels */
   PHASE(t, "checks", after_update(t, sums, st), "sums, checks");
   /* ---- */

@@ -2,11 +2,13 @@
  * test_gradient.c: clt_trainer_gradient, the gradient of the mean loss
  * without an update, on every device:
  *  - for a small GPT (the output projection tied to the token embedding)
- *    over more samples than one batch (so in several runs, accumulated)
- *    with some labels CLT_IGNORE_LABEL: along a random direction inside
- *    every parameter tensor, against central finite differences of
- *    clt_trainer_forward's summed loss divided by the labels that count;
- *    its loss against forward's;
+ *    and a small Llama (RMSNorm, grouped-query attention with q/k/v
+ *    biases and rotary embeddings scaled as Llama 3.1's, SwiGLU, an
+ *    untied head) over more samples than one batch (so in several runs,
+ *    accumulated) with some labels CLT_IGNORE_LABEL: along a random
+ *    direction inside every parameter tensor, against central finite
+ *    differences of clt_trainer_forward's summed loss divided by the
+ *    labels that count; its loss against forward's;
  *  - for an MLP with dropout: the same bits twice, parameters and step
  *    count untouched, and one plain SGD step (lr 1) on the same samples
  *    moves the parameters by exactly that gradient (dropout masks and all);
@@ -39,6 +41,24 @@ static const char *gpt_spec = "input tokens 5 vocab=11\n"
                               "end\n"
                               "layernorm\n"
                               "linear 11 tie=wte bias=false\n";
+
+/* Two heads of 4 sharing one key and value head; rope's llama3 bands at
+ * an original context of 16: the wavelength 2 pi is smoothed, 200 pi
+ * divided by 8. */
+static const char *llama_spec =
+    "input tokens 5 vocab=11\n"
+    "embedding 8 std=0.5\n"
+    "block repeat=2\n"
+    "  rmsnorm\n"
+    "  attention heads=2 kv_heads=1 rope_theta=10000 rope_scaling=llama3 factor=8 low_freq_factor=1 "
+    "high_freq_factor=4 original_max_position_embeddings=16 bias=qkv std=0.4\n"
+    "  residual\n"
+    "  rmsnorm eps=1e-6\n"
+    "  swiglu 12 std=0.4\n"
+    "  residual\n"
+    "end\n"
+    "rmsnorm\n"
+    "linear 11 bias=false init=normal std=0.4\n";
 
 /* init=he on the output layer: with its default zeros the first layer's
  * gradient would be 0. */
@@ -81,7 +101,7 @@ static double summed_loss(clt_trainer *t, const float *x, const int32_t *y, floa
  * besides its O(e^2) error; 1e-4 + 2% separates that from a wrong
  * gradient, which is off by the size of the derivative itself (a missing
  * division by the labels, or a run not accumulated, is off by 2x or more). */
-START_TEST(gpt_gradient_matches_finite_differences) {
+static void gradient_case(const char *spec, int min_checked) {
   float x[N * T];
   int32_t y[N * T];
   int counted = 0;
@@ -93,7 +113,7 @@ START_TEST(gpt_gradient_matches_finite_differences) {
   for (int d = 0; d < tu_ndev; d++) {
     clt_model *m;
     clt_devices *one;
-    clt_trainer *t = make_trainer(d, gpt_spec, CLT_OPT_SGD, &m, &one);
+    clt_trainer *t = make_trainer(d, spec, CLT_OPT_SGD, &m, &one);
     const clt_model_spec *s = m->spec;
     int64_t P = clt_model_param_count(m);
     float *p0 = malloc((size_t)P * 4), *g = malloc((size_t)P * 4), *pp = malloc((size_t)P * 4);
@@ -132,13 +152,18 @@ START_TEST(gpt_gradient_matches_finite_differences) {
         free(v);
       }
     }
-    ck_assert_int_ge(checked, 20);
+    ck_assert_int_ge(checked, min_checked);
     free(p0), free(g), free(pp), free(logits);
     clt_trainer_destroy(t);
     clt_devices_destroy(one);
     clt_model_destroy(m);
   }
 }
+
+START_TEST(gpt_gradient_matches_finite_differences) { gradient_case(gpt_spec, 20); }
+END_TEST
+
+START_TEST(llama_gradient_matches_finite_differences) { gradient_case(llama_spec, 27); }
 END_TEST
 
 /* With dropout, in several runs: the same bits twice; nothing else moves;
@@ -235,6 +260,7 @@ int main(void) {
   TCase *tc = tcase_create("gradient");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, gpt_gradient_matches_finite_differences);
+  tcase_add_test(tc, llama_gradient_matches_finite_differences);
   tcase_add_test(tc, gradient_is_what_a_step_applies);
   tcase_add_test(tc, bad_arguments);
   suite_add_tcase(su, tc);
