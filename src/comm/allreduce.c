@@ -415,8 +415,8 @@ int clt__plan_run(clt_allreduce_plan *plan, void *buf) {
   if (!plan) return clt__null_arg("a host run", "plan", "plan");
   const char *fn = plan->kind->run_fn;
   if (!buf && plan->count)
-    return clt__error(CLT_EINVAL, "%s: buf is NULL (rank %d), and the plan has %zu elements", fn, plan->comm->rank,
-                      plan->count);
+    return clt__error(CLT_EINVAL, "%s: no buffer (buf is NULL) on rank %d for the plan's %zu elements", fn,
+                      plan->comm->rank, plan->count);
   if (plan->replicas != 1)
     return clt__error(CLT_EINVAL, "%s: the plan was made for %d replicas per rank; a host run gives one buffer (use "
                                   "%s)", fn, plan->replicas, plan->kind->run_devices_fn);

@@ -316,6 +316,7 @@ static int run_mapped(clt_allreduce_plan *plan, clt__op *op, cl_command_queue q,
 
 int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues, const cl_mem *bufs,
                               const size_t *offsets) {
+  CLT_HANDLE(plan, "plan");
   return clt__allreduce_run_devices_split(plan, n, queues, queues, bufs, offsets);
 }
 

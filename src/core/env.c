@@ -12,15 +12,15 @@
 
 static const struct {
   const char *name;
-  const char *what; /* what 0 switches off, for the message */
+  const char *off, *on; /* what 0 and 1 do, for the message */
 } switches[] = {
-    {"CLT_SHARED_BUFFERS", "host-shared buffers on devices whose memory is the host's"},
-    {"CLT_IN_PLACE", "summing the gradients in place (and in the node's shared memory)"},
-    {"CLT_COPY_OUT", "copying each gradient bucket out as the backward closes it"},
-    {"CLT_HOST_BLAS", "the host BLAS for CPU devices' GEMMs"},
-    {"CLT_HOST_BLAS_NATIVE", "host GEMMs as native kernels on the device's queue"},
-    {"CLT_CPU_GEMM", "cltrain's own GEMM tiles on CPU devices (1: on every CPU device)"},
-    {"CLT_BLAS_TUNED", "the tuned CLBlast parameters of src/core/blas.c"},
+    {"CLT_SHARED_BUFFERS", "ordinary buffers", "host-shared ones where the device's memory is the host's"},
+    {"CLT_IN_PLACE", "gradients copied out and back", "summed in place where the buffers are host memory"},
+    {"CLT_COPY_OUT", "gradient buckets read from the device", "copied out as the backward closes them"},
+    {"CLT_HOST_BLAS", "CPU devices' GEMMs on CLBlast", "on the host BLAS"},
+    {"CLT_HOST_BLAS_NATIVE", "host GEMMs on the calling thread", "as native kernels where the device runs them"},
+    {"CLT_CPU_GEMM", "no GEMM on cltrain's own tiles", "every CPU device's on them"},
+    {"CLT_BLAS_TUNED", "CLBlast's own parameters", "src/core/blas.c's tuned ones"},
 };
 
 int clt__env_switch(const char *name) {
@@ -33,8 +33,8 @@ int clt__env_check(void) {
   for (size_t i = 0; i < sizeof switches / sizeof *switches; i++) {
     const char *v = getenv(switches[i].name);
     if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-      return clt__error(CLT_EINVAL, "%s='%s' is not a switch: give 0 (no %s) or 1, or leave it unset",
-                        switches[i].name, v, switches[i].what);
+      return clt__error(CLT_EINVAL, "%s='%s' is not a switch: give 0 (%s) or 1 (%s), or leave it unset", switches[i].name,
+                        v, switches[i].off, switches[i].on);
   }
   return CLT_OK;
 }

@@ -166,7 +166,7 @@ int clt_sampler_create(int64_t count, int64_t global_batch, uint64_t seed, unsig
   CLT_ARG(out);
   *out = NULL;
   if (flags & ~(unsigned)(CLT_SAMPLER_DROP_LAST | CLT_SAMPLER_NO_SHUFFLE))
-    return clt__error(CLT_EINVAL, "clt_sampler_create: flags is %#x: give a sum of CLT_SAMPLER_DROP_LAST (1) and "
+    return clt__error(CLT_EINVAL, "clt_sampler_create: unknown flags 0x%x: give a sum of CLT_SAMPLER_DROP_LAST (1) and "
                       "CLT_SAMPLER_NO_SHUFFLE (2)", flags);
   if (count < 1) return clt__error(CLT_EINVAL, "sampler: the dataset has %lld samples; it needs at least 1",
                                    (long long)count);
@@ -175,8 +175,6 @@ int clt_sampler_create(int64_t count, int64_t global_batch, uint64_t seed, unsig
   if (global_batch > count)
     return clt__error(CLT_EINVAL, "sampler: the global batch (%lld) is larger than the dataset (%lld samples)",
                       (long long)global_batch, (long long)count);
-  if (flags & ~(unsigned)(CLT_SAMPLER_DROP_LAST | CLT_SAMPLER_NO_SHUFFLE))
-    return clt__error(CLT_EINVAL, "sampler: unknown flags 0x%x", flags);
   clt_sampler *s = clt__calloc(1, sizeof *s);
   if (!s) return CLT_ENOMEM;
   s->count = count;

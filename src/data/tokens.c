@@ -220,11 +220,11 @@ int clt_dataset_open_tokens(const char *const *paths, int npaths, int64_t T, int
   CLT_ARG(out);
   *out = NULL;
   CLT_ARG(paths);
-  if (npaths < 1) return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: npaths is %d: give 1 or more token files", npaths);
+  if (npaths < 1) return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: npaths is %d: no token files given", npaths);
   for (int i = 0; i < npaths; i++)
     if (!paths[i] || !*paths[i])
-      return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: paths[%d] (file name %d of %d) is %s", i, i + 1, npaths,
-                        paths[i] ? "an empty string" : "NULL");
+      return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: file name %d of %d is %s (paths[%d])", i, npaths,
+                        paths[i] ? "an empty string" : "NULL", i);
   if (T < 1 || T >= TOKEN_LIMIT)
     return clt__error(CLT_EINVAL, "%s: a context of %lld tokens; T must be 1 to 2^24 - 1", paths[0], (long long)T);
   if (vocab < 0 || vocab > TOKEN_LIMIT)

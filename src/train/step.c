@@ -370,8 +370,9 @@ int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, c
   int rc = CLT_OK;
   if (n < 0)
     rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: n is %lld; it must be 0 or more", (long long)n);
-  else if (n > 0 && !queue)
-    rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: queue is NULL with n = %lld samples", (long long)n);
+  else if (n > 0 && (!queue || !x || !y))
+    rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s is NULL with n = %lld samples",
+                    !queue ? "queue" : !x ? "x" : "y", (long long)n);
   else if (n > 0 && (!(hx = malloc((size_t)(n * in) * sizeof *hx)) || !(hy = malloc((size_t)(n * lps) * 4))))
     rc = clt__error(CLT_ENOMEM, "clt_trainer_step_buffers: no host memory to stage %lld samples", (long long)n);
   if (rc == CLT_OK && n > 0) rc = read_buffer(queue, x, "x", (size_t)(n * in) * sizeof *hx, hx, n);

@@ -28,6 +28,7 @@ static const struct {
 };
 
 void clt_train_options_defaults(clt_train_options *o) {
+  if (!o) return;
   memset(o, 0, sizeof *o);
   o->batch = 64;
   o->epochs = 10;
