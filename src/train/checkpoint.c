@@ -176,7 +176,7 @@ int clt_trainer_save_checkpoint(clt_trainer *t, const char *path) {
   float *buf;
   CLT_HANDLE(t, "trainer");
   /* only rank 0 writes, but every rank learns of a bad path, so none waits */
-  int rc = clt__trainer_all_ok(t, clt__path_arg(__func__, "path", path), "clt_trainer_save_checkpoint");
+  int rc = clt__trainer_args_ok(t, clt__path_arg(__func__, "path", path), "clt_trainer_save_checkpoint");
   if (rc < 0) return rc;
   rc = clt__checkpoint_gather(t, &buf);
   if (rc < 0) return rc;
@@ -704,7 +704,7 @@ int clt_trainer_load_checkpoint(clt_trainer *t, const char *path) {
    * all could, so no rank is left alone in the broadcasts. */
   int rc = clt__path_arg(__func__, "path", path);
   if (rc == CLT_OK) rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
-  rc = clt__trainer_all_ok(t, rc, "allocating for a checkpoint");
+  rc = clt__trainer_args_ok(t, rc, "allocating for a checkpoint");
   if (rc < 0) {
     free(h), free(shares), free(payload);
     return rc;

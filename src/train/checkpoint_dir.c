@@ -259,7 +259,7 @@ int clt_trainer_resume_latest(clt_trainer *t, const char *dir, char *loaded, siz
   CLT_HANDLE(t, "trainer");
   int rc = clt__path_arg(__func__, "dir", dir);
   if (rc == CLT_OK) rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
-  rc = clt__trainer_all_ok(t, rc, "allocating for a checkpoint");
+  rc = clt__trainer_args_ok(t, rc, "allocating for a checkpoint");
   if (rc < 0) {
     free(h), free(shares), free(payload);
     return rc;

@@ -220,6 +220,13 @@ int clt__trainer_sum(clt_trainer *t, double *vals, int n) { return clt__sum_rank
 
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) { return clt__all_ok(t->comm, rc, what); }
 
+int clt__trainer_args_ok(clt_trainer *t, int rc, const char *what) {
+  char own[1024] = "";
+  if (rc < 0) clt__strlcpy(own, clt_last_error(), sizeof own);
+  int grc = clt__all_ok(t->comm, rc, what);
+  return rc < 0 ? clt__error(rc, "%s", own) : grc;
+}
+
 int clt__trainer_share_status(clt_trainer *t, int rc) {
   struct {
     int32_t rc;
@@ -318,7 +325,7 @@ int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
                                      (long long)P, (long long)count)
                         : CLT_OK;
   /* collective where the strategy holds a part of it: every rank learns of a bad argument on any */
-  if (t->opts.pipeline > 1 && (rc = clt__trainer_all_ok(t, rc, "clt_trainer_params")) < 0) return rc;
+  if (t->opts.pipeline > 1 && (rc = clt__trainer_args_ok(t, rc, "clt_trainer_params")) < 0) return rc;
   if (rc < 0) return rc;
   return t->s.i->get_state(t->s.self, out, NULL, 1);
 }
