@@ -38,9 +38,6 @@ static int sgd_state_per_param(const clt_optimizer_config *cfg) { return cfg->mo
 static int sgd_check(const clt_optimizer_config *c) {
   const clt_optimizer_config *d = &clt__optimizer_of(c->kind)->defaults;
   if (!(c->momentum >= 0 && c->momentum < 1)) return bad_setting(c, "momentum", c->momentum, d->momentum, "in [0, 1)");
-  if (c->nesterov != 0 && c->nesterov != 1)
-    return clt__error(CLT_EINVAL, "the sgd optimizer's nesterov must be 0 or 1, not %d (clt_optimizer_config.nesterov)",
-                      c->nesterov);
   return weight_decay_check(c, d);
 }
 
@@ -213,6 +210,8 @@ static int unknown_kind(clt_optimizer_kind kind) {
 int clt__optimizer_check(const clt_optimizer_config *cfg) {
   if (!cfg) return clt__error(CLT_EINVAL, "no optimizer configuration (NULL)");
   const clt__optimizer *o = clt__optimizer_of(cfg->kind);
+  if (o && cfg->nesterov != 0 && cfg->nesterov != 1) /* a flag, whichever kind reads it */
+    return clt__error(CLT_EINVAL, "clt_optimizer_config.nesterov must be 0 or 1, not %d", cfg->nesterov);
   return o ? o->check(cfg) : unknown_kind(cfg->kind);
 }
 
