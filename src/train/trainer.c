@@ -117,10 +117,12 @@ static int64_t field_value(const clt_train_options *o, size_t offset, size_t siz
 static int check_fields(const clt_train_options *o) {
   for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
     int64_t v = field_value(o, counts[i].offset, counts[i].size);
+    if (v < counts[i].min && counts[i].flag)
+      return clt__error(CLT_EINVAL, "clt_train_options.%s (%s %lld) must be %lld or more", counts[i].field,
+                        counts[i].flag, (long long)v, (long long)counts[i].min);
     if (v < counts[i].min)
-      return clt__error(CLT_EINVAL, "clt_train_options.%s%s%s%s must be %lld or more, not %lld", counts[i].field,
-                        counts[i].flag ? " (" : "", counts[i].flag ? counts[i].flag : "", counts[i].flag ? ")" : "",
-                        (long long)counts[i].min, (long long)v);
+      return clt__error(CLT_EINVAL, "clt_train_options.%s is %lld: it must be %lld or more", counts[i].field,
+                        (long long)v, (long long)counts[i].min);
   }
   for (size_t i = 0; i < sizeof enums / sizeof *enums; i++) {
     int64_t v = field_value(o, enums[i].offset, sizeof(int));
