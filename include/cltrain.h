@@ -18,7 +18,7 @@
  *     a path is needed. A function that returns a value rather than a
  *     status gives, for a NULL object, 0 (counts, sizes), NULL (pointers),
  *     "" or "?" (strings) or NaN, unless it says otherwise; a void one does
- *     nothing. An argument that may be NULL says so. tests/test_api_args
+ *     nothing. An argument that may be NULL says so. tests/api/test_args
  *     calls every function declared with CLT_API so.
  *
  * Thread safety

@@ -27,7 +27,7 @@ printf 'input 1 4 4\nflatten\nlinear 16\nrelu\nlinear 10\n' >"$tmp/m.model"
 train="train $tmp/m.model --data $tmp -e 1 -b 8 -q -d 0"
 
 # the on/off switches
-for pair in CLT_IN_PLACE=7 CLT_SHARED_BUFFERS=maybe; do # all seven: tests/test_api_args
+for pair in CLT_IN_PLACE=7 CLT_SHARED_BUFFERS=maybe; do # all seven: tests/api/test_args
   name=${pair%%=*} value=${pair#*=}
   if env "$pair" "$CLTRAIN" $train >"$out" 2>"$err"; then
     echo "FAIL: $pair: cltrain train exited 0"; fail=1

@@ -1,5 +1,5 @@
 /*
- * test_api_args.c: every public function with NULL pointers and handles
+ * test_args.c: every public function with NULL pointers and handles
  * never made, and the options' bad counts and kinds.
  *
  * The list of functions is the public headers' own: the test reads every
