@@ -11,6 +11,15 @@
  *     where and, when we know, what to do about it.
  *   - Objects are opaque, made by *_create / *_discover and released by
  *     *_destroy; destroy(NULL) is a no-op.
+ *   - Every pointer and object argument is checked before anything else: a
+ *     NULL one (an object never made, a Fortran handle never made) is
+ *     CLT_EINVAL naming the function and the argument as declared here
+ *     ("clt_trainer_params: out is NULL"), and so is an empty string where
+ *     a path is needed. A function that returns a value rather than a
+ *     status gives, for a NULL object, 0 (counts, sizes), NULL (pointers),
+ *     "" or "?" (strings) or NaN, unless it says otherwise; a void one does
+ *     nothing. An argument that may be NULL says so. tests/api/test_args
+ *     calls every function declared with CLT_API so.
  *
  * Thread safety
  *   - clt_last_error() is per thread: each thread sees the detail of its own
@@ -178,7 +187,9 @@ typedef struct clt_device_info {
 typedef struct clt_devices clt_devices;
 
 /* Every device of every OpenCL platform, in platform order. No ICD at all is
- * CLT_ENOICD; platforms without devices give an empty list and CLT_OK. */
+ * CLT_ENOICD, naming where the ICD loader looked (OCL_ICD_VENDORS when it
+ * is set, else /etc/OpenCL/vendors); platforms without devices give an
+ * empty list and CLT_OK. */
 CLT_API int clt_devices_discover(clt_devices **out);
 CLT_API void clt_devices_destroy(clt_devices *devs);
 CLT_API int clt_devices_count(const clt_devices *devs);
@@ -719,7 +730,7 @@ typedef struct clt_model clt_model;
 /* Read a model spec file (one layer per line, '#' comments; see README).
  * Mistakes are CLT_EFORMAT with "file:line:col: what" and the offending text. */
 CLT_API int clt_model_load(const char *path, clt_model **out);
-/* The same from text; name is used in messages. */
+/* The same from text; name is used in messages (NULL: "<model>"). */
 CLT_API int clt_model_parse(const char *text, const char *name, clt_model **out);
 CLT_API void clt_model_destroy(clt_model *m);
 CLT_API int clt_model_layer_count(const clt_model *m);   /* the input line included */
@@ -749,7 +760,7 @@ typedef enum clt_loss_kind {
   CLT_LOSS_L1 = 2,           /* |y - t| */
   CLT_LOSS_HUBER = 3         /* 0.5 (y - t)^2 within delta of the target, else delta (|y - t| - delta / 2) */
 } clt_loss_kind;
-CLT_API clt_loss_kind clt_model_loss(const clt_model *m);
+CLT_API clt_loss_kind clt_model_loss(const clt_model *m); /* (clt_loss_kind)-1 for a NULL model */
 /* Huber's delta (1 unless the spec says; NaN for the other losses). */
 CLT_API double clt_model_huber_delta(const clt_model *m);
 /* "crossentropy", "mse", "l1", "huber" (NULL for anything else): the
@@ -1015,6 +1026,12 @@ typedef struct clt_train_options {
                                      time on each stage's device, the slowest stage least */
 } clt_train_options;
 
+/* The defaults, as each field says. clt_trainer_create checks every field
+ * before it makes anything: a count below its least (the batch, epochs and
+ * accumulate 1, any other 0, so max_steps = -3 is not taken for no limit), a kind
+ * outside its enum (balance, schedule.kind, pipeline_schedule,
+ * optimizer.kind) or a flag other than 0 or 1 (decay_all, drop_last,
+ * optimizer.nesterov) is CLT_EINVAL naming the field and its value. */
 CLT_API void clt_train_options_defaults(clt_train_options *o);
 
 /* What one replica of a model takes on its device for a micro-batch, in

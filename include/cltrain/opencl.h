@@ -63,7 +63,8 @@ CLT_API int clt_launch_1d(clt_context *ctx, cl_kernel k, size_t n, size_t wgs);
  * (CL_MEM_USE_HOST_PTR over clSVMAlloc's memory; CL_MEM_HOST_PTR gives
  * them): the host may read and write them in place between commands, and
  * the collectives below reduce it in place. CLT_SHARED_BUFFERS=0 in the
- * environment makes ordinary buffers there too. */
+ * environment makes ordinary buffers there too (a value other than 0 or 1
+ * is CLT_EINVAL when a context is made). */
 CLT_API int clt_buffer_create(clt_context *ctx, size_t bytes, cl_mem *out);
 CLT_API void clt_buffer_release(cl_mem buf);
 CLT_API size_t clt_buffer_size(cl_mem buf);
@@ -159,7 +160,8 @@ CLT_API int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose 
  * x n floats (zero at the start of training), slot after slot in the order
  * libcltrain(3) names them (Adam: m in the first n floats, v in the next
  * n); `t` is the 1-based step number (Adam's bias correction). All three
- * tensors are f32 views of n (or k*n) elements. */
+ * tensors are f32 views of n (or k*n) elements; state may be NULL for an
+ * optimizer that keeps none (SGD without momentum). */
 CLT_API int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
                                float grad_scale, const clt_tensor *params, const clt_tensor *grads,
                                const clt_tensor *state);
@@ -192,7 +194,8 @@ CLT_API int clt_allreduce_run_device(clt_allreduce_plan *plan, cl_command_queue 
                                      size_t offset);
 /* Several devices in one process (the plan's `replicas` of them): the
  * replicas are summed first (in the order given, the same on every run),
- * then the ring runs across ranks, then every replica gets the result. */
+ * then the ring runs across ranks, then every replica gets the result.
+ * offsets may be NULL (every buffer from byte 0), here and below. */
 CLT_API int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues,
                                       const cl_mem *bufs, const size_t *offsets);
 /* Reduce-scatter count elements of buf from byte offset `offset`: this

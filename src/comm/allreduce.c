@@ -270,9 +270,9 @@ int clt__plan_create(const clt__coll_kind *kind, clt_comm *comm, size_t count, c
   clt__op o;
   const char *fn = kind->create_fn;
 
-  if (!out) return clt__error(CLT_EINVAL, "%s: no place for the plan", fn);
+  if (!out) return clt__null_arg(fn, "out", NULL);
   *out = NULL;
-  if (!comm) return clt__error(CLT_EINVAL, "%s: no communicator", fn);
+  if (!comm) return clt__null_arg(fn, "comm", "communicator");
   size_t chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : comm->chunk_bytes;
   int replicas = opts && opts->replicas ? opts->replicas : 1;
   if (!kind->reduces) op = CLT_SUM; /* nothing is reduced: the op is not part of an allgather */
@@ -412,9 +412,11 @@ int clt__allreduce_begin(clt_allreduce_plan *plan, clt__op *op) {
 int clt__plan_run(clt_allreduce_plan *plan, void *buf) {
   clt__op op;
   int rc;
-  if (!plan) return clt__error(CLT_EINVAL, "a host run: no plan");
+  if (!plan) return clt__null_arg("a host run", "plan", "plan");
   const char *fn = plan->kind->run_fn;
-  if (!buf && plan->count) return clt__error(CLT_EINVAL, "rank %d: %s: no buffer", plan->comm->rank, fn);
+  if (!buf && plan->count)
+    return clt__error(CLT_EINVAL, "%s: no buffer (buf is NULL) on rank %d for the plan's %zu elements", fn,
+                      plan->comm->rank, plan->count);
   if (plan->replicas != 1)
     return clt__error(CLT_EINVAL, "%s: the plan was made for %d replicas per rank; a host run gives one buffer (use "
                                   "%s)", fn, plan->replicas, plan->kind->run_devices_fn);
@@ -423,6 +425,6 @@ int clt__plan_run(clt_allreduce_plan *plan, void *buf) {
 }
 
 int clt_allreduce_run(clt_allreduce_plan *plan, void *buf) {
-  if (!plan) return clt__error(CLT_EINVAL, "clt_allreduce_run: no plan");
+  CLT_HANDLE(plan, "plan");
   return clt__plan_run(plan, buf);
 }

@@ -316,6 +316,7 @@ static int run_mapped(clt_allreduce_plan *plan, clt__op *op, cl_command_queue q,
 
 int clt_allreduce_run_devices(clt_allreduce_plan *plan, int n, const cl_command_queue *queues, const cl_mem *bufs,
                               const size_t *offsets) {
+  CLT_HANDLE(plan, "plan");
   return clt__allreduce_run_devices_split(plan, n, queues, queues, bufs, offsets);
 }
 
@@ -330,8 +331,13 @@ int clt__allreduce_run_devices_split(clt_allreduce_plan *plan, int n, const cl_c
 static int check_device_run(const clt_allreduce_plan *plan, const clt__device_run *run) {
   const char *fn = plan->kind->run_devices_fn;
   int n = run->n, rc;
-  if (n != plan->replicas || !run->queues || !run->bufs)
+  if (!run->queues) return clt__null_arg(fn, "queues", NULL);
+  if (!run->bufs) return clt__null_arg(fn, "bufs", NULL);
+  if (n != plan->replicas)
     return clt__error(CLT_EINVAL, "%s: %d buffers given, the plan was made for %d replicas", fn, n, plan->replicas);
+  for (int q = 0; q < n; q++)
+    if (!run->queues[q] || (run->write_queues && !run->write_queues[q]))
+      return clt__error(CLT_EINVAL, "%s: queues[%d] is NULL: give the queue replica %d's buffer is used on", fn, q, q);
   if (n > CLT__MAX_LOCAL_REPLICAS)
     return clt__error(CLT_EINVAL, "%s: %d replicas (at most %d per process)", fn, n, CLT__MAX_LOCAL_REPLICAS);
   for (int q = 0; q < n; q++)
@@ -427,7 +433,7 @@ int clt__allreduce_run_devices_into(clt_allreduce_plan *plan, const clt__device_
   struct clt__dev_staging *dev = NULL;
   clt__op op;
 
-  if (!plan) return clt__error(CLT_EINVAL, "a device run: no plan");
+  if (!plan) return clt__null_arg("a device run", "plan", "plan");
   int n = run->n;
   const cl_command_queue *queues = run->queues, *write_queues = run->write_queues;
   CLT_TRY(check_device_run(plan, run));
@@ -476,5 +482,8 @@ fail:
 }
 
 int clt_allreduce_run_device(clt_allreduce_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset) {
+  CLT_HANDLE(plan, "plan");
+  CLT_ARG(queue);
+  CLT_ARG(buf);
   return clt_allreduce_run_devices(plan, 1, &queue, &buf, &offset);
 }

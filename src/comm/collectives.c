@@ -69,7 +69,8 @@ int clt_bcast(clt_comm *comm, void *buf, size_t bytes, int root) {
   int rc = CLT_OK;
   size_t *seg_off = NULL;
   clt__op op;
-  CLT_TRY(clt__op_begin(comm, "broadcast", comm ? comm->size : 0, &op));
+  CLT_HANDLE(comm, "communicator");
+  CLT_TRY(clt__op_begin(comm, "broadcast", comm->size, &op));
   clt__fingerprint mine = {.kind = CLT__FP_BCAST, .root = root, .count = bytes};
   CLT_TRY(clt__fingerprint_check(&op, &mine, NULL));
   if (root < 0 || root >= comm->size) {
@@ -77,7 +78,7 @@ int clt_bcast(clt_comm *comm, void *buf, size_t bytes, int root) {
     goto fail;
   }
   if (!buf && bytes) {
-    rc = clt__error(CLT_EINVAL, "rank %d: clt_bcast: no buffer", comm->rank);
+    rc = clt__error(CLT_EINVAL, "clt_bcast: buf is NULL (rank %d), for %zu bytes", comm->rank, bytes);
     goto fail;
   }
   if (comm->size == 1 || bytes == 0) return CLT_OK;
@@ -97,11 +98,13 @@ int clt_allgather(clt_comm *comm, const void *send, size_t bytes, void *recv) {
   int rc = CLT_OK;
   size_t *seg_off = NULL;
   clt__op op;
-  CLT_TRY(clt__op_begin(comm, "allgather", comm ? comm->size - 1 : 0, &op));
+  CLT_HANDLE(comm, "communicator");
+  CLT_TRY(clt__op_begin(comm, "allgather", comm->size - 1, &op));
   clt__fingerprint mine = {.kind = CLT__FP_ALLGATHER, .count = bytes};
   CLT_TRY(clt__fingerprint_check(&op, &mine, NULL));
   if (bytes && (!send || !recv)) {
-    rc = clt__error(CLT_EINVAL, "rank %d: clt_allgather: no %s buffer", comm->rank, send ? "receive" : "send");
+    rc = clt__error(CLT_EINVAL, "clt_allgather: %s is NULL (rank %d), for %zu bytes", send ? "recv" : "send", comm->rank,
+                    bytes);
     goto fail;
   }
   if (bytes > SIZE_MAX / (size_t)comm->size) {
@@ -150,10 +153,15 @@ int clt_bcast_devices(clt_comm *comm, int root, size_t bytes, int n, const cl_co
                       const cl_mem *bufs, const size_t *offsets) {
   int rc = CLT_OK;
   unsigned char *host = NULL;
+  CLT_HANDLE(comm, "communicator");
   /* Every check is this rank's own: each ends in all_ok, never in an
    * early return, so the others hear of it instead of waiting. */
-  if (n < 1 || !queues || !bufs)
-    rc = clt__error(CLT_EINVAL, "clt_bcast_devices: %d buffers given (at least one is needed)", n);
+  if (n < 1) rc = clt__error(CLT_EINVAL, "clt_bcast_devices: %d buffers given (at least one is needed)", n);
+  else if (!queues) rc = clt__null_arg(__func__, "queues", NULL);
+  else if (!bufs) rc = clt__null_arg(__func__, "bufs", NULL);
+  for (int q = 0; rc == CLT_OK && q < n; q++)
+    if (!queues[q] || !bufs[q])
+      rc = clt__error(CLT_EINVAL, "clt_bcast_devices: %s[%d] is NULL", queues[q] ? "bufs" : "queues", q);
   for (int q = 0; rc == CLT_OK && q < n; q++) {
     size_t off = offsets ? offsets[q] : 0, size = clt_buffer_size(bufs[q]);
     if (off > size || size - off < bytes)

@@ -43,6 +43,8 @@ int clt__parse_bytes(const char *text, size_t max, size_t *out) {
 }
 
 int clt__comm_init_env(clt_comm *comm) {
+  int rc = clt__env_check(); /* the on/off switches, which every rank reads alike */
+  if (rc < 0) return rc;
   comm->timeout_s = CLT__DEFAULT_TIMEOUT_S;
   comm->chunk_bytes = comm->size == 2 ? CLT__DEFAULT_CHUNK_BYTES_2 : CLT__DEFAULT_CHUNK_BYTES;
   comm->small_bytes = CLT__DEFAULT_SMALL_BYTES;
@@ -70,7 +72,7 @@ int clt__comm_init_env(clt_comm *comm) {
   if (a && *a && (comm->algorithm = clt__algorithm_parse(a)) < -1)
     return clt__error(CLT_EINVAL, "CLT_ALLREDUCE='%s' is not an all-reduce algorithm: give one of %s", a,
                       clt_allreduce_algorithms());
-  int rc = clt__model_init(&comm->model);
+  rc = clt__model_init(&comm->model);
   if (rc < 0) return rc;
   /* Without a fitted model the measured threshold decides small messages. */
   comm->small_set = strcmp(comm->model.source, "defaults") == 0;
@@ -88,6 +90,7 @@ int clt__comm_init_env(clt_comm *comm) {
 
 int clt_comm_create_local(clt_comm **out) {
   int rc;
+  CLT_ARG(out);
   *out = NULL;
   clt_comm *comm = clt__calloc(1, sizeof *comm);
   if (!comm) return CLT_ENOMEM;
@@ -121,10 +124,11 @@ int clt_comm_node(const clt_comm *comm) { return comm ? comm->layout.node : 0; }
 int clt_comm_node_count(const clt_comm *comm) { return comm ? comm->layout.nnodes : 0; }
 
 int clt_comm_set_allreduce(clt_comm *comm, const char *algorithm) {
-  int a = algorithm ? clt__algorithm_parse(algorithm) : -2;
-  if (!comm || a < -1)
-    return clt__error(CLT_EINVAL, "clt_comm_set_allreduce: %s: give one of %s",
-                      !comm ? "no communicator" : algorithm ? algorithm : "no algorithm", clt_allreduce_algorithms());
+  CLT_HANDLE(comm, "communicator");
+  CLT_ARG(algorithm);
+  int a = clt__algorithm_parse(algorithm);
+  if (a < -1)
+    return clt__error(CLT_EINVAL, "clt_comm_set_allreduce: %s: give one of %s", algorithm, clt_allreduce_algorithms());
   comm->algorithm = a;
   return CLT_OK;
 }
@@ -140,18 +144,21 @@ size_t clt_comm_chunk_bytes(const clt_comm *comm) { return comm ? comm->chunk_by
 size_t clt_comm_shm_piece_bytes(const clt_comm *comm) { return comm ? clt__shm_piece_bytes(comm, 0) : 0; }
 
 int clt_comm_set_timeout(clt_comm *comm, double seconds) {
-  if (!comm || !isfinite(seconds) || seconds <= 0 || seconds > 1e9)
+  CLT_HANDLE(comm, "communicator");
+  if (!isfinite(seconds) || seconds <= 0 || seconds > 1e9)
     return clt__error(CLT_EINVAL, "clt_comm_set_timeout: %g is not a positive number of seconds", seconds);
   comm->timeout_s = seconds;
   return CLT_OK;
 }
 
 int clt_comm_default_device(const clt_comm *comm, const clt_devices *devs) {
+  CLT_HANDLE(comm, "communicator");
+  CLT_HANDLE(devs, "device list");
   int n = clt_devices_count(devs);
-  if (n <= 0) return clt__error(CLT_ENODEV, "rank %d has no device to choose from", comm ? comm->rank : 0);
+  if (n <= 0) return clt__error(CLT_ENODEV, "rank %d has no device to choose from", comm->rank);
   /* Ranks on one node take devices round-robin by local rank, so one rank
    * per GPU is what `mpirun -np <GPUs per node>` gives without any flag. */
-  return (comm ? comm->local_rank : 0) % n;
+  return comm->local_rank % n;
 }
 
 const char *clt_reduce_op_name(clt_reduce_op op) {

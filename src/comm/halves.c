@@ -8,7 +8,9 @@
 #include "comm_internal.h"
 
 static int plan_part(const clt_allreduce_plan *plan, const char *fn, int rank, size_t *offset, size_t *n) {
-  if (!plan || !offset || !n) return clt__error(CLT_EINVAL, "%s: no %s", fn, plan ? "place for the result" : "plan");
+  if (!plan) return clt__null_arg(fn, "plan", "plan");
+  if (!offset) return clt__null_arg(fn, "offset", NULL);
+  if (!n) return clt__null_arg(fn, "n", NULL);
   if (rank < 0 || rank >= plan->comm->size)
     return clt__error(CLT_EINVAL, "%s: rank %d is not a rank (0 to %d)", fn, rank, plan->comm->size - 1);
   *offset = plan->part_lo[rank];
@@ -21,7 +23,7 @@ static int plan_part(const clt_allreduce_plan *plan, const char *fn, int rank, s
 int clt_reduce_scatter_plan_create(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
                                    clt_reduce_op op, const clt_allreduce_opts *opts, clt_reduce_scatter_plan **out) {
   clt_allreduce_plan *p = NULL;
-  if (!out) return clt__error(CLT_EINVAL, "clt_reduce_scatter_plan_create: no place for the plan");
+  CLT_ARG(out);
   int rc = clt__plan_create(&clt__kind_reduce_scatter, comm, count, counts, dtype, op, opts, &p);
   *out = (clt_reduce_scatter_plan *)p;
   return rc;
@@ -40,17 +42,20 @@ const char *clt_reduce_scatter_plan_algorithm(const clt_reduce_scatter_plan *pla
 }
 
 int clt_reduce_scatter_run(clt_reduce_scatter_plan *plan, void *buf) {
-  if (!plan) return clt__error(CLT_EINVAL, "clt_reduce_scatter_run: no plan");
+  CLT_HANDLE(plan, "plan");
   return clt__plan_run(&plan->p, buf);
 }
 
 int clt_reduce_scatter_run_devices(clt_reduce_scatter_plan *plan, int n, const cl_command_queue *queues,
                                    const cl_mem *bufs, const size_t *offsets) {
-  if (!plan) return clt__error(CLT_EINVAL, "clt_reduce_scatter_run_devices: no plan");
+  CLT_HANDLE(plan, "plan");
   return clt__allreduce_run_devices_split(&plan->p, n, queues, queues, bufs, offsets);
 }
 
 int clt_reduce_scatter_run_device(clt_reduce_scatter_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset) {
+  CLT_HANDLE(plan, "plan");
+  CLT_ARG(queue);
+  CLT_ARG(buf);
   return clt_reduce_scatter_run_devices(plan, 1, &queue, &buf, &offset);
 }
 
@@ -59,7 +64,7 @@ int clt_reduce_scatter_run_device(clt_reduce_scatter_plan *plan, cl_command_queu
 int clt_allgather_plan_create(clt_comm *comm, size_t count, const size_t *counts, clt_dtype dtype,
                               const clt_allreduce_opts *opts, clt_allgather_plan **out) {
   clt_allreduce_plan *p = NULL;
-  if (!out) return clt__error(CLT_EINVAL, "clt_allgather_plan_create: no place for the plan");
+  CLT_ARG(out);
   int rc = clt__plan_create(&clt__kind_allgather, comm, count, counts, dtype, CLT_SUM, opts, &p);
   *out = (clt_allgather_plan *)p;
   return rc;
@@ -74,17 +79,20 @@ int clt_allgather_plan_part(const clt_allgather_plan *plan, int rank, size_t *of
 }
 
 int clt_allgather_run(clt_allgather_plan *plan, void *buf) {
-  if (!plan) return clt__error(CLT_EINVAL, "clt_allgather_run: no plan");
+  CLT_HANDLE(plan, "plan");
   return clt__plan_run(&plan->p, buf);
 }
 
 int clt_allgather_run_devices(clt_allgather_plan *plan, int n, const cl_command_queue *queues, const cl_mem *bufs,
                               const size_t *offsets) {
-  if (!plan) return clt__error(CLT_EINVAL, "clt_allgather_run_devices: no plan");
+  CLT_HANDLE(plan, "plan");
   return clt__allreduce_run_devices_split(&plan->p, n, queues, queues, bufs, offsets);
 }
 
 int clt_allgather_run_device(clt_allgather_plan *plan, cl_command_queue queue, cl_mem buf, size_t offset) {
+  CLT_HANDLE(plan, "plan");
+  CLT_ARG(queue);
+  CLT_ARG(buf);
   return clt_allgather_run_devices(plan, 1, &queue, &buf, &offset);
 }
 

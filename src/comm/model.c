@@ -406,8 +406,9 @@ const char *clt_allreduce_algorithms(void) {
 }
 
 int clt_comm_model_predict(const clt_comm *comm, const char *algorithm, size_t bytes, double *seconds) {
-  if (!comm || !algorithm || !seconds) return clt__error(CLT_EINVAL, "clt_comm_model_predict: no %s",
-                                                       !comm ? "communicator" : !algorithm ? "algorithm" : "result");
+  CLT_HANDLE(comm, "communicator");
+  CLT_ARG(algorithm);
+  CLT_ARG(seconds);
   int a = clt__algorithm_parse(algorithm);
   if (a < 0)
     return clt__error(CLT_EINVAL, "clt_comm_model_predict: unknown algorithm '%s' (%s)", algorithm,

@@ -438,7 +438,7 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
   int *node_of = NULL, *real = NULL;
   uint64_t *hashes = NULL;
 
-  if (!out) return clt__error(CLT_EINVAL, "clt_comm_create: no place for the result");
+  CLT_ARG(out);
   *out = NULL;
   if ((rc = mpi_running("clt_comm_create")) < 0) return rc;
   if (user_comm == MPI_COMM_NULL) return clt__error(CLT_EINVAL, "clt_comm_create: the communicator is MPI_COMM_NULL");
@@ -508,7 +508,7 @@ static int comm_is_valid(MPI_Comm c) {
 }
 
 int clt_comm_create_f(MPI_Fint fcomm, clt_comm **out) {
-  if (!out) return clt__error(CLT_EINVAL, "clt_comm_create_f: no place for the result");
+  CLT_ARG(out);
   *out = NULL;
   int rc = mpi_running("clt_comm_create_f"); /* f2c before initialisation is undefined: say so first */
   if (rc < 0) return rc;

@@ -38,7 +38,8 @@ void clt__tp_destroy(clt_comm *comm) { comm->mpi = NULL; }
  * wherever MPI is. */
 CLT_API int clt_comm_create_f(int fcomm, clt_comm **out);
 int clt_comm_create_f(int fcomm, clt_comm **out) {
-  if (out) *out = NULL;
+  CLT_ARG(out);
+  *out = NULL;
   return clt__error(CLT_EUNSUPPORTED, "clt_comm_create_f: the communicator (Fortran handle %d) cannot be used: "
                                       "cltrain was built without MPI; use clt_comm_create_local, or reconfigure "
                                       "--with-mpi", fcomm);

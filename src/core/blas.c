@@ -63,6 +63,21 @@ static int check_operand(const char *routine, char name, clt_matrix x, size_t ro
   return CLT_OK;
 }
 
+/* The public function fn's arguments: a context, transpositions that are
+ * one of the two, an operand buffer each (named as cltrain/opencl.h does). */
+static int check_gemm_args(const char *fn, const clt_context *ctx, clt_transpose ta, clt_transpose tb,
+                           clt_matrix a, clt_matrix b, clt_matrix c) {
+  if (!ctx) return clt__null_arg(fn, "ctx", "context");
+  if (ta != CLT_NO_TRANS && ta != CLT_TRANS)
+    return clt__error(CLT_EINVAL, "%s: ta is %d: give CLT_NO_TRANS (0) or CLT_TRANS (1)", fn, (int)ta);
+  if (tb != CLT_NO_TRANS && tb != CLT_TRANS)
+    return clt__error(CLT_EINVAL, "%s: tb is %d: give CLT_NO_TRANS (0) or CLT_TRANS (1)", fn, (int)tb);
+  if (!a.buf) return clt__null_arg(fn, "a.buf", NULL);
+  if (!b.buf) return clt__null_arg(fn, "b.buf", NULL);
+  if (!c.buf) return clt__null_arg(fn, "c.buf", NULL);
+  return CLT_OK;
+}
+
 static int check_gemm(const char *routine, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k,
                       clt_matrix a, size_t as, clt_matrix b, size_t bs, clt_matrix c, size_t cs, size_t batch) {
   int rc;
@@ -152,8 +167,7 @@ static int tuned_xgemm[64];
 static int tuned_ndone;
 
 static int tuned_disabled(void) {
-  const char *env = getenv("CLT_BLAS_TUNED");
-  return env && strcmp(env, "0") == 0;
+  return clt__env_switch("CLT_BLAS_TUNED") == 0;
 }
 
 /* CLBlast keeps the programs it compiles in a process-wide cache that it
@@ -251,8 +265,8 @@ static CLBlastStatusCode sgemm_one(clt_context *ctx, clt_transpose ta, clt_trans
 
 int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k, float alpha,
               clt_matrix a, clt_matrix b, float beta, clt_matrix c) {
-  int rc = check_gemm("sgemm", ta, tb, m, n, k, a, 0, b, 0, c, 0, 1);
-  if (rc < 0) return rc;
+  int rc = check_gemm_args(__func__, ctx, ta, tb, a, b, c);
+  if (rc < 0 || (rc = check_gemm("sgemm", ta, tb, m, n, k, a, 0, b, 0, c, 0, 1)) < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, 0, 1);
   int host = host_blas(ctx);
@@ -267,9 +281,10 @@ int clt_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, si
 int clt_sgemm_batched(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t m, size_t n, size_t k,
                       float alpha, clt_matrix a, size_t a_stride, clt_matrix b, size_t b_stride, float beta,
                       clt_matrix c, size_t c_stride, size_t batch) {
-  if (batch == 0) return CLT_OK;
-  int rc = check_gemm("sgemm_batched", ta, tb, m, n, k, a, a_stride, b, b_stride, c, c_stride, batch);
+  int rc = check_gemm_args(__func__, ctx, ta, tb, a, b, c);
   if (rc < 0) return rc;
+  if (batch == 0) return CLT_OK;
+  if ((rc = check_gemm("sgemm_batched", ta, tb, m, n, k, a, a_stride, b, b_stride, c, c_stride, batch)) < 0) return rc;
   if (m == 0 || n == 0) return CLT_OK;
   if (k == 0) return scale_only(ctx, m, n, beta, c, c_stride, batch);
   int host = host_blas(ctx);

@@ -84,9 +84,9 @@ enum { NT_DOT_M_MAX = 256, NT_DOT_K_MIN = 64, NT_R = 6, NT_J = 4, NT_COLS = 64 }
 static int fits_u32(size_t x) { return x <= UINT32_MAX; }
 
 int clt__cpu_gemm_on(const clt_context *ctx) {
-  const char *env = getenv("CLT_CPU_GEMM");
-  if (ctx->info.type != CLT_DEVICE_CPU || (env && strcmp(env, "0") == 0)) return 0;
-  return (env && strcmp(env, "1") == 0) || clt__items_run_as_loops(ctx);
+  int env = clt__env_switch("CLT_CPU_GEMM");
+  if (ctx->info.type != CLT_DEVICE_CPU || env == 0) return 0;
+  return env == 1 || clt__items_run_as_loops(ctx);
 }
 
 int clt__cpu_gemm_use(const clt_context *ctx, clt_transpose tb, size_t m, size_t n, size_t k, clt_matrix a,

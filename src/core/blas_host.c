@@ -61,8 +61,7 @@ int clt__host_blas_threads(const clt_context *ctx) {
 int clt__host_blas_use(const clt_context *ctx) {
   if (!HAVE_CBLAS) return 0;
   if (ctx->info.type != CLT_DEVICE_CPU || !ctx->info.unified_memory) return 0;
-  const char *env = getenv("CLT_HOST_BLAS");
-  return !(env && strcmp(env, "0") == 0);
+  return clt__env_switch("CLT_HOST_BLAS") != 0;
 }
 
 #if HAVE_CBLAS
@@ -246,8 +245,7 @@ static void native_gemm_run(void *args) {
 int clt__host_blas_native(clt_context *ctx) {
   if (ctx->native_gemm == 0) {
     cl_device_exec_capabilities caps = 0;
-    const char *env = getenv("CLT_HOST_BLAS_NATIVE");
-    int off = env && strcmp(env, "0") == 0;
+    int off = clt__env_switch("CLT_HOST_BLAS_NATIVE") == 0;
     ctx->native_gemm = !off && clGetDeviceInfo(ctx->device, CL_DEVICE_EXECUTION_CAPABILITIES, sizeof caps, &caps,
                                                NULL) == CL_SUCCESS && (caps & CL_EXEC_NATIVE_KERNEL) ? 1 : -1;
   }

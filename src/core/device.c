@@ -185,12 +185,21 @@ int clt_devices_discover(clt_devices **out) {
   cl_platform_id *plats = NULL;
   clt_devices *devs = NULL;
 
+  CLT_ARG(out);
   *out = NULL;
   cl_int err = clGetPlatformIDs(0, NULL, &nplat);
-  if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && nplat == 0))
+  if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && nplat == 0)) {
+    /* Where the loader looked: OCL_ICD_VENDORS replaces the directory (ocl-icd
+     * and Khronos' loader alike), OCL_ICD_FILENAMES names drivers besides. */
+    const char *vendors = getenv("OCL_ICD_VENDORS"), *files = getenv("OCL_ICD_FILENAMES");
+    int own_dir = vendors && *vendors;
     return clt__error(CLT_ENOICD,
-                      "no OpenCL platform found: the ICD loader sees no driver in /etc/OpenCL/vendors "
-                      "(install one, e.g. pocl-opencl-icd for the CPU, or your GPU vendor's OpenCL driver)");
+                      "no OpenCL platform found: the ICD loader sees no driver in %s%s%s%s%s (install one, e.g. "
+                      "pocl-opencl-icd for the CPU, or your GPU vendor's OpenCL driver%s)",
+                      own_dir ? vendors : "/etc/OpenCL/vendors", own_dir ? " (OCL_ICD_VENDORS)" : "",
+                      files && *files ? " nor in OCL_ICD_FILENAMES='" : "", files && *files ? files : "",
+                      files && *files ? "'" : "", own_dir ? ", or unset OCL_ICD_VENDORS" : "");
+  }
   CLT_CL_TRY(err);
 
   plats = clt__calloc(nplat, sizeof *plats);

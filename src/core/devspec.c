@@ -113,8 +113,9 @@ int clt_devices_select(const clt_devices *all, const char *spec, clt_devices **o
   char *copy = NULL;
   clt_devices *res = NULL;
 
+  CLT_ARG(out);
   *out = NULL;
-  if (!all) return clt__error(CLT_EINVAL, "clt_devices_select: no device list given");
+  CLT_HANDLE(all, "device list");
   if (!spec || !*spec) spec = getenv("CLT_DEVICES");
   if (!spec || !*spec) spec = "all";
 

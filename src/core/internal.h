@@ -46,6 +46,36 @@ int clt__cl_status(cl_int err);
     }                                                                           \
   } while (0)
 
+/* The arguments of a public function (check them before anything else, an
+ * out-parameter before it is written): a NULL pointer is CLT_EINVAL naming
+ * the function and the argument as cltrain.h names it, "clt_trainer_params:
+ * out is NULL"; a NULL object adds that it was never made (or its making
+ * failed); a path, that it must name a file. */
+int clt__null_arg(const char *fn, const char *arg, const char *what);
+/* CLT_OK, or that error for a NULL or empty path (for checks that every
+ * rank must agree on before returning). */
+int clt__path_arg(const char *fn, const char *arg, const char *path);
+#define CLT_ARG(p)                                                              \
+  do {                                                                          \
+    if (!(p)) return clt__null_arg(__func__, #p, NULL);                         \
+  } while (0)
+#define CLT_HANDLE(p, what)                                                     \
+  do {                                                                          \
+    if (!(p)) return clt__null_arg(__func__, #p, what);                         \
+  } while (0)
+#define CLT_PATH_ARG(p)                                                         \
+  do {                                                                          \
+    if (!(p) || !*(p)) return clt__path_arg(__func__, #p, (p));                 \
+  } while (0)
+
+/* The library's on/off environment switches (env.c): 1 or 0 as the
+ * variable says, -1 when it is unset or empty (the caller's default; a
+ * value that is neither 0 nor 1 is refused by clt__env_check when a
+ * context or communicator is made, so it never reaches here). */
+int clt__env_switch(const char *name);
+/* CLT_EINVAL naming the first switch that holds anything but 0 or 1. */
+int clt__env_check(void);
+
 /* Check one of our own calls: keep its detail, set rc, jump to fail. */
 #define CLT_TRY(expr)                                                           \
   do {                                                                          \

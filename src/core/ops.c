@@ -29,6 +29,8 @@ static cl_ulong elem_off(const clt_tensor *t) { return t->offset / sizeof(float)
 int clt_fill(clt_context *ctx, const clt_tensor *x, float value) {
   int rc = CLT_OK;
   cl_kernel k;
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(x);
   cl_ulong off = elem_off(x), n = (cl_ulong)clt_tensor_numel(x);
   CLT_TRY(check_f32(x, "fill"));
   CLT_TRY(clt_context_kernel(ctx, "elementwise", "fill_f32", NULL, &k));
@@ -45,6 +47,8 @@ fail:
 int clt_scale(clt_context *ctx, const clt_tensor *x, float alpha) {
   int rc = CLT_OK;
   cl_kernel k;
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(x);
   cl_ulong off = elem_off(x), n = (cl_ulong)clt_tensor_numel(x);
   CLT_TRY(check_f32(x, "scale"));
   CLT_TRY(clt_context_kernel(ctx, "elementwise", "scale_f32", NULL, &k));
@@ -61,6 +65,9 @@ fail:
 int clt_axpy(clt_context *ctx, float alpha, const clt_tensor *x, const clt_tensor *y) {
   int rc = CLT_OK;
   cl_kernel k;
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(x);
+  CLT_ARG(y);
   cl_ulong xoff = elem_off(x), yoff = elem_off(y), n = (cl_ulong)clt_tensor_numel(y);
   CLT_TRY(check_f32(x, "axpy"));
   CLT_TRY(check_f32(y, "axpy"));
@@ -104,10 +111,18 @@ fail:
 }
 
 int clt_add(clt_context *ctx, const clt_tensor *a, const clt_tensor *b, const clt_tensor *out) {
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(a);
+  CLT_ARG(b);
+  CLT_ARG(out);
   return binary(ctx, "add_f32", a, b, out);
 }
 
 int clt_mul(clt_context *ctx, const clt_tensor *a, const clt_tensor *b, const clt_tensor *out) {
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(a);
+  CLT_ARG(b);
+  CLT_ARG(out);
   return binary(ctx, "mul_f32", a, b, out);
 }
 
@@ -159,9 +174,19 @@ fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
 
-int clt_sum(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 1, 0, out); }
+int clt_sum(clt_context *ctx, const clt_tensor *x, float *out) {
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(x);
+  CLT_ARG(out);
+  return reduce(ctx, x, 1, 0, out);
+}
 
-int clt_sumsq(clt_context *ctx, const clt_tensor *x, float *out) { return reduce(ctx, x, 1, 1, out); }
+int clt_sumsq(clt_context *ctx, const clt_tensor *x, float *out) {
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(x);
+  CLT_ARG(out);
+  return reduce(ctx, x, 1, 1, out);
+}
 
 int clt__sumsq_many(clt_context *ctx, const clt_tensor *x, int n, float *out) { return reduce(ctx, x, n, 1, out); }
 
@@ -169,6 +194,9 @@ int clt_convert(clt_context *ctx, const clt_tensor *src, const clt_tensor *dst) 
   int rc = CLT_OK;
   cl_kernel k;
   char ss[128], ds[128];
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(src);
+  CLT_ARG(dst);
   CLT_TRY(check_same(src, dst, "convert"));
   int to_half = src->dtype == CLT_F32 && dst->dtype == CLT_F16;
   if (!to_half && !(src->dtype == CLT_F16 && dst->dtype == CLT_F32))

@@ -206,12 +206,15 @@ static const char *optimizer_list(char *buf, size_t size) {
 
 static int unknown_kind(clt_optimizer_kind kind) {
   char names[256];
-  return clt__error(CLT_EINVAL, "optimizer kind %d is none of cltrain's (%s: CLT_OPT_*)", (int)kind,
-                    optimizer_list(names, sizeof names));
+  return clt__error(CLT_EINVAL, "optimizer kind %d (clt_optimizer_config.kind) is none of cltrain's (%s: CLT_OPT_*)",
+                    (int)kind, optimizer_list(names, sizeof names));
 }
 
 int clt__optimizer_check(const clt_optimizer_config *cfg) {
+  if (!cfg) return clt__error(CLT_EINVAL, "no optimizer configuration (NULL)");
   const clt__optimizer *o = clt__optimizer_of(cfg->kind);
+  if (o && cfg->nesterov != 0 && cfg->nesterov != 1) /* a flag, whichever kind reads it */
+    return clt__error(CLT_EINVAL, "clt_optimizer_config.nesterov must be 0 or 1, not %d", cfg->nesterov);
   return o ? o->check(cfg) : unknown_kind(cfg->kind);
 }
 
@@ -234,6 +237,7 @@ int clt_optimizer_reads(clt_optimizer_kind kind, const char *setting) {
 
 void clt_optimizer_defaults(clt_optimizer_kind kind, clt_optimizer_config *cfg) {
   const clt__optimizer *o = clt__optimizer_of(kind);
+  if (!cfg) return;
   if (o)
     *cfg = o->defaults;
   else
@@ -243,6 +247,8 @@ void clt_optimizer_defaults(clt_optimizer_kind kind, clt_optimizer_config *cfg) 
 
 int clt_optimizer_parse(const char *text, clt_optimizer_kind *out) {
   char names[256];
+  CLT_ARG(out);
+  CLT_ARG(text);
   for (int k = 0; k < CLT_OPT_COUNT; k++)
     if (text && strcmp(text, clt_optimizer_name((clt_optimizer_kind)k)) == 0) {
       *out = (clt_optimizer_kind)k;
@@ -258,7 +264,7 @@ const char *clt_optimizer_name(clt_optimizer_kind kind) {
 }
 
 int clt_optimizer_state_per_param(const clt_optimizer_config *cfg) {
-  const clt__optimizer *o = clt__optimizer_of(cfg->kind);
+  const clt__optimizer *o = cfg ? clt__optimizer_of(cfg->kind) : NULL;
   if (!o) return 0;
   return o->state_per_param ? o->state_per_param(cfg) : o->nslots;
 }
@@ -270,8 +276,8 @@ int clt_optimizer_decoupled_decay(clt_optimizer_kind kind) {
 
 /* Does this step need the host (a device that rounds divide or sqrt loosely)? */
 int clt_optimizer_needs_host(const clt_optimizer_config *cfg, const clt_device_info *dev) {
-  const clt__optimizer *o = clt__optimizer_of(cfg->kind);
-  return o && o->exact_div_sqrt && !dev->fp32_exact_div_sqrt;
+  const clt__optimizer *o = cfg ? clt__optimizer_of(cfg->kind) : NULL;
+  return o && dev && o->exact_div_sqrt && !dev->fp32_exact_div_sqrt;
 }
 
 /* The kernels' arithmetic, operation for operation, in float (the library
@@ -284,20 +290,36 @@ void clt_optimizer_step_host(const clt_optimizer_config *cfg, int64_t t, float l
 
 void clt_optimizer_step_host_masked(const clt_optimizer_config *cfg, int64_t t, float lr, float gscale, float *p,
                                     const float *grad, float *state, size_t n, const uint8_t *decay) {
-  const clt__optimizer *o = clt__optimizer_of(cfg->kind);
-  if (o) o->step_host(cfg, t, lr, gscale, p, grad, state, n, decay);
+  const clt__optimizer *o = cfg ? clt__optimizer_of(cfg->kind) : NULL;
+  if (!o || n == 0 || !p || !grad || (clt_optimizer_state_per_param(cfg) && !state)) return;
+  o->step_host(cfg, t, lr, gscale, p, grad, state, n, decay);
+}
+
+/* The arguments of clt_optimizer_step(_masked), fn, as cltrain/opencl.h names them. */
+static int check_step_args(const char *fn, const clt_context *ctx, const clt_optimizer_config *cfg,
+                           const clt_tensor *params, const clt_tensor *grads, const clt_tensor *state) {
+  if (!ctx) return clt__null_arg(fn, "ctx", "context");
+  if (!cfg) return clt__null_arg(fn, "cfg", NULL);
+  if (!params) return clt__null_arg(fn, "params", NULL);
+  if (!grads) return clt__null_arg(fn, "grads", NULL);
+  if (!state && clt_optimizer_state_per_param(cfg) > 0)
+    return clt__error(CLT_EINVAL, "%s: state is NULL, but the %s optimizer keeps %d floats of state per parameter",
+                      fn, clt_optimizer_name(cfg->kind), clt_optimizer_state_per_param(cfg));
+  return CLT_OK;
 }
 
 int clt_optimizer_step(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr, float grad_scale,
                        const clt_tensor *params, const clt_tensor *grads, const clt_tensor *state) {
-  return clt_optimizer_step_masked(ctx, cfg, t, lr, grad_scale, params, grads, state, NULL);
+  int rc = check_step_args(__func__, ctx, cfg, params, grads, state);
+  return rc < 0 ? rc : clt_optimizer_step_masked(ctx, cfg, t, lr, grad_scale, params, grads, state, NULL);
 }
 
 int clt_optimizer_step_masked(clt_context *ctx, const clt_optimizer_config *cfg, int64_t t, float lr,
                               float grad_scale, const clt_tensor *params, const clt_tensor *grads,
                               const clt_tensor *state, const clt_tensor *decay) {
-  int rc = CLT_OK;
+  int rc = check_step_args(__func__, ctx, cfg, params, grads, state);
   cl_kernel k;
+  if (rc < 0) return rc;
   const clt__optimizer *o = clt__optimizer_of(cfg->kind);
   if (!o) return unknown_kind(cfg->kind);
   cl_ulong n = (cl_ulong)clt_tensor_numel(params);
@@ -352,6 +374,8 @@ fail:
 /* ---- learning-rate schedules ----------------------------------------------------- */
 
 int clt_schedule_parse(const char *text, clt_schedule_kind *out) {
+  CLT_ARG(out);
+  CLT_ARG(text);
   for (int i = 0; i < 3; i++)
     if (text && strcmp(text, schedule_names[i]) == 0) {
       *out = (clt_schedule_kind)i;
@@ -365,6 +389,7 @@ const char *clt_schedule_name(clt_schedule_kind kind) {
 }
 
 float clt_schedule_lr(const clt_schedule *s, int64_t step) {
+  if (!s) return NAN;
   if (step < 0) step = 0;
   if (s->warmup_steps > 0 && step < s->warmup_steps)
     return s->lr * (float)(step + 1) / (float)s->warmup_steps;

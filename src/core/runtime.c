@@ -51,10 +51,12 @@ int clt_context_create(const clt_devices *devs, int i, clt_context **out) {
   cl_int err = CL_SUCCESS;
   clt_context *ctx = NULL;
 
+  CLT_ARG(out);
   *out = NULL;
-  if (!devs || i < 0 || i >= devs->count)
-    return clt__error(CLT_EINVAL, "clt_context_create: device %d does not exist (the list has %d)", i,
-                      devs ? devs->count : 0);
+  CLT_HANDLE(devs, "device list");
+  if (i < 0 || i >= devs->count)
+    return clt__error(CLT_EINVAL, "clt_context_create: device %d does not exist (the list has %d)", i, devs->count);
+  if ((rc = clt__env_check()) < 0) return rc;
   ctx = clt__calloc(1, sizeof *ctx);
   if (!ctx) return CLT_ENOMEM;
   ctx->info = devs->entries[i].info;
@@ -121,6 +123,7 @@ cl_device_id clt_context_cl_device(const clt_context *ctx) { return ctx ? ctx->d
 
 int clt_context_finish(clt_context *ctx) {
   int rc = CLT_OK;
+  CLT_HANDLE(ctx, "context");
   CLT_CL_TRY(clFinish(ctx->queue));
   return CLT_OK;
 fail:
@@ -359,8 +362,12 @@ fail:
 int clt_context_build(clt_context *ctx, const char *name, const char *source, const char *options,
                       cl_program *out) {
   struct clt_program_entry *p;
-  if (!options) options = "";
+  CLT_ARG(out);
   *out = NULL;
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(name);
+  CLT_ARG(source);
+  if (!options) options = "";
   if ((p = find_program(ctx, name, options))) {
     *out = p->program;
     return CLT_OK;
@@ -376,8 +383,12 @@ int clt_context_kernel(clt_context *ctx, const char *source_name, const char *ke
   struct clt_program_entry *p;
   char *owned = NULL;
 
-  if (!options) options = "";
+  CLT_ARG(out);
   *out = NULL;
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(source_name);
+  CLT_ARG(kernel_name);
+  if (!options) options = "";
   if (!(p = find_program(ctx, source_name, options))) {
     const char *text;
     CLT_TRY(kernel_source_text(source_name, &text, &owned));
@@ -436,6 +447,8 @@ size_t clt__clamp_wgs(clt_context *ctx, cl_kernel k, size_t want) {
 
 int clt_launch_1d(clt_context *ctx, cl_kernel k, size_t n, size_t wgs) {
   int rc = CLT_OK;
+  CLT_HANDLE(ctx, "context");
+  CLT_ARG(k);
   if (n == 0) return CLT_OK;
   size_t local = clt__clamp_wgs(ctx, k, wgs);
   size_t global = (n + local - 1) / local * local;
@@ -468,7 +481,9 @@ static int device_memory_error(clt_context *ctx, size_t bytes, cl_int err) {
 
 int clt_buffer_create(clt_context *ctx, size_t bytes, cl_mem *out) {
   cl_int err = CL_SUCCESS;
+  CLT_ARG(out);
   *out = NULL;
+  CLT_HANDLE(ctx, "context");
   if (bytes == 0) return clt__error(CLT_EINVAL, "clt_buffer_create: a buffer of 0 bytes on %s", ctx->info.name);
   if (ctx->info.max_alloc_bytes && bytes > ctx->info.max_alloc_bytes)
     return device_memory_error(ctx, bytes, CL_INVALID_BUFFER_SIZE);
@@ -530,6 +545,9 @@ fail:
 }
 
 int clt_pinned_create(clt_context *ctx, size_t bytes, clt_pinned **out) {
+  CLT_ARG(out);
+  *out = NULL;
+  CLT_HANDLE(ctx, "context");
   int rc = clt__pinned_create_cl(ctx->context, ctx->queue, bytes, out);
   if (rc < 0) clt__error_prefix(rc, "allocating %zu bytes of pinned host memory for %s", bytes, ctx->info.name);
   return rc;

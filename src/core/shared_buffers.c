@@ -47,8 +47,7 @@ static shared_entry *entries;
 static size_t nentries, capacity;
 
 int clt__shared_buffers_on(cl_device_id device, const clt_device_info *info) {
-  const char *env = getenv("CLT_SHARED_BUFFERS");
-  if (!info->unified_memory || (env && strcmp(env, "0") == 0)) return 0;
+  if (!info->unified_memory || clt__env_switch("CLT_SHARED_BUFFERS") == 0) return 0;
   /* A device before OpenCL 2.0 does not know the query: no SVM. */
   cl_device_svm_capabilities svm = 0;
   if (clGetDeviceInfo(device, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, NULL) != CL_SUCCESS) return 0;

@@ -49,6 +49,16 @@ int clt__error(int status, const char *fmt, ...) {
   return status;
 }
 
+int clt__null_arg(const char *fn, const char *arg, const char *what) {
+  if (!what) return clt__error(CLT_EINVAL, "%s: %s is NULL", fn, arg);
+  if (!*what) return clt__error(CLT_EINVAL, "%s: %s is an empty string: give a path", fn, arg);
+  return clt__error(CLT_EINVAL, "%s: %s is NULL: no %s (one never made, or whose making failed)", fn, arg, what);
+}
+
+int clt__path_arg(const char *fn, const char *arg, const char *path) {
+  return path && *path ? CLT_OK : clt__null_arg(fn, arg, path ? "" : NULL);
+}
+
 int clt__error_prefix(int status, const char *fmt, ...) {
   char prefix[1024], old[CLT__ERROR_LEN];
   va_list ap;

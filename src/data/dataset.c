@@ -97,7 +97,7 @@ int clt__dataset_check_labels(clt_dataset *ds, const char *labels_path) {
 }
 
 int clt_dataset_normalize(clt_dataset *ds, float mean, float std) {
-  if (!ds) return clt__error(CLT_EINVAL, "clt_dataset_normalize: dataset is NULL");
+  CLT_HANDLE(ds, "dataset");
   if (!isfinite(mean) || !isfinite(std) || !(std > 0.0f))
     return clt__error(CLT_EINVAL, "%s: normalising needs a finite mean and a finite std > 0, not mean %g std %g%s",
                       ds->path, (double)mean, (double)std,
@@ -132,7 +132,9 @@ void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, float *st
 
 /* Two passes in double (mean, then squared deviations): no cancellation. */
 int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std) {
-  if (!ds || !mean || !std) return clt__error(CLT_EINVAL, "clt_dataset_stats: a NULL argument");
+  CLT_HANDLE(ds, "dataset");
+  CLT_ARG(mean);
+  CLT_ARG(std);
   if (ds->token_bytes) { /* the identity, which is all clt_dataset_normalize takes for tokens */
     *mean = 0.0f;
     *std = 1.0f;
@@ -166,8 +168,9 @@ int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std) {
 }
 
 int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, int32_t *y) {
-  if (!ds || (n > 0 && !indices) || n < 0)
-    return clt__error(CLT_EINVAL, "clt_dataset_get_batch: %s", !ds ? "dataset is NULL" : "bad index list");
+  CLT_HANDLE(ds, "dataset");
+  if (n < 0) return clt__error(CLT_EINVAL, "clt_dataset_get_batch: n is %lld; give 0 or more samples", (long long)n);
+  if (n > 0 && !indices) return clt__null_arg(__func__, "indices", NULL);
   const int64_t F = ds->sample_size;
   for (int64_t i = 0; i < n; i++) {
     const int64_t k = indices[i];

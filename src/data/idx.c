@@ -123,9 +123,10 @@ int clt_dataset_open_idx_files(const char *images, const char *labels, int num_c
   idx_file img = {0}, lab = {0};
   clt_dataset *ds = NULL;
 
-  if (!out) return clt__error(CLT_EINVAL, "clt_dataset_open_idx_files: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
-  if (!images || !labels) return clt__error(CLT_EINVAL, "clt_dataset_open_idx_files: a file name is NULL");
+  CLT_PATH_ARG(images);
+  CLT_PATH_ARG(labels);
   if (num_classes < 0 || num_classes > 256)
     return clt__error(CLT_EINVAL, "%s: %d classes asked for; byte labels allow 1 to 256 (or 0: largest label + 1)",
                       labels, num_classes);
@@ -207,9 +208,10 @@ int clt_dataset_open_idx(const char *dir, const char *split, clt_dataset **out) 
   const char *prefix;
   struct stat st;
 
-  if (!out) return clt__error(CLT_EINVAL, "clt_dataset_open_idx: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
-  if (!dir || !split) return clt__error(CLT_EINVAL, "clt_dataset_open_idx: dir or split is NULL");
+  CLT_PATH_ARG(dir);
+  CLT_ARG(split);
   if (strcmp(split, "train") == 0)
     prefix = "train";
   else if (strcmp(split, "test") == 0 || strcmp(split, "t10k") == 0)

@@ -172,9 +172,10 @@ static void *prefetch_main(void *arg) {
 int clt_prefetcher_create(const clt_dataset *ds, const clt_sampler *s, int replica, clt_context *ctx,
                           clt_prefetcher **out) {
   int rc = CLT_OK;
-  if (!out) return clt__error(CLT_EINVAL, "clt_prefetcher_create: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
-  if (!ds || !s) return clt__error(CLT_EINVAL, "clt_prefetcher_create: dataset or sampler is NULL");
+  CLT_HANDLE(ds, "dataset");
+  CLT_HANDLE(s, "sampler");
   if (clt_dataset_count(ds) != clt_sampler_count(s))
     return clt__error(CLT_EINVAL, "prefetcher: the sampler covers %lld samples but %s has %lld",
                       (long long)clt_sampler_count(s), clt_dataset_path(ds), (long long)clt_dataset_count(ds));
@@ -229,8 +230,10 @@ void clt_prefetcher_destroy(clt_prefetcher *pf) {
   free(pf);
 }
 
-int clt_prefetcher_next(clt_prefetcher *pf, clt_batch *b) {
-  if (!pf || !b) return clt__error(CLT_EINVAL, "clt_prefetcher_next: a NULL argument");
+int clt_prefetcher_next(clt_prefetcher *pf, clt_batch *batch) {
+  clt_batch *b = batch;
+  CLT_HANDLE(pf, "prefetcher");
+  CLT_ARG(batch);
   memset(b, 0, sizeof *b);
   pthread_mutex_lock(&pf->mu);
   if (pf->held >= 0) { /* the caller is done with the batch it held */
@@ -301,7 +304,7 @@ static void resume(clt_prefetcher *pf) {
 }
 
 int clt_prefetcher_seek(clt_prefetcher *pf, clt_sampler_pos pos) {
-  if (!pf) return clt__error(CLT_EINVAL, "clt_prefetcher_seek: prefetcher is NULL");
+  CLT_HANDLE(pf, "prefetcher");
   pause_and_drain(pf);
   int rc = clt_sampler_set_position(pf->sampler, pos);
   if (rc == CLT_OK) pf->take_pos = pos;
@@ -312,7 +315,7 @@ int clt_prefetcher_seek(clt_prefetcher *pf, clt_sampler_pos pos) {
 int clt_prefetcher_set_shares(clt_prefetcher *pf, int nreplicas, const int64_t *shares) {
   int rc = CLT_OK;
   clt_sampler *fresh = NULL;
-  if (!pf) return clt__error(CLT_EINVAL, "clt_prefetcher_set_shares: prefetcher is NULL");
+  CLT_HANDLE(pf, "prefetcher");
   if (pf->replica >= nreplicas)
     return clt__error(CLT_EINVAL, "prefetcher of replica %d: new shares for only %d replicas", pf->replica,
                       nreplicas);

@@ -84,8 +84,9 @@ int clt_dataset_open_raw(const char *path, clt_dataset **out) {
   uint32_t ndims = 0;
   uint64_t hash = 0;
 
-  if (!out) return clt__error(CLT_EINVAL, "clt_dataset_open_raw: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
+  CLT_PATH_ARG(path);
   CLT_TRY(clt__reader_open(&r, path));
   CLT_TRY(read_header(&r, path, &count, &ndims, &hash));
   CLT_TRY(clt__reader_read(&r, dimbytes, 8 * (uint64_t)ndims, "the dimensions"));
@@ -240,8 +241,10 @@ int clt_dataset_write_raw(const char *path, int64_t count, int ndims, const int6
   unsigned char head[28 + 8 * CLT_DATASET_MAX_DIMS];
   int64_t F = 1, bad_sample, bad_pos;
 
-  if (!path || !dims || !x || !y)
-    return clt__error(CLT_EINVAL, "clt_dataset_write_raw: a NULL argument (path, dims, x or y)");
+  CLT_PATH_ARG(path);
+  CLT_ARG(dims);
+  CLT_ARG(x);
+  CLT_ARG(y);
   if (count < 1 || ndims < 1 || ndims > CLT_DATASET_MAX_DIMS || num_classes < 1)
     return clt__error(CLT_EINVAL, "%s: cannot write %lld samples of %d dimensions in %d classes (need count >= 1, "
                       "1 to %d dimensions, classes >= 1)", path, (long long)count, ndims, num_classes,

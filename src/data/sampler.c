@@ -105,9 +105,10 @@ static int largest_remainder(int n, const int64_t *w, int64_t total, int64_t min
 }
 
 int clt_shares_from_weights(int n, const double *weights, int64_t total, int64_t min_each, int64_t *shares) {
-  if (n < 1 || n > (1 << 20) || !weights || !shares)
-    return clt__error(CLT_EINVAL, "clt_shares_from_weights: need 1 to 2^20 replicas and non-NULL arrays (n = %d)",
-                      n);
+  CLT_ARG(weights);
+  CLT_ARG(shares);
+  if (n < 1 || n > (1 << 20))
+    return clt__error(CLT_EINVAL, "clt_shares_from_weights: n is %d: give 1 to 2^20 replicas", n);
   if (total < 0 || total > INT32_MAX || min_each < 0)
     return clt__error(CLT_EINVAL, "clt_shares_from_weights: total %lld must be in [0, 2^31) and min_each %lld >= 0",
                       (long long)total, (long long)min_each);
@@ -162,8 +163,11 @@ static int apply_shares(clt_sampler *s, int nrep, const int64_t *shares) {
 
 int clt_sampler_create(int64_t count, int64_t global_batch, uint64_t seed, unsigned flags, clt_sampler **out) {
   int rc = CLT_OK;
-  if (!out) return clt__error(CLT_EINVAL, "clt_sampler_create: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
+  if (flags & ~(unsigned)(CLT_SAMPLER_DROP_LAST | CLT_SAMPLER_NO_SHUFFLE))
+    return clt__error(CLT_EINVAL, "clt_sampler_create: unknown flags 0x%x: give a sum of CLT_SAMPLER_DROP_LAST (1) and "
+                      "CLT_SAMPLER_NO_SHUFFLE (2)", flags);
   if (count < 1) return clt__error(CLT_EINVAL, "sampler: the dataset has %lld samples; it needs at least 1",
                                    (long long)count);
   if (global_batch < 1 || global_batch > INT32_MAX)
@@ -171,8 +175,6 @@ int clt_sampler_create(int64_t count, int64_t global_batch, uint64_t seed, unsig
   if (global_batch > count)
     return clt__error(CLT_EINVAL, "sampler: the global batch (%lld) is larger than the dataset (%lld samples)",
                       (long long)global_batch, (long long)count);
-  if (flags & ~(unsigned)(CLT_SAMPLER_DROP_LAST | CLT_SAMPLER_NO_SHUFFLE))
-    return clt__error(CLT_EINVAL, "sampler: unknown flags 0x%x", flags);
   clt_sampler *s = clt__calloc(1, sizeof *s);
   if (!s) return CLT_ENOMEM;
   s->count = count;
@@ -202,7 +204,9 @@ fail:
 int clt_sampler_clone(const clt_sampler *s, clt_sampler **out) {
   int rc = CLT_OK;
   clt_sampler *c = NULL;
-  if (!s || !out) return clt__error(CLT_EINVAL, "clt_sampler_clone: a NULL argument");
+  CLT_ARG(out);
+  *out = NULL;
+  CLT_HANDLE(s, "sampler");
   CLT_TRY(clt_sampler_create(s->count, s->batch, s->seed, s->flags, &c));
   CLT_TRY(apply_shares(c, s->nrep, s->shares));
   c->pos = s->pos;
@@ -221,7 +225,7 @@ void clt_sampler_destroy(clt_sampler *s) {
 }
 
 int clt_sampler_set_shares(clt_sampler *s, int nreplicas, const int64_t *shares) {
-  if (!s) return clt__error(CLT_EINVAL, "clt_sampler_set_shares: sampler is NULL");
+  CLT_HANDLE(s, "sampler");
   if (nreplicas < 1 || (!shares && nreplicas > s->batch))
     return clt__error(CLT_EINVAL, "sampler: %d replicas cannot share a global batch of %lld evenly (each needs at "
                       "least 1 sample; give shares, 0 allowed)", nreplicas, (long long)s->batch);
@@ -254,7 +258,9 @@ int64_t clt_sampler_batch_size(const clt_sampler *s, int64_t step) {
 }
 
 int clt_sampler_slice(clt_sampler *s, int64_t epoch, int64_t step, int replica, int64_t *indices, int64_t *n) {
-  if (!s || !n || !indices) return clt__error(CLT_EINVAL, "clt_sampler_slice: a NULL argument");
+  CLT_HANDLE(s, "sampler");
+  CLT_ARG(indices);
+  CLT_ARG(n);
   *n = 0;
   if (epoch < 0 || step < 0 || step >= s->steps)
     return clt__error(CLT_EINVAL, "sampler: position (epoch %lld, step %lld) does not exist; an epoch has %lld "
@@ -284,7 +290,7 @@ void clt_sampler_get_position(const clt_sampler *s, clt_sampler_pos *pos) {
 }
 
 int clt_sampler_set_position(clt_sampler *s, clt_sampler_pos pos) {
-  if (!s) return clt__error(CLT_EINVAL, "clt_sampler_set_position: sampler is NULL");
+  CLT_HANDLE(s, "sampler");
   if (pos.epoch < 0 || pos.step < 0 || pos.step >= s->steps)
     return clt__error(CLT_EINVAL, "sampler: cannot resume at epoch %lld step %lld: an epoch has %lld steps (was "
                       "the checkpoint made with another dataset or batch size?)", (long long)pos.epoch,

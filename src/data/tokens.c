@@ -220,11 +220,14 @@ int clt_dataset_open_tokens(const char *const *paths, int npaths, int64_t T, int
   uint32_t max = 0;
   char name[4096];
 
-  if (!out) return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
-  if (!paths || npaths < 1) return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: no token files given");
+  CLT_ARG(paths);
+  if (npaths < 1) return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: npaths is %d: no token files given", npaths);
   for (int i = 0; i < npaths; i++)
-    if (!paths[i]) return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: file name %d of %d is NULL", i, npaths);
+    if (!paths[i] || !*paths[i])
+      return clt__error(CLT_EINVAL, "clt_dataset_open_tokens: file name %d of %d is %s (paths[%d])", i, npaths,
+                        paths[i] ? "an empty string" : "NULL", i);
   if (T < 1 || T >= TOKEN_LIMIT)
     return clt__error(CLT_EINVAL, "%s: a context of %lld tokens; T must be 1 to 2^24 - 1", paths[0], (long long)T);
   if (vocab < 0 || vocab > TOKEN_LIMIT)
@@ -309,7 +312,8 @@ int clt_tokens_write(const char *path, const uint32_t *tokens, int64_t n, int wi
   clt__gz_out out = {0};
   unsigned char head[4 * HEADER_INTS] = {0};
 
-  if (!path || !tokens) return clt__error(CLT_EINVAL, "clt_tokens_write: a NULL argument (path or tokens)");
+  CLT_PATH_ARG(path);
+  CLT_ARG(tokens);
   if (n < 1 || n > INT32_MAX)
     return clt__error(CLT_EINVAL, "%s: cannot write %lld tokens; a shard holds 1 to 2^31 - 1", path, (long long)n);
   for (int64_t i = 0; i < n; i++) {

@@ -208,8 +208,8 @@ static int active_index(const clt__dp *dp, int i) {
 
 /* The bytes the exchange sums in place (the comment at the top), or NULL. */
 static unsigned char *in_place(const clt__dp *dp) {
-  const char *env = getenv("CLT_IN_PLACE");
-  if (dp->rs || dp->pooled || local_active(dp) != 1 || !dp->plans || !dp->plans[0] || (env && strcmp(env, "0") == 0))
+  if (dp->rs || dp->pooled || local_active(dp) != 1 || !dp->plans || !dp->plans[0] ||
+      clt__env_switch("CLT_IN_PLACE") == 0)
     return NULL;
   for (int i = 0; i < dp->nlocal; i++)
     if (clt__dp_active(dp, i)) {

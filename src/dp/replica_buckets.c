@@ -298,8 +298,7 @@ fail:
 /* ---- what the exchange and the update see ---- */
 
 void clt__dp_rep_copy_out(clt__dp_rep *d, void *const *to) {
-  const char *env = getenv("CLT_COPY_OUT");
-  int on = to && d->ctx->info.unified_memory && !(env && strcmp(env, "0") == 0);
+  int on = to && d->ctx->info.unified_memory && clt__env_switch("CLT_COPY_OUT") != 0;
   for (int b = 0; b < d->b->n; b++) d->copy_to[b] = on ? to[b] : NULL;
 }
 

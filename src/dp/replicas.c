@@ -31,13 +31,12 @@ static int state_per_param(const clt__dp *dp) { return clt_optimizer_state_per_p
  * them there (buckets.c): no copy into a window. Making it is collective,
  * so the ranks agree first; *at stays NULL otherwise (CLT_IN_PLACE=0 too). */
 static int take_arena(clt__dp *dp, int64_t P, unsigned char **at) {
-  const char *env = getenv("CLT_IN_PLACE");
   const clt_train_options *o = dp->o;
   *at = NULL;
   if (dp->nranks < 2) return CLT_OK;
   int mine = dp->nlocal == 1 && dp->nreplicas == dp->nranks && dp->stage < 0 && o->zero == 0 &&
              o->precision == CLT_F32 && P > 0 && dp->ctx[0]->shared_buffers &&
-             clt__comm_arena_available(dp->comm, (size_t)P * sizeof(float)) && !(env && strcmp(env, "0") == 0);
+             clt__comm_arena_available(dp->comm, (size_t)P * sizeof(float)) && clt__env_switch("CLT_IN_PLACE") != 0;
   double refusals = !mine;
   int rc = clt__sum_ranks(dp->job_comm, &refusals, 1);
   if (rc < 0 || refusals > 0) return rc;

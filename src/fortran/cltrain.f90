@@ -10,7 +10,9 @@
 !   - Objects (clt_devices_t, clt_comm_t, clt_model_t, clt_trainer_t,
 !     clt_dataset_t) are opaque handles, made by *_create / *_discover /
 !     *_load and released by *_destroy, which may be called on a handle that
-!     was never made.
+!     was never made. Any other function given a handle never made (or
+!     destroyed) returns CLT_EINVAL naming it, or, for one that returns a
+!     size or count, 0.
 !   - Strings are Fortran strings; trailing blanks are trimmed.
 !   - Arrays follow Fortran's order: a batch of n samples is x(input_size, n)
 !     (each sample contiguous, exactly the C API's (n, input_size) row-major),
@@ -568,7 +570,7 @@ contains
 
   ! The device (0-based index into devs) this rank uses by default: its rank
   ! on its node modulo the number of devices; negative (CLT_ENODEV) when devs
-  ! is empty.
+  ! is empty, CLT_EINVAL when comm or devs was never made.
   function clt_comm_default_device(comm, devs) result(r)
     type(clt_comm_t), intent(in) :: comm
     type(clt_devices_t), intent(in) :: devs

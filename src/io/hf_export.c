@@ -66,8 +66,9 @@ int clt_hf_gpt2_export(const char *model_path, const char *weights_path, const c
   float *params = NULL, *hf = NULL;
   char *cfg_path = NULL, *st_path = NULL, *cfg_text = NULL;
   clt__hf_config cfg;
-  if (!model_path || !weights_path || !dir)
-    return clt__error(CLT_EINVAL, "clt_hf_gpt2_export needs a model, a weights file and a directory");
+  CLT_PATH_ARG(model_path);
+  CLT_PATH_ARG(weights_path);
+  CLT_PATH_ARG(dir);
   CLT_TRY(clt_model_load(model_path, &m));
   const clt_model_spec *spec = m->spec;
   CLT_TRY(clt__hf_gpt2_match(spec, &cfg, &map, &n));

@@ -370,8 +370,9 @@ int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, con
   float *params = NULL, *buf = NULL;
   char (*used)[96] = NULL;
   clt__hf_config cfg, got;
-  if (!dir || !model_path || !weights_path)
-    return clt__error(CLT_EINVAL, "clt_hf_gpt2_import needs a directory, a model path and a weights path");
+  CLT_PATH_ARG(dir);
+  CLT_PATH_ARG(model_path);
+  CLT_PATH_ARG(weights_path);
   if (!(cfg_path = clt__hf_path(dir, "config.json"))) return CLT_ENOMEM;
   CLT_TRY(read_config(cfg_path, &cfg));
   if (context < 0 || context > cfg.n_positions) {

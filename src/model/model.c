@@ -16,8 +16,10 @@
 #define MAX_SPEC_BYTES (1 << 20)
 
 int clt_model_parse(const char *text, const char *name, clt_model **out) {
-  clt_model *m = clt__calloc(1, sizeof *m);
+  CLT_ARG(out);
   *out = NULL;
+  CLT_ARG(text);
+  clt_model *m = clt__calloc(1, sizeof *m);
   if (!m) return CLT_ENOMEM;
   int rc = clt__spec_parse(text, name, &m->spec);
   if (rc < 0) {
@@ -29,7 +31,9 @@ int clt_model_parse(const char *text, const char *name, clt_model **out) {
 }
 
 int clt_model_load(const char *path, clt_model **out) {
+  CLT_ARG(out);
   *out = NULL;
+  CLT_PATH_ARG(path);
   FILE *f = fopen(path, "rb");
   if (!f) return clt__error(errno == ENOENT ? CLT_ENOTFOUND : CLT_EIO, "model spec %s: %s", path, strerror(errno));
   char *buf = clt__calloc(1, MAX_SPEC_BYTES + 1);
@@ -63,18 +67,20 @@ void clt_model_destroy(clt_model *m) {
   free(m);
 }
 
-int clt_model_layer_count(const clt_model *m) { return m->spec->nlayers; }
-int64_t clt_model_param_count(const clt_model *m) { return m->spec->param_count; }
-int64_t clt_model_input_size(const clt_model *m) { return clt__shape_numel(&m->spec->layers[0].out_shape); }
-int clt_model_num_classes(const clt_model *m) { return m->spec->num_classes; }
-int clt_model_vocab(const clt_model *m) { return m->spec->layers[0].out_shape.vocab; }
-const char *clt_model_text(const clt_model *m) { return m->spec->text; }
+/* A NULL model (a Fortran handle never made) has nothing: 0, "", -1 for
+ * its loss, NaN. */
+int clt_model_layer_count(const clt_model *m) { return m ? m->spec->nlayers : 0; }
+int64_t clt_model_param_count(const clt_model *m) { return m ? m->spec->param_count : 0; }
+int64_t clt_model_input_size(const clt_model *m) { return m ? clt__shape_numel(&m->spec->layers[0].out_shape) : 0; }
+int clt_model_num_classes(const clt_model *m) { return m ? m->spec->num_classes : 0; }
+int clt_model_vocab(const clt_model *m) { return m ? m->spec->layers[0].out_shape.vocab : 0; }
+const char *clt_model_text(const clt_model *m) { return m ? m->spec->text : ""; }
 /* Classifiers label each sample once; sequence models label each
  * position. */
-int clt_model_labels_per_sample(const clt_model *m) { return (int)m->spec->labels_per_sample; }
-clt_loss_kind clt_model_loss(const clt_model *m) { return (clt_loss_kind)m->spec->loss; }
+int clt_model_labels_per_sample(const clt_model *m) { return m ? (int)m->spec->labels_per_sample : 0; }
+clt_loss_kind clt_model_loss(const clt_model *m) { return m ? (clt_loss_kind)m->spec->loss : (clt_loss_kind)-1; }
 double clt_model_huber_delta(const clt_model *m) {
-  return m->spec->loss == CLT_LOSS_HUBER ? (double)m->spec->huber_delta : NAN;
+  return m && m->spec->loss == CLT_LOSS_HUBER ? (double)m->spec->huber_delta : NAN;
 }
 
 /* Each parameter tensor's range, a tied one's in its owner's place;
@@ -123,12 +129,14 @@ static int64_t decayed(const clt_layer_spec *l, char *buf, size_t len) {
 }
 
 int clt_model_summary(const clt_model *m, char **out) {
+  CLT_ARG(out);
+  *out = NULL;
+  CLT_HANDLE(m, "model");
   const clt_model_spec *s = m->spec;
   size_t cap = 512 + (size_t)s->nlayers * 200, used = 0;
   char *buf = clt__calloc(1, cap);
   int wide = 28;
   int64_t decay = 0;
-  *out = NULL;
   if (!buf) return CLT_ENOMEM;
   for (int i = 0; i < s->nlayers; i++) { /* the layer column as wide as its widest */
     char what[64];

@@ -145,7 +145,8 @@ int clt__replica_memory_fits(const clt_replica_memory *need, const clt_device_in
 
 int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_info *d) {
   char a[32], b[32], c[32], e[32], f[32], g[32], t[32], l[32], hg[32], ha[32];
-  if (!need || !d) return clt__error(CLT_EINVAL, "clt_replica_memory_check: a need and a device are needed");
+  CLT_ARG(need);
+  CLT_ARG(d);
   int too_large = d->max_alloc_bytes && need->largest > d->max_alloc_bytes;
   int too_much = d->global_mem_bytes && need->total > d->global_mem_bytes;
   if (!too_large && !too_much) return CLT_OK;

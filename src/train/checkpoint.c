@@ -174,8 +174,11 @@ int clt__checkpoint_gather(clt_trainer *t, float **out) {
 
 int clt_trainer_save_checkpoint(clt_trainer *t, const char *path) {
   float *buf;
-  if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_save_checkpoint: trainer and path are needed");
-  int rc = clt__checkpoint_gather(t, &buf);
+  CLT_HANDLE(t, "trainer");
+  /* only rank 0 writes, but every rank learns of a bad path, so none waits */
+  int rc = clt__trainer_args_ok(t, clt__path_arg(__func__, "path", path), "clt_trainer_save_checkpoint");
+  if (rc < 0) return rc;
+  rc = clt__checkpoint_gather(t, &buf);
   if (rc < 0) return rc;
   rc = t->rank == 0 ? clt__checkpoint_write(t, path, buf) : CLT_OK;
   free(buf);
@@ -507,13 +510,15 @@ int clt__checkpoint_alloc(clt_trainer *t, clt__ckpt_header **h, int64_t **shares
 }
 
 int clt_trainer_load_checkpoint(clt_trainer *t, const char *path) {
-  clt__ckpt_header *h;
-  int64_t *shares;
-  float *payload;
-  if (!t || !path) return clt__error(CLT_EINVAL, "clt_trainer_load_checkpoint: trainer and path are needed");
-  /* Every rank allocates first, and all learn whether all could, so no
-   * rank is left alone in the broadcasts. */
-  int rc = clt__trainer_all_ok(t, clt__checkpoint_alloc(t, &h, &shares, &payload), "allocating for a checkpoint");
+  clt__ckpt_header *h = NULL;
+  int64_t *shares = NULL;
+  float *payload = NULL;
+  CLT_HANDLE(t, "trainer");
+  /* Every rank checks the path and allocates first, and all learn whether
+   * all could, so no rank is left alone in the broadcasts. */
+  int rc = clt__path_arg(__func__, "path", path);
+  if (rc == CLT_OK) rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
+  rc = clt__trainer_args_ok(t, rc, "allocating for a checkpoint");
   if (rc < 0) {
     free(h), free(shares), free(payload);
     return rc;

@@ -25,8 +25,9 @@
 #define NAME_SUFFIX ".safetensors"
 
 int clt_checkpoint_path(const char *dir, int64_t step, char *out, size_t size) {
-  if (!dir || !*dir || !out || step < 0)
-    return clt__error(CLT_EINVAL, "clt_checkpoint_path: a directory and a step >= 0 are needed");
+  CLT_PATH_ARG(dir);
+  CLT_ARG(out);
+  if (step < 0) return clt__error(CLT_EINVAL, "clt_checkpoint_path: step is %lld; give 0 or more", (long long)step);
   int n = snprintf(out, size, "%s/" NAME_PREFIX "%010lld" NAME_SUFFIX, dir, (long long)step);
   if (n < 0 || (size_t)n >= size)
     return clt__error(CLT_EINVAL, "the checkpoint path in %s does not fit in %zu bytes", dir, size);
@@ -261,11 +262,13 @@ static void read_latest(clt_trainer *t, const char *dir, clt__ckpt_header *h, in
 }
 
 int clt_trainer_resume_latest(clt_trainer *t, const char *dir, char *loaded, size_t size) {
-  clt__ckpt_header *h;
-  int64_t *shares;
-  float *payload;
-  if (!t || !dir) return clt__error(CLT_EINVAL, "clt_trainer_resume_latest: trainer and directory are needed");
-  int rc = clt__trainer_all_ok(t, clt__checkpoint_alloc(t, &h, &shares, &payload), "allocating for a checkpoint");
+  clt__ckpt_header *h = NULL;
+  int64_t *shares = NULL;
+  float *payload = NULL;
+  CLT_HANDLE(t, "trainer");
+  int rc = clt__path_arg(__func__, "dir", dir);
+  if (rc == CLT_OK) rc = clt__checkpoint_alloc(t, &h, &shares, &payload);
+  rc = clt__trainer_args_ok(t, rc, "allocating for a checkpoint");
   if (rc < 0) {
     free(h), free(shares), free(payload);
     return rc;
@@ -286,7 +289,8 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
   clt__st_tensor *want = NULL, *named = NULL;
   clt__ckpt_meta checked = {0};
   float *params = NULL;
-  if (!checkpoint || !out) return clt__error(CLT_EINVAL, "clt_checkpoint_export: two paths are needed");
+  CLT_PATH_ARG(checkpoint);
+  CLT_PATH_ARG(out);
   if (clt__same_file(checkpoint, out))
     return clt__error(CLT_EINVAL, "exporting %s onto itself would replace the checkpoint with its weights; name "
                       "another file", checkpoint);

@@ -8,11 +8,14 @@
  */
 #include "train/trainer.h"
 
-/* The set's checks, on every rank at once (they sum their results). */
-static int check_set(clt_trainer *t, const clt_dataset *ds) {
-  int rc = CLT_OK;
+/* The set's checks, after those of the arguments (rc), on every rank at
+ * once (they sum their results). */
+static int check_set(clt_trainer *t, const clt_dataset *ds, int rc) {
   int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
-  if (clt_dataset_sample_size(ds) != in)
+  if (rc < 0) (void)0;
+  else if (!ds)
+    rc = clt__null_arg("clt_trainer_evaluate", "ds", "dataset");
+  else if (clt_dataset_sample_size(ds) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
   else if (clt_dataset_labels_per_sample(ds) != lps)
@@ -29,11 +32,13 @@ static int check_set(clt_trainer *t, const clt_dataset *ds) {
 
 
 int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
+  CLT_HANDLE(t, "trainer");
   if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
     return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
                       "int32 class labels; evaluate it with clt_trainer_forward_targets",
                       clt_loss_name(clt_model_loss(t->model)));
-  int rc = check_set(t, ds);
+  int rc = check_set(t, ds, !loss ? clt__null_arg(__func__, "loss", NULL)
+                             : !accuracy ? clt__null_arg(__func__, "accuracy", NULL) : CLT_OK);
   double total[2] = {0, 0}; /* loss, correct */
   int64_t labels = clt_dataset_label_count(ds); /* less masked targets */
   if (rc < 0) return rc;

@@ -238,7 +238,9 @@ typedef struct fit_state {
 static int check_data(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
   int rc = CLT_OK;
   int64_t in = clt_model_input_size(t->model);
-  if (clt_dataset_sample_size(train) != in)
+  if (!train)
+    rc = clt__null_arg("clt_trainer_fit", "train", "training set");
+  else if (clt_dataset_sample_size(train) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
   else if (clt_dataset_labels_per_sample(train) != clt_model_labels_per_sample(t->model))
@@ -388,6 +390,7 @@ fail:
 
 int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test) {
   int rc = CLT_OK;
+  CLT_HANDLE(t, "trainer");
   const clt_train_options *o = &t->opts;
   fit_state f;
   memset(&f, 0, sizeof f);

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The forward of either entry point: labels y (a classifier) or float
  * targets (a regression model), or neither (the output alone). */
@@ -18,15 +19,16 @@ static int forward_on(clt_trainer *t, const char *fn, const float *x, const int3
                       int64_t n, float *out, int64_t count, double *loss, double *sq_error) {
   int rc = CLT_OK;
   clt__replica *r = NULL;
-  if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", fn);
+  if (!t) return clt__null_arg(fn, "t", "trainer");
+  if (!x) return clt__null_arg(fn, "x", NULL);
+  if (!out) return clt__null_arg(fn, "out", NULL);
   const clt_model_spec *s = t->model->spec;
   int regression = s->loss != CLT_LOSS_CROSSENTROPY;
   int64_t in = clt_model_input_size(t->model), B = t->s.room;
   int64_t labels = s->labels_per_sample, outs = regression ? labels : labels * s->num_classes;
   void *zeros = NULL;
   double sum = 0, sq = 0;
-  if (!x || !out || n < 1)
-    return clt__error(CLT_EINVAL, "%s needs inputs, an output buffer and n >= 1 (n = %lld)", fn, (long long)n);
+  if (n < 1) return clt__error(CLT_EINVAL, "%s: n is %lld; give 1 or more samples", fn, (long long)n);
   if (t->nlocal < 1) return clt__error(CLT_EINVAL, "%s: this rank has no replica", fn);
   if ((rc = t->s.i->whole_replica(t->s.self, 0, &r)) < 0) return clt__error_prefix(rc, "%s", fn);
   if (regression && y)
@@ -84,9 +86,10 @@ static int check_gradient_args(const clt_trainer *t, const char *fn, const float
   int64_t P = clt_model_param_count(t->model), lps = clt_model_labels_per_sample(t->model);
   int64_t C = clt_model_num_classes(t->model);
   int regression = clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY;
-  if (!x || !(y || targets) || !grad || n < 1)
-    return clt__error(CLT_EINVAL, "%s needs inputs, %s, a gradient buffer and n >= 1 (n = %lld)", fn,
-                      targets || regression ? "targets" : "labels", (long long)n);
+  if (!x) return clt__null_arg(fn, "x", NULL);
+  if (!y && !targets) return clt__null_arg(fn, strstr(fn, "_targets") ? "targets" : "y", NULL);
+  if (!grad) return clt__null_arg(fn, "grad", NULL);
+  if (n < 1) return clt__error(CLT_EINVAL, "%s: n is %lld; give 1 or more samples", fn, (long long)n);
   if (t->nlocal < 1) return clt__error(CLT_EINVAL, "%s: this rank has no replica", fn);
   if (regression && y)
     return clt__error(CLT_EINVAL, "%s: y is int32 labels, but the model is a regression model (loss %s) and takes "
@@ -120,7 +123,7 @@ static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int
                        int64_t n, float *grad, int64_t count, double *loss) {
   int rc = CLT_OK;
   clt__replica *r = NULL;
-  if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", fn);
+  if (!t) return clt__null_arg(fn, "t", "trainer");
   int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
   int64_t P = clt_model_param_count(t->model), B = t->s.room, labels = 0;
   double sum = 0;

@@ -113,7 +113,8 @@ fail:
 
 int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt_replica_memory *out) {
   clt_train_options d;
-  if (!m || !out) return clt__error(CLT_EINVAL, "clt_model_replica_memory: a model and a result are needed");
+  CLT_HANDLE(m, "model");
+  CLT_ARG(out);
   if (!o) clt_train_options_defaults(&d), o = &d;
   if (o->batch < 1 || o->accumulate < 1 || o->batch % o->accumulate)
     return clt__error(CLT_EINVAL, "clt_model_replica_memory: batch %lld and accumulate %d: the batch must be at "
@@ -129,8 +130,10 @@ int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *
                                    clt_replica_memory *out, int64_t *shard_params) {
   clt_train_options d;
   int rc = CLT_OK;
+  CLT_HANDLE(m, "model");
+  CLT_ARG(out);
   if (!o) clt_train_options_defaults(&d), o = &d;
-  CLT_TRY(clt_model_replica_memory(m, o, out)); /* checks m, out and the options */
+  CLT_TRY(clt_model_replica_memory(m, o, out)); /* checks the options */
   if (nranks < 1) return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: %d ranks (at least 1)", nranks);
   if (o->zero < 0 || o->zero > 2)
     return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0, 1 or 2)", o->zero);

@@ -279,7 +279,7 @@ static int step_on(clt_trainer *t, const float *x, const step_targets *tg, int64
   int rc = CLT_OK;
   caller_batch c;
   memset(&c, 0, sizeof c);
-  if (!t) return clt__error(CLT_EINVAL, "%s: no trainer", tg->fn);
+  if (!t) return clt__null_arg(tg->fn, "t", "trainer");
   if (out) memset(out, 0, sizeof *out);
   int64_t global_n;
   int in_rc = tg->failed < 0 ? tg->failed : check_input(t, x, tg, n);
@@ -359,7 +359,8 @@ int clt_trainer_step_targets(clt_trainer *t, const float *x, const float *target
  * is too small or unreadable. */
 static int read_buffer(cl_command_queue q, cl_mem buf, const char *name, size_t bytes, void *host, int64_t n) {
   size_t have = 0;
-  cl_int e = buf ? clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof have, &have, NULL) : CL_INVALID_MEM_OBJECT;
+  if (!buf) return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s is NULL with n = %lld samples", name, (long long)n);
+  cl_int e = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof have, &have, NULL);
   if (e != CL_SUCCESS)
     return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s is not a buffer (OpenCL error %d)", name, (int)e);
   if (have < bytes)
@@ -374,7 +375,7 @@ static int read_buffer(cl_command_queue q, cl_mem buf, const char *name, size_t 
 
 int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, cl_mem y, int64_t n,
                              clt_step_result *out) {
-  if (!t) return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: no trainer");
+  CLT_HANDLE(t, "trainer");
   int regression = clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY;
   int64_t in = clt_model_input_size(t->model), lps = clt_model_labels_per_sample(t->model);
   step_targets tg = {.fn = "clt_trainer_step_buffers", .regression = regression, .count = n * lps};
@@ -383,8 +384,9 @@ int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, c
   int rc = CLT_OK;
   if (n < 0)
     rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: n is %lld; it must be 0 or more", (long long)n);
-  else if (n > 0 && !queue)
-    rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: queue is NULL with n = %lld samples", (long long)n);
+  else if (n > 0 && (!queue || !x || !y))
+    rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s is NULL with n = %lld samples",
+                    !queue ? "queue" : !x ? "x" : "y", (long long)n);
   else if (n > 0 && (!(hx = malloc((size_t)(n * in) * sizeof *hx)) || !(hy = malloc((size_t)(n * lps) * 4))))
     rc = clt__error(CLT_ENOMEM, "clt_trainer_step_buffers: no host memory to stage %lld samples", (long long)n);
   if (rc == CLT_OK && n > 0) rc = read_buffer(queue, x, "x", (size_t)(n * in) * sizeof *hx, hx, n);

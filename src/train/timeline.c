@@ -33,7 +33,7 @@ static void stop(clt_trainer *t) {
 
 int clt_trainer_trace_start(clt_trainer *t) {
   int rc = CLT_OK;
-  if (!t) return clt__error(CLT_EINVAL, "clt_trainer_trace_start: no trainer");
+  CLT_HANDLE(t, "trainer");
   if (t->timeline.trace) stop(t);
   double v[1] = {0};
   CLT_TRY(clt__trainer_sum(t, v, 1)); /* a barrier: every rank's time 0 is the same moment */
@@ -95,8 +95,8 @@ int clt_trainer_trace_save(clt_trainer *t, const char *path) {
   char *mine = NULL, **pieces = NULL;
   uint64_t *lens = NULL;
   size_t len = 0;
-  if (!t) return clt__error(CLT_EINVAL, "clt_trainer_trace_save: no trainer");
-  if (!path || !*path) return clt__error(CLT_EINVAL, "clt_trainer_trace_save: no path");
+  CLT_HANDLE(t, "trainer");
+  CLT_PATH_ARG(path);
   if (!t->timeline.trace) return clt__error(CLT_EINVAL, "clt_trainer_trace_save: no trace was started (clt_trainer_trace_start)");
   char process[64];
   snprintf(process, sizeof process, "rank %d", t->rank);

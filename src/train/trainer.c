@@ -29,6 +29,7 @@ static const struct {
 };
 
 void clt_train_options_defaults(clt_train_options *o) {
+  if (!o) return;
   memset(o, 0, sizeof *o);
   o->batch = 64;
   o->epochs = 10;
@@ -50,32 +51,133 @@ void clt_train_options_defaults(clt_train_options *o) {
   o->max_skips = 20;
 }
 
-static int check_options(const clt_train_options *o) {
-  if (o->batch < 1) return clt__error(CLT_EINVAL, "the batch size must be at least 1, not %lld", (long long)o->batch);
-  if (o->epochs < 1) return clt__error(CLT_EINVAL, "epochs must be at least 1, not %d", o->epochs);
-  if (o->accumulate < 1 || o->batch % o->accumulate)
-    return clt__error(CLT_EINVAL, "--accumulate %d must be at least 1 and divide the batch size %lld", o->accumulate,
+/* The options' counts, a row each: the field (its offset and width in
+ * clt_train_options), the tool's flag for it, and the least it may be. A
+ * value below is CLT_EINVAL naming both and the value: a negative count
+ * (max_steps = -3) would otherwise pass as "no limit" or worse. */
+typedef struct {
+  const char *field, *flag;
+  size_t offset, size;
+  int64_t min;
+} count_field;
+#define COUNT(f, flag, min) {#f, flag, offsetof(clt_train_options, f), sizeof(((clt_train_options *)0)->f), min}
+static const count_field counts[] = {
+    COUNT(batch, "--batch", 1),
+    COUNT(epochs, "--epochs", 1),
+    COUNT(max_steps, "--max-steps", 0),
+    COUNT(accumulate, "--accumulate", 1),
+    COUNT(schedule.warmup_steps, "--warmup", 0),
+    COUNT(schedule.total_steps, NULL, 0),
+    COUNT(schedule.step_size, "--step-size", 0),
+    COUNT(eval_every, "--eval-every", 0),
+    COUNT(log_every, "--log-every", 0),
+    COUNT(balance_nweights, NULL, 0),
+    COUNT(balance_every, "--balance-every", 0),
+    COUNT(balance_min_share, "--balance-min-share", 0),
+    COUNT(check_every, "--check-every", 0),
+    COUNT(checkpoint_every, "--checkpoint-every", 0),
+    COUNT(checkpoint_keep, "--keep", 0),
+    COUNT(loss_scale_window, NULL, 0),
+    COUNT(max_skips, NULL, 0),
+    COUNT(zero, "--zero", 0),
+    COUNT(pipeline, "--pipeline", 0),
+    COUNT(micro_batches, "--micro-batches", 0),
+};
+#undef COUNT
+
+/* The options' kinds: the field, its values' names in order (values 0 ..
+ * n - 1), the C names for the message. */
+typedef struct {
+  const char *field;
+  size_t offset;
+  const char *names;
+  int n;
+} enum_field;
+#define ENUM(f, n, names) {#f, offsetof(clt_train_options, f), names, n}
+static const enum_field enums[] = {
+    ENUM(schedule.kind, 3, "CLT_SCHED_CONSTANT (0), CLT_SCHED_STEP (1) or CLT_SCHED_COSINE (2)"),
+    ENUM(balance, 3, "CLT_BALANCE_EQUAL (0), CLT_BALANCE_WEIGHTS (1) or CLT_BALANCE_AUTO (2)"),
+    ENUM(pipeline_schedule, 2, "CLT_PIPELINE_1F1B (0) or CLT_PIPELINE_GPIPE (1)"),
+    ENUM(decay_all, 2, "0 or 1"),
+    ENUM(drop_last, 2, "0 or 1"),
+};
+#undef ENUM
+
+static int64_t field_value(const clt_train_options *o, size_t offset, size_t size) {
+  const char *at = (const char *)o + offset;
+  if (size == sizeof(int64_t)) {
+    int64_t v;
+    memcpy(&v, at, sizeof v);
+    return v;
+  }
+  int v; /* the enums and the int fields */
+  memcpy(&v, at, sizeof v);
+  return v;
+}
+
+static int check_fields(const clt_train_options *o) {
+  for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+    int64_t v = field_value(o, counts[i].offset, counts[i].size);
+    if (v < counts[i].min && counts[i].flag)
+      return clt__error(CLT_EINVAL, "clt_train_options.%s (%s %lld) must be %lld or more", counts[i].field,
+                        counts[i].flag, (long long)v, (long long)counts[i].min);
+    if (v < counts[i].min)
+      return clt__error(CLT_EINVAL, "clt_train_options.%s is %lld: it must be %lld or more", counts[i].field,
+                        (long long)v, (long long)counts[i].min);
+  }
+  for (size_t i = 0; i < sizeof enums / sizeof *enums; i++) {
+    int64_t v = field_value(o, enums[i].offset, sizeof(int));
+    if (v < 0 || v >= enums[i].n)
+      return clt__error(CLT_EINVAL, "clt_train_options.%s is %lld: give %s", enums[i].field, (long long)v,
+                        enums[i].names);
+  }
+  if (o->balance == CLT_BALANCE_WEIGHTS && !o->balance_weights)
+    return clt__error(CLT_EINVAL, "clt_train_options.balance_weights is NULL with balance CLT_BALANCE_WEIGHTS "
+                      "(balance_nweights %d): give one weight per replica of all ranks", o->balance_nweights);
+  if (o->metrics_path && !o->metrics_path[0])
+    return clt__error(CLT_EINVAL, "clt_train_options.metrics_path is empty: name a file, or give none (NULL)");
+  if (o->tensorboard_dir && !o->tensorboard_dir[0])
+    return clt__error(CLT_EINVAL, "clt_train_options.tensorboard_dir is empty: name a directory, or give none (NULL)");
+  return CLT_OK;
+}
+
+/* A pipeline's options on nranks ranks. The micro-batches are checked only
+ * where the ranks fit the stages (the pipeline's setup names a mismatch,
+ * after the devices), and --micro-batches is named only when it was given:
+ * by default there are P. */
+static int check_pipeline(const clt_train_options *o, int nranks) {
+  int P = o->pipeline, M = o->micro_batches ? o->micro_batches : P;
+  if (o->accumulate != 1)
+    return clt__error(CLT_EINVAL, "--accumulate %d with --pipeline %d: a pipeline's --micro-batches (%d) are its "
+                      "accumulation; leave --accumulate at 1", o->accumulate, o->pipeline, M);
+  if (nranks % P == 0 && o->batch % M && o->micro_batches)
+    return clt__error(CLT_EINVAL, "--micro-batches %d must divide the batch size %lld", M, (long long)o->batch);
+  if (nranks % P == 0 && o->batch % M)
+    return clt__error(CLT_EINVAL, "--pipeline %d streams %d micro-batches per step unless --micro-batches says, and "
+                      "the batch size %lld does not divide by %d: give a batch that does, or --micro-batches M "
+                      "dividing it", P, M, (long long)o->batch, M);
+  if (o->zero)
+    return clt__error(CLT_EINVAL, "--zero %d with --pipeline %d is not supported: a stage's replicas keep "
+                      "all of its optimizer state", o->zero, o->pipeline);
+  if (o->balance != CLT_BALANCE_EQUAL)
+    return clt__error(CLT_EINVAL, "--balance %s with --pipeline %d is not supported: every stage must split "
+                      "each micro-batch alike; use --balance equal", o->balance == CLT_BALANCE_AUTO ? "auto" : "weights",
+                      o->pipeline);
+  if (o->precision != CLT_F32)
+    return clt__error(CLT_EINVAL, "--precision fp16 with --pipeline %d is not supported: stages exchange "
+                      "fp32 activations", o->pipeline);
+  return CLT_OK;
+}
+
+/* Every field of the options, on a job of nranks ranks. */
+static int check_options(const clt_train_options *o, int nranks) {
+  int rc = check_fields(o);
+  if (rc < 0) return rc;
+  if (o->batch % o->accumulate)
+    return clt__error(CLT_EINVAL, "--accumulate %d must divide the batch size %lld", o->accumulate,
                       (long long)o->batch);
-  if (o->pipeline < 0) return clt__error(CLT_EINVAL, "--pipeline %d: give 1 or more stages", o->pipeline);
-  if (o->micro_batches < 0)
-    return clt__error(CLT_EINVAL, "--micro-batches %d: a step needs at least 1 micro-batch", o->micro_batches);
   if (o->pipeline > 1) {
-    int M = o->micro_batches ? o->micro_batches : o->pipeline;
-    if (o->accumulate != 1)
-      return clt__error(CLT_EINVAL, "--accumulate %d with --pipeline %d: a pipeline's --micro-batches (%d) are its "
-                        "accumulation; leave --accumulate at 1", o->accumulate, o->pipeline, M);
-    if (o->batch % M)
-      return clt__error(CLT_EINVAL, "--micro-batches %d must divide the batch size %lld", M, (long long)o->batch);
-    if (o->zero)
-      return clt__error(CLT_EINVAL, "--zero %d with --pipeline %d is not supported: a stage's replicas keep "
-                        "all of its optimizer state", o->zero, o->pipeline);
-    if (o->balance != CLT_BALANCE_EQUAL)
-      return clt__error(CLT_EINVAL, "--balance %s with --pipeline %d is not supported: every stage must split "
-                        "each micro-batch alike; use --balance equal", o->balance == CLT_BALANCE_AUTO ? "auto" : "weights",
-                        o->pipeline);
-    if (o->precision != CLT_F32)
-      return clt__error(CLT_EINVAL, "--precision fp16 with --pipeline %d is not supported: stages exchange "
-                        "fp32 activations", o->pipeline);
+    if ((rc = check_pipeline(o, nranks)) < 0) return rc;
   } else if (o->micro_batches > 1 || (o->stages && o->stages[0]) || o->pipeline_schedule != CLT_PIPELINE_1F1B) {
     return clt__error(CLT_EINVAL, "%s is for a pipeline: give --pipeline P with P > 1 (or --accumulate for "
                       "micro-batches without one)", o->micro_batches > 1 ? "--micro-batches"
@@ -90,22 +192,19 @@ static int check_options(const clt_train_options *o) {
     return clt__error(CLT_EINVAL, "--gamma %g must be above 0 and at most 1: the step schedule multiplies the "
                       "rate by it (0 would stop training after the first decay)", o->schedule.gamma);
   if (!(o->clip >= 0)) return clt__error(CLT_EINVAL, "--clip must be 0 (off) or positive, not %g", o->clip);
-  if (o->zero < 0 || o->zero > 2)
+  if (o->zero > 2)
     return clt__error(CLT_EINVAL, "--zero %d: the ZeRO stages are 0 (off), 1 (optimizer state sharded across ranks) "
                       "and 2 (gradients too)", o->zero);
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");
-  if (o->balance_min_share < 0)
-    return clt__error(CLT_EINVAL, "--balance-min-share must be 0 or more samples, not %lld",
-                      (long long)o->balance_min_share);
   if (o->balance_min_share > 0 && o->balance != CLT_BALANCE_AUTO)
     return clt__error(CLT_EINVAL, "--balance-min-share %lld is the floor of --balance auto; with --balance %s "
                       "the shares are given (weights of 0 or more)", (long long)o->balance_min_share,
                       o->balance == CLT_BALANCE_EQUAL ? "equal" : "weights");
-  if (o->checkpoint_every < 0) return clt__error(CLT_EINVAL, "--checkpoint-every must be at least 0");
   if (o->precision != CLT_F32 && o->precision != CLT_F16)
-    return clt__error(CLT_EINVAL, "the precision must be fp32 or fp16, not %s", clt_dtype_name(o->precision));
+    return clt__error(CLT_EINVAL, "the precision must be fp32 or fp16, not %s (clt_train_options.precision %d)",
+                      clt_dtype_name(o->precision), (int)o->precision);
   if (o->precision == CLT_F16) {
     if (!(o->loss_scale >= 1) || !isfinite(o->loss_scale))
       return clt__error(CLT_EINVAL, "the loss scale must be a finite number of at least 1, not %g", o->loss_scale);
@@ -117,13 +216,19 @@ static int check_options(const clt_train_options *o) {
   }
   if (o->checkpoint_dir && !o->checkpoint_dir[0])
     return clt__error(CLT_EINVAL, "the checkpoint directory is empty: name one, or give none (NULL)");
-  if (o->checkpoint_keep < 0) return clt__error(CLT_EINVAL, "--keep must be at least 0 (0 keeps every checkpoint)");
   return clt__optimizer_check(&o->optimizer); /* its row's check (src/core/optim.c) */
 }
 
 int clt__trainer_sum(clt_trainer *t, double *vals, int n) { return clt__sum_ranks(t->comm, vals, n); }
 
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) { return clt__all_ok(t->comm, rc, what); }
+
+int clt__trainer_args_ok(clt_trainer *t, int rc, const char *what) {
+  char own[1024] = "";
+  if (rc < 0) clt__strlcpy(own, clt_last_error(), sizeof own);
+  int grc = clt__all_ok(t->comm, rc, what);
+  return rc < 0 ? clt__error(rc, "%s", own) : grc;
+}
 
 int clt__trainer_share_status(clt_trainer *t, int rc) {
   struct {
@@ -144,10 +249,13 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
                        clt_trainer **out) {
   int rc = CLT_OK;
   clt_trainer *t = NULL;
+  CLT_ARG(out);
   *out = NULL;
-  if (!m || !devs || !o) return clt__error(CLT_EINVAL, "clt_trainer_create: model, devices and options are needed");
+  CLT_HANDLE(m, "model");
+  CLT_HANDLE(devs, "device list");
+  CLT_ARG(o);
   if (clt_devices_count(devs) < 1) return clt__error(CLT_ENODEV, "clt_trainer_create: no devices given");
-  CLT_TRY(check_options(o));
+  CLT_TRY(check_options(o, comm ? clt_comm_size(comm) : 1));
   if (!(t = clt__calloc(1, sizeof *t))) return CLT_ENOMEM;
   t->model = m;
   t->opts = *o;
@@ -200,8 +308,8 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t);
 }
 
-int64_t clt_trainer_steps_done(const clt_trainer *t) { return t->steps_done; }
-int clt_trainer_replicas(const clt_trainer *t) { return clt__dp_replicas(t->s.dp); }
+int64_t clt_trainer_steps_done(const clt_trainer *t) { return t ? t->steps_done : 0; }
+int clt_trainer_replicas(const clt_trainer *t) { return t ? clt__dp_replicas(t->s.dp) : 0; }
 
 int clt_trainer_stages(const clt_trainer *t, int *lines, int cap) {
   if (!t) return 0;
@@ -215,9 +323,14 @@ int clt_trainer_stages(const clt_trainer *t, int *lines, int cap) {
 }
 
 int clt_trainer_params(clt_trainer *t, float *out, int64_t count) {
+  CLT_HANDLE(t, "trainer");
   int64_t P = clt_model_param_count(t->model);
-  if (count != P)
-    return clt__error(CLT_EINVAL, "clt_trainer_params: the model has %lld parameters, not %lld", (long long)P,
-                      (long long)count);
-  return t->s.i->get_state(t->s.self, out, NULL, 1); /* collective where the strategy holds a part of it */
+  int rc = !out ? clt__null_arg(__func__, "out", NULL)
+           : count != P ? clt__error(CLT_EINVAL, "clt_trainer_params: the model has %lld parameters, not %lld",
+                                     (long long)P, (long long)count)
+                        : CLT_OK;
+  /* collective where the strategy holds a part of it: every rank learns of a bad argument on any */
+  if (t->opts.pipeline > 1 && (rc = clt__trainer_args_ok(t, rc, "clt_trainer_params")) < 0) return rc;
+  if (rc < 0) return rc;
+  return t->s.i->get_state(t->s.self, out, NULL, 1);
 }

@@ -155,6 +155,10 @@ int clt__trainer_share_status(clt_trainer *t, int rc);
 /* Collective: CLT_OK when rc is CLT_OK on every rank; else the failure of
  * the first rank that failed (named on the others, with `what`). */
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what);
+/* The same for a check of this rank's own arguments: a rank whose check
+ * failed keeps its own message (so a bad path given on every rank is named
+ * on every rank), the others name the first rank that failed. */
+int clt__trainer_args_ok(clt_trainer *t, int rc, const char *what);
 
 /* Collective: every rank's ds is rank 0's, by their fingerprints (shape,
  * headers, samples at fixed positions: same_data.c); else CLT_EMISMATCH

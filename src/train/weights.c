@@ -13,13 +13,15 @@
 
 int clt_trainer_save_weights(clt_trainer *t, const char *path) {
   int rc = CLT_OK;
+  CLT_HANDLE(t, "trainer");
   int64_t P = clt_model_param_count(t->model);
   float *params = NULL;
   clt__st_tensor *tensors = NULL;
   int n;
   /* collective where the strategy holds a part of the model (a pipeline's stages to rank 0) */
   params = clt__calloc((size_t)P, sizeof *params);
-  CLT_TRY(clt__trainer_all_ok(t, params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
+  rc = clt__path_arg(__func__, "path", path);
+  CLT_TRY(clt__trainer_args_ok(t, rc < 0 ? rc : params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
   CLT_TRY(t->s.i->get_state(t->s.self, params, NULL, 0));
   if (t->rank != 0) goto fail;
   CLT_TRY(clt__arena_tensors_alloc(t->model->spec, params, &tensors, &n));
@@ -35,10 +37,11 @@ fail:
 }
 
 int clt_trainer_load_weights(clt_trainer *t, const char *path) {
-  int rc = CLT_OK;
+  CLT_HANDLE(t, "trainer");
   int64_t P = clt_model_param_count(t->model);
   float *params = clt__calloc((size_t)P, sizeof *params);
-  CLT_TRY(clt__trainer_all_ok(t, params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
+  int rc = clt__path_arg(__func__, "path", path);
+  CLT_TRY(clt__trainer_args_ok(t, rc < 0 ? rc : params ? CLT_OK : CLT_ENOMEM, "allocating for the weights"));
   if (t->rank == 0) rc = clt__weights_read(t->model->spec, path, params);
   /* Every rank learns rank 0's outcome (and its message), then takes its bits. */
   CLT_TRY(clt__trainer_share_status(t, rc));

@@ -4,7 +4,9 @@
 ! MPI's Fortran module), a model from a spec string, a trainer, steps whose
 ! loss falls, predict's shape, weights and checkpoints round trips bit for
 ! bit, and bad input: an invalid communicator handle, a bad spec, arrays of
-! the wrong shape, each a non-zero status and a message naming it.
+! the wrong shape, handles never made, an empty path, each a non-zero
+! status and a message naming it (or, for a function that returns a value,
+! the value a handle never made gives: 0).
 ! Exits 77 (skipped) without an OpenCL device.
 program test_fortran
   use, intrinsic :: iso_c_binding
@@ -21,8 +23,11 @@ program test_fortran
   character(len=1), parameter :: nl = new_line('a')
   type(clt_devices_t) :: alldevs, mine, nodevs
   type(clt_comm_t) :: comm, bad
-  type(clt_model_t) :: model, badmodel
+  type(clt_model_t) :: model, badmodel, nomodel
   type(clt_trainer_t) :: trainer, never, reg
+  type(clt_comm_t) :: nocomm
+  type(clt_dataset_t) :: nods
+  real(c_float) :: pnever(20), mean, std
   type(clt_model_t) :: regmodel
   real(c_float) :: tg(2, nlocal), tg_bad(3, nlocal), pout(2, nlocal)
   type(clt_options_t) :: opts
@@ -97,6 +102,34 @@ program test_fortran
   rc = clt_trainer_step(never, x, y)
   msg = clt_error_message()
   call check(rc == CLT_EINVAL .and. index(msg, 'never made') > 0, 'a trainer never made is refused: ' // msg)
+
+  ! ---- handles never made, through the library: refused naming the
+  ! argument, or the value of nothing (0), never a crash (issue 38)
+  rc = clt_trainer_params(never, pnever)
+  msg = clt_error_message()
+  call check(rc == CLT_EINVAL .and. index(msg, 'clt_trainer_params: t is NULL') > 0, &
+       'params of a trainer never made: ' // msg)
+  call check(clt_trainer_steps_done(never) == 0, 'steps done of a trainer never made: 0')
+  rc = clt_trainer_save_weights(never, weights)
+  msg = clt_error_message()
+  call check(rc == CLT_EINVAL .and. index(msg, 'clt_trainer_save_weights: t is NULL') > 0, &
+       'saving the weights of a trainer never made: ' // msg)
+  rc = clt_trainer_load_weights(never, weights)
+  call check(rc == CLT_EINVAL .and. index(clt_error_message(), 't is NULL') > 0, 'loading into a trainer never made')
+  rc = clt_trainer_save_checkpoint(never, ckpt)
+  call check(rc == CLT_EINVAL .and. index(clt_error_message(), 't is NULL') > 0, 'a checkpoint of a trainer never made')
+  rc = clt_trainer_load_checkpoint(never, ckpt)
+  call check(rc == CLT_EINVAL .and. index(clt_error_message(), 't is NULL') > 0, 'resuming a trainer never made')
+  call check(clt_model_input_size(nomodel) == 0 .and. clt_model_param_count(nomodel) == 0 .and. &
+       clt_model_num_classes(nomodel) == 0 .and. clt_model_labels_per_sample(nomodel) == 0 .and. &
+       clt_model_outputs(nomodel) == 0, 'the sizes of a model never made: 0')
+  call check(clt_comm_rank(nocomm) == 0 .and. clt_comm_size(nocomm) == 0, 'a communicator never made: 0')
+  call check(clt_dataset_count(nods) == 0 .and. clt_dataset_sample_size(nods) == 0, 'a dataset never made: 0')
+  rc = clt_dataset_stats(nods, mean, std)
+  call check(rc == CLT_EINVAL .and. index(clt_error_message(), 'ds is NULL') > 0, 'stats of a dataset never made')
+  rc = clt_dataset_normalize(nods, 0.0, 1.0)
+  call check(rc == CLT_EINVAL .and. index(clt_error_message(), 'ds is NULL') > 0, 'normalising a dataset never made')
+  call check(clt_devices_count(nodevs) == 0 .and. clt_device_name(nodevs, 0) == '', 'a device list never made')
 
   ! ---- options: the library's defaults and an optimizer's own
   call clt_options_default(opts, CLT_OPT_ADAMW)
@@ -209,6 +242,15 @@ program test_fortran
   rc = clt_trainer_load_weights(trainer, '/nonexistent/w.safetensors')
   call check(rc /= CLT_OK .and. index(clt_error_message(), '/nonexistent/w.safetensors') > 0, &
        'a missing weights file is named')
+  ! an empty path (collective: every rank gives it) is refused naming it, not renamed to
+  rc = clt_trainer_save_weights(trainer, '')
+  msg = clt_error_message()
+  call check(rc == CLT_EINVAL .and. index(msg, 'path is an empty string') > 0 .and. index(msg, 'renaming') == 0, &
+       'saving the weights to an empty path: ' // msg)
+  rc = clt_trainer_save_checkpoint(trainer, '   ')
+  msg = clt_error_message()
+  call check(rc == CLT_EINVAL .and. index(msg, 'path is an empty string') > 0, &
+       'a checkpoint to a blank path (trimmed: empty): ' // msg)
 
   ! ---- checkpoint: two steps after it, then from it again: the same bits
   call require(clt_trainer_save_checkpoint(trainer, ckpt) == CLT_OK, 'save checkpoint')
