@@ -32,13 +32,9 @@
 #define IN 16
 #define BATCH 8
 
-static const char *status_name(int rc) {
-  return rc == CLT_ETIMEDOUT ? "CLT_ETIMEDOUT" : rc == CLT_EMISMATCH ? "CLT_EMISMATCH" : rc < 0 ? "another error" : "CLT_OK";
-}
-
 static void say(int rank, const char *what, int rc) {
   if (rc < 0)
-    printf("rank %d: %s: %s: %s\n", rank, what, status_name(rc), clt_last_error());
+    printf("rank %d: %s: %s: %s\n", rank, what, clt_status_name(rc), clt_last_error());
   else
     printf("rank %d: %s\n", rank, what);
   fflush(stdout);
@@ -106,7 +102,7 @@ int main(int argc, char **argv) {
   }
   say(rank, "step", rc);
   ok = rc == want;
-  if (!ok) printf("rank %d: the step returned %d (%s), not %s\n", rank, rc, status_name(rc), status_name(want));
+  if (!ok) printf("rank %d: the step returned %d (%s), not %s\n", rank, rc, clt_status_name(rc), clt_status_name(want));
 
   clt_trainer_destroy(t);
   clt_comm_destroy(comm);
