@@ -7,9 +7,10 @@
 #   - SIGKILL and SIGSTOP of rank 1 in a plain data-parallel run, under
 #     --zero 2 and in a --pipeline 2 run;
 #   - SIGKILL of rank 0, the rank that writes, while it writes a checkpoint;
-#   - a full disk during a save: the checkpoint directory on a tmpfs of 5 MiB
-#     in a private mount namespace (unshare -m; skipped where that is not
-#     permitted), room for two checkpoints of 1.9 MB and not a third;
+#   - a full disk mid-run: the checkpoint directory on a tmpfs of 16 MiB in
+#     a private mount namespace (unshare -m; skipped where that is not
+#     permitted), filled up by another file once two checkpoints of 1.9 MB
+#     are there;
 #   - a read-only remount mid-run (mount -o remount,ro of such a tmpfs).
 #
 # For each: every rank ends within CLT_TIMEOUT + 5 s of the fault (the job
@@ -56,13 +57,23 @@ resumes() {
     fail=1
     return
   fi
-  echo "   resumed from $last (step $step) and trained to step $((step + 2)); left in $dir: $(ls "$dir" | tr '\n' ' ')"
+  echo "   resumed from $last (step $step) and trained to step $((step + 2)); $(ls "$dir" | wc -l) files left in $dir, the newest: $(ls "$dir" | tail -n 2 | tr "\n" " ")"
 }
 
-# has_checkpoint DIR NAME: the moment has come (FAULT_WHEN) once DIR/NAME is there.
+# has_checkpoint: the moment has come (FAULT_WHEN) once FAULT_CKPT is there.
 has_checkpoint() { [ -f "$FAULT_CKPT" ]; }
-# saving: a checkpoint is being written (its temporary file is there).
-saving() { ls "$FAULT_CKPT_DIR" 2>/dev/null | grep -q '\.tmp\.'; }
+# saving: a checkpoint is being written (its temporary file is in
+# FAULT_CKPT_DIR), after a first one; builtins only, to poll fast.
+saving() {
+  for f in "$FAULT_CKPT_DIR"/ckpt-*.safetensors.tmp.*; do
+    [ -e "$f" ] || return 1
+    for g in "$FAULT_CKPT_DIR"/ckpt-*.safetensors; do [ -e "$g" ] && return 0; done
+  done
+  return 1
+}
+
+# fill_disk: the checkpoints' tmpfs filled up by another file.
+fill_disk() { cat /dev/zero >"$tmp/fs/fill" 2>/dev/null; }
 
 # make_ro: a read-only remount of the checkpoints' tmpfs, again until no
 # file is open for writing there (EBUSY while a save writes).
@@ -80,14 +91,13 @@ if [ "$1" = --in-namespace ]; then
   train="$MODEL --data $tmp/data --normalize scale -e 1000000 -b 32 -d 0 --checkpoint-dir $tmp/fs/ck --keep 0"
   case $2 in
     disk_full)
-      mount -t tmpfs -o size=5m tmpfs "$tmp/fs" || exit 77
-      # ckpt-2 and ckpt-4 fit, ckpt-6 does not: the job ends from ckpt-4 on
-      FAULT_CKPT=$tmp/fs/ck/ckpt-0000000004.safetensors FAULT_WHEN=has_checkpoint FAULT_STEPS=1 FAULT_ACTION=true
+      mount -t tmpfs -o size=16m tmpfs "$tmp/fs" || exit 77
+      FAULT_CKPT=$tmp/fs/ck/ckpt-0000000004.safetensors FAULT_WHEN=has_checkpoint FAULT_STEPS=1 FAULT_ACTION=fill_disk
       fault 2 0 - $train --checkpoint-every 2
-      has "$tmp/err" "rank 0: train: writing $tmp/fs/ck/ckpt-0000000006.safetensors.tmp.[0-9]* failed: No space left on device" \
-        "rank 0 names the file it could not write and why"
+      has "$tmp/err" "rank 0: train: .*$tmp/fs/ck/ckpt-[0-9]*\.safetensors.*No space left on device" \
+        "rank 0 names the checkpoint it could not write and why"
       ls "$tmp/fs/ck" | grep -q '\.tmp\.' && { echo "FAIL: a temporary file is left: $(ls "$tmp/fs/ck")"; fail=1; }
-      mount -o remount,size=64m "$tmp/fs" # room again
+      rm -f "$tmp/fs/fill" # room again
       ;;
     read_only)
       mount -t tmpfs -o size=64m tmpfs "$tmp/fs" || exit 77
@@ -133,19 +143,24 @@ done
 
 # SIGKILL of rank 0 (it writes the checkpoints, one every step) while its
 # temporary file is there; again (at most 3 times) if the kill came after
-# the rename.
+# the rename. A wider MLP with Adam's state, so that a save (70 MB) takes
+# long enough to be caught.
+printf 'input 784\nlinear 2048\nrelu\nlinear 2048\nrelu\nlinear 10\n' >"$tmp/wide.model"
 dir=$tmp/ck-midsave
-train="$MODEL --data $tmp/data --normalize scale -e 1000000 -b 32 -d 0 --checkpoint-dir $dir --keep 0"
+train="$tmp/wide.model --data $tmp/data --normalize scale -e 1000000 -b 32 -d 0 -o adam --checkpoint-dir $dir --keep 2"
+midsave=0
 for try in 1 2 3; do
   rm -rf "$dir"
   FAULT_CKPT_DIR=$dir FAULT_STEPS=2 FAULT_WHEN=saving
   fault 2 0 KILL $train --checkpoint-every 1
   if ls "$dir" | grep -q '\.tmp\.'; then
     echo "   killed mid-save: $(ls "$dir" | grep '\.tmp\.') left"
+    midsave=1
     break
   fi
-  echo "   the kill came after the save (try $try): again"
+  echo "   the kill came after the save (try $try)"
 done
+[ $midsave -eq 1 ] || { echo "FAIL: no kill came mid-save in 3 tries"; fail=1; }
 record "SIGKILL of rank 0 mid-save"
 resumes "$dir" $train --checkpoint-every 1
 

@@ -74,8 +74,8 @@ fault() {
     fail=1
     return 1
   fi
-  start=$(now_ms)
-  if [ "$sig" = - ]; then $FAULT_ACTION; else kill -"$sig" "$(cat "$tmp/pid.$victim")"; fi
+  read -r vpid <"$tmp/pid.$victim"
+  if [ "$sig" = - ]; then start=$(now_ms); $FAULT_ACTION; else kill -"$sig" "$vpid"; start=$(now_ms); fi
   wait $job
   fault_rc=$?
   end=$(now_ms)
