@@ -235,11 +235,13 @@ CLT_API int clt_context_finish(clt_context *ctx);
  * ranks that did not answer. After CLT_ETIMEDOUT or CLT_EMPI messages may
  * still be in flight, so the communicator refuses further collectives (the
  * same error again); the caller should end the job (the cltrain tool calls
- * MPI_Abort). An abandoned receive may still be matched until MPI_Finalize
- * and write into its buffer: a plan destroyed after such a failure keeps
- * its staging buffers allocated, and a caller that goes on (to report, to
- * save elsewhere) must keep the buffers it gave the failed call allocated
- * too. A mismatch found when a plan is made (CLT_EMISMATCH) leaves
+ * MPI_Abort) or tear down: clt_comm_destroy and clt_trainer_destroy wait
+ * for no other rank, whatever failed, so every rank can destroy its
+ * objects and call MPI_Finalize. An abandoned receive may still be matched
+ * until MPI_Finalize and write into its buffer: a plan destroyed after
+ * such a failure keeps its staging buffers allocated, and a caller that
+ * goes on (to report, to save elsewhere) must keep the buffers it gave the
+ * failed call allocated too. A mismatch found when a plan is made (CLT_EMISMATCH) leaves
  * nothing in flight and the communicator stays usable.
  *
  * Environment, read when a communicator is made:

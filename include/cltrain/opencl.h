@@ -231,7 +231,11 @@ CLT_API int clt_bcast_devices(clt_comm *comm, int root, size_t bytes, int n, con
  * and context, the labels or targets are checked, and every guarantee of
  * clt_trainer_step holds. A buffer smaller than n samples need, no queue
  * with n > 0, or a read that fails is CLT_EINVAL naming it, on every rank
- * (nothing changes). n may be 0 on some ranks (x, y and queue then unused).
+ * (nothing changes). A queue that does not come to the reads within
+ * CLT_TIMEOUT (the trainer's communicator's: held by an event that never
+ * completes, or a device that hangs) is CLT_ETIMEDOUT naming its device;
+ * the reads stay queued and write into host memory of the library's, which
+ * is left to them. n may be 0 on some ranks (x, y and queue then unused).
  * Collective. */
 CLT_API int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, cl_mem y, int64_t n,
                                      clt_step_result *out);

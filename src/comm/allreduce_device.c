@@ -15,10 +15,9 @@
  */
 #include "comm_internal.h"
 
-#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define CLT__MAX_LOCAL_REPLICAS 64
 
@@ -152,59 +151,22 @@ static int chunk_ready(struct clt__dev_staging *dev, size_t id, int *ok) {
   return *ok = 1;
 }
 
-/* Wait for n events of replica q's queue, polling, at most CLT_TIMEOUT
- * without one finishing: a device that never completes ends the wait with
+/* Wait for n events of replica q's queue, at most CLT_TIMEOUT in all
+ * (core/device_wait.c): a device that never completes ends the wait with
  * CLT_ETIMEDOUT naming it and the operation, instead of blocking in
  * clWaitForEvents or clFinish for ever. */
 static int wait_device(const clt_allreduce_plan *plan, cl_command_queue queue, int q, const cl_event *evs, size_t n,
                        const char *what) {
-  double start = clt__now(), timeout = plan->comm->timeout_s;
-  for (size_t i = 0; i < n; i++) {
-    for (;;) {
-      cl_int st = CL_QUEUED, e = clGetEventInfo(evs[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
-      if (e != CL_SUCCESS || st < 0)
-        return clt__error(CLT_ECL, "rank %d: %s on replica %d's device failed: %s", plan->comm->rank, what, q,
-                          clt__cl_error_name(e != CL_SUCCESS ? e : st));
-      if (st == CL_COMPLETE) break;
-      double waited = clt__now() - start;
-      if (waited > timeout) {
-        char name[128] = "?";
-        cl_device_id d = NULL;
-        if (clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof d, &d, NULL) == CL_SUCCESS)
-          clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof name, name, NULL);
-        name[sizeof name - 1] = 0;
-        return clt__error(CLT_ETIMEDOUT, "rank %d: %s on replica %d's device (%s) has not finished after %.0f s "
-                          "(CLT_TIMEOUT): the device or its driver hangs", plan->comm->rank, what, q, name, waited);
-      }
-      /* A copy of a small buffer takes microseconds: yield the core meanwhile
-       * (on a CPU device it is the device's own worker that needs it) and
-       * poll again, for 2 ms, then sleep between polls. Sleeping from the
-       * first poll (a nanosleep is 50 us or more) made a 4-byte all-reduce
-       * of device buffers take 250 us on PoCL, against 0.3 us on host ones. */
-      if (waited < 0.002) {
-        sched_yield();
-        continue;
-      }
-      struct timespec ts = {0, waited < 0.1 ? 50000 : 1000000}; /* 50 us, later 1 ms */
-      nanosleep(&ts, NULL);
-    }
-  }
-  return CLT_OK;
+  char full[160];
+  snprintf(full, sizeof full, "rank %d: %s for replica %d", plan->comm->rank, what, q);
+  return clt__wait_queue(queue, evs, n, plan->comm->timeout_s, full);
 }
 
 /* clFinish with the deadline of wait_device. */
 static int finish_device(const clt_allreduce_plan *plan, cl_command_queue queue, int q, const char *what) {
-  cl_event ev = NULL;
-  cl_int e = clEnqueueMarkerWithWaitList(queue, 0, NULL, &ev);
-  if (e == CL_SUCCESS) e = clFlush(queue);
-  if (e != CL_SUCCESS) {
-    if (ev) clReleaseEvent(ev);
-    return clt__error(clt__cl_status(e), "rank %d: %s on replica %d's device: %s", plan->comm->rank, what, q,
-                      clt__cl_error_name(e));
-  }
-  int rc = wait_device(plan, queue, q, &ev, 1, what);
-  clReleaseEvent(ev);
-  return rc;
+  char full[160];
+  snprintf(full, sizeof full, "rank %d: %s for replica %d", plan->comm->rank, what, q);
+  return clt__finish_queue(queue, plan->comm->timeout_s, full);
 }
 
 static int ring_ready(void *user, const clt__ring_chunk *c, int *ok) {

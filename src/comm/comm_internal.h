@@ -132,7 +132,8 @@ void clt__tp_abandon(clt_comm *comm, clt__req *req);
  * inside MPI calls): a probe for a message that never comes. */
 void clt__tp_progress(clt_comm *comm);
 /* Release the transport's state (the duplicated MPI communicator, the
- * shared-memory window). */
+ * node's shared memory) with local calls only: no rank waits for another,
+ * whatever failed before. */
 void clt__tp_destroy(clt_comm *comm);
 /* A shared-memory window over this node's ranks with a segment of `bytes`
  * (zeroed) for each, replacing a smaller one: comm->shm_segs and
@@ -145,8 +146,8 @@ int clt__tp_shm_window(clt_comm *comm, size_t bytes);
  * replaced: memory that device commands may still read after a collective
  * returned (shm_gather.c) cannot move under them when a later plan grows
  * the node's window. Collective over the communicator like
- * clt__tp_shm_window; it lives until the communicator is destroyed
- * (MPI_Win_free is collective, a plan's destroy is not). */
+ * clt__tp_shm_window; it lives until the communicator is destroyed, so
+ * a plan's destroy need not wait for device commands still reading it. */
 int clt__tp_shm_region(clt_comm *comm, size_t bytes, unsigned char *const **segs);
 
 /* ---- operations with deadlines ------------------------------------------- */

@@ -1,7 +1,7 @@
 /*
  * shm_arena.c: an all-reduce of buffers that already lie in shared memory
  * (issue 13). The arena is a region of the node's shared memory
- * (clt__tp_shm_region: MPI_Win_allocate_shared, a segment per rank, never
+ * (clt__tp_shm_region: a file per rank mapped by every rank, never
  * moved) that a rank lends to a device whose memory is the host's: the
  * trainer makes it its replica's gradient arena on PoCL
  * (clt__shared_buffer_wrap), so the backward writes the gradients where
@@ -65,13 +65,14 @@ static unsigned char *data_of(unsigned char *seg) {
   return seg + ((p + PAGE - 1) / PAGE * PAGE - (uintptr_t)seg);
 }
 
-/* Open MPI backs a shared window with a file in /dev/shm where there is
- * one; a tmpfs too small for it (a container's 64 MiB, say) fails at the
- * first touch of a page with SIGBUS, not with an error, so the arena is
- * offered only where the node's segments fit there with room to spare. */
+/* The node's segments are files in /dev/shm where it has room for them
+ * (transport_mpi.c), else in TMPDIR or /tmp, a disk's file system whose
+ * pages the kernel writes back: a tmpfs too small for the arena (a
+ * container's 64 MiB, say) would move it there, so the arena is offered
+ * only where the node's segments fit in /dev/shm with room to spare. */
 static int fits_in_dev_shm(const clt_comm *comm, size_t bytes) {
   struct statvfs v;
-  if (statvfs("/dev/shm", &v) != 0) return 1; /* no such tmpfs: Open MPI uses its session directory */
+  if (statvfs("/dev/shm", &v) != 0) return 1; /* no such tmpfs: the segments are files in TMPDIR or /tmp */
   double free_bytes = (double)v.f_bavail * (double)v.f_frsize;
   return free_bytes >= 1.25 * (double)(bytes + 2 * PAGE) * comm->local_size + 16.0 * 1048576.0;
 }

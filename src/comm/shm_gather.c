@@ -33,9 +33,9 @@
  * commands reading a block after the run returned would then read freed
  * memory, and the gradient all-reduce's rounds would overwrite blocks still
  * to be written to devices. The region is never moved nor shared; it lives
- * as long as the communicator (MPI_Win_free is collective, a plan's
- * destroy is not), so its users wait for their device commands before the
- * communicator goes (dp/zero_gather.c: clt__dp_gather_free).
+ * as long as the communicator, so its users wait for their device
+ * commands before the communicator goes (dp/zero_gather.c:
+ * clt__dp_gather_free).
  *
  * Waiting and errors are shm.c's: polling with the deadline of every wait
  * (CLT_TIMEOUT names the rank whose flag is behind), probing MPI

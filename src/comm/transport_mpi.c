@@ -12,28 +12,37 @@
 #include "comm_internal.h"
 #include "p2p.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cltrain/mpi.h>
 
+/* Shared memory of the node: a segment per local rank, every one mapped by
+ * every local rank (see "the node's shared memory" below). */
+struct shm_area {
+  unsigned char **segs;    /* local_size: every local rank's segment, as mapped here */
+  size_t len;              /* bytes mapped of each */
+  int n;
+};
+
 struct clt__mpi {
   MPI_Comm comm;
-  /* The shared-memory window of the node (clt__tp_shm_window). */
   MPI_Comm node;           /* this node's ranks, in local-rank order */
-  MPI_Win win;
-  unsigned char **segs;    /* local_size: every local rank's segment */
-  /* Windows of their own (clt__tp_shm_region), kept until the
+  struct shm_area win;     /* the node's window (clt__tp_shm_window) */
+  /* Regions of their own (clt__tp_shm_region), kept until the
    * communicator is destroyed. */
   struct shm_region *regions;
 };
 
 struct shm_region {
-  MPI_Win win;
-  unsigned char **segs;
+  struct shm_area area;
   struct shm_region *next;
 };
 
@@ -122,17 +131,83 @@ void clt__tp_progress(clt_comm *comm) {
   MPI_Iprobe(MPI_ANY_SOURCE, comm->diag_tag, mpi_comm(comm), &flag, MPI_STATUS_IGNORE);
 }
 
-/* ---- the node's shared-memory window ------------------------------------------
- * MPI_Win_allocate_shared over the node's ranks (real nodes, or pretend ones
- * inside one machine: comm->shm_capable), each rank's segment in its own
- * pages (alloc_shared_noncontig) and touched first by its owner. The
- * window is used by loads and stores only (shm.c orders them with atomic
- * flags), never by RMA calls, so no epoch is opened. */
+/* ---- the node's shared memory ----------------------------------------------
+ * Each rank's segment is a file of its own in /dev/shm (else TMPDIR, else
+ * /tmp), its pages allocated by its owner (posix_fallocate: first touch,
+ * and a tmpfs too small for it is an error here, not a SIGBUS later),
+ * mapped by every rank of the node, and unlinked as soon as every rank has
+ * mapped it. The memory is used by loads and stores only (shm.c orders
+ * them with atomic flags), never by RMA calls, so an MPI window
+ * (MPI_Win_allocate_shared, which Open MPI backs with the same files) gave
+ * nothing but its free: MPI_Win_free is collective and blocks, and after a
+ * failed collective no rank can know whether a peer will ever come to it
+ * (gone, or given up and in MPI_Finalize, which then waits for this rank:
+ * both hung, issue 38; an abandoned barrier to agree first is matched by a
+ * peer's later one). Unmapping is this rank's alone: a peer keeps its own
+ * mappings, and the pages go when the last rank unmaps them or exits, so a
+ * communicator can be destroyed after any failure, and a killed rank
+ * leaves no file behind once the area is made.
+ *
+ * Making an area is collective over the node and blocking (the caller's
+ * contract: every rank is there): the paths are gathered, and an
+ * all-reduce agrees that every rank mapped every segment, or every rank
+ * fails. */
 
-static void free_window(struct clt__mpi *m) {
-  if (m->win != MPI_WIN_NULL) MPI_Win_free(&m->win);
-  free(m->segs);
-  m->segs = NULL;
+static void area_unmap(struct shm_area *a) {
+  for (int l = 0; a->segs && l < a->n; l++)
+    if (a->segs[l]) munmap(a->segs[l], a->len);
+  free(a->segs);
+  a->segs = NULL;
+  a->len = 0;
+  a->n = 0;
+}
+
+enum { SEG_PATH = 256 };
+struct seg_name {
+  int32_t status;          /* CLT_OK, or why this rank has no segment */
+  char path[SEG_PATH];
+};
+
+/* This rank's segment of `len` bytes, made and allocated: the file's
+ * descriptor (path in me->path), or a negative status. */
+static int make_segment(clt_comm *comm, size_t len, struct seg_name *me) {
+  static unsigned long made; /* segments this process made, for unique names */
+  const char *tmpdir = getenv("TMPDIR"), *dirs[] = {"/dev/shm", tmpdir, "/tmp"};
+  char tried[3 * (SEG_PATH + 64)] = "";
+  size_t lt = 0;
+  for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
+    if (!dirs[d] || !*dirs[d] || (d == 2 && tmpdir && strcmp(tmpdir, "/tmp") == 0)) continue;
+    snprintf(me->path, sizeof me->path, "%s/cltrain-shm-%ld-%lu", dirs[d], (long)getpid(), made++);
+    int fd = open(me->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600), e = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+#if defined(__linux__)
+      e = posix_fallocate(fd, 0, (off_t)len);
+#else
+      e = ftruncate(fd, (off_t)len) == 0 ? 0 : errno;
+#endif
+      if (e == 0) return fd;
+      close(fd);
+      unlink(me->path);
+    }
+    if (lt < sizeof tried)
+      lt += (size_t)snprintf(tried + lt, sizeof tried - lt, "%s%s: %s", lt ? "; " : "", dirs[d], strerror(e));
+  }
+  me->path[0] = '\0';
+  return clt__error(CLT_ENOMEM, "rank %d: no room for its shared-memory segment of %zu bytes (%s): free space in "
+                    "/dev/shm or give TMPDIR a file system with room", comm->rank, len, tried);
+}
+
+/* Map the segment at path (fd: this rank's own, open; else -1). */
+static unsigned char *map_segment(const char *path, int fd, size_t len, int *err) {
+  int own = fd >= 0;
+  if (!own && (fd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
+    *err = errno;
+    return NULL;
+  }
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *err = p == MAP_FAILED ? errno : 0;
+  if (!own) close(fd);
+  return p == MAP_FAILED ? NULL : p;
 }
 
 /* The node's communicator, split off the first time a window is asked
@@ -146,45 +221,53 @@ static int node_comm(clt_comm *comm, struct clt__mpi *m) {
   return CLT_OK;
 }
 
-/* A window over the node's ranks with a zeroed segment of `bytes` for each,
- * every local rank's address in *segs (local_size entries, allocated);
- * collective over the node, ending with a barrier so no rank reads a
- * segment before its owner zeroed it. */
-static int alloc_window(clt_comm *comm, struct clt__mpi *m, size_t bytes, MPI_Win *win, unsigned char ***segs) {
-  int e;
-  *win = MPI_WIN_NULL;
-  if (!(*segs = clt__calloc((size_t)comm->local_size, sizeof **segs))) return CLT_ENOMEM;
-  MPI_Info info = MPI_INFO_NULL;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "alloc_shared_noncontig", "true");
-  void *mine = NULL;
-  e = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, m->node, &mine, win);
-  MPI_Info_free(&info);
-  if (e != MPI_SUCCESS) {
-    *win = MPI_WIN_NULL;
-    free(*segs), *segs = NULL;
-    return mpi_error(e, "MPI_Win_allocate_shared of the node, with", comm->rank);
+/* A new area over the node's ranks with a zeroed segment of `bytes` for
+ * each; collective over the node (see above). */
+static int area_make(clt_comm *comm, struct clt__mpi *m, size_t bytes, struct shm_area *a) {
+  int e, rc = CLT_OK, fd = -1, err = 0, bad = -1, L = comm->local_size;
+  struct seg_name me, *all = NULL;
+  memset(&me, 0, sizeof me);
+  memset(a, 0, sizeof *a);
+  if (!(a->segs = clt__calloc((size_t)L, sizeof *a->segs)) || !(all = clt__calloc((size_t)L, sizeof *all))) {
+    free(a->segs), a->segs = NULL;
+    return CLT_ENOMEM;
   }
-  MPI_Win_set_errhandler(*win, MPI_ERRORS_RETURN);
-  for (int l = 0; l < comm->local_size; l++) {
-    MPI_Aint size = 0;
-    int disp = 0;
-    void *p = NULL;
-    if ((e = MPI_Win_shared_query(*win, l, &size, &disp, &p)) != MPI_SUCCESS || (size_t)size < bytes || !p) {
-      MPI_Win_free(win), free(*segs), *segs = NULL;
-      return e != MPI_SUCCESS ? mpi_error(e, "MPI_Win_shared_query of", comm->layout.local[l])
-                              : clt__error(CLT_EMPI, "rank %d: the shared-memory segment of rank %d is %ld bytes, "
-                                                     "not %zu", comm->rank, comm->layout.local[l], (long)size, bytes);
-    }
-    (*segs)[l] = p;
+  a->n = L;
+  a->len = bytes;
+  if ((fd = make_segment(comm, bytes, &me)) < 0) me.status = fd;
+  char mine[SEG_PATH];
+  memcpy(mine, me.path, sizeof mine);
+  if ((e = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, m->node)) != MPI_SUCCESS) {
+    rc = mpi_error(e, "MPI_Allgather of the shared-memory segments, with", comm->rank);
+    goto done;
   }
-  /* Zero (so the flags start at 0) before anyone reads them. */
-  memset(mine, 0, bytes);
-  if ((e = MPI_Barrier(m->node)) != MPI_SUCCESS) {
-    MPI_Win_free(win), free(*segs), *segs = NULL;
-    return mpi_error(e, "MPI_Barrier of the node, with", comm->rank);
+  int mapped = me.status == CLT_OK, every = 0;
+  for (int l = 0; mapped && l < L; l++) {
+    all[l].path[SEG_PATH - 1] = '\0';
+    if (all[l].status < 0 || !(a->segs[l] = map_segment(all[l].path, l == comm->local_rank ? fd : -1, bytes, &err)))
+      mapped = 0, bad = l;
   }
-  return CLT_OK;
+  /* Every rank has opened every segment, or failed: the names can go
+   * (done). */
+  if ((e = MPI_Allreduce(&mapped, &every, 1, MPI_INT, MPI_MIN, m->node)) != MPI_SUCCESS)
+    rc = mpi_error(e, "MPI_Allreduce over the node's shared-memory segments, with", comm->rank);
+  else if (me.status < 0)
+    rc = me.status; /* make_segment said why */
+  else if (bad >= 0 && all[bad].status < 0)
+    rc = clt__error(all[bad].status, "rank %d: rank %d of the node made no shared-memory segment (see its error)",
+                    comm->rank, comm->layout.local[bad]);
+  else if (bad >= 0)
+    rc = clt__error(CLT_EIO, "rank %d: mapping rank %d's shared-memory segment %s failed: %s", comm->rank,
+                    comm->layout.local[bad], all[bad].path, strerror(err));
+  else if (!every)
+    rc = clt__error(CLT_EIO, "rank %d: another rank of the node could not map every shared-memory segment (see its "
+                    "error)", comm->rank);
+done:
+  if (mine[0]) unlink(mine);
+  if (fd >= 0) close(fd);
+  free(all);
+  if (rc < 0) area_unmap(a);
+  return rc;
 }
 
 /* comm->own_cores: whether every rank has a core of its own, on every
@@ -226,14 +309,13 @@ int clt__tp_shm_window(clt_comm *comm, size_t bytes) {
   if (bytes <= comm->shm_bytes) return CLT_OK;
   if (bytes > (size_t)1 << 40) return clt__error(CLT_EINVAL, "a shared-memory segment of %zu bytes", bytes);
   if ((rc = node_comm(comm, m)) < 0) return rc;
-  /* Every rank of the node is here (the caller's contract), done with the
-   * old window: a smaller one is replaced. */
-  free_window(m);
+  /* A smaller one is replaced (the peers unmap it on their own). */
+  area_unmap(&m->win);
   comm->shm_segs = NULL;
   comm->shm_bytes = 0;
   comm->shm_round = 0;
-  if ((rc = alloc_window(comm, m, bytes, &m->win, &m->segs)) < 0) return rc;
-  comm->shm_segs = m->segs;
+  if ((rc = area_make(comm, m, bytes, &m->win)) < 0) return rc;
+  comm->shm_segs = m->win.segs;
   comm->shm_bytes = bytes;
   return CLT_OK;
 }
@@ -250,61 +332,35 @@ int clt__tp_shm_region(clt_comm *comm, size_t bytes, unsigned char *const **segs
     return clt__error(CLT_EINVAL, "a shared-memory segment of %zu bytes", bytes);
   if ((rc = node_comm(comm, m)) < 0) return rc;
   if (!(r = clt__calloc(1, sizeof *r))) return CLT_ENOMEM;
-  if ((rc = alloc_window(comm, m, bytes, &r->win, &r->segs)) < 0) {
+  if ((rc = area_make(comm, m, bytes, &r->area)) < 0) {
     free(r);
     return rc;
   }
   r->next = m->regions;
   m->regions = r;
-  *segs = r->segs;
+  *segs = r->area.segs;
   return CLT_OK;
 }
 
-/* MPI_Win_free waits for every rank of the node, and a peer may still be
- * inside an operation reading the window: free it only after every rank
- * of the node said (an MPI_Ibarrier) that it is destroying the
- * communicator too, within CLT_TIMEOUT, or a second after a failure (when
- * a peer may be gone). Otherwise the window is left to MPI_Finalize. */
-static void release_window(clt_comm *comm, struct clt__mpi *m) {
-  if (m->win == MPI_WIN_NULL && !m->regions) return;
-  MPI_Request req = MPI_REQUEST_NULL;
-  int flag = 0;
-  double limit = comm->broken && comm->timeout_s > 1 ? 1 : comm->timeout_s;
-  if (MPI_Ibarrier(m->node, &req) == MPI_SUCCESS) {
-    double start = clt__now();
-    while (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag && clt__now() - start < limit)
-      usleep(clt__now() - start < 0.01 ? 0 : 200);
-  }
-  if (flag) {
-    free_window(m);
-    for (struct shm_region *r = m->regions; r; r = r->next) MPI_Win_free(&r->win);
-  } else {
-    clt__log(comm->broken ? CLT_LOG_DEBUG : CLT_LOG_WARN, "rank %d: the node's shared-memory window is left to "
-             "MPI_Finalize: another rank of the node did not destroy the communicator within %.1f s%s", comm->rank,
-             limit, comm->broken ? " (after a failure)" : " (CLT_TIMEOUT)");
-    free(m->segs);
-    m->segs = NULL;
-    m->win = MPI_WIN_NULL;
-    m->node = MPI_COMM_NULL; /* its barrier may be pending */
-  }
-  for (struct shm_region *r = m->regions, *next; r; r = next) {
-    next = r->next;
-    free(r->segs);
-    free(r);
-  }
-  m->regions = NULL;
-  comm->shm_segs = NULL;
-  comm->shm_bytes = 0;
-}
-
+/* Local calls only, whatever state the peers are in (they may have given
+ * up on a failed collective, be gone, or be in MPI_Finalize): the shared
+ * memory is unmapped (see above), and MPI_Comm_free marks the
+ * communicators for freeing once their pending requests (abandoned sends)
+ * complete, without waiting for any rank. */
 void clt__tp_destroy(clt_comm *comm) {
   struct clt__mpi *m = comm->mpi;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) release_window(comm, m);
+  area_unmap(&m->win);
+  for (struct shm_region *r = m->regions, *next; r; r = next) {
+    next = r->next;
+    area_unmap(&r->area);
+    free(r);
+  }
+  comm->shm_segs = NULL;
+  comm->shm_bytes = 0;
   if (!finalized && m->node != MPI_COMM_NULL) MPI_Comm_free(&m->node);
   if (!finalized && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
-  free(m->segs);
   free(m);
   comm->mpi = NULL;
 }
@@ -448,7 +504,6 @@ int clt_comm_create(MPI_Comm user_comm, clt_comm **out) {
     goto fail;
   }
   m->comm = m->node = MPI_COMM_NULL;
-  m->win = MPI_WIN_NULL;
   MPI_Comm_rank(user_comm, &comm->rank);
   MPI_Comm_size(user_comm, &comm->size);
   CLT_TRY(clt__comm_init_env(comm));

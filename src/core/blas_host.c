@@ -95,13 +95,6 @@ static int add_range(host_map *maps, int n, clt_matrix x, size_t rows, size_t co
   return n + 1;
 }
 
-static double wait_timeout(const clt_context *ctx) {
-  if (ctx->wait_timeout_s > 0) return ctx->wait_timeout_s;
-  const char *t = getenv("CLT_TIMEOUT");
-  double v = t && *t ? strtod(t, NULL) : 0;
-  return v > 0 ? v : 300.0;
-}
-
 /* ---- the GEMM's threads ----------------------------------------------------
  *
  * OpenBLAS's own pool spins (sched_yield) for about 0.1 s after every call
@@ -288,7 +281,7 @@ int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t
     }
   } else {
     CLT_CL_TRY(clFlush(ctx->queue)); /* polling an event makes no progress on every driver (rusticl) without it */
-    CLT_TRY(clt__wait_event(ctx, ev, wait_timeout(ctx), "the work queued before a host GEMM"));
+    CLT_TRY(clt__wait_event(ctx, ev, clt__context_timeout(ctx), "the work queued before a host GEMM"));
     single_threaded_blas();
     run_job(&job);
   }

@@ -213,7 +213,7 @@ struct clt_context {
   cl_mem gemm_scratch;   /* src/core/blas_cpu.c's transposed operands, beside any op's scratch */
   int counted;           /* made whole: counted among the live contexts */
   int blas_said;         /* its GEMM backend logged (src/core/blas.c) */
-  double wait_timeout_s; /* a host GEMM's longest wait for the queue (0: CLT_TIMEOUT, else 300 s) */
+  double wait_timeout_s; /* the longest wait for the device (0: CLT_TIMEOUT, else 300 s): clt__context_timeout */
   int native_gemm;       /* host GEMMs as native kernels on the queue: 0 not asked yet, 1 yes, -1 no */
   int shared_buffers;    /* clt_buffer_create's buffers are host-shared (src/core/shared_buffers.c) */
   /* Called between polls while clt__wait_event waits (NULL: it sleeps on
@@ -286,6 +286,16 @@ int clt__host_sgemm(clt_context *ctx, clt_transpose ta, clt_transpose tb, size_t
  * command's error when it failed. Polls, sleeping once the wait is longer
  * than a moment, so a device that hangs cannot hang its caller. */
 int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char *what);
+/* The same for events of a queue that is not a context's (the caller's),
+ * n of them, at most timeout_s in all; the device is named from the
+ * queue. */
+int clt__wait_queue(cl_command_queue queue, const cl_event *evs, size_t n, double timeout_s, const char *what);
+/* clFinish with that deadline: a marker on queue, flushed and waited for. */
+int clt__finish_queue(cl_command_queue queue, double timeout_s, const char *what);
+/* The longest a wait on ctx's device may take: the owner's
+ * (wait_timeout_s, the job's CLT_TIMEOUT for a trainer's replicas), else
+ * CLT_TIMEOUT, else 300 s. */
+double clt__context_timeout(const clt_context *ctx);
 
 /* A device buffer of at least `bytes` for an op's temporaries, owned by the
  * context and grown on demand. Ops on the in-order compute queue may use it

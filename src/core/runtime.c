@@ -8,9 +8,7 @@
 #include "core/internal.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -128,110 +126,6 @@ int clt_context_finish(clt_context *ctx) {
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "on %s", ctx->info.name);
-}
-
-/* A wait on an event's completion callback: the waiting thread sleeps on a
- * condition variable instead of polling clGetEventInfo, which on PoCL cost
- * more than the work waited for (a host GEMM's maps: 130-160 us of CPU a
- * wait polling, 15 us sleeping) and took a core from the device's own
- * threads. Shared by the waiter and the callback, freed by the last of
- * them: a waiter that times out leaves, the callback may still come.
- * Used for CPU devices (see clt__wait_event). */
-typedef struct event_waiter {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int done, refs;
-} event_waiter;
-
-static void waiter_unref(event_waiter *w) {
-  pthread_mutex_lock(&w->lock);
-  int last = --w->refs == 0;
-  pthread_mutex_unlock(&w->lock);
-  if (last) {
-    pthread_mutex_destroy(&w->lock);
-    pthread_cond_destroy(&w->cond);
-    free(w);
-  }
-}
-
-static void CL_CALLBACK event_done(cl_event ev, cl_int status, void *user) {
-  event_waiter *w = user;
-  (void)ev, (void)status;
-  pthread_mutex_lock(&w->lock);
-  w->done = 1;
-  pthread_cond_signal(&w->cond);
-  pthread_mutex_unlock(&w->lock);
-  waiter_unref(w);
-}
-
-/* Sleep until ev's callback or the deadline (timeout_s <= 0: none).
- * Returns 1 when the callback came, 0 at the deadline, -1 when no
- * callback could be set (the caller polls instead). */
-static int sleep_on_event(clt_context *ctx, cl_event ev, double timeout_s) {
-  event_waiter *w = malloc(sizeof *w);
-  if (!w) return -1;
-  pthread_mutex_init(&w->lock, NULL);
-  pthread_cond_init(&w->cond, NULL);
-  w->done = 0, w->refs = 2;
-  if (clSetEventCallback(ev, CL_COMPLETE, event_done, w) != CL_SUCCESS) {
-    w->refs = 1;
-    waiter_unref(w);
-    return -1;
-  }
-  /* Without a flush some drivers (rusticl) never start what was queued. */
-  clFlush(ctx->queue);
-  if (ctx->xfer_queue) clFlush(ctx->xfer_queue);
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  double secs = timeout_s > 0 ? timeout_s : 1e9;
-  until.tv_sec += (time_t)secs;
-  until.tv_nsec += (long)((secs - (double)(time_t)secs) * 1e9);
-  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-  pthread_mutex_lock(&w->lock);
-  int err = 0;
-  while (!w->done && err != ETIMEDOUT) err = pthread_cond_timedwait(&w->cond, &w->lock, &until);
-  int done = w->done;
-  pthread_mutex_unlock(&w->lock);
-  waiter_unref(w);
-  return done;
-}
-
-int clt__wait_event(clt_context *ctx, cl_event ev, double timeout_s, const char *what) {
-  double start = clt__now();
-  int slept = 0;
-  for (;;) {
-    cl_int st = CL_COMPLETE;
-    cl_int err = clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
-    if (err != CL_SUCCESS)
-      return clt__error(clt__cl_status(err), "waiting for %s on %s: clGetEventInfo failed with %s", what,
-                        ctx->info.name, clt__cl_error_name(err));
-    if (st == CL_COMPLETE) return CLT_OK;
-    if (st < 0)
-      return clt__error(clt__cl_status(st), "%s on %s failed with %s", what, ctx->info.name, clt__cl_error_name(st));
-    double waited = clt__now() - start;
-    if (timeout_s > 0 && waited > timeout_s)
-      return clt__error(CLT_ETIMEDOUT, "%s on %s has not finished after %.0f s (CLT_TIMEOUT): the device or its "
-                        "driver hangs", what, ctx->info.name, waited);
-    /* CPU devices only: the device's threads need the cores a poll takes;
-     * GPU drivers may deliver callbacks late (NVIDIA: 10x slower steps
-     * waiting for them, NEWS), and polling takes them no core. */
-    if (ctx->progress) { /* a pipeline's messages: poll them and the device every 20 us */
-      ctx->progress(ctx->progress_user);
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-      continue;
-    }
-    if (!slept && ctx->info.type == CLT_DEVICE_CPU) { /* once: the callback, then the status once more */
-      slept = 1;
-      if (sleep_on_event(ctx, ev, timeout_s > 0 ? timeout_s - waited : 0) >= 0) continue;
-    }
-    if (waited < 0.002) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, waited < 0.1 ? 50000 : 1000000}; /* 50 us, later 1 ms */
-      nanosleep(&ts, NULL);
-    }
-  }
 }
 
 int clt__context_buffer(clt_context *ctx, cl_mem *slot, size_t bytes, const char *what, cl_mem *out) {

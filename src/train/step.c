@@ -356,9 +356,14 @@ int clt_trainer_step_targets(clt_trainer *t, const float *x, const float *target
 }
 
 /* Read `bytes` of buf on the caller's queue into host, or say which buffer
- * is too small or unreadable. */
-static int read_buffer(cl_command_queue q, cl_mem buf, const char *name, size_t bytes, void *host, int64_t n) {
+ * is too small or unreadable, or that the queue has not come to the read
+ * within CLT_TIMEOUT (a queue held by an event that never completes, a
+ * device that hangs): CLT_ETIMEDOUT naming the device. *pending is 1 when
+ * the read may still write into host later (host must then outlive it). */
+static int read_buffer(clt_trainer *t, cl_command_queue q, cl_mem buf, const char *name, size_t bytes, void *host,
+                       int64_t n, int *pending) {
   size_t have = 0;
+  cl_event ev = NULL;
   if (!buf) return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s is NULL with n = %lld samples", name, (long long)n);
   cl_int e = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof have, &have, NULL);
   if (e != CL_SUCCESS)
@@ -366,11 +371,18 @@ static int read_buffer(cl_command_queue q, cl_mem buf, const char *name, size_t 
   if (have < bytes)
     return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: %s holds %zu bytes, but %lld samples need %zu", name, have,
                       (long long)n, bytes);
-  e = clEnqueueReadBuffer(q, buf, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+  e = clEnqueueReadBuffer(q, buf, CL_FALSE, 0, bytes, host, 0, NULL, &ev);
+  if (e == CL_SUCCESS) *pending = 1, e = clFlush(q);
+  if (e != CL_SUCCESS && ev) clReleaseEvent(ev);
   if (e != CL_SUCCESS)
     return clt__error(CLT_EINVAL, "clt_trainer_step_buffers: reading %s on the given queue fails (OpenCL error %d)", name,
                       (int)e);
-  return CLT_OK;
+  char what[96];
+  snprintf(what, sizeof what, "clt_trainer_step_buffers: reading %s on the caller's queue", name);
+  int rc = clt__wait_queue(q, &ev, 1, clt_comm_timeout(t->comm), what);
+  clReleaseEvent(ev);
+  *pending = rc == CLT_ETIMEDOUT;
+  return rc;
 }
 
 int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, cl_mem y, int64_t n,
@@ -381,7 +393,7 @@ int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, c
   step_targets tg = {.fn = "clt_trainer_step_buffers", .regression = regression, .count = n * lps};
   float *hx = NULL;
   void *hy = NULL;
-  int rc = CLT_OK;
+  int rc = CLT_OK, pending = 0;
   if (n < 0)
     rc = clt__error(CLT_EINVAL, "clt_trainer_step_buffers: n is %lld; it must be 0 or more", (long long)n);
   else if (n > 0 && (!queue || !x || !y))
@@ -389,12 +401,15 @@ int clt_trainer_step_buffers(clt_trainer *t, cl_command_queue queue, cl_mem x, c
                     !queue ? "queue" : !x ? "x" : "y", (long long)n);
   else if (n > 0 && (!(hx = malloc((size_t)(n * in) * sizeof *hx)) || !(hy = malloc((size_t)(n * lps) * 4))))
     rc = clt__error(CLT_ENOMEM, "clt_trainer_step_buffers: no host memory to stage %lld samples", (long long)n);
-  if (rc == CLT_OK && n > 0) rc = read_buffer(queue, x, "x", (size_t)(n * in) * sizeof *hx, hx, n);
-  if (rc == CLT_OK && n > 0) rc = read_buffer(queue, y, "y", (size_t)(n * lps) * 4, hy, n);
+  if (rc == CLT_OK && n > 0) rc = read_buffer(t, queue, x, "x", (size_t)(n * in) * sizeof *hx, hx, n, &pending);
+  if (rc == CLT_OK && n > 0) rc = read_buffer(t, queue, y, "y", (size_t)(n * lps) * 4, hy, n, &pending);
   tg.failed = rc;
   if (regression) tg.values = hy;
   else tg.labels = hy;
   rc = step_on(t, hx, &tg, rc < 0 ? 0 : n, out);
-  free(hx), free(hy);
+  if (pending) /* a read still queued writes there whenever the queue gets to it */
+    clt__log(CLT_LOG_DEBUG, "clt_trainer_step_buffers: the host copies of x and y are left to the reads still queued");
+  else
+    free(hx), free(hy);
   return rc;
 }

@@ -12,18 +12,17 @@
 #     end within seconds, not after CLT_TIMEOUT (here 60 s), with that
 #     rank's message naming it and the input.
 # Every job runs under tests/lib/mpi_run.sh's time limit, and the stalled rank is
-# killed on exit whatever happens. Exits 77 without MPI or an OpenCL device.
+# killed on exit whatever happens (tests/lib/fault_lib.sh; bench/fault_inject.sh
+# repeats these faults and more, with checkpoints resumed after each). Exits
+# 77 without MPI or an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=5
 export CLT_TIMEOUT
 fail=0
 tmp=$(mktemp -d)
-cleanup() {
-  for f in "$tmp"/pid.*; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$srcdir/tests/lib/fault_lib.sh" # fault
+trap 'fault_cleanup; rm -rf "$tmp"' EXIT
 
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
@@ -31,78 +30,20 @@ if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
 . "$srcdir/tests/lib/cli_lib.sh" # mkidx
 mkidx "$tmp" train 96
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
-
-# Each rank records its pid under its rank number, then becomes cltrain.
-cat >"$tmp/rank.sh" <<'RANK'
-r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}
-echo $$ >"$FAULT_DIR/pid.$r"
-exec "$@"
-RANK
-FAULT_DIR=$tmp
-export FAULT_DIR
-
-now() { date +%s; }
-
-# fault NP RANK SIGNAL [ARGS]: train on NP ranks (with ARGS), send SIGNAL to
-# RANK after steps are under way, and check how the job ends.
-fault() {
-  np=$1 victim=$2 sig=$3
-  shift 3
-  rm -f "$tmp"/pid.* "$tmp/metrics"
-  echo "== $np ranks${*:+ $*}, SIG$sig to rank $victim"
-  CLT_TEST_LIMIT=60 sh "$srcdir/tests/lib/mpi_run.sh" "$np" sh "$tmp/rank.sh" "$CLTRAIN" train "$tmp/m.model" \
-    --data "$tmp" --normalize scale -e 1000000 -b 12 -d 0 -q --log-every 1 --metrics "$tmp/metrics" \
-    "$@" >"$tmp/out" 2>"$tmp/err" &
-  job=$!
-  # wait (at most 40 s) for a few logged steps
-  i=0
-  while [ "$(cat "$tmp/metrics" 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 400 ] && kill -0 $job 2>/dev/null; do
-    sleep 0.1; i=$((i + 1))
-  done
-  if [ ! -f "$tmp/pid.$victim" ] || [ "$(wc -l <"$tmp/metrics" 2>/dev/null || echo 0)" -lt 3 ]; then
-    wait $job
-    echo "FAIL: the job did not get going (exit $?):"; sed 's/^/  /' "$tmp/err" "$tmp/out"; fail=1
-    return
-  fi
-  start=$(now)
-  kill -"$sig" "$(cat "$tmp/pid.$victim")"
-  wait $job
-  rc=$?
-  took=$(($(now) - start))
-  [ "$sig" = STOP ] && kill -9 "$(cat "$tmp/pid.$victim")" 2>/dev/null
-  if [ $rc -eq 0 ]; then
-    echo "FAIL: the job exited 0 after rank $victim got SIG$sig"; fail=1
-  elif [ $rc -eq 124 ]; then  # (137 is mpiexec passing on the SIGKILL)
-    echo "FAIL: the job hung after rank $victim got SIG$sig (killed by the time limit)"; fail=1
-  elif [ $took -gt $((CLT_TIMEOUT + 15)) ]; then
-    echo "FAIL: the job took $took s to end after SIG$sig (CLT_TIMEOUT=$CLT_TIMEOUT)"; fail=1
-  fi
-  # a message naming the lost rank, from cltrain or from Open MPI
-  if ! grep -q "rank $victim\b" "$tmp/err"; then
-    echo "FAIL: nothing names rank $victim:"; sed 's/^/  /' "$tmp/err"; fail=1
-  fi
-  # where a survivor reports ("cltrain: train: ..." or "cltrain: rank R: train: ..."), it names the lost rank
-  survivor='^cltrain: \(rank [0-9]*: \)\{0,1\}train:'
-  if grep -q "$survivor" "$tmp/err" && ! grep "$survivor" "$tmp/err" | grep -q "rank $victim\b"; then
-    echo "FAIL: a survivor's error does not name rank $victim:"; grep "$survivor" "$tmp/err"; fail=1
-  fi
-  if [ "$sig" = STOP ] && ! grep "$survivor" "$tmp/err" | grep -q "is rank $victim alive"; then
-    echo "FAIL: no survivor's timeout asks after the stalled rank $victim:"; sed 's/^/  /' "$tmp/err"; fail=1
-  fi
-  echo "   exit $rc after $took s; $(grep -m1 -e "$survivor" -e "rank $victim" "$tmp/err")"
-}
+fault_setup
+train="$tmp/m.model --data $tmp --normalize scale -e 1000000 -b 12 -d 0"
 
 sh "$srcdir/tests/lib/mpi_run.sh" 1 true >/dev/null 2>&1
 case $? in 77) echo "SKIP: no MPI launcher"; exit 77 ;; esac
 
-fault 2 1 KILL
-fault 3 2 KILL
-fault 2 1 STOP
-fault 3 1 STOP
+fault 2 1 KILL $train
+fault 3 2 KILL $train
+fault 2 1 STOP $train
+fault 3 1 STOP $train
 # Under ZeRO a rank waits for its peers in the reduce-scatter of each
 # bucket and in the parameters' allgather, through a window of its own
 # (comm/shm_gather.c); a stalled peer is named there too.
-fault 3 1 STOP --zero 2
+fault 3 1 STOP $train --zero 2
 
 # ---- one rank's bad input ---------------------------------------------------
 # Rank ONE_RANK gets ONE_ARGS after the others' (later options win); the

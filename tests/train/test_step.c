@@ -7,6 +7,8 @@
  *     the public API) give fit's parameters bit for bit, on every device of
  *     this process at once, and with accumulation on one device;
  *   - bad input is refused, naming it, and changes nothing;
+ *   - a caller's queue that never finishes ends clt_trainer_step_buffers
+ *     after CLT_TIMEOUT, naming the device;
  *   - on 2 or more ranks, each passing a different n (0 on some), the
  *     parameters are those of one device passing the whole batch.
  */
@@ -221,6 +223,54 @@ START_TEST(step_buffers_match_the_host_step) {
 }
 END_TEST
 
+/* A caller's queue that never gets to the reads (held by a user event the
+ * test opens only afterwards): clt_trainer_step_buffers gives up after
+ * CLT_TIMEOUT (here the trainer's communicator's 1 s) with CLT_ETIMEDOUT
+ * naming the buffer and the queue's device, instead of waiting for ever
+ * (step.sh's time limit ends a program that waits), and trains nothing.
+ * Each rank on its own, on a one-rank communicator. */
+START_TEST(step_buffers_on_a_queue_that_never_finishes) {
+  const int64_t B = 8;
+  clt_model *m;
+  clt_comm *local;
+  ck_assert_int_eq(clt_model_parse(mlp, "step.model", &m), 0);
+  ck_assert_int_eq(clt_comm_create_local(&local), 0);
+  ck_assert_int_eq(clt_comm_set_timeout(local, 1), 0);
+  clt_train_options o;
+  options(&o, B);
+  clt_context *app = tu_ctx[tu_ndev - 1];
+  cl_command_queue q = clt_context_queue(app);
+  cl_mem bx, by;
+  ck_assert_int_eq(clt_buffer_create(app, B * IN * sizeof(float), &bx), 0);
+  ck_assert_int_eq(clt_buffer_create(app, B * sizeof(int32_t), &by), 0);
+  clt_trainer *t = mu_trainer(m, "0", local, &o);
+  cl_int e;
+  cl_event gate = clCreateUserEvent(clt_context_cl(app), &e);
+  ck_assert_int_eq(e, CL_SUCCESS);
+  ck_assert_int_eq(clEnqueueMarkerWithWaitList(q, 1, &gate, NULL), CL_SUCCESS);
+  clFlush(q);
+  clt_step_result res;
+  int rc = clt_trainer_step_buffers(t, q, bx, by, B, &res);
+  if (rank == 0) fprintf(stderr, "a caller's queue that never finishes: %s\n", clt_last_error());
+  char name[128] = "";
+  cl_device_id d = NULL;
+  clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof d, &d, NULL);
+  clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof name, name, NULL);
+  ck_assert_msg(rc == CLT_ETIMEDOUT, "%s: %s", clt_status_name(rc), clt_last_error());
+  ck_assert_msg(strstr(clt_last_error(), "reading x on the caller's queue") &&
+                    strstr(clt_last_error(), "has not finished after 1 s") && strstr(clt_last_error(), name),
+                "%s", clt_last_error());
+  ck_assert_int_eq(clt_trainer_steps_done(t), 0);
+  clSetUserEventStatus(gate, CL_COMPLETE);
+  clFinish(q);
+  clReleaseEvent(gate);
+  clt_trainer_destroy(t);
+  clt_comm_destroy(local);
+  clt_buffer_release(bx), clt_buffer_release(by);
+  clt_model_destroy(m);
+}
+END_TEST
+
 /* Float32 sums in another order (per replica, then across ranks) differ by
  * a few ulps per step; after a few SGD steps with momentum the parameters
  * (of size ~0.1) differ by ~1e-7. 2e-5, as in test_dp, leaves room for
@@ -327,6 +377,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, step_matches_fit_with_accumulation);
   tcase_add_test(tc, bad_input_is_refused_naming_it);
   tcase_add_test(tc, step_buffers_match_the_host_step);
+  tcase_add_test(tc, step_buffers_on_a_queue_that_never_finishes);
   tcase_add_test(tc, ranks_with_different_n_match_one_device);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
