@@ -17,5 +17,5 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential gfortran autoconf automake libtool pkg-config \
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd mesa-opencl-icd libclblast-dev \
-  libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
+  libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
   dataset-fashion-mnist fortunes
