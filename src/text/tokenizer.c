@@ -170,7 +170,17 @@ static int parse_tokenizer(clt_tokenizer *t, json_t *root) {
     if ((rc = clt__decoder_parse(&sub, v, &t->dec)) < 0) return rc;
     t->has_dec = 1;
   }
-  return build_ids(t);
+  if ((rc = build_ids(t)) < 0) return rc;
+  /* every id encode can give is a token, so it decodes */
+  for (int p = 0; p < t->post.n; p++)
+    for (int i = 0; i < t->post.pass[p].n; i++)
+      for (int k = 0; k < t->post.pass[p].items[i].n; k++) {
+        const uint32_t id = t->post.pass[p].items[i].ids[k];
+        if (id >= t->vocab_size || !t->tok[id])
+          return clt__error(CLT_EFORMAT, "%s: post_processor: the special token id %u is no token of the vocabulary",
+                            t->path, id);
+      }
+  return CLT_OK;
 }
 
 static int load(const char *name, const char *text, size_t len, clt_tokenizer **out) {
