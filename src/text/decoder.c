@@ -18,16 +18,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { DEC_SEQUENCE, DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP };
-
 typedef struct dec_kind {
   const char *name;
+  /* read the component at j into steps of d (a Sequence: its members') */
+  int (*parse)(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth);
+  /* the tokens of in through the step into out (empty), with scratch */
+  int (*run)(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
 } dec_kind;
 
-static const dec_kind kinds[] = {[DEC_SEQUENCE] = {"Sequence"},         [DEC_BYTELEVEL] = {"ByteLevel"},
-                                 [DEC_REPLACE] = {"Replace"},           [DEC_BYTEFALLBACK] = {"ByteFallback"},
-                                 [DEC_FUSE] = {"Fuse"},                 [DEC_STRIP] = {"Strip"}};
-#define NKINDS ((int)(sizeof kinds / sizeof *kinds))
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth);
+static int parse_plain(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth);
+static int parse_replace(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth);
+static int parse_strip(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth);
+static int run_bytelevel(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
+static int run_replace(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
+static int run_bytefallback(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
+static int run_fuse(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
+static int run_strip(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
+
+static const dec_kind kinds[] = {
+    {"Sequence", parse_sequence, NULL},
+    {"ByteLevel", parse_plain, run_bytelevel},
+    {"Replace", parse_replace, run_replace},
+    {"ByteFallback", parse_plain, run_bytefallback},
+    {"Fuse", parse_plain, run_fuse},
+    {"Strip", parse_strip, run_strip},
+};
+static const int nkinds = (int)(sizeof kinds / sizeof *kinds);
 
 int clt__toklist_add(clt__toklist *l, const char *s, size_t n) {
   if (l->n == l->cap) {
@@ -50,49 +67,74 @@ void clt__toklist_free(clt__toklist *l) {
   memset(l, 0, sizeof *l);
 }
 
-static int add_step(clt__decoder *d, clt__dec_step **out) {
+static int add_step(clt__decoder *d, int kind, clt__dec_step **out) {
   clt__dec_step *p = realloc(d->steps, (size_t)(d->n + 1) * sizeof *p);
   if (!p) return clt__error(CLT_ENOMEM, "out of host memory reading the decoder");
   d->steps = p;
   *out = memset(&p[d->n++], 0, sizeof *p);
+  (*out)->kind = kind;
   return CLT_OK;
 }
 
 static int parse(const clt__jctx *c, json_t *j, clt__decoder *d, int depth) {
   int kind, rc;
-  if ((rc = clt__json_kind(c, j, "decoder", kinds, sizeof *kinds, NKINDS, &kind)) < 0) return rc;
-  if (kind == DEC_SEQUENCE) {
-    json_t *list = json_object_get(j, "decoders");
-    if (!json_is_array(list))
-      return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"decoders\"", c->file, c->where);
-    if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
-    for (size_t i = 0; i < json_array_size(list); i++) {
-      clt__jctx sub;
-      clt__jctx_sub(&sub, c, "decoders", 0);
-      clt__jctx_sub(&sub, &sub, NULL, (int)i);
-      if ((rc = parse(&sub, json_array_get(list, i), d, depth + 1)) < 0) return rc;
-    }
-    return CLT_OK;
+  if ((rc = clt__json_kind(c, j, "decoder", kinds, sizeof *kinds, nkinds, &kind)) < 0) return rc;
+  return kinds[kind].parse(c, j, d, kind, depth);
+}
+
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth) {
+  json_t *list = json_object_get(j, "decoders");
+  int rc;
+  (void)kind;
+  if (!json_is_array(list))
+    return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"decoders\"", c->file, c->where);
+  if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    clt__jctx sub;
+    clt__jctx_sub(&sub, c, "decoders", 0);
+    clt__jctx_sub(&sub, &sub, NULL, (int)i);
+    if ((rc = parse(&sub, json_array_get(list, i), d, depth + 1)) < 0) return rc;
   }
-  clt__dec_step *st = NULL;
+  return CLT_OK;
+}
+
+/* ByteLevel, ByteFallback, Fuse: nothing to read */
+static int parse_plain(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth) {
+  clt__dec_step *st;
+  (void)c, (void)j, (void)depth;
+  return add_step(d, kind, &st);
+}
+
+/* Replace's content, Strip's character. */
+static int parse_content(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, clt__dec_step **st) {
   const char *s;
   size_t n;
-  if ((rc = add_step(d, &st)) < 0) return rc;
-  st->kind = kind;
-  if (kind == DEC_REPLACE || kind == DEC_STRIP) {
-    if ((rc = clt__json_string(c, j, "content", &s, &n)) < 0) return rc;
-    if (!(st->text = malloc(n + 1))) return clt__error(CLT_ENOMEM, "out of host memory reading the decoder");
-    memcpy(st->text, s, n);
-    st->text[n] = 0, st->text_n = n;
-  }
-  if (kind == DEC_REPLACE) return clt__parse_pattern(c, j, "pattern", &st->re);
-  if (kind == DEC_STRIP) {
-    if (n == 0 || clt__utf8_len((unsigned char)s[0]) != n)
-      return clt__error(CLT_EFORMAT, "%s: %s: \"content\" is not one character", c->file, c->where);
-    if ((rc = clt__json_uint(c, j, "start", 1 << 30, &st->start)) < 0 ||
-        (rc = clt__json_uint(c, j, "stop", 1 << 30, &st->stop)) < 0)
-      return rc;
-  }
+  int rc;
+  if ((rc = add_step(d, kind, st)) < 0 || (rc = clt__json_string(c, j, "content", &s, &n)) < 0) return rc;
+  if (!((*st)->text = malloc(n + 1))) return clt__error(CLT_ENOMEM, "out of host memory reading the decoder");
+  memcpy((*st)->text, s, n);
+  (*st)->text[n] = 0, (*st)->text_n = n;
+  return CLT_OK;
+}
+
+static int parse_replace(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth) {
+  clt__dec_step *st = NULL;
+  int rc;
+  (void)depth;
+  if ((rc = parse_content(c, j, d, kind, &st)) < 0) return rc;
+  return clt__parse_pattern(c, j, "pattern", &st->re);
+}
+
+static int parse_strip(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth) {
+  clt__dec_step *st = NULL;
+  int rc;
+  (void)depth;
+  if ((rc = parse_content(c, j, d, kind, &st)) < 0) return rc;
+  if (st->text_n == 0 || clt__utf8_len((unsigned char)st->text[0]) != st->text_n)
+    return clt__error(CLT_EFORMAT, "%s: %s: \"content\" is not one character", c->file, c->where);
+  if ((rc = clt__json_uint(c, j, "start", 1 << 30, &st->start)) < 0 ||
+      (rc = clt__json_uint(c, j, "stop", 1 << 30, &st->stop)) < 0)
+    return rc;
   return CLT_OK;
 }
 
@@ -105,7 +147,8 @@ int clt__decoder_parse(const clt__jctx *c, json_t *j, clt__decoder *out) {
 
 #define TOK(l, i) ((l)->text.p + (l)->off[i])
 
-static int bytelevel(clt__toklist *in, clt__toklist *out, clt__buf *scratch) {
+static int run_bytelevel(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch) {
+  (void)st;
   const char *s;
   size_t n;
   scratch->n = 0;
@@ -150,7 +193,8 @@ static int byte_token(const char *s, size_t n) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-static int bytefallback(clt__toklist *in, clt__toklist *out, clt__buf *bytes) {
+static int run_bytefallback(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *bytes) {
+  (void)st;
   int rc;
   bytes->n = 0;
   for (size_t i = 0; i < in->n; i++) {
@@ -165,7 +209,8 @@ static int bytefallback(clt__toklist *in, clt__toklist *out, clt__buf *bytes) {
   return flush_bytes(bytes, out);
 }
 
-static int strip(const clt__dec_step *st, clt__toklist *in, clt__toklist *out) {
+static int run_strip(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch) {
+  (void)scratch;
   const size_t cn = st->text_n;
   for (size_t i = 0; i < in->n; i++) {
     const char *s = TOK(in, i);
@@ -178,31 +223,28 @@ static int strip(const clt__dec_step *st, clt__toklist *in, clt__toklist *out) {
   return CLT_OK;
 }
 
-static int step(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch) {
+static int run_fuse(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch) {
+  (void)st, (void)scratch;
+  if (in->n == 0) return clt__toklist_add(out, "", 0);
+  return clt__toklist_add(out, in->text.p, in->text.n); /* the tokens lie end to end */
+}
+
+static int run_replace(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch) {
   int rc = CLT_OK;
-  out->n = 0, out->text.n = 0;
-  switch (st->kind) {
-  case DEC_BYTELEVEL: return bytelevel(in, out, scratch);
-  case DEC_BYTEFALLBACK: return bytefallback(in, out, scratch);
-  case DEC_STRIP: return strip(st, in, out);
-  case DEC_FUSE:
-    if (in->n == 0) return clt__toklist_add(out, "", 0);
-    return clt__toklist_add(out, in->text.p, in->text.n); /* the tokens lie end to end */
-  default: /* DEC_REPLACE */
-    for (size_t i = 0; i < in->n && rc == CLT_OK; i++) {
-      scratch->n = 0;
-      rc = clt__regex_replace(&st->re, TOK(in, i), in->len[i], st->text, st->text_n, 1, scratch);
-      if (rc == CLT_OK) rc = clt__toklist_add(out, scratch->p, scratch->n);
-    }
-    return rc;
+  for (size_t i = 0; i < in->n && rc == CLT_OK; i++) {
+    scratch->n = 0;
+    rc = clt__regex_replace(&st->re, TOK(in, i), in->len[i], st->text, st->text_n, 1, scratch);
+    if (rc == CLT_OK) rc = clt__toklist_add(out, scratch->p, scratch->n);
   }
+  return rc;
 }
 
 int clt__decoder_run(clt__decoder *d, clt__toklist *in, clt__toklist *tmp, clt__buf *out) {
   clt__buf scratch = {0};
   int rc = CLT_OK;
   for (int i = 0; i < d->n && rc == CLT_OK; i++) {
-    rc = step(&d->steps[i], in, tmp, &scratch);
+    tmp->n = 0, tmp->text.n = 0;
+    rc = kinds[d->steps[i].kind].run(&d->steps[i], in, tmp, &scratch);
     clt__toklist t = *in;
     *in = *tmp, *tmp = t;
   }

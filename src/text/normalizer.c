@@ -16,15 +16,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NORM_SEQUENCE, NORM_PREPEND, NORM_REPLACE };
-
 typedef struct norm_kind {
   const char *name;
+  /* read the component at j into steps of nz (a Sequence: its members') */
+  int (*parse)(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
+  /* s[0..n) normalized, appended to out */
+  int (*run)(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out);
 } norm_kind;
 
-static const norm_kind kinds[] = {[NORM_SEQUENCE] = {"Sequence"}, [NORM_PREPEND] = {"Prepend"},
-                                  [NORM_REPLACE] = {"Replace"}};
-#define NKINDS ((int)(sizeof kinds / sizeof *kinds))
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
+static int parse_prepend(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
+static int parse_replace(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
+static int run_prepend(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out);
+static int run_replace(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out);
+
+static const norm_kind kinds[] = {
+    {"Sequence", parse_sequence, NULL},
+    {"Prepend", parse_prepend, run_prepend},
+    {"Replace", parse_replace, run_replace},
+};
+static const int nkinds = (int)(sizeof kinds / sizeof *kinds);
 
 int clt__parse_pattern(const clt__jctx *c, json_t *obj, const char *key, clt__regex *re) {
   clt__jctx sub, leaf;
@@ -38,11 +49,12 @@ int clt__parse_pattern(const clt__jctx *c, json_t *obj, const char *key, clt__re
   return clt__regex_compile(re, json_string_value(v), json_string_length(v), s != NULL, c->file, leaf.where);
 }
 
-static int add_step(clt__normalizer *nz, clt__norm_step **out) {
+static int add_step(clt__normalizer *nz, int kind, clt__norm_step **out) {
   clt__norm_step *p = realloc(nz->steps, (size_t)(nz->n + 1) * sizeof *p);
   if (!p) return clt__error(CLT_ENOMEM, "out of host memory reading a normalizer");
   nz->steps = p;
   *out = memset(&p[nz->n++], 0, sizeof *p);
+  (*out)->kind = kind;
   return CLT_OK;
 }
 
@@ -56,33 +68,56 @@ static int copy_text(const char *s, size_t n, char **out, size_t *out_n) {
 
 static int parse(const clt__jctx *c, json_t *j, clt__normalizer *nz, int depth) {
   int kind, rc;
-  if ((rc = clt__json_kind(c, j, "normalizer", kinds, sizeof *kinds, NKINDS, &kind)) < 0) return rc;
-  if (kind == NORM_SEQUENCE) {
-    json_t *list = json_object_get(j, "normalizers");
-    if (!json_is_array(list))
-      return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"normalizers\"", c->file, c->where);
-    if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
-    for (size_t i = 0; i < json_array_size(list); i++) {
-      clt__jctx sub;
-      clt__jctx_sub(&sub, c, "normalizers", 0);
-      clt__jctx_sub(&sub, &sub, NULL, (int)i);
-      if ((rc = parse(&sub, json_array_get(list, i), nz, depth + 1)) < 0) return rc;
-    }
-    return CLT_OK;
+  if ((rc = clt__json_kind(c, j, "normalizer", kinds, sizeof *kinds, nkinds, &kind)) < 0) return rc;
+  return kinds[kind].parse(c, j, nz, kind, depth);
+}
+
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth) {
+  json_t *list = json_object_get(j, "normalizers");
+  int rc;
+  (void)kind;
+  if (!json_is_array(list))
+    return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"normalizers\"", c->file, c->where);
+  if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    clt__jctx sub;
+    clt__jctx_sub(&sub, c, "normalizers", 0);
+    clt__jctx_sub(&sub, &sub, NULL, (int)i);
+    if ((rc = parse(&sub, json_array_get(list, i), nz, depth + 1)) < 0) return rc;
   }
+  return CLT_OK;
+}
+
+static int parse_prepend(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth) {
   clt__norm_step *st = NULL;
   const char *s;
   size_t n;
-  if ((rc = add_step(nz, &st)) < 0) return rc;
-  st->kind = kind;
-  if (kind == NORM_PREPEND) {
-    if ((rc = clt__json_string(c, j, "prepend", &s, &n)) < 0) return rc;
-    return copy_text(s, n, &st->text, &st->text_n);
-  }
-  /* NORM_REPLACE */
-  if ((rc = clt__json_string(c, j, "content", &s, &n)) < 0 || (rc = copy_text(s, n, &st->text, &st->text_n)) < 0)
+  int rc;
+  (void)depth;
+  if ((rc = add_step(nz, kind, &st)) < 0 || (rc = clt__json_string(c, j, "prepend", &s, &n)) < 0) return rc;
+  return copy_text(s, n, &st->text, &st->text_n);
+}
+
+static int parse_replace(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth) {
+  clt__norm_step *st = NULL;
+  const char *s;
+  size_t n;
+  int rc;
+  (void)depth;
+  if ((rc = add_step(nz, kind, &st)) < 0 || (rc = clt__json_string(c, j, "content", &s, &n)) < 0 ||
+      (rc = copy_text(s, n, &st->text, &st->text_n)) < 0)
     return rc;
-  return clt__parse_pattern(c, j, "pattern", &st->re);
+  return clt__parse_pattern(c, j, "pattern", (clt__regex *)&st->re);
+}
+
+static int run_prepend(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out) {
+  (void)utf_checked;
+  if (n && clt__buf_put(out, st->text, st->text_n) < 0) return CLT_ENOMEM;
+  return clt__buf_put(out, s, n);
+}
+
+static int run_replace(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out) {
+  return clt__regex_replace((clt__regex *)&st->re, s, n, st->text, st->text_n, utf_checked, out);
 }
 
 int clt__normalizer_parse(const clt__jctx *c, json_t *j, clt__normalizer *out) {
@@ -94,19 +129,12 @@ int clt__normalizer_parse(const clt__jctx *c, json_t *j, clt__normalizer *out) {
 
 int clt__normalizer_run(clt__normalizer *nz, const char *s, size_t n, int utf_checked, const char **res,
                         size_t *res_n) {
-  int rc = CLT_OK, w = 0;
+  int rc;
   for (int i = 0; i < nz->n; i++) {
-    const clt__norm_step *st = &nz->steps[i];
-    clt__buf *o = &nz->tmp[w];
+    clt__buf *o = &nz->tmp[i & 1]; /* s is the other one */
     o->n = 0;
-    if (st->kind == NORM_PREPEND) {
-      if (n && (clt__buf_put(o, st->text, st->text_n) < 0 || clt__buf_put(o, s, n) < 0)) return CLT_ENOMEM;
-      if (!n) continue; /* nothing to prepend to: s stays */
-    } else if ((rc = clt__regex_replace((clt__regex *)&st->re, s, n, st->text, st->text_n, utf_checked, o)) < 0) {
-      return rc;
-    }
+    if ((rc = kinds[nz->steps[i].kind].run(&nz->steps[i], s, n, utf_checked, o)) < 0) return rc;
     s = o->p, n = o->n;
-    w ^= 1;
   }
   *res = s, *res_n = n;
   return CLT_OK;

@@ -20,16 +20,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { POST_SEQUENCE, POST_TEMPLATE, POST_ROBERTA, POST_BERT, POST_BYTELEVEL };
-
 typedef struct post_kind {
   const char *name;
+  /* read the component at j into passes of pp (a Sequence: its members') */
+  int (*parse)(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth);
 } post_kind;
 
-static const post_kind kinds[] = {[POST_SEQUENCE] = {"Sequence"}, [POST_TEMPLATE] = {"TemplateProcessing"},
-                                  [POST_ROBERTA] = {"RobertaProcessing"}, [POST_BERT] = {"BertProcessing"},
-                                  [POST_BYTELEVEL] = {"ByteLevel"}};
-#define NKINDS ((int)(sizeof kinds / sizeof *kinds))
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth);
+static int parse_template(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth);
+static int parse_cls_sep(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth);
+static int parse_nothing(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth);
+
+static const post_kind kinds[] = {
+    {"Sequence", parse_sequence},       {"TemplateProcessing", parse_template}, {"RobertaProcessing", parse_cls_sep},
+    {"BertProcessing", parse_cls_sep},  {"ByteLevel", parse_nothing},
+};
+static const int nkinds = (int)(sizeof kinds / sizeof *kinds);
 
 static int add_pass(clt__postproc *pp, struct clt__post_pass **out) {
   struct clt__post_pass *p = realloc(pp->pass, (size_t)(pp->n + 1) * sizeof *p);
@@ -62,7 +68,11 @@ static int token_pair(const clt__jctx *c, json_t *j, const char *key, uint32_t *
   return CLT_OK;
 }
 
-static int parse_template(const clt__jctx *c, json_t *j, struct clt__post_pass *ps) {
+static int parse_template(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth) {
+  struct clt__post_pass *ps;
+  int rc;
+  (void)depth;
+  if ((rc = add_pass(pp, &ps)) < 0) return rc;
   json_t *single = json_object_get(j, "single"), *specials = json_object_get(j, "special_tokens");
   uint32_t ids[64];
   if (!json_is_array(single)) return clt__error(CLT_EFORMAT, "%s: %s has no list \"single\"", c->file, c->where);
@@ -101,35 +111,41 @@ static int parse_template(const clt__jctx *c, json_t *j, struct clt__post_pass *
 
 static int parse(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth) {
   int kind, rc;
+  if ((rc = clt__json_kind(c, j, "post-processor", kinds, sizeof *kinds, nkinds, &kind)) < 0) return rc;
+  return kinds[kind].parse(c, j, pp, depth);
+}
+
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth) {
+  json_t *list = json_object_get(j, "processors");
+  int rc;
+  if (!json_is_array(list))
+    return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"processors\"", c->file, c->where);
+  if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    clt__jctx sub;
+    clt__jctx_sub(&sub, c, "processors", 0);
+    clt__jctx_sub(&sub, &sub, NULL, (int)i);
+    if ((rc = parse(&sub, json_array_get(list, i), pp, depth + 1)) < 0) return rc;
+  }
+  return CLT_OK;
+}
+
+/* RobertaProcessing, BertProcessing: cls, the sequence, sep. */
+static int parse_cls_sep(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth) {
   struct clt__post_pass *ps;
-  if ((rc = clt__json_kind(c, j, "post-processor", kinds, sizeof *kinds, NKINDS, &kind)) < 0) return rc;
-  switch (kind) {
-  case POST_SEQUENCE: {
-    json_t *list = json_object_get(j, "processors");
-    if (!json_is_array(list))
-      return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"processors\"", c->file, c->where);
-    if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
-    for (size_t i = 0; i < json_array_size(list); i++) {
-      clt__jctx sub;
-      clt__jctx_sub(&sub, c, "processors", 0);
-      clt__jctx_sub(&sub, &sub, NULL, (int)i);
-      if ((rc = parse(&sub, json_array_get(list, i), pp, depth + 1)) < 0) return rc;
-    }
-    return CLT_OK;
-  }
-  case POST_TEMPLATE:
-    if ((rc = add_pass(pp, &ps)) < 0) return rc;
-    return parse_template(c, j, ps);
-  case POST_ROBERTA:
-  case POST_BERT: {
-    uint32_t cls, sep;
-    if ((rc = token_pair(c, j, "cls", &cls)) < 0 || (rc = token_pair(c, j, "sep", &sep)) < 0 ||
-        (rc = add_pass(pp, &ps)) < 0 || (rc = add_item(ps, 0, &cls, 1)) < 0 || (rc = add_item(ps, 1, NULL, 0)) < 0)
-      return rc;
-    return add_item(ps, 0, &sep, 1);
-  }
-  default: return CLT_OK; /* ByteLevel: offsets only */
-  }
+  uint32_t cls, sep;
+  int rc;
+  (void)depth;
+  if ((rc = token_pair(c, j, "cls", &cls)) < 0 || (rc = token_pair(c, j, "sep", &sep)) < 0 ||
+      (rc = add_pass(pp, &ps)) < 0 || (rc = add_item(ps, 0, &cls, 1)) < 0 || (rc = add_item(ps, 1, NULL, 0)) < 0)
+    return rc;
+  return add_item(ps, 0, &sep, 1);
+}
+
+/* ByteLevel: it only trims offsets. */
+static int parse_nothing(const clt__jctx *c, json_t *j, clt__postproc *pp, int depth) {
+  (void)c, (void)j, (void)pp, (void)depth;
+  return CLT_OK;
 }
 
 int clt__postproc_parse(const clt__jctx *c, json_t *j, clt__postproc *out) {

@@ -23,15 +23,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PRE_SEQUENCE, PRE_SPLIT, PRE_BYTELEVEL, PRE_DIGITS };
-
 typedef struct pre_kind {
   const char *name;
+  /* read the component at j into steps of pt (a Sequence: its members') */
+  int (*parse)(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
+  /* cut one piece, sending the pieces on to step + 1 */
+  int (*run)(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user);
 } pre_kind;
 
-static const pre_kind kinds[] = {[PRE_SEQUENCE] = {"Sequence"}, [PRE_SPLIT] = {"Split"},
-                                 [PRE_BYTELEVEL] = {"ByteLevel"}, [PRE_DIGITS] = {"Digits"}};
-#define NKINDS ((int)(sizeof kinds / sizeof *kinds))
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
+static int parse_split(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
+static int parse_bytelevel(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
+static int parse_digits(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
+static int run_split(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user);
+static int run_bytelevel(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user);
+
+static const pre_kind kinds[] = {
+    {"Sequence", parse_sequence, NULL},
+    {"Split", parse_split, run_split},
+    {"ByteLevel", parse_bytelevel, run_bytelevel},
+    {"Digits", parse_digits, run_split},
+};
+static const int nkinds = (int)(sizeof kinds / sizeof *kinds);
 
 /* GPT-2's pattern (openai/gpt-2 encoder.py), ByteLevel's with use_regex. */
 static const char gpt2_pattern[] =
@@ -43,11 +56,12 @@ static const char *const behaviors[] = {[CLT__SPLIT_REMOVED] = "Removed", [CLT__
                                         [CLT__SPLIT_CONTIGUOUS] = "Contiguous"};
 #define NBEHAVIORS ((int)(sizeof behaviors / sizeof *behaviors))
 
-static int add_step(clt__pretokenizer *pt, clt__pretok_step **out) {
+static int add_step(clt__pretokenizer *pt, int kind, clt__pretok_step **out) {
   clt__pretok_step *p = realloc(pt->steps, (size_t)(pt->n + 1) * sizeof *p);
   if (!p) return clt__error(CLT_ENOMEM, "out of host memory reading a pre-tokenizer");
   pt->steps = p;
   *out = memset(&p[pt->n++], 0, sizeof *p);
+  (*out)->kind = kind;
   return CLT_OK;
 }
 
@@ -64,42 +78,58 @@ static int parse_behavior(const clt__jctx *c, json_t *j, int *out) {
 
 static int parse(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int depth) {
   int kind, rc;
-  if ((rc = clt__json_kind(c, j, "pre-tokenizer", kinds, sizeof *kinds, NKINDS, &kind)) < 0) return rc;
-  if (kind == PRE_SEQUENCE) {
-    json_t *list = json_object_get(j, "pretokenizers");
-    if (!json_is_array(list))
-      return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"pretokenizers\"", c->file, c->where);
-    if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
-    for (size_t i = 0; i < json_array_size(list); i++) {
-      clt__jctx sub;
-      clt__jctx_sub(&sub, c, "pretokenizers", 0);
-      clt__jctx_sub(&sub, &sub, NULL, (int)i);
-      if ((rc = parse(&sub, json_array_get(list, i), pt, depth + 1)) < 0) return rc;
-    }
-    return CLT_OK;
+  if ((rc = clt__json_kind(c, j, "pre-tokenizer", kinds, sizeof *kinds, nkinds, &kind)) < 0) return rc;
+  return kinds[kind].parse(c, j, pt, kind, depth);
+}
+
+static int parse_sequence(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth) {
+  json_t *list = json_object_get(j, "pretokenizers");
+  int rc;
+  (void)kind;
+  if (!json_is_array(list))
+    return clt__error(CLT_EFORMAT, "%s: %s: a Sequence needs a list \"pretokenizers\"", c->file, c->where);
+  if (depth > 16) return clt__error(CLT_EFORMAT, "%s: %s: Sequences nested too deep", c->file, c->where);
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    clt__jctx sub;
+    clt__jctx_sub(&sub, c, "pretokenizers", 0);
+    clt__jctx_sub(&sub, &sub, NULL, (int)i);
+    if ((rc = parse(&sub, json_array_get(list, i), pt, depth + 1)) < 0) return rc;
   }
+  return CLT_OK;
+}
+
+static int parse_split(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth) {
   clt__pretok_step *st = NULL;
-  if ((rc = add_step(pt, &st)) < 0) return rc;
-  st->kind = kind;
-  switch (kind) {
-  case PRE_SPLIT:
-    if ((rc = parse_behavior(c, j, &st->behavior)) < 0 || (rc = clt__json_bool(c, j, "invert", 0, &st->invert)) < 0)
-      return rc;
-    return clt__parse_pattern(c, j, "pattern", &st->re);
-  case PRE_DIGITS: {
-    int each;
-    if ((rc = clt__json_bool(c, j, "individual_digits", 0, &each)) < 0) return rc;
-    st->behavior = CLT__SPLIT_ISOLATED;
-    return clt__regex_compile(&st->re, each ? "\\p{N}" : "\\p{N}+", each ? 5 : 6, 0, c->file, c->where);
-  }
-  default: /* PRE_BYTELEVEL */
-    if ((rc = clt__json_bool(c, j, "add_prefix_space", -1, &st->add_prefix_space)) < 0 ||
-        (rc = clt__json_bool(c, j, "use_regex", 1, &st->use_regex)) < 0)
-      return rc;
-    st->behavior = CLT__SPLIT_ISOLATED;
-    return st->use_regex ? clt__regex_compile(&st->re, gpt2_pattern, sizeof gpt2_pattern - 1, 0, c->file, c->where)
-                         : CLT_OK;
-  }
+  int rc;
+  (void)depth;
+  if ((rc = add_step(pt, kind, &st)) < 0 || (rc = parse_behavior(c, j, &st->behavior)) < 0 ||
+      (rc = clt__json_bool(c, j, "invert", 0, &st->invert)) < 0)
+    return rc;
+  return clt__parse_pattern(c, j, "pattern", &st->re);
+}
+
+/* Digits: Split at Unicode's numbers (Rust's char::is_numeric), runs of them
+ * joined (Contiguous) unless individual_digits. */
+static int parse_digits(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth) {
+  clt__pretok_step *st = NULL;
+  int rc, each;
+  (void)depth;
+  if ((rc = add_step(pt, kind, &st)) < 0 || (rc = clt__json_bool(c, j, "individual_digits", 0, &each)) < 0) return rc;
+  st->behavior = CLT__SPLIT_ISOLATED;
+  return clt__regex_compile(&st->re, each ? "\\p{N}" : "\\p{N}+", each ? 5 : 6, 0, c->file, c->where);
+}
+
+static int parse_bytelevel(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth) {
+  clt__pretok_step *st = NULL;
+  int rc;
+  (void)depth;
+  if ((rc = add_step(pt, kind, &st)) < 0 ||
+      (rc = clt__json_bool(c, j, "add_prefix_space", -1, &st->add_prefix_space)) < 0 ||
+      (rc = clt__json_bool(c, j, "use_regex", 1, &st->use_regex)) < 0)
+    return rc;
+  st->behavior = CLT__SPLIT_ISOLATED;
+  return st->use_regex ? clt__regex_compile(&st->re, gpt2_pattern, sizeof gpt2_pattern - 1, 0, c->file, c->where)
+                       : CLT_OK;
 }
 
 int clt__pretokenizer_parse(const clt__jctx *c, json_t *j, clt__pretokenizer *out) {
@@ -152,13 +182,14 @@ static void apply_behavior(clt__spans *v, int behavior) {
   for (size_t i = 0; i < k; i++) v->p[i].match = 0;
 }
 
-/* The spans of s on to the step after st (ByteLevel's mapped first). */
-static int send(clt__pretok_step *st, int step, const char *s, clt__piece_fn next, void *user) {
+/* The spans of s on to the step after st, each mapped to the byte-level
+ * alphabet first when map. */
+static int send(clt__pretok_step *st, int step, const char *s, int map, clt__piece_fn next, void *user) {
   int rc;
   for (size_t i = 0; i < st->spans.n; i++) {
     const clt__span *sp = &st->spans.p[i];
     if (sp->match < 0 || sp->end == sp->start) continue;
-    if (st->kind == PRE_BYTELEVEL) {
+    if (map) {
       st->mapped.n = 0;
       if ((rc = clt__bytelevel_map_bytes(s + sp->start, sp->end - sp->start, &st->mapped)) < 0) return rc;
       rc = next(user, step + 1, st->mapped.p, st->mapped.n);
@@ -170,24 +201,32 @@ static int send(clt__pretok_step *st, int step, const char *s, clt__piece_fn nex
   return CLT_OK;
 }
 
+static int run_split(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user) {
+  int rc = clt__regex_spans(&st->re, s, n, st->invert, 1, &st->spans);
+  if (rc < 0) return rc;
+  apply_behavior(&st->spans, st->behavior);
+  return send(st, step, s, 0, next, user);
+}
+
+static int run_bytelevel(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user) {
+  int rc;
+  if (st->add_prefix_space && s[0] != ' ') {
+    st->with_space.n = 0;
+    if (clt__buf_put(&st->with_space, " ", 1) < 0 || clt__buf_put(&st->with_space, s, n) < 0) return CLT_ENOMEM;
+    s = st->with_space.p, n = st->with_space.n;
+  }
+  if (!st->use_regex) {
+    st->mapped.n = 0;
+    if ((rc = clt__bytelevel_map_bytes(s, n, &st->mapped)) < 0) return rc;
+    return next(user, step + 1, st->mapped.p, st->mapped.n);
+  }
+  if ((rc = clt__regex_spans(&st->re, s, n, 0, 1, &st->spans)) < 0) return rc;
+  return send(st, step, s, 1, next, user);
+}
+
 int clt__pretokenizer_step(clt__pretokenizer *pt, int step, const char *s, size_t n, clt__piece_fn next, void *user) {
   clt__pretok_step *st = &pt->steps[step];
-  int rc;
-  if (st->kind == PRE_BYTELEVEL) {
-    if (st->add_prefix_space && s[0] != ' ') {
-      st->with_space.n = 0;
-      if (clt__buf_put(&st->with_space, " ", 1) < 0 || clt__buf_put(&st->with_space, s, n) < 0) return CLT_ENOMEM;
-      s = st->with_space.p, n = st->with_space.n;
-    }
-    if (!st->use_regex) {
-      st->mapped.n = 0;
-      if ((rc = clt__bytelevel_map_bytes(s, n, &st->mapped)) < 0) return rc;
-      return next(user, step + 1, st->mapped.p, st->mapped.n);
-    }
-  }
-  if ((rc = clt__regex_spans(&st->re, s, n, st->invert, 1, &st->spans)) < 0) return rc;
-  apply_behavior(&st->spans, st->behavior);
-  return send(st, step, s, next, user);
+  return kinds[st->kind].run(st, step, s, n, next, user);
 }
 
 void clt__pretokenizer_free(clt__pretokenizer *pt) {
