@@ -577,7 +577,8 @@ CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices,
  * pairs, unk_token, fuse_unk, byte_fallback, ignore_merges,
  * continuing_subword_prefix, end_of_word_suffix); added_tokens with their
  * special, normalized, lstrip, rstrip and single_word flags; the
- * normalizers Sequence, Prepend, Replace; the pre-tokenizers Sequence,
+ * normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD (utf8proc's
+ * normalization forms); the pre-tokenizers Sequence,
  * Split (its pattern run by PCRE2), ByteLevel, Digits; the post-processors
  * Sequence, TemplateProcessing, RobertaProcessing, BertProcessing,
  * ByteLevel; the decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse,

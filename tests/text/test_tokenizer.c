@@ -415,10 +415,10 @@ START_TEST(refuse_unknown_components) {
                "ByteLevel, Digits");
   refused_with("pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}, "
                "{\"type\": \"Whitespace\"}]}", "pre_tokenizer.pretokenizers[1] type \"Whitespace\" is not supported");
-  refused_with("normalizer", "{\"type\": \"NFC\"}", "normalizer type \"NFC\" is not supported; cltrain reads the "
-               "normalizers Sequence, Prepend, Replace");
-  refused_with("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Lowercase\"}]}",
-               "normalizer.normalizers[0] type \"Lowercase\" is not supported");
+  refused_with("normalizer", "{\"type\": \"Lowercase\"}", "normalizer type \"Lowercase\" is not supported; cltrain reads "
+               "the normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD");
+  refused_with("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "
+               "{\"type\": \"StripAccents\"}]}", "normalizer.normalizers[1] type \"StripAccents\" is not supported");
   refused_with("decoder", "{\"type\": \"WordPiece\", \"prefix\": \"##\"}", "decoder type \"WordPiece\" is not supported");
   refused_with("decoder", "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, {\"type\": \"CTC\"}]}",
                "decoder.decoders[1] type \"CTC\" is not supported");

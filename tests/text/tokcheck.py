@@ -61,6 +61,8 @@ def stress_bytes():
         "SentencePiece: \u2581word \u2581\u2581 <0x41> <0xZZ> <0x+A> \u2581\n",
         "Controls: \x00\x01\x7f\x1b[0m end\n",
         "Punctuation!!! ... ??? --- \"quoted\" (paren) [bracket] {brace} @user #tag $5 100% a&b\n",
+        "Normalization: \ufb01ne \u212b \u1100\u1161\u11a8 \u00c5 A\u030a \u2126 \u0344 \u1e9b\u0323 \uff76\uff9e "
+        "\u3300 \u2460 \u01c4 \u0390\n",
     ]
     text = "".join(parts).encode("utf-8")
     bad = (b"Invalid: \xff\xfe x \xc3( \xe2\x82 \xf0\x9f\x98 y \xed\xa0\x80 \xc0\xaf \xf4\x90\x80\x80 "
