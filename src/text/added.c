@@ -41,7 +41,7 @@ static int pattern_order(const void *x, const void *y) {
 
 /* Patterns grouped by first byte, longest first. */
 static void set_index(clt__added_set *s) {
-  qsort(s->pat, (size_t)s->n, sizeof *s->pat, pattern_order);
+  if (s->n) qsort(s->pat, (size_t)s->n, sizeof *s->pat, pattern_order);
   int k = 0;
   for (int b = 0; b <= 256; b++) {
     while (b < 256 && k < s->n && (unsigned char)s->pat[k].p[0] < b) k++;
