@@ -579,12 +579,12 @@ CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices,
  * special, normalized, lstrip, rstrip and single_word flags; the
  * normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD (utf8proc's
  * normalization forms); the pre-tokenizers Sequence,
- * Split (its pattern run by PCRE2), ByteLevel, Digits; the post-processors
+ * Split (its pattern run by PCRE2), ByteLevel, Digits, Metaspace; the post-processors
  * Sequence, TemplateProcessing, RobertaProcessing, BertProcessing,
  * ByteLevel; the decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse,
- * Strip. Any other component, a set "truncation" or "padding", or BPE
+ * Strip, Metaspace. Any other component, a set "truncation" or "padding", or BPE
  * dropout is CLT_EFORMAT naming the file and the component ("tokenizer.json:
- * pre_tokenizer type \"Metaspace\" is not supported; ..."), as is anything
+ * pre_tokenizer type \"Whitespace\" is not supported; ..."), as is anything
  * malformed. Text that is not UTF-8 is encoded as Python's
  * bytes.decode(errors="replace") reads it (each ill-formed part one U+FFFD). */
 typedef struct clt_tokenizer clt_tokenizer;

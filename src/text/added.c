@@ -178,11 +178,11 @@ static int find(const clt__added_set *set, const char *s, size_t n, size_t from,
 }
 
 int clt__added_split(clt__added *a, const clt__added_set *set, const char *s, size_t n,
-                     int (*piece)(void *user, const char *s, size_t n), int (*token)(void *user, uint32_t id),
-                     void *user) {
+                     int (*piece)(void *user, const char *s, size_t n, size_t at),
+                     int (*token)(void *user, uint32_t id), void *user) {
   size_t start_offset = 0, from = 0, at;
   int k, rc;
-  if (!set->n) return n ? piece(user, s, n) : CLT_OK;
+  if (!set->n) return n ? piece(user, s, n, 0) : CLT_OK;
   while (from < n && (k = find(set, s, n, from, &at)) >= 0) {
     const clt__added_token *t = &a->tok[set->pat[k].token];
     size_t start = at, stop = at + set->pat[k].n;
@@ -199,11 +199,12 @@ int clt__added_split(clt__added *a, const clt__added_set *set, const char *s, si
     }
     if (t->rstrip)
       while (stop < n && is_class(&a->space, s, stop)) stop += clt__utf8_len((unsigned char)s[stop]);
-    if (start_offset < start && (rc = piece(user, s + start_offset, start - start_offset)) < 0) return rc;
+    if (start_offset < start && (rc = piece(user, s + start_offset, start - start_offset, start_offset)) < 0)
+      return rc;
     if ((rc = token(user, t->id)) < 0) return rc;
     start_offset = stop;
   }
-  if (start_offset < n) return piece(user, s + start_offset, n - start_offset);
+  if (start_offset < n) return piece(user, s + start_offset, n - start_offset, start_offset);
   return CLT_OK;
 }
 

@@ -12,6 +12,8 @@
  *   Fuse          all tokens joined into one
  *   Strip         up to `start` leading and `stop` trailing copies of a
  *                 character off every token
+ *   Metaspace     the replacement character as a space, except in the
+ *                 first token, which loses it, unless prepend_scheme is never
  */
 #include "text/text.h"
 
@@ -35,6 +37,8 @@ static int run_replace(clt__dec_step *st, clt__toklist *in, clt__toklist *out, c
 static int run_bytefallback(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
 static int run_fuse(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
 static int run_strip(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
+static int parse_metaspace(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth);
+static int run_metaspace(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch);
 
 static const dec_kind kinds[] = {
     {"Sequence", parse_sequence, NULL},
@@ -43,6 +47,7 @@ static const dec_kind kinds[] = {
     {"ByteFallback", parse_plain, run_bytefallback},
     {"Fuse", parse_plain, run_fuse},
     {"Strip", parse_strip, run_strip},
+    {"Metaspace", parse_metaspace, run_metaspace},
 };
 static const int nkinds = (int)(sizeof kinds / sizeof *kinds);
 
@@ -218,6 +223,41 @@ static int run_strip(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt
     for (int64_t k = 0; k < st->start && b - a >= cn && memcmp(s + a, st->text, cn) == 0; k++) a += cn;
     for (int64_t k = 0; k < st->stop && b - a >= cn && memcmp(s + b - cn, st->text, cn) == 0; k++) b -= cn;
     int rc = clt__toklist_add(out, s + a, b - a);
+    if (rc < 0) return rc;
+  }
+  return CLT_OK;
+}
+
+static int parse_metaspace(const clt__jctx *c, json_t *j, clt__decoder *d, int kind, int depth) {
+  clt__dec_step *st = NULL;
+  char rep[8];
+  size_t n;
+  int rc;
+  (void)depth;
+  if ((rc = add_step(d, kind, &st)) < 0 || (rc = clt__parse_metaspace(c, j, rep, &n, &st->prepend)) < 0) return rc;
+  if (!(st->text = malloc(n + 1))) return clt__error(CLT_ENOMEM, "out of host memory reading the decoder");
+  memcpy(st->text, rep, n + 1);
+  st->text_n = n;
+  return CLT_OK;
+}
+
+static int run_metaspace(clt__dec_step *st, clt__toklist *in, clt__toklist *out, clt__buf *scratch) {
+  const size_t rn = st->text_n;
+  for (size_t i = 0; i < in->n; i++) {
+    const char *s = TOK(in, i);
+    const size_t n = in->len[i];
+    scratch->n = 0;
+    for (size_t k = 0; k < n;) {
+      if (n - k >= rn && memcmp(s + k, st->text, rn) == 0) {
+        if ((i > 0 || st->prepend == CLT__PREPEND_NEVER) && clt__buf_put(scratch, " ", 1) < 0) return CLT_ENOMEM;
+        k += rn;
+        continue;
+      }
+      const size_t c = clt__utf8_len((unsigned char)s[k]);
+      if (clt__buf_put(scratch, s + k, c > n - k ? n - k : c) < 0) return CLT_ENOMEM;
+      k += c;
+    }
+    int rc = clt__toklist_add(out, scratch->p, scratch->n);
     if (rc < 0) return rc;
   }
   return CLT_OK;

@@ -28,21 +28,27 @@ typedef struct pre_kind {
   /* read the component at j into steps of pt (a Sequence: its members') */
   int (*parse)(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
   /* cut one piece, sending the pieces on to step + 1 */
-  int (*run)(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user);
+  int (*run)(clt__pretok_step *st, int step, const char *s, size_t n, int first, clt__piece_fn next, void *user);
 } pre_kind;
 
 static int parse_sequence(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
 static int parse_split(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
 static int parse_bytelevel(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
 static int parse_digits(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
-static int run_split(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user);
-static int run_bytelevel(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user);
+static int parse_metaspace(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth);
+static int run_split(clt__pretok_step *st, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                     void *user);
+static int run_bytelevel(clt__pretok_step *st, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                         void *user);
+static int run_metaspace(clt__pretok_step *st, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                         void *user);
 
 static const pre_kind kinds[] = {
     {"Sequence", parse_sequence, NULL},
     {"Split", parse_split, run_split},
     {"ByteLevel", parse_bytelevel, run_bytelevel},
     {"Digits", parse_digits, run_split},
+    {"Metaspace", parse_metaspace, run_metaspace},
 };
 static const int nkinds = (int)(sizeof kinds / sizeof *kinds);
 
@@ -119,6 +125,45 @@ static int parse_digits(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, in
   return clt__regex_compile(&st->re, each ? "\\p{N}" : "\\p{N}+", each ? 5 : 6, 0, c->file, c->where);
 }
 
+/* Metaspace's replacement (one character) and prepend_scheme (or the older
+ * add_prefix_space: true always, false never; shared with the decoder). */
+int clt__parse_metaspace(const clt__jctx *c, json_t *j, char *rep, size_t *rep_n, int *prepend) {
+  static const char *const schemes[] = {[CLT__PREPEND_NEVER] = "never", [CLT__PREPEND_ALWAYS] = "always",
+                                        [CLT__PREPEND_FIRST] = "first"};
+  const char *s;
+  size_t n;
+  int rc, add;
+  if ((rc = clt__json_string(c, j, "replacement", &s, &n)) < 0) return rc;
+  if (n == 0 || n > 4 || clt__utf8_len((unsigned char)s[0]) != n)
+    return clt__error(CLT_EFORMAT, "%s: %s: \"replacement\" is not one character", c->file, c->where);
+  memcpy(rep, s, n);
+  rep[n] = 0, *rep_n = n;
+  *prepend = CLT__PREPEND_ALWAYS;
+  if (json_object_get(j, "prepend_scheme")) {
+    if ((rc = clt__json_string(c, j, "prepend_scheme", &s, &n)) < 0) return rc;
+    for (int i = 0; i < 3; i++)
+      if (strlen(schemes[i]) == n && memcmp(schemes[i], s, n) == 0) return *prepend = i, CLT_OK;
+    return clt__error(CLT_EFORMAT, "%s: %s: \"prepend_scheme\" \"%.*s\" is none of always, first, never", c->file,
+                      c->where, (int)(n > 40 ? 40 : n), s);
+  }
+  if (json_object_get(j, "add_prefix_space")) {
+    if ((rc = clt__json_bool(c, j, "add_prefix_space", 0, &add)) < 0) return rc;
+    *prepend = add ? CLT__PREPEND_ALWAYS : CLT__PREPEND_NEVER;
+  }
+  return CLT_OK;
+}
+
+static int parse_metaspace(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth) {
+  clt__pretok_step *st = NULL;
+  int rc;
+  (void)depth;
+  if ((rc = add_step(pt, kind, &st)) < 0 ||
+      (rc = clt__parse_metaspace(c, j, st->rep, &st->rep_n, &st->prepend)) < 0 ||
+      (rc = clt__json_bool(c, j, "split", 1, &st->split)) < 0)
+    return rc;
+  return clt__regex_compile(&st->re, st->rep, st->rep_n, 1, c->file, c->where);
+}
+
 static int parse_bytelevel(const clt__jctx *c, json_t *j, clt__pretokenizer *pt, int kind, int depth) {
   clt__pretok_step *st = NULL;
   int rc;
@@ -184,7 +229,7 @@ static void apply_behavior(clt__spans *v, int behavior) {
 
 /* The spans of s on to the step after st, each mapped to the byte-level
  * alphabet first when map. */
-static int send(clt__pretok_step *st, int step, const char *s, int map, clt__piece_fn next, void *user) {
+static int send(clt__pretok_step *st, int step, const char *s, int first, int map, clt__piece_fn next, void *user) {
   int rc;
   for (size_t i = 0; i < st->spans.n; i++) {
     const clt__span *sp = &st->spans.p[i];
@@ -192,23 +237,25 @@ static int send(clt__pretok_step *st, int step, const char *s, int map, clt__pie
     if (map) {
       st->mapped.n = 0;
       if ((rc = clt__bytelevel_map_bytes(s + sp->start, sp->end - sp->start, &st->mapped)) < 0) return rc;
-      rc = next(user, step + 1, st->mapped.p, st->mapped.n);
+      rc = next(user, step + 1, st->mapped.p, st->mapped.n, first && sp->start == 0);
     } else {
-      rc = next(user, step + 1, s + sp->start, sp->end - sp->start);
+      rc = next(user, step + 1, s + sp->start, sp->end - sp->start, first && sp->start == 0);
     }
     if (rc < 0) return rc;
   }
   return CLT_OK;
 }
 
-static int run_split(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user) {
+static int run_split(clt__pretok_step *st, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                     void *user) {
   int rc = clt__regex_spans(&st->re, s, n, st->invert, 1, &st->spans);
   if (rc < 0) return rc;
   apply_behavior(&st->spans, st->behavior);
-  return send(st, step, s, 0, next, user);
+  return send(st, step, s, first, 0, next, user);
 }
 
-static int run_bytelevel(clt__pretok_step *st, int step, const char *s, size_t n, clt__piece_fn next, void *user) {
+static int run_bytelevel(clt__pretok_step *st, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                         void *user) {
   int rc;
   if (st->add_prefix_space && s[0] != ' ') {
     st->with_space.n = 0;
@@ -218,15 +265,44 @@ static int run_bytelevel(clt__pretok_step *st, int step, const char *s, size_t n
   if (!st->use_regex) {
     st->mapped.n = 0;
     if ((rc = clt__bytelevel_map_bytes(s, n, &st->mapped)) < 0) return rc;
-    return next(user, step + 1, st->mapped.p, st->mapped.n);
+    return next(user, step + 1, st->mapped.p, st->mapped.n, first);
   }
   if ((rc = clt__regex_spans(&st->re, s, n, 0, 1, &st->spans)) < 0) return rc;
-  return send(st, step, s, 1, next, user);
+  return send(st, step, s, first, 1, next, user);
 }
 
-int clt__pretokenizer_step(clt__pretokenizer *pt, int step, const char *s, size_t n, clt__piece_fn next, void *user) {
+/* Metaspace: every ' ' as the replacement, the replacement in front as
+ * prepend_scheme says (always; first: only for the piece that starts the
+ * text; never) unless the piece starts with it, then a cut before each
+ * replacement (MergedWithNext). */
+static int run_metaspace(clt__pretok_step *st, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                         void *user) {
+  clt__buf *o = &st->with_space;
+  int rc;
+  o->n = 0;
+  const int starts = (n && s[0] == ' ') || (n >= st->rep_n && memcmp(s, st->rep, st->rep_n) == 0); /* once replaced */
+  if (!starts && (st->prepend == CLT__PREPEND_ALWAYS || (st->prepend == CLT__PREPEND_FIRST && first)) &&
+      clt__buf_put(o, st->rep, st->rep_n) < 0)
+    return CLT_ENOMEM;
+  if (clt__buf_reserve(o, n + n * st->rep_n) < 0) return CLT_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == ' ') {
+      memcpy(o->p + o->n, st->rep, st->rep_n);
+      o->n += st->rep_n;
+    } else {
+      o->p[o->n++] = s[i];
+    }
+  }
+  if (!st->split) return next(user, step + 1, o->p, o->n, first);
+  if ((rc = clt__regex_spans(&st->re, o->p, o->n, 0, 1, &st->spans)) < 0) return rc;
+  apply_behavior(&st->spans, CLT__SPLIT_MERGED_NEXT);
+  return send(st, step, o->p, first, 0, next, user);
+}
+
+int clt__pretokenizer_step(clt__pretokenizer *pt, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                           void *user) {
   clt__pretok_step *st = &pt->steps[step];
-  return kinds[st->kind].run(st, step, s, n, next, user);
+  return kinds[st->kind].run(st, step, s, n, first, next, user);
 }
 
 void clt__pretokenizer_free(clt__pretokenizer *pt) {

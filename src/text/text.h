@@ -190,6 +190,9 @@ void clt__jctx_sub(clt__jctx *sub, const clt__jctx *c, const char *key, int inde
  * of Replace and Split). */
 int clt__parse_pattern(const clt__jctx *c, json_t *obj, const char *key, clt__regex *re);
 
+/* Metaspace's members, read for the pre-tokenizer and the decoder alike. */
+int clt__parse_metaspace(const clt__jctx *c, json_t *j, char *rep, size_t *rep_n, int *prepend);
+
 /* ---- the byte-level alphabet (bytelevel.c) -------------------------------------------- */
 
 /* GPT-2's map of the 256 bytes to printable code points (bytes_to_unicode):
@@ -234,6 +237,7 @@ void clt__normalizer_free(clt__normalizer *nz);
 
 /* The pre-tokenizer (pretokenizer.c): a Sequence is flattened into steps,
  * each cutting a piece into pieces that go on to the next step. */
+enum { CLT__PREPEND_NEVER, CLT__PREPEND_ALWAYS, CLT__PREPEND_FIRST };
 enum { CLT__SPLIT_REMOVED, CLT__SPLIT_ISOLATED, CLT__SPLIT_MERGED_PREV, CLT__SPLIT_MERGED_NEXT, CLT__SPLIT_CONTIGUOUS };
 
 typedef struct clt__pretok_step {
@@ -242,6 +246,9 @@ typedef struct clt__pretok_step {
   int behavior, invert;   /* Split */
   int add_prefix_space;   /* ByteLevel */
   int use_regex;          /* ByteLevel */
+  char rep[8];            /* Metaspace's replacement character */
+  size_t rep_n;
+  int prepend, split;     /* Metaspace: CLT__PREPEND_*, split at rep */
   clt__spans spans;       /* scratch */
   clt__buf with_space, mapped;
 } clt__pretok_step;
@@ -253,10 +260,13 @@ typedef struct clt__pretokenizer {
 
 /* Where a step sends its pieces: on to step `step` (the model after the
  * last). */
-typedef int (*clt__piece_fn)(void *user, int step, const char *s, size_t n);
+typedef int (*clt__piece_fn)(void *user, int step, const char *s, size_t n, int first);
 
 int clt__pretokenizer_parse(const clt__jctx *c, json_t *j, clt__pretokenizer *out);
-int clt__pretokenizer_step(clt__pretokenizer *pt, int step, const char *s, size_t n, clt__piece_fn next, void *user);
+/* first: the piece starts where the text does (Metaspace's prepend_scheme
+ * "first" asks). */
+int clt__pretokenizer_step(clt__pretokenizer *pt, int step, const char *s, size_t n, int first, clt__piece_fn next,
+                           void *user);
 void clt__pretokenizer_free(clt__pretokenizer *pt);
 
 /* The BPE model (bpe.c). */
@@ -331,7 +341,8 @@ int clt__added_build(clt__added *a, clt__normalizer *nz, const clt__jctx *c);
 /* Cut s[0..n) at the set's tokens: piece(user, s, n) for text between them,
  * token(user, id) for each token, in order. */
 int clt__added_split(clt__added *a, const clt__added_set *set, const char *s, size_t n,
-                     int (*piece)(void *user, const char *s, size_t n), int (*token)(void *user, uint32_t id),
+                     int (*piece)(void *user, const char *s, size_t n, size_t at),
+                     int (*token)(void *user, uint32_t id),
                      void *user);
 /* The added token with this id, or NULL. */
 const clt__added_token *clt__added_by_id(const clt__added *a, uint32_t id);
@@ -378,6 +389,7 @@ typedef struct clt__dec_step {
   char *text;        /* Replace's content, Strip's character */
   size_t text_n;
   int64_t start, stop; /* Strip */
+  int prepend;         /* Metaspace: CLT__PREPEND_* */
 } clt__dec_step;
 
 typedef struct clt__decoder {
@@ -408,6 +420,7 @@ struct clt_tokenizer {
   const char **tok;
   uint32_t *tok_len;
   char *special; /* 1 for the special tokens (skipped by CLT_DECODE_SKIP_SPECIAL) */
+  int raw_first; /* the piece between added tokens being encoded starts the text */
   /* tokenizer_config.json: bos_token, eos_token, add_bos_token, add_eos_token */
   int64_t bos, eos;
   int add_bos, add_eos; /* -1: not said */

@@ -276,19 +276,22 @@ const char *clt_tokenizer_path(const clt_tokenizer *t) { return t ? t->path : NU
 static int on_token(void *user, uint32_t id) { return clt__ids_push(&((clt_tokenizer *)user)->out, id); }
 
 /* A piece on to pre-tokenizer step `step`, or to the model after the last. */
-static int on_word(void *user, int step, const char *s, size_t n) {
+static int on_word(void *user, int step, const char *s, size_t n, int first) {
   clt_tokenizer *t = user;
   if (!n) return CLT_OK;
   if (step == t->pre.n) return clt__bpe_tokenize(&t->bpe, s, n, &t->out);
-  return clt__pretokenizer_step(&t->pre, step, s, n, on_word, t);
+  return clt__pretokenizer_step(&t->pre, step, s, n, first, on_word, t);
 }
 
-static int on_normalized(void *user, const char *s, size_t n) { return on_word(user, 0, s, n); }
+static int on_normalized(void *user, const char *s, size_t n, size_t at) {
+  return on_word(user, 0, s, n, ((clt_tokenizer *)user)->raw_first && at == 0);
+}
 
 /* Text between the added tokens that are not normalized: normalized, then
  * cut at the ones that are. */
-static int on_raw(void *user, const char *s, size_t n) {
+static int on_raw(void *user, const char *s, size_t n, size_t at) {
   clt_tokenizer *t = user;
+  t->raw_first = at == 0;
   if (t->has_norm) {
     int rc = clt__normalizer_run(&t->norm, s, n, 1, &s, &n);
     if (rc < 0) return rc;

@@ -410,11 +410,15 @@ START_TEST(refuse_unknown_components) {
   refused_with("model", "{\"type\": \"Unigram\", \"vocab\": []}", "model type \"Unigram\" is not supported; cltrain reads "
                "the models BPE");
   refused_with("model", "{\"vocab\": {}}", "model has no \"type\"");
-  refused_with("pre_tokenizer", "{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\"}",
-               "pre_tokenizer type \"Metaspace\" is not supported; cltrain reads the pre-tokenizers Sequence, Split, "
-               "ByteLevel, Digits");
+  refused_with("pre_tokenizer", "{\"type\": \"Whitespace\"}",
+               "pre_tokenizer type \"Whitespace\" is not supported; cltrain reads the pre-tokenizers Sequence, Split, "
+               "ByteLevel, Digits, Metaspace");
   refused_with("pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}, "
-               "{\"type\": \"Whitespace\"}]}", "pre_tokenizer.pretokenizers[1] type \"Whitespace\" is not supported");
+               "{\"type\": \"Punctuation\"}]}", "pre_tokenizer.pretokenizers[1] type \"Punctuation\" is not supported");
+  refused_with("pre_tokenizer", "{\"type\": \"Metaspace\", \"replacement\": \"ab\"}",
+               "pre_tokenizer: \"replacement\" is not one character");
+  refused_with("decoder", "{\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}",
+               "decoder: \"prepend_scheme\" \"sometimes\" is none of always, first, never");
   refused_with("normalizer", "{\"type\": \"Lowercase\"}", "normalizer type \"Lowercase\" is not supported; cltrain reads "
                "the normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD");
   refused_with("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "

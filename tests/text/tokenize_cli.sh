@@ -59,10 +59,10 @@ expect 0 "a vocabulary beyond uint16" -- tokenize "$tmp/big.txt" -o "$tmp/big.bi
 # mistakes
 expect 1 "a missing tokenizer" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --tokenizer "$tmp/nowhere"
 has "$err" "$tmp/nowhere: No such file or directory" "the path is named"
-sed 's/"type": "ByteLevel", "add_prefix_space": false, "use_regex": true/"type": "Metaspace", "replacement": "_"/' \
-  "$tmp/big.json" >"$tmp/meta.json"
-expect 1 "a pre-tokenizer cltrain does not read" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --tokenizer "$tmp/meta.json"
-has "$err" "$tmp/meta.json: pre_tokenizer type \"Metaspace\" is not supported" "the file and the component are named"
+sed 's/"type": "ByteLevel", "add_prefix_space": false, "use_regex": true/"type": "Whitespace"/' \
+  "$tmp/big.json" >"$tmp/ws.json"
+expect 1 "a pre-tokenizer cltrain does not read" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --tokenizer "$tmp/ws.json"
+has "$err" "$tmp/ws.json: pre_tokenizer type \"Whitespace\" is not supported" "the file and the component are named"
 expect 1 "--eos where no EOS is known" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --tokenizer "$tmp/big.json" --eos
 has "$err" "no EOS token is known" "the reason is given"
 expect 2 "--bos without a tokenizer" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --bos
