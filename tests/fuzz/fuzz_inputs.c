@@ -260,7 +260,8 @@ static int run_tokenizer(const char *dir, const uint8_t *d, size_t n) { (void)di
 /* tokenizer.json's component names and the pieces of its patterns */
 static const char *const tokenizer_dict[] = {
     "\"Sequence\"", "\"Split\"", "\"ByteLevel\"", "\"Digits\"", "\"Metaspace\"", "\"Prepend\"", "\"Replace\"",
-    "\"ByteFallback\"", "\"Fuse\"", "\"Strip\"", "\"TemplateProcessing\"", "\"BPE\"", "\"Regex\"", "\"String\"",
+    "\"ByteFallback\"", "\"Fuse\"", "\"Strip\"", "\"first\"", "\"never\"", "\"NFC\"",
+    "\"TemplateProcessing\"", "\"BPE\"", "\"Regex\"", "\"String\"",
     "\"Removed\"", "\"MergedWithNext\"", "\"Contiguous\"", "\"<0x41>\"", "\\\\p{L}", "\\\\s+", "(?!", "(?i:", "{1,3}",
     "[^", "]", "|", "*", "+", "(", ")", "\\u2581", "\\u0000", "null", "true", "false", "-1", "16777216", "4294967295",
     "1e9", "[]", "{}", "\"\"", ",", ":", "\"a b\"", "[\"a\",\"b\"]", NULL};

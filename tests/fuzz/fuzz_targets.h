@@ -43,8 +43,8 @@ void fuzz_seed_tokens(const char *dir, int wide, uint8_t **out, size_t *n);
 void fuzz_seed_safetensors(const char *dir, uint8_t **out, size_t *n);
 /* NULL-terminated list of valid spec texts. */
 extern const char *const fuzz_seed_specs[];
-/* NULL-terminated list of valid tokenizer.json texts (a byte-level and a
- * SentencePiece-style BPE, every component kind cltrain reads). */
+/* NULL-terminated list of valid tokenizer.json texts (a byte-level BPE and
+ * two SentencePiece-style ones, every component kind cltrain reads). */
 extern const char *const fuzz_seed_tokenizers[];
 
 /* Write n bytes to path; exits on failure (a broken test machine). */
