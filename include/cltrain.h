@@ -562,7 +562,7 @@ CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices,
 
 /* A Hugging Face tokenizer read from its tokenizer.json, encoding text to
  * token ids and decoding ids to text exactly as the `tokenizers` library
- * does: byte-level BPE (GPT-2, Llama 3, Qwen2's pipeline) and
+ * does: byte-level BPE (GPT-2, Llama 3) and
  * SentencePiece-style BPE with byte fallback (Llama 2, Mistral).
  *
  *   clt_tokenizer *tok;
@@ -577,15 +577,17 @@ CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices,
  * pairs, unk_token, fuse_unk, byte_fallback, ignore_merges,
  * continuing_subword_prefix, end_of_word_suffix); added_tokens with their
  * special, normalized, lstrip, rstrip and single_word flags; the
- * normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD (utf8proc's
- * normalization forms); the pre-tokenizers Sequence,
+ * normalizers Sequence, Prepend, Replace; the pre-tokenizers Sequence,
  * Split (its pattern run by PCRE2), ByteLevel, Digits, Metaspace; the post-processors
  * Sequence, TemplateProcessing, RobertaProcessing, BertProcessing,
  * ByteLevel; the decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse,
  * Strip, Metaspace. Any other component, a set "truncation" or "padding", or BPE
  * dropout is CLT_EFORMAT naming the file and the component ("tokenizer.json:
  * pre_tokenizer type \"Whitespace\" is not supported; ..."), as is anything
- * malformed. Text that is not UTF-8 is encoded as Python's
+ * malformed. The normalizers NFC, NFD, NFKC and NFKD (Unicode's
+ * normalization forms; Qwen2's tokenizer.json has NFC) are refused so too,
+ * saying why: cltrain has no Unicode normalization (its build stack has no
+ * library for it). Text that is not UTF-8 is encoded as Python's
  * bytes.decode(errors="replace") reads it (each ill-formed part one U+FFFD). */
 typedef struct clt_tokenizer clt_tokenizer;
 

@@ -7,17 +7,17 @@
  *   Prepend  its text in front of a piece that is not empty
  *   Replace  every match of its pattern (a literal String or a Regex) by
  *            its content
- *   NFC, NFD, NFKC, NFKD  Unicode's normalization forms (Qwen2's NFC), by
- *            utf8proc
  *
- * Others (Lowercase, Strip, BertNormalizer, ...) are refused by name.
+ * Unicode's normalization forms (NFC, NFD, NFKC, NFKD: Qwen2's tokenizer has
+ * NFC) are refused by name, saying why: they need Unicode's decomposition
+ * and composition tables, which no library of cltrain's build stack has
+ * (and cltrain writes no Unicode tables of its own). Others (Lowercase,
+ * Strip, BertNormalizer, ...) are refused as unknown.
  */
 #include "text/text.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#include <utf8proc.h>
 
 typedef struct norm_kind {
   const char *name;
@@ -25,7 +25,6 @@ typedef struct norm_kind {
   int (*parse)(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
   /* s[0..n) normalized, appended to out */
   int (*run)(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out);
-  int unicode; /* utf8proc's options of a normalization form */
 } norm_kind;
 
 static int parse_sequence(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
@@ -33,19 +32,25 @@ static int parse_prepend(const clt__jctx *c, json_t *j, clt__normalizer *nz, int
 static int parse_replace(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
 static int run_prepend(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out);
 static int run_replace(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out);
-static int parse_form(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth);
-static int run_form(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out);
 
 static const norm_kind kinds[] = {
-    {"Sequence", parse_sequence, NULL, 0},
-    {"Prepend", parse_prepend, run_prepend, 0},
-    {"Replace", parse_replace, run_replace, 0},
-    {"NFC", parse_form, run_form, UTF8PROC_STABLE | UTF8PROC_COMPOSE},
-    {"NFD", parse_form, run_form, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE},
-    {"NFKC", parse_form, run_form, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
-    {"NFKD", parse_form, run_form, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT},
+    {"Sequence", parse_sequence, NULL},
+    {"Prepend", parse_prepend, run_prepend},
+    {"Replace", parse_replace, run_replace},
 };
 static const int nkinds = (int)(sizeof kinds / sizeof *kinds);
+
+/* The kinds refused with a reason rather than as unknown. */
+static const char no_unicode[] = "cltrain has no Unicode normalization (its build stack has no library for it)";
+static const struct {
+  const char *name, *why;
+} refused[] = {
+    {"NFC", no_unicode},
+    {"NFD", no_unicode},
+    {"NFKC", no_unicode},
+    {"NFKD", no_unicode},
+};
+static const int nrefused = (int)(sizeof refused / sizeof *refused);
 
 int clt__parse_pattern(const clt__jctx *c, json_t *obj, const char *key, clt__regex *re) {
   clt__jctx sub, leaf;
@@ -78,6 +83,11 @@ static int copy_text(const char *s, size_t n, char **out, size_t *out_n) {
 
 static int parse(const clt__jctx *c, json_t *j, clt__normalizer *nz, int depth) {
   int kind, rc;
+  json_t *type = json_object_get(j, "type");
+  for (int i = 0; i < nrefused && json_is_string(type); i++)
+    if (strcmp(json_string_value(type), refused[i].name) == 0)
+      return clt__error(CLT_EFORMAT, "%s: %s type \"%s\" is not supported: %s", c->file, c->where, refused[i].name,
+                        refused[i].why);
   if ((rc = clt__json_kind(c, j, "normalizer", kinds, sizeof *kinds, nkinds, &kind)) < 0) return rc;
   return kinds[kind].parse(c, j, nz, kind, depth);
 }
@@ -118,26 +128,6 @@ static int parse_replace(const clt__jctx *c, json_t *j, clt__normalizer *nz, int
       (rc = copy_text(s, n, &st->text, &st->text_n)) < 0)
     return rc;
   return clt__parse_pattern(c, j, "pattern", (clt__regex *)&st->re);
-}
-
-static int parse_form(const clt__jctx *c, json_t *j, clt__normalizer *nz, int kind, int depth) {
-  clt__norm_step *st;
-  (void)c, (void)j, (void)depth;
-  return add_step(nz, kind, &st);
-}
-
-static int run_form(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out) {
-  utf8proc_uint8_t *res = NULL;
-  (void)utf_checked; /* the text is valid UTF-8 here */
-  if (n == 0) return CLT_OK;
-  const utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &res,
-                                          (utf8proc_option_t)kinds[st->kind].unicode);
-  if (k < 0)
-    return clt__error(k == UTF8PROC_ERROR_NOMEM ? CLT_ENOMEM : CLT_EINVAL, "the %s normalizer: %s",
-                      kinds[st->kind].name, utf8proc_errmsg(k));
-  int rc = clt__buf_put(out, res, (size_t)k);
-  free(res);
-  return rc;
 }
 
 static int run_prepend(const clt__norm_step *st, const char *s, size_t n, int utf_checked, clt__buf *out) {

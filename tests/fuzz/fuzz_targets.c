@@ -55,7 +55,8 @@ const char *const fuzz_seed_tokenizers[] = {
     "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"<0x41>\":2,\"<0xC3>\":3,\"<0xA9>\":4,\"\\u2581\":5,\"a\":6,\"b\":7,"
     "\"\\u2581a\":8,\"\\u2581ab\":9},\"merges\":[\"\\u2581 a\",\"\\u2581a b\"]}}",
     "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":1,\"content\":\"<s>\",\"special\":true,\"normalized\":false}],"
-    "\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\","
+    "\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"\\\\s{2,}\"},\"content\":\" \"},"
+    "\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\","
     "\"prepend_scheme\":\"first\",\"split\":true},\"post_processor\":null,"
     "\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"add_prefix_space\":true},"
     "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"byte_fallback\":false,"

@@ -420,14 +420,42 @@ START_TEST(refuse_unknown_components) {
   refused_with("decoder", "{\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}",
                "decoder: \"prepend_scheme\" \"sometimes\" is none of always, first, never");
   refused_with("normalizer", "{\"type\": \"Lowercase\"}", "normalizer type \"Lowercase\" is not supported; cltrain reads "
-               "the normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD");
-  refused_with("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "
+               "the normalizers Sequence, Prepend, Replace");
+  refused_with("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"_\"}, "
                "{\"type\": \"StripAccents\"}]}", "normalizer.normalizers[1] type \"StripAccents\" is not supported");
   refused_with("decoder", "{\"type\": \"WordPiece\", \"prefix\": \"##\"}", "decoder type \"WordPiece\" is not supported");
   refused_with("decoder", "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, {\"type\": \"CTC\"}]}",
                "decoder.decoders[1] type \"CTC\" is not supported");
   refused_with("post_processor", "{\"type\": \"Blend\"}", "post_processor type \"Blend\" is not supported");
   refused_with("decoder", "\"ByteLevel\"", "decoder is a string, not an object");
+}
+END_TEST
+
+/* Unicode's normalization forms (Qwen2's tokenizer.json has NFC) are refused
+ * by name, alone or in a Sequence, saying why: no library of cltrain's build
+ * stack normalizes Unicode. */
+START_TEST(refuse_normalization_forms) {
+  refused_with("normalizer", "{\"type\": \"NFC\"}", "tokenizer.json: normalizer type \"NFC\" is not supported: cltrain "
+               "has no Unicode normalization (its build stack has no library for it)");
+  refused_with("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"_\"}, "
+               "{\"type\": \"NFC\"}]}", "tokenizer.json: normalizer.normalizers[1] type \"NFC\" is not supported: cltrain "
+               "has no Unicode normalization");
+  refused_with("normalizer", "{\"type\": \"NFD\"}", "normalizer type \"NFD\" is not supported: cltrain has no Unicode");
+  refused_with("normalizer", "{\"type\": \"NFKC\"}", "normalizer type \"NFKC\" is not supported: cltrain has no Unicode");
+  refused_with("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKD\"}]}",
+               "normalizer.normalizers[0] type \"NFKD\" is not supported: cltrain has no Unicode");
+  /* Qwen2's tokenizer.json: the qwen2 variant (its pre-tokenizer) with its NFC */
+  json_t *variants = load_json(DIR "/variants.json");
+  char *text = variant_text(variants, "qwen2", 0);
+  json_t *j = json_loads(text, 0, NULL);
+  ck_assert_ptr_nonnull(j);
+  json_object_set_new(j, "normalizer", json_pack("{s:s}", "type", "NFC"));
+  char *qwen2 = json_dumps(j, JSON_COMPACT);
+  refused(qwen2, CLT_EFORMAT, "normalizer type \"NFC\" is not supported: cltrain has no Unicode normalization");
+  free(qwen2);
+  free(text);
+  json_decref(j);
+  json_decref(variants);
 }
 END_TEST
 
@@ -512,6 +540,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, tiny_works);
   tcase_add_test(tc, refuse_malformed);
   tcase_add_test(tc, refuse_unknown_components);
+  tcase_add_test(tc, refuse_normalization_forms);
   tcase_add_test(tc, refuse_bad_ids);
   tcase_add_test(tc, refuse_files);
   suite_add_tcase(s, tc);

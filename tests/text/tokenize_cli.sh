@@ -6,7 +6,8 @@
 # shard when the vocabulary is larger than uint16; a tiny GPT over 3006
 # tokens trained for two steps and sampled; and the mistakes, each refused
 # naming the file or option: a missing tokenizer, a component cltrain does
-# not read, --bos without a tokenizer, an EOS no file names, a model whose
+# not read, an NFC normalizer (Qwen2's: no Unicode normalization, said so),
+# --bos without a tokenizer, an EOS no file names, a model whose
 # vocabulary is smaller than the tokenizer's.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
@@ -63,6 +64,10 @@ sed 's/"type": "ByteLevel", "add_prefix_space": false, "use_regex": true/"type":
   "$tmp/big.json" >"$tmp/ws.json"
 expect 1 "a pre-tokenizer cltrain does not read" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --tokenizer "$tmp/ws.json"
 has "$err" "$tmp/ws.json: pre_tokenizer type \"Whitespace\" is not supported" "the file and the component are named"
+sed 's/"pre_tokenizer":/"normalizer": {"type": "NFC"}, "pre_tokenizer":/' "$tmp/big.json" >"$tmp/nfc.json"
+expect 1 "an NFC normalizer (Qwen2's)" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --tokenizer "$tmp/nfc.json"
+has "$err" "$tmp/nfc.json: normalizer type \"NFC\" is not supported: cltrain has no Unicode normalization" \
+  "the file, the component and the reason are named"
 expect 1 "--eos where no EOS is known" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --tokenizer "$tmp/big.json" --eos
 has "$err" "no EOS token is known" "the reason is given"
 expect 2 "--bos without a tokenizer" -- tokenize "$tmp/a.txt" -o "$tmp/x.bin" --bos
