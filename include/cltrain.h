@@ -42,6 +42,9 @@
  *     memory that is already allocated and mapped, and calls no OpenCL or MPI
  *     function. Creating and destroying one with a clt_context uses that
  *     context, so the rule for contexts applies to those two calls.
+ *   - A clt_tokenizer keeps a cache of the words it has encoded and scratch
+ *     buffers, so encode and decode modify it: use one from one thread at a
+ *     time (load another for another thread).
  *   - clt_hf_gpt2_import and clt_hf_gpt2_export share nothing: any thread
  *     may call them, at once, on different files.
  *   - A clt_comm and the plans made on it must be used by one thread at a
@@ -590,6 +593,78 @@ CLT_API int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std);
  * normalising float data is CLT_ENONFINITE naming the sample. */
 CLT_API int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x,
                                   int32_t *y);
+
+/* ---- text: tokenizers ----------------------------------------------------- */
+
+/* A Hugging Face tokenizer read from its tokenizer.json, encoding text to
+ * token ids and decoding ids to text exactly as the `tokenizers` library
+ * does: byte-level BPE (GPT-2, Llama 3) and
+ * SentencePiece-style BPE with byte fallback (Llama 2, Mistral).
+ *
+ *   clt_tokenizer *tok;
+ *   clt_tokenizer_load("llama-dir", &tok);        // DIR/tokenizer.json
+ *   uint32_t *ids; int64_t n;
+ *   clt_tokenizer_encode(tok, text, strlen(text), CLT_ENCODE_SPECIAL, &ids, &n);
+ *   char *back; size_t len;
+ *   clt_tokenizer_decode(tok, ids, n, CLT_DECODE_SKIP_SPECIAL, &back, &len);
+ *   free(ids); free(back); clt_tokenizer_destroy(tok);
+ *
+ * What is read: the model BPE (vocab, merges as "a b" strings or [a, b]
+ * pairs, unk_token, fuse_unk, byte_fallback, ignore_merges,
+ * continuing_subword_prefix, end_of_word_suffix); added_tokens with their
+ * special, normalized, lstrip, rstrip and single_word flags; the
+ * normalizers Sequence, Prepend, Replace; the pre-tokenizers Sequence,
+ * Split (its pattern run by PCRE2), ByteLevel, Digits, Metaspace; the post-processors
+ * Sequence, TemplateProcessing, RobertaProcessing, BertProcessing,
+ * ByteLevel; the decoders Sequence, ByteLevel, Replace, ByteFallback, Fuse,
+ * Strip, Metaspace. Any other component, a set "truncation" or "padding", or BPE
+ * dropout is CLT_EFORMAT naming the file and the component ("tokenizer.json:
+ * pre_tokenizer type \"Whitespace\" is not supported; ..."), as is anything
+ * malformed. The normalizers NFC, NFD, NFKC and NFKD (Unicode's
+ * normalization forms; Qwen2's tokenizer.json has NFC) are refused so too,
+ * saying why: cltrain has no Unicode normalization (its build stack has no
+ * library for it). Text that is not UTF-8 is encoded as Python's
+ * bytes.decode(errors="replace") reads it (each ill-formed part one U+FFFD). */
+typedef struct clt_tokenizer clt_tokenizer;
+
+enum {
+  CLT_ENCODE_SPECIAL = 1,     /* encode: add the post-processor's special tokens (add_special_tokens) */
+  CLT_DECODE_SKIP_SPECIAL = 1 /* decode: leave out the special tokens (skip_special_tokens) */
+};
+
+/* path: a tokenizer.json, or a directory holding one. A tokenizer_config.json
+ * beside it gives bos_token, eos_token, add_bos_token and add_eos_token. A
+ * missing file is CLT_ENOTFOUND naming it. */
+CLT_API int clt_tokenizer_load(const char *path, clt_tokenizer **out);
+/* The same from tokenizer.json's text in memory; name is used in messages. */
+CLT_API int clt_tokenizer_load_json(const char *json, size_t len, const char *name, clt_tokenizer **out);
+CLT_API void clt_tokenizer_destroy(clt_tokenizer *tok);
+/* The largest token id + 1 (a model's vocabulary must be at least this). */
+CLT_API int64_t clt_tokenizer_vocab_size(const clt_tokenizer *tok);
+/* The tokenizer.json read. */
+CLT_API const char *clt_tokenizer_path(const clt_tokenizer *tok);
+/* text[0..len) to token ids: *ids is malloc'd (free it), *n of them. flags:
+ * 0 or CLT_ENCODE_SPECIAL. */
+CLT_API int clt_tokenizer_encode(clt_tokenizer *tok, const char *text, size_t len, int flags, uint32_t **ids,
+                                 int64_t *n);
+/* ids[0..n) to text: *text is malloc'd and NUL-ended (free it), *len bytes
+ * (len may be NULL). flags: 0 or CLT_DECODE_SKIP_SPECIAL. An id of no token
+ * is CLT_EINVAL naming it and its index. */
+CLT_API int clt_tokenizer_decode(clt_tokenizer *tok, const uint32_t *ids, int64_t n, int flags, char **text,
+                                 size_t *len);
+/* A token's id (added tokens first, then the model's), or CLT_ENOTFOUND. */
+CLT_API int clt_tokenizer_token_to_id(const clt_tokenizer *tok, const char *token, size_t len, uint32_t *id);
+/* An id's token (not NUL-safe: see *len), or NULL when the id has none. */
+CLT_API const char *clt_tokenizer_id_to_token(const clt_tokenizer *tok, uint32_t id, size_t *len);
+/* 1 when the id is a special added token. */
+CLT_API int clt_tokenizer_is_special(const clt_tokenizer *tok, uint32_t id);
+/* The BOS / EOS token: tokenizer_config.json's bos_token / eos_token, else
+ * the one special token the post-processor puts before / after the text;
+ * *add (may be NULL) says whether the tokenizer adds it (add_bos_token /
+ * add_eos_token, else whether the post-processor does). CLT_ENOTFOUND when
+ * neither names one. */
+CLT_API int clt_tokenizer_bos(const clt_tokenizer *tok, uint32_t *id, int *add);
+CLT_API int clt_tokenizer_eos(const clt_tokenizer *tok, uint32_t *id, int *add);
 
 /* ---- sampler: which samples each replica takes at each step ---- */
 

@@ -4,7 +4,8 @@
 # independent OpenCL implementations on the CPU; Fashion-MNIST (images) and
 # fortunes (English text for language models, scripts/make-fortunes-data.sh)
 # are the data cltrain trains on out of the box; OpenBLAS (optional for the
-# build) runs CPU devices' GEMMs on the host (src/core/blas_host.c). As root it
+# build) runs CPU devices' GEMMs on the host (src/core/blas_host.c); PCRE2
+# runs the tokenizers' patterns (src/text). As root it
 # installs directly (a fresh Debian container has no sudo); otherwise
 # through sudo.
 set -e
@@ -17,5 +18,5 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends \
   build-essential gfortran autoconf automake libtool pkg-config \
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd mesa-opencl-icd libclblast-dev \
-  libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
+  libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
   dataset-fashion-mnist fortunes

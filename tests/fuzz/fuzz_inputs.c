@@ -2,8 +2,9 @@
  * fuzz_inputs.c: seeded mutation fuzzing of every file cltrain reads — model
  * specs (clt_model_parse), IDX image and label files, raw datasets and llm.c
  * token shards (clt_dataset_open_idx_files, clt_dataset_open_raw,
- * clt_dataset_open_tokens), and safetensors
- * weights (the reader behind clt_trainer_load_weights) — bounded so it fits
+ * clt_dataset_open_tokens), safetensors weights (the reader behind
+ * clt_trainer_load_weights) and Hugging Face tokenizer.json files
+ * (clt_tokenizer_load_json, then an encode and a decode) — bounded so it fits
  * in `make check`. Needs no OpenCL device.
  *
  * Each iteration takes a valid seed input and stacks 1-4 mutations: bit
@@ -254,6 +255,16 @@ typedef struct target {
 } target;
 
 static int run_spec(const char *dir, const uint8_t *d, size_t n) { (void)dir; return fuzz_spec(d, n); }
+static int run_tokenizer(const char *dir, const uint8_t *d, size_t n) { (void)dir; return fuzz_tokenizer(d, n); }
+
+/* tokenizer.json's component names and the pieces of its patterns */
+static const char *const tokenizer_dict[] = {
+    "\"Sequence\"", "\"Split\"", "\"ByteLevel\"", "\"Digits\"", "\"Metaspace\"", "\"Prepend\"", "\"Replace\"",
+    "\"ByteFallback\"", "\"Fuse\"", "\"Strip\"", "\"first\"", "\"never\"", "\"NFC\"",
+    "\"TemplateProcessing\"", "\"BPE\"", "\"Regex\"", "\"String\"",
+    "\"Removed\"", "\"MergedWithNext\"", "\"Contiguous\"", "\"<0x41>\"", "\\\\p{L}", "\\\\s+", "(?!", "(?i:", "{1,3}",
+    "[^", "]", "|", "*", "+", "(", ")", "\\u2581", "\\u0000", "null", "true", "false", "-1", "16777216", "4294967295",
+    "1e9", "[]", "{}", "\"\"", ",", ":", "\"a b\"", "[\"a\",\"b\"]", NULL};
 
 static double now(void) {
   struct timespec ts;
@@ -280,7 +291,8 @@ int main(void) {
                             {"idx-labels", fuzz_idx_labels, NULL, 0},
                             {"raw", fuzz_raw, NULL, 0},
                             {"tokens", fuzz_tokens, NULL, 0},
-                            {"safetensors", fuzz_safetensors, json_dict, 1}};
+                            {"safetensors", fuzz_safetensors, json_dict, 1},
+                            {"tokenizer", run_tokenizer, tokenizer_dict, 0}};
   int failures = 0;
   printf("fuzz_inputs: seed 0x%llx, %.1f s or %ld inputs per target\n", (unsigned long long)seed, seconds,
          max_iters);
@@ -293,6 +305,12 @@ int main(void) {
         seed_len[nseeds] = strlen(fuzz_seed_specs[nseeds]);
         seeds[nseeds] = malloc(seed_len[nseeds]);
         memcpy(seeds[nseeds], fuzz_seed_specs[nseeds], seed_len[nseeds]);
+      }
+    } else if (t->run == run_tokenizer) {
+      for (; fuzz_seed_tokenizers[nseeds]; nseeds++) {
+        seed_len[nseeds] = strlen(fuzz_seed_tokenizers[nseeds]);
+        seeds[nseeds] = malloc(seed_len[nseeds]);
+        memcpy(seeds[nseeds], fuzz_seed_tokenizers[nseeds], seed_len[nseeds]);
       }
     } else if (t->run == fuzz_idx_images) {
       fuzz_seed_idx_images(&seeds[0], &seed_len[0]), nseeds = 1;

@@ -23,6 +23,46 @@ const char *const fuzz_seed_specs[] = {
     "input 8\nlinear 16\ntanh\nlinear 3\nloss huber delta=0.5\n",
     NULL};
 
+const char *const fuzz_seed_tokenizers[] = {
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":["
+    "{\"id\":7,\"content\":\"<|end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":true,\"normalized\":false,"
+    "\"special\":true},{\"id\":8,\"content\":\"ab\",\"single_word\":true,\"lstrip\":true,\"rstrip\":false,"
+    "\"normalized\":true,\"special\":false}],\"normalizer\":null,"
+    "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+    "\"(?i:'s|'t)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"Digits\",\"individual_digits\":true},"
+    "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]},"
+    "\"post_processor\":{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\",\"add_prefix_space\":true,"
+    "\"trim_offsets\":false,\"use_regex\":true},{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+    "{\"id\":\"<|end|>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":"
+    "{\"<|end|>\":{\"id\":\"<|end|>\",\"ids\":[7],\"tokens\":[\"<|end|>\"]}}}]},"
+    "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},"
+    "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,"
+    "\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":false,\"ignore_merges\":true,"
+    "\"vocab\":{\"a\":0,\"b\":1,\"\\u0120\":2,\"ab\":3,\"\\u0120ab\":4,\"1\":5,\"abab\":6},"
+    "\"merges\":[\"a b\",[\"\\u0120\",\"ab\"],\"ab ab\"]}}",
+    "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true,\"normalized\":false},"
+    "{\"id\":1,\"content\":\"<s>\",\"special\":true,\"normalized\":false}],"
+    "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"},"
+    "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}]},\"pre_tokenizer\":null,"
+    "\"post_processor\":{\"type\":\"RobertaProcessing\",\"sep\":[\"<unk>\",0],\"cls\":[\"<s>\",1],"
+    "\"trim_offsets\":true,\"add_prefix_space\":false},"
+    "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"\\u2581+\"},"
+    "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \","
+    "\"start\":1,\"stop\":1}]},"
+    "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"byte_fallback\":true,"
+    "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,"
+    "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"<0x41>\":2,\"<0xC3>\":3,\"<0xA9>\":4,\"\\u2581\":5,\"a\":6,\"b\":7,"
+    "\"\\u2581a\":8,\"\\u2581ab\":9},\"merges\":[\"\\u2581 a\",\"\\u2581a b\"]}}",
+    "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":1,\"content\":\"<s>\",\"special\":true,\"normalized\":false}],"
+    "\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"\\\\s{2,}\"},\"content\":\" \"},"
+    "\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\","
+    "\"prepend_scheme\":\"first\",\"split\":true},\"post_processor\":null,"
+    "\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"add_prefix_space\":true},"
+    "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"byte_fallback\":false,"
+    "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"\\u2581\":2,\"a\":3,\"b\":4,\"\\u2581a\":5},\"merges\":[\"\\u2581 a\"]}}",
+    NULL};
+
 void fuzz_write_file(const char *path, const uint8_t *data, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) {
@@ -264,4 +304,25 @@ int fuzz_safetensors(const char *dir, const uint8_t *data, size_t n) {
   }
   clt__st_close(f);
   return ret < 0 ? ret : 1;
+}
+
+int fuzz_tokenizer(const uint8_t *data, size_t n) {
+  static const char text[] = "ab abab 1234 <|end|>  x 'S A\xc3\xa9 \xff\xfe \xe2\x96\x81" "b<s>\n\n  Z\xcc\x81";
+  clt_tokenizer *t = NULL;
+  uint32_t *ids = NULL;
+  int64_t k = 0;
+  char *back = NULL;
+  int rc = clt_tokenizer_load_json((const char *)data, n, "fuzz/tokenizer.json", &t), ret = 1;
+  if (rc < 0) return refused_well("tokenizer", rc, "fuzz/tokenizer.json");
+  /* a pattern may fail to match within PCRE2's limits: refused, with a message */
+  if ((rc = clt_tokenizer_encode(t, text, sizeof text - 1, CLT_ENCODE_SPECIAL, &ids, &k)) < 0) {
+    ret = refused_well("tokenizer encode", rc, NULL);
+  } else if ((rc = clt_tokenizer_decode(t, ids, k, 0, &back, NULL)) < 0) {
+    fprintf(stderr, "tokenizer: the %lld ids it encoded do not decode: %s\n", (long long)k, clt_last_error());
+    ret = -1;
+  }
+  free(ids);
+  free(back);
+  clt_tokenizer_destroy(t);
+  return ret;
 }

@@ -1,7 +1,7 @@
 /*
  * fuzz_targets.h: one input through each of cltrain's file parsers: the
- * model spec parser, the IDX, raw and token dataset readers, and the safetensors
- * reader behind clt_trainer_load_weights. Shared by the seeded mutation
+ * model spec parser, the IDX, raw and token dataset readers, the safetensors
+ * reader behind clt_trainer_load_weights, and the tokenizer.json reader. Shared by the seeded mutation
  * test (tests/fuzz/fuzz_inputs.c, run by `make check`) and the libFuzzer
  * harnesses (tests/fuzz/, built by --enable-fuzz).
  *
@@ -30,6 +30,10 @@ int fuzz_tokens(const char *dir, const uint8_t *data, size_t n);
 /* A safetensors file: opened, and every tensor found is read. */
 int fuzz_safetensors(const char *dir, const uint8_t *data, size_t n);
 
+/* A Hugging Face tokenizer.json: read, then a text with special tokens and
+ * bytes that are not UTF-8 encoded, and its ids decoded. */
+int fuzz_tokenizer(const uint8_t *data, size_t n);
+
 /* Valid inputs to start mutating from: *out is malloc'd, free() it. */
 void fuzz_seed_idx_images(uint8_t **out, size_t *n);
 void fuzz_seed_idx_labels(uint8_t **out, size_t *n);
@@ -39,6 +43,9 @@ void fuzz_seed_tokens(const char *dir, int wide, uint8_t **out, size_t *n);
 void fuzz_seed_safetensors(const char *dir, uint8_t **out, size_t *n);
 /* NULL-terminated list of valid spec texts. */
 extern const char *const fuzz_seed_specs[];
+/* NULL-terminated list of valid tokenizer.json texts (a byte-level BPE and
+ * two SentencePiece-style ones, every component kind cltrain reads). */
+extern const char *const fuzz_seed_tokenizers[];
 
 /* Write n bytes to path; exits on failure (a broken test machine). */
 void fuzz_write_file(const char *path, const uint8_t *data, size_t n);

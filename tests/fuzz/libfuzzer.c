@@ -48,6 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
   rc = fuzz_tokens(dir, data, n);
 #elif defined(FUZZ_TARGET_SAFETENSORS)
   rc = fuzz_safetensors(dir, data, n);
+#elif defined(FUZZ_TARGET_TOKENIZER)
+  rc = fuzz_tokenizer(data, n);
 #else
 #error "define one FUZZ_TARGET_*"
 #endif
