@@ -222,6 +222,7 @@ int clt__optimizer_check(const clt_optimizer_config *cfg) {
 
 int clt_optimizer_reads(clt_optimizer_kind kind, const char *setting) {
   static const char *const fields[] = {"momentum", "nesterov", "beta1", "beta2", "eps", "weight_decay"};
+  CLT_ARG(setting);
   const clt__optimizer *o = clt__optimizer_of(kind);
   if (!o) return unknown_kind(kind);
   int known = 0;

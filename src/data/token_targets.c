@@ -77,8 +77,10 @@ int clt_dataset_tokens_targets(clt_dataset *ds, const char *const *paths, int np
   int rc = CLT_OK;
   uint8_t *mask = NULL;
   int32_t *windows = NULL;
-  if (!ds || !paths || npaths < 1)
-    return clt__error(CLT_EINVAL, "clt_dataset_tokens_targets: %s", !ds ? "dataset is NULL" : "no targets shards given");
+  CLT_HANDLE(ds, "dataset");
+  CLT_ARG(paths);
+  if (npaths < 1)
+    return clt__error(CLT_EINVAL, "clt_dataset_tokens_targets: npaths is %d: give at least one targets shard", npaths);
   if (!ds->token_bytes)
     return clt__error(CLT_EINVAL, "%s: targets shards go with a token dataset (clt_dataset_open_tokens), not this "
                       "one", paths[0] ? paths[0] : "(null)");
@@ -123,7 +125,8 @@ int clt_tokens_write_targets(const char *path, const int32_t *targets, int64_t n
   int rc = CLT_OK;
   gzFile gz = NULL;
   unsigned char head[4 * HEADER_INTS] = {0}, buf[65536];
-  if (!path || !targets) return clt__error(CLT_EINVAL, "clt_tokens_write_targets: a NULL argument (path or targets)");
+  CLT_PATH_ARG(path);
+  CLT_ARG(targets);
   if (n < 1 || n > INT32_MAX)
     return clt__error(CLT_EINVAL, "%s: cannot write %lld targets; a shard holds 1 to 2^31 - 1", path, (long long)n);
   for (int64_t i = 0; i < n; i++)

@@ -205,9 +205,9 @@ fail:
 }
 
 int clt_tokenizer_load_json(const char *json, size_t len, const char *name, clt_tokenizer **out) {
-  if (!out) return clt__error(CLT_EINVAL, "clt_tokenizer_load_json: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
-  if (!json) return clt__error(CLT_EINVAL, "clt_tokenizer_load_json: json is NULL");
+  CLT_ARG(json);
   return load(name ? name : "tokenizer.json", json, len, out);
 }
 
@@ -217,9 +217,9 @@ int clt_tokenizer_load(const char *path, clt_tokenizer **out) {
   char *text = NULL;
   size_t len;
   int rc;
-  if (!out) return clt__error(CLT_EINVAL, "clt_tokenizer_load: out is NULL");
+  CLT_ARG(out);
   *out = NULL;
-  if (!path) return clt__error(CLT_EINVAL, "clt_tokenizer_load: path is NULL");
+  CLT_PATH_ARG(path);
   if (stat(path, &st) != 0)
     return clt__error(errno == ENOENT ? CLT_ENOTFOUND : CLT_EIO, "%s: %s; give a tokenizer.json or the directory "
                       "that holds one", path, strerror(errno));
@@ -267,9 +267,9 @@ void clt_tokenizer_destroy(clt_tokenizer *t) {
   free(t);
 }
 
-int64_t clt_tokenizer_vocab_size(const clt_tokenizer *t) { return t ? (int64_t)t->vocab_size : 0; }
+int64_t clt_tokenizer_vocab_size(const clt_tokenizer *tok) { return tok ? (int64_t)tok->vocab_size : 0; }
 
-const char *clt_tokenizer_path(const clt_tokenizer *t) { return t ? t->path : NULL; }
+const char *clt_tokenizer_path(const clt_tokenizer *tok) { return tok ? tok->path : ""; }
 
 /* ---- encode ------------------------------------------------------------------ */
 
@@ -299,13 +299,16 @@ static int on_raw(void *user, const char *s, size_t n, size_t at) {
   return clt__added_split(&t->added, &t->added.normalized, s, n, on_normalized, on_token, t);
 }
 
-int clt_tokenizer_encode(clt_tokenizer *t, const char *text, size_t len, int flags, uint32_t **ids, int64_t *n) {
+int clt_tokenizer_encode(clt_tokenizer *tok, const char *text, size_t len, int flags, uint32_t **ids, int64_t *n) {
   int rc;
   const char *s;
   size_t sn;
-  if (!ids || !n) return clt__error(CLT_EINVAL, "clt_tokenizer_encode: ids or n is NULL");
+  CLT_ARG(ids);
+  CLT_ARG(n);
   *ids = NULL, *n = 0;
-  if (!t || (!text && len)) return clt__error(CLT_EINVAL, "clt_tokenizer_encode: tokenizer or text is NULL");
+  CLT_HANDLE(tok, "tokenizer");
+  if (!text && len) return clt__null_arg(__func__, "text", NULL);
+  clt_tokenizer *t = tok;
   if (flags & ~CLT_ENCODE_SPECIAL)
     return clt__error(CLT_EINVAL, "clt_tokenizer_encode: unknown flags 0x%x", (unsigned)(flags & ~CLT_ENCODE_SPECIAL));
   t->out.n = 0;
@@ -321,12 +324,15 @@ int clt_tokenizer_encode(clt_tokenizer *t, const char *text, size_t len, int fla
 
 /* ---- decode ------------------------------------------------------------------ */
 
-int clt_tokenizer_decode(clt_tokenizer *t, const uint32_t *ids, int64_t n, int flags, char **text, size_t *len) {
+int clt_tokenizer_decode(clt_tokenizer *tok, const uint32_t *ids, int64_t n, int flags, char **text, size_t *len) {
   int rc;
-  if (!text) return clt__error(CLT_EINVAL, "clt_tokenizer_decode: text is NULL");
+  CLT_ARG(text);
   *text = NULL;
   if (len) *len = 0;
-  if (!t || (!ids && n) || n < 0) return clt__error(CLT_EINVAL, "clt_tokenizer_decode: tokenizer or ids is NULL, or n < 0");
+  CLT_HANDLE(tok, "tokenizer");
+  if (!ids && n) return clt__null_arg(__func__, "ids", NULL);
+  if (n < 0) return clt__error(CLT_EINVAL, "clt_tokenizer_decode: n is %lld; it must be 0 or more", (long long)n);
+  clt_tokenizer *t = tok;
   if (flags & ~CLT_DECODE_SKIP_SPECIAL)
     return clt__error(CLT_EINVAL, "clt_tokenizer_decode: unknown flags 0x%x",
                       (unsigned)(flags & ~CLT_DECODE_SKIP_SPECIAL));
@@ -362,8 +368,11 @@ int clt_tokenizer_decode(clt_tokenizer *t, const uint32_t *ids, int64_t n, int f
 
 /* ---- the vocabulary ---------------------------------------------------------- */
 
-int clt_tokenizer_token_to_id(const clt_tokenizer *t, const char *token, size_t len, uint32_t *id) {
-  if (!t || !token || !id) return clt__error(CLT_EINVAL, "clt_tokenizer_token_to_id: a NULL argument");
+int clt_tokenizer_token_to_id(const clt_tokenizer *tok, const char *token, size_t len, uint32_t *id) {
+  CLT_HANDLE(tok, "tokenizer");
+  CLT_ARG(token);
+  CLT_ARG(id);
+  const clt_tokenizer *t = tok;
   const clt__added_token *a = clt__added_by_content(&t->added, token, len);
   if (a) return *id = a->id, CLT_OK;
   if (clt__strmap_get(&t->bpe.vocab, token, len, id)) return CLT_OK;
@@ -400,12 +409,12 @@ static int end_token(const clt_tokenizer *t, int eos, uint32_t *id, int *add) {
   return CLT_OK;
 }
 
-int clt_tokenizer_bos(const clt_tokenizer *t, uint32_t *id, int *add) {
-  if (!t) return clt__error(CLT_EINVAL, "clt_tokenizer_bos: tokenizer is NULL");
-  return end_token(t, 0, id, add);
+int clt_tokenizer_bos(const clt_tokenizer *tok, uint32_t *id, int *add) {
+  CLT_HANDLE(tok, "tokenizer");
+  return end_token(tok, 0, id, add);
 }
 
-int clt_tokenizer_eos(const clt_tokenizer *t, uint32_t *id, int *add) {
-  if (!t) return clt__error(CLT_EINVAL, "clt_tokenizer_eos: tokenizer is NULL");
-  return end_token(t, 1, id, add);
+int clt_tokenizer_eos(const clt_tokenizer *tok, uint32_t *id, int *add) {
+  CLT_HANDLE(tok, "tokenizer");
+  return end_token(tok, 1, id, add);
 }

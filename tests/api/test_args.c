@@ -489,6 +489,56 @@ CASE(clt_dataset_sample_shape) {
 CASE(clt_dataset_sample_size) { EXPECT(clt_dataset_sample_size(NULL) == 0); }
 CASE(clt_dataset_labels_per_sample) { EXPECT(clt_dataset_labels_per_sample(NULL) == 0); }
 CASE(clt_dataset_path) { EXPECT(strcmp(clt_dataset_path(NULL), "") == 0); }
+CASE(clt_dataset_label_count) { EXPECT(clt_dataset_label_count(NULL) == 0); }
+CASE(clt_dataset_tokens_targets) {
+  const char *one[1] = {raw_path};
+  EINVAL("ds", clt_dataset_tokens_targets(NULL, one, 1));
+  EINVAL("paths", clt_dataset_tokens_targets(ds, NULL, 1));
+}
+CASE(clt_tokens_write_targets) {
+  int32_t t[4] = {1, -1, 2, 3};
+  EINVAL("path", clt_tokens_write_targets(NULL, t, 4));
+  EINVAL("path", clt_tokens_write_targets("", t, 4));
+  EINVAL("targets", clt_tokens_write_targets(raw_path, NULL, 4));
+}
+
+/* ---- text: tokenizers ---------------------------------------------------- */
+
+CASE(clt_tokenizer_load) {
+  clt_tokenizer *t;
+  EINVAL("path", clt_tokenizer_load(NULL, &t));
+  EINVAL("path", clt_tokenizer_load("", &t));
+  EINVAL("out", clt_tokenizer_load("tokenizer.json", NULL));
+}
+CASE(clt_tokenizer_load_json) {
+  clt_tokenizer *t;
+  EINVAL("json", clt_tokenizer_load_json(NULL, 0, "x", &t));
+  EINVAL("out", clt_tokenizer_load_json("{}", 2, "x", NULL));
+}
+CASE(clt_tokenizer_destroy) { clt_tokenizer_destroy(NULL); }
+CASE(clt_tokenizer_vocab_size) { EXPECT(clt_tokenizer_vocab_size(NULL) == 0); }
+CASE(clt_tokenizer_path) { EXPECT(strcmp(clt_tokenizer_path(NULL), "") == 0); }
+CASE(clt_tokenizer_encode) {
+  uint32_t *ids;
+  int64_t n;
+  EINVAL("tok", clt_tokenizer_encode(NULL, "a", 1, 0, &ids, &n));
+  EINVAL("ids", clt_tokenizer_encode(NULL, "a", 1, 0, NULL, &n));
+  EINVAL("n", clt_tokenizer_encode(NULL, "a", 1, 0, &ids, NULL));
+}
+CASE(clt_tokenizer_decode) {
+  uint32_t ids[1] = {0};
+  char *text;
+  EINVAL("tok", clt_tokenizer_decode(NULL, ids, 1, 0, &text, NULL));
+  EINVAL("text", clt_tokenizer_decode(NULL, ids, 1, 0, NULL, NULL));
+}
+CASE(clt_tokenizer_token_to_id) {
+  uint32_t id;
+  EINVAL("tok", clt_tokenizer_token_to_id(NULL, "a", 1, &id));
+}
+CASE(clt_tokenizer_id_to_token) { EXPECT(clt_tokenizer_id_to_token(NULL, 0, NULL) == NULL); }
+CASE(clt_tokenizer_is_special) { EXPECT(clt_tokenizer_is_special(NULL, 0) == 0); }
+CASE(clt_tokenizer_bos) { EINVAL("tok", clt_tokenizer_bos(NULL, NULL, NULL)); }
+CASE(clt_tokenizer_eos) { EINVAL("tok", clt_tokenizer_eos(NULL, NULL, NULL)); }
 CASE(clt_dataset_normalize) { EINVAL("ds", clt_dataset_normalize(NULL, 0, 1)); }
 CASE(clt_dataset_get_normalization) {
   float m = 5, s = 5;
@@ -631,6 +681,10 @@ CASE(clt_optimizer_parse) {
 CASE(clt_optimizer_name) { EXPECT(strcmp(clt_optimizer_name((clt_optimizer_kind)42), "?") == 0); }
 CASE(clt_optimizer_state_per_param) { EXPECT(clt_optimizer_state_per_param(NULL) == 0); }
 CASE(clt_optimizer_decoupled_decay) { EXPECT(clt_optimizer_decoupled_decay((clt_optimizer_kind)42) == 0); }
+CASE(clt_optimizer_reads) {
+  EINVAL("setting", clt_optimizer_reads(CLT_OPT_ADAMW, NULL));
+  EXPECT(clt_optimizer_reads(CLT_OPT_ADAMW, "beta2") == 1);
+}
 CASE(clt_optimizer_step_host) {
   float p[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, s[4] = {0};
   clt_optimizer_step_host(NULL, 1, 0.1f, 1, p, g, s, 4);
