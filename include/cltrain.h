@@ -805,18 +805,23 @@ typedef struct clt_hf_export_options {
                             or a tokenizer.json; NULL: those of the directory the spec's hf-source
                             line records, if any (a warning when it has none) (NULL) */
   int no_tokenizer;      /* copy no tokenizer files (0) */
+  /* (out) what clt_hf_export wrote: */
+  char written_class[64];      /* config.json's class, "LlamaForCausalLM" */
+  char tokenizer_from[4096];   /* where the tokenizer's files came from ("" when none were copied) */
+  int tokenizer_files;         /* how many were copied */
 } clt_hf_export_options;
 CLT_API void clt_hf_export_options_defaults(clt_hf_export_options *o);
 
 /* The reverse: a spec and its weights (or a checkpoint) into dir (made if
  * missing): config.json, model.safetensors and the tokenizer's files, which
- * from_pretrained(dir) loads. o NULL: the defaults. A spec without the
+ * from_pretrained(dir) loads. o NULL: the defaults; else its (out) fields
+ * say what was written. A spec without the
  * class's structure is CLT_EFORMAT naming its first layer that does not
  * fit; a class name not in the table, or an output that is an input,
  * CLT_EINVAL; a tokenizer directory without tokenizer files,
  * CLT_ENOTFOUND. Nothing is written unless all of it reads. */
 CLT_API int clt_hf_export(const char *model_path, const char *weights_path, const char *dir,
-                          const clt_hf_export_options *o);
+                          clt_hf_export_options *o);
 
 /* clt_hf_import restricted to GPT-2 (another model_type is CLT_EFORMAT),
  * and clt_hf_export as GPT2LMHeadModel in float32 without tokenizer

@@ -66,6 +66,18 @@ static void export_help(FILE *to) {
               "  -h, --help            this text\n");
 }
 
+/* The class hf import recorded in the spec it wrote (its "# hf-class:"
+ * line, cltrain(1)). */
+static const char *recorded_class(const char *model, char *buf, size_t len) {
+  char line[256];
+  FILE *f = fopen(model, "r");
+  snprintf(buf, len, "%s", "?");
+  while (f && fgets(line, sizeof line, f) && line[0] == '#')
+    if (sscanf(line, "# hf-class: %63s", buf) == 1) break;
+  if (f) fclose(f);
+  return buf;
+}
+
 static int hf_import(int argc, char **argv) {
   static const struct option opts[] = {{"output", required_argument, 0, 'o'},
                                        {"context", required_argument, 0, 'T'},
@@ -103,7 +115,11 @@ static int hf_import(int argc, char **argv) {
     if (rc == CLT_OK) rc = clt_check_output(weights, CLT_OUTPUT_FILE);
     if (rc == CLT_OK) rc = clt_hf_import(argv[optind], (int)context, model, weights);
   }
-  if (rc == CLT_OK) printf("cltrain: imported %s as %s and %s\n", argv[optind], model, weights);
+  if (rc == CLT_OK) {
+    char cls[64];
+    printf("cltrain: imported %s (%s) as %s and %s\n", argv[optind], recorded_class(model, cls, sizeof cls), model,
+           weights);
+  }
   free(model);
   free(weights);
   return rc < 0 ? cli_fail(rc, "hf import") : CLI_EXIT_OK;
@@ -153,8 +169,10 @@ static int hf_export(int argc, char **argv) {
   }
   int rc = clt_hf_export(argv[optind], weights, dir, &o);
   if (rc < 0) return cli_fail(rc, "hf export");
-  printf("cltrain: exported %s with %s to %s (config.json, model.safetensors in %s)\n", argv[optind], weights, dir,
-         dtypes[o.dtype]);
+  printf("cltrain: exported %s with %s to %s as %s (config.json, model.safetensors in %s", argv[optind], weights,
+         dir, o.written_class, dtypes[o.dtype]);
+  if (o.tokenizer_files) printf(", %d tokenizer file(s) from %s", o.tokenizer_files, o.tokenizer_from);
+  printf(")\n");
   return CLI_EXIT_OK;
 }
 

@@ -8,6 +8,7 @@
 #include "io/hf_arch.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,10 @@ double clt__hf_short_decimal(float v) {
 }
 
 void clt__hf_short_text(float v, char *buf, size_t len) {
+  if (v == (float)(int64_t)v && fabsf(v) < 1e15f) { /* rope_theta 500000, not 5e+05 */
+    snprintf(buf, len, "%.0f", (double)v);
+    return;
+  }
   for (int p = 1; p < 10; p++) {
     snprintf(buf, len, "%.*g", p, (double)v);
     if ((float)strtod(buf, NULL) == v) return;

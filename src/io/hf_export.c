@@ -114,8 +114,8 @@ fail:
   return rc;
 }
 
-static int export_dir(const char *model_path, const char *weights_path, const char *dir,
-                      const clt_hf_export_options *o, const clt__hf_arch *only) {
+static int export_dir(const char *model_path, const char *weights_path, const char *dir, clt_hf_export_options *o,
+                      const clt__hf_arch *only) {
   int rc = CLT_OK, n = 0, inferred = 0;
   clt_model *m = NULL;
   clt__hf_tensor *map = NULL;
@@ -128,6 +128,8 @@ static int export_dir(const char *model_path, const char *weights_path, const ch
   clt__hf_config cfg;
   clt__hf_record rec;
   const clt__hf_arch *a = only;
+  o->written_class[0] = o->tokenizer_from[0] = 0;
+  o->tokenizer_files = 0;
   if (!model_path || !weights_path || !dir)
     return clt__error(CLT_EINVAL, "hf export needs a model, a weights file and a directory");
   if ((int)o->dtype < 0 || o->dtype > CLT_HF_F16)
@@ -186,6 +188,9 @@ static int export_dir(const char *model_path, const char *weights_path, const ch
   CLT_TRY(clt__st_write(st_path, out, n, meta));
   CLT_TRY(clt__hf_write_text(cfg_path, cfg_text));
   CLT_TRY(clt__hf_tokenizer_write(&tok, dir));
+  clt__strlcpy(o->written_class, a->hf_class, sizeof o->written_class);
+  if (tok.n) clt__strlcpy(o->tokenizer_from, tok.from, sizeof o->tokenizer_from);
+  o->tokenizer_files = tok.n;
   clt__log(CLT_LOG_INFO, "%s: %s in %s%s%s", dir, a->hf_class, dtypes[o->dtype].torch,
            tok.n ? ", the tokenizer's files from " : "", tok.n ? tok.from : "");
 fail:
@@ -196,7 +201,7 @@ fail:
   return rc;
 }
 
-int clt_hf_export(const char *model_path, const char *weights_path, const char *dir, const clt_hf_export_options *o) {
+int clt_hf_export(const char *model_path, const char *weights_path, const char *dir, clt_hf_export_options *o) {
   clt_hf_export_options d;
   if (!o) {
     clt_hf_export_options_defaults(&d);
