@@ -83,31 +83,32 @@ static int pick_arch(const clt_model_spec *spec, const char *asked, const clt__h
   return CLT_OK;
 }
 
-/* Each tensor in the class's layout, at the same offset of a second arena;
- * rounded to 16 bits into h16 (same offsets) for bf16 and f16. */
+/* Each tensor in the class's layout: cltrain's own where it is the same
+ * (every Llama tensor), a transposed copy at the same offset of the second
+ * arena hf where not (GPT-2's Conv1D weights); rounded to 16 bits into h16
+ * (same offsets) for bf16 and f16. */
 static int arrange(const clt_model_spec *spec, const clt__hf_tensor *map, int n, const float *params, float *hf,
                    uint16_t *h16, clt_hf_dtype d, clt__st_tensor *out) {
   int rc = CLT_OK;
   for (int i = 0; i < n; i++) {
     const clt_param_spec *p = &spec->layers[map[i].layer].param[map[i].param];
     const float *src = params + p->offset;
-    float *dst = hf + p->offset;
     clt__st_tensor *t = &out[i];
     memset(t, 0, sizeof *t);
     clt__strlcpy(t->name, map[i].name, sizeof t->name);
     clt__hf_shape(spec, &map[i], t->shape, &t->ndim);
-    t->data = dst;
-    if (!map[i].transposed) {
-      memcpy(dst, src, (size_t)p->count * sizeof *dst);
-    } else {
+    t->data = src;
+    if (map[i].transposed) {
+      float *dst = hf + p->offset;
       int64_t rows = p->shape[0], cols = p->shape[1]; /* cltrain's (out, in) to GPT-2's (in, out) */
       for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+      t->data = dst;
     }
     if (d != CLT_HF_F32) {
       t->dtype = dtypes[d].st;
       t->data16 = h16 + p->offset;
-      CLT_TRY(round_tensor(t, dst, p->count, d, h16 + p->offset));
+      CLT_TRY(round_tensor(t, t->data, p->count, d, h16 + p->offset));
     }
   }
 fail:
@@ -141,8 +142,11 @@ static int export_dir(const char *model_path, const char *weights_path, const ch
   CLT_TRY(a->match(spec, &cfg, &map, &n));
   if (inferred && a->match == clt__hf_llama_match && cfg.attn_bias == CLT_BIAS_QKV) a = clt__hf_arch_find("qwen2");
   if (a->fits) CLT_TRY(a->fits(a, spec, &cfg));
+  int transposed = 0;
+  for (int i = 0; i < n; i++) transposed |= map[i].transposed;
   if (!(params = clt__calloc((size_t)spec->param_count, sizeof *params)) ||
-      !(hf = clt__calloc((size_t)spec->param_count, sizeof *hf)) || !(out = clt__calloc((size_t)n, sizeof *out)) ||
+      (transposed && !(hf = clt__calloc((size_t)spec->param_count, sizeof *hf))) ||
+      !(out = clt__calloc((size_t)n, sizeof *out)) ||
       (o->dtype != CLT_HF_F32 && !(h16 = clt__calloc((size_t)spec->param_count, sizeof *h16)))) {
     rc = CLT_ENOMEM;
     goto fail;
