@@ -41,9 +41,16 @@ static int load_config(const char *path, json_t **out) {
   return CLT_OK;
 }
 
-/* The row config.json asks for: its "architectures" first (the class
- * save_pretrained wrote), else its "model_type"; without either, GPT-2 (as
- * the oldest GPT-2 configs are). `only` restricts it to one row. */
+/* Is arch the class's model without its head ("GPT2Model", "LlamaModel"),
+ * whose files hold the same tensors less lm_head? */
+static int base_model(const char *arch, const clt__hf_arch *a) {
+  size_t n = strlen(arch);
+  return n > 5 && strcmp(arch + n - 5, "Model") == 0 && strncmp(arch, a->hf_class, n - 5) == 0;
+}
+
+/* The row config.json asks for: its "model_type" (as transformers'
+ * AutoConfig reads it), else its "architectures"; without either, GPT-2
+ * (as the oldest GPT-2 configs are). `only` restricts it to one row. */
 static int pick_arch(const char *path, json_t *cfg, const clt__hf_arch *only, const clt__hf_arch **out) {
   char list[256];
   const char *arch = NULL, *type = NULL;
@@ -51,7 +58,6 @@ static int pick_arch(const char *path, json_t *cfg, const clt__hf_arch *only, co
   if (json_is_array(archs) && json_array_size(archs) > 0) arch = json_string_value(json_array_get(archs, 0));
   if (mt && !json_is_string(mt)) return clt__error(CLT_EFORMAT, "%s: \"model_type\" is not a string", path);
   type = mt ? json_string_value(mt) : NULL;
-  /* model_type decides, as transformers' AutoConfig has it */
   const clt__hf_arch *a = type ? clt__hf_arch_find(type) : arch ? clt__hf_arch_find(arch) : clt__hf_arch_find("gpt2");
   if (only && type && a != only)
     return clt__error(CLT_EFORMAT, "%s: \"model_type\" is \"%s\": hf import reads %s checkpoints only here "
@@ -60,7 +66,7 @@ static int pick_arch(const char *path, json_t *cfg, const clt__hf_arch *only, co
   if (!a)
     return clt__error(CLT_EFORMAT, "%s: \"%s\" is \"%s\": hf import reads %s", path, type ? "model_type" :
                       "architectures", type ? type : arch, clt__hf_arch_list(list, sizeof list));
-  if (arch && strcmp(arch, a->hf_class) != 0)
+  if (arch && strcmp(arch, a->hf_class) != 0 && !base_model(arch, a))
     clt__log(CLT_LOG_WARN, "%s: \"architectures\" is [\"%s\"]: only the %s part (the transformer and the "
              "language-model head) is imported", path, arch, a->hf_class);
   *out = a;
