@@ -45,8 +45,8 @@
  *   - A clt_tokenizer keeps a cache of the words it has encoded and scratch
  *     buffers, so encode and decode modify it: use one from one thread at a
  *     time (load another for another thread).
- *   - clt_hf_gpt2_import and clt_hf_gpt2_export share nothing: any thread
- *     may call them, at once, on different files.
+ *   - clt_hf_import, clt_hf_export and their GPT-2 forms share nothing: any
+ *     thread may call them, at once, on different files.
  *   - A clt_comm and the plans made on it must be used by one thread at a
  *     time, and every MPI call the library makes is made from that thread, so
  *     MPI_THREAD_FUNNELED is enough as long as that thread is the one that
@@ -847,34 +847,74 @@ CLT_API const char *clt_model_text(const clt_model *m);   /* the spec as written
 /* A table of layers, output shapes and parameter counts (malloc'd; free it). */
 CLT_API int clt_model_summary(const clt_model *m, char **out);
 
-/* ---- Hugging Face GPT-2 checkpoints ------------------------------------------
+/* ---- Hugging Face checkpoints --------------------------------------------
  *
- * The directory transformers' GPT2LMHeadModel.save_pretrained writes:
- * config.json and model.safetensors (float32, or float16 / bfloat16, read
- * as float32; GPT-2's Conv1D weights are stored as (in, out), cltrain's as
- * (out, in), so they are transposed on the way).
- * Both directions need no device. The correspondence of layers and tensors
- * is in src/io/hf_gpt2.h.
+ * The directory transformers' save_pretrained writes (config.json and
+ * model.safetensors, or its shards and model.safetensors.index.json;
+ * float32, float16 or bfloat16 tensors, read as float32) for the classes
+ * GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM and
+ * MistralForCausalLM. Both directions need no device. The correspondence
+ * of layers and tensors is in src/io/hf_gpt2.c and src/io/hf_llama.c.
  */
 
-/* Read dir/config.json and dir/model.safetensors (or the shards
- * dir/model.safetensors.index.json names) and write a model spec to
- * model_path (the form of examples/gpt2_124m.model) and its weights to
- * weights_path (what clt_trainer_load_weights reads). context is the
- * model's T, 1 .. n_positions; 0 means n_positions. A config that asks for
- * what cltrain's GPT computes differently (another activation function,
- * scale_attn_weights false, cross-attention, ...), a missing or malformed
- * key is CLT_EFORMAT naming config.json and the key; a missing tensor or
- * one of the wrong shape, CLT_ESHAPE naming model.safetensors and the
- * tensor. Unknown keys are ignored, as are the attention mask buffers
- * (attn.bias, attn.masked_bias) of older files; other tensors (another
- * model's heads) are left out with a warning. Nothing is written unless
- * all of it reads. */
+/* Read dir/config.json and the tensors and write a model spec to
+ * model_path and its float32 weights to weights_path (what
+ * clt_trainer_load_weights reads). The class is config.json's "model_type"
+ * (else its "architectures"). context is the model's T, 1 .. n_positions
+ * (GPT-2) or max_position_embeddings; 0 means all of it. A config key that
+ * asks for what cltrain computes differently (another activation, a
+ * sliding window shorter than the context, rope_scaling other than llama3,
+ * head_dim other than hidden / heads, attention dropout, ...), a missing
+ * or malformed key is CLT_EFORMAT naming config.json and the key; a
+ * missing tensor or one of the wrong shape, CLT_ESHAPE naming the file and
+ * the tensor; a shard the index names that is not there, CLT_ENOTFOUND
+ * naming it. Unknown keys are ignored, as are buffers of older files
+ * (GPT-2's attention masks, Llama's rotary inv_freq); other tensors
+ * (another model's heads) are left out with a warning. The spec's opening
+ * comment records the class and dir (its hf- lines, for clt_hf_export).
+ * Nothing is written unless all of it reads. */
+CLT_API int clt_hf_import(const char *dir, int context, const char *model_path, const char *weights_path);
+
+/* How hf export stores the tensors. */
+typedef enum clt_hf_dtype {
+  CLT_HF_F32 = 0,  /* float32, as cltrain trains them */
+  CLT_HF_BF16 = 1, /* bfloat16, rounded to nearest, ties to even */
+  CLT_HF_F16 = 2   /* float16, the same; a value beyond 65504 is refused (CLT_ENONFINITE) */
+} clt_hf_dtype;
+
+typedef struct clt_hf_export_options {
+  const char *hf_class;  /* "LlamaForCausalLM", ... (or the model_type, "llama"); NULL: the class the
+                            spec's hf-class line records (clt_hf_import writes it), else the one its
+                            structure gives: GPT2LMHeadModel for GPT-2's, Qwen2ForCausalLM for Llama's
+                            with q, k and v biases, LlamaForCausalLM for Llama's otherwise (NULL) */
+  clt_hf_dtype dtype;    /* (CLT_HF_F32) */
+  const char *tokenizer; /* a directory whose tokenizer files (tokenizer.json, tokenizer_config.json,
+                            special_tokens_map.json, tokenizer.model, ...) are copied into the export,
+                            or a tokenizer.json; NULL: those of the directory the spec's hf-source
+                            line records, if any (a warning when it has none) (NULL) */
+  int no_tokenizer;      /* copy no tokenizer files (0) */
+  /* (out) what clt_hf_export wrote: */
+  char written_class[64];      /* config.json's class, "LlamaForCausalLM" */
+  char tokenizer_from[4096];   /* where the tokenizer's files came from ("" when none were copied) */
+  int tokenizer_files;         /* how many were copied */
+} clt_hf_export_options;
+CLT_API void clt_hf_export_options_defaults(clt_hf_export_options *o);
+
+/* The reverse: a spec and its weights (or a checkpoint) into dir (made if
+ * missing): config.json, model.safetensors and the tokenizer's files, which
+ * from_pretrained(dir) loads. o NULL: the defaults; else its (out) fields
+ * say what was written. A spec without the
+ * class's structure is CLT_EFORMAT naming its first layer that does not
+ * fit; a class name not in the table, or an output that is an input,
+ * CLT_EINVAL; a tokenizer directory without tokenizer files,
+ * CLT_ENOTFOUND. Nothing is written unless all of it reads. */
+CLT_API int clt_hf_export(const char *model_path, const char *weights_path, const char *dir,
+                          clt_hf_export_options *o);
+
+/* clt_hf_import restricted to GPT-2 (another model_type is CLT_EFORMAT),
+ * and clt_hf_export as GPT2LMHeadModel in float32 without tokenizer
+ * files: the functions of cltrain 0.1. */
 CLT_API int clt_hf_gpt2_import(const char *dir, int context, const char *model_path, const char *weights_path);
-/* The reverse: a GPT spec and its weights (or a checkpoint) into dir
- * (made if missing): config.json and model.safetensors, which
- * GPT2LMHeadModel.from_pretrained(dir) loads. A spec without GPT-2's
- * structure is CLT_EFORMAT naming its first layer that does not fit. */
 CLT_API int clt_hf_gpt2_export(const char *model_path, const char *weights_path, const char *dir);
 
 /* ---- optimizers and learning-rate schedules ------------------------------- */

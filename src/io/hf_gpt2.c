@@ -1,22 +1,118 @@
 /*
- * hf_gpt2.c: the correspondence between a cltrain GPT and Hugging Face's
- * GPT-2 (see hf_gpt2.h): the structure check that pairs the spec's tensors
- * with GPT-2's names, the spec text of a GPT-2 configuration, and the small
- * file helpers the importer and exporter share.
+ * hf_gpt2.c: the GPT2LMHeadModel row of the Hugging Face table (hf_arch.h):
+ * how a cltrain GPT corresponds to transformers' GPT-2 (config.json and
+ * model.safetensors as save_pretrained writes them).
+ *
+ *   cltrain layer (spec line)      its tensor     HF tensor ("transformer." + ...)
+ *   embedding C name=wte           weight (V, C)  wte.weight (V, C)
+ *   posembedding positions=P       weight (P, C)  wpe.weight (P, C)
+ *   block K: layernorm             weight, bias   h.K.ln_1.weight, .bias
+ *            attention heads=H     qkv.weight     h.K.attn.c_attn.weight (C, 3C)  transposed
+ *                                  qkv.bias       h.K.attn.c_attn.bias
+ *                                  proj.weight    h.K.attn.c_proj.weight (C, C)   transposed
+ *                                  proj.bias      h.K.attn.c_proj.bias
+ *            residual
+ *            layernorm             weight, bias   h.K.ln_2.weight, .bias
+ *            linear 4C             weight, bias   h.K.mlp.c_fc.weight (C, 4C)     transposed
+ *            gelu
+ *            linear C              weight, bias   h.K.mlp.c_proj.weight (4C, C)   transposed
+ *            residual
+ *   layernorm                      weight, bias   ln_f.weight, .bias
+ *   linear V tie=wte bias=false    (wte's)        none: lm_head.weight is tied to wte
+ *   linear V bias=false (untied)   weight (V, C)  lm_head.weight (V, C), no prefix
+ *
+ * GPT-2's Conv1D keeps its weight as (in, out); cltrain's linear and
+ * attention projections as (out, in), like nn.Linear: those are transposed.
+ * c_attn's output columns are q | k | v, head h at [h*D, (h+1)*D) of each,
+ * which is the layout of cltrain's fused QKV (nn.h), so nothing else moves.
+ * Dropout layers may stand anywhere in the spec: they are the identity in
+ * evaluation, and the exported config has every dropout at 0.
  */
-#include "io/hf_gpt2.h"
+#include "io/hf_arch.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "core/outfile.h"
-#include "io/safetensors.h"
 #include "model/layer.h"
+
+#define PREFIX "transformer."
+
+/* ---- config.json ---- */
+
+static const char NEEDS[] = "a GPT-2 config needs (n_embd, n_head, n_layer, n_positions and vocab_size)";
+
+int clt__hf_gpt2_read_config(const clt__hf_arch *a, const char *path, json_t *cfg, clt__hf_config *c) {
+  int rc = CLT_OK;
+  (void)a;
+  CLT_TRY(clt__hf_int_key(path, cfg, "n_embd", -1, NEEDS, &c->hidden));
+  CLT_TRY(clt__hf_int_key(path, cfg, "n_head", -1, NEEDS, &c->heads));
+  CLT_TRY(clt__hf_int_key(path, cfg, "n_layer", -1, NEEDS, &c->layers));
+  /* n_ctx is the old name of n_positions */
+  int n_ctx;
+  CLT_TRY(clt__hf_int_key(path, cfg, "n_ctx", 0, NEEDS, &n_ctx));
+  CLT_TRY(clt__hf_int_key(path, cfg, "n_positions", n_ctx ? n_ctx : -1, NEEDS, &c->positions));
+  CLT_TRY(clt__hf_int_key(path, cfg, "vocab_size", -1, NEEDS, &c->vocab));
+  if (c->hidden % c->heads)
+    return clt__error(CLT_EFORMAT, "%s: \"n_head\": %d does not divide \"n_embd\": %d", path, c->heads, c->hidden);
+  CLT_TRY(clt__hf_int_key(path, cfg, "n_inner", 4 * c->hidden, NEEDS, &c->inner));
+  double e;
+  json_t *eps = json_object_get(cfg, "layer_norm_epsilon");
+  if (eps && !json_is_null(eps) && !(json_is_number(eps) && json_number_value(eps) > 0 && json_number_value(eps) < 1))
+    return clt__error(CLT_EFORMAT, "%s: \"layer_norm_epsilon\" is not a number between 0 and 1", path);
+  CLT_TRY(clt__hf_float_key(path, cfg, "layer_norm_epsilon", 1e-5, 0, 1, &e));
+  c->eps = (float)e;
+  json_t *act = json_object_get(cfg, "activation_function");
+  const char *f = act ? json_string_value(act) : "gelu_new";
+  if (!f || (strcmp(f, "gelu_new") != 0 && strcmp(f, "gelu_pytorch_tanh") != 0)) {
+    char *text = clt__hf_json_text(act);
+    rc = clt__error(CLT_EFORMAT, "%s: \"activation_function\": %s is not supported: cltrain's GPT uses GPT-2's tanh "
+                    "GELU (\"gelu_new\" or \"gelu_pytorch_tanh\")", path, text ? text : "?");
+    free(text);
+    return rc;
+  }
+  /* What the attention computes. reorder_and_upcast_attn only changes how
+   * fp16 models round (the scores are computed in f32 either way here), so
+   * it is accepted. */
+  CLT_TRY(clt__hf_bool_must(path, cfg, "scale_attn_weights", 1,
+                            "cltrain's attention always scales the scores by 1/sqrt(head size)"));
+  CLT_TRY(clt__hf_bool_must(path, cfg, "scale_attn_by_inverse_layer_idx", 0,
+                            "cltrain's attention scales every layer's scores alike"));
+  CLT_TRY(clt__hf_bool_must(path, cfg, "add_cross_attention", 0, "cltrain's GPT has self-attention only"));
+  CLT_TRY(clt__hf_bool_must(path, cfg, "is_encoder_decoder", 0, "cltrain's GPT is a decoder only"));
+  CLT_TRY(clt__hf_bool_key(path, cfg, "tie_word_embeddings", 1, &c->tied));
+fail:
+  return rc;
+}
+
+/* What GPT2Config needs, and what cltrain computes in the keys that could
+ * say otherwise; dropout is 0 everywhere (cltrain's dropout layers, if the
+ * spec has any, do not correspond to GPT-2's). */
+json_t *clt__hf_gpt2_config_json(const clt__hf_arch *a, const clt__hf_config *c, int positions) {
+  (void)positions; /* the position table's rows are the spec's */
+  json_t *j = json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:b, "
+                        "s:b, s:b, s:b}",
+                        "model_type", a->model_type, "architectures", a->hf_class, "n_embd", c->hidden, "n_head",
+                        c->heads, "n_layer", c->layers, "n_positions", c->positions, "n_ctx", c->positions,
+                        "vocab_size", c->vocab, "layer_norm_epsilon", clt__hf_short_decimal(c->eps),
+                        "activation_function", "gelu_new", "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
+                        "summary_first_dropout", 0.0, "initializer_range", 0.02, "tie_word_embeddings", c->tied,
+                        "scale_attn_weights", 1, "scale_attn_by_inverse_layer_idx", 0, "reorder_and_upcast_attn", 0,
+                        "use_cache", 1);
+  if (j) json_object_set_new(j, "n_inner", c->inner == 4 * c->hidden ? json_null() : json_integer(c->inner));
+  return j;
+}
+
+/* The attention masks of older files are buffers, not weights. */
+int clt__hf_gpt2_is_buffer(const char *name) {
+  size_t len = strlen(name);
+  return (len >= 10 && strcmp(name + len - 10, ".attn.bias") == 0) ||
+         (len >= 17 && strcmp(name + len - 17, ".attn.masked_bias") == 0);
+}
+
+/* ---- the spec ---- */
 
 /* The walk over the spec's layers; dropout layers are passed over. */
 typedef struct walk {
@@ -40,7 +136,7 @@ static int misfit(const walk *w, int i, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(want, sizeof want, fmt, ap);
   va_end(ap);
-  const char *tail = "; hf export writes models of GPT-2's structure only (as examples/gpt2_124m.model)";
+  const char *tail = "; GPT2LMHeadModel is a GPT of examples/gpt2_124m.model's structure";
   if (i >= w->s->nlayers)
     return clt__error(CLT_EFORMAT, "%s: the model ends where GPT-2 has %s%s", w->s->name, want, tail);
   const clt_layer_spec *l = &w->s->layers[i];
@@ -52,12 +148,14 @@ static void add(walk *w, int layer, int param, int transposed, const char *fmt, 
 static void add(walk *w, int layer, int param, int transposed, const char *fmt, ...) {
   clt__hf_tensor *t = &w->t[w->n++];
   va_list ap;
+  char name[80];
   va_start(ap, fmt);
-  vsnprintf(t->name, sizeof t->name, fmt, ap);
+  vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
+  snprintf(t->name, sizeof t->name, "%s%s", PREFIX, name);
   t->layer = layer;
   t->param = param;
-  t->base = 1;
+  t->optional = (int)strlen(PREFIX);
   t->transposed = transposed;
 }
 
@@ -122,12 +220,12 @@ static int block(walk *w, clt__hf_config *cfg, int k) {
   if (k == 0) snprintf(what, sizeof what, "block 0's attention (attention heads=H with biases, without kv_heads= or "
                        "rope_theta=)");
   else snprintf(what, sizeof what, "block %d's attention (attention heads=%d with biases, without kv_heads= or "
-                "rope_theta=)", k, cfg->n_head);
+                "rope_theta=)", k, cfg->heads);
   /* GPT-2's: fused qkv and proj, both with biases, learned positions */
   if (!a || a->kind != &clt__kind_attention || a->bias != CLT_BIAS_ALL || a->kv_heads || a->rope.theta != 0 ||
-      (k > 0 && a->heads != cfg->n_head))
+      (k > 0 && a->heads != cfg->heads))
     return misfit(w, at, "%s", what);
-  cfg->n_head = a->heads;
+  cfg->heads = a->heads;
   w->i++;
   add(w, at, 0, 1, "h.%d.attn.c_attn.weight", k);
   add(w, at, 1, 0, "h.%d.attn.c_attn.bias", k);
@@ -142,14 +240,14 @@ static int block(walk *w, clt__hf_config *cfg, int k) {
   if (ln2 < 0) return ln2;
   snprintf(p, sizeof p, "h.%d.mlp.c_fc", k);
   snprintf(what, sizeof what, "block %d's mlp.c_fc", k);
-  int fc = conv1d(w, k > 0 ? cfg->n_inner : 0, p, what);
+  int fc = conv1d(w, k > 0 ? cfg->inner : 0, p, what);
   if (fc < 0) return fc;
-  cfg->n_inner = w->s->layers[fc].out;
+  cfg->inner = w->s->layers[fc].out;
   snprintf(what, sizeof what, "block %d's GELU (gelu)", k);
   if ((rc = expect(w, &clt__kind_gelu, what)) < 0) return rc;
   snprintf(p, sizeof p, "h.%d.mlp.c_proj", k);
   snprintf(what, sizeof what, "block %d's mlp.c_proj", k);
-  if ((rc = conv1d(w, cfg->n_embd, p, what)) < 0) return rc;
+  if ((rc = conv1d(w, cfg->hidden, p, what)) < 0) return rc;
   snprintf(what, sizeof what, "block %d's second residual, adding the first one's output", k);
   if ((rc = residual(w, res1, ln2, what)) < 0) return rc;
   return CLT_OK;
@@ -177,20 +275,20 @@ int clt__hf_gpt2_match(const clt_model_spec *s, clt__hf_config *cfg, clt__hf_ten
     goto fail;
   }
   cfg->context = in->dims[0];
-  cfg->vocab_size = in->vocab;
+  cfg->vocab = in->vocab;
   int wte = expect(&w, &clt__kind_embedding, "the token embedding wte (embedding C name=wte)");
   if (wte < 0) { rc = wte; goto fail; }
-  cfg->n_embd = s->layers[wte].out;
+  cfg->hidden = s->layers[wte].out;
   add(&w, wte, 0, 0, "wte.weight");
   int wpe = expect(&w, &clt__kind_posembedding, "the position embedding wpe (posembedding)");
   if (wpe < 0) { rc = wpe; goto fail; }
-  cfg->n_positions = s->layers[wpe].positions;
+  cfg->positions = s->layers[wpe].positions;
   add(&w, wpe, 0, 0, "wpe.weight");
   while (block_follows(&w)) {
-    CLT_TRY(block(&w, cfg, cfg->n_layer));
-    cfg->n_layer++;
+    CLT_TRY(block(&w, cfg, cfg->layers));
+    cfg->layers++;
   }
-  if (cfg->n_layer == 0) {
+  if (cfg->layers == 0) {
     rc = misfit(&w, skip_dropout(&w), "block 0 (layernorm, attention, residual, layernorm, linear, gelu, linear, "
                 "residual)");
     goto fail;
@@ -198,8 +296,8 @@ int clt__hf_gpt2_match(const clt_model_spec *s, clt__hf_config *cfg, clt__hf_ten
   CLT_TRY(layernorm(&w, cfg, "ln_f", "the final layernorm ln_f"));
   int head = skip_dropout(&w);
   const clt_layer_spec *l = head < s->nlayers ? &s->layers[head] : NULL;
-  if (!l || l->kind != &clt__kind_linear || l->bias || l->out != cfg->vocab_size || (l->tie >= 0 && l->tie != wte)) {
-    rc = misfit(&w, head, "lm_head (linear %d tie=%s bias=false)", cfg->vocab_size,
+  if (!l || l->kind != &clt__kind_linear || l->bias || l->out != cfg->vocab || (l->tie >= 0 && l->tie != wte)) {
+    rc = misfit(&w, head, "lm_head (linear %d tie=%s bias=false)", cfg->vocab,
                 s->layers[wte].name[0] ? s->layers[wte].name : "wte");
     goto fail;
   }
@@ -207,7 +305,8 @@ int clt__hf_gpt2_match(const clt_model_spec *s, clt__hf_config *cfg, clt__hf_ten
   cfg->tied = l->tie == wte;
   if (!cfg->tied) {
     add(&w, head, 0, 0, "lm_head.weight");
-    w.t[w.n - 1].base = 0;
+    snprintf(w.t[w.n - 1].name, sizeof w.t[w.n - 1].name, "lm_head.weight"); /* no prefix */
+    w.t[w.n - 1].optional = 0;
   }
   if (skip_dropout(&w) < s->nlayers) {
     rc = misfit(&w, w.i, "nothing: lm_head is GPT-2's last layer");
@@ -227,19 +326,15 @@ static void eps_option(float eps, char *buf, size_t len) {
   else snprintf(buf, len, " eps=%.9g", eps);
 }
 
-char *clt__hf_gpt2_spec_text(const clt__hf_config *c, const char *source) {
+char *clt__hf_gpt2_spec_text(const clt__hf_arch *a, const clt__hf_config *c, const char *record) {
   char eps[48];
+  (void)a;
   eps_option(c->eps, eps, sizeof eps);
-  size_t size = 2048 + strlen(source);
-  char *text = clt__calloc(1, size), *src = clt__strdup(source);
-  if (!text || !src) {
-    free(text), free(src);
-    return NULL;
-  }
-  for (char *p = src; *p; p++) /* the comment stays one line whatever the path holds */
-    if (*p == '\n' || *p == '\r') *p = ' ';
+  size_t size = 2048 + strlen(record);
+  char *text = clt__calloc(1, size);
+  if (!text) return NULL;
   snprintf(text, size,
-           "# GPT-2 imported from Hugging Face: %s\n"
+           "%s"
            "# n_layer=%d n_head=%d n_embd=%d n_positions=%d vocab_size=%d\n"
            "input tokens %d vocab=%d\n"
            "embedding %d name=wte\n"
@@ -256,49 +351,8 @@ char *clt__hf_gpt2_spec_text(const clt__hf_config *c, const char *source) {
            "end\n"
            "layernorm%s\n"
            "linear %d%s bias=false\n",
-           src, c->n_layer, c->n_head, c->n_embd, c->n_positions, c->vocab_size, c->context, c->vocab_size,
-           c->n_embd, c->n_positions, c->n_layer, eps, c->n_head, eps, c->n_inner, c->n_embd,
-           0.02 / sqrt(2.0 * c->n_layer), eps, c->vocab_size, c->tied ? " tie=wte" : "");
-  free(src);
+           record, c->layers, c->heads, c->hidden, c->positions, c->vocab, c->context, c->vocab, c->hidden,
+           c->positions, c->layers, eps, c->heads, eps, c->inner, c->hidden, 0.02 / sqrt(2.0 * c->layers), eps,
+           c->vocab, c->tied ? " tie=wte" : "");
   return text;
-}
-
-void clt__hf_shape(const clt_model_spec *spec, const clt__hf_tensor *t, int64_t shape[2], int *ndim) {
-  const clt_param_spec *p = &spec->layers[t->layer].param[t->param];
-  *ndim = p->ndim;
-  shape[0] = p->shape[0];
-  shape[1] = p->ndim > 1 ? p->shape[1] : 0;
-  if (t->transposed) {
-    shape[0] = p->shape[1];
-    shape[1] = p->shape[0];
-  }
-}
-
-char *clt__hf_path(const char *dir, const char *file) {
-  size_t len = strlen(dir) + strlen(file) + 2;
-  char *p = clt__calloc(1, len);
-  if (p) snprintf(p, len, "%s/%s", dir, file);
-  return p;
-}
-
-int clt__hf_write_text(const char *path, const char *text) {
-  int rc = CLT_OK;
-  char *target = NULL, *tmp = NULL;
-  CLT_TRY(clt__output_resolve(NULL, path, &target));
-  if (!(tmp = clt__st_tmp_path(target))) { rc = CLT_ENOMEM; goto fail; }
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    rc = clt__error(CLT_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    goto fail;
-  }
-  int bad = fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
-  if (fclose(f) != 0 || bad) {
-    rc = clt__error(CLT_EIO, "writing %s failed: %s", tmp, strerror(errno));
-    unlink(tmp);
-    goto fail;
-  }
-  rc = clt__output_replace(tmp, target);
-fail:
-  free(tmp), free(target);
-  return rc;
 }

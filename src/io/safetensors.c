@@ -1,7 +1,7 @@
 /*
  * safetensors.c: the safetensors reader and atomic writer (see
  * safetensors.h). It writes float32 tensors, which is all cltrain stores,
- * and reads F16 and BF16 as well, widened to float32.
+ * and 16-bit ones for hf export; it reads F16 and BF16, widened to float32.
  */
 #include "core/internal.h"
 #include "io/safetensors.h"
@@ -62,6 +62,14 @@ static int64_t numel(const clt__st_tensor *t) {
   return count;
 }
 
+static const char *const dtype_name[] = {[CLT__ST_F32] = "F32", [CLT__ST_F16] = "F16", [CLT__ST_BF16] = "BF16"};
+
+/* Writing: bytes a value, and where they are. */
+static int64_t stored_size(const clt__st_tensor *t) { return t->dtype == CLT__ST_F32 ? 4 : 2; }
+static const void *tensor_bytes(const clt__st_tensor *t) {
+  return t->dtype == CLT__ST_F32 ? (const void *)t->data : (const void *)t->data16;
+}
+
 /* The text whose CRC32 is header_crc32: the header without that key,
  * compact, keys sorted (jansson writes the same object the same way). */
 static char *header_crc_text(const json_t *h) {
@@ -82,13 +90,13 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   uint64_t off = 0;
   uint32_t crc = 0;
   for (int i = 0; i < n; i++) {
-    int64_t count = numel(&t[i]);
+    int64_t bytes = numel(&t[i]) * stored_size(&t[i]);
     json_t *shape = json_array();
     for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer(t[i].shape[d]));
-    json_object_set_new(h, t[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
-                                                "data_offsets", (json_int_t)off, (json_int_t)(off + count * 4)));
-    off += (uint64_t)count * 4;
-    crc = crc_update(crc, t[i].data, (size_t)count * 4);
+    json_object_set_new(h, t[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype_name[t[i].dtype], "shape",
+                                                shape, "data_offsets", (json_int_t)off, (json_int_t)(off + bytes)));
+    off += (uint64_t)bytes;
+    crc = crc_update(crc, tensor_bytes(&t[i]), (size_t)bytes);
   }
   for (int i = 0; metadata && metadata[i]; i += 2) json_object_set_new(meta, metadata[i], json_string(metadata[i + 1]));
   /* Integrity: the data section's size and CRC32, then the header's CRC32
@@ -127,7 +135,7 @@ int clt__st_write(const char *path, const clt__st_tensor *t, int n, const char *
   }
   int bad = write_all(fd, hdr, padded + 8);
   for (int i = 0; !bad && i < n; i++)
-    bad = write_all(fd, t[i].data, (size_t)numel(&t[i]) * 4); /* little-endian hosts only, as x86 and arm64 */
+    bad = write_all(fd, tensor_bytes(&t[i]), (size_t)(numel(&t[i]) * stored_size(&t[i]))); /* little-endian hosts only */
   if (bad || fsync(fd) != 0) {
     rc = clt__error(CLT_EIO, "writing %s failed: %s (the temporary file is removed; %s %s)", tmp, strerror(errno),
                     path, left);

@@ -20,21 +20,22 @@
 
 #include "core/outfile.h"
 
-/* How a tensor is stored. cltrain writes F32; it reads F16 and BF16 too
- * (Hugging Face checkpoints saved in half precision), widened to float32
- * exactly as they are read. */
+/* How a tensor is stored. cltrain's own files are F32; it reads F16 and
+ * BF16 too (Hugging Face checkpoints saved in half precision), widened to
+ * float32 exactly as they are read, and writes them for hf export. */
 typedef enum clt__st_dtype { CLT__ST_F32 = 0, CLT__ST_F16 = 1, CLT__ST_BF16 = 2 } clt__st_dtype;
 
 typedef struct clt__st_tensor {
   char name[128];
   int ndim;
   int64_t shape[6];
-  const float *data;   /* writing: float32 values */
+  const float *data;   /* writing: float32 values (dtype F32) */
+  const uint16_t *data16; /* writing: the 16-bit values of an F16 or BF16 tensor, already rounded */
   int64_t offset;      /* reading: byte offset of the data in the file's data section */
-  clt__st_dtype dtype; /* reading: how it is stored */
+  clt__st_dtype dtype; /* reading: how it is stored; writing: how to store it */
 } clt__st_tensor;
 
-/* Write n float32 tensors and string metadata (key/value pairs, NULL-ended
+/* Write n tensors (float32, or 16-bit values already rounded) and string metadata (key/value pairs, NULL-ended
  * list of 2*k strings; may be NULL) to path atomically: to path +
  * CLT__ST_TMP_INFIX + the process id, flushed, then renamed. On failure the
  * temporary file is removed and path is untouched. */

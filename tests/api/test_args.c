@@ -667,6 +667,17 @@ CASE(clt_hf_gpt2_export) {
   EINVAL("weights_path", clt_hf_gpt2_export(spec_path, NULL, dir));
   EINVAL("dir", clt_hf_gpt2_export(spec_path, raw_path, NULL));
 }
+CASE(clt_hf_import) {
+  EINVAL("dir", clt_hf_import(NULL, 0, raw_path, raw_path));
+  EINVAL("model_path", clt_hf_import(dir, 0, NULL, raw_path));
+  EINVAL("weights_path", clt_hf_import(dir, 0, raw_path, NULL));
+}
+CASE(clt_hf_export_options_defaults) { clt_hf_export_options_defaults(NULL); }
+CASE(clt_hf_export) {
+  EINVAL("model_path", clt_hf_export(NULL, raw_path, dir, NULL));
+  EINVAL("weights_path", clt_hf_export(spec_path, NULL, dir, NULL));
+  EINVAL("dir", clt_hf_export(spec_path, raw_path, NULL, NULL));
+}
 CASE(clt_optimizer_defaults) {
   clt_optimizer_config c;
   clt_optimizer_defaults(CLT_OPT_SGD, NULL);

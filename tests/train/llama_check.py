@@ -1,20 +1,15 @@
-"""llama_check.py: cltrain's Llama-family layers against transformers' own
-models (run by tests/train/llama_check.sh, which finds a Python with torch,
-transformers and safetensors).
+"""llama_check.py: cltrain's Llama-family models against transformers'
+own, through `cltrain hf import` (run by tests/train/llama_check.sh, which
+finds a Python with torch, transformers and safetensors).
 
-For each of
-  - LlamaForCausalLM: 2 layers, width 64, 4 heads sharing 2 key and value
-    heads (grouped-query attention), SwiGLU of 96, RMSNorm eps 1e-5, an
-    untied lm_head, rope_theta 10000 with rope_scaling of type llama3
-    (factor 8, low_freq_factor 1, high_freq_factor 4, an original context
-    of 64, so that the head's 8 frequencies fall in all three of its bands);
-  - Qwen2ForCausalLM: the same shape with biases on q, k and v (not o) and
-    the output tied to the token embedding,
-random-initialised with every parameter moved off its initial value (norms
-start at 1 and biases at 0: a weight in the wrong place would not show),
-the weights are copied into cltrain's weights file under the names of a
-spec of the same model (the spec's layers are transformers' one for one,
-tensor for tensor; the Hugging Face import will map the same names), and:
+For each of a LlamaForCausalLM (grouped-query attention, an untied head,
+rope_scaling llama3), a Qwen2ForCausalLM (q, k and v biases, tied) and a
+MistralForCausalLM (multi-query, untied), as tests/lib/hf_llama_models.py
+makes them (random-initialised, every parameter moved off its initial
+value), saved with save_pretrained and imported with `cltrain hf import`
+(whose weights must be transformers' tensors, bit for bit, under the names
+of the spec's layers: the spec's layers are transformers' one for one,
+tensor for tensor), and:
 
 1. on 4 windows of 32 tokens, some targets masked (PyTorch's ignore_index
    -100, cltrain's CLT_IGNORE_LABEL), cltrain's logits are transformers'
@@ -28,11 +23,8 @@ tensor for tensor; the Hugging Face import will map the same names), and:
    biases): every step's loss within 1e-4 relative of torch's
    torch.optim.AdamW, and every parameter after them within 1e-4.
 
-transformers before 4.43 (the CI's 4.40) has no llama3 rope_scaling: there
-the model is made without it and each layer's rotary inv_freq is set to
-_compute_llama3_parameters' frequencies, transcribed below from
-transformers' modeling_rope_utils.py (from 4.43 on, the config's
-rope_scaling itself is used). Both compute in float32 with torch.
+The same steps on 2 ranks, with --zero 2, --pipeline 2 and on PoCL with
+rusticl are tests/train/llama_ranks.sh's, against one device.
 
 Prints the largest differences. Exit 0 when all hold, 1 when one does not,
 77 when no OpenCL device exists.
@@ -48,9 +40,11 @@ import tempfile
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import hf_llama_models as M  # noqa: E402
 
 # The tolerances of issue 36. Both sides compute the same float32
 # operations in different orders (GEMM blocking, the softmax's and the
@@ -70,13 +64,9 @@ WEIGHT_TOL = 1e-4  # absolute, each parameter after the steps
 # checked to be within lr, and to be few (at most 1 in 10,000).
 TINY_GRAD = 1e-6
 
-WIDTH, HEADS, KV_HEADS, INTER, LAYERS, VOCAB, T = 64, 4, 2, 96, 2, 97, 32
-THETA, EPS_NORM = 10000.0, 1e-5
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 64}
+VOCAB, T, LAYERS, IGNORE = M.VOCAB, M.T, M.LAYERS, M.IGNORE
 BATCH, STEPS = 4, 20
 LR, BETA1, BETA2, EPS, WD = 3e-3, 0.9, 0.95, 1e-8, 0.1
-IGNORE = -100
 
 failed = False
 
@@ -95,84 +85,11 @@ def run(cmd):
     return p
 
 
-def llama3_inv_freq(inv_freq, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings,
-                    **_):
-    """transformers' _compute_llama3_parameters (modeling_rope_utils.py,
-    4.43 and later), from its default inv_freq on."""
-    old_context_len = original_max_position_embeddings
-    low_freq_wavelen = old_context_len / low_freq_factor
-    high_freq_wavelen = old_context_len / high_freq_factor
-    wavelen = 2 * math.pi / inv_freq
-    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
-    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
-    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
-
-
-def native_llama3():
-    try:
-        import transformers.modeling_rope_utils as r
-        return "llama3" in r.ROPE_INIT_FUNCTIONS
-    except ImportError:
-        return False
-
-
-def make_llama():
-    kw = dict(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=INTER, num_hidden_layers=LAYERS,
-              num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=T,
-              rms_norm_eps=EPS_NORM, rope_theta=THETA, tie_word_embeddings=False, attention_bias=False,
-              hidden_act="silu")
-    if native_llama3():
-        model = LlamaForCausalLM(LlamaConfig(rope_scaling=dict(LLAMA3), **kw))
-        how = "transformers' own llama3 rope_scaling"
-    else:
-        model = LlamaForCausalLM(LlamaConfig(**kw))
-        for layer in model.model.layers:
-            rot = layer.self_attn.rotary_emb
-            rot.inv_freq = llama3_inv_freq(rot.inv_freq, **LLAMA3)
-        how = "inv_freq set to _compute_llama3_parameters' (transformers %s has no llama3 rope_scaling)" % \
-            transformers.__version__
-    spec = ("attention heads=%d kv_heads=%d rope_theta=%g rope_scaling=llama3 factor=%g low_freq_factor=%g "
-            "high_freq_factor=%g original_max_position_embeddings=%d bias=none" %
-            (HEADS, KV_HEADS, THETA, LLAMA3["factor"], LLAMA3["low_freq_factor"], LLAMA3["high_freq_factor"],
-             LLAMA3["original_max_position_embeddings"]))
-    return model, spec, False, how
-
-
-def make_qwen2():
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=INTER, num_hidden_layers=LAYERS,
-                      num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=T,
-                      rms_norm_eps=EPS_NORM, rope_theta=THETA, tie_word_embeddings=True, use_sliding_window=False,
-                      hidden_act="silu")
-    spec = "attention heads=%d kv_heads=%d rope_theta=%g bias=qkv" % (HEADS, KV_HEADS, THETA)
-    return Qwen2ForCausalLM(cfg), spec, True, "q, k and v biases, tied output"
-
-
-def cltrain_spec(attention, tied):
-    """The model as a cltrain spec: a LlamaDecoderLayer is a block of six
-    lines."""
-    return "\n".join([
-        "input tokens %d vocab=%d" % (T, VOCAB),
-        "embedding %d name=embed_tokens" % WIDTH,
-        "block repeat=%d" % LAYERS,
-        "  rmsnorm eps=%g" % EPS_NORM,  # input_layernorm
-        "  " + attention,               # self_attn
-        "  residual",
-        "  rmsnorm eps=%g" % EPS_NORM,  # post_attention_layernorm
-        "  swiglu %d" % INTER,          # mlp
-        "  residual",
-        "end",
-        "rmsnorm eps=%g" % EPS_NORM,    # model.norm
-        "linear %d bias=false%s" % (VOCAB, " tie=embed_tokens" if tied else ""),  # lm_head
-    ]) + "\n"
-
-
 def names(model, tied):
     """transformers' parameter name -> the cltrain weights file's: layer i
     of the spec (the input line is 0) is "i - 1." and its tensor's name."""
     out = {"model.embed_tokens.weight": "0.weight"}
-    for b in range(LAYERS):
+    for b in range(M.LAYERS):
         base = 1 + 6 * b  # the block's first line, rmsnorm, is layer base + 1
         hf = "model.layers.%d." % b
         out[hf + "input_layernorm.weight"] = "%d.weight" % base
@@ -186,19 +103,6 @@ def names(model, tied):
     if not tied:
         out["lm_head.weight"] = "%d.weight" % (2 + 6 * LAYERS)
     return {n: out[n] for n, _ in model.named_parameters()}
-
-
-def batches():
-    """STEPS batches of BATCH windows of this file's bytes (mod VOCAB), one
-    target in 7 masked."""
-    with open(__file__, "rb") as f:
-        text = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int64) % VOCAB
-    n = STEPS * BATCH
-    text = np.resize(text, n * T + 1)
-    w = np.stack([text[i * T:i * T + T + 1] for i in range(n)]).reshape(STEPS, BATCH, T + 1)
-    x, y = w[:, :, :-1].copy(), w[:, :, 1:].copy()
-    y.reshape(-1)[3::7] = IGNORE
-    return x, y
 
 
 def torch_loss(model, x, y):
@@ -217,20 +121,23 @@ def adamw(model):
                              betas=(BETA1, BETA2), eps=EPS)
 
 
-def check_model(label, model, attention, tied, work, args):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+def check_model(label, model, work, args):
+    M.move_off_init(model)
     model.train()  # no dropout in these models: training computes what evaluation does
-    spec = cltrain_spec(attention, tied)
+    tied = model.config.tie_word_embeddings
     where = names(model, tied)
-    spec_path, w_path = os.path.join(work, label + ".model"), os.path.join(work, label + ".safetensors")
-    with open(spec_path, "w") as f:
-        f.write(spec)
-    save_file({where[n]: p.detach().numpy().copy() for n, p in model.named_parameters()}, w_path,
-              metadata={"format": "cltrain-weights", "version": "1", "model": spec})
-    x, y = batches()
+    hf_dir, prefix = os.path.join(work, label), os.path.join(work, label + "-imported")
+    M.save(label, model, hf_dir)
+    p = run([args.cltrain, "hf", "import", hf_dir, "-o", prefix])
+    check(p.returncode == 0, "%s: cltrain hf import" % label)
+    if p.returncode != 0:
+        return 1
+    spec_path, w_path = prefix + ".model", prefix + ".safetensors"
+    mine = load_file(w_path)
+    same = sorted(mine) == sorted(where.values()) and all(
+        np.array_equal(mine[where[n]], p.detach().numpy()) for n, p in model.named_parameters())
+    check(same, "%s: the imported weights are transformers' tensors, bit for bit, under the spec's layers" % label)
+    x, y = M.batches(__file__, STEPS, BATCH)
     xs, ys = os.path.join(work, label + ".x.i32"), os.path.join(work, label + ".y.i32")
 
     # 1. logits and loss on the first batch
@@ -312,17 +219,18 @@ def check_model(label, model, attention, tied, work, args):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--cltrain", required=True)
     ap.add_argument("--logits", required=True, help="tests/io/hf_logits")
     ap.add_argument("--steps", required=True, help="tests/train/torch_steps")
     args = ap.parse_args()
     print("torch %s, transformers %s" % (torch.__version__, transformers.__version__))
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="llama_check.") as work:
-        for label, make in (("llama", make_llama), ("qwen2", make_qwen2)):
+        for label in M.LABELS:
             torch.manual_seed(0)
-            model, attention, tied, how = make()
+            model, how = M.make(label)
             print("%s: %s" % (label, how))
-            rc = check_model(label, model, attention, tied, work, args)
+            rc = check_model(label, model, work, args)
             if rc:
                 return rc
     return 1 if failed else 0

@@ -1,11 +1,11 @@
 #!/bin/sh
-# llama_check.sh: cltrain's Llama-family layers against transformers itself
+# llama_check.sh: cltrain's Llama-family models against transformers itself
 # (tests/train/llama_check.py): a random LlamaForCausalLM (grouped-query
-# attention, an untied head, rope_scaling llama3) and Qwen2ForCausalLM (q, k
-# and v biases, tied), their weights in cltrain's file under a spec of the
-# same model: logits within 1e-4 and loss within 1e-5, every gradient within
-# 1e-4 relative, 20 AdamW steps' losses within 1e-4 relative and the
-# weights after them within 1e-4. Exits 77 (skipped) when no Python here
+# attention, an untied head, rope_scaling llama3), Qwen2ForCausalLM (q, k
+# and v biases, tied) and MistralForCausalLM (multi-query), saved with
+# save_pretrained and imported with `cltrain hf import`: logits within 1e-4
+# and loss within 1e-5, every gradient within 1e-4 relative, 20 AdamW
+# steps' losses within 1e-4 relative and the weights after them within 1e-4. Exits 77 (skipped) when no Python here
 # imports torch, transformers and safetensors (.ci/run installs them), or
 # without a device.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -29,4 +29,4 @@ done
 # Nothing is downloaded: the models are made here.
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 export HF_HUB_OFFLINE TRANSFORMERS_OFFLINE TRANSFORMERS_VERBOSITY
-exec "$py" "$srcdir/tests/train/llama_check.py" --logits "$HF_LOGITS" --steps "$TORCH_STEPS"
+exec "$py" "$srcdir/tests/train/llama_check.py" --cltrain "$CLTRAIN" --logits "$HF_LOGITS" --steps "$TORCH_STEPS"
