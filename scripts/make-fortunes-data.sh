@@ -9,13 +9,20 @@
 # The files are a fixed list in C-locale order, so every machine makes the
 # same two shards; the .dat indexes and .u8 links beside them are left out.
 #
+# With TOKENIZER set, the same two texts are tokenized by that Hugging Face
+# tokenizer.json instead (each split one document), into
+# OUT_DIR/NAME_train.bin and OUT_DIR/NAME_val.bin.
+#
 #   CLTRAIN       the tool (default ./cltrain)
 #   FORTUNES_DIR  where the packages put the text (default /usr/share/games/fortunes)
 #   OUT_DIR       where the shards go (default data)
+#   TOKENIZER     a tokenizer.json or its directory (default: none, byte-level)
+#   NAME          the shards' file name prefix (default fortunes)
 set -e
 CLTRAIN=${CLTRAIN:-./cltrain}
 dir=${FORTUNES_DIR:-/usr/share/games/fortunes}
 out=${OUT_DIR:-data}
+name=${NAME:-fortunes}
 
 files="art ascii-art computers cookie debian definitions disclaimer drugs education ethnic food fortunes
 goedel humorists kids knghtbrd law linux linuxcookie literature love magic medicine men-women miscellaneous
@@ -37,5 +44,5 @@ for f in $files; do
   head -c "$keep" "$dir/$f" >> "$tmp/train.txt"
   tail -c "+$((keep + 1))" "$dir/$f" >> "$tmp/val.txt"
 done
-"$CLTRAIN" tokenize "$tmp/train.txt" -o "$out/fortunes_train.bin"
-"$CLTRAIN" tokenize "$tmp/val.txt" -o "$out/fortunes_val.bin"
+"$CLTRAIN" tokenize "$tmp/train.txt" -o "$out/${name}_train.bin" ${TOKENIZER:+--tokenizer "$TOKENIZER"}
+"$CLTRAIN" tokenize "$tmp/val.txt" -o "$out/${name}_val.bin" ${TOKENIZER:+--tokenizer "$TOKENIZER"}
