@@ -7,21 +7,21 @@
 # to train on, the last 10% to validate on) with a byte-level BPE tokenizer.json (TOKENIZER, default
 # the fixture tests/text/bytelevel: 3,006 ids trained on this corpus), fits bench/ngram's
 # interpolated order-3 n-gram on the same training token ids, trains examples/llama_tiny.model with
-# its vocabulary set to the tokenizer's for about SECONDS (300) with AdamW (cosine schedule), prints
+# its vocabulary set to the tokenizer's for about SECONDS (1200) with AdamW (cosine schedule), prints
 # the validation curve beside the n-gram's validation loss, a "met" / "not met" line (the Llama's
 # final validation loss below the n-gram's), and text that `cltrain generate --tokenizer` samples.
 #
 # THREADS (2) PoCL threads; RANKS (1) MPI ranks (each with THREADS threads); BATCH (16) sequences
-# per step (per rank); LR (0.003) the peak learning rate.
+# per step (per rank); LR (0.01) the peak learning rate.
 set -e
 here=$(dirname "$0")
 src=$(cd "$here/.." && pwd)
 . "$here/lib.sh"
-secs=${1:-300}
+secs=${1:-1200}
 THREADS=${THREADS:-2}
 RANKS=${RANKS:-1}
 BATCH=${BATCH:-16}
-LR=${LR:-0.003}
+LR=${LR:-0.01}
 TOKENIZER=${TOKENIZER:-$src/tests/text/bytelevel}
 out=${OUT:-$(mktemp -d)}
 export POCL_MAX_PTHREAD_COUNT=$THREADS
