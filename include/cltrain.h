@@ -1141,6 +1141,11 @@ typedef struct clt_train_options {
                                      stage (blocks expanded, the input line not counted), never inside
                                      a residual's branch; "auto": by each piece's forward and backward
                                      time on each stage's device, the slowest stage least */
+  /* sharded checkpoints (appended) */
+  int checkpoint_one_file;        /* 0 (default): under zero 1 or 2 on several ranks each rank writes
+                                     its shard of the state beside the checkpoint, and the checkpoint
+                                     file is their index (doc/checkpoint.md); 1: rank 0 gathers the
+                                     whole state and writes one file, as at zero 0 */
 } clt_train_options;
 
 /* The defaults, as each field says. clt_trainer_create checks every field

@@ -185,6 +185,9 @@ static void help_devices(FILE *to, const clt_train_options *d) {
           "      --keep K            keep the newest K checkpoints in DIR (default %d; 0: all)\n"
           "      --resume FILE|latest  go on from a checkpoint: FILE, or the newest whole one in\n"
           "                          the checkpoint directory (none there: start from the beginning)\n"
+          "      --checkpoint-one-file  under --zero 1|2 on several ranks, gather the state to rank 0\n"
+          "                          and write one file (default: each rank writes its shard beside\n"
+          "                          the checkpoint, which indexes them)\n"
           "  -q, --quiet             no progress line\n"
           "  -h, --help              this text\n",
           (long long)d->balance_every, (long long)d->balance_min_share, d->bucket_mb,
@@ -268,7 +271,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
          O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES, O_BETAS, O_EPS, O_TARGETS,
-         O_VAL_TARGETS };
+         O_VAL_TARGETS, O_CKPT_ONE_FILE };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -298,6 +301,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
       {"pipeline", required_argument, 0, O_PIPELINE}, {"micro-batches", required_argument, 0, O_MICRO},
       {"schedule-pipeline", required_argument, 0, O_PIPE_SCHED}, {"stages", required_argument, 0, O_STAGES},
+      {"checkpoint-one-file", no_argument, 0, O_CKPT_ONE_FILE},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -406,6 +410,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       }
       break;
     case O_STAGES: o->stages = optarg; break;
+    case O_CKPT_ONE_FILE: o->checkpoint_one_file = 1; break;
     case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
     case O_RESUME:
       if (!*optarg) {

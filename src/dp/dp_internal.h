@@ -320,6 +320,7 @@ int clt__dp_get_replica(clt__dp *dp, int src, float *params, float *state);
 /* The strategy's get_state and set_state (strategy/strategy.h). */
 int clt__dp_get_state(void *self, float *params, float *state, int everywhere);
 int clt__dp_set_state(void *self, const float *params, const float *state);
+int clt__dp_get_shard(void *self, int want_state, int *sharded, clt__state_shard *out);
 /* A rank that sits out: its part of the sum (zeros, or the gradient its
  * replicas ran of its own samples) through the host exchange. */
 int clt__dp_exchange_sitting(clt__dp *dp, int64_t step);

@@ -292,3 +292,65 @@ fail:
   free(shard_state);
   return rc;
 }
+
+/* The strategy's get_shard: under ZeRO on several ranks each rank writes
+ * its part of every bucket, rank 0 also what no bucket covers (which every
+ * rank steps alike), so the ranges are disjoint and cover the arena. The
+ * parameters come straight from the first replica's device range by range
+ * and the state from its shard: nothing of another rank's is gathered. */
+int clt__dp_get_shard(void *self, int want_state, int *sharded, clt__state_shard *out) {
+  clt__dp *dp = self;
+  int rc = CLT_OK, per = want_state ? state_per_param(dp) : 0;
+  float *shard = NULL;
+  int *from = NULL; /* each range's place in dp->shard */
+  memset(out, 0, sizeof *out);
+  *sharded = dp->zero > 0 && dp->nranks > 1;
+  if (!*sharded) return CLT_OK;
+  CLT_TRY(clt__dp_sync_replicas(dp, 0));
+  if (!(out->range = clt__calloc((size_t)dp->nshard + 1, sizeof *out->range))) { rc = CLT_ENOMEM; goto fail; }
+  if (!(from = clt__calloc((size_t)dp->nshard + 1, sizeof *from))) { rc = CLT_ENOMEM; goto fail; }
+  for (int j = 0; j < dp->nshard; j++) {
+    int part = 0;
+    for (int k = 0; k < dp->buckets.n && !part; k++) part = dp->part[k].n && dp->part[k].lo == dp->shard[j].lo;
+    if (!part && dp->rank != 0) continue;
+    if (dp->shard[j].n == 0) continue;
+    out->range[out->n][0] = dp->shard[j].lo;
+    out->range[out->n][1] = dp->shard[j].n;
+    from[out->n++] = j;
+    out->count += dp->shard[j].n;
+  }
+  out->params = clt__calloc((size_t)out->count + 1, sizeof *out->params);
+  if (per) out->state = clt__calloc((size_t)(per * out->count) + 1, sizeof *out->state);
+  if (!out->params || (per && !out->state)) { rc = CLT_ENOMEM; goto fail; }
+  clt_tensor p = clt__replica_params(dp->rep[0]);
+  int64_t at = 0;
+  for (int k = 0; k < out->n; k++) {
+    clt_tensor v = p;
+    v.dtype = CLT_F32, v.ndim = 1, v.shape[0] = out->range[k][1];
+    v.offset = p.offset + (size_t)out->range[k][0] * sizeof(float);
+    CLT_TRY(clt_tensor_download(dp->ctx[0], &v, out->params + at, (size_t)out->range[k][1] * sizeof(float)));
+    at += out->range[k][1];
+  }
+  if (per) {
+    if (dp->host_state[0]) {
+      shard = dp->host_state[0];
+    } else {
+      clt_tensor s = clt__replica_state(dp->rep[0]);
+      if (!(shard = clt__calloc((size_t)(per * dp->shard_params) + 1, sizeof *shard))) { rc = CLT_ENOMEM; goto fail; }
+      CLT_TRY(clt_tensor_download(dp->ctx[0], &s, shard, (size_t)(per * dp->shard_params) * sizeof *shard));
+    }
+    at = 0;
+    for (int k = 0; k < out->n; k++) {
+      const clt__shard_range *s = &dp->shard[from[k]];
+      for (int c = 0; c < per; c++)
+        memcpy(out->state + (size_t)c * out->count + at, shard + (size_t)s->state_at * per + (size_t)c * s->n,
+               (size_t)s->n * sizeof(float));
+      at += s->n;
+    }
+  }
+fail:
+  free(from);
+  if (shard && shard != dp->host_state[0]) free(shard);
+  if (rc < 0) clt__state_shard_free(out);
+  return rc < 0 ? clt__error_prefix(rc, "rank %d: its shard of the model's state for a checkpoint", dp->rank) : rc;
+}

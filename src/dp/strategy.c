@@ -262,6 +262,7 @@ const clt__strategy_i clt__dp_strategy = {
     .after_update = after_update,
     .get_state = clt__dp_get_state,
     .set_state = clt__dp_set_state,
+    .get_shard = clt__dp_get_shard,
     .evaluate = clt__dp_evaluate,
     .whole_replica = whole_replica,
     .set_trace = set_trace,

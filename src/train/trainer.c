@@ -100,6 +100,7 @@ static const enum_field enums[] = {
     ENUM(pipeline_schedule, 2, "CLT_PIPELINE_1F1B (0) or CLT_PIPELINE_GPIPE (1)"),
     ENUM(decay_all, 2, "0 or 1"),
     ENUM(drop_last, 2, "0 or 1"),
+    ENUM(checkpoint_one_file, 2, "0 or 1"),
 };
 #undef ENUM
 
