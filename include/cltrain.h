@@ -1367,11 +1367,19 @@ CLT_API int clt_trainer_load_weights(clt_trainer *t, const char *path);
  * A checkpoint loads on any number of ranks and devices, of any vendor; at
  * the same number of replicas the resumed run is bit for bit the run that
  * was not interrupted (with --balance equal or weights; auto measures time).
+ *
+ * Under zero 1 or 2 on several ranks (unless checkpoint_one_file) the file
+ * at path is an index (format_version "2", no tensors, metadata 'shards')
+ * of one shard file per rank beside it, PATH-stem.<save>.shard-<r>-of-<N>
+ * .safetensors, each holding that rank's ranges of the parameters and
+ * state: no rank gathers the whole state. Each is written as above, the
+ * index last; loading, latest, rotation and export read it as one file.
  */
 
-/* Save the trainer's state to path. Collective: rank 0 writes, and every
- * rank returns rank 0's outcome (a full disk is CLT_EIO on every rank, and
- * the file that was at path is untouched). */
+/* Save the trainer's state to path. Collective: rank 0 writes (under ZeRO
+ * every rank its shard, rank 0 the index), and every rank returns rank 0's
+ * outcome (a full disk is CLT_EIO on every rank, and the file that was at
+ * path is untouched). */
 CLT_API int clt_trainer_save_checkpoint(clt_trainer *t, const char *path);
 /* Load a checkpoint into every replica (rank 0 reads and checks it, then
  * broadcasts): parameters, optimizer state, step counts and the position

@@ -301,7 +301,6 @@ fail:
 int clt__dp_get_shard(void *self, int want_state, int *sharded, clt__state_shard *out) {
   clt__dp *dp = self;
   int rc = CLT_OK, per = want_state ? state_per_param(dp) : 0;
-  float *shard = NULL;
   int *from = NULL; /* each range's place in dp->shard */
   memset(out, 0, sizeof *out);
   *sharded = dp->zero > 0 && dp->nranks > 1;
@@ -331,26 +330,28 @@ int clt__dp_get_shard(void *self, int want_state, int *sharded, clt__state_shard
     CLT_TRY(clt_tensor_download(dp->ctx[0], &v, out->params + at, (size_t)out->range[k][1] * sizeof(float)));
     at += out->range[k][1];
   }
-  if (per) {
-    if (dp->host_state[0]) {
-      shard = dp->host_state[0];
-    } else {
-      clt_tensor s = clt__replica_state(dp->rep[0]);
-      if (!(shard = clt__calloc((size_t)(per * dp->shard_params) + 1, sizeof *shard))) { rc = CLT_ENOMEM; goto fail; }
-      CLT_TRY(clt_tensor_download(dp->ctx[0], &s, shard, (size_t)(per * dp->shard_params) * sizeof *shard));
+  /* The state, range by range and component by component, straight into
+   * place: from the host copy, or from the device (no shard-sized copy). */
+  clt_tensor st = clt__replica_state(dp->rep[0]);
+  at = 0;
+  for (int k = 0; per && k < out->n; k++) {
+    const clt__shard_range *s = &dp->shard[from[k]];
+    for (int c = 0; c < per; c++) {
+      size_t in_shard = (size_t)s->state_at * per + (size_t)c * s->n;
+      float *to = out->state + (size_t)c * out->count + at;
+      if (dp->host_state[0]) {
+        memcpy(to, dp->host_state[0] + in_shard, (size_t)s->n * sizeof(float));
+      } else {
+        clt_tensor v = st;
+        v.dtype = CLT_F32, v.ndim = 1, v.shape[0] = s->n;
+        v.offset = st.offset + in_shard * sizeof(float);
+        CLT_TRY(clt_tensor_download(dp->ctx[0], &v, to, (size_t)s->n * sizeof(float)));
+      }
     }
-    at = 0;
-    for (int k = 0; k < out->n; k++) {
-      const clt__shard_range *s = &dp->shard[from[k]];
-      for (int c = 0; c < per; c++)
-        memcpy(out->state + (size_t)c * out->count + at, shard + (size_t)s->state_at * per + (size_t)c * s->n,
-               (size_t)s->n * sizeof(float));
-      at += s->n;
-    }
+    at += s->n;
   }
 fail:
   free(from);
-  if (shard && shard != dp->host_state[0]) free(shard);
   if (rc < 0) clt__state_shard_free(out);
   return rc < 0 ? clt__error_prefix(rc, "rank %d: its shard of the model's state for a checkpoint", dp->rank) : rc;
 }
