@@ -4,10 +4,13 @@
 # each checkpoint is an index and one shard file per rank, and rotation takes
 # step 3's shards with its index. Step 6 resumed at 2 ranks (--zero 2 and
 # --zero 1) ends at step 9 with the uninterrupted run's weights bit for bit,
-# at 1 rank (--zero 0) and 3 ranks (--zero 1) within 1e-6; export writes the
+# at 1 rank (--zero 0), 3 ranks (--zero 1) and as a pipeline of 2 stages
+# within 1e-6; export writes the
 # weights the uninterrupted run has at step 9 (read from the shards), and
 # the same as a --checkpoint-one-file save of the same run (a version-1
-# file, still read). Refused, each naming the file: a truncated shard, a
+# file, still read), and the same file cut by hand into 3 uneven shards
+# (tests/train/ckpt_cut.py, the format of doc/checkpoint.md) exports and
+# resumes to its bits. Refused, each naming the file: a truncated shard, a
 # missing shard, an index whose ranges do not cover the parameters (its
 # CRC32 made right again: the index's own check); and `--resume latest`
 # skips both, saying why. Exits 77 without an
@@ -72,7 +75,7 @@ else
 fi
 shard1=$(ls "$ck"/ckpt-0000000006.*.shard-00001-of-00002.safetensors)
 
-for c in "2 --zero 2 0" "2 --zero 1 0" "1 --zero 0 1e-6" "3 --zero 1 1e-6"; do
+for c in "2 --zero 2 0" "2 --zero 1 0" "1 --zero 0 1e-6" "3 --zero 1 1e-6" "2 --pipeline 2 1e-6"; do
   set -- $c
   run "resumed on $1 rank(s) $2 $3" "$1" $train $2 $3 --max-steps 9 --resume "$idx" --save "$tmp/r.safetensors" &&
     near "step 6 resumed on $1 rank(s) $2 $3 ends at the uninterrupted run's step 9 (within $4)" \
@@ -88,6 +91,21 @@ run "--checkpoint-one-file" 2 $train --zero 2 --max-steps 9 --checkpoint-every 9
 "$CLTRAIN" export "$tmp/one/ckpt-0000000009.safetensors" "$tmp/ex1.safetensors" >/dev/null 2>"$tmp/err" ||
   { echo "FAIL: export of one file:"; sed 's/^/  /' "$tmp/err"; fail=1; }
 near "one file and shards hold the same weights" "$tmp/ex1.safetensors" "$tmp/ex.safetensors" 0
+
+# Shards of any sizes, in any order: the one-file checkpoint cut by hand
+# into 3 uneven shards (tests/train/ckpt_cut.py) exports the same weights and
+# resumes (to step 11, one rank) to the same bits as the file it was cut from.
+need_python "a checkpoint"
+"$py" "$srcdir/tests/train/ckpt_cut.py" "$tmp/one/ckpt-0000000009.safetensors" "$tmp/cut" ||
+  { echo "FAIL: ckpt_cut.py"; fail=1; }
+"$CLTRAIN" export "$tmp/cut/cut.safetensors" "$tmp/excut.safetensors" >/dev/null 2>"$tmp/err" ||
+  { echo "FAIL: export of uneven shards:"; sed 's/^/  /' "$tmp/err"; fail=1; }
+near "uneven shards export the weights of the file they were cut from" "$tmp/ex1.safetensors" "$tmp/excut.safetensors" 0
+for c in one/ckpt-0000000009 cut/cut; do
+  run "resumed from $c" 1 $train --zero 0 --max-steps 11 --resume "$tmp/$c.safetensors" \
+    --save "$tmp/$(dirname $c).safetensors"
+done
+near "uneven shards resume to the bits of the file they were cut from" "$tmp/one.safetensors" "$tmp/cut.safetensors" 0
 
 resume="$train --max-steps 9 --resume"
 bad=$tmp/bad
