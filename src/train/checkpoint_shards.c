@@ -77,8 +77,10 @@ static int shard_path(const char *index, const char *save, int r, int N, char *o
   char stem[PATH_MAX];
   stem_of(index, stem, sizeof stem);
   int n = snprintf(out, size, "%s.%s" SHARD_WORD "%05d-of-%05d" SUFFIX, stem, save, r, N);
-  if (n < 0 || (size_t)n >= size)
+  if (n < 0 || (size_t)n >= size) {
+    out[0] = 0; /* no name at all rather than a cut one */
     return clt__error(CLT_EINVAL, "the shard names of the checkpoint %s do not fit in %zu bytes", index, size);
+  }
   return CLT_OK;
 }
 
@@ -188,7 +190,7 @@ fail:
 }
 
 int clt__checkpoint_save_sharded(clt_trainer *t, const char *path, const clt__state_shard *sh) {
-  char save[16] = "", file[PATH_MAX], *record = NULL;
+  char save[16] = "", file[PATH_MAX] = "", *record = NULL;
   int rc = CLT_OK;
   double t0 = clt__now();
   if (t->rank == 0) new_save_id(save, sizeof save);
@@ -203,7 +205,7 @@ int clt__checkpoint_save_sharded(clt_trainer *t, const char *path, const clt__st
   }
   rc = clt__trainer_share_status(t, rc);
   if (rc < 0) {
-    unlink(file); /* this save's, never an earlier one's: whatever index names them stays whole */
+    if (file[0]) unlink(file); /* this save's, never an earlier one's: whatever index names them stays whole */
     return rc;
   }
   if (t->rank == 0) {
