@@ -11,10 +11,10 @@
 # file, still read), and the same file cut by hand into 3 uneven shards
 # (tests/train/ckpt_cut.py, the format of doc/checkpoint.md) exports and
 # resumes to its bits. Refused, each naming the file: a truncated shard, a
-# missing shard, an index whose ranges do not cover the parameters (its
-# CRC32 made right again: the index's own check); and `--resume latest`
-# skips both, saying why. Exits 77 without an
-# OpenCL device or MPI.
+# shard with a value changed (its CRC32), a missing shard, an index whose
+# ranges do not cover the parameters (its CRC32 made right again: the
+# index's own check); and `--resume latest` skips both, saying why. Exits 77
+# without an OpenCL device or MPI.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-60}
@@ -113,6 +113,11 @@ cp -r "$ck" "$bad"
 badshard=$bad/$(basename "$shard1")
 head -c 1000 "$shard1" >"$badshard"
 refused "a truncated shard" "$badshard: truncated" $resume "$bad/ckpt-0000000006.safetensors"
+cp "$shard1" "$badshard"
+size=$(wc -c <"$shard1")
+printf '\377\377\377\177' | dd of="$badshard" bs=1 seek=$((size - 4)) conv=notrunc 2>/dev/null # the last float
+refused "a shard with a flipped value" "$badshard: the tensor data fails its CRC32 check" \
+  $resume "$bad/ckpt-0000000006.safetensors"
 rm -f "$badshard"
 refused "a missing shard" "its shard $badshard is missing" $resume "$bad/ckpt-0000000006.safetensors"
 refused "a missing shard, in export" "its shard $badshard is missing" export "$bad/ckpt-0000000006.safetensors" \
