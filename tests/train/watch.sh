@@ -15,7 +15,9 @@
 #     and the prefetch thread's wait per step; the epoch line its GFLOP/s;
 #   - the last, short batch of an epoch (19 samples, batch 8: 3) reports
 #     the shares that ran ([2,1]), not the full batch's ([4,4]);
-#   - under --pipeline 2 the step records' throughput is measured, not 0.
+#   - under --pipeline 2 the step records' throughput is measured, not 0;
+#   - a language model's lines and records give tokens/s, and the line the
+#     steps of the whole run (--max-steps 4 of 50 epochs).
 # Exits 77 without an OpenCL device, MPI or python3.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
@@ -161,6 +163,18 @@ sed 's/^/  /' "$tmp/check"
 # 3. -q: no progress lines.
 "$CLTRAIN" $train --max-steps 2 -e 1 -q --metrics "$tmp/q.jsonl" >"$out" 2>"$err" || { echo "FAIL: the -q run"; fail=1; }
 has "$tmp/q.jsonl" '"progress_s":0.0' "-q: no progress lines"
+
+# 3b. A language model: tokens/s in the line and the records, and the steps
+#     and ETA of the whole run (--max-steps), not of the epoch.
+tiny_gpt_spec >"$tmp/gpt.model"
+head -c 3000 "$srcdir/README.md" >"$tmp/text"
+"$CLTRAIN" tokenize "$tmp/text" -o "$tmp/tok.bin" >"$out" 2>"$err" || { echo "FAIL: tokenize"; fail=1; }
+"$CLTRAIN" train "$tmp/gpt.model" --data "$tmp/tok.bin" --val none --devices pocl -b 4 -e 50 --max-steps 4 \
+  --log-every 2 --progress 0.001 --metrics "$tmp/g.jsonl" >"$out" 2>"$err" ||
+  { echo "FAIL: the language model's run"; sed 's/^/  /' "$out" "$err"; fail=1; }
+has "$err" '^progress: step [1-4]/4  epoch 1/50  loss [0-9.]*  [0-9]* samples/s  [0-9]* tokens/s  ETA ' \
+  "tokens/s and the steps to --max-steps in the progress line"
+has "$tmp/g.jsonl" '"event":"step".*"tokens_per_s":[0-9]' "tokens/s in the step records"
 
 # 4. Under a terminal (script): mpirun's ranks still write to pipes.
 if script -q -c true /dev/null >/dev/null 2>&1; then
