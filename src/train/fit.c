@@ -3,7 +3,9 @@
  * around clt__trainer_train_step (step.c), whose micro-batches come from
  * here: every local replica takes its slice of each of `accumulate`
  * micro-batches from its prefetcher (fit_next). Events go to the callback
- * and as JSON Lines metrics and TensorBoard event files from rank 0.
+ * and as JSON Lines metrics and TensorBoard event files from rank 0
+ * (metrics.c), after the run record (run_record.c); rank 0's timed
+ * PROGRESS events to the callback alone.
  */
 #include "core/outfile.h"
 #include "io/tensorboard.h"
