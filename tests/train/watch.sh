@@ -175,6 +175,9 @@ head -c 3000 "$srcdir/README.md" >"$tmp/text"
 has "$err" '^progress: step [1-4]/4  epoch 1/50  loss [0-9.]*  [0-9]* samples/s  [0-9]* tokens/s  ETA ' \
   "tokens/s and the steps to --max-steps in the progress line"
 has "$tmp/g.jsonl" '"event":"step".*"tokens_per_s":[0-9]' "tokens/s in the step records"
+# 3 x the forward's: per block attention 2TC(3C + C) + 4T^2C, linears 2T(C32 + 32C);
+# the tied output 2TC256; T = C = 16, two blocks.
+has "$tmp/g.jsonl" '"flops_per_sample":884736.0,' "the GPT's FLOPs per sample from the layer table"
 
 # 4. Under a terminal (script): mpirun's ranks still write to pipes.
 if script -q -c true /dev/null >/dev/null 2>&1; then
