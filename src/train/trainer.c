@@ -10,6 +10,7 @@
 #include "io/dir_lock.h"
 #include "pp/pp.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,18 @@ static int check_fields(const clt_train_options *o) {
     return clt__error(CLT_EINVAL, "clt_train_options.metrics_path is empty: name a file, or give none (NULL)");
   if (o->tensorboard_dir && !o->tensorboard_dir[0])
     return clt__error(CLT_EINVAL, "clt_train_options.tensorboard_dir is empty: name a directory, or give none (NULL)");
+  if (!(o->progress_s >= 0) || o->progress_s > 1e9)
+    return clt__error(CLT_EINVAL, "clt_train_options.progress_s (--progress %g) must be 0 (none) or a number of "
+                      "seconds up to 1e9", o->progress_s);
+  if (o->run_json) {
+    json_error_t err;
+    json_t *j = json_loads(o->run_json, 0, &err);
+    int object = json_is_object(j), parsed = j != NULL;
+    json_decref(j);
+    if (!object)
+      return clt__error(CLT_EINVAL, "clt_train_options.run_json is not a JSON object (%s): give an object such as "
+                        "{\"command\": \"...\"}, or NULL", parsed ? "another kind of value" : err.text);
+  }
   return CLT_OK;
 }
 
@@ -288,6 +301,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   CLT_TRY(t->s.i->plan(&job, &t->s));
   t->opts.accumulate = t->s.accumulate; /* fit's micro-batches per step */
   CLT_TRY(clt__trainer_memory_report(t)); /* what the replicas hold, measured, beside what was counted */
+  t->flops_per_sample = clt__trainer_flops_per_sample(t);
   *out = t;
   return CLT_OK;
 fail:
@@ -301,6 +315,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   for (int i = 0; t->ctx && i < t->nlocal; i++) clt_context_destroy(t->ctx[i]);
   free(t->ctx);
   free(t->memory);
+  free(t->peak_flops);
   clt__trace_destroy(t->timeline.trace);
   free(t->timeline.lanes);
   if (t->own_comm) clt_comm_destroy(t->comm);
