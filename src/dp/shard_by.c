@@ -8,7 +8,8 @@
  *
  * Free for a shard. A replica needs its unsharded buffers whatever its
  * shard (the parameters, activations, scratch; under stage 2 the bucket
- * buffers; the parameters no bucket covers, which every rank steps), and
+ * buffers, and the whole gradient on a device that keeps every bucket
+ * apart; the parameters no bucket covers, which every rank steps), and
  * then so many bytes a parameter of its shard (optimizer state; under
  * stage 2 the gradient's shard), the same on every rank. So what a rank's
  * device has free for its shard is its memory (capped by
@@ -39,11 +40,17 @@ static int room_for_shard(clt__dp *dp, const clt__job *job, double *out) {
   CLT_TRY(clt__dp_need(dp->local, o, N, dp->rank, dp->room, dp->nreplicas > 1 && o->precision == CLT_F16, &need,
                        NULL, none));
   *out = -1;
+  int wire = dp->nreplicas > 1 && o->precision == CLT_F16;
+  int64_t P = clt_model_param_count(dp->local);
   for (int i = 0; i < dp->nlocal; i++) {
     const clt_device_info *d = clt_devices_info(job->devs, i);
-    uint64_t cap = d->global_mem_bytes;
+    uint64_t cap = d->global_mem_bytes, total = need.total;
     if (o->max_device_memory && (!cap || o->max_device_memory < cap)) cap = o->max_device_memory;
-    double free_b = cap > need.total ? (double)(cap - need.total) : 0;
+    /* Stage 2 on a device whose GEMMs the calling thread runs keeps every
+     * bucket apart: the whole gradient besides (replicas.c checks it). */
+    if (o->zero == 2 && o->accumulate == 1 && !clt__context_enqueues_ahead(job->ctx[i]))
+      total += (uint64_t)P * (wire ? 6 : 4);
+    double free_b = cap > total ? (double)(cap - total) : 0;
     if (*out < 0 || free_b < *out) *out = free_b;
   }
   if (*out < 0) *out = 0;

@@ -5,7 +5,7 @@
 #    --shard-by memory, of a count other than the ranks' (1 and 2 ranks),
 #    either at --zero 0; --shard-by junk;
 #  - on 2 ranks (PoCL and rusticl where both exist) --zero 2
-#    --shard-weights 3,1 and --zero 2 --shard-by memory with each rank
+#    --shard-weights 3,1 (and 1,3 in fp16) and --zero 2 --shard-by memory with each rank
 #    capped apart (24M and 8M) and --offload optimizer give --zero 0's
 #    weights byte for byte; the shares are logged;
 #  - a checkpoint written at --zero 1 --shard-weights 3,1 (whose weights are
@@ -13,7 +13,7 @@
 #  - two PoCL devices capped 3:1 (15M and 5M): a deep MLP whose --zero 0
 #    need (15.3 MiB) fits neither, and whose equal shards at --zero 2 do not
 #    fit the small one (both refused, naming the need), trains with
-#    --shard-by memory.
+#    --shard-by memory (and --balance auto sizing the batch's shares).
 # Exits 77 without an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
@@ -91,6 +91,10 @@ mpi 2 "2 ranks, --zero 0" -- $train --save "$tmp/w0"
 CLT_LOG_LEVEL=info mpi 2 "--zero 2 --shard-weights 3,1" -- $train --zero 2 --shard-weights 3,1 --save "$tmp/ws" &&
   has "$err" "shard-weights: the ZeRO shards of ranks 0 to 1 are 0.75:0.25 of the parameters" "the shares logged" &&
   same "$tmp/w0" "$tmp/ws" "--zero 2 --shard-weights 3,1: --zero 0's weights"
+mpi 2 "2 ranks, --zero 0, fp16" -- $train --precision fp16 --save "$tmp/w0h" &&
+  mpi 2 "--zero 2 --shard-weights 1,3, fp16" -- $train --zero 2 --shard-weights 1,3 --precision fp16 \
+    --save "$tmp/wsh" &&
+  same "$tmp/w0h" "$tmp/wsh" "--zero 2 --shard-weights 1,3 in fp16 (f16 on the wire): --zero 0's weights"
 # --shard-by memory, each rank its own cap (3:1), with --offload too.
 if CLT_LOG_LEVEL=info sh "$srcdir/tests/lib/mpi_run.sh" 1 "$CLTRAIN" $train --zero 2 --shard-by memory \
      --max-device-memory 24M --offload optimizer --save "$tmp/wm" : -np 1 "$CLTRAIN" $train --zero 2 \
@@ -117,6 +121,7 @@ mpi 2 "resumed at --shard-weights 1,3" -- $train --zero 1 --shard-weights 1,3 $c
 printf 'input 1 4 4\nflatten\nlinear 128\nrelu\nblock repeat=60\n  linear 128\n  relu\nend\nlinear 10\n' >"$tmp/deep.model"
 big="train $tmp/deep.model --data $tmp --normalize scale -e 1 -b 2 -q --max-steps 2 -o adamw --bucket-mb 0.0625"
 big="$big --zero 2 --devices pocl"
+bal="--balance auto --balance-every 1"
 refuse "the deep MLP on one device of 15M" "a replica for batches of 2 needs 15.3 MiB" -- $big --max-device-memory 15M
 sh "$srcdir/tests/lib/mpi_run.sh" 1 "$CLTRAIN" $big --max-device-memory 15M : -np 1 "$CLTRAIN" $big \
   --max-device-memory 5M >"$out" 2>"$err"
@@ -126,10 +131,11 @@ if [ $rc -ne 0 ] && grep -q "rank 1: .*--max-device-memory 5.0 MiB: a replica fo
 else
   echo "FAIL: equal shards on 15M and 5M: exit $rc:"; sed 's/^/  /' "$err"; fail=1
 fi
-if CLT_LOG_LEVEL=info sh "$srcdir/tests/lib/mpi_run.sh" 1 "$CLTRAIN" $big --shard-by memory \
-     --max-device-memory 15M : -np 1 "$CLTRAIN" $big --shard-by memory --max-device-memory 5M \
+if CLT_LOG_LEVEL=info sh "$srcdir/tests/lib/mpi_run.sh" 1 "$CLTRAIN" $big --shard-by memory $bal \
+     --max-device-memory 15M : -np 1 "$CLTRAIN" $big --shard-by memory $bal --max-device-memory 5M \
      >"$out" 2>"$err"; then
-  echo "ok: --shard-by memory trains it on devices of 15M and 5M: $(grep -m1 "ZeRO shards of ranks" "$err")"
+  echo "ok: --shard-by memory (--balance auto sizing the batch) trains it on devices of 15M and 5M:" \
+    "$(grep -m1 "ZeRO shards of ranks" "$err")"
   grep "counted before allocating" "$err" | sed 's/^/  /'
 else
   echo "FAIL: --shard-by memory on 15M and 5M:"; sed 's/^/  /' "$err"; fail=1
