@@ -1093,6 +1093,21 @@ typedef enum clt_pipeline_schedule {
   CLT_PIPELINE_GPIPE = 1  /* every forward, then every backward: all micro-batches' activations held */
 } clt_pipeline_schedule;
 
+/* Where the optimizer's state lives (clt_train_options.offload). */
+typedef enum clt_offload {
+  CLT_OFFLOAD_NONE = 0,      /* on each replica's device */
+  CLT_OFFLOAD_OPTIMIZER = 1  /* in host memory: the moments of the replica's shard, stepped on the
+                              * host's threads with the device kernel's arithmetic (same bits) */
+} clt_offload;
+
+/* How the ZeRO shards are sized across ranks (clt_train_options.shard_by). */
+typedef enum clt_shard_by {
+  CLT_SHARD_EQUAL = 0,   /* the all-reduce's own segments: 1/N of every bucket each */
+  CLT_SHARD_MEMORY = 1,  /* in proportion to the device memory each rank's replicas have free for
+                          * their shard (under max_device_memory), smallest device of a rank */
+  CLT_SHARD_WEIGHTS = 2  /* in proportion to shard_weights, one per rank */
+} clt_shard_by;
+
 typedef struct clt_train_options {
   int64_t batch;                  /* global batch per optimizer step (64) */
   int epochs;                     /* passes over the training set (10) */
@@ -1186,6 +1201,15 @@ typedef struct clt_train_options {
   const char *run_json;           /* a JSON object whose members the metrics' first record, the run
                                      record, takes too (the CLI's: its command line and its own
                                      options); NULL: none; anything but an object is CLT_EINVAL */
+  /* optimizer offload and uneven shards (appended) */
+  int offload;                    /* clt_offload: CLT_OFFLOAD_OPTIMIZER keeps the optimizer state in host
+                                     memory and steps it there (8 bytes a parameter of the shard less on
+                                     the device with Adam/AdamW); not with pipeline, nor an optimizer
+                                     without state. CLT_OFFLOAD_NONE (default) */
+  int shard_by;                   /* clt_shard_by: how ZeRO's shards are sized (zero 1 or 2 on several
+                                     ranks). CLT_SHARD_EQUAL (default) */
+  const double *shard_weights;    /* CLT_SHARD_WEIGHTS: one per rank (>= 0, not all 0) */
+  int shard_nweights;
 } clt_train_options;
 
 /* The defaults, as each field says. clt_trainer_create checks every field

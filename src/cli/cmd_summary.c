@@ -36,6 +36,7 @@ static void help(FILE *to) {
           "                        largest rank's shard only, 2 its gradients too with the\n"
           "                        backward's bucket buffers (default 0)\n"
           "      --ranks N         ranks of the job, one replica each (default 1)\n"
+          "      --offload optimizer  as train's: no optimizer state on the device\n"
           "      --bucket-mb X     as train's: the buckets the shards are cut from (default %g)\n"
           "  -d, --devices SPEC    compare the need with these devices (as train's --devices);\n"
           "                        exit 1 when it does not fit one of them\n"
@@ -63,6 +64,7 @@ static void print_need(const clt_replica_memory *m, const clt_train_options *o, 
            o->zero == 2 ? "; gradients whole, since --accumulate sums the micro-batches locally first" : "");
   else if (o->zero)
     printf(", --zero %d on one rank changes nothing", o->zero);
+  if (o->offload == CLT_OFFLOAD_OPTIMIZER) printf("; the optimizer state in host memory (--offload optimizer)");
   printf("):\n");
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     printf("  %-22s %12s\n", rows[i].what, cli_bytes((double)rows[i].bytes, b, sizeof b));
@@ -79,7 +81,8 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
                                        {"zero", required_argument, 0, 'z'},   {"ranks", required_argument, 0, 'r'},
                                        {"bucket-mb", required_argument, 0, 'm'},
-                                       {"decay-all", no_argument, 0, 'A'}, {0}};
+                                       {"decay-all", no_argument, 0, 'A'},
+                                       {"offload", required_argument, 0, 'O'}, {0}};
   clt_optimizer_kind kind = CLT_OPT_SGD;
   char *end;
   int c;
@@ -111,6 +114,13 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
         return CLI_EXIT_USAGE;
       }
       o->precision = strcmp(optarg, "fp16") == 0 ? CLT_F16 : CLT_F32;
+      break;
+    case 'O':
+      if (strcmp(optarg, "optimizer") && strcmp(optarg, "none")) {
+        fprintf(stderr, "cltrain summary: --offload must be optimizer or none, not '%s'\n", optarg);
+        return CLI_EXIT_USAGE;
+      }
+      o->offload = strcmp(optarg, "optimizer") == 0 ? CLT_OFFLOAD_OPTIMIZER : CLT_OFFLOAD_NONE;
       break;
     case 'z':
     case 'r': {

@@ -36,6 +36,7 @@ typedef struct train_args {
   int eval;                  /* cltrain eval: a language model's --val alone will do */
   int vocab;                 /* a language model's vocabulary, else 0 */
   double balance_weights[MAX_WEIGHTS];
+  double shard_weights[MAX_WEIGHTS];  /* --shard-weights */
   clt_train_options o;
 } train_args;
 
@@ -64,6 +65,36 @@ static int parse_balance(const char *s, train_args *a) {
   a->o.balance = CLT_BALANCE_WEIGHTS;
   a->o.balance_weights = a->balance_weights;
   a->o.balance_nweights = n;
+  return 0;
+}
+
+/* --shard-weights W1,W2,...: one per rank, >= 0, not all 0. */
+static int parse_shard_weights(const char *s, train_args *a) {
+  int n = 0, positive = 0;
+  const char *p = s;
+  if (a->o.shard_by == CLT_SHARD_MEMORY) {
+    fprintf(stderr, "cltrain: --shard-weights and --shard-by memory both size the ZeRO shards; give one\n");
+    return -1;
+  }
+  while (*p) {
+    char *end;
+    double w = strtod(p, &end);
+    if (end == p || !(w >= 0) || w > 1e12 || (*end && *end != ',') || (*end == ',' && !end[1]) || n == MAX_WEIGHTS) {
+      fprintf(stderr, "cltrain: --shard-weights must be weights like 3,1 (one per rank, 0 for no shard), not '%s'\n",
+              s);
+      return -1;
+    }
+    positive += w > 0;
+    a->shard_weights[n++] = w;
+    p = *end ? end + 1 : end;
+  }
+  if (!positive) {
+    fprintf(stderr, "cltrain: --shard-weights %s gives every rank 0; at least one must hold a shard\n", s);
+    return -1;
+  }
+  a->o.shard_by = CLT_SHARD_WEIGHTS;
+  a->o.shard_weights = a->shard_weights;
+  a->o.shard_nweights = n;
   return 0;
 }
 
@@ -163,6 +194,13 @@ static void help_devices(FILE *to, const clt_train_options *d) {
           "                          2 the reduced gradients too (the backward writes into a few\n"
           "                          bucket buffers; with --accumulate the whole local gradient\n"
           "                          is kept); same results bit for bit (default 0; no-op on one rank)\n"
+          "      --shard-by memory   size each rank's ZeRO shard by the device memory it has free\n"
+          "                          beside its unsharded buffers (default equal; --balance still\n"
+          "                          sizes the batch's shares)\n"
+          "      --shard-weights W1,W2,...  ZeRO shards in proportion to weights, one per rank\n"
+          "      --offload optimizer  keep the optimizer state in host memory and step it on the\n"
+          "                          host (same bits; saves nothing where device memory is the\n"
+          "                          host's, as with PoCL; default none)\n"
           "      --pipeline P        cut the model into P stages on P ranks (ranks = P x D: D\n"
           "                          data-parallel replicas of each stage; default 1: none)\n"
           "      --micro-batches M   a pipeline step's micro-batches (default P); the batch\n"
@@ -278,7 +316,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
          O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES, O_BETAS, O_EPS, O_TARGETS,
-         O_VAL_TARGETS, O_CKPT_ONE_FILE, O_PROGRESS };
+         O_VAL_TARGETS, O_CKPT_ONE_FILE, O_PROGRESS, O_OFFLOAD, O_SHARD_BY, O_SHARD_WEIGHTS };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -310,6 +348,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"schedule-pipeline", required_argument, 0, O_PIPE_SCHED}, {"stages", required_argument, 0, O_STAGES},
       {"checkpoint-one-file", no_argument, 0, O_CKPT_ONE_FILE},
       {"progress", required_argument, 0, O_PROGRESS},
+      {"offload", required_argument, 0, O_OFFLOAD}, {"shard-by", required_argument, 0, O_SHARD_BY},
+      {"shard-weights", required_argument, 0, O_SHARD_WEIGHTS},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -426,6 +466,31 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       break;
     case O_STAGES: o->stages = optarg; break;
     case O_CKPT_ONE_FILE: o->checkpoint_one_file = 1; break;
+    case O_OFFLOAD:
+      if (strcmp(optarg, "optimizer") == 0) {
+        o->offload = CLT_OFFLOAD_OPTIMIZER;
+      } else if (strcmp(optarg, "none") == 0) {
+        o->offload = CLT_OFFLOAD_NONE;
+      } else {
+        fprintf(stderr, "cltrain: --offload must be optimizer or none, not '%s'\n", optarg);
+        return -1;
+      }
+      break;
+    case O_SHARD_BY:
+      if (strcmp(optarg, "memory") == 0 && o->shard_by == CLT_SHARD_WEIGHTS) {
+        fprintf(stderr, "cltrain: --shard-weights and --shard-by memory both size the ZeRO shards; give one\n");
+        return -1;
+      } else if (strcmp(optarg, "memory") == 0) {
+        o->shard_by = CLT_SHARD_MEMORY;
+      } else if (strcmp(optarg, "equal") == 0) {
+        o->shard_by = CLT_SHARD_EQUAL, o->shard_weights = NULL, o->shard_nweights = 0;
+      } else {
+        fprintf(stderr, "cltrain: --shard-by must be memory or equal, not '%s' (--shard-weights W1,W2 gives "
+                        "weights)\n", optarg);
+        return -1;
+      }
+      break;
+    case O_SHARD_WEIGHTS: if (parse_shard_weights(optarg, a)) return -1; break;
     case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
     case O_RESUME:
       if (!*optarg) {

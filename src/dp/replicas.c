@@ -61,8 +61,11 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
   dp->host_state = clt__calloc(dp->nlocal, sizeof *dp->host_state);
   if (!dp->stale || !dp->ran || !dp->rep || !dp->drep || !dp->host_params || !dp->host_state) return CLT_ENOMEM;
   CLT_TRY(take_arena(dp, P, &grads_at));
-  clt__replica_config cfg = {.max_batch = dp->room, .act_dtype = o->precision, .state_per_param = per,
-                             .state_params = dp->shard_params, .no_grad_arena = dp->pooled, .grads_at = grads_at};
+  /* Under --offload optimizer the devices hold no optimizer state: it is
+   * the host copies' alone (offload.c). */
+  clt__replica_config cfg = {.max_batch = dp->room, .act_dtype = o->precision,
+                             .state_per_param = dp->offload ? 0 : per, .state_params = dp->shard_params,
+                             .no_grad_arena = dp->pooled, .grads_at = grads_at};
   for (int i = 0; i < dp->nlocal; i++) {
     CLT_TRY(clt__replica_create_with(dp->ctx[i], dp->local->spec, &cfg, params, &dp->rep[i]));
     clt__replica_set_timeout(dp->rep[i], clt_comm_timeout(dp->job_comm));
@@ -79,9 +82,20 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
         clt__error_prefix(sync_rc, "%s: under --zero 2 on a device whose GEMMs the calling thread runs",
                           dp->local->spec->name);
     }
-    if (clt_optimizer_needs_host(&o->optimizer, &dp->ctx[i]->info)) {
-      clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
-               "replica holds the same bits", dp->ctx[i]->info.name, clt_optimizer_name(o->optimizer.kind));
+    if (dp->offload && dp->ctx[i]->info.unified_memory) {
+      clt__log(CLT_LOG_WARN, "--offload optimizer on %s, whose memory is the host's: accepted, and it saves "
+               "nothing (the optimizer state was in host memory already); its step runs on the host's thread",
+               dp->ctx[i]->info.name);
+    } else if (dp->offload) {
+      char b[32];
+      clt__log(CLT_LOG_INFO, "rank %d: --offload optimizer: the %s state of %lld parameters (%s) in host memory, "
+               "its step on the host", dp->rank, clt_optimizer_name(o->optimizer.kind), (long long)dp->shard_params,
+               clt__fmt_bytes((uint64_t)dp->shard_params * (uint64_t)per * 4, b, sizeof b));
+    }
+    if (dp->offload || clt_optimizer_needs_host(&o->optimizer, &dp->ctx[i]->info)) {
+      if (!dp->offload)
+        clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
+                 "replica holds the same bits", dp->ctx[i]->info.name, clt_optimizer_name(o->optimizer.kind));
       dp->host_params[i] = clt__calloc((size_t)P, sizeof(float));
       dp->host_state[i] = clt__calloc((size_t)(dp->shard_params ? dp->shard_params : 1) * (per ? per : 1),
                                       sizeof(float));
@@ -151,7 +165,7 @@ static int put_replica(clt__dp *dp, int dst, const float *params, const float *s
   size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
   clt_tensor p = clt__replica_params(dp->rep[dst]), s = clt__replica_state(dp->rep[dst]);
   CLT_TRY(clt_tensor_upload(dp->ctx[dst], &p, params, pb));
-  if (per) CLT_TRY(clt_tensor_upload(dp->ctx[dst], &s, state, sb));
+  if (per && clt__dp_device_state(dp)) CLT_TRY(clt_tensor_upload(dp->ctx[dst], &s, state, sb));
   if (dp->host_params[dst]) {
     memcpy(dp->host_params[dst], params, pb);
     if (per) memcpy(dp->host_state[dst], state, sb);
@@ -282,7 +296,8 @@ int clt__dp_set_state(void *self, const float *params, const float *state) {
     dp->stale[i] = 0;
     clt_tensor p = clt__replica_params(dp->rep[i]), s = clt__replica_state(dp->rep[i]);
     CLT_TRY(clt_tensor_upload(dp->ctx[i], &p, params, (size_t)P * sizeof *params));
-    if (per) CLT_TRY(clt_tensor_upload(dp->ctx[i], &s, mine, (size_t)(per * params_n) * sizeof *mine));
+    if (per && clt__dp_device_state(dp))
+      CLT_TRY(clt_tensor_upload(dp->ctx[i], &s, mine, (size_t)(per * params_n) * sizeof *mine));
     if (dp->host_params[i]) {
       memcpy(dp->host_params[i], params, (size_t)P * sizeof *params);
       if (per) memcpy(dp->host_state[i], mine, (size_t)(per * params_n) * sizeof *mine);

@@ -83,6 +83,11 @@ static json_t *options_json(const clt_train_options *o) {
   json_object_set_new(j, "stages", STR(o->stages));
   json_object_set_new(j, "checkpoint_one_file", json_integer(o->checkpoint_one_file));
   json_object_set_new(j, "progress_s", json_real(o->progress_s));
+  json_object_set_new(j, "offload", json_integer(o->offload));
+  json_object_set_new(j, "shard_by", json_integer(o->shard_by));
+  json_t *sw = json_array();
+  for (int i = 0; o->shard_weights && i < o->shard_nweights; i++) json_array_append_new(sw, json_real(o->shard_weights[i]));
+  json_object_set_new(j, "shard_weights", sw);
 #undef STR
   return j;
 }
