@@ -244,10 +244,11 @@ int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_b
   dp->per_sample_s = clt__calloc(dp->nreplicas, sizeof *dp->per_sample_s);
   dp->probe_gap = clt__calloc(dp->nreplicas, sizeof *dp->probe_gap);
   dp->probe_at = clt__calloc(dp->nreplicas, sizeof *dp->probe_at);
+  dp->idle_said = clt__calloc(dp->nreplicas, sizeof *dp->idle_said);
   dp->local_rate = clt__calloc(dp->nlocal, sizeof *dp->local_rate);
   dp->obs = clt__calloc(dp->nlocal, sizeof *dp->obs);
   double *w = clt__calloc(dp->nreplicas, sizeof *w);
-  if (!dp->shares || !dp->throughput || !dp->cost || !dp->fixed_s || !dp->per_sample_s || !dp->probe_gap || !dp->probe_at || !dp->local_rate || !dp->obs ||
+  if (!dp->shares || !dp->throughput || !dp->cost || !dp->fixed_s || !dp->per_sample_s || !dp->probe_gap || !dp->probe_at || !dp->idle_said || !dp->local_rate || !dp->obs ||
       !w) {
     free(w);
     return CLT_ENOMEM;
@@ -508,10 +509,15 @@ int clt__dp_rebalance_due(const clt__dp *dp, int64_t steps_done) {
   return dp->auto_balance && (steps_done % dp->every == 0 || dp->probed >= 0);
 }
 
-/* Say why a replica gets 0 samples from now on. */
-static void log_idle(const clt__dp *dp, int g, int64_t step, int64_t best_ps) {
+/* Say why a replica gets 0 samples from now on: the first time at the
+ * default level (warn), on rank 0 (every rank decides alike), since a
+ * device doing nothing is what a user asks about; after that, and after
+ * each probe that leaves it there, at info. */
+static void log_idle(clt__dp *dp, int g, int64_t step, int64_t best_ps) {
   const clt__cost *c = &dp->cost[g];
-  clt__log(CLT_LOG_INFO, "step %lld: replica %d gets 0 samples: one sample would take it %.2f ms (%.2f ms fixed + "
+  clt_log_level level = dp->idle_said[g] || dp->rank != 0 ? CLT_LOG_INFO : CLT_LOG_WARN;
+  dp->idle_said[g] = 1;
+  clt__log(level, "step %lld: replica %d gets 0 samples: one sample would take it %.2f ms (%.2f ms fixed + "
            "%.3f ms per sample), longer than the step's predicted %.2f ms without it; it stays in step with the "
            "others' updates and is probed with one sample at step %lld", (long long)step, g,
            (c->fixed_s + c->per_sample_s) * 1e3, c->fixed_s * 1e3, c->per_sample_s * 1e3, (double)best_ps * 1e-9,

@@ -331,8 +331,10 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
   t->progress.ep_steps++;
   f->clock.window_samples += f->src.samples;
   clt_prefetcher_position(f->pf[0], &t->progress.pos);
-  int last = f->src.last_in_epoch;
-  int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
+  /* The epoch's last step, and the run's (--max-steps in mid-epoch), are
+   * evaluated by end_epoch, which follows them: not here too. */
+  int last = f->src.last_in_epoch, run_ends = t->steps_done >= f->steps_total;
+  int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last && !run_ends;
   int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == f->steps_total));
   if (log) {
     if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(clt__trainer_dp(t))); /* auto has them fresh */
