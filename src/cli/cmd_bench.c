@@ -144,6 +144,10 @@ static int bench_gemm(int argc, char **argv) {
     default: return CLI_EXIT_USAGE;
     }
   }
+  if (optind < argc) { /* not run as if it were not there */
+    fprintf(stderr, "cltrain: bench gemm: unexpected argument '%s'\n", argv[optind]);
+    return CLI_EXIT_USAGE;
+  }
   clt_devices *all = NULL, *sel = NULL;
   int ec = cli_select_devices(spec, &all, &sel);
   if (ec != CLI_EXIT_OK) goto out;

@@ -178,6 +178,7 @@ static int hf_export(int argc, char **argv) {
 
 int cmd_hf(int argc, char **argv) {
   if (argc < 2) {
+    fprintf(stderr, "cltrain: hf: which conversion? import or export\n\n");
     hf_help(stderr);
     return CLI_EXIT_USAGE;
   }

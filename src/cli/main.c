@@ -198,6 +198,7 @@ int main(int argc, char **argv) { return run(argc, argv); }
 
 static int run(int argc, char **argv) {
   if (argc < 2) {
+    fprintf(stderr, "cltrain: no command given\n\n");
     usage(stderr);
     return CLI_EXIT_USAGE;
   }

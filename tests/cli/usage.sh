@@ -6,8 +6,9 @@
 #     not getopt's "summary: unrecognized option", not "cltrain summary:";
 #   - so do a short option it lacks, an option without its value, a value
 #     for a switch, an ambiguous abbreviation, and the commands' other
-#     command-line faults (a missing operand, an unknown benchmark or hf
-#     subcommand);
+#     command-line faults (a missing operand or command, an unknown
+#     benchmark or hf subcommand, an operand bench gemm takes none of: it
+#     ran the benchmark);
 #   - `cltrain help COMMAND` prints what `cltrain COMMAND --help` prints,
 #     not the top-level help.
 # Needs no device.
@@ -94,6 +95,12 @@ expect 2 "an unknown hf subcommand" -- hf nothing &&
   first_line "cltrain: hf: unknown subcommand 'nothing' (import or export)" "hf names it"
 expect 2 "export with one file" -- export only.ckpt &&
   first_line "cltrain: export: a CHECKPOINT and an OUT.safetensors file are needed, not fewer" "export says what it needs"
+expect 2 "hf without a subcommand" -- hf &&
+  first_line "cltrain: hf: which conversion? import or export" "hf asks which"
+expect 2 "no command" -- &&
+  first_line "cltrain: no command given" "the tool says the command is missing"
+expect 2 "bench gemm with an operand" -- bench gemm extra &&
+  first_line "cltrain: bench gemm: unexpected argument 'extra'" "bench gemm refuses it, not runs"
 expect 2 "hf import without -o" -- hf import somewhere &&
   first_line "cltrain: hf import: one DIR and -o PREFIX are needed" "hf import says what it needs"
 
