@@ -66,22 +66,23 @@ expect 2 "help of no such command" -- help no-such-command &&
 expect 0 "help help" -- help help
 same "$out" "$tmp/top" "cltrain help help is the top-level help"
 
-# getopt's other refusals, in our words
-expect 2 "a short option train lacks" -- train -Z &&
-  first_line "cltrain: train: unrecognized option '-Z'" "the short option is named"
-expect 2 "a short option in a cluster" -- train -qZ &&
-  first_line "cltrain: train: unrecognized option '-Z'" "the short option in a cluster is named"
-expect 2 "an option without its value" -- train m.model --lr &&
-  first_line "cltrain: train: option '--lr' needs a value" "the option missing its value is named"
+# getopt's other refusals, in our words (on commands that start no MPI,
+# which takes a second: every command parses with the same function)
+expect 2 "a short option devices lacks" -- devices -Z &&
+  first_line "cltrain: devices: unrecognized option '-Z'" "the short option is named"
+expect 2 "a short option in a cluster" -- tokenize -qZ &&
+  first_line "cltrain: tokenize: unrecognized option '-Z'" "the short option in a cluster is named"
+expect 2 "an option without its value" -- summary m.model --batch &&
+  first_line "cltrain: summary: option '--batch' needs a value" "the option missing its value is named"
 expect 2 "a short option without its value" -- devices -d &&
   first_line "cltrain: devices: option '-d' needs a value" "the short option missing its value is named"
-expect 2 "a value for a switch" -- train m.model --quiet=yes &&
-  first_line "cltrain: train: option '--quiet' takes no value, not 'yes'" "the switch and the value are named"
-expect 2 "an ambiguous abbreviation" -- train m.model --bal 1 &&
-  first_line "cltrain: train: option '--bal' is ambiguous: it begins --balance, --balance-every, --balance-min-share" \
+expect 2 "a value for a switch" -- tokenize t.txt -o t.bin --quiet=yes &&
+  first_line "cltrain: tokenize: option '--quiet' takes no value, not 'yes'" "the switch and the value are named"
+expect 2 "an ambiguous abbreviation" -- summary m.model --b 1 &&
+  first_line "cltrain: summary: option '--b' is ambiguous: it begins --batch, --bucket-mb" \
     "the abbreviation and what it may mean are named"
-expect 2 "an unknown option after the operand" -- eval m.model --weights w --no-such-flag &&
-  first_line "cltrain: eval: unrecognized option '--no-such-flag'" "after an operand too"
+expect 2 "an unknown option after the operands" -- generate m.model --weights w --no-such-flag &&
+  first_line "cltrain: generate: unrecognized option '--no-such-flag'" "after an operand too"
 expect 2 "train's pointer to --help comes once" -- train --no-such-flag
 [ "$(grep -c -- "--help" "$err")" -eq 1 ] && echo "ok: one pointer to --help" ||
   { echo "FAIL: not one pointer to --help:"; sed 's/^/  /' "$err"; fail=1; }
