@@ -1076,9 +1076,10 @@ typedef struct clt_train_options {
                                    * embeddings. L2 (SGD's, Adam's) always decays everything. */
   uint64_t seed;                  /* initialisation, shuffling, dropout (42) */
   int64_t eval_every;             /* also evaluate every N steps (into that step's event, which is then
-                                     emitted whatever log_every says); 0: after each epoch only. An
-                                     epoch's last step and the run's (max_steps) are evaluated once,
-                                     into the EPOCH event that follows them */
+                                     emitted whatever log_every says); 0: after each epoch only. Each
+                                     step is evaluated once: an epoch's last into its EPOCH event; the
+                                     run's last in mid-epoch (max_steps) into its STEP event and the
+                                     EPOCH event that follows gives the same result */
   int64_t log_every;              /* a step event every N steps (50) */
   const char *metrics_path;       /* JSON Lines appended by rank 0 (a regular file, or a symbolic link
                                      to one; made if missing); NULL: none */

@@ -215,7 +215,8 @@ int cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return bench_gemm(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "allreduce") == 0) return cmd_bench_allreduce(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    printf("usage: cltrain bench gemm|allreduce [OPTIONS]   (see 'cltrain bench gemm --help')\n");
+    printf("usage: cltrain bench gemm|allreduce [OPTIONS]   (see 'cltrain bench gemm --help' and\n"
+           "       'cltrain bench allreduce --help')\n");
     return CLI_EXIT_OK;
   }
   if (argc >= 2) fprintf(stderr, "cltrain: bench: unknown benchmark '%s': gemm or allreduce\n", argv[1]);

@@ -487,6 +487,7 @@ static void print_eval(const train_args *a, const char *lead, double loss, doubl
 static void progress(const clt_train_event *ev, void *user) {
   const train_args *a = user;
   if (ev->kind == CLT_EVENT_STEP && isfinite(ev->test_loss)) { /* --eval-every */
+    if (ev->step == ev->steps_total) return; /* the epoch's line follows, with this evaluation */
     if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
     printf("step %lld/%lld: train loss %.4f", (long long)ev->step, (long long)ev->steps_total, ev->loss);
     print_eval(a, " | ", ev->test_loss, ev->test_accuracy);

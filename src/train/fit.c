@@ -228,6 +228,8 @@ typedef struct fit_state {
   fit_source src;
   fit_clock clock;
   int64_t steps_per_epoch, steps_total;
+  int64_t eval_step;                       /* the step eval_every last evaluated after (0: none) */
+  double eval_loss, eval_accuracy;         /* and what it found */
 } fit_state;
 
 /* Each rank checks its own data, and all learn of any failure: a rank
@@ -331,10 +333,10 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
   t->progress.ep_steps++;
   f->clock.window_samples += f->src.samples;
   clt_prefetcher_position(f->pf[0], &t->progress.pos);
-  /* The epoch's last step, and the run's (--max-steps in mid-epoch), are
-   * evaluated by end_epoch, which follows them: not here too. */
-  int last = f->src.last_in_epoch, run_ends = t->steps_done >= f->steps_total;
-  int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last && !run_ends;
+  /* An epoch's last step is evaluated by end_epoch, which follows it; the
+   * run's last in mid-epoch (max_steps) here, and end_epoch reuses it. */
+  int last = f->src.last_in_epoch;
+  int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
   int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == f->steps_total));
   if (log) {
     if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(clt__trainer_dp(t))); /* auto has them fresh */
@@ -343,6 +345,7 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
       int64_t e0 = clt__trace_ns();
       CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
       clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation");
+      f->eval_step = t->steps_done, f->eval_loss = ev.test_loss, f->eval_accuracy = ev.test_accuracy;
       clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
                ev.test_accuracy);
     }
@@ -373,7 +376,9 @@ static int end_epoch(clt_trainer *t, fit_state *f, int64_t epoch, const clt_data
   ev.samples_per_s = NAN;
   ev.grad_norm = NAN;
   ev.test_loss = ev.test_accuracy = NAN;
-  if (test) {
+  if (test && f->eval_step == t->steps_done) { /* the step just evaluated: the same weights, the same result */
+    ev.test_loss = f->eval_loss, ev.test_accuracy = f->eval_accuracy;
+  } else if (test) {
     int64_t e0 = clt__trace_ns();
     CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
     clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",
