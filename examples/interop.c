@@ -49,14 +49,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "interop: clGetDeviceInfo: %d\n", err);
     return 1;
   }
-  int ranks = clt_comm_size(comm);
+  /* Every rank of the job is in cltrain's communicator. */
+  int ranks = clt_comm_size(comm), rank = clt_comm_rank(comm);
 #if USE_MPI
-  int world;
-  MPI_Allreduce(&ranks, &world, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  ranks = world;
+  int one = 1, world; /* MPI itself counts the ranks: each adds 1 */
+  MPI_Allreduce(&one, &world, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world != ranks) {
+    fprintf(stderr, "interop: cltrain's communicator has %d rank(s), MPI_COMM_WORLD %d\n", ranks, world);
+    return 1;
+  }
 #endif
-  printf("cltrain %s: %d device(s), the first is %s; %d rank(s)\n", clt_version(), clt_devices_count(devs), name,
-         ranks);
+  printf("cltrain %s: %d device(s), the first is %s; rank %d of %d rank(s)\n", clt_version(), clt_devices_count(devs),
+         name, rank, ranks);
   clt_devices_destroy(devs);
   clt_comm_destroy(comm);
 #if USE_MPI

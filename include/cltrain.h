@@ -269,9 +269,11 @@ CLT_API int clt_context_finish(clt_context *ctx);
  *   CLT_ALLREDUCE_SMALL  all-reduces up to this many bytes use recursive
  *                        doubling instead of the ring, up to 4 times as many
  *                        the gather (32K; 0: always the ring)
- *   CLT_ALLREDUCE        the algorithm of every all-reduce plan: auto (the
- *                        cost model's choice), ring, twolevel,
- *                        recursive-doubling or gather
+ *   CLT_ALLREDUCE        the algorithm of every all-reduce plan, one of
+ *                        clt_allreduce_algorithms(): auto (the cost
+ *                        model's choice), ring, recursive-doubling,
+ *                        gather, twolevel, shm, rabenseifner or
+ *                        twolevel-rabenseifner
  *   CLT_NODE_SIZE        pretend nodes: k (consecutive groups of k ranks) or
  *                        the node sizes in rank order (3,2); by default the
  *                        ranks that share memory (MPI_COMM_TYPE_SHARED)
@@ -1122,7 +1124,10 @@ typedef struct clt_train_options {
                                    * embeddings. L2 (SGD's, Adam's) always decays everything. */
   uint64_t seed;                  /* initialisation, shuffling, dropout (42) */
   int64_t eval_every;             /* also evaluate every N steps (into that step's event, which is then
-                                     emitted whatever log_every says); 0: after each epoch only */
+                                     emitted whatever log_every says); 0: after each epoch only. Each
+                                     step is evaluated once: an epoch's last into its EPOCH event; the
+                                     run's last in mid-epoch (max_steps) into its STEP event and the
+                                     EPOCH event that follows gives the same result */
   int64_t log_every;              /* a step event every N steps (50) */
   const char *metrics_path;       /* JSON Lines appended by rank 0 (a regular file, or a symbolic link
                                      to one; made if missing); NULL: none */

@@ -29,6 +29,13 @@ void cli_set_job(int rank, int size);
  * failure of train or eval ends the whole job at once (main.c). */
 void cli_argv_error(void);
 
+/* getopt_long (cli_options.c) for the command cmd ("train", "bench gemm"):
+ * an option it cannot take (unknown, ambiguous, a missing or unwanted
+ * value) is reported as "cltrain: CMD: ..." with a pointer to CMD's --help,
+ * then '?' is returned; getopt prints nothing itself. */
+struct option;
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts, const char *cmd);
+
 /* Whether name is one of clt_allreduce_algorithms() ("auto" included). */
 int cli_allreduce_known(const char *name);
 /* A help entry into buf (returned): lead ("      --allreduce ALG     "),

@@ -55,11 +55,11 @@ int cli_check_distinct(const char *cmd, const cli_file *files, int n) {
       const cli_file *a = &files[i], *b = &files[j];
       if (!a->path || !b->path || (!a->output && !b->output) || !cli_same_file(a->path, b->path)) continue;
       if (a->output && b->output) {
-        fprintf(stderr, "cltrain %s: %s %s and %s %s are one file: each would write over the other; give them "
+        fprintf(stderr, "cltrain: %s: %s %s and %s %s are one file: each would write over the other; give them "
                         "different files\n", cmd, a->opt, a->path, b->opt, b->path);
       } else {
         const cli_file *out = a->output ? a : b, *in = a->output ? b : a;
-        fprintf(stderr, "cltrain %s: %s %s is %s %s, which this command reads: writing it would replace an input; "
+        fprintf(stderr, "cltrain: %s: %s %s is %s %s, which this command reads: writing it would replace an input; "
                         "write %s to another file\n", cmd, out->opt, out->path, in->opt, in->path, out->opt);
       }
       return CLI_EXIT_USAGE;

@@ -124,27 +124,31 @@ static int bench_gemm(int argc, char **argv) {
   long size = 512, iters = 10;
   int check_only = 0, c;
   char *end;
-  while ((c = getopt_long(argc, argv, "d:n:i:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "d:n:i:h", opts, "bench gemm")) != -1) {
     switch (c) {
     case 'd': spec = optarg; break;
     case 'n':
       size = strtol(optarg, &end, 10);
       if (*end || size < 1 || size > 65536) {
-        fprintf(stderr, "cltrain bench gemm: --size must be a whole number from 1 to 65536, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: bench gemm: --size must be a whole number from 1 to 65536, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       break;
     case 'i':
       iters = strtol(optarg, &end, 10);
       if (*end || iters < 1 || iters > 100000) {
-        fprintf(stderr, "cltrain bench gemm: --iters must be a whole number from 1 to 100000, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: bench gemm: --iters must be a whole number from 1 to 100000, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       break;
     case 'c': check_only = 1; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
-    default: help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
+  }
+  if (optind < argc) { /* not run as if it were not there */
+    fprintf(stderr, "cltrain: bench gemm: unexpected argument '%s'\n", argv[optind]);
+    return CLI_EXIT_USAGE;
   }
   clt_devices *all = NULL, *sel = NULL;
   int ec = cli_select_devices(spec, &all, &sel);
@@ -217,10 +221,11 @@ int cmd_bench(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "gemm") == 0) return bench_gemm(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "allreduce") == 0) return cmd_bench_allreduce(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    printf("usage: cltrain bench gemm|allreduce [OPTIONS]   (see 'cltrain bench gemm --help')\n");
+    printf("usage: cltrain bench gemm|allreduce [OPTIONS]   (see 'cltrain bench gemm --help' and\n"
+           "       'cltrain bench allreduce --help')\n");
     return CLI_EXIT_OK;
   }
-  fprintf(stderr, "usage: cltrain bench gemm|allreduce [OPTIONS]%s%s%s\n",
-          argc >= 2 ? "\ncltrain bench: unknown benchmark '" : "", argc >= 2 ? argv[1] : "", argc >= 2 ? "'" : "");
+  if (argc >= 2) fprintf(stderr, "cltrain: bench: unknown benchmark '%s': gemm or allreduce\n", argv[1]);
+  else fprintf(stderr, "cltrain: bench: which benchmark? gemm or allreduce (cltrain bench gemm|allreduce [OPTIONS])\n");
   return CLI_EXIT_USAGE;
 }

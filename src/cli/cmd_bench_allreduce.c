@@ -124,7 +124,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
   int c;
   char *end;
   *o = (bench_opts){.min_bytes = 4, .max_bytes = (size_t)256 << 20, .warmup = 3, .iters = 20, .dtype = CLT_F32};
-  while ((c = getopt_long(argc, argv, "a:d:i:t:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "a:d:i:t:h", opts, "bench allreduce")) != -1) {
     switch (c) {
     case 'd': o->devices = optarg; break;
     case 'a': {
@@ -132,12 +132,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       snprintf(list, sizeof list, "%s", optarg);
       for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
         if (!cli_allreduce_known(a)) {
-          fprintf(stderr, "cltrain bench allreduce: --algorithm: '%s' is not one of %s\n", a,
+          fprintf(stderr, "cltrain: bench allreduce: --algorithm: '%s' is not one of %s\n", a,
                   clt_allreduce_algorithms());
           return CLI_EXIT_USAGE;
         }
       if (!*optarg || strlen(optarg) >= sizeof list) {
-        fprintf(stderr, "cltrain bench allreduce: --algorithm needs a list such as ring,twolevel\n");
+        fprintf(stderr, "cltrain: bench allreduce: --algorithm needs a list such as ring,twolevel\n");
         return CLI_EXIT_USAGE;
       }
       o->algorithms = optarg;
@@ -145,14 +145,14 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     }
     case 'F':
       if (!*optarg) {
-        fprintf(stderr, "cltrain bench allreduce: --fit needs a file name\n");
+        fprintf(stderr, "cltrain: bench allreduce: --fit needs a file name\n");
         return CLI_EXIT_USAGE;
       }
       o->fit = optarg;
       break;
     case 't':
       if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
-        fprintf(stderr, "cltrain bench allreduce: --dtype must be f32 or f16, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: bench allreduce: --dtype must be f32 or f16, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       o->dtype = optarg[1] == '1' ? CLT_F16 : CLT_F32;
@@ -164,7 +164,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
       size_t v = parse_size(optarg);
       const char *name = c == 'm' ? "--min-bytes" : c == 'M' ? "--max-bytes" : "--chunk";
       if (v == 0 || (c != 'c' && (v % 2 || v > ((size_t)4 << 30)))) {
-        fprintf(stderr, "cltrain bench allreduce: %s must be %s, not '%s'\n", name,
+        fprintf(stderr, "cltrain: bench allreduce: %s must be %s, not '%s'\n", name,
                 c == 'c' ? "a positive size such as 256K or 1M" : "a multiple of the element size up to 4G", optarg);
         return CLI_EXIT_USAGE;
       }
@@ -175,7 +175,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     case 'i': {
       long v = strtol(optarg, &end, 10);
       if (*end || v < (c == 'w' ? 0 : 1) || v > 100000) {
-        fprintf(stderr, "cltrain bench allreduce: --%s must be a whole number from %d to 100000, not '%s'\n",
+        fprintf(stderr, "cltrain: bench allreduce: --%s must be a whole number from %d to 100000, not '%s'\n",
                 c == 'w' ? "warmup" : "iters", c == 'w' ? 0 : 1, optarg);
         return CLI_EXIT_USAGE;
       }
@@ -184,21 +184,21 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     }
     case 'j': o->json = 1; break;
     case 'h': help(stdout); return -1;
-    default: help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "cltrain bench allreduce: unexpected argument '%s'\n", argv[optind]);
+    fprintf(stderr, "cltrain: bench allreduce: unexpected argument '%s'\n", argv[optind]);
     return CLI_EXIT_USAGE;
   }
   size_t esize = clt_dtype_size(o->dtype);
   if (o->min_bytes % esize || o->max_bytes % esize) {
-    fprintf(stderr, "cltrain bench allreduce: --min-bytes and --max-bytes must be multiples of %zu bytes (%s)\n", esize,
+    fprintf(stderr, "cltrain: bench allreduce: --min-bytes and --max-bytes must be multiples of %zu bytes (%s)\n", esize,
             clt_dtype_name(o->dtype));
     return CLI_EXIT_USAGE;
   }
   if (o->min_bytes > o->max_bytes) {
-    fprintf(stderr, "cltrain bench allreduce: --min-bytes is larger than --max-bytes\n");
+    fprintf(stderr, "cltrain: bench allreduce: --min-bytes is larger than --max-bytes\n");
     return CLI_EXIT_USAGE;
   }
   return CLI_EXIT_OK;
@@ -553,7 +553,7 @@ static int bench_allreduce(const bench_opts *o) {
 
   print_json(&b, n, rank, chunk, rows);
   if (wrong) {
-    if (rank == 0) fprintf(stderr, "cltrain bench allreduce: WRONG results (see the table)\n");
+    if (rank == 0) fprintf(stderr, "cltrain: bench allreduce: WRONG results (see the table)\n");
     ec = CLI_EXIT_CHECK;
   }
   clt_buffer_release(b.dbuf);

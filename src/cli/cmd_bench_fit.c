@@ -378,7 +378,7 @@ int cli_bench_fit(const char *path, size_t chunk_bytes) {
     }
     char *text = json_dumps(doc, JSON_INDENT(2));
     ec = text ? cli_write_whole(path, text) : CLI_EXIT_ERROR;
-    if (!text) fprintf(stderr, "cltrain bench allreduce: --fit: out of memory writing '%s'\n", path);
+    if (!text) fprintf(stderr, "cltrain: bench allreduce: --fit: out of memory writing '%s'\n", path);
     free(text);
     if (ec == CLI_EXIT_OK) {
       printf("# cost model written to %s (%s): load it with CLT_COMM_MODEL=%s\n", path, note, path);

@@ -64,16 +64,16 @@ int cmd_devices(int argc, char **argv) {
       {"devices", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0}};
   const char *spec = NULL;
   int json = 0, c;
-  while ((c = getopt_long(argc, argv, "d:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "d:h", opts, "devices")) != -1) {
     switch (c) {
     case 'd': spec = optarg; break;
     case 'j': json = 1; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
-    default: help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "cltrain devices: unexpected argument '%s'\n", argv[optind]);
+    fprintf(stderr, "cltrain: devices: unexpected argument '%s'\n", argv[optind]);
     return CLI_EXIT_USAGE;
   }
 

@@ -103,7 +103,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
   *a = (gen_args){NULL, "\n", NULL, NULL, -1, 200, 0, 1.0, 42};
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "w:p:T:n:t:k:d:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "w:p:T:n:t:k:d:h", opts, "generate")) != -1) {
     switch (c) {
     case 'w': a->weights = optarg; break;
     case 'T': a->tokenizer = optarg; break;
@@ -140,15 +140,15 @@ static int parse_args(int argc, char **argv, gen_args *a) {
       break;
     case 'd': a->devices = optarg; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
-    default: help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
   }
   if (optind != argc - 1 || !a->weights) {
-    fprintf(stderr, "cltrain generate: one MODEL spec file and --weights FILE are needed\n");
+    fprintf(stderr, "cltrain: generate: one MODEL spec file and --weights FILE are needed\n");
     return CLI_EXIT_USAGE;
   }
   if (a->bos >= 0 && !a->tokenizer) {
-    fprintf(stderr, "cltrain generate: --bos and --no-bos need --tokenizer (bytes have no BOS token)\n");
+    fprintf(stderr, "cltrain: generate: --bos and --no-bos need --tokenizer (bytes have no BOS token)\n");
     return CLI_EXIT_USAGE;
   }
   return -1;
@@ -244,16 +244,16 @@ int cmd_generate(int argc, char **argv) {
     const int64_t tv = clt_tokenizer_vocab_size(g.tok);
     if (!V || tv > V) {
       if (V)
-        fprintf(stderr, "cltrain generate: %s has a vocabulary of %d, smaller than the %lld ids of %s; give the "
+        fprintf(stderr, "cltrain: generate: %s has a vocabulary of %d, smaller than the %lld ids of %s; give the "
                 "tokenizer the model was trained with\n", argv[optind], V, (long long)tv, clt_tokenizer_path(g.tok));
       else
-        fprintf(stderr, "cltrain generate: %s is not a language model (input tokens T vocab=V)\n", argv[optind]);
+        fprintf(stderr, "cltrain: generate: %s is not a language model (input tokens T vocab=V)\n", argv[optind]);
       ec = CLI_EXIT_ERROR;
       goto out;
     }
     Vs = (int)tv;
   } else if (V != 256) {
-    fprintf(stderr, "cltrain generate: %s %s; without --tokenizer generate reads and writes bytes, so it needs a "
+    fprintf(stderr, "cltrain: generate: %s %s; without --tokenizer generate reads and writes bytes, so it needs a "
             "byte-level model (input tokens T vocab=256)\n", argv[optind],
             V ? "has another vocabulary" : "is not a language model");
     ec = CLI_EXIT_ERROR;

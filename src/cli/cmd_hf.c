@@ -86,23 +86,23 @@ static int hf_import(int argc, char **argv) {
   const char *prefix = NULL;
   long context = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "o:T:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "o:T:h", opts, "hf import")) != -1) {
     char *end;
     switch (c) {
     case 'o': prefix = optarg; break;
     case 'T':
       context = strtol(optarg, &end, 10);
       if (!*optarg || *end || context < 1 || context > 1000000) {
-        fprintf(stderr, "cltrain hf import: --context must be a number of positions from 1, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: hf import: --context must be a number of positions from 1, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       break;
     case 'h': import_help(stdout); return CLI_EXIT_OK;
-    default: import_help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
   }
   if (optind != argc - 1 || !prefix) {
-    fprintf(stderr, "cltrain hf import: one DIR and -o PREFIX are needed (cltrain hf import --help)\n");
+    fprintf(stderr, "cltrain: hf import: one DIR and -o PREFIX are needed (cltrain hf import --help)\n");
     return CLI_EXIT_USAGE;
   }
   size_t len = strlen(prefix) + 16;
@@ -139,7 +139,7 @@ static int hf_export(int argc, char **argv) {
   clt_hf_export_options o;
   clt_hf_export_options_defaults(&o);
   int c, dtype = -1;
-  while ((c = getopt_long(argc, argv, "w:o:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "w:o:h", opts, "hf export")) != -1) {
     switch (c) {
     case 'w': weights = optarg; break;
     case 'o': dir = optarg; break;
@@ -147,7 +147,7 @@ static int hf_export(int argc, char **argv) {
       for (int d = 0; d < (int)(sizeof dtypes / sizeof *dtypes); d++)
         if (strcmp(optarg, dtypes[d]) == 0) dtype = d;
       if (dtype < 0) {
-        fprintf(stderr, "cltrain hf export: --dtype must be f32, bf16 or f16, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: hf export: --dtype must be f32, bf16 or f16, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       o.dtype = (clt_hf_dtype)dtype;
@@ -156,15 +156,15 @@ static int hf_export(int argc, char **argv) {
     case 'k': o.tokenizer = optarg; break;
     case 'N': o.no_tokenizer = 1; break;
     case 'h': export_help(stdout); return CLI_EXIT_OK;
-    default: export_help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
   }
   if (optind != argc - 1 || !weights || !dir) {
-    fprintf(stderr, "cltrain hf export: one MODEL, --weights FILE and -o DIR are needed (cltrain hf export --help)\n");
+    fprintf(stderr, "cltrain: hf export: one MODEL, --weights FILE and -o DIR are needed (cltrain hf export --help)\n");
     return CLI_EXIT_USAGE;
   }
   if (o.tokenizer && o.no_tokenizer) {
-    fprintf(stderr, "cltrain hf export: --tokenizer and --no-tokenizer contradict each other; give one\n");
+    fprintf(stderr, "cltrain: hf export: --tokenizer and --no-tokenizer contradict each other; give one\n");
     return CLI_EXIT_USAGE;
   }
   int rc = clt_hf_export(argv[optind], weights, dir, &o);
@@ -178,6 +178,7 @@ static int hf_export(int argc, char **argv) {
 
 int cmd_hf(int argc, char **argv) {
   if (argc < 2) {
+    fprintf(stderr, "cltrain: hf: which conversion? import or export\n\n");
     hf_help(stderr);
     return CLI_EXIT_USAGE;
   }
@@ -187,7 +188,7 @@ int cmd_hf(int argc, char **argv) {
     hf_help(stdout);
     return CLI_EXIT_OK;
   }
-  fprintf(stderr, "cltrain hf: unknown subcommand '%s' (import or export)\n\n", argv[1]);
+  fprintf(stderr, "cltrain: hf: unknown subcommand '%s' (import or export)\n\n", argv[1]);
   hf_help(stderr);
   return CLI_EXIT_USAGE;
 }

@@ -87,13 +87,13 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
   char *end;
   int c;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "b:o:d:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "b:o:d:h", opts, "summary")) != -1) {
     switch (c) {
     case 'b':
     case 'a': {
       long long v = strtoll(optarg, &end, 10);
       if (end == optarg || *end || v < 1 || v > (c == 'b' ? 1 << 24 : 1 << 16)) {
-        fprintf(stderr, "cltrain summary: %s must be a whole number from 1 to %d, not '%s'\n",
+        fprintf(stderr, "cltrain: summary: %s must be a whole number from 1 to %d, not '%s'\n",
                 c == 'b' ? "--batch" : "--accumulate", c == 'b' ? 1 << 24 : 1 << 16, optarg);
         return CLI_EXIT_USAGE;
       }
@@ -103,14 +103,14 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
     }
     case 'o':
       if (clt_optimizer_parse(optarg, &kind) < 0) {
-        fprintf(stderr, "cltrain summary: --optimizer: %s\n", clt_last_error());
+        fprintf(stderr, "cltrain: summary: --optimizer: %s\n", clt_last_error());
         return CLI_EXIT_USAGE;
       }
       clt_optimizer_defaults(kind, &o->optimizer);
       break;
     case 'p':
       if (strcmp(optarg, "fp32") && strcmp(optarg, "fp16")) {
-        fprintf(stderr, "cltrain summary: --precision must be fp32 or fp16, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: summary: --precision must be fp32 or fp16, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       o->precision = strcmp(optarg, "fp16") == 0 ? CLT_F16 : CLT_F32;
@@ -126,7 +126,7 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
     case 'r': {
       long long v = strtoll(optarg, &end, 10), lo = c == 'z' ? 0 : 1, hi = c == 'z' ? 2 : 1 << 20;
       if (end == optarg || *end || v < lo || v > hi) {
-        fprintf(stderr, "cltrain summary: %s must be a whole number from %lld to %lld, not '%s'\n",
+        fprintf(stderr, "cltrain: summary: %s must be a whole number from %lld to %lld, not '%s'\n",
                 c == 'z' ? "--zero" : "--ranks", lo, hi, optarg);
         return CLI_EXIT_USAGE;
       }
@@ -137,7 +137,7 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
     case 'm': {
       double v = strtod(optarg, &end);
       if (end == optarg || *end || !(v >= 0 && v <= 1e6)) {
-        fprintf(stderr, "cltrain summary: --bucket-mb must be a number from 0 to 1e6, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: summary: --bucket-mb must be a number from 0 to 1e6, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       o->bucket_mb = v;
@@ -146,15 +146,17 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
     case 'd': *devices = optarg; break;
     case 'A': o->decay_all = 1; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
-    default: help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
   }
   if (optind != argc - 1) {
-    fprintf(stderr, "usage: cltrain summary MODEL [OPTIONS] (cltrain summary --help lists them)\n");
+    fprintf(stderr, optind >= argc ? "cltrain: summary: the MODEL spec file is missing (cltrain summary --help)\n"
+                                   : "cltrain: summary: one MODEL spec file is expected; '%s' is extra\n",
+            argv[argc - 1]);
     return CLI_EXIT_USAGE;
   }
   if (o->batch % o->accumulate) {
-    fprintf(stderr, "cltrain summary: --accumulate %d must divide the batch size %lld\n", o->accumulate,
+    fprintf(stderr, "cltrain: summary: --accumulate %d must divide the batch size %lld\n", o->accumulate,
             (long long)o->batch);
     return CLI_EXIT_USAGE;
   }

@@ -185,7 +185,7 @@ int cmd_tokenize(int argc, char **argv) {
   int quiet = 0, c;
   ends e = {-1, -1, 0, 0};
   char *end;
-  while ((c = getopt_long(argc, argv, "o:t:qh", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "o:t:qh", opts, "tokenize")) != -1) {
     switch (c) {
     case 'o': output = optarg; break;
     case 't': tokenizer = optarg; break;
@@ -203,7 +203,7 @@ int cmd_tokenize(int argc, char **argv) {
     case O_VAL_OUTPUT: val_output = optarg; break;
     case 'q': quiet = 1; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
-    default: help(stderr); return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_USAGE;
     }
   }
   if (optind >= argc) {

@@ -310,7 +310,8 @@ static int parse_betas(const char *s, float *out) {
   return 0;
 }
 
-/* Parse argv into a; returns -1 (after a message) on a bad command line. */
+/* Parse argv into a; returns -1 (after a message) on a bad command line,
+ * -2 on an option cli_getopt refused (its message points at --help). */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   enum { O_ACC = 256, O_MAXSTEPS, O_SEED, O_DROPLAST, O_LR, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPSIZE,
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
@@ -360,7 +361,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   a->progress = -1;
   clt_train_options_defaults(o);
   a->normalize = "standard";
-  while ((c = getopt_long(argc, argv, "D:e:b:o:d:s:qh", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "D:e:b:o:d:s:qh", opts, "train")) != -1) {
     switch (c) {
     case 'D': a->data = optarg; break;
     case O_VAL: a->val = optarg; break;
@@ -517,7 +518,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       break;
     case O_LOSS_SCALE: if (parse_real("--loss-scale", optarg, 1, 1e30, &o->loss_scale)) return -1; break;
     case 'h': *help_asked = 1; return 0;
-    default: return -1;
+    default: return -2; /* cli_getopt said why, and where the options are listed */
     }
   }
   int nesterov = o->optimizer.nesterov;
@@ -604,6 +605,7 @@ static void progress(const clt_train_event *ev, void *user) {
     return;
   }
   if (ev->kind == CLT_EVENT_STEP && isfinite(ev->test_loss)) { /* --eval-every */
+    if (ev->step == ev->steps_total) return; /* the epoch's line follows, with this evaluation */
     if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
     printf("step %lld/%lld: train loss %.4f", (long long)ev->step, (long long)ev->steps_total, ev->loss);
     print_eval(a, " | ", ev->test_loss, ev->test_accuracy);
@@ -784,7 +786,7 @@ static int check_files(const train_args *a, const session *s) {
   int ec = cli_check_distinct("train", f, n);
   for (int i = 0; ec == CLI_EXIT_OK && i < 3; i++)
     if (f[i].path && names_checkpoint(f[i].path, a->o.checkpoint_dir)) {
-      fprintf(stderr, "cltrain train: %s %s names a checkpoint of --checkpoint-dir %s, which the run writes and "
+      fprintf(stderr, "cltrain: train: %s %s names a checkpoint of --checkpoint-dir %s, which the run writes and "
                       "removes (--keep); write %s to another file\n", f[i].opt, f[i].path, a->o.checkpoint_dir,
               f[i].opt);
       ec = CLI_EXIT_USAGE;
@@ -872,9 +874,9 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   int help_asked, rc, ec = CLI_EXIT_OK;
   memset(&a, 0, sizeof a);
   a.command = command_json(argc, argv);
-  if (parse_args(argc, argv, &a, &help_asked) < 0) {
+  if ((rc = parse_args(argc, argv, &a, &help_asked)) < 0) {
     free(a.command);
-    fprintf(stderr, "(cltrain train --help lists the options)\n");
+    if (rc == -1) fprintf(stderr, "(cltrain train --help lists the options)\n");
     return argv_error();
   }
   if (help_asked) {
@@ -983,7 +985,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
   a.o.batch = 256;
   a.normalize = "standard";
   a.eval = 1;
-  while ((c = getopt_long(argc, argv, "w:D:b:d:h", opts, NULL)) != -1) {
+  while ((c = cli_getopt(argc, argv, "w:D:b:d:h", opts, "eval")) != -1) {
     switch (c) {
     case 'w': a.weights = optarg; break;
     case 'D': a.data = optarg; break;
@@ -1000,11 +1002,11 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     case 'd': a.devices = optarg; break;
     case 't': if (parse_long("--threads", optarg, 1, 4096, &v)) return argv_error(); a.threads = (int)v; break;
     case 'h': eval_help(stdout); return CLI_EXIT_OK;
-    default: eval_help(stderr); return argv_error();
+    default: return argv_error();
     }
   }
   if (optind != argc - 1 || !a.weights) {
-    fprintf(stderr, "cltrain eval: one MODEL spec file and --weights FILE are needed\n");
+    fprintf(stderr, "cltrain: eval: one MODEL spec file and --weights FILE are needed\n");
     return argv_error();
   }
   a.model = argv[optind];
@@ -1016,7 +1018,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     s.train = NULL;
   }
   if (!s.test) {
-    fprintf(stderr, "cltrain eval: the data has no test split (t10k-*-idx?-ubyte[.gz])\n");
+    fprintf(stderr, "cltrain: eval: the data has no test split (t10k-*-idx?-ubyte[.gz])\n");
     ec = CLI_EXIT_ERROR;
     goto out;
   }
@@ -1039,7 +1041,10 @@ out:
 
 /* `cltrain export CKPT OUT`: a checkpoint's weights alone. */
 int cmd_export(int argc, char **argv) {
-  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+  static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0}};
+  int c;
+  while ((c = cli_getopt(argc, argv, "h", opts, "export")) != -1) {
+    if (c != 'h') return CLI_EXIT_USAGE;
     printf("usage: cltrain export CHECKPOINT OUT.safetensors\n"
            "\n"
            "Writes the parameters of a checkpoint (after checking it) as a weights file with\n"
@@ -1048,10 +1053,12 @@ int cmd_export(int argc, char **argv) {
            "torch.nn.Sequential(...).load_state_dict(safetensors.torch.load_file(OUT)).\n");
     return CLI_EXIT_OK;
   }
-  if (argc != 3) {
-    fprintf(stderr, "usage: cltrain export CHECKPOINT OUT.safetensors\n");
+  if (argc - optind != 2) {
+    fprintf(stderr, "cltrain: export: a CHECKPOINT and an OUT.safetensors file are needed, %s (cltrain export "
+                    "CHECKPOINT OUT.safetensors)\n", argc - optind < 2 ? "not fewer" : "no more");
     return CLI_EXIT_USAGE;
   }
+  argv += optind - 1;
   /* OUT first: a device, a FIFO, a missing directory are refused before the checkpoint is read. */
   int rc = clt_check_output(argv[2], CLT_OUTPUT_FILE);
   if (rc == CLT_OK) rc = clt_checkpoint_export(argv[1], argv[2]);

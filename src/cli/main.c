@@ -32,9 +32,9 @@ static void usage(FILE *to) {
           "  bench allreduce  (under mpirun) time cltrain's all-reduce on host and device\n"
           "               buffers against MPI_Allreduce, checking every result\n"
           "  version      print the version\n"
-          "  help         this text\n"
+          "  help         this text; 'cltrain help COMMAND': COMMAND's options\n"
           "\n"
-          "'cltrain COMMAND --help' shows a command's options.\n"
+          "'cltrain COMMAND --help' (or 'cltrain help COMMAND') shows a command's options.\n"
           "\n"
           "environment:\n"
           "  CLT_DEVICES      default device spec (all, gpu, cpu, pocl, rusticl:0, 0:1, ...)\n"
@@ -177,8 +177,28 @@ const char *cli_bytes(double b, char *buf, size_t size) {
   return buf;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv);
+
+/* `cltrain help COMMAND...`: what `cltrain COMMAND... --help` prints. */
+static int help_for(int argc, char **argv) {
+  char *args[16];
+  if (argc > 14) {
+    fprintf(stderr, "cltrain: help: too many words; give a command, such as 'cltrain help train'\n");
+    return CLI_EXIT_USAGE;
+  }
+  args[0] = argv[0];
+  for (int i = 2; i < argc; i++) args[i - 1] = argv[i];
+  static char help_flag[] = "--help";
+  args[argc - 1] = help_flag;
+  args[argc] = NULL;
+  return run(argc, args);
+}
+
+int main(int argc, char **argv) { return run(argc, argv); }
+
+static int run(int argc, char **argv) {
   if (argc < 2) {
+    fprintf(stderr, "cltrain: no command given\n\n");
     usage(stderr);
     return CLI_EXIT_USAGE;
   }
@@ -212,9 +232,14 @@ int main(int argc, char **argv) {
     return ec;
   }
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    if (argc > 2 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h")) {
+      fprintf(stderr, "cltrain: %s: takes no %s, not '%s'\n", cmd, argv[2][0] == '-' ? "option" : "argument", argv[2]);
+      return CLI_EXIT_USAGE;
+    }
     printf("cltrain %s\n", clt_version());
     return CLI_EXIT_OK;
   }
+  if (strcmp(cmd, "help") == 0 && argc > 2) return help_for(argc, argv);
   if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
     usage(stdout);
     return CLI_EXIT_OK;

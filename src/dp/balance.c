@@ -244,10 +244,11 @@ int clt__dp_shares_init(clt__dp *dp, const clt_train_options *o, int64_t micro_b
   dp->per_sample_s = clt__calloc(dp->nreplicas, sizeof *dp->per_sample_s);
   dp->probe_gap = clt__calloc(dp->nreplicas, sizeof *dp->probe_gap);
   dp->probe_at = clt__calloc(dp->nreplicas, sizeof *dp->probe_at);
+  dp->idle_said = clt__calloc(dp->nreplicas, sizeof *dp->idle_said);
   dp->local_rate = clt__calloc(dp->nlocal, sizeof *dp->local_rate);
   dp->obs = clt__calloc(dp->nlocal, sizeof *dp->obs);
   double *w = clt__calloc(dp->nreplicas, sizeof *w);
-  if (!dp->shares || !dp->throughput || !dp->cost || !dp->fixed_s || !dp->per_sample_s || !dp->probe_gap || !dp->probe_at || !dp->local_rate || !dp->obs ||
+  if (!dp->shares || !dp->throughput || !dp->cost || !dp->fixed_s || !dp->per_sample_s || !dp->probe_gap || !dp->probe_at || !dp->idle_said || !dp->local_rate || !dp->obs ||
       !w) {
     free(w);
     return CLT_ENOMEM;
@@ -508,19 +509,39 @@ int clt__dp_rebalance_due(const clt__dp *dp, int64_t steps_done) {
   return dp->auto_balance && (steps_done % dp->every == 0 || dp->probed >= 0);
 }
 
-/* Say why a replica gets 0 samples from now on. */
-static void log_idle(const clt__dp *dp, int g, int64_t step, int64_t best_ps) {
+/* Why a replica is at 0: the cost model gives it none; the steps measured
+ * without it were faster, though the model gives it samples; or it sits
+ * out one re-split to measure the steps without it. */
+typedef enum idle_reason { IDLE_MODEL, IDLE_MEASURED, IDLE_TRIAL } idle_reason;
+
+/* Say why a replica gets 0 samples from now on: the first time at the
+ * default level (warn), on rank 0 (every rank decides alike), since a
+ * device doing nothing is what a user asks about; after that, after each
+ * probe that leaves it there, and for a trial, at info. `chosen` is what
+ * the model gives it; best_ps the model's step time of its choice. */
+static void log_idle(clt__dp *dp, int g, int64_t step, idle_reason why, int64_t chosen, int64_t best_ps) {
   const clt__cost *c = &dp->cost[g];
-  clt__log(CLT_LOG_INFO, "step %lld: replica %d gets 0 samples: one sample would take it %.2f ms (%.2f ms fixed + "
-           "%.3f ms per sample), longer than the step's predicted %.2f ms without it; it stays in step with the "
-           "others' updates and is probed with one sample at step %lld", (long long)step, g,
-           (c->fixed_s + c->per_sample_s) * 1e3, c->fixed_s * 1e3, c->per_sample_s * 1e3, (double)best_ps * 1e-9,
-           (long long)dp->probe_at[g]);
+  clt_log_level level = CLT_LOG_INFO;
+  if (why != IDLE_TRIAL && !dp->idle_said[g] && dp->rank == 0) level = CLT_LOG_WARN, dp->idle_said[g] = 1;
+  if (why == IDLE_TRIAL)
+    clt__log(level, "step %lld: replica %d gets 0 samples for one re-split, to measure the steps without it",
+             (long long)step, g);
+  else if (why == IDLE_MEASURED)
+    clt__log(level, "step %lld: replica %d gets 0 samples: the steps measured without it were faster than with it "
+             "(the cost model, which cannot see devices slowing each other, would give it %lld); it stays in step "
+             "with the others' updates and is probed with one sample at step %lld", (long long)step, g,
+             (long long)chosen, (long long)dp->probe_at[g]);
+  else
+    clt__log(level, "step %lld: replica %d gets 0 samples: one sample would take it %.2f ms (%.2f ms fixed + "
+             "%.3f ms per sample), longer than the step's predicted %.2f ms without it; it stays in step with the "
+             "others' updates and is probed with one sample at step %lld", (long long)step, g,
+             (c->fixed_s + c->per_sample_s) * 1e3, c->fixed_s * 1e3, c->per_sample_s * 1e3, (double)best_ps * 1e-9,
+             (long long)dp->probe_at[g]);
 }
 
 int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   int rc = CLT_OK, R = dp->nreplicas;
-  int64_t *next = NULL;
+  int64_t *next = NULL, *chosen = NULL;
   *changed = 0;
   int probed = dp->probed; /* the replica probed in the step just done, or -1 */
   dp->probed = -1;
@@ -546,7 +567,8 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
    * run is not counted). One at 0 without a fit is probed below. */
   for (int r = 0; r < R; r++)
     if (dp->shares[r] > 0 && !dp->cost[r].shares_seen) goto fail;
-  if (!(next = clt__calloc(R, sizeof *next))) { rc = CLT_ENOMEM; goto fail; }
+  next = clt__calloc(R, sizeof *next), chosen = clt__calloc(R, sizeof *chosen);
+  if (!next || !chosen) { rc = CLT_ENOMEM; goto fail; }
   /* The best split by the models of the replicas that have one; one
    * without a model cannot be predicted and gets nothing until probed. */
   clt__cost *model = clt__calloc(R, sizeof *model);
@@ -560,6 +582,7 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
              (now - best <= best / KEEP_SLACK || (now - best) * dp->runs_per_step * PAYBACK_STEPS <= dp->resplit_ps);
   for (int r = 0; keep && r < R; r++) keep = dp->cost[r].shares_seen || dp->shares[r] == 0;
   if (keep) memcpy(next, dp->shares, (size_t)R * sizeof *next);
+  memcpy(chosen, next, (size_t)R * sizeof *next); /* the model's, before the measurements have their say */
   if (rc == CLT_OK) rc = measured_override(dp, model, wall, probed, steps_done, next);
   free(model);
   if (rc < 0) goto fail;
@@ -572,9 +595,13 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
     } else if (r == probed || dp->shares[r] > 0) { /* its probe left it at 0, or it just went there */
       dp->probe_gap[r] = r == probed && dp->probe_gap[r] < PROBE_GAP_MAX ? 2 * dp->probe_gap[r] : PROBE_GAP_FIRST;
       dp->probe_at[r] = (steps_done / dp->every + dp->probe_gap[r]) * dp->every; /* a re-split step */
-      log_idle(dp, r, steps_done, best);
-    } else if (probe < 0 && steps_done >= dp->probe_at[r]) {
-      probe = r;
+      log_idle(dp, r, steps_done, chosen[r] == 0 ? IDLE_MODEL : dp->exploring ? IDLE_TRIAL : IDLE_MEASURED, chosen[r],
+               best);
+    } else {
+      /* Out for a trial, and kept out since by what it measured. */
+      if (!dp->idle_said[r] && chosen[r] > 0 && !dp->exploring)
+        log_idle(dp, r, steps_done, IDLE_MEASURED, chosen[r], best);
+      if (probe < 0 && steps_done >= dp->probe_at[r]) probe = r;
     }
   }
   if (probe >= 0) { /* one sample, from the replica with the most */
@@ -603,5 +630,6 @@ int clt__dp_rebalance(clt__dp *dp, int64_t steps_done, int *changed) {
   }
 fail:
   free(next);
+  free(chosen);
   return rc;
 }

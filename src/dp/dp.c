@@ -61,6 +61,7 @@ void clt__dp_destroy(clt__dp *dp) {
   free(dp->per_sample_s);
   free(dp->probe_gap);
   free(dp->probe_at);
+  free(dp->idle_said);
   free(dp->obs);
   free(dp->shard_w);
   free(dp);

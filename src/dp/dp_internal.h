@@ -117,6 +117,7 @@ struct clt__dp {
   clt__cost *cost;
   double *fixed_s, *per_sample_s; /* the same, as arrays for the step events */
   int64_t *probe_gap, *probe_at;
+  unsigned char *idle_said;    /* per replica: its first time at 0 was said at the warn level */
   int probed;                  /* the replica probed in the step after the last rebalance, or -1 */
   double *local_rate;
   clt__cost_obs *obs;

@@ -43,9 +43,24 @@ static int read_file(const char *path, char **out, size_t *len) {
   return CLT_OK;
 }
 
-static int parse_json(const char *file, const char *text, size_t n, json_t **out) {
+/* Whether jansson refused an integer beyond int64_t. */
+static int integer_overflow(const json_error_t *err) {
+#if JANSSON_VERSION_HEX >= 0x020b00
+  return json_error_code(err) == json_error_numeric_overflow;
+#else
+  return strstr(err->text, "too big") != NULL;
+#endif
+}
+
+/* The JSON object of text. big_as_real: integers beyond int64_t are read
+ * as reals, for a file whose numbers are not read (tokenizer_config.json:
+ * transformers writes "model_max_length": 1000000000000000019884624838656,
+ * its VERY_LARGE_INTEGER, into every one saved without a length). */
+static int parse_json(const char *file, const char *text, size_t n, int big_as_real, json_t **out) {
   json_error_t err;
   *out = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
+  if (!*out && big_as_real && integer_overflow(&err))
+    *out = json_loadb(text, n, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &err);
   if (!*out)
     return clt__error(CLT_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", file, err.text, err.line, err.column);
   if (!json_is_object(*out)) {
@@ -114,7 +129,7 @@ static int read_config(clt_tokenizer *t, const char *file) {
   json_t *cfg = NULL;
   int rc = CLT_OK, b;
   CLT_TRY(read_file(file, &text, &n));
-  CLT_TRY(parse_json(file, text, n, &cfg));
+  CLT_TRY(parse_json(file, text, n, 1, &cfg)); /* only strings and booleans are read */
   CLT_TRY(config_token(t, file, cfg, "bos_token", &t->bos));
   CLT_TRY(config_token(t, file, cfg, "eos_token", &t->eos));
   const clt__jctx c = {file, ""};
@@ -192,7 +207,7 @@ static int load(const char *name, const char *text, size_t len, clt_tokenizer **
     return CLT_ENOMEM;
   }
   t->bos = t->eos = -1, t->add_bos = t->add_eos = -1;
-  CLT_TRY(parse_json(name, text, len, &root));
+  CLT_TRY(parse_json(name, text, len, 0, &root));
   CLT_TRY(parse_tokenizer(t, root));
   json_decref(root);
   *out = t;

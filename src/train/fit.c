@@ -159,6 +159,8 @@ typedef struct fit_state {
   double *waits;                           /* per rank: its prefetch wait per step */
   double *flops, *mfu;                     /* rank 0, per replica: the last step record's */
   int have_flops;
+  int64_t eval_step;                       /* the step eval_every last evaluated after (0: none) */
+  double eval_loss, eval_accuracy;         /* and what it found */
 } fit_state;
 
 /* Rank 0: the shares of the step's last micro-batch: the replicas' shares,
@@ -300,6 +302,8 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
   int rc = CLT_OK;
   const clt_train_options *o = &t->opts;
   clt_train_event ev;
+  /* An epoch's last step is evaluated by end_epoch, which follows it; the
+   * run's last in mid-epoch (max_steps) here, and end_epoch reuses it. */
   int last = f->src.last_in_epoch;
   int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
   int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == f->steps_total));
@@ -332,6 +336,7 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
       int64_t e0 = clt__trace_ns();
       CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
       clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation");
+      f->eval_step = t->steps_done, f->eval_loss = ev.test_loss, f->eval_accuracy = ev.test_accuracy;
       clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
                ev.test_accuracy);
     }
@@ -370,7 +375,9 @@ static int end_epoch(clt_trainer *t, fit_state *f, int64_t epoch, const clt_data
     ev.nreplicas = clt__dp_replicas(t->s.dp);
     ev.flops = f->flops, ev.peak_flops = t->peak_flops, ev.mfu = f->mfu;
   }
-  if (test) {
+  if (test && f->eval_step == t->steps_done) { /* the step just evaluated: the same weights, the same result */
+    ev.test_loss = f->eval_loss, ev.test_accuracy = f->eval_accuracy;
+  } else if (test) {
     int64_t e0 = clt__trace_ns();
     CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
     clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",

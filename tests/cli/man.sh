@@ -11,7 +11,8 @@
 # list `cltrain --help` gives for CLT_ALLREDUCE: clt_allreduce_algorithms())
 # is in bold in doc/cltrain.1's entries of train's --allreduce, bench
 # allreduce's --algorithm and CLT_ALLREDUCE, and in doc/libcltrain.3's
-# CLT_ALLREDUCE entry. Where groff is installed, each page formats
+# CLT_ALLREDUCE entry, and in the CLT_ALLREDUCE entry of cltrain.h's
+# environment list. Where groff is installed, each page formats
 # without a warning (and so does `man --warnings -l`, lintian's check, where
 # man runs). Needs no device.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -165,6 +166,22 @@ $page1;^-a, --algorithm ;cltrain.1's --algorithm (bench allreduce)
 $page1;^CLT_ALLREDUCE\$;cltrain.1's CLT_ALLREDUCE
 $page3;^CLT_ALLREDUCE( |,|\$);libcltrain.3's CLT_ALLREDUCE
 LIST
+
+# The installed header's CLT_ALLREDUCE entry (its environment list, from
+# " *   CLT_ALLREDUCE " to the next variable) names each one as well.
+header=$srcdir/include/cltrain.h
+awk '/^ \*   CLT_ALLREDUCE / { on = 1; print; next } on && /^ \*   [A-Z]/ { exit } on && !/^ \* / { exit } on' "$header" |
+  sed 's/^ \*//' | tr ' ,().;:' '\n\n\n\n\n\n\n' | grep . >"$tmp/header_words"
+if [ ! -s "$tmp/header_words" ]; then
+  bad "no CLT_ALLREDUCE entry in include/cltrain.h's environment list (' *   CLT_ALLREDUCE ...')"
+else
+  n=0 before=$nbad
+  while read -r a; do
+    n=$((n + 1))
+    grep -qxF -- "$a" "$tmp/header_words" || bad "all-reduce algorithm '$a' (clt_allreduce_algorithms()) is not in include/cltrain.h's CLT_ALLREDUCE entry"
+  done <"$tmp/algorithms"
+  [ $nbad -eq $before ] && echo "ok: the $n all-reduce algorithms in include/cltrain.h's CLT_ALLREDUCE entry"
+fi
 
 # ---- formatting ------------------------------------------------------------------
 if command -v groff >/dev/null 2>&1; then

@@ -8,10 +8,12 @@
  * re-splits, probes) on a one-rank job of two simulated replicas settles,
  * probes a replica at 0 at a bounded rate, gives it work back once it
  * becomes fast, and does not re-split for gains that would not pay for
- * what new shares cost. Links the internal library.
+ * what new shares cost; a replica it leaves at 0 says why once at the
+ * default log level. Links the internal library.
  */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,6 +227,42 @@ START_TEST(the_loop_settles_probes_and_gives_work_back) {
 }
 END_TEST
 
+/* The log lines that reach the default level (warn) and name a replica
+ * going to 0 samples; the last one. */
+typedef struct idle_log {
+  int said;
+  char last[512];
+} idle_log;
+
+static void count_idle(clt_log_level level, const char *msg, void *user) {
+  idle_log *l = user;
+  if (level <= CLT_LOG_WARN && strstr(msg, "gets 0 samples")) {
+    l->said++;
+    snprintf(l->last, sizeof l->last, "%s", msg);
+  }
+}
+
+/* A replica the balancer leaves out says why at the default level, once:
+ * not only at CLT_LOG_LEVEL=info (issue 39), and not again after each
+ * probe that leaves it at 0 (the probes run below: 1000 steps). */
+START_TEST(a_replica_left_at_0_says_why_once_by_default) {
+  idle_log l = {0, ""};
+  clt_log_set_level(CLT_LOG_WARN);
+  clt_log_set(count_idle, &l);
+  sim s;
+  sim_start(&s, 64, 0);
+  s.fixed[0] = 0.001, s.per[0] = 0.0012; /* as above: PoCL-like and rusticl-like */
+  s.fixed[1] = 0.090, s.per[1] = 0.020;
+  sim_run(&s, 1030);
+  clt_log_set(NULL, NULL);
+  ck_assert_int_eq(clt__dp_shares(s.dp)[1], 0);
+  ck_assert_msg(s.probes >= 2, "%lld probes", (long long)s.probes);
+  ck_assert_msg(l.said == 1, "said %d times at the warn level (last: %s)", l.said, l.last);
+  ck_assert_msg(strstr(l.last, "replica 1 gets 0 samples") && strstr(l.last, "one sample would take it"), "%s", l.last);
+  sim_stop(&s);
+}
+END_TEST
+
 /* Devices that slow each other (on the same cores) cost more together than
  * either model says: the measured steps decide. A replica with a small
  * share is tried without for one re-split; with contention the job stays
@@ -317,6 +355,7 @@ int main(void) {
   tcase_add_test(tc, measured_steps_overrule_the_model);
   tcase_add_test(tc, a_resplit_must_pay_for_itself);
   tcase_add_test(tc, the_floor_holds_and_bad_floors_are_refused);
+  tcase_add_test(tc, a_replica_left_at_0_says_why_once_by_default);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
