@@ -108,7 +108,7 @@ done
 ck="--checkpoint-every 2 --checkpoint-dir"
 mpi 2 "--zero 1 --offload optimizer with checkpoints" -- $train --zero 1 --offload optimizer $ck "$tmp/a" \
   --save "$tmp/wa"
-mkdir "$tmp/b" && cp "$tmp/a/ckpt-0000000002.safetensors" "$tmp/b/"
+mkdir "$tmp/b" && cp "$tmp"/a/ckpt-0000000002.* "$tmp/b/" # the index and its shards
 mpi 2 "resumed at --zero 2 without --offload" -- $train --zero 2 $ck "$tmp/b" --resume latest --save "$tmp/wb" &&
   same "$tmp/wa" "$tmp/wb" "an --offload checkpoint resumed without it: the uninterrupted run's weights"
 exit $fail

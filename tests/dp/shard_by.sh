@@ -109,7 +109,7 @@ fi
 ck="--checkpoint-every 2 --checkpoint-dir"
 mpi 2 "--zero 1 --shard-weights 3,1 with checkpoints" -- $train --zero 1 --shard-weights 3,1 $ck "$tmp/a" \
   --save "$tmp/wa" && same "$tmp/w0" "$tmp/wa" "--zero 1 --shard-weights 3,1: --zero 0's weights"
-mkdir "$tmp/b" && cp "$tmp/a/ckpt-0000000002.safetensors" "$tmp/b/"
+mkdir "$tmp/b" && cp "$tmp"/a/ckpt-0000000002.* "$tmp/b/" # the index and its shards
 mpi 2 "resumed at --shard-weights 1,3" -- $train --zero 1 --shard-weights 1,3 $ck "$tmp/b" --resume latest \
   --save "$tmp/wb" &&
   same "$tmp/wa" "$tmp/wb" "a checkpoint at shard weights 3,1 resumed at 1,3: the uninterrupted run's weights"
