@@ -52,7 +52,7 @@ static int fit_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *l
   for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_next(f->pf[i], &f->b[i]));
   uint64_t key = (uint64_t)t->micro_steps++; /* every micro-batch draws its own dropout masks */
   for (int i = 0; i < t->nlocal; i++)
-    s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, NULL};
+    s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, f->b[i].targets};
   f->last_in_epoch = f->b[0].last_in_epoch;
   f->samples += f->b[0].global_n;
   *labels = f->b[0].global_labels; /* less masked targets */
@@ -80,7 +80,8 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->step = t->steps_done, ev->steps_total = steps_total;
   ev->step_in_epoch = t->progress.ep_steps, ev->steps_per_epoch = steps_per_epoch;
   ev->loss = st->loss_sum / (double)st->labels;
-  ev->accuracy = st->correct / (double)st->labels;
+  ev->accuracy = clt__trainer_regression(t) ? sqrt(st->correct / (double)st->labels) /* the RMSE */
+                                            : st->correct / (double)st->labels;
   ev->lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
   ev->samples_per_s = c->window_samples / (tn - c->window_t > 1e-9 ? tn - c->window_t : 1e-9);
   ev->elapsed_s = tn - c->t0;
@@ -157,14 +158,16 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
   json_object_set_new(o, "epoch", json_integer(ev->epoch));
   json_object_set_new(o, "step", json_integer(ev->step));
   json_object_set_new(o, "loss", num(ev->loss));
-  json_object_set_new(o, "accuracy", num(ev->accuracy));
+  const int reg = clt__trainer_regression(t); /* its metric is the RMSE */
+  const char *acc = reg ? "rmse" : "accuracy", *test_acc = reg ? "test_rmse" : "test_accuracy";
+  json_object_set_new(o, acc, num(ev->accuracy));
   json_object_set_new(o, "lr", num(ev->lr));
   json_object_set_new(o, "samples_per_s", num(ev->samples_per_s));
   json_object_set_new(o, "elapsed_s", num(ev->elapsed_s));
   if (ev->kind == CLT_EVENT_STEP) {
     if (isfinite(ev->test_loss)) { /* an evaluation of eval_every */
       json_object_set_new(o, "test_loss", num(ev->test_loss));
-      json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
+      json_object_set_new(o, test_acc, num(ev->test_accuracy));
     }
     json_object_set_new(o, "grad_norm", num(ev->grad_norm));
     json_object_set_new(o, "comm_s", num(ev->comm_s));
@@ -194,7 +197,7 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
     json_object_set_new(o, "skipped", json_integer(ev->skipped));
   } else {
     json_object_set_new(o, "test_loss", num(ev->test_loss));
-    json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
+    json_object_set_new(o, test_acc, num(ev->test_accuracy));
   }
   return clt__trainer_metrics_write(t, metrics, o);
 }
@@ -248,6 +251,8 @@ static int check_data(clt_trainer *t, const clt_dataset *train, const clt_datase
                     (long long)clt_dataset_labels_per_sample(train), clt_model_labels_per_sample(t->model),
                     clt_model_labels_per_sample(t->model) == 1 ? "a classifier, and this is a token dataset"
                                                                : "one per position");
+  else if (clt__trainer_regression(t) != (clt_dataset_targets_per_sample(train) > 0))
+    rc = clt__trainer_targets_mismatch(t, train);
   else if (clt_dataset_num_classes(train) > clt_model_num_classes(t->model))
     rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                     clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
@@ -256,6 +261,15 @@ static int check_data(clt_trainer *t, const clt_dataset *train, const clt_datase
   CLT_TRY(clt__trainer_same_data(t, test, "evaluates on")); /* a test set on some ranks only too */
 fail:
   return rc;
+}
+
+int clt__trainer_targets_mismatch(const clt_trainer *t, const clt_dataset *ds) {
+  if (clt__trainer_regression(t))
+    return clt__error(CLT_EINVAL, "%s holds class labels, but the model is a regression model (loss %s) and learns "
+                      "float targets: open the data as regression (clt_data_options.regression)", clt_dataset_path(ds),
+                      clt_loss_name(clt_model_loss(t->model)));
+  return clt__error(CLT_EINVAL, "%s holds float targets, but the model is a classifier (loss crossentropy) and learns "
+                    "class labels (for regression the spec ends in 'loss mse')", clt_dataset_path(ds));
 }
 
 /* Every output before the first step, and every rank learns rank 0's
@@ -365,7 +379,7 @@ static int end_epoch(clt_trainer *t, fit_state *f, int64_t epoch, const clt_data
   ev.step = t->steps_done, ev.steps_total = f->steps_total;
   ev.step_in_epoch = t->progress.ep_steps, ev.steps_per_epoch = f->steps_per_epoch;
   ev.loss = ep_sums[0] / ep_sums[2];
-  ev.accuracy = ep_sums[1] / ep_sums[2];
+  ev.accuracy = clt__trainer_regression(t) ? sqrt(ep_sums[1] / ep_sums[2]) : ep_sums[1] / ep_sums[2];
   ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
   ev.elapsed_s = now_s() - f->clock.t0;
   ev.samples_per_s = NAN;
@@ -394,11 +408,6 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   const clt_train_options *o = &t->opts;
   fit_state f;
   memset(&f, 0, sizeof f);
-  /* The model is the same on every rank, so every rank returns here alike. */
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY)
-    return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
-                      "int32 class labels; train it on float targets with clt_trainer_step_targets",
-                      clt_loss_name(clt_model_loss(t->model)));
   CLT_TRY(check_data(t, train, test));
   CLT_TRY(open_outputs(t, &f.out));
   CLT_TRY(open_data(t, train, &f));

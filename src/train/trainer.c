@@ -300,6 +300,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   for (int i = 0; t->ctx && i < t->nlocal; i++) clt_context_destroy(t->ctx[i]);
   free(t->ctx);
   free(t->memory);
+  free(t->norm.shift), free(t->norm.scale);
   clt__trace_destroy(t->timeline.trace);
   free(t->timeline.lanes);
   if (t->own_comm) clt_comm_destroy(t->comm);

@@ -16,6 +16,7 @@ int clt_trainer_save_weights(clt_trainer *t, const char *path) {
   CLT_HANDLE(t, "trainer");
   int64_t P = clt_model_param_count(t->model);
   float *params = NULL;
+  char *norm = NULL;
   clt__st_tensor *tensors = NULL;
   int n;
   /* collective where the strategy holds a part of the model (a pipeline's stages to rank 0) */
@@ -27,10 +28,12 @@ int clt_trainer_save_weights(clt_trainer *t, const char *path) {
   CLT_TRY(clt__arena_tensors_alloc(t->model->spec, params, &tensors, &n));
   char step[32];
   snprintf(step, sizeof step, "%lld", (long long)t->steps_done);
+  norm = clt__trainer_norm_json(t);
   const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", clt_model_text(t->model),
-                        "step", step, NULL};
+                        "step", step, norm ? "normalization" : NULL, norm, NULL};
   CLT_TRY(clt__st_write(path, tensors, n, meta));
 fail:
+  free(norm);
   free(params);
   free(tensors);
   return rc;
