@@ -1103,6 +1103,9 @@ typedef struct clt_train_event {
   const double *fixed_s;            /* STEP, --balance auto: per replica, its fitted fixed cost per
                                        micro-batch, seconds (0: no model yet); NULL otherwise */
   const double *per_sample_s;       /*   and its fitted cost per sample */
+  double data_wait_s;               /* STEP (fit): the mean time a step waited for its batch from the prefetch
+                                       threads since the last step event, seconds: 0 unless reading the data
+                                       is the bottleneck */
 } clt_train_event;
 
 typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
@@ -1404,7 +1407,13 @@ CLT_API int clt_trainer_load_weights(clt_trainer *t, const char *path);
  * clears it). Kept by the trainer and written into the metadata of the
  * weights files and checkpoints it saves ("normalization": JSON of kind,
  * shift and scale), and carried by clt_checkpoint_export, so that whoever
- * uses the weights preprocesses as training did. Not collective. */
+ * uses the weights preprocesses as training did. clt_trainer_load_weights
+ * takes the normalisation its file carries (none: none). With one set,
+ * the step API normalises the caller's samples first: clt_trainer_step,
+ * _step_targets, _step_buffers, _forward, _forward_targets, _gradient and
+ * _gradient_targets take x as stored (raw features), while fit and
+ * evaluate take datasets, which carry their own normalisation
+ * (clt_dataset_normalize_features). Not collective. */
 CLT_API int clt_trainer_set_normalization(clt_trainer *t, clt_normalize_kind kind, const float *shift,
                                           const float *scale);
 /* The normalisation saved in a weights file or checkpoint: *kind

@@ -822,13 +822,13 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
     }
     fflush(stdout);
   }
-  if (a.norm.kind != CLT_NORMALIZE_NONE &&
-      (rc = clt_trainer_set_normalization(s.tr, a.norm.kind, a.norm.shift, a.norm.scale)) < 0) {
+  if (a.weights && (rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
+  if (a.resume && (ec = resume(&a, s.tr, comm)) != CLI_EXIT_OK) goto out;
+  /* after --weights, which brings the normalisation it was trained with: the data's own is what this run uses */
+  if (a.user_data && (rc = clt_trainer_set_normalization(s.tr, a.norm.kind, a.norm.shift, a.norm.scale)) < 0) {
     ec = cli_fail(rc, "--normalize");
     goto out;
   }
-  if (a.weights && (rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
-  if (a.resume && (ec = resume(&a, s.tr, comm)) != CLI_EXIT_OK) goto out;
   if (a.trace && (rc = clt_trainer_trace_start(s.tr)) < 0) { ec = cli_fail(rc, "--trace"); goto out; }
   if ((rc = clt_trainer_fit(s.tr, s.train, s.test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
   if (a.trace) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static const char *const norm_names[] = {"none", "standard", "minmax"};
@@ -183,6 +184,8 @@ static int from_arrays(const char *path, clt__array *x, clt__array *lab, const c
         clt__elem_convert(x->elem, (const unsigned char *)x->data + ((size_t)i * (size_t)C + (size_t)tcols[t]) * sz, 1,
                           x->big, tv + i * nt + t);
     CLT_TRY(clt__dataset_set_targets(ds, clt__elem_find('f', 4), tv, nt, 0, o->regression, o->num_classes, path));
+    /* that pass touched every page of the mapping: let them go back to the page cache */
+    if (x->map) madvise(x->map, x->map_len, MADV_DONTNEED);
     ds->ndims = 1;
     ds->dims[0] = ds->sample_size = nf;
     ds->row_len = C;

@@ -44,12 +44,16 @@ typedef struct fit_source {
   int64_t *first;          /* per local replica: where its slice starts in a global batch */
   int last_in_epoch;       /* the last micro-batch was the epoch's last */
   int64_t samples;         /* global samples taken since the caller zeroed it */
+  double wait_s;           /* seconds waited for the prefetchers since the last step event */
+  int64_t wait_steps;      /* steps since then */
 } fit_source;
 
 static int fit_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *labels, int *last) {
   int rc = CLT_OK;
   fit_source *f = self;
+  double w0 = now_s(); /* the time the step waits for its data: 0 unless reading is the bottleneck */
   for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_next(f->pf[i], &f->b[i]));
+  f->wait_s += now_s() - w0;
   uint64_t key = (uint64_t)t->micro_steps++; /* every micro-batch draws its own dropout masks */
   for (int i = 0; i < t->nlocal; i++)
     s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, f->b[i].targets};
@@ -100,6 +104,14 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   c->window_samples = 0;
 }
 
+/* The mean wait for the data per step since the last event, which starts
+ * a new window. */
+static double data_wait(fit_source *src) {
+  double w = src->wait_steps ? src->wait_s / (double)src->wait_steps : NAN;
+  src->wait_s = 0, src->wait_steps = 0;
+  return w;
+}
+
 /* Rank 0's outputs of events: JSON Lines and TensorBoard (each may be NULL). */
 typedef struct sinks {
   FILE *metrics;
@@ -109,7 +121,7 @@ typedef struct sinks {
 /* The event's scalars for TensorBoard, named as in the JSON Lines (an
  * epoch's under epoch/). */
 static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
-  enum { FIXED = 12, MAX_TAGS = FIXED + 4 * 64 };
+  enum { FIXED = 13, MAX_TAGS = FIXED + 4 * 64 };
   const char *tags[MAX_TAGS];
   double v[MAX_TAGS];
   char names[4 * 64][32];
@@ -127,6 +139,7 @@ static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
     TB("comm_hidden", ev->comm_hidden);
     TB("loss_scale", ev->loss_scale);
     TB("skipped", (double)ev->skipped);
+    TB("data_wait_s", ev->data_wait_s);
     for (int r = 0; r < ev->nreplicas && r < 64; r++) {
       snprintf(names[2 * r], sizeof names[0], "replica%d/share", r);
       snprintf(names[2 * r + 1], sizeof names[0], "replica%d/samples_per_s", r);
@@ -193,6 +206,7 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
       json_object_set_new(o, "fixed_s", fx);
       json_object_set_new(o, "per_sample_s", ps);
     }
+    json_object_set_new(o, "data_wait_s", num(ev->data_wait_s));
     json_object_set_new(o, "loss_scale", num(ev->loss_scale));
     json_object_set_new(o, "skipped", json_integer(ev->skipped));
   } else {
@@ -323,7 +337,7 @@ static int open_data(clt_trainer *t, const clt_dataset *train, fit_state *f) {
   if (o->max_steps > 0 && o->max_steps < f->steps_total) f->steps_total = o->max_steps;
   f->clock = (fit_clock){now_s(), 0, 0, t->steps_done};
   f->clock.window_t = f->clock.t0;
-  f->src = (fit_source){f->pf, f->b, f->first, 0, 0};
+  f->src = (fit_source){f->pf, f->b, f->first, 0, 0, 0, 0};
 fail:
   return rc;
 }
@@ -343,6 +357,7 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
     t->progress.ep_sums[2] += (double)st->labels;
   }
   t->progress.ep_steps++;
+  f->src.wait_steps++;
   f->clock.window_samples += f->src.samples;
   clt_prefetcher_position(f->pf[0], &t->progress.pos);
   int last = f->src.last_in_epoch;
@@ -351,6 +366,7 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
   if (log) {
     if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(clt__trainer_dp(t))); /* auto has them fresh */
     step_event(t, st, epoch, f->steps_total, f->steps_per_epoch, &f->clock, &ev);
+    ev.data_wait_s = data_wait(&f->src);
     if (eval) {
       int64_t e0 = clt__trace_ns();
       CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));

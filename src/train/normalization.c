@@ -41,6 +41,18 @@ int clt_trainer_set_normalization(clt_trainer *t, clt_normalize_kind kind, const
   return CLT_OK;
 }
 
+int clt__trainer_norm_input(const clt_trainer *t, const float *x, int64_t n, const float **use, float **copy) {
+  *use = x, *copy = NULL;
+  if (t->norm.kind == CLT_NORMALIZE_NONE || !x || n <= 0) return CLT_OK;
+  const int64_t F = clt_model_input_size(t->model);
+  float *c = malloc((size_t)(n * F) * sizeof *c);
+  if (!c) return clt__error(CLT_ENOMEM, "cannot allocate the normalised copy of %lld samples", (long long)n);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < F; j++) c[i * F + j] = (x[i * F + j] - t->norm.shift[j]) / t->norm.scale[j];
+  *use = c, *copy = c;
+  return CLT_OK;
+}
+
 char *clt__norm_json(clt_normalize_kind kind, const float *shift, const float *scale, int64_t n) {
   if (kind == CLT_NORMALIZE_NONE) return NULL;
   json_t *o = json_object(), *a = json_array(), *b = json_array();

@@ -178,6 +178,10 @@ char *clt__trainer_norm_json(const clt_trainer *t);
 int clt__norm_parse(const char *path, const char *text, clt_normalize_kind *kind, float *shift, float *scale,
                     int64_t cap, int64_t *n);
 
+/* The caller's x of n samples as the trainer's normalisation says: *use
+ * is x itself without one, else a normalised copy (*copy, to free). */
+int clt__trainer_norm_input(const clt_trainer *t, const float *x, int64_t n, const float **use, float **copy);
+
 /* Whether the model is a regression model (a loss other than crossentropy). */
 #define clt__trainer_regression(t) (clt_model_loss((t)->model) != CLT_LOSS_CROSSENTROPY)
 
