@@ -55,7 +55,10 @@ const char *clt__elem_names(void) {
 void clt__elem_convert(const clt__elem *e, const void *src, int64_t n, int big, float *dst) {
   const unsigned char *s = src;
   if (big == clt__host_is_big_endian() || e->size == 1) {
-    e->to_f32(s, n, dst);
+    if (e->kind == 'f' && e->size == 4)
+      memcpy(dst, s, (size_t)n * 4); /* float32 as stored: a copy */
+    else
+      e->to_f32(s, n, dst);
     return;
   }
   unsigned char buf[4096];

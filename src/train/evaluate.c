@@ -21,12 +21,16 @@ static int check_set(clt_trainer *t, const clt_dataset *ds, int rc) {
   else if (clt_dataset_sample_size(ds) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
+  else if ((clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) != (clt_dataset_targets_per_sample(ds) > 0))
+    rc = clt__trainer_targets_mismatch(t, ds);
+  else if (clt_dataset_targets_per_sample(ds) > 0 && clt_dataset_targets_per_sample(ds) != clt_model_labels_per_sample(t->model))
+    rc = clt__error(CLT_ESHAPE, "%s has %lld targets per sample but the model gives %d outputs (a target column for each: "
+                    "--target COLS)", clt_dataset_path(ds), (long long)clt_dataset_targets_per_sample(ds),
+                    clt_model_labels_per_sample(t->model));
   else if (clt_dataset_labels_per_sample(ds) != lps)
     rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %lld (%s)", clt_dataset_path(ds),
                     (long long)clt_dataset_labels_per_sample(ds), (long long)lps,
                     lps == 1 ? "a classifier, and this is a token dataset" : "one per position");
-  else if ((clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) != (clt_dataset_targets_per_sample(ds) > 0))
-    rc = clt__trainer_targets_mismatch(t, ds);
   /* As fit checks: a label past the model's scores would read past them. */
   else if (clt_dataset_num_classes(ds) > clt_model_num_classes(t->model))
     rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",

@@ -260,13 +260,17 @@ static int check_data(clt_trainer *t, const clt_dataset *train, const clt_datase
   else if (clt_dataset_sample_size(train) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
+  else if (clt__trainer_regression(t) != (clt_dataset_targets_per_sample(train) > 0))
+    rc = clt__trainer_targets_mismatch(t, train);
+  else if (clt_dataset_targets_per_sample(train) > 0 && clt_dataset_targets_per_sample(train) != clt_model_labels_per_sample(t->model))
+    rc = clt__error(CLT_ESHAPE, "%s has %lld targets per sample but the model gives %d outputs (a target column for each: "
+                    "--target COLS)", clt_dataset_path(train), (long long)clt_dataset_targets_per_sample(train),
+                    clt_model_labels_per_sample(t->model));
   else if (clt_dataset_labels_per_sample(train) != clt_model_labels_per_sample(t->model))
     rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %d (%s)", clt_dataset_path(train),
                     (long long)clt_dataset_labels_per_sample(train), clt_model_labels_per_sample(t->model),
                     clt_model_labels_per_sample(t->model) == 1 ? "a classifier, and this is a token dataset"
                                                                : "one per position");
-  else if (clt__trainer_regression(t) != (clt_dataset_targets_per_sample(train) > 0))
-    rc = clt__trainer_targets_mismatch(t, train);
   else if (clt_dataset_num_classes(train) > clt_model_num_classes(t->model))
     rc = clt__error(CLT_ESHAPE, "%s has %d classes but the model's last layer gives %d scores",
                     clt_dataset_path(train), clt_dataset_num_classes(train), clt_model_num_classes(t->model));
