@@ -572,6 +572,67 @@ CLT_API int clt_dataset_tokens_targets(clt_dataset *ds, const char *const *paths
  * (gzip-compressed when path ends in ".gz"). */
 CLT_API int clt_tokens_write_targets(const char *path, const int32_t *targets, int64_t n);
 
+/* ---- users' own data: CSV, NumPy, HDF5, raw (doc/data.md) ----
+ *
+ * A table of samples with class labels or, for a regression model (a spec
+ * with `loss mse`, `l1` or `huber`), float targets. */
+typedef struct clt_data_options {
+  const char *labels;    /* a separate file of the labels or targets, one row a sample: .npy, an .npz
+                            ("file.npz:member"), an HDF5 dataset ("file.h5:/group/ds"); NULL: they are
+                            in the data file (CSV's target column, .npz member "y", or the last column
+                            of a 2-D array) */
+  const char *target;    /* the target column(s), by the CSV header's name or 0-based index, comma-
+                            separated (default: the last column); for .npz the labels' member ("y") */
+  const char *features;  /* CSV: the feature columns, as target (default: every other column); .npz: the
+                            samples' member ("x") */
+  int regression;        /* 1: float targets (regression), 0: int32 class labels */
+  int num_classes;       /* classification: 0 means the largest label + 1 */
+} clt_data_options;
+
+/* Open a users' dataset by what path holds: a CSV file (.csv, .tsv, .txt:
+ * numbers separated by commas, tabs or spaces; a first line with a word
+ * that is no number is the header), a NumPy .npy (memory-mapped, any
+ * float or integer type, C order) or .npz (its stored members mapped,
+ * deflated ones inflated), an HDF5 dataset "file.h5:/group/dataset" (when
+ * built with HDF5), or a cltrain raw file (classification). The samples
+ * are the rows (first dimension); the rest of the shape is a sample's.
+ * Every fault is CLT_EFORMAT naming the file and the row and column, or
+ * the member or dataset, and what is wrong. o may be NULL (classification,
+ * targets in the file). */
+CLT_API int clt_dataset_open(const char *path, const clt_data_options *o, clt_dataset **out);
+/* The last `fraction` (0 < fraction < 1) of ds's samples moved into a new
+ * dataset *val (a validation split; ds keeps the first ones, and both at
+ * least one sample). Sources opened by clt_dataset_open only. */
+CLT_API int clt_dataset_split(clt_dataset *ds, double fraction, clt_dataset **val);
+/* Regression datasets: float targets per sample (0 for class labels). */
+CLT_API int64_t clt_dataset_targets_per_sample(const clt_dataset *ds);
+/* clt_dataset_get_batch for a regression dataset: targets (n,
+ * targets_per_sample) float32 (may be NULL). */
+CLT_API int clt_dataset_get_batch_targets(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x,
+                                          float *targets);
+
+/* Per-feature normalisation: x_out[j] = (x[j] - shift[j]) / scale[j] for
+ * every value j of a sample, after the dataset's own scaling. */
+typedef enum clt_normalize_kind {
+  CLT_NORMALIZE_NONE = 0,     /* as stored */
+  CLT_NORMALIZE_STANDARD = 1, /* shift the training split's mean, scale its (population) std */
+  CLT_NORMALIZE_MINMAX = 2    /* shift its minimum, scale max - min: values in [0, 1] */
+} clt_normalize_kind;
+/* "none", "standard", "minmax" (NULL for other values); and back. */
+CLT_API const char *clt_normalize_name(clt_normalize_kind kind);
+CLT_API int clt_normalize_parse(const char *name, clt_normalize_kind *kind);
+/* Statistics of samples [lo, hi) of ds, per feature, for several ranks to
+ * combine: out (4 x sample_size doubles) gets each feature's mean, its sum
+ * of squared deviations from that mean, its minimum and its maximum. */
+CLT_API int clt_dataset_feature_stats(const clt_dataset *ds, int64_t lo, int64_t hi, double *out);
+/* Apply shift and scale (sample_size each; every scale finite and > 0)
+ * from now on; kind CLT_NORMALIZE_NONE (shift, scale NULL) removes it. */
+CLT_API int clt_dataset_normalize_features(clt_dataset *ds, clt_normalize_kind kind, const float *shift,
+                                           const float *scale);
+/* The per-feature normalisation in use: its kind (NONE: none), and when
+ * shift and scale are not NULL, sample_size floats into each. */
+CLT_API clt_normalize_kind clt_dataset_feature_normalization(const clt_dataset *ds, float *shift, float *scale);
+
 CLT_API void clt_dataset_destroy(clt_dataset *ds);
 
 CLT_API int64_t clt_dataset_count(const clt_dataset *ds);
@@ -786,6 +847,7 @@ typedef struct clt_batch {
   int64_t global_labels;  /* the labels that count in the whole global batch: global_n * labels_per_sample,
                              less a token dataset's masked targets (clt_dataset_tokens_targets); divide the
                              summed loss by this */
+  const float *targets;   /* a regression dataset's (n, labels_per_sample) float targets, y then NULL */
 } clt_batch;
 
 typedef struct clt_prefetcher clt_prefetcher;
@@ -1275,7 +1337,12 @@ CLT_API void clt_trainer_destroy(clt_trainer *t);
 /* Train on `train` for the configured epochs (or max_steps), evaluating on
  * `test` (may be NULL) after each epoch: epochs, evaluation, events and
  * checkpoints around the same step as clt_trainer_step, fed by a sampler
- * and one prefetcher per replica. Collective. */
+ * and one prefetcher per replica. A regression model (loss mse, l1,
+ * huber) trains on a dataset of float targets (clt_dataset_open with
+ * regression set), a classifier on class labels; the other way round is
+ * CLT_EINVAL naming the file. A regression model's events carry the RMSE
+ * where a classifier's carry the accuracy (in the metrics: "rmse",
+ * "test_rmse"). Collective. */
 CLT_API int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset *test);
 
 /* What one clt_trainer_step did; the same on every rank. */
@@ -1334,7 +1401,8 @@ CLT_API int clt_trainer_step(clt_trainer *t, const float *x, const int32_t *y, i
 CLT_API int clt_trainer_step_targets(clt_trainer *t, const float *x, const float *targets, int64_t n, int64_t count,
                                      clt_step_result *out);
 /* Mean loss and accuracy over the whole of ds, split across all replicas of
- * all ranks. Collective. */
+ * all ranks; for a regression model (ds of float targets) the mean loss
+ * and the RMSE over every target value, in *accuracy. Collective. */
 CLT_API int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy);
 /* The model's output for n samples x (n, clt_model_input_size floats; token
  * ids for a language model): the forward pass of this rank's first replica
@@ -1404,6 +1472,27 @@ CLT_API int clt_trainer_save_weights(clt_trainer *t, const char *path);
  * that does not fit is CLT_ESHAPE naming it; a file cltrain wrote is also
  * checked against its CRC32s. */
 CLT_API int clt_trainer_load_weights(clt_trainer *t, const char *path);
+/* The per-feature normalisation of the model's inputs (as
+ * clt_dataset_normalize_features: clt_model_input_size floats of shift and
+ * scale, every scale finite and > 0; kind CLT_NORMALIZE_NONE with NULLs
+ * clears it). Kept by the trainer and written into the metadata of the
+ * weights files and checkpoints it saves ("normalization": JSON of kind,
+ * shift and scale), and carried by clt_checkpoint_export, so that whoever
+ * uses the weights preprocesses as training did. clt_trainer_load_weights
+ * takes the normalisation its file carries (none: none). With one set,
+ * the step API normalises the caller's samples first: clt_trainer_step,
+ * _step_targets, _step_buffers, _forward, _forward_targets, _gradient and
+ * _gradient_targets take x as stored (raw features), while fit and
+ * evaluate take datasets, which carry their own normalisation
+ * (clt_dataset_normalize_features). Not collective. */
+CLT_API int clt_trainer_set_normalization(clt_trainer *t, clt_normalize_kind kind, const float *shift,
+                                          const float *scale);
+/* The normalisation saved in a weights file or checkpoint: *kind
+ * (CLT_NORMALIZE_NONE and *n 0 when it holds none), *n its features, and
+ * the first cap of them into shift and scale (either may be NULL; cap 0
+ * to ask for n first). A malformed value is CLT_EFORMAT naming the file. */
+CLT_API int clt_weights_normalization(const char *path, clt_normalize_kind *kind, float *shift, float *scale,
+                                      int64_t cap, int64_t *n);
 
 /* ---- checkpoints --------------------------------------------------------------
  *

@@ -19,4 +19,5 @@ apt-get install -y -q --no-install-recommends \
   build-essential gfortran autoconf automake libtool pkg-config \
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd mesa-opencl-icd libclblast-dev \
   libopenmpi-dev openmpi-bin check zlib1g-dev libjansson-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
+  libhdf5-dev \
   dataset-fashion-mnist fortunes

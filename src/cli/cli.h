@@ -78,6 +78,30 @@ int cli_check_distinct(const char *cmd, const cli_file *files, int n);
  * CLI_EXIT_ERROR after saying why, path left as it was. */
 int cli_write_whole(const char *path, const char *text);
 
+/* ---- users' own data (cli_data.c) ------------------------------------ */
+
+/* train's and eval's options about a data file (--data FILE). */
+typedef struct cli_data_args {
+  const char *data, *labels, *target, *features; /* --data FILE, --labels, --target, --features */
+  const char *val, *val_labels;                  /* --val FRACTION|FILE|none, --val-labels */
+  const char *normalize;                         /* --normalize standard|minmax|none (train) */
+  const char *weights;                           /* eval: the weights, whose normalisation applies */
+  int eval;
+} cli_data_args;
+/* The normalisation the data got: kind, n features, shift and scale. */
+typedef struct cli_norm {
+  clt_normalize_kind kind;
+  int64_t n;
+  float *shift, *scale;
+} cli_norm;
+/* Open --data (classification or regression by m's loss), its validation
+ * part, and normalise both (train: statistics of the training split from
+ * all ranks of comm together, collective; eval: the weights'). Returns
+ * CLI_EXIT_OK, or the exit code after saying what failed. */
+int cli_data_open(const cli_data_args *a, const clt_model *m, clt_comm *comm, clt_dataset **train,
+                  clt_dataset **test, cli_norm *norm);
+void cli_norm_free(cli_norm *n);
+
 /* Discover devices and apply the spec (NULL: CLT_DEVICES, else all). */
 int cli_select_devices(const char *spec, clt_devices **all, clt_devices **sel);
 

@@ -15,6 +15,8 @@
 
 #include "cli.h"
 
+#include <stdlib.h>
+
 static void help(FILE *to) {
   clt_train_options d;
   char names[256];
@@ -40,9 +42,36 @@ static void help(FILE *to) {
           "      --bucket-mb X     as train's: the buckets the shards are cut from (default %g)\n"
           "  -d, --devices SPEC    compare the need with these devices (as train's --devices);\n"
           "                        exit 1 when it does not fit one of them\n"
+          "  -w, --weights FILE    also show the inputs' normalisation saved with these weights\n"
+          "                        (or checkpoint): its kind and every feature's shift and scale\n"
           "  -h, --help            this text\n",
           (long long)d.batch, cli_optimizer_names(-1, ", ", " or ", names, sizeof names),
           clt_optimizer_name(d.optimizer.kind), d.bucket_mb);
+}
+
+static const char *weights_path; /* --weights */
+
+/* The normalisation saved with --weights FILE: what a user of the weights
+ * elsewhere applies to the inputs first. */
+static int print_normalization(const char *path, const clt_model *m) {
+  clt_normalize_kind kind;
+  int64_t n;
+  int rc = clt_weights_normalization(path, &kind, NULL, NULL, 0, &n);
+  if (rc < 0) return cli_fail(rc, "--weights");
+  if (kind == CLT_NORMALIZE_NONE) {
+    printf("normalization (%s): none saved; the inputs go in as stored\n", path);
+    return CLI_EXIT_OK;
+  }
+  float *shift = calloc((size_t)n, sizeof *shift), *scale = calloc((size_t)n, sizeof *scale);
+  if (!shift || !scale || (rc = clt_weights_normalization(path, &kind, shift, scale, n, &n)) < 0) {
+    free(shift), free(scale);
+    return cli_fail(rc < 0 ? rc : CLT_ENOMEM, "--weights");
+  }
+  printf("normalization (%s): %s, %lld features, x' = (x - shift) / scale%s\n", path, clt_normalize_name(kind),
+         (long long)n, n == clt_model_input_size(m) ? "" : " (not the model's input size!)");
+  for (int64_t j = 0; j < n; j++) printf("  feature %lld: shift %.9g scale %.9g\n", (long long)j, (double)shift[j], (double)scale[j]);
+  free(shift), free(scale);
+  return CLI_EXIT_OK;
 }
 
 /* The replica's need, line by line. */
@@ -82,12 +111,13 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
                                        {"zero", required_argument, 0, 'z'},   {"ranks", required_argument, 0, 'r'},
                                        {"bucket-mb", required_argument, 0, 'm'},
                                        {"decay-all", no_argument, 0, 'A'},
-                                       {"offload", required_argument, 0, 'O'}, {0}};
+                                       {"offload", required_argument, 0, 'O'},
+                                       {"weights", required_argument, 0, 'w'}, {0}};
   clt_optimizer_kind kind = CLT_OPT_SGD;
   char *end;
   int c;
   optind = 1;
-  while ((c = cli_getopt(argc, argv, "b:o:d:h", opts, "summary")) != -1) {
+  while ((c = cli_getopt(argc, argv, "b:o:d:w:h", opts, "summary")) != -1) {
     switch (c) {
     case 'b':
     case 'a': {
@@ -145,6 +175,7 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
     }
     case 'd': *devices = optarg; break;
     case 'A': o->decay_all = 1; break;
+    case 'w': weights_path = optarg; break;
     case 'h': help(stdout); return CLI_EXIT_OK;
     default: return CLI_EXIT_USAGE;
     }
@@ -188,6 +219,7 @@ int cmd_summary(int argc, char **argv) {
     printf("(--decay-all: %s's decoupled weight decay applies to every parameter)\n",
            clt_optimizer_name(o.optimizer.kind));
   print_need(&need, &o, nranks, shard, clt_model_param_count(m));
+  if (weights_path) ec = print_normalization(weights_path, m);
   if (devices && (ec = cli_select_devices(devices, &all, &sel)) == CLI_EXIT_OK) {
     for (int i = 0; i < clt_devices_count(sel); i++) {
       const clt_device_info *d = clt_devices_info(sel, i);

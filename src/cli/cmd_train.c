@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -38,6 +39,11 @@ typedef struct train_args {
   double balance_weights[MAX_WEIGHTS];
   double shard_weights[MAX_WEIGHTS];  /* --shard-weights */
   clt_train_options o;
+  /* users' own data (--data FILE: cli_data.c) */
+  const char *labels, *target, *features, *val_labels;
+  int user_data;             /* --data names a file (CSV, NumPy, HDF5, raw), not an IDX directory */
+  int regression;            /* the model's loss is mse, l1 or huber: its metric is the RMSE */
+  cli_norm norm;
 } train_args;
 
 /* --balance auto | equal | W1,W2,... */
@@ -110,18 +116,30 @@ static void help_training(FILE *to, const clt_train_options *d) {
           "selected devices of every rank.\n"
           "\n"
           "data\n"
-          "  -D, --data DIR          IDX files (train-*/t10k-*-idx?-ubyte[.gz]) (default: %s\n"
-          "                          when the dataset-fashion-mnist package is installed); for a\n"
-          "                          model of tokens, a token file (llm.c's .bin, cltrain tokenize)\n"
-          "                          (default " DEFAULT_TOKENS ")\n"
-          "      --val FILE|none     a language model's validation tokens (default: --data's name\n"
-          "                          with 'train' made 'val', when that file exists)\n"
+          "  -D, --data DIR|FILE     IDX files (train-*/t10k-*-idx?-ubyte[.gz]) (default: %s\n"
+          "                          when the dataset-fashion-mnist package is installed); your own\n"
+          "                          data: a CSV file, NumPy .npy/.npz, HDF5 FILE.h5:/group/dataset\n"
+          "                          or a raw file (doc/data.md); for a model of tokens, a token\n"
+          "                          file (llm.c's .bin, cltrain tokenize) (default " DEFAULT_TOKENS ")\n"
+          "      --labels FILE       the labels or targets of --data FILE in a file of their own\n"
+          "                          (.npy, FILE.npz:member, FILE.h5:/dataset) (default: in --data:\n"
+          "                          the target column, .npz member y)\n"
+          "      --target COLS       the target column(s) of a CSV file or 2-D array, by header\n"
+          "                          name or 0-based number, comma-separated (default: the last)\n"
+          "      --features COLS     the feature columns (default: every other column)\n"
+          "      --val FRACTION|FILE|none  validation data: the last FRACTION of --data FILE (0.1),\n"
+          "                          or a file like --data; a language model's validation tokens\n"
+          "                          (default: --data's name with 'train' made 'val', when that\n"
+          "                          file exists)\n"
+          "      --val-labels FILE   --val FILE's labels, as --labels\n"
           "      --targets FILE      a targets shard for --data's tokens: each token or -1 where it\n"
           "                          is no target (fine-tuning: no loss, no gradient there;\n"
           "                          cltrain(1), doc/data.md) (default: every token is one)\n"
           "      --val-targets FILE  the same for --val's tokens\n"
-          "      --normalize MODE    scale (pixels to [0,1]) or standard (training set mean/std)\n"
-          "                          (default standard)\n"
+          "      --normalize MODE    standard (the training split's mean and std: per feature for a\n"
+          "                          data file, over all pixels for IDX), minmax (per feature to\n"
+          "                          [0,1]), none (as stored; scale: the same, pixels in [0,1]);\n"
+          "                          saved with the weights (default standard)\n"
           "training\n"
           "  -e, --epochs N          passes over the training set (default %d)\n"
           "  -b, --batch N           global batch per optimizer step, over all replicas (default %lld)\n"
@@ -310,6 +328,17 @@ static int parse_betas(const char *s, float *out) {
   return 0;
 }
 
+/* --normalize standard | minmax | none | scale (IDX's name for none) */
+static int parse_normalize(const char *s, train_args *a) {
+  clt_normalize_kind k;
+  if (strcmp(s, "scale") && clt_normalize_parse(s, &k) < 0) {
+    fprintf(stderr, "cltrain: --normalize must be standard, minmax or none (or scale), not '%s'\n", s);
+    return -1;
+  }
+  a->normalize = s;
+  return 0;
+}
+
 /* Parse argv into a; returns -1 (after a message) on a bad command line,
  * -2 on an option cli_getopt refused (its message points at --help). */
 static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
@@ -317,7 +346,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
          O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES, O_BETAS, O_EPS, O_TARGETS,
-         O_VAL_TARGETS, O_CKPT_ONE_FILE, O_PROGRESS, O_OFFLOAD, O_SHARD_BY, O_SHARD_WEIGHTS };
+         O_VAL_TARGETS, O_CKPT_ONE_FILE, O_PROGRESS, O_OFFLOAD, O_SHARD_BY, O_SHARD_WEIGHTS, O_LABELS, O_TARGET,
+         O_FEATURES, O_VAL_LABELS };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -351,6 +381,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"progress", required_argument, 0, O_PROGRESS},
       {"offload", required_argument, 0, O_OFFLOAD}, {"shard-by", required_argument, 0, O_SHARD_BY},
       {"shard-weights", required_argument, 0, O_SHARD_WEIGHTS},
+      {"labels", required_argument, 0, O_LABELS}, {"target", required_argument, 0, O_TARGET},
+      {"features", required_argument, 0, O_FEATURES}, {"val-labels", required_argument, 0, O_VAL_LABELS},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -369,12 +401,12 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case O_VAL_TARGETS: a->val_targets = optarg; break;
     case O_DECAY_ALL: o->decay_all = 1; break;
     case O_NORM:
-      if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
-        fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
-        return -1;
-      }
-      a->normalize = optarg;
+      if (parse_normalize(optarg, a) < 0) return -1;
       break;
+    case O_LABELS: a->labels = optarg; break;
+    case O_TARGET: a->target = optarg; break;
+    case O_FEATURES: a->features = optarg; break;
+    case O_VAL_LABELS: a->val_labels = optarg; break;
     case 'e': if (parse_long("--epochs", optarg, 1, 1000000, &v)) return -1; o->epochs = (int)v; break;
     case 'b': if (parse_long("--batch", optarg, 1, 1 << 24, &v)) return -1; o->batch = v; break;
     case O_ACC: if (parse_long("--accumulate", optarg, 1, 1 << 16, &v)) return -1; o->accumulate = (int)v; break;
@@ -563,7 +595,8 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
  * language model's validation loss per token, with bits per byte when the
  * tokens are bytes (cltrain tokenize), and its next-token accuracy. */
 static void print_eval(const train_args *a, const char *lead, double loss, double acc) {
-  if (!a->vocab) printf("%stest loss %.4f accuracy %.4f", lead, loss, acc);
+  if (a->regression) printf("%stest loss %.4f rmse %.4f", lead, loss, acc);
+  else if (!a->vocab) printf("%stest loss %.4f accuracy %.4f", lead, loss, acc);
   else if (a->vocab == 256) printf("%sval loss %.4f bits per byte %.4f accuracy %.4f", lead, loss, loss / log(2.0), acc);
   else printf("%sval loss %.4f accuracy %.4f", lead, loss, acc);
 }
@@ -626,7 +659,7 @@ static void progress(const clt_train_event *ev, void *user) {
   printf("epoch %lld/%lld", (long long)ev->epoch, (long long)ev->epochs);
   if (ev->step_in_epoch < ev->steps_per_epoch) /* --max-steps ended it early */
     printf(" (stopped at step %lld of %lld, --max-steps)", (long long)ev->step_in_epoch, (long long)ev->steps_per_epoch);
-  printf(": train loss %.4f accuracy %.4f", ev->loss, ev->accuracy);
+  printf(": train loss %.4f %s %.4f", ev->loss, a->regression ? "rmse" : "accuracy", ev->accuracy);
   if (isfinite(ev->test_accuracy)) print_eval(a, " | ", ev->test_loss, ev->test_accuracy);
   printf(" | %.1f s", ev->elapsed_s);
   print_flops(ev);
@@ -694,6 +727,10 @@ static int open_data(const train_args *a, const clt_model *m, clt_dataset **trai
     }
     dir = DEFAULT_DATA;
   }
+  if (strcmp(a->normalize, "minmax") == 0) {
+    fprintf(stderr, "cltrain: --normalize minmax is per feature, for --data FILE; IDX pixels take standard or none\n");
+    return CLT_EINVAL;
+  }
   if ((rc = clt_dataset_open_idx(dir, "train", train)) < 0) return rc;
   rc = clt_dataset_open_idx(dir, "test", test);
   if (rc == CLT_ENOTFOUND) { /* training without a test set is fine */
@@ -726,7 +763,26 @@ static int session_open(train_args *a, clt_comm *comm, session *s) {
   memset(s, 0, sizeof *s);
   if ((rc = clt_model_load(a->model, &s->model)) < 0) return cli_fail(rc, "model");
   a->vocab = clt_model_vocab(s->model);
-  if ((rc = open_data(a, s->model, &s->train, &s->test)) < 0) return cli_fail(rc, "data");
+  a->regression = clt_model_loss(s->model) != CLT_LOSS_CROSSENTROPY;
+  struct stat st;
+  a->user_data = !a->vocab && a->data && !(stat(a->data, &st) == 0 && S_ISDIR(st.st_mode));
+  if (a->user_data) {
+    cli_data_args d = {a->data, a->labels, a->target, a->features, a->val, a->val_labels, a->normalize, a->weights,
+                       a->eval};
+    int ec = cli_data_open(&d, s->model, comm, &s->train, &s->test, &a->norm);
+    if (ec != CLI_EXIT_OK) return ec;
+  } else if (a->labels || a->target || a->features || a->val_labels) {
+    fprintf(stderr, "cltrain: --%s goes with --data FILE (CSV, NumPy, HDF5, raw), not with %s\n",
+            a->labels ? "labels" : a->target ? "target" : a->features ? "features" : "val-labels",
+            a->vocab ? "a language model's tokens" : "an IDX directory");
+    return CLI_EXIT_USAGE;
+  } else if (a->regression) {
+    fprintf(stderr, "cltrain: %s is a regression model (its loss line); give it --data FILE with float targets "
+            "(CSV, NumPy, HDF5: doc/data.md)\n", a->model);
+    return CLI_EXIT_USAGE;
+  } else if ((rc = open_data(a, s->model, &s->train, &s->test)) < 0) {
+    return cli_fail(rc, "data");
+  }
   return cli_rank_devices(a->devices, a->threads, comm, &s->all, &s->sel);
 }
 
@@ -775,6 +831,11 @@ static int check_files(const train_args *a, const session *s) {
   if (a->vocab) { /* token files: the ones opened */
     f[n++] = (cli_file){"--data", s->train ? clt_dataset_path(s->train) : NULL, 0};
     f[n++] = (cli_file){"--val", s->test ? clt_dataset_path(s->test) : NULL, 0};
+  } else if (a->user_data) { /* a data file and its labels */
+    f[n++] = (cli_file){"--data", a->data, 0};
+    f[n++] = (cli_file){"--labels", a->labels, 0};
+    f[n++] = (cli_file){"--val", s->test && a->val ? clt_dataset_path(s->test) : NULL, 0};
+    f[n++] = (cli_file){"--val-labels", a->val_labels, 0};
   } else { /* an IDX directory's files, as the reader looks for them */
     const char *dir = a->data ? a->data : DEFAULT_DATA;
     for (int i = 0; i < 4; i++)
@@ -794,7 +855,8 @@ static int check_files(const train_args *a, const session *s) {
   return ec;
 }
 
-static void session_close(session *s) {
+static void session_close(session *s, train_args *a) {
+  cli_norm_free(&a->norm);
   clt_trainer_destroy(s->tr);
   clt_dataset_destroy(s->train);
   clt_dataset_destroy(s->test);
@@ -933,6 +995,11 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   }
   if (a.weights && (rc = clt_trainer_load_weights(s.tr, a.weights)) < 0) { ec = cli_fail(rc, "--weights"); goto out; }
   if (a.resume && (ec = resume(&a, s.tr, comm)) != CLI_EXIT_OK) goto out;
+  /* after --weights, which brings the normalisation it was trained with: the data's own is what this run uses */
+  if (a.user_data && (rc = clt_trainer_set_normalization(s.tr, a.norm.kind, a.norm.shift, a.norm.scale)) < 0) {
+    ec = cli_fail(rc, "--normalize");
+    goto out;
+  }
   if (a.trace && (rc = clt_trainer_trace_start(s.tr)) < 0) { ec = cli_fail(rc, "--trace"); goto out; }
   if ((rc = clt_trainer_fit(s.tr, s.train, s.test)) < 0) { ec = cli_fail(rc, "train"); goto out; }
   if (a.trace) {
@@ -944,7 +1011,7 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
     if (clt_comm_rank(comm) == 0) printf("cltrain: saved the weights to %s\n", a.save);
   }
 out:
-  session_close(&s);
+  session_close(&s, &a);
   free(a.command);
   free(a.run_json);
   return ec;
@@ -958,12 +1025,17 @@ static void eval_help(FILE *to) {
               "\n"
               "  -w, --weights FILE    weights saved by 'cltrain train --save', or a checkpoint\n"
               "                        (required)\n"
-              "  -D, --data DIR        as for train (default %s); a language model is evaluated\n"
-              "                        on --val FILE, or on --data FILE.bin when there is none\n"
-              "      --val FILE        a language model's validation tokens (default: --data's\n"
-              "                        name with 'train' made 'val', when that file exists)\n"
+              "  -D, --data DIR|FILE   as for train (default %s); a language model is evaluated\n"
+              "                        on --val FILE, or on --data FILE.bin when there is none;\n"
+              "                        your own data (--data FILE) on --val, else on all of it,\n"
+              "                        normalised as the weights' metadata says\n"
+              "      --labels FILE     as for train\n"
+              "      --target COLS     as for train\n"
+              "      --features COLS   as for train\n"
+              "      --val-labels FILE as for train\n"
+              "      --val FRACTION|FILE  as for train: the part evaluated\n"
               "      --val-targets FILE  --val's targets shard (as train's)\n"
-              "      --normalize MODE  as for train: scale or standard (default standard)\n"
+              "      --normalize MODE  IDX: as for train, standard or none (default standard)\n"
               "  -b, --batch N         samples per device batch (default 256)\n"
               "  -d, --devices SPEC    as for train\n"
               "      --threads N       as for train\n"
@@ -976,7 +1048,10 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
                                        {"val-targets", required_argument, 0, 'T'},
                                        {"normalize", required_argument, 0, 'n'}, {"batch", required_argument, 0, 'b'},
                                        {"devices", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
-                                       {"threads", required_argument, 0, 't'}, {0}};
+                                       {"threads", required_argument, 0, 't'},
+                                       {"labels", required_argument, 0, 'L'}, {"target", required_argument, 0, 'G'},
+                                       {"features", required_argument, 0, 'F'},
+                                       {"val-labels", required_argument, 0, 'K'}, {0}};
   train_args a;
   long long v;
   int c, rc, ec = CLI_EXIT_OK;
@@ -992,12 +1067,12 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     case 'V': a.val = optarg; break;
     case 'T': a.val_targets = optarg; break;
     case 'n':
-      if (strcmp(optarg, "scale") && strcmp(optarg, "standard")) {
-        fprintf(stderr, "cltrain: --normalize must be scale or standard, not '%s'\n", optarg);
-        return argv_error();
-      }
-      a.normalize = optarg;
+      if (parse_normalize(optarg, &a) < 0) return argv_error();
       break;
+    case 'L': a.labels = optarg; break;
+    case 'G': a.target = optarg; break;
+    case 'F': a.features = optarg; break;
+    case 'K': a.val_labels = optarg; break;
     case 'b': if (parse_long("--batch", optarg, 1, 1 << 20, &v)) return argv_error(); a.o.batch = v; break;
     case 'd': a.devices = optarg; break;
     case 't': if (parse_long("--threads", optarg, 1, 4096, &v)) return argv_error(); a.threads = (int)v; break;
@@ -1035,7 +1110,7 @@ int cmd_eval(int argc, char **argv, clt_comm *comm) {
     printf(" (%lld samples)\n", (long long)clt_dataset_count(s.test));
   }
 out:
-  session_close(&s);
+  session_close(&s, &a);
   return ec;
 }
 

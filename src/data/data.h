@@ -32,6 +32,17 @@ struct clt_dataset {
   float mean, std;
   float lut[256];     /* CLT_U8: the normalised value of every byte */
   uint64_t header_hash; /* of the files' headers as read (clt__hash), for the fingerprint */
+  /* The sources of users' own data (source.c: CSV, NumPy, HDF5): */
+  const struct clt__elem *elem; /* x's element type as stored (elem.c), converted as a batch is taken;
+                                   NULL: dtype above (IDX bytes, raw float32, tokens) */
+  int elem_big;       /* elem stored big-endian */
+  void *map;          /* the file mapped (x points into it; munmap'd, not freed); NULL: x is malloc'd */
+  size_t map_len;
+  int64_t row_len;    /* elem: values per stored row (0: sample_size) */
+  int64_t *cols;      /* elem: the stored columns that make a sample (sample_size); NULL: the first ones */
+  float *targets;     /* regression: (count, labels_per_sample) float32, y NULL */
+  float *shift, *scale; /* per-feature normalisation, (sample_size) each: (x - shift) / scale; NULL: none */
+  int norm_kind;      /* clt_normalize_kind of shift/scale */
 };
 
 /* An empty dataset owning a copy of path (NULL and CLT_ENOMEM on failure). */
@@ -39,6 +50,75 @@ clt_dataset *clt__dataset_alloc(const char *path);
 /* Check every label against num_classes (0: set it to max + 1); errors name
  * labels_path and the first offending index. */
 int clt__dataset_check_labels(clt_dataset *ds, const char *labels_path);
+
+/* ---- element types of users' files (elem.c) ---- */
+
+/* One numeric type as a file stores it (NumPy's kind and size) and how n
+ * of them, little-endian, become float32. A table (elem.c), not a switch:
+ * NumPy, HDF5 and the labels' checks all look types up in it. */
+typedef struct clt__elem {
+  char kind;          /* 'f' float, 'i' signed, 'u' unsigned (NumPy's kind) */
+  int size;           /* bytes */
+  const char *name;   /* "float32", "int64", ... */
+  void (*to_f32)(const unsigned char *src, int64_t n, float *dst);
+} clt__elem;
+/* The element type of kind and size; NULL when cltrain reads no such type. */
+const clt__elem *clt__elem_find(char kind, int size);
+/* n values at src (little-endian, or big-endian when big) as float32. */
+void clt__elem_convert(const clt__elem *e, const void *src, int64_t n, int big, float *dst);
+/* "float16, float32, ..., uint64": what cltrain reads, for messages. */
+const char *clt__elem_names(void);
+
+/* An n-dimensional array as a file holds it (npy.c, hdf5.c), in C order:
+ * mapped from the file when it can be, else read into a buffer. */
+typedef struct clt__array {
+  const clt__elem *elem;
+  int big;             /* stored big-endian */
+  int ndims;
+  int64_t shape[CLT_DATASET_MAX_DIMS + 1];
+  void *data;          /* the first value */
+  void *map;           /* data lies in this mapping of map_len bytes (munmap), or */
+  size_t map_len;
+  void *owned;         /* in this malloc'd buffer */
+  uint64_t header;     /* a hash of what describes it, for the ranks' fingerprint */
+} clt__array;
+void clt__array_release(clt__array *a);
+/* The whole of a regular file mapped read-only (npy.c); an empty file is
+ * CLT_EFORMAT, a missing one CLT_ENOTFOUND. */
+int clt__map_file(const char *path, void **map, size_t *len);
+/* A NumPy .npy file, mapped (CLT_EFORMAT naming the file and the fault). */
+int clt__npy_open(const char *path, clt__array *out);
+/* Member `member` ("x": x.npy) of an .npz archive: mapped when stored,
+ * inflated through zlib when deflated. */
+int clt__npz_open(const char *path, const char *member, clt__array *out);
+/* Dataset `name` ("/group/dataset") of an HDF5 file, read whole into
+ * memory; CLT_EUNSUPPORTED when cltrain was built without HDF5. */
+int clt__h5_open(const char *path, const char *name, clt__array *out);
+/* A CSV file: numbers, an optional header line, columns picked by o. */
+int clt__csv_open(const char *path, const clt_data_options *o, clt_dataset **out);
+
+/* Column indices from a list "a,3,b" of header names (names may be NULL)
+ * or 0-based numbers below ncols, for option opt; *out malloc'd. */
+int clt__parse_columns(const char *path, const char *opt, const char *list, char *const *names, int64_t ncols,
+                       int64_t **out, int64_t *n);
+/* The feature columns: those of the list features, or (NULL) every column
+ * that is not one of the nt targets. */
+int clt__feature_columns(const char *path, const char *features, char *const *names, int64_t ncols,
+                         const int64_t *tcols, int64_t nt, int64_t **out, int64_t *n);
+
+/* The labels or targets of a users' dataset (source.c): count x k values
+ * of elem e at src (big-endian when big). regression 0: int32 class labels
+ * (k must be 1; each a whole number in [0, 2^31)), checked against
+ * num_classes (0: largest + 1), naming `what` and the index of a bad one;
+ * regression 1: float targets, each finite. */
+int clt__dataset_set_targets(clt_dataset *ds, const clt__elem *e, const void *src, int64_t k, int big,
+                             int regression, int num_classes, const char *what);
+
+/* Sample k of a dataset with elem as float32, before any normalisation. */
+void clt__dataset_raw_row(const clt_dataset *ds, int64_t k, float *out);
+/* Samples and labels or targets, normalised (dataset.c); y is int32 labels
+ * or float targets as the dataset holds. */
+int clt__dataset_get(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, void *y);
 
 /* Token datasets (tokens.c): windows as float32 x (n, T) and int32 y (n, T),
  * for clt_dataset_get_batch, whose index checks are done. */

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,8 +30,15 @@ clt_dataset *clt__dataset_alloc(const char *path) {
 
 void clt_dataset_destroy(clt_dataset *ds) {
   if (!ds) return;
-  free(ds->x);
+  if (ds->map)
+    munmap(ds->map, ds->map_len);
+  else
+    free(ds->x);
   free(ds->y);
+  free(ds->targets);
+  free(ds->shift);
+  free(ds->scale);
+  free(ds->cols);
   free(ds->target);
   free(ds->window_labels);
   free(ds->path);
@@ -130,6 +138,16 @@ void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, float *st
   if (std) *std = ds ? ds->std : 1.0f;
 }
 
+/* Sample k of a users' source as float32, not normalised. */
+void clt__dataset_raw_row(const clt_dataset *ds, int64_t k, float *out) {
+  const int64_t F = ds->sample_size, size = ds->elem->size, row_len = ds->row_len ? ds->row_len : F;
+  const unsigned char *row = (const unsigned char *)ds->x + k * row_len * size;
+  if (!ds->cols)
+    clt__elem_convert(ds->elem, row, F, ds->elem_big, out);
+  else
+    for (int64_t j = 0; j < F; j++) clt__elem_convert(ds->elem, row + ds->cols[j] * size, 1, ds->elem_big, out + j);
+}
+
 /* Two passes in double (mean, then squared deviations): no cancellation. */
 int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std) {
   CLT_HANDLE(ds, "dataset");
@@ -153,6 +171,20 @@ int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std) {
       double d = (double)v / ds->range - m;
       var += (double)hist[v] * d * d;
     }
+  } else if (ds->elem) { /* a row at a time, as read */
+    float *row = clt__calloc((size_t)ds->sample_size, sizeof *row);
+    if (!row) return CLT_ENOMEM;
+    for (int pass = 0; pass < 2; pass++) {
+      for (int64_t k = 0; k < ds->count; k++) {
+        clt__dataset_raw_row(ds, k, row);
+        for (int64_t j = 0; j < ds->sample_size; j++) {
+          if (pass == 0) m += row[j];
+          else var += (row[j] - m) * (row[j] - m);
+        }
+      }
+      if (pass == 0) m /= (double)total;
+    }
+    free(row);
   } else {
     const float *x = ds->x;
     for (int64_t i = 0; i < total; i++) m += x[i];
@@ -167,39 +199,86 @@ int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std) {
   return CLT_OK;
 }
 
-int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, int32_t *y) {
-  CLT_HANDLE(ds, "dataset");
-  if (n < 0) return clt__error(CLT_EINVAL, "clt_dataset_get_batch: n is %lld; give 0 or more samples", (long long)n);
-  if (n > 0 && !indices) return clt__null_arg(__func__, "indices", NULL);
+/* Sample k's values as float32 into out (F), normalised: the one decoder
+ * of every kind of sample file. */
+static int decode_sample(const clt_dataset *ds, int64_t k, float *out) {
   const int64_t F = ds->sample_size;
+  if (ds->dtype == CLT_U8 && !ds->elem) {
+    const unsigned char *row = (const unsigned char *)ds->x + k * F;
+    for (int64_t j = 0; j < F; j++) out[j] = ds->lut[row[j]];
+  } else if (!ds->elem) {
+    const float *row = (const float *)ds->x + k * F;
+    for (int64_t j = 0; j < F; j++) out[j] = (row[j] / ds->range - ds->mean) / ds->std;
+  } else {
+    clt__dataset_raw_row(ds, k, out);
+    if (ds->mean != 0.0f || ds->std != 1.0f)
+      for (int64_t j = 0; j < F; j++) out[j] = (out[j] - ds->mean) / ds->std;
+  }
+  if (ds->shift)
+    for (int64_t j = 0; j < F; j++) out[j] = (out[j] - ds->shift[j]) / ds->scale[j];
+  /* NaN and Inf are the floats whose exponent bits are all set: an
+   * integer test that vectorises, where isfinite's branches do not. */
+  uint32_t bad = 0;
+  for (int64_t j = 0; j < F; j++) {
+    uint32_t b;
+    memcpy(&b, out + j, 4);
+    bad |= (b & 0x7f800000u) == 0x7f800000u;
+  }
+  if (!bad) return CLT_OK;
+  int64_t j = 0;
+  while (isfinite(out[j])) j++;
+  return clt__error(CLT_ENONFINITE, "%s: sample %lld value %lld becomes %g as read and normalised (mean %g std %g%s); "
+                    "the samples must be finite", ds->path, (long long)k, (long long)j, (double)out[j],
+                    (double)ds->mean, (double)ds->std, ds->shift ? ", and per feature" : "");
+}
+
+/* The checks of the public entries, naming fn. */
+static int get_args(const char *fn, const clt_dataset *ds, const int64_t *indices, int64_t n) {
+  if (!ds) return clt__null_arg(fn, "ds", "dataset");
+  if (n < 0) return clt__error(CLT_EINVAL, "%s: n is %lld; give 0 or more samples", fn, (long long)n);
+  if (n > 0 && !indices) return clt__null_arg(fn, "indices", NULL);
+  return CLT_OK;
+}
+
+int clt__dataset_get(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, void *y) {
+  int rc = get_args("clt_dataset_get_batch", ds, indices, n);
+  if (rc < 0) return rc;
+  const int64_t F = ds->sample_size, K = ds->labels_per_sample;
   for (int64_t i = 0; i < n; i++) {
     const int64_t k = indices[i];
     if (k < 0 || k >= ds->count)
       return clt__error(CLT_EINVAL, "%s: sample index %lld (position %lld of the batch) is outside [0, %lld)",
                         ds->path, (long long)k, (long long)i, (long long)ds->count);
     if (ds->token_bytes) continue; /* checked all first, then decoded below */
-    if (y) y[i] = ds->y[k];
-    if (!x) continue;
-    float *out = x + i * F; /* (F) */
-    if (ds->dtype == CLT_U8) {
-      const unsigned char *row = (const unsigned char *)ds->x + k * F;
-      for (int64_t j = 0; j < F; j++) out[j] = ds->lut[row[j]];
-    } else {
-      const float *row = (const float *)ds->x + k * F;
-      int finite = 1;
-      for (int64_t j = 0; j < F; j++) {
-        out[j] = (row[j] / ds->range - ds->mean) / ds->std;
-        finite &= isfinite(out[j]) != 0;
-      }
-      if (!finite) {
-        int64_t j = 0;
-        while (isfinite(out[j])) j++;
-        return clt__error(CLT_ENONFINITE, "%s: sample %lld value %lld (%g) becomes %g when normalised with mean "
-                          "%g std %g", ds->path, (long long)k, (long long)j, (double)row[j], (double)out[j],
-                          (double)ds->mean, (double)ds->std);
-      }
-    }
+    if (y && ds->targets)
+      memcpy((float *)y + i * K, ds->targets + k * K, (size_t)K * sizeof(float));
+    else if (y)
+      ((int32_t *)y)[i] = ds->y[k];
+    if (x && (rc = decode_sample(ds, k, x + i * F)) < 0) return rc;
   }
-  if (ds->token_bytes) clt__tokens_get_batch(ds, indices, n, x, y);
+  if (ds->token_bytes) clt__tokens_get_batch(ds, indices, n, x, (int32_t *)y);
   return CLT_OK;
+}
+
+int clt_dataset_get_batch(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, int32_t *y) {
+  int rc = get_args(__func__, ds, indices, n);
+  if (rc < 0) return rc;
+  if (ds->targets && y)
+    return clt__error(CLT_EINVAL, "%s: holds float targets for regression, not class labels: take them with "
+                      "clt_dataset_get_batch_targets", ds->path);
+  return clt__dataset_get(ds, indices, n, x, y);
+}
+
+int clt_dataset_get_batch_targets(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x,
+                                  float *targets) {
+  int rc = get_args(__func__, ds, indices, n);
+  if (rc < 0) return rc;
+  if (!ds->targets && targets)
+    return clt__error(CLT_EINVAL, "%s: holds class labels, not float targets: take them with "
+                      "clt_dataset_get_batch", ds->path);
+  return clt__dataset_get(ds, indices, n, x, targets);
+}
+
+int64_t clt_dataset_targets_per_sample(const clt_dataset *ds) {
+  return ds && ds->targets ? ds->labels_per_sample : 0;
 }

@@ -39,8 +39,10 @@ static uint64_t probe(const clt_dataset *ds, int64_t k) {
     }
     return h;
   }
-  const size_t bytes = (size_t)ds->sample_size * (ds->dtype == CLT_U8 ? 1 : 4);
+  const int64_t row = ds->elem && ds->row_len ? ds->row_len : ds->sample_size;
+  const size_t bytes = (size_t)row * (size_t)(ds->elem ? ds->elem->size : ds->dtype == CLT_U8 ? 1 : 4);
   h = hash_span(h, (const unsigned char *)ds->x + (size_t)k * bytes, bytes);
+  if (ds->targets) return clt__hash(h, ds->targets + k * ds->labels_per_sample, (size_t)ds->labels_per_sample * 4);
   return clt__hash(h, &ds->y[k], sizeof ds->y[k]);
 }
 

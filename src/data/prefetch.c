@@ -1,7 +1,8 @@
 /*
  * prefetch.c: a background thread that decodes a replica's next batch slice
  * (normalised float32 samples and int32 labels, one per sample or one per
- * position of a token window) while the caller computes on the current one.
+ * position of a token window, or a regression dataset's float targets in
+ * the labels' place: 4 bytes each either way) while the caller computes on the current one.
  *
  * Two slots, each EMPTY -> FILLING (thread) -> READY -> HELD (caller) ->
  * EMPTY. The caller holds at most one slot, the batch it is working on; the
@@ -135,7 +136,7 @@ static int global_labels(clt_prefetcher *pf, struct slot *sl) {
 static void slot_fill(clt_prefetcher *pf, struct slot *sl) {
   sl->n = 0;
   sl->rc = clt_sampler_slice(pf->sampler, sl->pos.epoch, sl->pos.step, pf->replica, sl->indices, &sl->n);
-  if (sl->rc == CLT_OK) sl->rc = clt_dataset_get_batch(pf->ds, sl->indices, sl->n, sl->x, sl->y);
+  if (sl->rc == CLT_OK) sl->rc = clt__dataset_get(pf->ds, sl->indices, sl->n, sl->x, sl->y);
   sl->global_n = clt_sampler_batch_size(pf->sampler, sl->pos.step);
   if (sl->rc == CLT_OK) sl->rc = global_labels(pf, sl);
   sl->last_in_epoch = sl->pos.step == clt_sampler_steps_per_epoch(pf->sampler) - 1;
@@ -267,7 +268,8 @@ int clt_prefetcher_next(clt_prefetcher *pf, clt_batch *batch) {
   pf->held = (int)(sl - pf->slots);
   advance(pf->sampler, &pf->take_pos);
   b->x = sl->x;
-  b->y = sl->y;
+  b->y = pf->ds->targets ? NULL : sl->y;
+  b->targets = pf->ds->targets ? (const float *)(const void *)sl->y : NULL; /* floats in the labels' room */
   b->n = sl->n;
   b->sample_size = clt_dataset_sample_size(pf->ds);
   b->labels_per_sample = clt_dataset_labels_per_sample(pf->ds);

@@ -66,6 +66,7 @@ int clt__dp_evaluate(void *self, const clt_dataset *ds, double *total) {
   int rc = CLT_OK;
   int64_t count = clt_dataset_count(ds), B = dp->micro_batch, in = clt_model_input_size(dp->local);
   int64_t lps = clt_model_labels_per_sample(dp->local), lo, hi;
+  const int regression = clt_dataset_targets_per_sample(ds) > 0;
   int n = dp->nlocal;
   int64_t *idx = clt__calloc((size_t)B, sizeof *idx), *run_of = clt__calloc(n, sizeof *run_of);
   float **x = clt__calloc(n, sizeof *x);
@@ -99,9 +100,14 @@ int clt__dp_evaluate(void *self, const clt_dataset *ds, double *total) {
       if (take > 0) { /* a free replica takes the next run */
         int64_t at = lo + next * B, m = hi - at < B ? hi - at : B;
         for (int64_t k = 0; k < m; k++) idx[k] = at + k;
-        CLT_TRY(clt_dataset_get_batch(ds, idx, m, x[i], y[i]));
         clt__pass pass = {.train = 0, .global_first = at};
-        CLT_TRY(clt__replica_run(dp->rep[i], x[i], y[i], m, &pass));
+        if (regression) { /* float targets in the labels' room, 4 bytes each */
+          pass.targets = (const float *)(const void *)y[i];
+          CLT_TRY(clt_dataset_get_batch_targets(ds, idx, m, x[i], (float *)(void *)y[i]));
+        } else {
+          CLT_TRY(clt_dataset_get_batch(ds, idx, m, x[i], y[i]));
+        }
+        CLT_TRY(clt__replica_run(dp->rep[i], x[i], regression ? NULL : y[i], m, &pass));
         run_of[i] = next++;
         run_start[i] = clt__now();
         busy++;

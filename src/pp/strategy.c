@@ -228,6 +228,7 @@ static int evaluate(void *self, const clt_dataset *ds, double *total) {
   int64_t count = clt_dataset_count(ds), R = pp->room, in = clt_model_input_size(pp->whole);
   int64_t lps = clt_model_labels_per_sample(pp->whole);
   int64_t lo = count * d / D, hi = count * (d + 1) / D;
+  const int regression = clt_dataset_targets_per_sample(ds) > 0;
   float *x = clt__calloc((size_t)(M * R * in), sizeof *x);
   int32_t *y = clt__calloc((size_t)(M * R * lps), sizeof *y);
   int64_t *idx = clt__calloc((size_t)R, sizeof *idx);
@@ -239,8 +240,14 @@ static int evaluate(void *self, const clt_dataset *ds, double *total) {
     for (; m < M && at < hi; m++) {
       int64_t n = hi - at < R ? hi - at : R;
       for (int64_t k = 0; k < n; k++) idx[k] = at + k;
-      CLT_TRY(clt_dataset_get_batch(ds, idx, n, x + m * R * in, y + m * R * lps));
-      mb[m] = (clt__pp_micro){x + m * R * in, y + m * R * lps, NULL, n, at, 0};
+      if (regression) { /* float targets in the labels' room, 4 bytes each */
+        float *t = (float *)(void *)(y + m * R * lps);
+        CLT_TRY(clt_dataset_get_batch_targets(ds, idx, n, x + m * R * in, t));
+        mb[m] = (clt__pp_micro){x + m * R * in, NULL, t, n, at, 0};
+      } else {
+        CLT_TRY(clt_dataset_get_batch(ds, idx, n, x + m * R * in, y + m * R * lps));
+        mb[m] = (clt__pp_micro){x + m * R * in, y + m * R * lps, NULL, n, at, 0};
+      }
       at += n;
     }
     clt__pass pass = {.train = 0};

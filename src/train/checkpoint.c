@@ -120,6 +120,7 @@ int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf, co
   int per = clt_optimizer_state_per_param(&t->opts.optimizer);
   clt__st_tensor *tensors = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS * (1 + per), sizeof *tensors);
   char *position = NULL, *rng = NULL, *optim = NULL, *training = NULL, *progress = NULL, *scaling = NULL, *run = NULL;
+  char *norm = NULL;
   if (!tensors) { rc = CLT_ENOMEM; goto fail; }
   double t0 = clt__now();
   int k;
@@ -144,6 +145,7 @@ int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf, co
   progress = dump(json_pack("{s:I, s:f, s:f, s:f}", "steps", (json_int_t)t->progress.ep_steps, "loss_sum", t->progress.ep_sums[0],
                             "correct", t->progress.ep_sums[1], "samples", t->progress.ep_sums[2]), 0); /* 17 digits: exact */
   run = dump(run_json(t), 0);
+  norm = clt__trainer_norm_json(t);
   scaling = dump(json_pack("{s:s, s:I, s:I}", "precision", t->opts.precision == CLT_F16 ? "fp16" : "fp32",
                            "clean_steps", (json_int_t)t->scaler.clean_steps, "skipped", (json_int_t)t->scaler.skipped), 0);
   if (!position || !rng || !optim || !training || !progress || !scaling || !run) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
@@ -152,7 +154,11 @@ int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf, co
                         clt_version(), "model", clt_model_text(t->model), "param_count", params, "step", step,
                         "epoch", epoch, "sampler_position", position, "rng", rng, "loss_scale", scale,
                         "loss_scaling", scaling, "optimizer", optim, "training", training,
-                        "epoch_progress", progress, "run", run, shards ? "shards" : NULL, shards, NULL};
+                        "epoch_progress", progress, "run", run, NULL, NULL, NULL, NULL, NULL};
+  /* the optional keys after the fixed ones (a NULL key ends the list) */
+  int nm = (int)(sizeof meta / sizeof *meta) - 5;
+  if (shards) meta[nm++] = "shards", meta[nm++] = shards;
+  if (norm) meta[nm++] = "normalization", meta[nm++] = norm;
   CLT_TRY(clt__st_write(path, tensors, n, meta));
   char size[32];
   clt__log(CLT_LOG_INFO, "saved checkpoint %s (step %lld, %s%s) in %.3f s", path, (long long)t->steps_done,
@@ -160,7 +166,7 @@ int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf, co
            clt__now() - t0);
 fail:
   free(tensors);
-  free(position), free(rng), free(optim), free(training), free(progress), free(scaling), free(run);
+  free(position), free(rng), free(optim), free(training), free(progress), free(scaling), free(run), free(norm);
   return rc;
 }
 

@@ -379,7 +379,10 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
     }
     CLT_TRY(clt__st_read(f, &have, (float *)want[i].data, count));
   }
-  const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", text, "step", step ? step : "0", NULL};
+  /* the inputs' normalisation goes with the weights */
+  const char *norm = clt__st_metadata(f, "normalization");
+  const char *meta[] = {"format", "cltrain-weights", "version", "1", "model", text, "step", step ? step : "0",
+                        norm ? "normalization" : NULL, norm, NULL};
   CLT_TRY(clt__st_write(out, named, n, meta));
 fail:
   clt__ckpt_meta_free(&checked);

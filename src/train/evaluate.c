@@ -1,12 +1,15 @@
 /*
  * evaluate.c: clt_trainer_evaluate, the mean loss and accuracy over a
- * dataset on every device of the job at once: the set checked on every
+ * dataset on every device of the job at once (for a regression model the
+ * mean loss and the RMSE over its float targets): the set checked on every
  * rank, each rank's part evaluated as the strategy splits it (src/dp:
  * over every replica in proportion to its share, the fast ones taking
  * more; src/pp: each pipeline a part, streamed through its stages), and
  * the sums added over the ranks.
  */
 #include "train/trainer.h"
+
+#include <math.h>
 
 /* The set's checks, after those of the arguments (rc), on every rank at
  * once (they sum their results). */
@@ -18,6 +21,12 @@ static int check_set(clt_trainer *t, const clt_dataset *ds, int rc) {
   else if (clt_dataset_sample_size(ds) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(ds), (long long)clt_dataset_sample_size(ds), (long long)in);
+  else if ((clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) != (clt_dataset_targets_per_sample(ds) > 0))
+    rc = clt__trainer_targets_mismatch(t, ds);
+  else if (clt_dataset_targets_per_sample(ds) > 0 && clt_dataset_targets_per_sample(ds) != clt_model_labels_per_sample(t->model))
+    rc = clt__error(CLT_ESHAPE, "%s has %lld targets per sample but the model gives %d outputs (a target column for each: "
+                    "--target COLS)", clt_dataset_path(ds), (long long)clt_dataset_targets_per_sample(ds),
+                    clt_model_labels_per_sample(t->model));
   else if (clt_dataset_labels_per_sample(ds) != lps)
     rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %lld (%s)", clt_dataset_path(ds),
                     (long long)clt_dataset_labels_per_sample(ds), (long long)lps,
@@ -33,10 +42,6 @@ static int check_set(clt_trainer *t, const clt_dataset *ds, int rc) {
 
 int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, double *accuracy) {
   CLT_HANDLE(t, "trainer");
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY) /* the same on every rank */
-    return clt__error(CLT_EINVAL, "clt_trainer_evaluate: the model is a regression model (loss %s) and datasets hold "
-                      "int32 class labels; evaluate it with clt_trainer_forward_targets",
-                      clt_loss_name(clt_model_loss(t->model)));
   int rc = check_set(t, ds, !loss ? clt__null_arg(__func__, "loss", NULL)
                              : !accuracy ? clt__null_arg(__func__, "accuracy", NULL) : CLT_OK);
   double total[2] = {0, 0}; /* loss, correct */
@@ -48,7 +53,8 @@ int clt_trainer_evaluate(clt_trainer *t, const clt_dataset *ds, double *loss, do
   CLT_TRY(t->s.i->evaluate(t->s.self, ds, total));
   CLT_TRY(clt__trainer_sum(t, total, 2));
   *loss = total[0] / (double)labels; /* the mean over labels, as training reports it */
-  *accuracy = total[1] / (double)labels;
+  /* a regression model's second sum is its squared error: the RMSE */
+  *accuracy = clt_dataset_targets_per_sample(ds) > 0 ? sqrt(total[1] / (double)labels) : total[1] / (double)labels;
 fail:
   return rc < 0 ? clt__error_prefix(rc, "evaluating on %s", clt_dataset_path(ds)) : CLT_OK;
 }

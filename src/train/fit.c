@@ -54,7 +54,7 @@ static int fit_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *l
   f->wait_s += now_s() - w0;
   uint64_t key = (uint64_t)t->micro_steps++; /* every micro-batch draws its own dropout masks */
   for (int i = 0; i < t->nlocal; i++)
-    s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, NULL};
+    s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, f->b[i].targets};
   f->last_in_epoch = f->b[0].last_in_epoch;
   f->samples += f->b[0].global_n;
   *labels = f->b[0].global_labels; /* less masked targets */
@@ -90,7 +90,8 @@ static void event_base(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->step = t->steps_done, ev->steps_total = steps_total;
   ev->step_in_epoch = t->progress.ep_steps, ev->steps_per_epoch = steps_per_epoch;
   ev->loss = st->loss_sum / (double)st->labels;
-  ev->accuracy = st->correct / (double)st->labels;
+  ev->accuracy = clt__trainer_regression(t) ? sqrt(st->correct / (double)st->labels) /* the RMSE */
+                                            : st->correct / (double)st->labels;
   ev->lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
   ev->samples_per_s = samples / (seconds > 1e-9 ? seconds : 1e-9);
   ev->tokens_per_s = T ? ev->samples_per_s * (double)T : NAN;
@@ -215,6 +216,12 @@ static int check_data(clt_trainer *t, const clt_dataset *train, const clt_datase
   else if (clt_dataset_sample_size(train) != in)
     rc = clt__error(CLT_ESHAPE, "%s has samples of %lld values but the model's input takes %lld",
                     clt_dataset_path(train), (long long)clt_dataset_sample_size(train), (long long)in);
+  else if (clt__trainer_regression(t) != (clt_dataset_targets_per_sample(train) > 0))
+    rc = clt__trainer_targets_mismatch(t, train);
+  else if (clt_dataset_targets_per_sample(train) > 0 && clt_dataset_targets_per_sample(train) != clt_model_labels_per_sample(t->model))
+    rc = clt__error(CLT_ESHAPE, "%s has %lld targets per sample but the model gives %d outputs (a target column for each: "
+                    "--target COLS)", clt_dataset_path(train), (long long)clt_dataset_targets_per_sample(train),
+                    clt_model_labels_per_sample(t->model));
   else if (clt_dataset_labels_per_sample(train) != clt_model_labels_per_sample(t->model))
     rc = clt__error(CLT_ESHAPE, "%s has %lld labels per sample but the model takes %d (%s)", clt_dataset_path(train),
                     (long long)clt_dataset_labels_per_sample(train), clt_model_labels_per_sample(t->model),
@@ -228,6 +235,15 @@ static int check_data(clt_trainer *t, const clt_dataset *train, const clt_datase
   CLT_TRY(clt__trainer_same_data(t, test, "evaluates on")); /* a test set on some ranks only too */
 fail:
   return rc;
+}
+
+int clt__trainer_targets_mismatch(const clt_trainer *t, const clt_dataset *ds) {
+  if (clt__trainer_regression(t))
+    return clt__error(CLT_EINVAL, "%s holds class labels, but the model is a regression model (loss %s) and learns "
+                      "float targets: open the data as regression (clt_data_options.regression)", clt_dataset_path(ds),
+                      clt_loss_name(clt_model_loss(t->model)));
+  return clt__error(CLT_EINVAL, "%s holds float targets, but the model is a classifier (loss crossentropy) and learns "
+                    "class labels (for regression the spec ends in 'loss mse')", clt_dataset_path(ds));
 }
 
 /* Every output before the first step, and every rank learns rank 0's
@@ -362,7 +378,7 @@ static int end_epoch(clt_trainer *t, fit_state *f, int64_t epoch, const clt_data
   ev.step = t->steps_done, ev.steps_total = f->steps_total;
   ev.step_in_epoch = t->progress.ep_steps, ev.steps_per_epoch = f->steps_per_epoch;
   ev.loss = ep_sums[0] / ep_sums[2];
-  ev.accuracy = ep_sums[1] / ep_sums[2];
+  ev.accuracy = clt__trainer_regression(t) ? sqrt(ep_sums[1] / ep_sums[2]) : ep_sums[1] / ep_sums[2];
   ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
   ev.elapsed_s = now_s() - f->clock.t0;
   ev.samples_per_s = NAN;
@@ -400,11 +416,6 @@ int clt_trainer_fit(clt_trainer *t, const clt_dataset *train, const clt_dataset 
   const clt_train_options *o = &t->opts;
   fit_state f;
   memset(&f, 0, sizeof f);
-  /* The model is the same on every rank, so every rank returns here alike. */
-  if (clt_model_loss(t->model) != CLT_LOSS_CROSSENTROPY)
-    return clt__error(CLT_EINVAL, "clt_trainer_fit: the model is a regression model (loss %s) and datasets hold "
-                      "int32 class labels; train it on float targets with clt_trainer_step_targets",
-                      clt_loss_name(clt_model_loss(t->model)));
   CLT_TRY(check_data(t, train, test));
   CLT_TRY(open_outputs(t, &f.out));
   CLT_TRY(open_data(t, train, &f));

@@ -15,8 +15,22 @@
 
 /* The forward of either entry point: labels y (a classifier) or float
  * targets (a regression model), or neither (the output alone). */
+static int forward_raw(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
+                       int64_t n, float *out, int64_t count, double *loss, double *sq_error);
+
+/* The caller's x normalised first when the trainer has a normalisation. */
 static int forward_on(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
                       int64_t n, float *out, int64_t count, double *loss, double *sq_error) {
+  const float *use = x;
+  float *copy = NULL;
+  int rc = t ? clt__trainer_norm_input(t, x, n, &use, &copy) : CLT_OK;
+  if (rc == CLT_OK) rc = forward_raw(t, fn, use, y, targets, n, out, count, loss, sq_error);
+  free(copy);
+  return rc;
+}
+
+static int forward_raw(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
+                       int64_t n, float *out, int64_t count, double *loss, double *sq_error) {
   int rc = CLT_OK;
   clt__replica *r = NULL;
   if (!t) return clt__null_arg(fn, "t", "trainer");
@@ -119,8 +133,22 @@ static int check_gradient_args(const clt_trainer *t, const char *fn, const float
 }
 
 /* The gradient of either entry point: labels y or float targets. */
+static int gradient_raw(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
+                        int64_t n, float *grad, int64_t count, double *loss);
+
+/* The caller's x normalised first when the trainer has a normalisation. */
 static int gradient_on(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
                        int64_t n, float *grad, int64_t count, double *loss) {
+  const float *use = x;
+  float *copy = NULL;
+  int rc = t ? clt__trainer_norm_input(t, x, n, &use, &copy) : CLT_OK;
+  if (rc == CLT_OK) rc = gradient_raw(t, fn, use, y, targets, n, grad, count, loss);
+  free(copy);
+  return rc;
+}
+
+static int gradient_raw(clt_trainer *t, const char *fn, const float *x, const int32_t *y, const float *targets,
+                        int64_t n, float *grad, int64_t count, double *loss) {
   int rc = CLT_OK;
   clt__replica *r = NULL;
   if (!t) return clt__null_arg(fn, "t", "trainer");

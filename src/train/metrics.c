@@ -171,10 +171,10 @@ static void flops_fields(json_t *o, const clt_train_event *ev) {
   json_object_set_new(o, "mfu", mfu);
 }
 
-static void step_fields(json_t *o, const clt_train_event *ev) {
+static void step_fields(json_t *o, const clt_train_event *ev, const char *test_acc) {
   if (isfinite(ev->test_loss)) { /* an evaluation of eval_every */
     json_object_set_new(o, "test_loss", num(ev->test_loss));
-    json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
+    json_object_set_new(o, test_acc, num(ev->test_accuracy));
   }
   if (isfinite(ev->tokens_per_s)) json_object_set_new(o, "tokens_per_s", num(ev->tokens_per_s));
   json_object_set_new(o, "grad_norm", num(ev->grad_norm));
@@ -216,20 +216,22 @@ int clt__trainer_emit(clt_trainer *t, const clt__sinks *out, const clt_train_eve
   }
   FILE *metrics = out->metrics;
   if (!metrics) return CLT_OK;
+  const int reg = clt__trainer_regression(t); /* its metric is the RMSE */
+  const char *acc = reg ? "rmse" : "accuracy", *test_acc = reg ? "test_rmse" : "test_accuracy";
   json_t *o = json_object();
   json_object_set_new(o, "event", json_string(ev->kind == CLT_EVENT_STEP ? "step" : "epoch"));
   json_object_set_new(o, "epoch", json_integer(ev->epoch));
   json_object_set_new(o, "step", json_integer(ev->step));
   json_object_set_new(o, "loss", num(ev->loss));
-  json_object_set_new(o, "accuracy", num(ev->accuracy));
+  json_object_set_new(o, acc, num(ev->accuracy));
   json_object_set_new(o, "lr", num(ev->lr));
   json_object_set_new(o, "samples_per_s", num(ev->samples_per_s));
   json_object_set_new(o, "elapsed_s", num(ev->elapsed_s));
   if (ev->kind == CLT_EVENT_STEP) {
-    step_fields(o, ev);
+    step_fields(o, ev, test_acc);
   } else {
     json_object_set_new(o, "test_loss", num(ev->test_loss));
-    json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
+    json_object_set_new(o, test_acc, num(ev->test_accuracy));
   }
   flops_fields(o, ev);
   return clt__trainer_metrics_write(t, metrics, o);

@@ -274,8 +274,22 @@ static int gather_counts(clt_trainer *t, const char *fn, int64_t n, int64_t labe
   return grc;
 }
 
-/* The one step behind clt_trainer_step and clt_trainer_step_targets. */
+static int step_raw(clt_trainer *t, const float *x, const step_targets *tg, int64_t n, clt_step_result *out);
+
+/* The one step behind clt_trainer_step and clt_trainer_step_targets: the
+ * caller's x normalised first when the trainer has a normalisation
+ * (clt_trainer_set_normalization, or weights that carry one). */
 static int step_on(clt_trainer *t, const float *x, const step_targets *tg, int64_t n, clt_step_result *out) {
+  const float *use = x;
+  float *copy = NULL;
+  int rc = t ? clt__trainer_norm_input(t, x, n, &use, &copy) : CLT_OK;
+  if (rc < 0) return rc;
+  rc = step_raw(t, t ? use : x, tg, n, out);
+  if (t) free(copy);
+  return rc;
+}
+
+static int step_raw(clt_trainer *t, const float *x, const step_targets *tg, int64_t n, clt_step_result *out) {
   int rc = CLT_OK;
   caller_batch c;
   memset(&c, 0, sizeof c);

@@ -355,6 +355,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   free(t->ctx);
   free(t->memory);
   free(t->peak_flops);
+  free(t->norm.shift), free(t->norm.scale);
   clt__trace_destroy(t->timeline.trace);
   free(t->timeline.lanes);
   if (t->own_comm) clt_comm_destroy(t->comm);

@@ -84,6 +84,7 @@ struct clt_trainer {
   double flops_per_sample;     /* a training step's, of what this rank's replicas hold (run_record.c) */
   double *peak_flops;          /* rank 0, from the run record on: per replica of its data-parallel group,
                                   its device's peak FLOP/s (0: unknown) */
+  struct { clt_normalize_kind kind; float *shift, *scale; } norm; /* the inputs' normalisation (normalization.c) */
 };
 
 /* The data-parallel group of the strategy's replicas: their numbering,
@@ -191,6 +192,23 @@ int clt__trainer_args_ok(clt_trainer *t, int rc, const char *what);
  * on ...": verb is "trains on" or "evaluates on"). ds may be NULL: no
  * dataset, which must then be so on every rank. */
 int clt__trainer_same_data(clt_trainer *t, const clt_dataset *ds, const char *verb);
+/* CLT_EINVAL: ds holds class labels for a regression model, or float
+ * targets for a classifier (fit.c). */
+int clt__trainer_targets_mismatch(const clt_trainer *t, const clt_dataset *ds);
+/* The normalisation's metadata text (normalization.c; malloc'd), NULL for
+ * none; and that text read back (CLT_EFORMAT naming path), the first cap
+ * values into shift and scale (may be NULL), their number into *n. */
+char *clt__norm_json(clt_normalize_kind kind, const float *shift, const float *scale, int64_t n);
+char *clt__trainer_norm_json(const clt_trainer *t);
+int clt__norm_parse(const char *path, const char *text, clt_normalize_kind *kind, float *shift, float *scale,
+                    int64_t cap, int64_t *n);
+
+/* The caller's x of n samples as the trainer's normalisation says: *use
+ * is x itself without one, else a normalised copy (*copy, to free). */
+int clt__trainer_norm_input(const clt_trainer *t, const float *x, int64_t n, const float **use, float **copy);
+
+/* Whether the model is a regression model (a loss other than crossentropy). */
+#define clt__trainer_regression(t) (clt_model_loss((t)->model) != CLT_LOSS_CROSSENTROPY)
 
 /* ---- checkpoints (checkpoint*.c) ---- */
 

@@ -565,6 +565,39 @@ CASE(clt_dataset_get_batch) {
   EINVAL("ds", clt_dataset_get_batch(NULL, idx, 1, host, labels));
   EINVAL("indices", clt_dataset_get_batch(ds, NULL, 1, host, labels));
 }
+CASE(clt_dataset_open) {
+  clt_dataset *d;
+  EINVAL("path", clt_dataset_open(NULL, NULL, &d));
+  EINVAL("out", clt_dataset_open(raw_path, NULL, NULL));
+}
+CASE(clt_dataset_split) {
+  clt_dataset *v;
+  EINVAL("ds", clt_dataset_split(NULL, 0.5, &v));
+  EINVAL("val", clt_dataset_split(ds, 0.5, NULL));
+}
+CASE(clt_dataset_targets_per_sample) { EXPECT(clt_dataset_targets_per_sample(NULL) == 0); }
+CASE(clt_dataset_get_batch_targets) {
+  EINVAL("ds", clt_dataset_get_batch_targets(NULL, idx, 1, host, NULL));
+  EINVAL("indices", clt_dataset_get_batch_targets(ds, NULL, 1, host, NULL));
+}
+CASE(clt_normalize_name) { EXPECT(clt_normalize_name((clt_normalize_kind)42) == NULL); }
+CASE(clt_normalize_parse) {
+  clt_normalize_kind k;
+  EINVAL("name", clt_normalize_parse(NULL, &k));
+  EINVAL("kind", clt_normalize_parse("none", NULL));
+}
+CASE(clt_dataset_feature_stats) {
+  double o[64];
+  EINVAL("ds", clt_dataset_feature_stats(NULL, 0, 1, o));
+  EINVAL("out", clt_dataset_feature_stats(ds, 0, 1, NULL));
+}
+CASE(clt_dataset_normalize_features) {
+  EINVAL("ds", clt_dataset_normalize_features(NULL, CLT_NORMALIZE_NONE, NULL, NULL));
+  EINVAL("shift", clt_dataset_normalize_features(ds, CLT_NORMALIZE_STANDARD, NULL, host));
+}
+CASE(clt_dataset_feature_normalization) {
+  EXPECT(clt_dataset_feature_normalization(NULL, NULL, NULL) == CLT_NORMALIZE_NONE);
+}
 CASE(clt_sampler_create) {
   clt_sampler *s;
   EINVAL("out", clt_sampler_create(8, 4, 1, 0, NULL));
@@ -757,6 +790,17 @@ CASE(clt_trainer_destroy) { clt_trainer_destroy(NULL); }
 CASE(clt_trainer_fit) {
   EINVAL("t", clt_trainer_fit(NULL, ds, NULL));
   EINVAL("train", clt_trainer_fit(tr, NULL, NULL));
+}
+CASE(clt_trainer_set_normalization) {
+  EINVAL("t", clt_trainer_set_normalization(NULL, CLT_NORMALIZE_NONE, NULL, NULL));
+  EINVAL("shift", clt_trainer_set_normalization(tr, CLT_NORMALIZE_STANDARD, NULL, host));
+}
+CASE(clt_weights_normalization) {
+  clt_normalize_kind k;
+  int64_t n;
+  EINVAL("path", clt_weights_normalization(NULL, &k, NULL, NULL, 0, &n));
+  EINVAL("kind", clt_weights_normalization(raw_path, NULL, NULL, NULL, 0, &n));
+  EINVAL("n", clt_weights_normalization(raw_path, &k, NULL, NULL, 0, NULL));
 }
 CASE(clt_trainer_step) {
   EINVAL("t", clt_trainer_step(NULL, host, labels, 1, NULL));

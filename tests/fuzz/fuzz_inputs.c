@@ -290,6 +290,9 @@ int main(void) {
                             {"idx-images", fuzz_idx_images, NULL, 0},
                             {"idx-labels", fuzz_idx_labels, NULL, 0},
                             {"raw", fuzz_raw, NULL, 0},
+                            {"npy", fuzz_npy, NULL, 0},
+                            {"npz", fuzz_npz, NULL, 0},
+                            {"csv", fuzz_csv, NULL, 0},
                             {"tokens", fuzz_tokens, NULL, 0},
                             {"safetensors", fuzz_safetensors, json_dict, 1},
                             {"tokenizer", run_tokenizer, tokenizer_dict, 0}};
@@ -318,6 +321,15 @@ int main(void) {
       fuzz_seed_idx_labels(&seeds[0], &seed_len[0]), nseeds = 1;
     } else if (t->run == fuzz_raw) {
       fuzz_seed_raw(dir, &seeds[0], &seed_len[0]), nseeds = 1;
+    } else if (t->run == fuzz_npy) {
+      fuzz_seed_npy(0, &seeds[0], &seed_len[0]), nseeds = 1;
+    } else if (t->run == fuzz_npz) {
+      fuzz_seed_npy(1, &seeds[0], &seed_len[0]);
+      fuzz_seed_npy(2, &seeds[1], &seed_len[1]), nseeds = 2;
+    } else if (t->run == fuzz_csv) {
+      seed_len[0] = strlen(fuzz_seed_csv);
+      seeds[0] = malloc(seed_len[0]);
+      memcpy(seeds[0], fuzz_seed_csv, seed_len[0]), nseeds = 1;
     } else if (t->run == fuzz_tokens) {
       fuzz_seed_tokens(dir, 0, &seeds[0], &seed_len[0]);
       fuzz_seed_tokens(dir, 1, &seeds[1], &seed_len[1]), nseeds = 2;

@@ -6,6 +6,7 @@
  */
 #include "fuzz_targets.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <cltrain.h>
 
 #include "io/safetensors.h"
+#include "npywrite.h"
 
 const char *const fuzz_seed_specs[] = {
     "# Fashion-MNIST CNN\ninput 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool 2\nconv2d 64 kernel=3 pad=1\n"
@@ -223,6 +225,74 @@ int fuzz_raw(const char *dir, const uint8_t *data, size_t n) {
   clt_dataset_destroy(ds);
   return rc < 0 ? rc : 1;
 }
+
+/* A users' dataset (clt_dataset_open) opened for regression: every sample
+ * and target taken, and the per-feature statistics of all of it. */
+static int use_user_dataset(const char *what, clt_dataset *ds) {
+  int64_t count = clt_dataset_count(ds), size = clt_dataset_sample_size(ds);
+  int64_t k = clt_dataset_targets_per_sample(ds);
+  if (count < 1 || size < 1 || k < 1) {
+    fprintf(stderr, "%s: accepted a dataset of %lld samples of %lld values and %lld targets\n", what,
+            (long long)count, (long long)size, (long long)k);
+    return -1;
+  }
+  if (count > 4096 || size > 4096 || k > 4096) return 0;
+  float *x = malloc((size_t)(count * size) * sizeof *x), *t = malloc((size_t)(count * k) * sizeof *t);
+  int64_t *idx = malloc((size_t)count * sizeof *idx);
+  double *st = malloc((size_t)(4 * size) * sizeof *st);
+  int ret = 0;
+  if (x && t && idx && st) {
+    for (int64_t i = 0; i < count; i++) idx[i] = count - 1 - i;
+    int rc = clt_dataset_get_batch_targets(ds, idx, count, x, t);
+    if (rc < 0) ret = refused_well(what, rc, NULL);
+    for (int64_t i = 0; rc == 0 && i < count * k; i++)
+      if (!isfinite(t[i])) {
+        fprintf(stderr, "%s: target %lld is %g\n", what, (long long)i, (double)t[i]);
+        ret = -1;
+        break;
+      }
+    if (clt_dataset_feature_stats(ds, 0, count, st) < 0) ret = -1;
+  }
+  free(x), free(t), free(idx), free(st);
+  return ret;
+}
+
+/* A file named name in dir holding data, opened for regression. */
+static int fuzz_user(const char *what, const char *dir, const char *name, const uint8_t *data, size_t n) {
+  char p[4096];
+  clt_dataset *ds = NULL;
+  clt_data_options o = {.regression = 1};
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  fuzz_write_file(p, data, n);
+  int rc = clt_dataset_open(p, &o, &ds);
+  if (rc < 0) return refused_well(what, rc, p);
+  rc = use_user_dataset(what, ds);
+  clt_dataset_destroy(ds);
+  return rc < 0 ? rc : 1;
+}
+
+int fuzz_npy(const char *dir, const uint8_t *data, size_t n) { return fuzz_user("npy", dir, "data.npy", data, n); }
+int fuzz_npz(const char *dir, const uint8_t *data, size_t n) { return fuzz_user("npz", dir, "data.npz", data, n); }
+int fuzz_csv(const char *dir, const uint8_t *data, size_t n) { return fuzz_user("csv", dir, "data.csv", data, n); }
+
+void fuzz_seed_npy(int which, uint8_t **out, size_t *n) {
+  const int64_t shape[2] = {4, 3}, one[1] = {4};
+  float v[12], t[4];
+  for (int i = 0; i < 12; i++) v[i] = (float)i * 0.5f - 2.0f;
+  for (int i = 0; i < 4; i++) t[i] = (float)i;
+  if (which == 0) {
+    *out = npy_image("<f4", shape, 2, v, sizeof v, n);
+    return;
+  }
+  const int64_t xs[2] = {4, 2};
+  size_t l[2];
+  unsigned char *imgs[2] = {npy_image("<f4", xs, 2, v, 8 * sizeof(float), &l[0]), npy_image("<f4", one, 1, t, sizeof t, &l[1])};
+  const char *names[2] = {"x", "y"};
+  *out = npz_image(2, names, imgs, l, which == 2, n);
+  free(imgs[0]), free(imgs[1]);
+}
+
+const char *const fuzz_seed_csv = "a,b,c,y\n1,2.5,-3e2,0.25\n4,5,6,7\n# c\n\n8,9,10,-11.5\n";
 
 void fuzz_seed_tokens(const char *dir, int wide, uint8_t **out, size_t *n) {
   char p[4096];

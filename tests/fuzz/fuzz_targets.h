@@ -1,6 +1,7 @@
 /*
  * fuzz_targets.h: one input through each of cltrain's file parsers: the
- * model spec parser, the IDX, raw and token dataset readers, the safetensors
+ * model spec parser, the IDX, raw and token dataset readers, users' data
+ * (.npy, .npz, CSV), the safetensors
  * reader behind clt_trainer_load_weights, and the tokenizer.json reader. Shared by the seeded mutation
  * test (tests/fuzz/fuzz_inputs.c, run by `make check`) and the libFuzzer
  * harnesses (tests/fuzz/, built by --enable-fuzz).
@@ -27,6 +28,14 @@ int fuzz_idx_labels(const char *dir, const uint8_t *data, size_t n);
 int fuzz_raw(const char *dir, const uint8_t *data, size_t n);
 /* An llm.c token shard, opened with T = 4 and no vocabulary. */
 int fuzz_tokens(const char *dir, const uint8_t *data, size_t n);
+/* Users' data through clt_dataset_open, for regression: an .npy (a 2-D
+ * table, the last column the target), an .npz (members x, y), a CSV file. */
+int fuzz_npy(const char *dir, const uint8_t *data, size_t n);
+int fuzz_npz(const char *dir, const uint8_t *data, size_t n);
+int fuzz_csv(const char *dir, const uint8_t *data, size_t n);
+/* Seeds: 0 an .npy of (4, 3) float32, 1 a stored .npz, 2 a deflated one. */
+void fuzz_seed_npy(int which, uint8_t **out, size_t *n);
+extern const char *const fuzz_seed_csv;
 /* A safetensors file: opened, and every tensor found is read. */
 int fuzz_safetensors(const char *dir, const uint8_t *data, size_t n);
 

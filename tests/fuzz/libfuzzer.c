@@ -44,6 +44,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
   rc = fuzz_idx_labels(dir, data, n);
 #elif defined(FUZZ_TARGET_RAW)
   rc = fuzz_raw(dir, data, n);
+#elif defined(FUZZ_TARGET_NPY)
+  rc = fuzz_npy(dir, data, n);
+#elif defined(FUZZ_TARGET_NPZ)
+  rc = fuzz_npz(dir, data, n);
+#elif defined(FUZZ_TARGET_CSV)
+  rc = fuzz_csv(dir, data, n);
 #elif defined(FUZZ_TARGET_TOKENS)
   rc = fuzz_tokens(dir, data, n);
 #elif defined(FUZZ_TARGET_SAFETENSORS)

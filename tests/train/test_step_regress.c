@@ -331,8 +331,18 @@ START_TEST(bad_input_is_refused_naming_it) {
   refused(clt_trainer_gradient_targets(t, x, tg, 8, grad, 1000, &loss), "target 2 (value 2 of sample 0) is nan");
   tg[2] = 0;
   ck_assert_int_eq(clt_trainer_forward_targets(t, x, tg, 8, y, 8 * OUT - 1, &loss, NULL), CLT_ESHAPE);
-  refused(clt_trainer_fit(t, NULL, NULL), "clt_trainer_fit: the model is a regression model (loss mse)");
-  refused(clt_trainer_evaluate(t, NULL, &loss, &loss), "clt_trainer_evaluate: the model is a regression model");
+  /* fit and evaluate train a regression model on float targets (clt_dataset_open with regression):
+   * a dataset of class labels is refused naming it */
+  char raw[64];
+  const int64_t dims[1] = {IN};
+  snprintf(raw, sizeof raw, "/tmp/clt-regress-%ld.raw", (long)getpid());
+  ck_assert_int_eq(clt_dataset_write_raw(raw, 8, 1, dims, OUT, x, labels), 0);
+  clt_dataset *lab;
+  ck_assert_int_eq(clt_dataset_open_raw(raw, &lab), 0);
+  unlink(raw);
+  refused(clt_trainer_fit(t, lab, NULL), "holds class labels, but the model is a regression model (loss mse)");
+  refused(clt_trainer_evaluate(t, lab, &loss, &loss), "holds class labels, but the model is a regression model");
+  clt_dataset_destroy(lab);
   ck_assert_int_eq(clt_trainer_steps_done(t), 0);
   float *after = mu_params(t, m);
   ck_assert(memcmp(before, after, (size_t)clt_model_param_count(m) * sizeof *before) == 0);

@@ -1,0 +1,246 @@
+/*
+ * csv.c: CSV files of numbers as a dataset (clt_dataset_open). Fields are
+ * separated by commas, tabs or, when a line has neither, spaces; the first
+ * line is a header when one of its fields is no number (quotes around a
+ * name are dropped); blank lines and lines starting with '#' are skipped.
+ * Every row has as many fields as the first. The target column(s) (by
+ * header name or 0-based number; default the last) become the labels or
+ * targets, the other columns (or those of `features`) the samples.
+ *
+ * Numbers are parsed by a small decimal parser of our own (digits, a
+ * point, an exponent: what spreadsheets and NumPy's savetxt write), with
+ * strtod behind it for anything else (nan, inf, hex, 20 digits and more),
+ * so that reading is not strtod's few hundred MB/s.
+ */
+#include "data/data.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static const double pow10_table[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A number in [p, end): 1 and *v when the whole field is one. */
+static int parse_number(const char *p, const char *end, double *v) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '"')) p++;
+  while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '"')) end--;
+  if (p == end) return 0;
+  const char *s = p;
+  int neg = 0, digits = 0, frac = 0, e = 0;
+  uint64_t m = 0;
+  if (*s == '-' || *s == '+') neg = *s++ == '-';
+  while (s < end && *s >= '0' && *s <= '9') m = m * 10 + (uint64_t)(*s++ - '0'), digits++;
+  if (s < end && *s == '.') {
+    s++;
+    while (s < end && *s >= '0' && *s <= '9') m = m * 10 + (uint64_t)(*s++ - '0'), digits++, frac++;
+  }
+  if (digits == 0) goto slow;
+  if (s < end && (*s == 'e' || *s == 'E')) {
+    s++;
+    int eneg = 0, ed = 0;
+    if (s < end && (*s == '-' || *s == '+')) eneg = *s++ == '-';
+    while (s < end && *s >= '0' && *s <= '9' && ed < 5) e = e * 10 + (*s++ - '0'), ed++;
+    if (!ed) return 0;
+    if (eneg) e = -e;
+  }
+  if (s != end) return 0;
+  if (digits > 19) goto slow;
+  e -= frac;
+  double d = (double)m;
+  if (e < -22 || e > 22) goto slow;
+  d = e < 0 ? d / pow10_table[-e] : d * pow10_table[e];
+  *v = neg ? -d : d;
+  return 1;
+slow: {
+  char buf[64];
+  size_t n = (size_t)(end - p);
+  if (n >= sizeof buf) return 0;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+  char *stop;
+  *v = strtod(buf, &stop);
+  return stop != buf && *stop == '\0';
+}
+}
+
+typedef struct csv_shape {
+  char sep;           /* ',', '\t' or ' ' (runs of spaces) */
+  int64_t cols;
+  char **names;       /* the header's, or NULL */
+  const char *body;   /* the first data line */
+  int64_t first_line; /* its number, 1-based */
+} csv_shape;
+
+static const char *line_end(const char *p, const char *end) {
+  const char *nl = memchr(p, '\n', (size_t)(end - p));
+  return nl ? nl : end;
+}
+
+static int skip_line(const char *p, const char *e) {
+  while (p < e && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+  return p == e || *p == '#';
+}
+
+/* The next field of a line: [*p, field end); *p moves past its separator. */
+static const char *next_field(const char **p, const char *e, char sep) {
+  const char *s = *p;
+  if (sep == ' ') {
+    while (s < e && (*s == ' ' || *s == '\r')) s++;
+    const char *f = s;
+    while (f < e && *f != ' ' && *f != '\r') f++;
+    *p = f;
+    while (*p < e && (**p == ' ' || **p == '\r')) (*p)++;
+    return f;
+  }
+  const char *f = memchr(s, sep, (size_t)(e - s));
+  if (!f) f = e;
+  *p = f < e ? f + 1 : e + 1; /* e + 1: past the last field */
+  return f;
+}
+
+static void free_names(char **names, int64_t n) {
+  for (int64_t i = 0; names && i < n; i++) free(names[i]);
+  free(names);
+}
+
+/* The separator, the number of columns and the header of the first line. */
+static int csv_head(const char *path, const char *p, const char *end, csv_shape *sh) {
+  int64_t line = 1;
+  while (p < end && skip_line(p, line_end(p, end))) p = line_end(p, end) + 1, line++;
+  if (p >= end) return clt__error(CLT_EFORMAT, "%s: no rows: the file holds no line of numbers", path);
+  const char *e = line_end(p, end);
+  sh->sep = memchr(p, ',', (size_t)(e - p)) ? ',' : memchr(p, '\t', (size_t)(e - p)) ? '\t' : ' ';
+  int64_t n = 0, words = 0;
+  for (const char *q = p; q <= e && (sh->sep != ' ' || q < e);) {
+    const char *f0 = q, *f1 = next_field(&q, e, sh->sep);
+    if (sh->sep == ' ') while (f0 < f1 && *f0 == ' ') f0++;
+    double v;
+    if (!parse_number(f0, f1, &v)) words++;
+    n++;
+  }
+  sh->cols = n;
+  sh->first_line = line;
+  sh->body = p;
+  if (!words) return CLT_OK;
+  sh->names = clt__calloc((size_t)n, sizeof *sh->names);
+  if (!sh->names) return CLT_ENOMEM;
+  int64_t j = 0;
+  for (const char *q = p; q <= e && j < n && (sh->sep != ' ' || q < e); j++) {
+    const char *f0 = q, *f1 = next_field(&q, e, sh->sep);
+    while (f0 < f1 && (*f0 == ' ' || *f0 == '"')) f0++;
+    while (f1 > f0 && (f1[-1] == ' ' || f1[-1] == '"' || f1[-1] == '\r')) f1--;
+    if (!(sh->names[j] = clt__calloc((size_t)(f1 - f0) + 1, 1))) return CLT_ENOMEM;
+    memcpy(sh->names[j], f0, (size_t)(f1 - f0));
+  }
+  sh->body = e < end ? e + 1 : end;
+  sh->first_line = line + 1;
+  return CLT_OK;
+}
+
+int clt__csv_open(const char *path, const clt_data_options *o, clt_dataset **out) {
+  int rc = CLT_OK;
+  void *map = NULL;
+  size_t len = 0;
+  csv_shape sh;
+  float *vals = NULL, *x = NULL, *t = NULL;
+  int64_t *tcols = NULL, nt = 0, *fcols = NULL, nf = 0, rows = 0, cap = 0;
+  clt_dataset *ds = NULL;
+  memset(&sh, 0, sizeof sh);
+  CLT_TRY(clt__map_file(path, &map, &len));
+  const char *end = (const char *)map + len;
+  CLT_TRY(csv_head(path, map, end, &sh));
+  const int64_t C = sh.cols;
+  char last[32];
+  snprintf(last, sizeof last, "%lld", (long long)(C - 1));
+  if (C < 2 && !o->labels) {
+    rc = clt__error(CLT_EFORMAT, "%s: one column: there is no room for both features and a target", path);
+    goto fail;
+  }
+  if (o->labels) {
+    rc = clt__error(CLT_EINVAL, "%s: a CSV file holds its targets in a column (--target COL); --labels is for NumPy "
+                    "and HDF5 data", path);
+    goto fail;
+  }
+  CLT_TRY(clt__parse_columns(path, "--target", o->target ? o->target : last, sh.names, C, &tcols, &nt));
+  CLT_TRY(clt__feature_columns(path, o->features, sh.names, C, tcols, nt, &fcols, &nf));
+  /* Every row's values, C a row, in a buffer that doubles as it fills. */
+  int64_t line = sh.first_line;
+  for (const char *p = sh.body; p < end; line++) {
+    const char *e = line_end(p, end);
+    if (skip_line(p, e)) {
+      p = e + 1;
+      continue;
+    }
+    if (rows == cap) {
+      int64_t grow = cap ? 2 * cap : 1024;
+      float *g = realloc(vals, (size_t)(grow * C) * sizeof *g);
+      if (!g) { rc = CLT_ENOMEM; goto fail; }
+      vals = g, cap = grow;
+    }
+    float *row = vals + rows * C;
+    int64_t j = 0;
+    const char *q = p;
+    while (q <= e && (sh.sep != ' ' || q < e)) {
+      const char *f0 = q, *f1 = next_field(&q, e, sh.sep);
+      if (sh.sep == ' ') while (f0 < f1 && *f0 == ' ') f0++;
+      double v;
+      if (j >= C) {
+        rc = clt__error(CLT_EFORMAT, "%s: line %lld has more than the %lld fields of the first row", path,
+                        (long long)line, (long long)C);
+        goto fail;
+      }
+      if (!parse_number(f0, f1, &v) || !isfinite((float)v)) {
+        int n = (int)(f1 - f0 > 40 ? 40 : f1 - f0);
+        if (n > 0 && f0[n - 1] == '\r') n--;
+        rc = clt__error(CLT_EFORMAT, "%s: line %lld, column %lld%s%s%s: '%.*s' is %s", path, (long long)line,
+                        (long long)j + 1, sh.names ? " (" : "", sh.names ? sh.names[j] : "", sh.names ? ")" : "", n,
+                        f0, f0 == f1 ? "empty, not a number" : parse_number(f0, f1, &v) ? "not finite as a float32"
+                                                                          : "not a number");
+        goto fail;
+      }
+      row[j++] = (float)v;
+    }
+    if (j != C) {
+      rc = clt__error(CLT_EFORMAT, "%s: line %lld has %lld fields; the first row has %lld", path, (long long)line,
+                      (long long)j, (long long)C);
+      goto fail;
+    }
+    rows++;
+    p = e + 1;
+  }
+  if (rows == 0) {
+    rc = clt__error(CLT_EFORMAT, "%s: a header and no rows of numbers", path);
+    goto fail;
+  }
+  /* The features, C order, and the targets. */
+  if (!(x = malloc((size_t)(rows * nf) * sizeof *x)) || !(t = malloc((size_t)(rows * nt) * sizeof *t))) {
+    rc = CLT_ENOMEM;
+    goto fail;
+  }
+  for (int64_t i = 0; i < rows; i++) {
+    for (int64_t j = 0; j < nf; j++) x[i * nf + j] = vals[i * C + fcols[j]];
+    for (int64_t j = 0; j < nt; j++) t[i * nt + j] = vals[i * C + tcols[j]];
+  }
+  if (!(ds = clt__dataset_alloc(path))) { rc = CLT_ENOMEM; goto fail; }
+  ds->count = rows;
+  ds->ndims = 1;
+  ds->dims[0] = ds->sample_size = nf;
+  ds->dtype = CLT_F32;
+  ds->elem = clt__elem_find('f', 4);
+  ds->x = x, x = NULL;
+  ds->header_hash = clt__hash(CLT__HASH_START, map, (size_t)(sh.body - (const char *)map));
+  char what[4200];
+  snprintf(what, sizeof what, "%s (target column%s %s)", path, nt > 1 ? "s" : "", o->target ? o->target : last);
+  CLT_TRY(clt__dataset_set_targets(ds, clt__elem_find('f', 4), t, nt, 0, o->regression, o->num_classes, what));
+  *out = ds;
+  ds = NULL;
+fail:
+  if (map) munmap(map, len);
+  free_names(sh.names, sh.cols);
+  free(vals), free(x), free(t), free(tcols), free(fcols);
+  clt_dataset_destroy(ds);
+  return rc;
+}

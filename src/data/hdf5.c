@@ -1,0 +1,102 @@
+/*
+ * hdf5.c: an HDF5 dataset ("file.h5:/group/dataset") as clt__array, when
+ * cltrain is built with HDF5 (configure --with-hdf5). The dataset is read
+ * whole into memory in its stored type (integers and floats of 1 to 8
+ * bytes, as NumPy's); its first dimension is the samples. HDF5's own error
+ * stack is silenced: every fault comes back as one message naming the
+ * file, the dataset and what is wrong.
+ */
+#include "config.h"
+
+#include "data/data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if HAVE_HDF5
+#include <hdf5.h>
+
+int clt__h5_open(const char *path, const char *name, clt__array *out) {
+  int rc = CLT_OK;
+  hid_t file = H5I_INVALID_HID, ds = H5I_INVALID_HID, space = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  hsize_t dims[CLT_DATASET_MAX_DIMS + 1];
+  memset(out, 0, sizeof *out);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if ((file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
+    rc = clt__error(CLT_EFORMAT, "%s: HDF5 cannot open the file (is it an HDF5 file, whole?)", path);
+    goto fail;
+  }
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0 || (ds = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
+    rc = clt__error(CLT_ENOTFOUND, "%s: no dataset %s in the file (h5ls -r %s lists them)", path, name, path);
+    goto fail;
+  }
+  space = H5Dget_space(ds);
+  int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
+  if (nd < 1 || nd > CLT_DATASET_MAX_DIMS + 1) {
+    rc = clt__error(CLT_EFORMAT, "%s:%s: %d dimensions; a dataset of samples has 1 to %d", path, name, nd,
+                    CLT_DATASET_MAX_DIMS + 1);
+    goto fail;
+  }
+  H5Sget_simple_extent_dims(space, dims, NULL);
+  type = H5Dget_type(ds);
+  H5T_class_t cls = H5Tget_class(type);
+  size_t size = H5Tget_size(type);
+  char kind = cls == H5T_FLOAT ? 'f' : cls == H5T_INTEGER ? (H5Tget_sign(type) == H5T_SGN_NONE ? 'u' : 'i') : 0;
+  if (!kind || !(out->elem = clt__elem_find(kind, (int)size))) {
+    rc = clt__error(CLT_EFORMAT, "%s:%s: its values are of an HDF5 type of class %d and %zu bytes; cltrain reads %s",
+                    path, name, (int)cls, size, clt__elem_names());
+    goto fail;
+  }
+  uint64_t total = 1;
+  out->ndims = nd;
+  for (int i = 0; i < nd; i++) {
+    out->shape[i] = (int64_t)dims[i];
+    if (dims[i] == 0) {
+      rc = clt__error(CLT_EFORMAT, "%s:%s: dimension %d is 0: the dataset is empty", path, name, i);
+      goto fail;
+    }
+    if (total > (UINT64_C(1) << 40) / dims[i]) {
+      rc = clt__error(CLT_EFORMAT, "%s:%s: more than 2^40 values", path, name);
+      goto fail;
+    }
+    total *= dims[i];
+  }
+  /* Read as the same type in the host's order: HDF5 converts the byte order. */
+  hid_t mem = kind == 'f' ? (size == 2 ? H5I_INVALID_HID : size == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE)
+                          : H5Tget_native_type(type, H5T_DIR_ASCEND);
+  if (mem == H5I_INVALID_HID) mem = H5Tcopy(type);
+  else if (kind == 'f') mem = H5Tcopy(mem);
+  if (!(out->owned = malloc((size_t)(total * size)))) {
+    H5Tclose(mem);
+    rc = clt__error(CLT_ENOMEM, "%s:%s: cannot allocate %llu bytes", path, name, (unsigned long long)(total * size));
+    goto fail;
+  }
+  herr_t err = H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->owned);
+  H5Tclose(mem);
+  if (err < 0) {
+    rc = clt__error(CLT_EFORMAT, "%s:%s: reading its values failed (a damaged or cut file?)", path, name);
+    goto fail;
+  }
+  out->data = out->owned;
+  out->big = clt__host_is_big_endian();
+  char head[512];
+  int hn = snprintf(head, sizeof head, "%s %c%zu", name, kind, size);
+  out->header = clt__hash(clt__hash(CLT__HASH_START, head, (size_t)hn), dims, (size_t)nd * sizeof dims[0]);
+fail:
+  if (type >= 0) H5Tclose(type);
+  if (space >= 0) H5Sclose(space);
+  if (ds >= 0) H5Dclose(ds);
+  if (file >= 0) H5Fclose(file);
+  if (rc < 0) clt__array_release(out);
+  return rc;
+}
+
+#else
+
+int clt__h5_open(const char *path, const char *name, clt__array *out) {
+  memset(out, 0, sizeof *out);
+  return clt__error(CLT_EUNSUPPORTED, "%s:%s: this cltrain was built without HDF5 (configure --with-hdf5 with "
+                    "libhdf5-dev installed); or save the data as .npy", path, name);
+}
+
+#endif
