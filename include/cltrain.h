@@ -1060,6 +1060,16 @@ typedef enum clt_pipeline_schedule {
   CLT_PIPELINE_GPIPE = 1  /* every forward, then every backward: all micro-batches' activations held */
 } clt_pipeline_schedule;
 
+/* What a replica keeps of the forward for the backward
+ * (clt_train_options.recompute). */
+typedef enum clt_recompute {
+  CLT_RECOMPUTE_NONE = 0,  /* every layer's output and what its backward needs, from the forward */
+  CLT_RECOMPUTE_BLOCKS = 1 /* activation checkpointing: of each pass of a `block` of the spec only its input
+                            * (and output); the backward runs the pass's forward again before the pass's
+                            * backward, into buffers one pass long. The same gradients, bit for bit, for
+                            * about one more forward's time; a spec without a block is refused */
+} clt_recompute;
+
 typedef struct clt_train_options {
   int64_t batch;                  /* global batch per optimizer step (64) */
   int epochs;                     /* passes over the training set (10) */
@@ -1141,6 +1151,7 @@ typedef struct clt_train_options {
                                      stage (blocks expanded, the input line not counted), never inside
                                      a residual's branch; "auto": by each piece's forward and backward
                                      time on each stage's device, the slowest stage least */
+  clt_recompute recompute;        /* CLT_RECOMPUTE_NONE (default) or CLT_RECOMPUTE_BLOCKS (appended) */
 } clt_train_options;
 
 /* The defaults, as each field says. clt_trainer_create checks every field

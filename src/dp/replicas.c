@@ -62,7 +62,8 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
   if (!dp->stale || !dp->ran || !dp->rep || !dp->drep || !dp->host_params || !dp->host_state) return CLT_ENOMEM;
   CLT_TRY(take_arena(dp, P, &grads_at));
   clt__replica_config cfg = {.max_batch = dp->room, .act_dtype = o->precision, .state_per_param = per,
-                             .state_params = dp->shard_params, .no_grad_arena = dp->pooled, .grads_at = grads_at};
+                             .state_params = dp->shard_params, .no_grad_arena = dp->pooled, .grads_at = grads_at,
+                             .recompute = o->recompute};
   for (int i = 0; i < dp->nlocal; i++) {
     CLT_TRY(clt__replica_create_with(dp->ctx[i], dp->local->spec, &cfg, params, &dp->rep[i]));
     clt__replica_set_timeout(dp->rep[i], clt_comm_timeout(dp->job_comm));
