@@ -97,6 +97,7 @@ int clt__trainer_memory_records(clt_trainer *t, FILE *metrics) {
       json_object_set_new(o, "device", json_string(m->device));
       json_object_set_new(o, "batch", json_integer(m->batch));
       json_object_set_new(o, "zero", json_integer(m->zero));
+      if (t->opts.recompute) json_object_set_new(o, "recompute", json_string("blocks"));
       json_object_set_new(o, "params", json_integer(m->params));
       json_object_set_new(o, "shard_params", json_integer(m->shard_params));
       json_object_set_new(o, "counted", parts(m->counted));

@@ -72,6 +72,8 @@ none, blocks, summary = start(sys.argv[1]), start(sys.argv[2]), open(sys.argv[3]
 for k in blocks["counted"]:
     assert blocks["measured"][k] == blocks["counted"][k], "%s measured %d, counted %d" % (
         k, blocks["measured"][k], blocks["counted"][k])
+assert blocks.get("recompute") == "blocks" and "recompute" not in none, "the records' recompute: %s, %s" % (
+    blocks.get("recompute"), none.get("recompute"))
 a, b = none["counted"]["activations"], blocks["counted"]["activations"]
 assert b < a, "activations %d with --recompute blocks, %d without" % (b, a)
 for k in ("parameters", "gradients", "optimizer_state", "activation_grads", "workspace"):
