@@ -2,9 +2,10 @@
 # recompute.sh: `cltrain train --recompute blocks` (activation
 # checkpointing) ends N AdamW steps with the same weights, bit for bit, as
 # the same run without it: the tiny GPT (examples/gpt_tiny.model) and the
-# tiny Llama (examples/llama_tiny.model) on one rank, in fp32 and fp16, and
-# on 2 ranks, the GPT under --zero 2 in fp16 and the Llama as a 2-stage
-# pipeline. The memory record of --metrics counts less activation memory
+# tiny Llama (examples/llama_tiny.model) on one rank, in fp32 and fp16 (the
+# GPT under a --max-device-memory it fits only with recomputation, which
+# refuses it without), and on 2 ranks, the GPT under --zero 2 in fp16 and
+# the Llama as a 2-stage pipeline. The memory record of --metrics counts less activation memory
 # with it than without, measures what it counted part by part, and `cltrain
 # summary --recompute blocks` prints the same figure and what it saves. A
 # spec without a block (the example CNN) is refused before training (by
@@ -38,12 +39,15 @@ expect 0 "tokenize" -- tokenize "$tmp/text" -o "$tmp/train.bin"
 steps="--data $tmp/train.bin --val none -o adamw --lr 3e-3 --clip 1 -b 4 --max-steps 4 -q -d 0"
 
 # pair NAME RANKS MODEL ARGS...: the steps without and with --recompute
-# blocks on RANKS ranks; the two weights files must be the same bytes.
+# blocks (and $with) on RANKS ranks; the two weights files must be the
+# same bytes.
 pair() {
   name=$1 np=$2 model=$3
   shift 3
   for r in none blocks; do
-    if ! sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" train "$model" $steps "$@" --recompute $r \
+    more=
+    [ $r = blocks ] && more=$with
+    if ! sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" train "$model" $steps "$@" --recompute $r $more \
          --metrics "$tmp/$name-$r.jsonl" -s "$tmp/$name-$r.safetensors" >"$out" 2>"$err"; then
       echo "FAIL: $name, --recompute $r: exited non-zero:"; sed 's/^/  /' "$err"; fail=1; return
     fi
@@ -51,7 +55,14 @@ pair() {
   same "$tmp/$name-none.safetensors" "$tmp/$name-blocks.safetensors" \
     "$name: the weights after 4 AdamW steps are the same bits with --recompute blocks"
 }
+# The GPT's replica takes 21.4 MiB for batches of 4 with AdamW, 17.1 MiB
+# with --recompute blocks (cltrain summary): a cap between the two refuses
+# it without, before anything is allocated, and trains it with.
+expect 1 "a cap the GPT does not fit without --recompute" -- train "$gpt" $steps --max-device-memory 19M &&
+  has "$err" "max-device-memory 19.0 MiB: a replica for batches of 4 needs 21.4 MiB" "the refusal says what it needs"
+with="--max-device-memory 19M"
 pair "GPT, 1 rank, fp32" 1 "$gpt"
+with=
 pair "Llama, 1 rank, fp16" 1 "$llama" --precision fp16
 pair "GPT, 2 ranks, --zero 2, fp16" 2 "$gpt" --zero 2 --precision fp16
 pair "Llama, 2 ranks, --pipeline 2" 2 "$llama" --pipeline 2
