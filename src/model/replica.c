@@ -46,9 +46,7 @@ static int transient(const clt_model_spec *spec, int recompute, int i) {
   int L = spec->nlayers;
   if (!recompute || i == 0 || l->block < 0) return 0;
   for (int k = i;; k++) { /* k: i, then each view of it that follows */
-    if (k + 1 == L || spec->layers[k + 1].block != l->block) return 0;
-    for (int j = k + 1; j < L; j++)
-      if (spec->layers[j].skip == k && spec->layers[j].block != l->block) return 0;
+    if (k + 1 == L || spec->layers[k + 1].block != l->block || spec->layers[k].skip_outside) return 0;
     if (!has(&spec->layers[k + 1], CLT_KIND_VIEW) && !has(&spec->layers[k + 1], CLT_KIND_TRAIN_ONLY)) return 1;
   }
 }

@@ -541,6 +541,10 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
   }
   CLT_TRY(check_output(&p, spec, loss_raw));
   CLT_TRY(assign_skip_slots(spec));
+  for (int i = 0; i < spec->nlayers; i++) {
+    const clt_layer_spec *l = &spec->layers[i];
+    if (l->skip >= 0 && spec->layers[l->skip].block != l->block) spec->layers[l->skip].skip_outside = 1;
+  }
   default_gains(spec);
   *out = spec;
   spec = NULL;

@@ -115,6 +115,7 @@ typedef struct clt_layer_spec {
   int64_t saved_act, saved_f32, grad_scratch;
   int block;           /* the pass of a top-level `block` it is in (0, 1, ... in order; a nested block's
                           layers are their outer pass's), or -1: --recompute blocks' unit */
+  int skip_outside;    /* a residual outside that pass (or outside blocks) adds this layer's output */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {
