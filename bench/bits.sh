@@ -19,7 +19,10 @@
 #  - shares that leave a replica out (a rank that sits out, and a local
 #    replica that does), given weights 3,1, and --accumulate 2 at --zero 2;
 #  - a run saved at step 15 and resumed to 30 (2 ranks, --zero 1, fp16),
-#    which must also equal the same run uninterrupted.
+#    which must also equal the same run uninterrupted;
+#  - --offload optimizer (CNN fp32, GPT fp16) x {1, 2 ranks} x {--zero 0,
+#    1, 2} and --shard-weights 3,1 on PoCL + rusticl ranks, each equal to
+#    the same run without it;
 #  - --recompute blocks for the GPT at 1, 2 and 3 ranks (--zero 0, 1, 2; fp32
 #    and fp16) and on the pipeline (2 stages x 2 replicas), and the tiny
 #    Llama at 1 rank (fp16) and 2 (--zero 2), each of which must also equal
@@ -102,6 +105,30 @@ run "mlp-np2-sit-out" 2 mlp --balance 1,0
 run "mlp-local-sit-out" 1 mlp --devices pocl,rusticl --balance 1,0
 run "cnn-np2-weights31-fp16" 2 cnn --balance 3,1 --precision fp16
 run "mlp-np2-zero2-accumulate2" 2 mlp --zero 2 --accumulate 2
+# Issue 37: the optimizer state in host memory (--offload optimizer) at
+# --zero 0, 1, 2 on 1 and 2 ranks, fp32 (CNN, Adam) and fp16 (GPT, AdamW);
+# uneven shards (--shard-weights) on PoCL + rusticl ranks. Each must equal
+# the same run without it (checked below).
+for np in 1 2; do
+  for z in 0 1 2; do
+    run "cnn-np$np-zero$z-fp32-offload" "$np" cnn --zero "$z" --offload optimizer
+    run "gpt-np$np-zero$z-fp16-offload" "$np" gpt --zero "$z" --precision fp16 --offload optimizer
+  done
+done
+DEVICES= run "mlp-pocl-rusticl-ranks-shard31" 2 mlp --zero 1 --shard-weights 3,1
+# The GPT without clipping: with --clip the norm adds uneven parts' sums of
+# squares, so the clipping scale is --zero 0's to rounding only.
+DEVICES= run "gpt-pocl-rusticl-ranks-noclip" 2 gpt --clip 0
+DEVICES= run "gpt-pocl-rusticl-ranks-noclip-shard31" 2 gpt --zero 2 --shard-weights 3,1 --clip 0
+unset DEVICES
+for f in "$out"/*-offload.safetensors "$out"/*-shard31.safetensors; do
+  [ -f "$f" ] || continue
+  base=$(basename "$f" .safetensors)
+  case $base in *-offload) ref=${base%-offload} ;; *) ref=${base%-shard31} ;; esac
+  [ -f "$out/$ref.safetensors" ] || continue
+  if cmp -s "$f" "$out/$ref.safetensors"; then echo "$base: the bits of $ref"
+  else echo "FAIL: $base: not the bits of $ref"; exit 1; fi
+done
 # Saved at step 15 and resumed: the same bits as the run straight through.
 if [ -z "$ONLY" ] || echo "gpt-np2-resume" | grep -qE "$ONLY"; then
   ck=$(mktemp -d)

@@ -13,7 +13,10 @@
  * trains, below that of persistence (no change in K steps). Then it
  * prints the solver's time per step without training and with it.
  *
+ *   cc insitu_heat.c $(pkg-config --cflags --libs cltrain-mpi) -lm -o insitu_heat
  *   mpirun -np 2 ./insitu_heat [--cycles N] [--nx N] [--ny N]
+ *
+ * (with cltrain's flags instead of cltrain-mpi's it runs on one process).
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,8 +26,13 @@
 
 #include <cltrain.h>
 #include <cltrain/version.h>
-#if CLT_HAVE_MPI
+/* MPI where the library has it (CLT_HAVE_MPI) and the build asked for it:
+ * cltrain-mpi.pc's flags define CLT_USE_MPI; cltrain.pc's need no MPI. */
+#if CLT_HAVE_MPI && defined(CLT_USE_MPI)
+#define USE_MPI 1
 #include <cltrain/mpi.h>
+#else
+#define USE_MPI 0
 #endif
 
 enum { P = 6, K = 2, W = P + 2 * K, STRIDE = 3 };
@@ -51,7 +59,7 @@ static void exchange(strip *s) {
   float *top = at(s, s->u, -1, 0), *bottom = at(s, s->u, s->rows, 0);
   memset(top, 0, s->nx * sizeof *top);
   memset(bottom, 0, s->nx * sizeof *bottom);
-#if CLT_HAVE_MPI
+#if USE_MPI
   int up = s->rank > 0 ? s->rank - 1 : MPI_PROC_NULL, down = s->rank < s->size - 1 ? s->rank + 1 : MPI_PROC_NULL;
   MPI_Sendrecv(at(s, s->u, 0, 0), s->nx, MPI_FLOAT, up, 0, bottom, s->nx, MPI_FLOAT, down, 0, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
@@ -105,14 +113,14 @@ static int patches(const strip *s, float *from, float *to, float *x, float *y) {
 
 static int fail(const char *what) {
   fprintf(stderr, "insitu_heat: %s: %s\n", what, clt_last_error());
-#if CLT_HAVE_MPI
+#if USE_MPI
   MPI_Abort(MPI_COMM_WORLD, 1);
 #endif
   return 1;
 }
 
 static double sum_all(double v) {
-#if CLT_HAVE_MPI
+#if USE_MPI
   double all;
   MPI_Allreduce(&v, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return all;
@@ -124,7 +132,7 @@ static double sum_all(double v) {
 int main(int argc, char **argv) {
   int cycles = 200, nx = 48, ny = 48;
   clt_comm *comm;
-#if CLT_HAVE_MPI
+#if USE_MPI
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) return fail("communicator");
@@ -227,7 +235,7 @@ int main(int argc, char **argv) {
   clt_devices_destroy(all);
   clt_comm_destroy(comm);
   free(s.u), free(s.v), free(snap), free(x), free(y), free(pred), free(px);
-#if CLT_HAVE_MPI
+#if USE_MPI
   MPI_Finalize();
 #endif
   return 0;

@@ -2,11 +2,13 @@
  * interop.c: an application that uses cltrain's interop headers the way
  * README says it may, built with pkg-config alone:
  *
- *   cc interop.c $(pkg-config --cflags --libs cltrain) -o interop
+ *   cc interop.c $(pkg-config --cflags --libs cltrain-mpi) -o interop
+ *   cc interop.c $(pkg-config --cflags --libs cltrain) -o interop   # no MPI
  *
  * It calls OpenCL itself on the device cltrain found (cltrain/opencl.h) and,
- * in builds with MPI (CLT_HAVE_MPI, cltrain/version.h), initialises MPI,
- * hands cltrain its communicator (cltrain/mpi.h) and calls MPI itself.
+ * built with cltrain-mpi (which needs a library built with MPI,
+ * CLT_HAVE_MPI in cltrain/version.h), initialises MPI, hands cltrain its
+ * communicator (cltrain/mpi.h) and calls MPI itself.
  * `make installcheck` (and so `make distcheck`) builds and runs it against
  * the installed library.
  */
@@ -15,8 +17,13 @@
 #include <cltrain.h>
 #include <cltrain/opencl.h>
 #include <cltrain/version.h>
-#if CLT_HAVE_MPI
+/* MPI where the library has it (CLT_HAVE_MPI) and the build asked for it:
+ * cltrain-mpi.pc's flags define CLT_USE_MPI; cltrain.pc's need no MPI. */
+#if CLT_HAVE_MPI && defined(CLT_USE_MPI)
+#define USE_MPI 1
 #include <cltrain/mpi.h>
+#else
+#define USE_MPI 0
 #endif
 
 static int fail(const char *what) {
@@ -27,7 +34,7 @@ static int fail(const char *what) {
 int main(int argc, char **argv) {
   clt_comm *comm;
   clt_devices *devs;
-#if CLT_HAVE_MPI
+#if USE_MPI
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) return fail("communicator");
@@ -43,7 +50,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int ranks = clt_comm_size(comm);
-#if CLT_HAVE_MPI
+#if USE_MPI
   int world;
   MPI_Allreduce(&ranks, &world, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   ranks = world;
@@ -52,7 +59,7 @@ int main(int argc, char **argv) {
          ranks);
   clt_devices_destroy(devs);
   clt_comm_destroy(comm);
-#if CLT_HAVE_MPI
+#if USE_MPI
   MPI_Finalize();
 #endif
   return 0;

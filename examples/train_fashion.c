@@ -2,19 +2,27 @@
  * train_fashion.c: training through libcltrain's public API, the way an
  * application embeds it: its own MPI_Init (when built with MPI), its own
  * communicator, a model spec, the Fashion-MNIST files, and a callback that
- * prints each epoch. It uses MPI where the library was built with it
- * (CLT_HAVE_MPI).
+ * prints each epoch. Built with cltrain-mpi's flags it uses MPI (where the
+ * library was built with it, CLT_HAVE_MPI); with cltrain's it needs no MPI
+ * and trains on this machine's devices in one process.
  *
- *   cc train_fashion.c $(pkg-config --cflags --libs cltrain) -o train_fashion
+ *   cc train_fashion.c $(pkg-config --cflags --libs cltrain-mpi) -o train_fashion
  *   mpirun -np 2 ./train_fashion fashion_mlp.model [DATA_DIR]
+ *   cc train_fashion.c $(pkg-config --cflags --libs cltrain) -o train_fashion
+ *   ./train_fashion fashion_mlp.model [DATA_DIR]
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <cltrain.h>
 #include <cltrain/version.h>
-#if CLT_HAVE_MPI
+/* MPI where the library has it (CLT_HAVE_MPI) and the build asked for it:
+ * cltrain-mpi.pc's flags define CLT_USE_MPI; cltrain.pc's need no MPI. */
+#if CLT_HAVE_MPI && defined(CLT_USE_MPI)
+#define USE_MPI 1
 #include <cltrain/mpi.h>
+#else
+#define USE_MPI 0
 #endif
 
 static void on_event(const clt_train_event *ev, void *user) {
@@ -40,7 +48,7 @@ int main(int argc, char **argv) {
   float mean, std;
   int rc = 1;
 
-#if CLT_HAVE_MPI
+#if USE_MPI
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   if (clt_comm_create(MPI_COMM_WORLD, &comm) < 0) return fail("communicator");
@@ -79,7 +87,7 @@ int main(int argc, char **argv) {
   clt_devices_destroy(mine);
   clt_devices_destroy(all);
   clt_comm_destroy(comm);
-#if CLT_HAVE_MPI
+#if USE_MPI
   MPI_Finalize();
 #endif
   return rc;

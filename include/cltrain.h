@@ -198,6 +198,21 @@ CLT_API void clt_devices_destroy(clt_devices *devs);
 CLT_API int clt_devices_count(const clt_devices *devs);
 /* NULL when i is out of range. */
 CLT_API const clt_device_info *clt_devices_info(const clt_devices *devs, int i);
+
+/* A device's peak float32 FLOP/s, the divisor of MFU: the GEMM rate
+ * `cltrain bench gemm` measured on it and cached (*source "measured"), else
+ * an estimate from its properties: compute units x clock x 2 (a fused
+ * multiply-add) x the lanes of a unit, 8 on a CPU and 64 on a GPU
+ * (*source "properties"), or 0 when the device gives no clock. The cache is
+ * one line a device, "PEAK_FLOPS<TAB>KEY" (KEY: name, platform, driver and
+ * PCI bus id, '|'-separated), in $CLT_PEAK_CACHE, else
+ * $XDG_CACHE_HOME/cltrain/peak-flops, else ~/.cache/cltrain/peak-flops;
+ * a missing cache is no error. source may be NULL. */
+CLT_API int clt_device_peak_flops(const clt_device_info *info, double *flops, const char **source);
+/* Record a measured peak (> 0) for the device in that cache, replacing its
+ * line (the directory made if missing; the file written whole through a
+ * temporary file). */
+CLT_API int clt_device_peak_flops_save(const clt_device_info *info, double flops);
 CLT_API const char *clt_device_type_name(clt_device_type type);
 
 /* Choose devices by a spec: a comma-separated list of terms, each one of
@@ -1015,7 +1030,14 @@ CLT_API float clt_schedule_lr(const clt_schedule *s, int64_t step);
  * the backward, the update.
  */
 
-typedef enum clt_train_event_kind { CLT_EVENT_STEP = 0, CLT_EVENT_EPOCH = 1 } clt_train_event_kind;
+/* STEP: a step record (every log_every steps); EPOCH: an epoch's summary;
+ * PROGRESS: rank 0's timed progress (clt_train_options.progress_s), to the
+ * callback only, never to the metrics. */
+typedef enum clt_train_event_kind {
+  CLT_EVENT_STEP = 0,
+  CLT_EVENT_EPOCH = 1,
+  CLT_EVENT_PROGRESS = 2
+} clt_train_event_kind;
 
 /* What a trainer reports as it goes (to the callback, and as JSON Lines to
  * the metrics file). NaN marks what an event does not carry. */
@@ -1041,6 +1063,17 @@ typedef struct clt_train_event {
   const double *fixed_s;            /* STEP, --balance auto: per replica, its fitted fixed cost per
                                        micro-batch, seconds (0: no model yet); NULL otherwise */
   const double *per_sample_s;       /*   and its fitted cost per sample */
+  /* appended (the fields above keep their places) */
+  double tokens_per_s;              /* STEP, PROGRESS: samples_per_s times the positions of a sample, for a
+                                       model of tokens; NaN otherwise */
+  double prefetch_wait_s;           /* STEP: seconds a step waited for its batch from the prefetch thread,
+                                       the mean of the steps since the last record, the most of any rank */
+  double flops_per_sample;          /* the model's (a pipeline stage's) FLOPs per sample of a training
+                                       step: forward and backward, 3 x the layer table's forward count */
+  const double *flops;              /* STEP, EPOCH: per replica, the FLOP/s it achieved (its throughput x
+                                       flops_per_sample; 0: not measured yet); NULL: unknown */
+  const double *peak_flops;         /*   its device's peak FLOP/s (clt_device_peak_flops; 0: unknown) */
+  const double *mfu;                /*   flops / peak_flops, model FLOPs utilisation (NaN: unknown) */
 } clt_train_event;
 
 typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
@@ -1059,6 +1092,21 @@ typedef enum clt_pipeline_schedule {
                            * micro-batches' activations held per stage as there are stages */
   CLT_PIPELINE_GPIPE = 1  /* every forward, then every backward: all micro-batches' activations held */
 } clt_pipeline_schedule;
+
+/* Where the optimizer's state lives (clt_train_options.offload). */
+typedef enum clt_offload {
+  CLT_OFFLOAD_NONE = 0,      /* on each replica's device */
+  CLT_OFFLOAD_OPTIMIZER = 1  /* in host memory: the moments of the replica's shard, stepped on the
+                              * host's threads with the device kernel's arithmetic (same bits) */
+} clt_offload;
+
+/* How the ZeRO shards are sized across ranks (clt_train_options.shard_by). */
+typedef enum clt_shard_by {
+  CLT_SHARD_EQUAL = 0,   /* the all-reduce's own segments: 1/N of every bucket each */
+  CLT_SHARD_MEMORY = 1,  /* in proportion to the device memory each rank's replicas have free for
+                          * their shard (under max_device_memory), smallest device of a rank */
+  CLT_SHARD_WEIGHTS = 2  /* in proportion to shard_weights, one per rank */
+} clt_shard_by;
 
 /* What a replica keeps of the forward for the backward
  * (clt_train_options.recompute). */
@@ -1151,6 +1199,27 @@ typedef struct clt_train_options {
                                      stage (blocks expanded, the input line not counted), never inside
                                      a residual's branch; "auto": by each piece's forward and backward
                                      time on each stage's device, the slowest stage least */
+  /* sharded checkpoints (appended) */
+  int checkpoint_one_file;        /* 0 (default): under zero 1 or 2 on several ranks each rank writes
+                                     its shard of the state beside the checkpoint, and the checkpoint
+                                     file is their index (doc/checkpoint.md); 1: rank 0 gathers the
+                                     whole state and writes one file, as at zero 0 */
+  /* watching a run (appended) */
+  double progress_s;              /* rank 0 calls the callback with a CLT_EVENT_PROGRESS event after a
+                                     step when at least this many seconds passed since the last one (or
+                                     since fit began); 0 (default): never */
+  const char *run_json;           /* a JSON object whose members the metrics' first record, the run
+                                     record, takes too (the CLI's: its command line and its own
+                                     options); NULL: none; anything but an object is CLT_EINVAL */
+  /* optimizer offload and uneven shards (appended) */
+  int offload;                    /* clt_offload: CLT_OFFLOAD_OPTIMIZER keeps the optimizer state in host
+                                     memory and steps it there (8 bytes a parameter of the shard less on
+                                     the device with Adam/AdamW); not with pipeline, nor an optimizer
+                                     without state. CLT_OFFLOAD_NONE (default) */
+  int shard_by;                   /* clt_shard_by: how ZeRO's shards are sized (zero 1 or 2 on several
+                                     ranks). CLT_SHARD_EQUAL (default) */
+  const double *shard_weights;    /* CLT_SHARD_WEIGHTS: one per rank (>= 0, not all 0) */
+  int shard_nweights;
   clt_recompute recompute;        /* CLT_RECOMPUTE_NONE (default) or CLT_RECOMPUTE_BLOCKS (appended) */
 } clt_train_options;
 
@@ -1373,11 +1442,19 @@ CLT_API int clt_trainer_load_weights(clt_trainer *t, const char *path);
  * A checkpoint loads on any number of ranks and devices, of any vendor; at
  * the same number of replicas the resumed run is bit for bit the run that
  * was not interrupted (with --balance equal or weights; auto measures time).
+ *
+ * Under zero 1 or 2 on several ranks (unless checkpoint_one_file) the file
+ * at path is an index (format_version "2", no tensors, metadata 'shards')
+ * of one shard file per rank beside it, PATH-stem.<save>.shard-<r>-of-<N>
+ * .safetensors, each holding that rank's ranges of the parameters and
+ * state: no rank gathers the whole state. Each is written as above, the
+ * index last; loading, latest, rotation and export read it as one file.
  */
 
-/* Save the trainer's state to path. Collective: rank 0 writes, and every
- * rank returns rank 0's outcome (a full disk is CLT_EIO on every rank, and
- * the file that was at path is untouched). */
+/* Save the trainer's state to path. Collective: rank 0 writes (under ZeRO
+ * every rank its shard, rank 0 the index), and every rank returns rank 0's
+ * outcome (a full disk is CLT_EIO on every rank, and the file that was at
+ * path is untouched). */
 CLT_API int clt_trainer_save_checkpoint(clt_trainer *t, const char *path);
 /* Load a checkpoint into every replica (rank 0 reads and checks it, then
  * broadcasts): parameters, optimizer state, step counts and the position

@@ -2,7 +2,7 @@
 # Looks for MPI through pkg-config (ompi-c, mpich, mpi-c) and falls back to
 # asking the mpicc wrapper for its flags. Sets MPI_CFLAGS, MPI_LIBS,
 # HAVE_MPI (AC_DEFINE and AM_CONDITIONAL), CLT_HAVE_MPI (1 or 0, for
-# cltrain/version.h), what cltrain.pc needs for cltrain/mpi.h (MPI_PC: the
+# cltrain/version.h), what cltrain-mpi.pc needs for cltrain/mpi.h (MPI_PC: the
 # pkg-config module in Requires, or MPI_PC_CFLAGS and MPI_PC_LIBS where MPI
 # came from the wrapper) and clt_mpi_summary.
 # MPI flags are applied only to the sources that need MPI: CC is never mpicc.

@@ -13,13 +13,16 @@
 # tokenizer.json instead (each split one document), into
 # OUT_DIR/NAME_train.bin and OUT_DIR/NAME_val.bin.
 #
-#   CLTRAIN       the tool (default ./cltrain)
+#   CLTRAIN       the tool (default ./cltrain where it exists, as in a built
+#                 source tree, else cltrain from PATH, as installed)
 #   FORTUNES_DIR  where the packages put the text (default /usr/share/games/fortunes)
 #   OUT_DIR       where the shards go (default data)
 #   TOKENIZER     a tokenizer.json or its directory (default: none, byte-level)
 #   NAME          the shards' file name prefix (default fortunes)
 set -e
-CLTRAIN=${CLTRAIN:-./cltrain}
+if [ -z "${CLTRAIN:-}" ]; then
+  if [ -x ./cltrain ]; then CLTRAIN=./cltrain; else CLTRAIN=cltrain; fi
+fi
 dir=${FORTUNES_DIR:-/usr/share/games/fortunes}
 out=${OUT_DIR:-data}
 name=${NAME:-fortunes}

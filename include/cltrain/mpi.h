@@ -7,10 +7,23 @@
  * MPI (MPI_THREAD_FUNNELED is enough), makes communicators from its own
  * MPI_Comm, destroys them before MPI_Finalize, and decides what to do when a
  * collective fails (MPI_Abort, usually).
+ *
+ * In C++, mpi.h of Open MPI (before 5.0) and MPICH declares MPI's C++
+ * bindings too, whose inline code needs libmpi_cxx (or libmpicxx) at link
+ * time: a C++ program that includes this header and links with
+ * `pkg-config --libs cltrain-mpi` would fail with undefined MPI:: symbols.
+ * The bindings left MPI in 3.0; this header turns them off unless mpi.h
+ * came first (cltrain-mpi.pc's Cflags turn them off in that order too).
  */
 #ifndef CLTRAIN_MPI_H
 #define CLTRAIN_MPI_H
 
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if defined(__cplusplus) && !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <cltrain.h>

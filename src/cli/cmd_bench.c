@@ -105,7 +105,9 @@ static void help(FILE *to) {
   fprintf(to, "usage: cltrain bench gemm [OPTIONS]\n"
               "\n"
               "Checks SGEMM and the elementwise kernels against plain C on each selected\n"
-              "device, then times square SGEMMs.\n"
+              "device, then times square SGEMMs. Each device's rate is cached as its peak\n"
+              "FLOP/s, the divisor of the MFU that training reports (in $CLT_PEAK_CACHE, else\n"
+              "$XDG_CACHE_HOME/cltrain/peak-flops, else ~/.cache/cltrain/peak-flops).\n"
               "\n"
               "  -d, --devices SPEC   devices to run on (default: all; CLT_DEVICES when set)\n"
               "  -n, --size N         matrix size for the timing (default 512)\n"
@@ -188,7 +190,11 @@ static int bench_gemm(int argc, char **argv) {
         }
         if (rc == 0) rc = clt_context_finish(ctx);
         double dt = now() - t0;
-        if (rc == 0) printf(" %10zu %12.1f", n, 2.0 * n * n * n * iters / dt / 1e9);
+        double rate = 2.0 * n * n * n * iters / dt;
+        if (rc == 0) printf(" %10zu %12.1f", n, rate / 1e9);
+        /* MFU's divisor from now on (a cache that cannot be written only loses that) */
+        if (rc == 0 && clt_device_peak_flops_save(info, rate) < 0)
+          fprintf(stderr, "\ncltrain bench gemm: the rate is not cached: %s\n", clt_last_error());
       }
       clt_buffer_release(a);
       clt_buffer_release(b);

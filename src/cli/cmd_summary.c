@@ -37,6 +37,7 @@ static void help(FILE *to) {
           "                        largest rank's shard only, 2 its gradients too with the\n"
           "                        backward's bucket buffers (default 0)\n"
           "      --ranks N         ranks of the job, one replica each (default 1)\n"
+          "      --offload optimizer  as train's: no optimizer state on the device\n"
           "      --bucket-mb X     as train's: the buckets the shards are cut from (default %g)\n"
           "      --recompute WHAT  as train's: blocks counts each block pass's input and one\n"
           "                        pass's activations, and says what that saves (default none)\n"
@@ -67,6 +68,7 @@ static void print_need(const clt_replica_memory *m, const clt_train_options *o, 
            o->zero == 2 ? "; gradients whole, since --accumulate sums the micro-batches locally first" : "");
   else if (o->zero)
     printf(", --zero %d on one rank changes nothing", o->zero);
+  if (o->offload == CLT_OFFLOAD_OPTIMIZER) printf("; the optimizer state in host memory (--offload optimizer)");
   printf("):\n");
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     printf("  %-22s %12s\n", rows[i].what, cli_bytes((double)rows[i].bytes, b, sizeof b));
@@ -90,6 +92,7 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
                                        {"zero", required_argument, 0, 'z'},   {"ranks", required_argument, 0, 'r'},
                                        {"bucket-mb", required_argument, 0, 'm'},
                                        {"decay-all", no_argument, 0, 'A'},
+                                       {"offload", required_argument, 0, 'O'},
                                        {"recompute", required_argument, 0, 'R'}, {0}};
   clt_optimizer_kind kind = CLT_OPT_SGD;
   char *end;
@@ -122,6 +125,13 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
         return CLI_EXIT_USAGE;
       }
       o->precision = strcmp(optarg, "fp16") == 0 ? CLT_F16 : CLT_F32;
+      break;
+    case 'O':
+      if (strcmp(optarg, "optimizer") && strcmp(optarg, "none")) {
+        fprintf(stderr, "cltrain summary: --offload must be optimizer or none, not '%s'\n", optarg);
+        return CLI_EXIT_USAGE;
+      }
+      o->offload = strcmp(optarg, "optimizer") == 0 ? CLT_OFFLOAD_OPTIMIZER : CLT_OFFLOAD_NONE;
       break;
     case 'z':
     case 'r': {

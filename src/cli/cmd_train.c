@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,10 +29,14 @@ typedef struct train_args {
   const char *targets, *val_targets; /* --targets, --val-targets: a token file's targets shard */
   const char *allreduce;     /* --allreduce: the all-reduce algorithm (NULL: CLT_ALLREDUCE) */
   int quiet;
+  double progress;           /* --progress SECONDS (-1: not given) */
+  char *command;             /* the command line as JSON, before getopt reorders it */
+  char *run_json;            /* the run record's part of ours (clt_train_options.run_json) */
   int threads;               /* --threads: a CPU device's threads (0: the default) */
   int eval;                  /* cltrain eval: a language model's --val alone will do */
   int vocab;                 /* a language model's vocabulary, else 0 */
   double balance_weights[MAX_WEIGHTS];
+  double shard_weights[MAX_WEIGHTS];  /* --shard-weights */
   clt_train_options o;
 } train_args;
 
@@ -60,6 +65,36 @@ static int parse_balance(const char *s, train_args *a) {
   a->o.balance = CLT_BALANCE_WEIGHTS;
   a->o.balance_weights = a->balance_weights;
   a->o.balance_nweights = n;
+  return 0;
+}
+
+/* --shard-weights W1,W2,...: one per rank, >= 0, not all 0. */
+static int parse_shard_weights(const char *s, train_args *a) {
+  int n = 0, positive = 0;
+  const char *p = s;
+  if (a->o.shard_by == CLT_SHARD_MEMORY) {
+    fprintf(stderr, "cltrain: --shard-weights and --shard-by memory both size the ZeRO shards; give one\n");
+    return -1;
+  }
+  while (*p) {
+    char *end;
+    double w = strtod(p, &end);
+    if (end == p || !(w >= 0) || w > 1e12 || (*end && *end != ',') || (*end == ',' && !end[1]) || n == MAX_WEIGHTS) {
+      fprintf(stderr, "cltrain: --shard-weights must be weights like 3,1 (one per rank, 0 for no shard), not '%s'\n",
+              s);
+      return -1;
+    }
+    positive += w > 0;
+    a->shard_weights[n++] = w;
+    p = *end ? end + 1 : end;
+  }
+  if (!positive) {
+    fprintf(stderr, "cltrain: --shard-weights %s gives every rank 0; at least one must hold a shard\n", s);
+    return -1;
+  }
+  a->o.shard_by = CLT_SHARD_WEIGHTS;
+  a->o.shard_weights = a->shard_weights;
+  a->o.shard_nweights = n;
   return 0;
 }
 
@@ -159,6 +194,13 @@ static void help_devices(FILE *to, const clt_train_options *d) {
           "                          2 the reduced gradients too (the backward writes into a few\n"
           "                          bucket buffers; with --accumulate the whole local gradient\n"
           "                          is kept); same results bit for bit (default 0; no-op on one rank)\n"
+          "      --shard-by memory   size each rank's ZeRO shard by the device memory it has free\n"
+          "                          beside its unsharded buffers (default equal; --balance still\n"
+          "                          sizes the batch's shares)\n"
+          "      --shard-weights W1,W2,...  ZeRO shards in proportion to weights, one per rank\n"
+          "      --offload optimizer  keep the optimizer state in host memory and step it on the\n"
+          "                          host (same bits; saves nothing where device memory is the\n"
+          "                          host's, as with PoCL; default none)\n"
           "      --pipeline P        cut the model into P stages on P ranks (ranks = P x D: D\n"
           "                          data-parallel replicas of each stage; default 1: none)\n"
           "      --micro-batches M   a pipeline step's micro-batches (default P); the batch\n"
@@ -189,7 +231,13 @@ static void help_devices(FILE *to, const clt_train_options *d) {
           "      --keep K            keep the newest K checkpoints in DIR (default %d; 0: all)\n"
           "      --resume FILE|latest  go on from a checkpoint: FILE, or the newest whole one in\n"
           "                          the checkpoint directory (none there: start from the beginning)\n"
+          "      --checkpoint-one-file  under --zero 1|2 on several ranks, gather the state to rank 0\n"
+          "                          and write one file (default: each rank writes its shard beside\n"
+          "                          the checkpoint, which indexes them)\n"
           "  -q, --quiet             no progress line\n"
+          "      --progress S        a progress line on stderr at most every S seconds: step, epoch,\n"
+          "                          loss, samples/s, tokens/s, ETA to the run's end (default: a\n"
+          "                          live line on a terminal, else every 10 s; 0: none)\n"
           "  -h, --help              this text\n",
           (long long)d->balance_every, (long long)d->balance_min_share, d->bucket_mb,
           cli_help_entry(allreduce, sizeof allreduce, "      --allreduce ALG     ", text, 86),
@@ -272,7 +320,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
          O_GAMMA, O_MINLR, O_CLIP, O_EVAL, O_LOG, O_METRICS, O_TENSORBOARD, O_NORM, O_WEIGHTS, O_BALANCE, O_BALEVERY, O_BALMIN, O_BUCKET, O_PRECISION, O_LOSS_SCALE,
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
          O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES, O_BETAS, O_EPS, O_TARGETS,
-         O_VAL_TARGETS, O_RECOMPUTE };
+         O_VAL_TARGETS, O_CKPT_ONE_FILE, O_PROGRESS, O_OFFLOAD, O_SHARD_BY, O_SHARD_WEIGHTS, O_RECOMPUTE };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -302,6 +350,10 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"keep", required_argument, 0, O_KEEP},     {"resume", required_argument, 0, O_RESUME},
       {"pipeline", required_argument, 0, O_PIPELINE}, {"micro-batches", required_argument, 0, O_MICRO},
       {"schedule-pipeline", required_argument, 0, O_PIPE_SCHED}, {"stages", required_argument, 0, O_STAGES},
+      {"checkpoint-one-file", no_argument, 0, O_CKPT_ONE_FILE},
+      {"progress", required_argument, 0, O_PROGRESS},
+      {"offload", required_argument, 0, O_OFFLOAD}, {"shard-by", required_argument, 0, O_SHARD_BY},
+      {"shard-weights", required_argument, 0, O_SHARD_WEIGHTS},
       {"recompute", required_argument, 0, O_RECOMPUTE},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
@@ -310,6 +362,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
   float momentum = 0, wd = 0, betas[2] = {0, 0}, eps = 0;
   clt_optimizer_kind kind = CLT_OPT_SGD;
   *help_asked = 0;
+  a->progress = -1;
   clt_train_options_defaults(o);
   a->normalize = "standard";
   while ((c = getopt_long(argc, argv, "D:e:b:o:d:s:qh", opts, NULL)) != -1) {
@@ -369,6 +422,12 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
     case O_METRICS: o->metrics_path = optarg; break;
     case O_TENSORBOARD: o->tensorboard_dir = optarg; break;
     case 'q': a->quiet = 1; break;
+    case O_PROGRESS: {
+      float sec;
+      if (parse_real("--progress", optarg, 0, 1e9, &sec)) return -1;
+      a->progress = sec;
+      break;
+    }
     case 's': a->save = optarg; break;
     case O_TRACE: a->trace = optarg; break;
     case O_WEIGHTS: a->weights = optarg; break;
@@ -411,6 +470,32 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       }
       break;
     case O_STAGES: o->stages = optarg; break;
+    case O_CKPT_ONE_FILE: o->checkpoint_one_file = 1; break;
+    case O_OFFLOAD:
+      if (strcmp(optarg, "optimizer") == 0) {
+        o->offload = CLT_OFFLOAD_OPTIMIZER;
+      } else if (strcmp(optarg, "none") == 0) {
+        o->offload = CLT_OFFLOAD_NONE;
+      } else {
+        fprintf(stderr, "cltrain: --offload must be optimizer or none, not '%s'\n", optarg);
+        return -1;
+      }
+      break;
+    case O_SHARD_BY:
+      if (strcmp(optarg, "memory") == 0 && o->shard_by == CLT_SHARD_WEIGHTS) {
+        fprintf(stderr, "cltrain: --shard-weights and --shard-by memory both size the ZeRO shards; give one\n");
+        return -1;
+      } else if (strcmp(optarg, "memory") == 0) {
+        o->shard_by = CLT_SHARD_MEMORY;
+      } else if (strcmp(optarg, "equal") == 0) {
+        o->shard_by = CLT_SHARD_EQUAL, o->shard_weights = NULL, o->shard_nweights = 0;
+      } else {
+        fprintf(stderr, "cltrain: --shard-by must be memory or equal, not '%s' (--shard-weights W1,W2 gives "
+                        "weights)\n", optarg);
+        return -1;
+      }
+      break;
+    case O_SHARD_WEIGHTS: if (parse_shard_weights(optarg, a)) return -1; break;
     case O_RECOMPUTE:
       if (strcmp(optarg, "blocks") && strcmp(optarg, "none")) {
         fprintf(stderr, "cltrain: --recompute must be blocks or none, not '%s'\n", optarg);
@@ -494,9 +579,42 @@ static void print_eval(const train_args *a, const char *lead, double loss, doubl
   else printf("%sval loss %.4f accuracy %.4f", lead, loss, acc);
 }
 
-/* Progress on rank 0: a rewritten line on a terminal, epoch lines always. */
+/* h:mm:ss */
+static void hms(double s, char *buf, size_t len) {
+  long t = isfinite(s) && s > 0 ? (long)(s + 0.5) : 0;
+  snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* A timed progress line (--progress): whole lines, for a pipe or a log. */
+static void progress_line(const train_args *a, const clt_train_event *ev) {
+  char eta[32], tok[64] = "";
+  hms(ev->eta_s, eta, sizeof eta);
+  if (isfinite(ev->tokens_per_s)) snprintf(tok, sizeof tok, "  %.0f tokens/s", ev->tokens_per_s);
+  if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
+  fprintf(stderr, "progress: step %lld/%lld  epoch %lld/%lld  loss %.4f  %.0f samples/s%s  ETA %s\n",
+          (long long)ev->step, (long long)ev->steps_total, (long long)ev->epoch, (long long)ev->epochs, ev->loss,
+          ev->samples_per_s, tok, eta);
+}
+
+/* Each device's achieved FLOP/s and MFU, for the epoch line. */
+static void print_flops(const clt_train_event *ev) {
+  int any = 0;
+  for (int r = 0; ev->flops && ev->mfu && r < ev->nreplicas; r++) {
+    if (!(ev->flops[r] > 0)) continue;
+    printf("%s replica %d %.3g GFLOP/s", any ? "," : " |", r, ev->flops[r] / 1e9);
+    if (isfinite(ev->mfu[r])) printf(" MFU %.1f%%", 100 * ev->mfu[r]);
+    any = 1;
+  }
+}
+
+/* Progress on rank 0: a rewritten line on a terminal, timed lines
+ * (--progress), epoch lines always. */
 static void progress(const clt_train_event *ev, void *user) {
   const train_args *a = user;
+  if (ev->kind == CLT_EVENT_PROGRESS) {
+    progress_line(a, ev);
+    return;
+  }
   if (ev->kind == CLT_EVENT_STEP && isfinite(ev->test_loss)) { /* --eval-every */
     if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
     printf("step %lld/%lld: train loss %.4f", (long long)ev->step, (long long)ev->steps_total, ev->loss);
@@ -506,11 +624,12 @@ static void progress(const clt_train_event *ev, void *user) {
     return;
   }
   if (ev->kind == CLT_EVENT_STEP) {
-    if (a->quiet || !isatty(STDERR_FILENO)) return;
-    int eta = (int)(ev->eta_s + 0.5);
-    fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d:%02d   ",
+    if (a->quiet || a->progress >= 0 || !isatty(STDERR_FILENO)) return; /* --progress: its own lines */
+    char eta[32];
+    hms(ev->eta_s, eta, sizeof eta);
+    fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ",
             (long long)ev->epoch, (long long)ev->epochs, (long long)ev->step_in_epoch,
-            (long long)ev->steps_per_epoch, ev->loss, ev->samples_per_s, eta / 3600, eta / 60 % 60, eta % 60);
+            (long long)ev->steps_per_epoch, ev->loss, ev->samples_per_s, eta);
     return;
   }
   if (!a->quiet && isatty(STDERR_FILENO)) fprintf(stderr, "\r%80s\r", "");
@@ -519,7 +638,9 @@ static void progress(const clt_train_event *ev, void *user) {
     printf(" (stopped at step %lld of %lld, --max-steps)", (long long)ev->step_in_epoch, (long long)ev->steps_per_epoch);
   printf(": train loss %.4f accuracy %.4f", ev->loss, ev->accuracy);
   if (isfinite(ev->test_accuracy)) print_eval(a, " | ", ev->test_loss, ev->test_accuracy);
-  printf(" | %.1f s\n", ev->elapsed_s);
+  printf(" | %.1f s", ev->elapsed_s);
+  print_flops(ev);
+  printf("\n");
   fflush(stdout);
 }
 
@@ -718,18 +839,65 @@ static int resume(const train_args *a, clt_trainer *tr, clt_comm *comm) {
   return CLI_EXIT_OK;
 }
 
+/* The command line as a JSON array ("cltrain", "train", ...), taken
+ * before getopt reorders argv. */
+static char *command_json(int argc, char **argv) {
+  json_t *cmd = json_array();
+  json_array_append_new(cmd, json_string("cltrain"));
+  for (int i = 0; i < argc; i++) json_array_append_new(cmd, json_string(argv[i]));
+  char *text = json_dumps(cmd, JSON_COMPACT);
+  json_decref(cmd);
+  return text;
+}
+
+/* What the run record (clt_train_options.run_json) takes from us: the
+ * command line and the options that are the tool's, not the trainer's. */
+static char *run_json(const train_args *a) {
+  json_t *o = json_object(), *cli = json_object();
+  const char *s;
+#define STR(x) ((s = (x)) ? json_string(s) : json_null())
+  json_object_set_new(o, "command", a->command ? json_loads(a->command, 0, NULL) : json_null());
+  json_object_set_new(cli, "model", STR(a->model));
+  json_object_set_new(cli, "data", STR(a->data));
+  json_object_set_new(cli, "val", STR(a->val));
+  json_object_set_new(cli, "targets", STR(a->targets));
+  json_object_set_new(cli, "val_targets", STR(a->val_targets));
+  json_object_set_new(cli, "normalize", STR(a->normalize));
+  json_object_set_new(cli, "devices", STR(a->devices));
+  json_object_set_new(cli, "threads", json_integer(a->threads));
+  json_object_set_new(cli, "allreduce", STR(a->allreduce));
+  json_object_set_new(cli, "weights", STR(a->weights));
+  json_object_set_new(cli, "resume", STR(a->resume));
+  json_object_set_new(cli, "save", STR(a->save));
+  json_object_set_new(cli, "trace", STR(a->trace));
+  json_object_set_new(cli, "quiet", json_boolean(a->quiet));
+  json_object_set_new(cli, "progress_s", json_real(a->o.progress_s));
+#undef STR
+  json_object_set_new(o, "cli", cli);
+  char *text = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return text;
+}
+
 int cmd_train(int argc, char **argv, clt_comm *comm) {
   train_args a;
   int help_asked, rc, ec = CLI_EXIT_OK;
   memset(&a, 0, sizeof a);
+  a.command = command_json(argc, argv);
   if (parse_args(argc, argv, &a, &help_asked) < 0) {
+    free(a.command);
     fprintf(stderr, "(cltrain train --help lists the options)\n");
     return argv_error();
   }
   if (help_asked) {
+    free(a.command);
     help(stdout);
     return CLI_EXIT_OK;
   }
+  /* Timed progress lines where no one sees the live line: a pipe (mpirun,
+   * srun), a log file; on a terminal when asked. */
+  a.o.progress_s = a.progress >= 0 ? a.progress : a.quiet || isatty(STDERR_FILENO) ? 0 : 10;
+  a.o.run_json = a.run_json = run_json(&a);
   /* Before the trainer makes its plans (every rank parsed the same line). */
   if (a.allreduce && (rc = clt_comm_set_allreduce(comm, a.allreduce)) < 0)
     return cli_comm_fail(comm, rc, "--allreduce");
@@ -787,6 +955,8 @@ int cmd_train(int argc, char **argv, clt_comm *comm) {
   }
 out:
   session_close(&s);
+  free(a.command);
+  free(a.run_json);
   return ec;
 }
 

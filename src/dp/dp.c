@@ -62,6 +62,7 @@ void clt__dp_destroy(clt__dp *dp) {
   free(dp->probe_gap);
   free(dp->probe_at);
   free(dp->obs);
+  free(dp->shard_w);
   free(dp);
 }
 

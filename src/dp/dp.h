@@ -28,7 +28,11 @@
  *   zero.c             ZeRO stages 1 and 2: the shards, their plans, the
  *                      pool's slots, the memory a replica needs;
  *   zero_gather.c      the parameters' allgather after a sharded step,
- *                      and the state's gather for checkpoints.
+ *                      and the state's gather for checkpoints;
+ *   shard_by.c         how large each rank's shard is (--shard-by memory,
+ *                      --shard-weights; cut by clt__dp_shard_part, zero.c);
+ *   offload.c          the optimizer step of a replica whose state is in
+ *                      host memory (--offload optimizer, loose devices).
  *
  * Functions marked collective must be called by every rank of the dp's
  * communicator in the same order.
@@ -208,8 +212,9 @@ void clt__grad_pool_free(clt__grad_pool *p);
  * state for the rank's shard (its parameters into *shard_params when not
  * NULL), and gradients (the arena, with its f16 copy on the wire when
  * `wire`; under stage 2 without accumulation the shard's and the bucket
- * pool's instead). */
+ * pool's instead). shard_w: the ranks' shard weights (NULL: equal
+ * shards). Under o->offload the device holds no optimizer state. */
 int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int rank, int64_t room, int wire,
-                 clt_replica_memory *need, int64_t *shard_params);
+                 clt_replica_memory *need, int64_t *shard_params, const double *shard_w);
 
 #endif

@@ -166,7 +166,31 @@ struct clt__dp {
   int64_t gather_n;
   clt_pinned *staging;
   cl_event *written;
+
+  /* shard_by.c, zero.c: the shards' weights, one per rank of comm (NULL:
+   * equal, the all-reduce's own segments); offload.c: the optimizer state
+   * of every replica in host memory (host_state), stepped there. */
+  double *shard_w;
+  int offload;
 };
+
+/* ---- shard_by.c: how large each rank's shard is ---- */
+
+/* Collective over dp->comm: dp->shard_w from o->shard_by (--shard-weights
+ * as given; --shard-by memory from what each rank's devices have free
+ * beside the replica's unsharded buffers, the smallest of its devices),
+ * the same on every rank; NULL for equal shards (and on one rank). */
+int clt__dp_shard_weights(clt__dp *dp, const clt__job *job);
+
+/* ---- offload.c: the optimizer state in host memory ---- */
+
+/* The step of local replica i whose state is on the host (offload, or a
+ * device that rounds divide and sqrt loosely): its shard's gradient read,
+ * the host's step range by range, each range's parameters written back
+ * without waiting while the host steps the next. */
+int clt__dp_step_on_host(clt__dp *dp, int i, const clt__update *u);
+/* Whether replica i's device holds optimizer state (not under offload). */
+int clt__dp_device_state(const clt__dp *dp);
 
 /* ---- replica_buckets.c: data parallelism's part of each replica ---- */
 
@@ -266,9 +290,19 @@ int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const u
  * shard: stage 0, said in the log. */
 void clt__dp_zero_set(clt__dp *dp, int stage, int whole_local_grads);
 /* Pure: the parameters whose optimizer state rank `rank` of nranks keeps
- * under ZeRO with buckets of bucket_mb MiB (every parameter with one
- * rank). */
-int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params);
+ * under ZeRO with buckets of bucket_mb MiB and shard weights w (NULL:
+ * equal; every parameter with one rank). */
+int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, const double *w,
+                              int64_t *params);
+/* Pure, and the one place a shard is sized: rank `rank`'s part of a
+ * bucket of count floats, elements [*off, *off + *n). Equal shards (w
+ * NULL): the all-reduce's own segment (rank + 1) mod N (halves.c), as a
+ * reduce-scatter plan made without counts cuts it. Weights w (one per
+ * rank, >= 0, not all 0): counts in proportion to them, in rank order, as
+ * a plan made with clt__dp_shard_counts' counts cuts it. */
+int clt__dp_shard_part(const double *w, int nranks, int rank, size_t count, size_t *off, size_t *n);
+/* Every rank's count of such a bucket (counts[nranks]). */
+int clt__dp_shard_counts(const double *w, int nranks, size_t count, size_t *counts);
 /* The ZeRO plans and this rank's shard, made by clt__dp_buckets_create once
  * the layout is known; and their release. */
 int clt__dp_zero_plans(clt__dp *dp, int64_t P);
@@ -320,6 +354,7 @@ int clt__dp_get_replica(clt__dp *dp, int src, float *params, float *state);
 /* The strategy's get_state and set_state (strategy/strategy.h). */
 int clt__dp_get_state(void *self, float *params, float *state, int everywhere);
 int clt__dp_set_state(void *self, const float *params, const float *state);
+int clt__dp_get_shard(void *self, int want_state, int *sharded, clt__state_shard *out);
 /* A rank that sits out: its part of the sum (zeros, or the gradient its
  * replicas ran of its own samples) through the host exchange. */
 int clt__dp_exchange_sitting(clt__dp *dp, int64_t step);

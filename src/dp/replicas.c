@@ -61,8 +61,11 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
   dp->host_state = clt__calloc(dp->nlocal, sizeof *dp->host_state);
   if (!dp->stale || !dp->ran || !dp->rep || !dp->drep || !dp->host_params || !dp->host_state) return CLT_ENOMEM;
   CLT_TRY(take_arena(dp, P, &grads_at));
-  clt__replica_config cfg = {.max_batch = dp->room, .act_dtype = o->precision, .state_per_param = per,
-                             .state_params = dp->shard_params, .no_grad_arena = dp->pooled, .grads_at = grads_at,
+  /* Under --offload optimizer the devices hold no optimizer state: it is
+   * the host copies' alone (offload.c). */
+  clt__replica_config cfg = {.max_batch = dp->room, .act_dtype = o->precision,
+                             .state_per_param = dp->offload ? 0 : per, .state_params = dp->shard_params,
+                             .no_grad_arena = dp->pooled, .grads_at = grads_at,
                              .recompute = o->recompute};
   for (int i = 0; i < dp->nlocal; i++) {
     CLT_TRY(clt__replica_create_with(dp->ctx[i], dp->local->spec, &cfg, params, &dp->rep[i]));
@@ -80,9 +83,20 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
         clt__error_prefix(sync_rc, "%s: under --zero 2 on a device whose GEMMs the calling thread runs",
                           dp->local->spec->name);
     }
-    if (clt_optimizer_needs_host(&o->optimizer, &dp->ctx[i]->info)) {
-      clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
-               "replica holds the same bits", dp->ctx[i]->info.name, clt_optimizer_name(o->optimizer.kind));
+    if (dp->offload && dp->ctx[i]->info.unified_memory) {
+      clt__log(CLT_LOG_WARN, "--offload optimizer on %s, whose memory is the host's: accepted, and it saves "
+               "nothing (the optimizer state was in host memory already); its step runs on the host's thread",
+               dp->ctx[i]->info.name);
+    } else if (dp->offload) {
+      char b[32];
+      clt__log(CLT_LOG_INFO, "rank %d: --offload optimizer: the %s state of %lld parameters (%s) in host memory, "
+               "its step on the host", dp->rank, clt_optimizer_name(o->optimizer.kind), (long long)dp->shard_params,
+               clt__fmt_bytes((uint64_t)dp->shard_params * (uint64_t)per * 4, b, sizeof b));
+    }
+    if (dp->offload || clt_optimizer_needs_host(&o->optimizer, &dp->ctx[i]->info)) {
+      if (!dp->offload)
+        clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
+                 "replica holds the same bits", dp->ctx[i]->info.name, clt_optimizer_name(o->optimizer.kind));
       dp->host_params[i] = clt__calloc((size_t)P, sizeof(float));
       dp->host_state[i] = clt__calloc((size_t)(dp->shard_params ? dp->shard_params : 1) * (per ? per : 1),
                                       sizeof(float));
@@ -152,7 +166,7 @@ static int put_replica(clt__dp *dp, int dst, const float *params, const float *s
   size_t pb = (size_t)P * sizeof(float), sb = (size_t)P * (size_t)per * sizeof(float);
   clt_tensor p = clt__replica_params(dp->rep[dst]), s = clt__replica_state(dp->rep[dst]);
   CLT_TRY(clt_tensor_upload(dp->ctx[dst], &p, params, pb));
-  if (per) CLT_TRY(clt_tensor_upload(dp->ctx[dst], &s, state, sb));
+  if (per && clt__dp_device_state(dp)) CLT_TRY(clt_tensor_upload(dp->ctx[dst], &s, state, sb));
   if (dp->host_params[dst]) {
     memcpy(dp->host_params[dst], params, pb);
     if (per) memcpy(dp->host_state[dst], state, sb);
@@ -283,7 +297,8 @@ int clt__dp_set_state(void *self, const float *params, const float *state) {
     dp->stale[i] = 0;
     clt_tensor p = clt__replica_params(dp->rep[i]), s = clt__replica_state(dp->rep[i]);
     CLT_TRY(clt_tensor_upload(dp->ctx[i], &p, params, (size_t)P * sizeof *params));
-    if (per) CLT_TRY(clt_tensor_upload(dp->ctx[i], &s, mine, (size_t)(per * params_n) * sizeof *mine));
+    if (per && clt__dp_device_state(dp))
+      CLT_TRY(clt_tensor_upload(dp->ctx[i], &s, mine, (size_t)(per * params_n) * sizeof *mine));
     if (dp->host_params[i]) {
       memcpy(dp->host_params[i], params, (size_t)P * sizeof *params);
       if (per) memcpy(dp->host_state[i], mine, (size_t)(per * params_n) * sizeof *mine);
@@ -292,4 +307,67 @@ int clt__dp_set_state(void *self, const float *params, const float *state) {
 fail:
   free(shard_state);
   return rc;
+}
+
+/* The strategy's get_shard: under ZeRO on several ranks each rank writes
+ * its part of every bucket, rank 0 also what no bucket covers (which every
+ * rank steps alike), so the ranges are disjoint and cover the arena. The
+ * parameters come straight from the first replica's device range by range
+ * and the state from its shard: nothing of another rank's is gathered. */
+int clt__dp_get_shard(void *self, int want_state, int *sharded, clt__state_shard *out) {
+  clt__dp *dp = self;
+  int rc = CLT_OK, per = want_state ? state_per_param(dp) : 0;
+  int *from = NULL; /* each range's place in dp->shard */
+  memset(out, 0, sizeof *out);
+  *sharded = dp->zero > 0 && dp->nranks > 1;
+  if (!*sharded) return CLT_OK;
+  CLT_TRY(clt__dp_sync_replicas(dp, 0));
+  if (!(out->range = clt__calloc((size_t)dp->nshard + 1, sizeof *out->range))) { rc = CLT_ENOMEM; goto fail; }
+  if (!(from = clt__calloc((size_t)dp->nshard + 1, sizeof *from))) { rc = CLT_ENOMEM; goto fail; }
+  for (int j = 0; j < dp->nshard; j++) {
+    int part = 0;
+    for (int k = 0; k < dp->buckets.n && !part; k++) part = dp->part[k].n && dp->part[k].lo == dp->shard[j].lo;
+    if (!part && dp->rank != 0) continue;
+    if (dp->shard[j].n == 0) continue;
+    out->range[out->n][0] = dp->shard[j].lo;
+    out->range[out->n][1] = dp->shard[j].n;
+    from[out->n++] = j;
+    out->count += dp->shard[j].n;
+  }
+  out->params = clt__calloc((size_t)out->count + 1, sizeof *out->params);
+  if (per) out->state = clt__calloc((size_t)(per * out->count) + 1, sizeof *out->state);
+  if (!out->params || (per && !out->state)) { rc = CLT_ENOMEM; goto fail; }
+  clt_tensor p = clt__replica_params(dp->rep[0]);
+  int64_t at = 0;
+  for (int k = 0; k < out->n; k++) {
+    clt_tensor v = p;
+    v.dtype = CLT_F32, v.ndim = 1, v.shape[0] = out->range[k][1];
+    v.offset = p.offset + (size_t)out->range[k][0] * sizeof(float);
+    CLT_TRY(clt_tensor_download(dp->ctx[0], &v, out->params + at, (size_t)out->range[k][1] * sizeof(float)));
+    at += out->range[k][1];
+  }
+  /* The state, range by range and component by component, straight into
+   * place: from the host copy, or from the device (no shard-sized copy). */
+  clt_tensor st = clt__replica_state(dp->rep[0]);
+  at = 0;
+  for (int k = 0; per && k < out->n; k++) {
+    const clt__shard_range *s = &dp->shard[from[k]];
+    for (int c = 0; c < per; c++) {
+      size_t in_shard = (size_t)s->state_at * per + (size_t)c * s->n;
+      float *to = out->state + (size_t)c * out->count + at;
+      if (dp->host_state[0]) {
+        memcpy(to, dp->host_state[0] + in_shard, (size_t)s->n * sizeof(float));
+      } else {
+        clt_tensor v = st;
+        v.dtype = CLT_F32, v.ndim = 1, v.shape[0] = s->n;
+        v.offset = st.offset + in_shard * sizeof(float);
+        CLT_TRY(clt_tensor_download(dp->ctx[0], &v, to, (size_t)s->n * sizeof(float)));
+      }
+    }
+    at += s->n;
+  }
+fail:
+  free(from);
+  if (rc < 0) clt__state_shard_free(out);
+  return rc < 0 ? clt__error_prefix(rc, "rank %d: its shard of the model's state for a checkpoint", dp->rank) : rc;
 }

@@ -33,7 +33,7 @@ static const char *higher_stage_fits(const clt__dp *dp, const clt_device_info *d
     clt_replica_memory need;
     oz.zero = z;
     if (clt__dp_need(dp->local, &oz, dp->nranks, -1, o->batch / o->accumulate, o->precision == CLT_F16, &need,
-                     NULL) < 0)
+                     NULL, dp->shard_w) < 0)
       break;
     if ((!cap || need.total <= cap) && (!one || need.largest <= one)) {
       char b[32];
@@ -53,7 +53,7 @@ static int check_memory(clt__dp *dp, const clt__job *job, const clt__dp_how *how
   const clt_train_options *o = dp->o;
   clt_replica_memory *need = &dp->need;
   CLT_TRY(clt__dp_need(dp->local, o, dp->nranks, dp->rank, dp->room, dp->nreplicas > 1 && o->precision == CLT_F16,
-                       need, state_params));
+                       need, state_params, dp->shard_w)); /* this rank's own shard */
   need->activations += how->extra_activations, need->total += how->extra_activations;
   for (int i = 0; rc == CLT_OK && i < dp->nlocal; i++)
     if ((rc = clt__replica_memory_fits(need, clt_devices_info(job->devs, i), o->max_device_memory)) < 0) bad = i;
@@ -85,6 +85,8 @@ int clt__dp_plan(const clt__job *job, const clt__dp_how *how, clt__dp **out) {
   }
   CLT_TRY(clt__dp_shares_init(dp, o, dp->micro_batch));
   dp->room = how->room ? how->room : dp->micro_batch;
+  dp->offload = o->offload == CLT_OFFLOAD_OPTIMIZER;
+  if (o->zero > 0) CLT_TRY(clt__dp_shard_weights(dp, job)); /* uneven shards: sized before the check */
   CLT_TRY(check_memory(dp, job, how, &state_params));
 
   /* Parameters: initialised from the seed on rank 0, broadcast to all (a
@@ -262,6 +264,7 @@ const clt__strategy_i clt__dp_strategy = {
     .after_update = after_update,
     .get_state = clt__dp_get_state,
     .set_state = clt__dp_set_state,
+    .get_shard = clt__dp_get_shard,
     .evaluate = clt__dp_evaluate,
     .whole_replica = whole_replica,
     .set_trace = set_trace,

@@ -87,17 +87,18 @@ int clt__dp_nonfinite_layer(void *self) {
 
 /* The optimizer step of local replica i on its shard (every parameter
  * without ZeRO): the fused kernels range by range on the device, or the
- * host's arithmetic on the same ranges for a device that rounds loosely. */
+ * host's arithmetic on the same ranges where the state is on the host
+ * (--offload optimizer, or a device that rounds loosely: offload.c). */
 static int step_replica(clt__dp *dp, int i, const clt__update *u) {
   int rc = CLT_OK;
-  int64_t P = clt_model_param_count(dp->local);
   const clt_optimizer_config *cfg = &dp->o->optimizer;
   const int per = clt_optimizer_state_per_param(cfg);
   const clt__shard_range *s = dp->shard;
   clt__replica *r = dp->rep[i];
   clt_tensor p = clt__replica_params(r), g = clt__dp_rep_grads(dp->drep[i]), st = clt__replica_state(r);
   int pooled = dp->pooled; /* stage 2: the gradient is the shard's, packed like the state */
-  if (!dp->host_params[i]) {
+  if (dp->host_params[i]) return clt__dp_step_on_host(dp, i, u); /* offload.c */
+  {
     for (int k = 0; k < dp->nshard; k++) {
       clt_tensor pk, gk, sk, dk;
       int64_t sn = per * s[k].n;
@@ -109,20 +110,6 @@ static int step_replica(clt__dp *dp, int i, const clt__update *u) {
       CLT_TRY(clt_optimizer_step_masked(dp->ctx[i], cfg, u->step, u->lr, u->scale, &pk, &gk, per ? &sk : &st,
                                         dp->decay_dev ? &dk : NULL));
     }
-    return CLT_OK;
-  }
-  CLT_TRY(clt_tensor_download(dp->ctx[i], &g, dp->host_grads, (size_t)(pooled ? dp->shard_params : P) * sizeof(float)));
-  for (int k = 0; k < dp->nshard; k++) {
-    size_t lo = (size_t)s[k].lo;
-    clt_optimizer_step_host_masked(cfg, u->step, u->lr, u->scale, dp->host_params[i] + lo,
-                                   dp->host_grads + (pooled ? (size_t)s[k].state_at : lo),
-                                   dp->host_state[i] + (size_t)(s[k].state_at * per), (size_t)s[k].n,
-                                   dp->decay_host ? dp->decay_host + lo : NULL);
-    /* Only the shard: the rest of the host copy is stale under ZeRO (the
-     * allgather brings it to the device). */
-    clt_tensor pk;
-    CLT_TRY(clt_tensor_view(p.buf, p.offset + lo * 4, CLT_F32, 1, &s[k].n, &pk));
-    CLT_TRY(clt_tensor_upload(dp->ctx[i], &pk, dp->host_params[i] + lo, (size_t)s[k].n * sizeof(float)));
   }
 fail:
   return rc;

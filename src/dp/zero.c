@@ -146,17 +146,77 @@ const clt__shard_range *clt__dp_shard(const clt__dp *dp, int *n, int64_t *params
   return dp->shard;
 }
 
-/* Rank `rank`'s part of each bucket, as the reduce-scatter cuts it: its
- * segment (rank + 1) mod N (halves.c), known without a plan. */
-static int bucket_parts(const clt__bucket_layout *b, int nranks, int rank, clt__shard_range *part) {
-  size_t *seg = clt__calloc((size_t)nranks + 1, sizeof *seg);
-  if (!seg) return CLT_ENOMEM;
-  int j = (rank + 1) % nranks;
-  for (int k = 0; k < b->n; k++) {
-    clt__segments((size_t)(b->hi[k] - b->lo[k]), nranks, seg);
-    part[k] = (clt__shard_range){b->lo[k] + (int64_t)seg[j], (int64_t)(seg[j + 1] - seg[j]), 0};
+/* Every rank's count of a bucket of `count` floats under weights w (one
+ * per rank, >= 0, not all 0): in proportion to them, the remainder one
+ * float each to the largest fractions (ties to the lower rank), only to
+ * ranks of weight above 0. The same arithmetic on every rank, so the
+ * same counts. */
+static void weighted_counts(const double *w, int nranks, size_t count, size_t *counts, double *frac) {
+  double sum = 0;
+  size_t given = 0;
+  for (int r = 0; r < nranks; r++) sum += w[r];
+  for (int r = 0; r < nranks; r++) {
+    double exact = (double)count * (w[r] / sum);
+    counts[r] = (size_t)exact;
+    if (counts[r] > count) counts[r] = count;
+    frac[r] = w[r] > 0 ? exact - (double)counts[r] : -1;
+    given += counts[r];
   }
-  free(seg);
+  while (given < count) {
+    int best = -1;
+    for (int r = 0; r < nranks; r++)
+      if (w[r] > 0 && (best < 0 || frac[r] > frac[best])) best = r;
+    counts[best]++, given++;
+    frac[best] = -2; /* each rank at most one more, then round again */
+    int left = 0;
+    for (int r = 0; r < nranks; r++) left += w[r] > 0 && frac[r] > -2;
+    if (!left)
+      for (int r = 0; r < nranks; r++) frac[r] = w[r] > 0 ? 0 : -1;
+  }
+  while (given > count) /* not reached: the floors never sum above count */
+    for (int r = nranks - 1; r >= 0 && given > count; r--)
+      if (counts[r]) counts[r]--, given--;
+}
+
+int clt__dp_shard_part(const double *w, int nranks, int rank, size_t count, size_t *off, size_t *n) {
+  size_t *seg = clt__calloc((size_t)nranks + 1, sizeof *seg);
+  double *frac = clt__calloc((size_t)nranks, sizeof *frac);
+  if (!seg || !frac) {
+    free(seg), free(frac);
+    return CLT_ENOMEM;
+  }
+  if (!w) { /* the all-reduce's segment (rank + 1) mod N (halves.c) */
+    int j = (rank + 1) % nranks;
+    clt__segments(count, nranks, seg);
+    *off = seg[j], *n = seg[j + 1] - seg[j];
+  } else { /* rank order, as a plan made with these counts lays them out */
+    weighted_counts(w, nranks, count, seg + 1, frac);
+    *off = 0;
+    for (int r = 0; r < rank; r++) *off += seg[1 + r];
+    *n = seg[1 + rank];
+  }
+  free(seg), free(frac);
+  return CLT_OK;
+}
+
+int clt__dp_shard_counts(const double *w, int nranks, size_t count, size_t *counts) {
+  for (int r = 0; r < nranks; r++) {
+    size_t off;
+    int rc = clt__dp_shard_part(w, nranks, r, count, &off, &counts[r]);
+    if (rc < 0) return rc;
+  }
+  return CLT_OK;
+}
+
+/* Rank `rank`'s part of each bucket, as the reduce-scatter cuts it
+ * (clt__dp_shard_part), known without a plan. */
+static int bucket_parts(const clt__bucket_layout *b, const double *w, int nranks, int rank, clt__shard_range *part) {
+  for (int k = 0; k < b->n; k++) {
+    size_t off, n;
+    int rc = clt__dp_shard_part(w, nranks, rank, (size_t)(b->hi[k] - b->lo[k]), &off, &n);
+    if (rc < 0) return rc;
+    part[k] = (clt__shard_range){b->lo[k] + (int64_t)off, (int64_t)n, 0};
+  }
   return CLT_OK;
 }
 
@@ -171,23 +231,29 @@ int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
   dp->nshard = 0;
   if (dp->nranks > 1) {
     if (!(dp->part = clt__calloc(nb ? nb : 1, sizeof *dp->part))) return CLT_ENOMEM;
-    CLT_TRY(bucket_parts(b, dp->nranks, dp->rank, dp->part));
+    CLT_TRY(bucket_parts(b, dp->zero ? dp->shard_w : NULL, dp->nranks, dp->rank, dp->part));
   }
   if (dp->zero) {
+    size_t *counts = NULL;
     if (!(dp->rs = clt__calloc(nb ? nb : 1, sizeof *dp->rs))) return CLT_ENOMEM;
+    if (dp->shard_w && !(counts = clt__calloc((size_t)dp->nranks, sizeof *counts))) return CLT_ENOMEM;
     clt_allreduce_opts ao = {0, dp->nlocal};
     for (int k = 0; k < nb; k++) {
       size_t count = (size_t)(b->hi[k] - b->lo[k]), off = 0, len = 0;
-      CLT_TRY(clt_reduce_scatter_plan_create(dp->comm, count, NULL, dp->wire ? CLT_F16 : CLT_F32, CLT_SUM, &ao,
-                                             &dp->rs[k]));
-      CLT_TRY(clt_reduce_scatter_plan_part(dp->rs[k], dp->rank, &off, &len));
+      if (counts && (rc = clt__dp_shard_counts(dp->shard_w, dp->nranks, count, counts)) < 0) break;
+      if ((rc = clt_reduce_scatter_plan_create(dp->comm, count, counts, dp->wire ? CLT_F16 : CLT_F32, CLT_SUM, &ao,
+                                               &dp->rs[k])) < 0)
+        break;
+      if ((rc = clt_reduce_scatter_plan_part(dp->rs[k], dp->rank, &off, &len)) < 0) break;
       if (b->lo[k] + (int64_t)off != dp->part[k].lo || (int64_t)len != dp->part[k].n) {
         rc = clt__error(CLT_EINTERNAL, "rank %d: bucket %d's part is %zu floats from %zu, the shard counted %lld from "
                         "%lld", dp->rank, k, len, off, (long long)dp->part[k].n,
                         (long long)(dp->part[k].lo - b->lo[k]));
-        goto fail;
+        break;
       }
     }
+    free(counts);
+    if (rc < 0) goto fail;
     CLT_TRY(clt__dp_gather_plan(dp)); /* the parameters' allgather (zero_gather.c) */
   }
   if (!dp->zero) { /* the whole arena, one range: one kernel per step */
@@ -264,36 +330,30 @@ void clt__dp_unshard_state(const clt__dp *dp, const float *shard, int per, int64
   for (int k = 0; k < dp->nshard; k++) copy_range(&dp->shard[k], per, P, full, (float *)shard, 1);
 }
 
-int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, int64_t *params) {
+int clt__dp_zero_shard_params(const clt_model *m, double bucket_mb, int nranks, int rank, const double *w,
+                              int64_t *params) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(m), covered = 0;
   clt__bucket_layout b;
-  size_t *seg = NULL;
   *params = P;
   if (nranks <= 1) return CLT_OK;
   CLT_TRY(clt__dp_model_layout(m, (int64_t)(bucket_mb * 1048576.0 / 4.0), &b));
-  if (!(seg = clt__calloc((size_t)nranks + 1, sizeof *seg))) {
-    rc = CLT_ENOMEM;
-    goto done;
-  }
-  /* Rank r's part of a bucket is its segment (r + 1) mod N (halves.c). */
+  /* Rank r's part of every bucket (clt__dp_shard_part), and what no bucket covers. */
   int64_t mine = 0;
-  int j = (rank + 1) % nranks;
-  for (int k = 0; k < b.n; k++) {
-    clt__segments((size_t)(b.hi[k] - b.lo[k]), nranks, seg);
-    mine += (int64_t)(seg[j + 1] - seg[j]);
+  for (int k = 0; k < b.n && rc == CLT_OK; k++) {
+    size_t off, n;
+    rc = clt__dp_shard_part(w, nranks, rank, (size_t)(b.hi[k] - b.lo[k]), &off, &n);
+    mine += (int64_t)n;
     covered += b.hi[k] - b.lo[k];
   }
   *params = mine + (P - covered);
-done:
-  free(seg);
   clt__bucket_layout_free(&b);
 fail:
   return rc;
 }
 
 int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int rank, int64_t room, int wire,
-                 clt_replica_memory *need, int64_t *shard_params) {
+                 clt_replica_memory *need, int64_t *shard_params, const double *shard_w) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(m), state = P, pool_floats = 0;
   int pooled = o->zero == 2 && nranks > 1 && o->accumulate == 1;
@@ -304,7 +364,7 @@ int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int
     state = 0;
     for (int r = rank < 0 ? 0 : rank; r < (rank < 0 ? nranks : rank + 1); r++) {
       int64_t p;
-      CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, nranks, r, &p));
+      CLT_TRY(clt__dp_zero_shard_params(m, o->bucket_mb, nranks, r, shard_w, &p));
       if (p > state) state = p;
     }
   }
@@ -314,7 +374,9 @@ int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int
     pool_floats = pool.floats;
   }
   clt__replica_config cfg = {.max_batch = room, .act_dtype = o->precision,
-                             .state_per_param = clt_optimizer_state_per_param(&o->optimizer), .state_params = state,
+                             .state_per_param = o->offload == CLT_OFFLOAD_OPTIMIZER ? 0
+                                                : clt_optimizer_state_per_param(&o->optimizer),
+                             .state_params = state,
                              .no_grad_arena = pooled, .recompute = o->recompute};
   clt__replica_memory(m->spec, &cfg, need);
   /* The f16 copies the wire sums (2 bytes a float), beside the f32 ones. */

@@ -70,24 +70,24 @@
 
 #include <cltrain/opencl.h>
 
-/* Rank rank's part of each bucket as the reduce-scatter cuts it (its
- * segment (rank + 1) mod N, halves.c), for every rank: the pieces of the
- * packed buffer, rank after rank, and each rank's count. */
+/* Rank rank's part of each bucket as the reduce-scatter cuts it
+ * (clt__dp_shard_part: equal, or by the shards' weights), for every rank:
+ * the pieces of the packed buffer, rank after rank, and each rank's count. */
 int clt__dp_gather_plan(clt__dp *dp) {
   int rc = CLT_OK, nb = dp->buckets.n, N = dp->nranks;
   const clt__bucket_layout *b = &dp->buckets;
-  size_t *seg = clt__calloc((size_t)N + 1, sizeof *seg), *counts = clt__calloc((size_t)N, sizeof *counts);
+  size_t *counts = clt__calloc((size_t)N, sizeof *counts);
   dp->pieces = clt__calloc((size_t)N * (nb ? nb : 1), sizeof *dp->pieces);
-  if (!seg || !counts || !dp->pieces) { rc = CLT_ENOMEM; goto fail; }
+  if (!counts || !dp->pieces) { rc = CLT_ENOMEM; goto fail; }
   int64_t packed = 0;
   dp->gather_n = 0;
   for (int k = 0; k < nb; k++) dp->gather_n += b->hi[k] - b->lo[k];
   for (int r = 0; r < N; r++) {
-    int j = (r + 1) % N;
     for (int k = 0; k < nb; k++) {
-      clt__segments((size_t)(b->hi[k] - b->lo[k]), N, seg);
-      int64_t n = (int64_t)(seg[j + 1] - seg[j]);
-      dp->pieces[r * nb + k] = (clt__gather_piece){b->lo[k] + (int64_t)seg[j], packed, n};
+      size_t off, len;
+      CLT_TRY(clt__dp_shard_part(dp->shard_w, N, r, (size_t)(b->hi[k] - b->lo[k]), &off, &len));
+      int64_t n = (int64_t)len;
+      dp->pieces[r * nb + k] = (clt__gather_piece){b->lo[k] + (int64_t)off, packed, n};
       packed += n;
       counts[r] += (size_t)n;
     }
@@ -100,7 +100,7 @@ int clt__dp_gather_plan(clt__dp *dp) {
   /* The host's buffer, one per rank; on one node, blocks in a window. */
   CLT_TRY(clt__allgather_plan_create_window(dp->comm, (size_t)packed, counts, CLT_F32, &dp->gather));
 fail:
-  free(seg), free(counts);
+  free(counts);
   return rc;
 }
 

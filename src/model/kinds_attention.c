@@ -242,10 +242,19 @@ static void describe_attention(const clt_layer_spec *l, char *buf, size_t len) {
   snprintf(buf, len, "attention %d heads%s%s%s", l->heads, kv, rope, biases[l->bias & CLT_BIAS_ALL]);
 }
 
+/* The projections in (qkv_width) and out (C) at every position, and the
+ * scores Q K^T and their weighted sum of V, T x T x C each, counted whole
+ * (the causal mask's half included, as llm.c counts them). */
+static double attention_flops(const clt_layer_spec *l) {
+  double T = (double)l->in_shape.dims[0], C = (double)l->in_shape.dims[1];
+  return 2.0 * T * C * (double)(qkv_width(l) + l->in_shape.dims[1]) + 2.0 * 2.0 * T * T * C;
+}
+
 const clt__layer_kind clt__kind_attention = {.name = "attention",
                                              .parse = attention_parse,
                                              .infer = attention_infer,
                                              .scratch_bytes = attention_scratch,
                                              .forward = attention_forward,
                                              .backward = attention_backward,
-                                             .describe = describe_attention};
+                                             .describe = describe_attention,
+                                             .flops = attention_flops};

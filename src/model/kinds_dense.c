@@ -107,6 +107,11 @@ fail:
   return rc;
 }
 
+static double linear_flops(const clt_layer_spec *l) {
+  const clt_shape *in = &l->in_shape;
+  return 2.0 * (double)clt__shape_rows(in) * in->dims[in->ndim - 1] * l->out;
+}
+
 static void describe_linear(const clt_layer_spec *l, char *buf, size_t len) {
   snprintf(buf, len, "linear %d%s%s", l->out, l->bias ? "" : " no-bias", l->tie >= 0 ? " tied" : "");
 }
@@ -118,7 +123,8 @@ const clt__layer_kind clt__kind_linear = {.name = "linear",
                                           .scratch_bytes = linear_scratch,
                                           .forward = linear_forward,
                                           .backward = linear_backward,
-                                          .describe = describe_linear};
+                                          .describe = describe_linear,
+                                          .flops = linear_flops};
 
 /* ---- layernorm over the last dimension ---- */
 

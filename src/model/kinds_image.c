@@ -112,6 +112,12 @@ static void describe_conv(const clt_layer_spec *l, char *buf, size_t len) {
   snprintf(buf, len, "conv2d %d k%d s%d p%d%s", l->out, l->kernel, l->stride, l->pad, l->bias ? "" : " no-bias");
 }
 
+/* Each output value: cin * k * k multiply-adds. */
+static double conv_flops(const clt_layer_spec *l) {
+  return 2.0 * l->in_shape.dims[0] * l->kernel * l->kernel * (double)l->out * l->out_shape.dims[1] *
+         l->out_shape.dims[2];
+}
+
 const clt__layer_kind clt__kind_conv2d = {.name = "conv2d",
                                           .alias = "conv",
                                           .parse = conv_parse,
@@ -119,7 +125,8 @@ const clt__layer_kind clt__kind_conv2d = {.name = "conv2d",
                                           .workspace_bytes = conv_workspace,
                                           .forward = conv_forward,
                                           .backward = conv_backward,
-                                          .describe = describe_conv};
+                                          .describe = describe_conv,
+                                          .flops = conv_flops};
 
 /* ---- max and average pooling ---- */
 

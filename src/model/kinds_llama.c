@@ -126,6 +126,11 @@ static int swiglu_infer(clt__spec_line *lc, clt_layer_spec *l) {
   return CLT_OK;
 }
 
+/* gate, up (C to I) and down (I to C) at every position. */
+static double swiglu_flops(const clt_layer_spec *l) {
+  return 2.0 * (double)clt__shape_rows(&l->in_shape) * (double)features(l) * 3.0 * l->out;
+}
+
 static size_t swiglu_scratch(const clt_layer_spec *l, int64_t n, clt_dtype dt) {
   int64_t rows = n * clt__shape_rows(&l->in_shape), C = features(l);
   size_t a = clt_nn_linear_scratch_bytes(rows, C, 2 * (int64_t)l->out, dt);
@@ -217,4 +222,5 @@ const clt__layer_kind clt__kind_swiglu = {.name = "swiglu",
                                           .scratch_bytes = swiglu_scratch,
                                           .forward = swiglu_forward,
                                           .backward = swiglu_backward,
-                                          .describe = describe_swiglu};
+                                          .describe = describe_swiglu,
+                                          .flops = swiglu_flops};

@@ -161,12 +161,21 @@ typedef struct clt__layer_kind {
   /* Activations (optional): the gain of init=auto for the weights of the
    * layer before it (spec.c); NULL: 1. */
   double (*gain)(const clt_layer_spec *l);
+  /* (optional) The forward pass's floating-point operations per sample, a
+   * multiply-add counted as 2, as llm.c and PaLM count them: the matrix
+   * products (linear, conv2d, attention's projections and its scores and
+   * weighted sums, swiglu); NULL: 0, as the elementwise layers. A training
+   * step costs 3 times this (the backward twice the forward). */
+  double (*flops)(const clt_layer_spec *l);
 } clt__layer_kind;
 
 /* The kind called `word`, or NULL; the list of names for messages, into
  * buf (returned). */
 const clt__layer_kind *clt__layer_kind_find(const char *word);
 const char *clt__layer_kind_list(char *buf, size_t len);
+/* The forward FLOPs per sample of a spec's layers [first, last), each
+ * kind's flops() added (MFU: train/fit.c). */
+double clt__spec_flops(const clt_model_spec *spec, int first, int last);
 
 /* The kinds, for the table (layer_table.c) and the parser's special cases. */
 extern const clt__layer_kind clt__kind_input, clt__kind_linear, clt__kind_layernorm, clt__kind_relu,

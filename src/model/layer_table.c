@@ -33,6 +33,13 @@ const char *clt__layer_kind_list(char *buf, size_t len) {
   return buf;
 }
 
+double clt__spec_flops(const clt_model_spec *spec, int first, int last) {
+  double sum = 0;
+  for (int i = first; i < last && i < spec->nlayers; i++)
+    if (spec->layers[i].kind->flops) sum += spec->layers[i].kind->flops(&spec->layers[i]);
+  return sum;
+}
+
 static int param_view(cl_mem arena, const clt_param_spec *p, clt_tensor *t) {
   return clt_tensor_view(arena, (size_t)p->offset * 4, CLT_F32, p->ndim, p->shape, t);
 }

@@ -66,6 +66,8 @@ typedef struct clt__pp {
   int32_t *y;
   int m;
   double loss, metric;
+  double run_s;            /* the last step's schedule, wall seconds (this stage's replica's rate) */
+  int64_t run_n;           /* and the samples it ran */
   int64_t step;            /* the last step taken or being taken (messages) */
 } clt__pp;
 

@@ -126,7 +126,12 @@ static int forward_backward(void *self, int64_t step, int k, const clt__slice *s
   pp->m = k + 1;
   pp->step = step;
   if (!last) return CLT_OK;
-  return clt__pp_run(pp, pp->m, pp->mb, base, pp->step, &pp->loss, &pp->metric);
+  double t0 = clt__now();
+  int rc = clt__pp_run(pp, pp->m, pp->mb, base, pp->step, &pp->loss, &pp->metric);
+  pp->run_s = clt__now() - t0;
+  pp->run_n = 0;
+  for (int i = 0; i < pp->m; i++) pp->run_n += pp->mb[i].n;
+  return rc;
 }
 
 static int exchange(void *self, int64_t step) {
@@ -138,11 +143,17 @@ fail:
   return rc;
 }
 
-/* The schedule waited for everything: the last stage's sums. */
+/* The schedule waited for everything: the last stage's sums; and the
+ * step's rate for the stage's replica (the throughput of its step records:
+ * a stage's replica runs its whole schedule, waits included, in step with
+ * the others, so the schedule's wall time is its time). */
 static int losses(void *self, const clt__slice *slices, int last, double *sums) {
   clt__pp *pp = self;
   (void)slices;
-  if (last) sums[0] += pp->loss, sums[1] += pp->metric;
+  if (last) {
+    sums[0] += pp->loss, sums[1] += pp->metric;
+    clt__dp_note_run(pp->dp, 0, pp->run_n, pp->run_s);
+  }
   return CLT_OK;
 }
 

@@ -5,6 +5,7 @@
 #include "strategy/strategy.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int clt__strategy_initial_params(clt_comm *comm, const clt_model *m, uint64_t seed, float **out) {
   int rc = CLT_OK;
@@ -49,4 +50,10 @@ int clt__sum_ranks(clt_comm *comm, double *vals, int n) {
     }
   free(all);
   return rc;
+}
+
+void clt__state_shard_free(clt__state_shard *s) {
+  if (!s) return;
+  free(s->range), free(s->params), free(s->state);
+  memset(s, 0, sizeof *s);
 }

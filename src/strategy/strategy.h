@@ -16,6 +16,7 @@
  *   after_update           checks and re-splits that are due
  *   get_state, set_state   the whole model's parameters and optimizer
  *                          state (checkpoints, weights)
+ *   get_shard              this rank's part of it (sharded checkpoints)
  *   evaluate, destroy, ... outside the step
  *
  * Adding a strategy (ZeRO stage 3, tensor parallelism) is one more
@@ -74,6 +75,20 @@ typedef struct clt__replica_report {
   uint64_t staging_counted, staging_measured; /* host memory the exchange stages its gradients through */
 } clt__replica_report;
 
+/* This rank's part of the model's state, for a checkpoint written in
+ * shards (src/train/checkpoint_shards.c): n ranges of the whole layout
+ * (range[k] = {first element, count}, in arena order), disjoint over the
+ * ranks and together every parameter; their parameters packed range after
+ * range (count floats) and each optimizer-state component c packed the
+ * same way from c * count. A rank may hold no range (n 0). */
+typedef struct clt__state_shard {
+  int n;
+  int64_t (*range)[2];
+  int64_t count;
+  float *params, *state;
+} clt__state_shard;
+void clt__state_shard_free(clt__state_shard *s);
+
 typedef struct clt__strategy clt__strategy;
 
 typedef struct clt__strategy_i {
@@ -120,6 +135,11 @@ typedef struct clt__strategy_i {
    * floats a parameter, component c from c P), on rank 0, or with
    * `everywhere` on every rank. */
   int (*get_state)(void *self, float *params, float *state, int everywhere);
+  /* (optional) Every rank: its part of the state without gathering it
+   * (checkpoints in shards), the state too when `state` is set; or
+   * *sharded 0 (and nothing in out) when every rank holds it all and
+   * checkpoints gather it (get_state) as before. Not collective. */
+  int (*get_shard)(void *self, int state, int *sharded, clt__state_shard *out);
   /* Every rank: take the whole model's parameters (the same on every
    * rank) and, when state is not NULL, its optimizer state; without it the
    * state stays as it is. */

@@ -111,8 +111,9 @@ static char *dump(json_t *v, size_t flags) {
   return s;
 }
 
-/* Rank 0: write the gathered parameters and state. */
-int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf) {
+/* Rank 0: write the gathered parameters and state, or with `shards` (the
+ * index's record of them, checkpoint_shards.c) an index of no tensors. */
+int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf, const char *shards) {
   int rc = CLT_OK, n = 0;
   const clt_model_spec *spec = t->model->spec;
   int64_t P = spec->param_count;
@@ -123,8 +124,8 @@ int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf) {
   double t0 = clt__now();
   int k;
   char pre[64];
-  CLT_TRY(clt__arena_tensors(spec, "params/", buf, tensors, &n));
-  for (int slot = 0; slot < per; slot++) {
+  if (!shards) CLT_TRY(clt__arena_tensors(spec, "params/", buf, tensors, &n));
+  for (int slot = 0; !shards && slot < per; slot++) {
     CLT_TRY(clt__arena_tensors(spec, state_prefix(t, slot, pre, sizeof pre), buf + (size_t)P * (1 + slot), tensors + n, &k));
     n += k;
   }
@@ -146,15 +147,17 @@ int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf) {
   scaling = dump(json_pack("{s:s, s:I, s:I}", "precision", t->opts.precision == CLT_F16 ? "fp16" : "fp32",
                            "clean_steps", (json_int_t)t->scaler.clean_steps, "skipped", (json_int_t)t->scaler.skipped), 0);
   if (!position || !rng || !optim || !training || !progress || !scaling || !run) { rc = clt__error(CLT_ENOMEM, "%s: out of memory", path); goto fail; }
-  const char *meta[] = {"format", CLT__CKPT_FORMAT, "format_version", CLT__CKPT_VERSION_STR, "cltrain_version",
+  const char *meta[] = {"format", CLT__CKPT_FORMAT, "format_version",
+                        shards ? CLT__CKPT_SHARDED_VERSION_STR : CLT__CKPT_VERSION_STR, "cltrain_version",
                         clt_version(), "model", clt_model_text(t->model), "param_count", params, "step", step,
                         "epoch", epoch, "sampler_position", position, "rng", rng, "loss_scale", scale,
                         "loss_scaling", scaling, "optimizer", optim, "training", training,
-                        "epoch_progress", progress, "run", run, NULL};
+                        "epoch_progress", progress, "run", run, shards ? "shards" : NULL, shards, NULL};
   CLT_TRY(clt__st_write(path, tensors, n, meta));
   char size[32];
-  clt__log(CLT_LOG_INFO, "saved checkpoint %s (step %lld, %s) in %.3f s", path, (long long)t->steps_done,
-           clt__fmt_bytes((uint64_t)P * (1 + per) * 4, size, sizeof size), clt__now() - t0);
+  clt__log(CLT_LOG_INFO, "saved checkpoint %s (step %lld, %s%s) in %.3f s", path, (long long)t->steps_done,
+           clt__fmt_bytes((uint64_t)P * (1 + per) * 4, size, sizeof size), shards ? " in shards" : "",
+           clt__now() - t0);
 fail:
   free(tensors);
   free(position), free(rng), free(optim), free(training), free(progress), free(scaling), free(run);
@@ -178,9 +181,17 @@ int clt_trainer_save_checkpoint(clt_trainer *t, const char *path) {
   /* only rank 0 writes, but every rank learns of a bad path, so none waits */
   int rc = clt__trainer_args_ok(t, clt__path_arg(__func__, "path", path), "clt_trainer_save_checkpoint");
   if (rc < 0) return rc;
+  int sharded;
+  clt__state_shard sh;
+  rc = clt__checkpoint_shard(t, &sharded, &sh);
+  if (rc < 0 || sharded) {
+    if (rc == CLT_OK) rc = clt__checkpoint_save_sharded(t, path, &sh);
+    clt__state_shard_free(&sh);
+    return rc;
+  }
   rc = clt__checkpoint_gather(t, &buf);
   if (rc < 0) return rc;
-  rc = t->rank == 0 ? clt__checkpoint_write(t, path, buf) : CLT_OK;
+  rc = t->rank == 0 ? clt__checkpoint_write(t, path, buf, NULL) : CLT_OK;
   free(buf);
   return clt__trainer_share_status(t, rc);
 }
@@ -217,9 +228,10 @@ int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
   }
   int64_t v = 0;
   CLT_TRY(clt__ckpt_meta_whole(f, path, "format_version", 0, INT64_MAX, &v));
-  if (v != CLT__CKPT_VERSION) {
-    rc = clt__error(CLT_EFORMAT, "%s is checkpoint format version %s; this cltrain (%s) reads version %d%s", path,
-                    version, clt_version(), CLT__CKPT_VERSION, v > CLT__CKPT_VERSION ? ": a newer cltrain wrote it" : "");
+  if (v != CLT__CKPT_VERSION && v != CLT__CKPT_SHARDED_VERSION) {
+    rc = clt__error(CLT_EFORMAT, "%s is checkpoint format version %s; this cltrain (%s) reads versions %d (one file) "
+                    "and %d (an index of shards)%s", path, version, clt_version(), CLT__CKPT_VERSION,
+                    CLT__CKPT_SHARDED_VERSION, v > CLT__CKPT_SHARDED_VERSION ? ": a newer cltrain wrote it" : "");
     goto fail;
   }
   /* Every checkpoint cltrain writes carries both CRCs and the data size:
@@ -232,6 +244,14 @@ int clt__checkpoint_open(const char *path, int check_data, clt__st_file **out) {
     goto fail;
   }
   if (check_data) CLT_TRY(clt__st_check_data(f, 1));
+  /* An index: every shard it names there, whole (with check_data, to its data's CRC32). */
+  if (v == CLT__CKPT_SHARDED_VERSION) {
+    clt__ckpt_shards sh;
+    CLT_TRY(clt__ckpt_shards_parse(f, path, &sh));
+    rc = clt__ckpt_shards_check(&sh, path, check_data);
+    clt__ckpt_shards_free(&sh);
+    if (rc < 0) goto fail;
+  }
   *out = f;
   return CLT_OK;
 fail:
@@ -432,9 +452,14 @@ static int read_checkpoint(clt_trainer *t, const char *path, clt__ckpt_header *h
   clt__strlcpy(h->path, path, sizeof h->path);
   CLT_TRY(clt__checkpoint_open(path, 1, &f)); /* magic, version, both CRCs, size */
   CLT_TRY(clt__ckpt_meta_read(f, path, &m));  /* every field what some run can have written */
-  CLT_TRY(read_model(t, f, path, &m, payload));
-  CLT_TRY(clt__ckpt_meta_check_labels(&m, path, clt_model_labels_per_sample(t->model)));
-  CLT_TRY(read_optimizer(t, f, path, &m, payload));
+  if (clt__ckpt_is_sharded(f)) { /* an index: the model and optimizer state from its shards */
+    CLT_TRY(clt__ckpt_read_sharded(t, f, path, &m, payload));
+    CLT_TRY(clt__ckpt_meta_check_labels(&m, path, clt_model_labels_per_sample(t->model)));
+  } else {
+    CLT_TRY(read_model(t, f, path, &m, payload));
+    CLT_TRY(clt__ckpt_meta_check_labels(&m, path, clt_model_labels_per_sample(t->model)));
+    CLT_TRY(read_optimizer(t, f, path, &m, payload));
+  }
   CLT_TRY(read_rng_and_scale(t, &m, path, h));
   clt__strlcpy(h->run_id, m.run.id, sizeof h->run_id);
   CLT_TRY(read_position(t, &m, path, h));

@@ -8,10 +8,18 @@
 #include <limits.h>
 
 #include "train/trainer.h"
+#include "core/optim.h"
+#include "strategy/strategy.h"
 
 #define CLT__CKPT_FORMAT "cltrain-checkpoint"
 #define CLT__CKPT_VERSION 1
 #define CLT__CKPT_VERSION_STR "1"
+/* An index of shards (checkpoint_shards.c): no tensors, the metadata of a
+ * version-1 file and 'shards', which names each shard file, its ranges of
+ * the whole layout and its data's size and CRC32. */
+#define CLT__CKPT_SHARDED_VERSION 2
+#define CLT__CKPT_SHARDED_VERSION_STR "2"
+#define CLT__CKPT_SHARD_FORMAT "cltrain-checkpoint-shard"
 
 struct clt__st_file;
 
@@ -86,7 +94,7 @@ int clt__checkpoint_run_info(const char *path, int check_data, clt__run_info *ou
 int clt__checkpoint_gather(clt_trainer *t, float **out);
 /* Rank 0: write the trainer's state to path (atomically), with the
  * parameters and state clt__checkpoint_gather gave. */
-int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf);
+int clt__checkpoint_write(clt_trainer *t, const char *path, const float *buf, const char *shards);
 /* Open path and check it is a whole checkpoint of a version we read: the
  * format, the version, the header's CRC32 and size, and with check_data the
  * data's CRC32. */
@@ -98,5 +106,55 @@ int clt__checkpoint_alloc(clt_trainer *t, clt__ckpt_header **h, int64_t **shares
 int clt__checkpoint_read(clt_trainer *t, const char *path, clt__ckpt_header *h, int64_t *shares, float *payload);
 /* Collective: broadcast rank 0's reading and apply it to every replica. */
 int clt__checkpoint_apply(clt_trainer *t, clt__ckpt_header *h, int64_t *shares, float *payload);
+
+/* ---- checkpoint_shards.c: a checkpoint written in shards ---- */
+
+/* Collective: whether this save is written in shards (rank 0's say: the
+ * strategy shards the state and the options do not ask for one file) and
+ * then this rank's shard in *sh (free it with clt__state_shard_free). */
+int clt__checkpoint_shard(clt_trainer *t, int *sharded, clt__state_shard *sh);
+/* Collective: every rank writes its shard beside path, then rank 0 the
+ * index at path once every shard is whole; every rank returns rank 0's
+ * outcome. The shards of an earlier save to path go once it is whole. */
+int clt__checkpoint_save_sharded(clt_trainer *t, const char *path, const clt__state_shard *sh);
+
+/* An index's record of its shards, as read and checked. */
+typedef struct clt__ckpt_shard_file {
+  char path[PATH_MAX];   /* beside the index */
+  int n;                 /* ranges */
+  int64_t (*range)[2];   /* {first element, count} of the whole layout */
+  int64_t count, data_bytes;
+  char crc[16];
+} clt__ckpt_shard_file;
+typedef struct clt__ckpt_shards {
+  int64_t params;        /* P: the ranges cover [0, P) once */
+  int nslots;            /* optimizer-state components saved */
+  char slot[CLT__OPTIM_MAX_SLOTS][32];
+  int nfiles;
+  clt__ckpt_shard_file *file;
+} clt__ckpt_shards;
+
+/* Whether an open checkpoint is an index of shards (format version 2). */
+int clt__ckpt_is_sharded(struct clt__st_file *f);
+/* Read and check the index's 'shards' (a bad index is CLT_EFORMAT naming
+ * path and what is wrong). */
+int clt__ckpt_shards_parse(struct clt__st_file *f, const char *path, clt__ckpt_shards *out);
+void clt__ckpt_shards_free(clt__ckpt_shards *s);
+/* Every shard there and whole: its framing and header CRC32, its size,
+ * its ranges and CRC32 those of the index (with check_data its data's
+ * CRC32 too); errors name the shard file and the index. */
+int clt__ckpt_shards_check(const clt__ckpt_shards *s, const char *path, int check_data);
+/* Component comp (0 the parameters, 1 + c the saved state slot c) of the
+ * whole layout into dst (P floats), each range from the shard holding it. */
+int clt__ckpt_shards_read(const clt__ckpt_shards *s, const char *path, int comp, float *dst);
+/* Rank 0: the model and the optimizer state of an index's shards into
+ * payload, checked as a one-file checkpoint's tensors are. */
+int clt__ckpt_read_sharded(clt_trainer *t, struct clt__st_file *f, const char *path, const clt__ckpt_meta *m,
+                           float *payload);
+/* Remove the shard files of the index at path (its stem's), except those
+ * of the save `keep` (NULL: all); and (orphans) shard files in dir whose
+ * index is gone. */
+void clt__ckpt_shards_remove(const char *path, const char *keep);
+void clt__ckpt_shards_remove_orphans(const char *dir);
 
 #endif

@@ -132,20 +132,35 @@ static void remove_leftovers(const char *dir) {
   closedir(d);
 }
 
-static int save_to_dir(clt_trainer *t, const float *buf) {
+/* Rank 0, before a save: the path for this step, the directory, and what
+ * saves that never finished left (temporary files, shards of no index). */
+static int prepare_dir(clt_trainer *t, char *path, size_t size) {
   const char *dir = t->opts.checkpoint_dir;
-  char path[PATH_MAX];
-  entry *list = NULL;
-  int rc = CLT_OK, n;
-  CLT_TRY(clt_checkpoint_path(dir, t->steps_done, path, sizeof path));
+  int rc = CLT_OK;
+  CLT_TRY(clt_checkpoint_path(dir, t->steps_done, path, size));
   CLT_TRY(clt__make_dirs(dir, "the checkpoint directory"));
   remove_leftovers(dir);
-  CLT_TRY(clt__checkpoint_write(t, path, buf));
-  /* Only now that the new one is whole do others go: the newest K whole
-   * ones stay (in latest's order, the new one first), and no whole one is
-   * removed while a damaged one stays, so damaged files go too. Those kept
-   * are checked in full (their data's CRC32 as well), so a damaged file
-   * never takes the place of a whole one. */
+  clt__ckpt_shards_remove_orphans(dir);
+fail:
+  return rc;
+}
+
+/* A checkpoint goes: an index with its shards. */
+static void remove_checkpoint(const char *path, const char *why) {
+  if (unlink(path) != 0)
+    clt__log(CLT_LOG_WARN, "could not remove the %s checkpoint %s: %s", why ? why : "old", path, strerror(errno));
+  clt__ckpt_shards_remove(path, NULL);
+}
+
+/* Rank 0, once the new checkpoint at path is whole: only now do others go:
+ * the newest K whole ones stay (in latest's order, the new one first), and
+ * no whole one is removed while a damaged one stays, so damaged files go
+ * too. Those kept are checked in full (their data's CRC32 as well), so a
+ * damaged file never takes the place of a whole one. */
+static void rotate(clt_trainer *t, const char *path) {
+  const char *dir = t->opts.checkpoint_dir;
+  entry *list = NULL;
+  int n;
   if (t->opts.checkpoint_keep > 0 && list_checkpoints(dir, &list, &n) == CLT_OK) {
     int kept = 0;
     describe(list, n, NULL); /* each is named below, with what becomes of it */
@@ -156,17 +171,21 @@ static int save_to_dir(clt_trainer *t, const float *buf) {
         continue;
       }
       if (!list[i].whole) {
-        /* Damaged (cut, a CRC32 that fails) goes; a whole file this
-         * cltrain does not read (a newer format version, another format)
-         * is not ours to delete, and does not count either. */
+        /* Damaged (cut, a CRC32 that fails, a shard missing or damaged)
+         * goes; a whole file this cltrain does not read (a newer format
+         * version, another format) is not ours to delete, and does not
+         * count either. */
         clt__st_file *f = NULL;
         clt__run_info again;
         if (clt__st_open(list[i].path, &f) == CLT_OK) {
+          int index = clt__ckpt_is_sharded(f);
           clt__st_close(f);
           clt__checkpoint_run_info(list[i].path, 0, &again); /* for its reason */
-          clt__log(CLT_LOG_WARN, "keeping %s, a whole file but not a checkpoint this cltrain reads: %s", list[i].path,
-                   clt_last_error());
-          continue;
+          if (!index) {
+            clt__log(CLT_LOG_WARN, "keeping %s, a whole file but not a checkpoint this cltrain reads: %s",
+                     list[i].path, clt_last_error());
+            continue;
+          }
         }
         clt__log(CLT_LOG_WARN, "removing a damaged checkpoint: %s", clt_last_error());
         why = "damaged";
@@ -179,13 +198,19 @@ static int save_to_dir(clt_trainer *t, const float *buf) {
         clt__log(CLT_LOG_WARN, "removing a damaged checkpoint: %s", clt_last_error());
         why = "damaged";
       }
-      if (unlink(list[i].path) != 0)
-        clt__log(CLT_LOG_WARN, "could not remove the %s checkpoint %s: %s", why ? why : "old", list[i].path,
-                 strerror(errno));
+      remove_checkpoint(list[i].path, why);
     }
   }
-fail:
   free(list);
+}
+
+static int save_to_dir(clt_trainer *t, const float *buf) {
+  char path[PATH_MAX];
+  int rc = CLT_OK;
+  CLT_TRY(prepare_dir(t, path, sizeof path));
+  CLT_TRY(clt__checkpoint_write(t, path, buf, NULL));
+  rotate(t, path);
+fail:
   return rc;
 }
 
@@ -202,9 +227,30 @@ fail:
   return rc;
 }
 
+/* In shards: rank 0 prepares the directory before any rank writes into
+ * it, every rank writes its shard, rank 0 the index, then rotates. */
+static int save_sharded_to_dir(clt_trainer *t, const clt__state_shard *sh) {
+  char path[PATH_MAX];
+  int rc = t->rank == 0 ? prepare_dir(t, path, sizeof path)
+                        : clt_checkpoint_path(t->opts.checkpoint_dir, t->steps_done, path, sizeof path);
+  rc = clt__trainer_share_status(t, rc);
+  if (rc == CLT_OK) rc = clt__checkpoint_save_sharded(t, path, sh);
+  if (rc == CLT_OK && t->rank == 0) rotate(t, path);
+  return rc;
+}
+
 int clt__trainer_checkpoint_to_dir(clt_trainer *t) {
   float *buf;
-  int rc = clt__checkpoint_gather(t, &buf);
+  int sharded;
+  clt__state_shard sh;
+  int rc = clt__checkpoint_shard(t, &sharded, &sh);
+  if (rc < 0 || sharded) {
+    if (rc == CLT_OK) rc = save_sharded_to_dir(t, &sh);
+    clt__state_shard_free(&sh);
+    if (rc == CLT_OK) t->run.saved_step = t->steps_done;
+    return rc;
+  }
+  rc = clt__checkpoint_gather(t, &buf);
   if (rc < 0) return rc;
   rc = t->rank == 0 ? save_to_dir(t, buf) : CLT_OK;
   free(buf);
@@ -308,7 +354,18 @@ int clt_checkpoint_export(const char *checkpoint, const char *out) {
   if (!want || !named || !params) { rc = CLT_ENOMEM; goto fail; }
   CLT_TRY(clt__arena_tensors(spec, "params/", params, want, &n));
   CLT_TRY(clt__arena_tensors(spec, "", params, named, &n));
-  for (int i = 0; i < n; i++) {
+  if (clt__ckpt_is_sharded(f)) { /* the parameters' ranges from the shards that hold them */
+    clt__ckpt_shards sh;
+    CLT_TRY(clt__ckpt_shards_parse(f, checkpoint, &sh));
+    if (sh.params != spec->param_count)
+      rc = clt__error(CLT_EFORMAT, "%s: its shards hold %lld parameters, its own model spec %lld", checkpoint,
+                      (long long)sh.params, (long long)spec->param_count);
+    else
+      rc = clt__ckpt_shards_read(&sh, checkpoint, 0, params);
+    clt__ckpt_shards_free(&sh);
+    if (rc < 0) goto fail;
+  }
+  for (int i = 0; i < n && !clt__ckpt_is_sharded(f); i++) {
     clt__st_tensor have;
     int64_t count = 1;
     for (int d = 0; d < want[i].ndim; d++) count *= want[i].shape[d];

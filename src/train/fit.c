@@ -3,14 +3,14 @@
  * around clt__trainer_train_step (step.c), whose micro-batches come from
  * here: every local replica takes its slice of each of `accumulate`
  * micro-batches from its prefetcher (fit_next). Events go to the callback
- * and as JSON Lines metrics and TensorBoard event files from rank 0.
+ * and as JSON Lines metrics and TensorBoard event files from rank 0
+ * (metrics.c), after the run record (run_record.c); rank 0's timed
+ * PROGRESS events to the callback alone.
  */
 #include "core/outfile.h"
 #include "io/tensorboard.h"
 #include "train/trainer.h"
 
-#include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +23,11 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* NaN becomes JSON null. */
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
-/* New shares reach the prefetchers from their next batch on. */
-static int apply_shares(clt_trainer *t, clt_prefetcher **pf, int64_t *first) {
+/* New shares reach the prefetchers from their next batch on (and fit's
+ * own sampler, which says how a short batch was split). */
+static int apply_shares(clt_trainer *t, clt_sampler *smp, clt_prefetcher **pf, int64_t *first) {
   int rc = CLT_OK;
+  CLT_TRY(clt_sampler_set_shares(smp, clt__dp_replicas(t->s.dp), clt__dp_shares(t->s.dp)));
   for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_set_shares(pf[i], clt__dp_replicas(t->s.dp), clt__dp_shares(t->s.dp)));
   for (int i = 0; i < t->nlocal; i++) first[i] = clt__dp_slice_start(t->s.dp, i);
 fail:
@@ -44,12 +43,15 @@ typedef struct fit_source {
   int64_t *first;          /* per local replica: where its slice starts in a global batch */
   int last_in_epoch;       /* the last micro-batch was the epoch's last */
   int64_t samples;         /* global samples taken since the caller zeroed it */
+  double wait_s;           /* seconds this rank waited for the prefetchers since the last record */
 } fit_source;
 
 static int fit_next(void *self, clt_trainer *t, int k, clt__slice *s, int64_t *labels, int *last) {
   int rc = CLT_OK;
   fit_source *f = self;
+  double w0 = now_s();
   for (int i = 0; i < t->nlocal; i++) CLT_TRY(clt_prefetcher_next(f->pf[i], &f->b[i]));
+  f->wait_s += now_s() - w0;
   uint64_t key = (uint64_t)t->micro_steps++; /* every micro-batch draws its own dropout masks */
   for (int i = 0; i < t->nlocal; i++)
     s[i] = (clt__slice){f->b[i].x, f->b[i].y, f->b[i].n, f->first[i], key, NULL};
@@ -65,8 +67,51 @@ fail:
 typedef struct fit_clock {
   double t0, window_t;     /* fit's start; the last step event */
   int64_t window_samples;  /* global samples since then */
+  int64_t window_steps;    /* steps since then */
   int64_t first_step;      /* steps_done when fit started */
+  double progress_t;       /* the last PROGRESS event (t0 before the first) */
+  int64_t progress_samples; /* global samples since then */
 } fit_clock;
+
+/* A model of tokens: positions per sample (tokens/s); else 0. */
+static int64_t tokens_per_sample(const clt_trainer *t) {
+  return clt_model_vocab(t->model) > 0 ? clt_model_input_size(t->model) : 0;
+}
+
+/* What a STEP and a PROGRESS event share: where training stands, the
+ * step's loss, the rate over `seconds` for `samples` and the time left. */
+static void event_base(clt_trainer *t, const clt__step_stats *st, int64_t epoch, int64_t steps_total,
+                       int64_t steps_per_epoch, const fit_clock *c, double tn, int64_t samples, double seconds,
+                       clt_train_event *ev) {
+  const clt_train_options *o = &t->opts;
+  int64_t T = tokens_per_sample(t);
+  memset(ev, 0, sizeof *ev);
+  ev->epoch = epoch + 1, ev->epochs = o->epochs;
+  ev->step = t->steps_done, ev->steps_total = steps_total;
+  ev->step_in_epoch = t->progress.ep_steps, ev->steps_per_epoch = steps_per_epoch;
+  ev->loss = st->loss_sum / (double)st->labels;
+  ev->accuracy = st->correct / (double)st->labels;
+  ev->lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
+  ev->samples_per_s = samples / (seconds > 1e-9 ? seconds : 1e-9);
+  ev->tokens_per_s = T ? ev->samples_per_s * (double)T : NAN;
+  ev->elapsed_s = tn - c->t0;
+  /* to the run's end (max_steps or the last epoch), at this fit's pace so far */
+  ev->eta_s = (tn - c->t0) / (double)(t->steps_done - c->first_step) * (double)(steps_total - t->steps_done);
+  ev->test_loss = ev->test_accuracy = NAN;
+  ev->grad_norm = NAN;
+  ev->prefetch_wait_s = NAN;
+  ev->flops_per_sample = t->flops_per_sample;
+}
+
+/* Per replica of rank 0's group: the FLOP/s its throughput gives, and its
+ * share of its device's peak. */
+static void flops_of(const clt_trainer *t, const double *throughput, double *flops, double *mfu) {
+  for (int r = 0; r < clt__dp_replicas(t->s.dp); r++) {
+    flops[r] = throughput[r] * t->flops_per_sample;
+    double peak = t->peak_flops ? t->peak_flops[r] : 0;
+    mfu[r] = peak > 0 && throughput[r] > 0 ? flops[r] / peak : NAN;
+  }
+}
 
 /* The event of the step just done (st), which starts a new window. */
 static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch, int64_t steps_total,
@@ -74,18 +119,8 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   const clt_train_options *o = &t->opts;
   double tn = now_s(), comm_s, hidden_s;
   clt__dp_comm_time(t->s.dp, &comm_s, &hidden_s, 1);
-  memset(ev, 0, sizeof *ev);
+  event_base(t, st, epoch, steps_total, steps_per_epoch, c, tn, c->window_samples, tn - c->window_t, ev);
   ev->kind = CLT_EVENT_STEP;
-  ev->epoch = epoch + 1, ev->epochs = o->epochs;
-  ev->step = t->steps_done, ev->steps_total = steps_total;
-  ev->step_in_epoch = t->progress.ep_steps, ev->steps_per_epoch = steps_per_epoch;
-  ev->loss = st->loss_sum / (double)st->labels;
-  ev->accuracy = st->correct / (double)st->labels;
-  ev->lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
-  ev->samples_per_s = c->window_samples / (tn - c->window_t > 1e-9 ? tn - c->window_t : 1e-9);
-  ev->elapsed_s = tn - c->t0;
-  ev->eta_s = (tn - c->t0) / (double)(t->steps_done - c->first_step) * (double)(steps_total - t->steps_done);
-  ev->test_loss = ev->test_accuracy = NAN;
   ev->grad_norm = st->grad_norm;
   ev->comm_s = comm_s;
   ev->comm_hidden = comm_s > 0 ? hidden_s / comm_s : NAN;
@@ -97,116 +132,7 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->skipped = t->scaler.skipped;
   c->window_t = tn;
   c->window_samples = 0;
-}
-
-/* Rank 0's outputs of events: JSON Lines and TensorBoard (each may be NULL). */
-typedef struct sinks {
-  FILE *metrics;
-  clt__tb *tb;
-} sinks;
-
-/* The event's scalars for TensorBoard, named as in the JSON Lines (an
- * epoch's under epoch/). */
-static int emit_tb(clt__tb *tb, const clt_train_event *ev) {
-  enum { FIXED = 12, MAX_TAGS = FIXED + 4 * 64 };
-  const char *tags[MAX_TAGS];
-  double v[MAX_TAGS];
-  char names[4 * 64][32];
-  int n = 0, step = ev->kind == CLT_EVENT_STEP;
-#define TB(tag, x) (tags[n] = (tag), v[n++] = (x))
-  TB(step ? "loss" : "epoch/loss", ev->loss);
-  TB(step ? "accuracy" : "epoch/accuracy", ev->accuracy);
-  TB(step ? "test_loss" : "epoch/test_loss", ev->test_loss);
-  TB(step ? "test_accuracy" : "epoch/test_accuracy", ev->test_accuracy);
-  if (step) {
-    TB("lr", ev->lr);
-    TB("samples_per_s", ev->samples_per_s);
-    TB("grad_norm", ev->grad_norm);
-    TB("comm_s", ev->comm_s);
-    TB("comm_hidden", ev->comm_hidden);
-    TB("loss_scale", ev->loss_scale);
-    TB("skipped", (double)ev->skipped);
-    for (int r = 0; r < ev->nreplicas && r < 64; r++) {
-      snprintf(names[2 * r], sizeof names[0], "replica%d/share", r);
-      snprintf(names[2 * r + 1], sizeof names[0], "replica%d/samples_per_s", r);
-      TB(names[2 * r], (double)ev->shares[r]);
-      TB(names[2 * r + 1], ev->throughput[r]);
-    }
-    for (int r = 0; ev->fixed_s && ev->per_sample_s && r < ev->nreplicas && r < 64; r++) {
-      snprintf(names[128 + 2 * r], sizeof names[0], "replica%d/fixed_s", r);
-      snprintf(names[128 + 2 * r + 1], sizeof names[0], "replica%d/per_sample_s", r);
-      TB(names[128 + 2 * r], ev->fixed_s[r]);
-      TB(names[128 + 2 * r + 1], ev->per_sample_s[r]);
-    }
-  }
-#undef TB
-  return clt__tb_scalars(tb, ev->step, n, tags, v);
-}
-
-static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
-  if (t->rank != 0) return CLT_OK;
-  if (t->opts.callback) t->opts.callback(ev, t->opts.callback_user);
-  if (out->tb) {
-    int rc = emit_tb(out->tb, ev);
-    if (rc < 0) return rc;
-  }
-  FILE *metrics = out->metrics;
-  if (!metrics) return CLT_OK;
-  json_t *o = json_object();
-  json_object_set_new(o, "event", json_string(ev->kind == CLT_EVENT_STEP ? "step" : "epoch"));
-  json_object_set_new(o, "epoch", json_integer(ev->epoch));
-  json_object_set_new(o, "step", json_integer(ev->step));
-  json_object_set_new(o, "loss", num(ev->loss));
-  json_object_set_new(o, "accuracy", num(ev->accuracy));
-  json_object_set_new(o, "lr", num(ev->lr));
-  json_object_set_new(o, "samples_per_s", num(ev->samples_per_s));
-  json_object_set_new(o, "elapsed_s", num(ev->elapsed_s));
-  if (ev->kind == CLT_EVENT_STEP) {
-    if (isfinite(ev->test_loss)) { /* an evaluation of eval_every */
-      json_object_set_new(o, "test_loss", num(ev->test_loss));
-      json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
-    }
-    json_object_set_new(o, "grad_norm", num(ev->grad_norm));
-    json_object_set_new(o, "comm_s", num(ev->comm_s));
-    json_object_set_new(o, "comm_hidden", num(ev->comm_hidden));
-    json_t *sh = json_array(), *tp = json_array();
-    for (int r = 0; r < ev->nreplicas; r++) {
-      json_array_append_new(sh, json_integer(ev->shares[r]));
-      json_array_append_new(tp, num(ev->throughput[r]));
-    }
-    json_object_set_new(o, "shares", sh);
-    json_object_set_new(o, "throughput", tp);
-    /* the replicas at 0 samples, said outright; and auto's cost models */
-    json_t *idle = json_array();
-    for (int r = 0; r < ev->nreplicas; r++)
-      if (ev->shares[r] == 0) json_array_append_new(idle, json_integer(r));
-    json_object_set_new(o, "idle_replicas", idle);
-    if (ev->fixed_s && ev->per_sample_s) {
-      json_t *fx = json_array(), *ps = json_array();
-      for (int r = 0; r < ev->nreplicas; r++) {
-        json_array_append_new(fx, num(ev->fixed_s[r]));
-        json_array_append_new(ps, num(ev->per_sample_s[r]));
-      }
-      json_object_set_new(o, "fixed_s", fx);
-      json_object_set_new(o, "per_sample_s", ps);
-    }
-    json_object_set_new(o, "loss_scale", num(ev->loss_scale));
-    json_object_set_new(o, "skipped", json_integer(ev->skipped));
-  } else {
-    json_object_set_new(o, "test_loss", num(ev->test_loss));
-    json_object_set_new(o, "test_accuracy", num(ev->test_accuracy));
-  }
-  return clt__trainer_metrics_write(t, metrics, o);
-}
-
-int clt__trainer_metrics_write(clt_trainer *t, FILE *metrics, json_t *o) {
-  errno = 0;
-  int bad = json_dumpf(o, metrics, JSON_COMPACT) < 0 || fputc('\n', metrics) == EOF || fflush(metrics) == EOF;
-  int err = errno;
-  json_decref(o);
-  if (!bad) return CLT_OK;
-  return clt__error(CLT_EIO, "writing metrics to %s failed: %s", t->opts.metrics_path,
-                    err ? strerror(err) : "the write came short");
+  c->window_steps = 0;
 }
 
 /* A periodic checkpoint, on the timeline when one is recorded. */
@@ -224,11 +150,55 @@ typedef struct fit_state {
   clt_prefetcher **pf;
   clt_batch *b;
   int64_t *first;                          /* per local replica: where its slice starts in a global batch */
-  sinks out;
+  clt__sinks out;
   fit_source src;
   fit_clock clock;
   int64_t steps_per_epoch, steps_total;
+  int64_t *ran, *idx;                      /* rank 0: per replica, its share of a short batch; the sampler's
+                                              indices of one replica's slice */
+  double *waits;                           /* per rank: its prefetch wait per step */
+  double *flops, *mfu;                     /* rank 0, per replica: the last step record's */
+  int have_flops;
 } fit_state;
+
+/* Rank 0: the shares of the step's last micro-batch: the replicas' shares,
+ * or for an epoch's short last batch how the sampler split it. */
+static const int64_t *step_shares(clt_trainer *t, fit_state *f) {
+  const int64_t *shares = clt__dp_shares(t->s.dp);
+  if (t->rank != 0 || f->b[0].global_n >= t->s.micro_batch) return shares;
+  for (int r = 0; r < clt__dp_replicas(t->s.dp); r++)
+    if (clt_sampler_slice(f->smp, f->b[0].epoch, f->b[0].step, r, f->idx, &f->ran[r]) < 0) return shares;
+  return f->ran;
+}
+
+/* Collective: the mean wait for the prefetchers per step since the last
+ * record, the most of any rank. */
+static int prefetch_wait(clt_trainer *t, fit_state *f, double *out) {
+  int rc = CLT_OK;
+  double mine = f->clock.window_steps ? f->src.wait_s / (double)f->clock.window_steps : 0;
+  f->src.wait_s = 0;
+  *out = mine;
+  if (t->nranks > 1) CLT_TRY(clt_allgather(t->comm, &mine, sizeof mine, f->waits));
+  for (int r = 0; t->nranks > 1 && r < t->nranks; r++)
+    if (f->waits[r] > *out) *out = f->waits[r];
+fail:
+  return rc;
+}
+
+/* Rank 0, every progress_s seconds: the PROGRESS event, to the callback. */
+static void progress_event(clt_trainer *t, fit_state *f, const clt__step_stats *st, int64_t epoch) {
+  fit_clock *c = &f->clock;
+  double tn = now_s();
+  if (t->rank != 0 || !(t->opts.progress_s > 0) || !t->opts.callback) return;
+  double since = c->progress_t > 0 ? c->progress_t : c->t0;
+  if (tn - since < t->opts.progress_s) return;
+  clt_train_event ev;
+  event_base(t, st, epoch, f->steps_total, f->steps_per_epoch, c, tn, c->progress_samples, tn - since, &ev);
+  ev.kind = CLT_EVENT_PROGRESS;
+  t->opts.callback(&ev, t->opts.callback_user);
+  c->progress_t = tn;
+  c->progress_samples = 0;
+}
 
 /* Each rank checks its own data, and all learn of any failure: a rank
  * that returned alone would leave the others waiting in a collective.
@@ -260,12 +230,14 @@ fail:
 
 /* Every output before the first step, and every rank learns rank 0's
  * answer; the metrics begin with what every replica holds (memory.c). */
-static int open_outputs(clt_trainer *t, sinks *out) {
+static int open_outputs(clt_trainer *t, clt__sinks *out) {
   int rc = CLT_OK;
   const clt_train_options *o = &t->opts;
   if (t->rank == 0 && o->metrics_path) rc = clt__output_open_append("the metrics file", o->metrics_path, &out->metrics);
   if (rc == CLT_OK && t->rank == 0 && o->tensorboard_dir) rc = clt__tb_open(o->tensorboard_dir, &out->tb);
   if (rc == CLT_OK && t->rank == 0) rc = clt__checkpoint_dir_check(t);
+  CLT_TRY(clt__trainer_share_status(t, rc));
+  rc = clt__trainer_run_record(t, out->metrics); /* the first record: what the run is */
   CLT_TRY(clt__trainer_share_status(t, rc));
   rc = clt__trainer_memory_records(t, out->metrics);
   CLT_TRY(clt__trainer_share_status(t, rc));
@@ -297,7 +269,13 @@ static int open_data(clt_trainer *t, const clt_dataset *train, fit_state *f) {
   f->pf = clt__calloc(t->nlocal, sizeof *f->pf);
   f->b = clt__calloc(t->nlocal, sizeof *f->b);
   f->first = clt__calloc(t->nlocal, sizeof *f->first);
-  if (!f->pf || !f->b || !f->first) return CLT_ENOMEM;
+  int R = clt__dp_replicas(dp);
+  f->ran = clt__calloc(R, sizeof *f->ran);
+  f->idx = clt__calloc((size_t)t->s.micro_batch, sizeof *f->idx);
+  f->waits = clt__calloc(t->nranks, sizeof *f->waits);
+  f->flops = clt__calloc(R, sizeof *f->flops);
+  f->mfu = clt__calloc(R, sizeof *f->mfu);
+  if (!f->pf || !f->b || !f->first || !f->ran || !f->idx || !f->waits || !f->flops || !f->mfu) return CLT_ENOMEM;
   for (int i = 0; i < t->nlocal; i++)
     CLT_TRY(clt_prefetcher_create(train, f->smp, clt__dp_first_replica(dp) + i, t->ctx[i], &f->pf[i]));
   /* Replica i's slice starts at the sum of the shares before it. */
@@ -307,9 +285,9 @@ static int open_data(clt_trainer *t, const clt_dataset *train, fit_state *f) {
   f->steps_per_epoch = (micro_per_epoch + o->accumulate - 1) / o->accumulate;
   f->steps_total = f->steps_per_epoch * o->epochs;
   if (o->max_steps > 0 && o->max_steps < f->steps_total) f->steps_total = o->max_steps;
-  f->clock = (fit_clock){now_s(), 0, 0, t->steps_done};
+  f->clock = (fit_clock){.t0 = now_s(), .first_step = t->steps_done};
   f->clock.window_t = f->clock.t0;
-  f->src = (fit_source){f->pf, f->b, f->first, 0, 0};
+  f->src = (fit_source){f->pf, f->b, f->first, 0, 0, 0};
 fail:
   return rc;
 }
@@ -322,7 +300,12 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
   int rc = CLT_OK;
   const clt_train_options *o = &t->opts;
   clt_train_event ev;
-  if (st->shares_changed) CLT_TRY(apply_shares(t, f->pf, f->first));
+  int last = f->src.last_in_epoch;
+  int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
+  int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == f->steps_total));
+  /* the split this step ran with, before a new one takes effect */
+  const int64_t *shares = log ? step_shares(t, f) : NULL;
+  if (st->shares_changed) CLT_TRY(apply_shares(t, f->smp, f->pf, f->first));
   if (st->counted) { /* a skipped overflow leaves the epoch's means alone */
     t->progress.ep_sums[0] += st->loss_sum;
     t->progress.ep_sums[1] += st->correct;
@@ -330,13 +313,21 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
   }
   t->progress.ep_steps++;
   f->clock.window_samples += f->src.samples;
+  f->clock.window_steps++;
+  f->clock.progress_samples += f->src.samples;
   clt_prefetcher_position(f->pf[0], &t->progress.pos);
-  int last = f->src.last_in_epoch;
-  int eval = o->eval_every > 0 && test && t->steps_done % o->eval_every == 0 && !last;
-  int log = eval || (o->log_every > 0 && (t->steps_done % o->log_every == 0 || last || t->steps_done == f->steps_total));
   if (log) {
+    double wait;
     if (o->balance != CLT_BALANCE_AUTO) CLT_TRY(clt__dp_gather_rates(clt__trainer_dp(t))); /* auto has them fresh */
+    CLT_TRY(prefetch_wait(t, f, &wait));
     step_event(t, st, epoch, f->steps_total, f->steps_per_epoch, &f->clock, &ev);
+    ev.prefetch_wait_s = wait;
+    if (shares != clt__dp_shares(t->s.dp) && t->rank == 0) ev.shares = shares;
+    if (t->rank == 0) {
+      flops_of(t, ev.throughput, f->flops, f->mfu);
+      f->have_flops = 1;
+      ev.flops = f->flops, ev.peak_flops = t->peak_flops, ev.mfu = f->mfu;
+    }
     if (eval) {
       int64_t e0 = clt__trace_ns();
       CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
@@ -344,8 +335,9 @@ static int after_step(clt_trainer *t, fit_state *f, const clt__step_stats *st, i
       clt__log(CLT_LOG_INFO, "step %lld: test loss %.4f, accuracy %.4f", (long long)t->steps_done, ev.test_loss,
                ev.test_accuracy);
     }
-    CLT_TRY(emit(t, &f->out, &ev));
+    CLT_TRY(clt__trainer_emit(t, &f->out, &ev));
   }
+  progress_event(t, f, st, epoch);
   if (o->checkpoint_dir && o->checkpoint_every > 0 && t->steps_done % o->checkpoint_every == 0 && !last)
     CLT_TRY(checkpoint(t));
 fail:
@@ -369,15 +361,22 @@ static int end_epoch(clt_trainer *t, fit_state *f, int64_t epoch, const clt_data
   ev.lr = clt_schedule_lr(&o->schedule, t->steps_done - 1);
   ev.elapsed_s = now_s() - f->clock.t0;
   ev.samples_per_s = NAN;
+  ev.tokens_per_s = NAN;
   ev.grad_norm = NAN;
+  ev.prefetch_wait_s = NAN;
   ev.test_loss = ev.test_accuracy = NAN;
+  ev.flops_per_sample = t->flops_per_sample;
+  if (f->have_flops) { /* the last step record's rates */
+    ev.nreplicas = clt__dp_replicas(t->s.dp);
+    ev.flops = f->flops, ev.peak_flops = t->peak_flops, ev.mfu = f->mfu;
+  }
   if (test) {
     int64_t e0 = clt__trace_ns();
     CLT_TRY(clt_trainer_evaluate(t, test, &ev.test_loss, &ev.test_accuracy));
     clt__trace_span(t->timeline.trace, t->timeline.host, "eval", e0, clt__trace_ns(), "evaluation, epoch %lld",
                     (long long)epoch + 1);
   }
-  CLT_TRY(emit(t, &f->out, &ev));
+  CLT_TRY(clt__trainer_emit(t, &f->out, &ev));
   if (f->src.last_in_epoch) { /* the epoch is whole: the next one starts from zero */
     memset(t->progress.ep_sums, 0, sizeof t->progress.ep_sums);
     t->progress.ep_steps = 0;
@@ -420,6 +419,7 @@ fail:
   free(f.pf);
   free(f.b);
   free(f.first);
+  free(f.ran), free(f.idx), free(f.waits), free(f.flops), free(f.mfu);
   clt_sampler_destroy(f.smp);
   if (f.out.metrics) fclose(f.out.metrics);
   clt__tb_close(f.out.tb);

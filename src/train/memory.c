@@ -129,7 +129,7 @@ int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt
   int rc = clt__model_check_recompute(m, o->recompute);
   if (rc < 0) return rc;
   /* one rank: every parameter's state and the whole gradient (with its f16 copy in fp16) */
-  return clt__dp_need(m, o, 1, 0, o->batch / o->accumulate, o->precision == CLT_F16, out, NULL);
+  return clt__dp_need(m, o, 1, 0, o->batch / o->accumulate, o->precision == CLT_F16, out, NULL, NULL);
 }
 
 int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,
@@ -145,7 +145,9 @@ int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *
     return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0, 1 or 2)", o->zero);
   int64_t most = clt_model_param_count(m);
   if (o->zero > 0 && nranks > 1) /* the largest shard of any rank */
-    CLT_TRY(clt__dp_need(m, o, nranks, -1, o->batch / o->accumulate, o->precision == CLT_F16, out, &most));
+    CLT_TRY(clt__dp_need(m, o, nranks, -1, o->batch / o->accumulate, o->precision == CLT_F16, out, &most,
+                         o->shard_by == CLT_SHARD_WEIGHTS && o->shard_weights && o->shard_nweights == nranks
+                             ? o->shard_weights : NULL));
   if (shard_params) *shard_params = most;
 fail:
   return rc;

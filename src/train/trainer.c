@@ -10,6 +10,7 @@
 #include "io/dir_lock.h"
 #include "pp/pp.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,7 @@ static const count_field counts[] = {
     COUNT(zero, "--zero", 0),
     COUNT(pipeline, "--pipeline", 0),
     COUNT(micro_batches, "--micro-batches", 0),
+    COUNT(shard_nweights, NULL, 0),
 };
 #undef COUNT
 
@@ -100,6 +102,9 @@ static const enum_field enums[] = {
     ENUM(pipeline_schedule, 2, "CLT_PIPELINE_1F1B (0) or CLT_PIPELINE_GPIPE (1)"),
     ENUM(decay_all, 2, "0 or 1"),
     ENUM(drop_last, 2, "0 or 1"),
+    ENUM(checkpoint_one_file, 2, "0 or 1"),
+    ENUM(offload, 2, "CLT_OFFLOAD_NONE (0) or CLT_OFFLOAD_OPTIMIZER (1)"),
+    ENUM(shard_by, 3, "CLT_SHARD_EQUAL (0), CLT_SHARD_MEMORY (1) or CLT_SHARD_WEIGHTS (2)"),
     ENUM(recompute, 2, "CLT_RECOMPUTE_NONE (0) or CLT_RECOMPUTE_BLOCKS (1)"),
 };
 #undef ENUM
@@ -139,6 +144,18 @@ static int check_fields(const clt_train_options *o) {
     return clt__error(CLT_EINVAL, "clt_train_options.metrics_path is empty: name a file, or give none (NULL)");
   if (o->tensorboard_dir && !o->tensorboard_dir[0])
     return clt__error(CLT_EINVAL, "clt_train_options.tensorboard_dir is empty: name a directory, or give none (NULL)");
+  if (!(o->progress_s >= 0) || o->progress_s > 1e9)
+    return clt__error(CLT_EINVAL, "clt_train_options.progress_s (--progress %g) must be 0 (none) or a number of "
+                      "seconds up to 1e9", o->progress_s);
+  if (o->run_json) {
+    json_error_t err;
+    json_t *j = json_loads(o->run_json, 0, &err);
+    int object = json_is_object(j), parsed = j != NULL;
+    json_decref(j);
+    if (!object)
+      return clt__error(CLT_EINVAL, "clt_train_options.run_json is not a JSON object (%s): give an object such as "
+                        "{\"command\": \"...\"}, or NULL", parsed ? "another kind of value" : err.text);
+  }
   return CLT_OK;
 }
 
@@ -167,6 +184,41 @@ static int check_pipeline(const clt_train_options *o, int nranks) {
   if (o->precision != CLT_F32)
     return clt__error(CLT_EINVAL, "--precision fp16 with --pipeline %d is not supported: stages exchange "
                       "fp32 activations", o->pipeline);
+  return CLT_OK;
+}
+
+/* --offload and the shards' sizes (clt_train_options.offload, shard_by). */
+static int check_sharding(const clt_train_options *o, int nranks) {
+  static const char *const by[] = {"equal", "memory", "weights"};
+  if (o->offload == CLT_OFFLOAD_OPTIMIZER && clt_optimizer_state_per_param(&o->optimizer) == 0)
+    return clt__error(CLT_EINVAL, "--offload optimizer with --optimizer %s%s: that optimizer keeps no state to "
+                      "offload; leave --offload out, or use one that does (sgd with --momentum, adam, adamw, lion)",
+                      clt_optimizer_name(o->optimizer.kind), o->optimizer.kind == CLT_OPT_SGD ? " (no --momentum)" : "");
+  if (o->offload == CLT_OFFLOAD_OPTIMIZER && o->pipeline > 1)
+    return clt__error(CLT_EINVAL, "--offload optimizer with --pipeline %d is not supported: a stage's replicas keep "
+                      "their optimizer state on their devices; leave one of them out", o->pipeline);
+  if (o->shard_weights && o->shard_by != CLT_SHARD_WEIGHTS)
+    return clt__error(CLT_EINVAL, "clt_train_options.shard_weights is given with shard_by %s (--shard-by %s): the "
+                      "weights are for CLT_SHARD_WEIGHTS (--shard-weights) alone; give one or the other",
+                      o->shard_by == CLT_SHARD_MEMORY ? "CLT_SHARD_MEMORY" : "CLT_SHARD_EQUAL", by[o->shard_by]);
+  if (o->shard_by == CLT_SHARD_EQUAL) return CLT_OK;
+  const char *flag = o->shard_by == CLT_SHARD_MEMORY ? "--shard-by memory" : "--shard-weights";
+  if (o->zero == 0)
+    return clt__error(CLT_EINVAL, "%s sizes the ZeRO shards of optimizer state (and gradients), and --zero is 0: "
+                      "give --zero 1 or 2, or leave %s out", flag, flag);
+  if (o->shard_by != CLT_SHARD_WEIGHTS) return CLT_OK;
+  if (!o->shard_weights || o->shard_nweights != nranks)
+    return clt__error(CLT_EINVAL, "--shard-weights gives %d weight%s, and the job has %d rank%s: give one per rank "
+                      "(each rank's replicas hold one shard), like 3,1 for two", o->shard_weights ? o->shard_nweights : 0,
+                      o->shard_nweights == 1 ? "" : "s", nranks, nranks == 1 ? "" : "s");
+  double sum = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (!(o->shard_weights[r] >= 0) || !isfinite(o->shard_weights[r]))
+      return clt__error(CLT_EINVAL, "--shard-weights: rank %d's weight %g must be a finite number of 0 or more", r,
+                        o->shard_weights[r]);
+    sum += o->shard_weights[r];
+  }
+  if (!(sum > 0)) return clt__error(CLT_EINVAL, "--shard-weights gives every rank 0: at least one must hold a shard");
   return CLT_OK;
 }
 
@@ -217,7 +269,8 @@ static int check_options(const clt_train_options *o, int nranks) {
   }
   if (o->checkpoint_dir && !o->checkpoint_dir[0])
     return clt__error(CLT_EINVAL, "the checkpoint directory is empty: name one, or give none (NULL)");
-  return clt__optimizer_check(&o->optimizer); /* its row's check (src/core/optim.c) */
+  if ((rc = clt__optimizer_check(&o->optimizer)) < 0) return rc; /* its row's check (src/core/optim.c) */
+  return check_sharding(o, nranks);
 }
 
 int clt__trainer_sum(clt_trainer *t, double *vals, int n) { return clt__sum_ranks(t->comm, vals, n); }
@@ -289,6 +342,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   CLT_TRY(t->s.i->plan(&job, &t->s));
   t->opts.accumulate = t->s.accumulate; /* fit's micro-batches per step */
   CLT_TRY(clt__trainer_memory_report(t)); /* what the replicas hold, measured, beside what was counted */
+  t->flops_per_sample = clt__trainer_flops_per_sample(t);
   *out = t;
   return CLT_OK;
 fail:
@@ -302,6 +356,7 @@ void clt_trainer_destroy(clt_trainer *t) {
   for (int i = 0; t->ctx && i < t->nlocal; i++) clt_context_destroy(t->ctx[i]);
   free(t->ctx);
   free(t->memory);
+  free(t->peak_flops);
   clt__trace_destroy(t->timeline.trace);
   free(t->timeline.lanes);
   if (t->own_comm) clt_comm_destroy(t->comm);

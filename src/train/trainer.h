@@ -81,6 +81,9 @@ struct clt_trainer {
   clt__run_record run;
   clt__timeline timeline;
   struct clt__memory_record *memory; /* per local replica: its memory, counted and measured (memory.c) */
+  double flops_per_sample;     /* a training step's, of what this rank's replicas hold (run_record.c) */
+  double *peak_flops;          /* rank 0, from the run record on: per replica of its data-parallel group,
+                                  its device's peak FLOP/s (0: unknown) */
 };
 
 /* The data-parallel group of the strategy's replicas: their numbering,
@@ -97,10 +100,32 @@ int clt__trainer_memory_report(clt_trainer *t);
  * them to metrics (when not NULL) as "start" records, one a line. */
 int clt__trainer_memory_records(clt_trainer *t, FILE *metrics);
 
-/* One JSON Lines record o (taken: freed) to the metrics file, flushed;
- * CLT_EIO naming the file when it cannot be written (fit.c). */
+/* ---- the run's records (metrics.c, run_record.c) ---- */
+
+/* Rank 0's outputs of events: JSON Lines and TensorBoard (each may be NULL). */
+struct clt__tb;
+typedef struct clt__sinks {
+  FILE *metrics;
+  struct clt__tb *tb;
+} clt__sinks;
+
+/* One JSON Lines record o (taken: freed) to the metrics file, after its
+ * UTC "time", numbers as their shortest text, flushed; CLT_EIO naming the
+ * file when it cannot be written. */
 struct json_t;
 int clt__trainer_metrics_write(clt_trainer *t, FILE *metrics, struct json_t *o);
+/* The event to the callback, and but for a PROGRESS event to the metrics
+ * and TensorBoard (rank 0; elsewhere nothing). */
+int clt__trainer_emit(clt_trainer *t, const clt__sinks *out, const clt_train_event *ev);
+/* The shortest text that reads back as v: as a float when v is a float's
+ * value, else as a double ("null" for NaN and infinities). */
+void clt__shortest_number(double v, char *buf, size_t len);
+/* Collective: every replica's device, host and peak FLOP/s to rank 0,
+ * which keeps the peaks (peak_flops) and writes the run record to metrics
+ * (when not NULL). */
+int clt__trainer_run_record(clt_trainer *t, FILE *metrics);
+/* A training step's FLOPs per sample of what this rank's replicas hold. */
+double clt__trainer_flops_per_sample(const clt_trainer *t);
 
 /* ---- one training step (step.c) ---- */
 

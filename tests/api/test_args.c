@@ -145,6 +145,15 @@ CASE(clt_devices_discover) { EINVAL("out", clt_devices_discover(NULL)); }
 CASE(clt_devices_destroy) { clt_devices_destroy(NULL); }
 CASE(clt_devices_count) { EXPECT(clt_devices_count(NULL) == 0); }
 CASE(clt_devices_info) { EXPECT(clt_devices_info(NULL, 0) == NULL); }
+CASE(clt_device_peak_flops) {
+  double f;
+  EINVAL("info", clt_device_peak_flops(NULL, &f, NULL));
+  EINVAL("flops", clt_device_peak_flops(clt_devices_info(devs, 0), NULL, NULL));
+}
+CASE(clt_device_peak_flops_save) {
+  EINVAL("info", clt_device_peak_flops_save(NULL, 1e9));
+  EXPECT(clt_device_peak_flops_save(clt_devices_info(devs, 0), -1) == CLT_EINVAL); /* before any file is touched */
+}
 CASE(clt_device_type_name) { EXPECT(strcmp(clt_device_type_name((clt_device_type)42), "other") == 0); }
 CASE(clt_devices_select) {
   clt_devices *out = NULL;

@@ -9,9 +9,9 @@
 # and --max-device-memory refuses a replica that needs more, naming the cap.
 # The parameters' allgather takes both of its paths on 2 and 3 ranks, each
 # giving the weights of --zero 0 bit for bit (with a checkpoint between
-# steps, whose state gather runs while the last gather's writes may be
-# pending): the blocks in a window of their own (one node, the default and
-# --allreduce shm) and the ring's copies (--allreduce ring), each told by
+# steps: at --zero 1 one file, whose state gather runs while the last
+# gather's writes may be pending; at 2 each rank's shard): the blocks in a
+# window of their own (one node, the default and --allreduce shm) and the ring's copies (--allreduce ring), each told by
 # the plan's line in the debug log, against --zero 0 under the same
 # --allreduce. Exits 77 without an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
@@ -123,7 +123,9 @@ if command -v "$MPIEXEC" >/dev/null 2>&1; then
         want=$alg what="the ring's copies"
         [ $alg = shm ] && what="a window of its own"
         rm -rf "$tmp/ck" "$tmp/g.safetensors"
-        if CLT_LOG_LEVEL=debug sh "$srcdir/tests/lib/mpi_run.sh" $n $CLTRAIN $gtrain --zero $z --allreduce $alg \
+        one=
+        [ $z = 1 ] && one=--checkpoint-one-file # the state's gather; at 2 each rank writes its shard
+        if CLT_LOG_LEVEL=debug sh "$srcdir/tests/lib/mpi_run.sh" $n $CLTRAIN $gtrain --zero $z --allreduce $alg $one \
              --save "$tmp/g.safetensors" >"$tmp/out" 2>"$tmp/err" &&
            grep -q "allgather plan #.*, $want, " "$tmp/err" && cmp -s "$tmp/g0.safetensors" "$tmp/g.safetensors"; then
           echo "ok: --zero $z on $n ranks, the allgather through $what: the weights of --zero 0 (--allreduce $alg)"

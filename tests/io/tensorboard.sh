@@ -2,7 +2,8 @@
 # tensorboard.sh: `cltrain train --tensorboard DIR` on 2 replicas, read
 # back by TensorBoard's own reader (tests/io/tensorboard_check.py): every
 # scalar of the --metrics JSON Lines at the same step, each replica's share
-# among them. A directory that cannot be made is refused before training,
+# and its FLOP/s and MFU (of steps and epochs) and the prefetch wait among
+# them. A directory that cannot be made is refused before training,
 # naming it. Exits 77 (skipped) when no Python here imports tensorboard
 # (.ci/run installs it from PyPI).
 CLTRAIN=${CLTRAIN:-./cltrain}

@@ -26,7 +26,8 @@ for line in open(metrics):
     prefix = "" if m["event"] == "step" else "epoch/"
     fields = ["loss", "accuracy", "test_loss", "test_accuracy"]
     if m["event"] == "step":
-        fields += ["lr", "samples_per_s", "grad_norm", "comm_s", "comm_hidden", "loss_scale", "skipped"]
+        fields += ["lr", "samples_per_s", "grad_norm", "comm_s", "comm_hidden", "loss_scale", "skipped",
+                   "prefetch_wait_s"]
     for f in fields:
         v = m.get(f)
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -42,5 +43,15 @@ for line in open(metrics):
             got = {e.step: e.value for e in acc.Scalars(f"replica{r}/share")}
             assert got[m["step"]] == share
             checked += 1
+    # each replica's achieved FLOP/s and MFU, in step and epoch records alike
+    for key in ("flops", "mfu"):
+        for r, v in enumerate(m.get(key) or []):
+            if v is None:
+                continue
+            got = {e.step: e.value for e in acc.Scalars(f"{prefix}replica{r}/{key}")}
+            assert got[m["step"]] == f32(v), f"{prefix}replica{r}/{key} at step {m['step']}: {got[m['step']]} != {v}"
+            checked += 1
+for tag in ("replica0/flops", "replica1/mfu", "epoch/replica0/mfu", "prefetch_wait_s"):
+    assert tag in tags, f"{tag} missing (have {sorted(tags)})"
 assert checked > 20, f"only {checked} values checked"
 print(f"tensorboard_check: {checked} values equal to the metrics file")

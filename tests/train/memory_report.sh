@@ -34,8 +34,10 @@ check() {
 import json, re, sys
 ranks, metrics, summary = int(sys.argv[1]), sys.argv[2], open(sys.argv[3]).read()
 recs = [json.loads(l) for l in open(metrics)]
+assert recs[0]["event"] == "run", "the run record is not the first"
+recs = recs[1:]
 start = [r for r in recs if r["event"] == "start"]
-assert recs[:len(start)] == start, "the start records are not the first"
+assert recs[:len(start)] == start, "the start records are not the first after the run record"
 assert len(start) == ranks, "%d start records for %d replicas" % (len(start), ranks)
 assert sorted(r["replica"] for r in start) == list(range(ranks)), "replicas %s" % [r["replica"] for r in start]
 
