@@ -22,6 +22,10 @@
 #    which must also equal the same run uninterrupted;
 #  - --offload optimizer (CNN fp32, GPT fp16) x {1, 2 ranks} x {--zero 0,
 #    1, 2} and --shard-weights 3,1 on PoCL + rusticl ranks, each equal to
+#    the same run without it;
+#  - --recompute blocks for the GPT at 1, 2 and 3 ranks (--zero 0, 1, 2; fp32
+#    and fp16) and on the pipeline (2 stages x 2 replicas), and the tiny
+#    Llama at 1 rank (fp16) and 2 (--zero 2), each of which must also equal
 #    the same run without it.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +58,7 @@ args() { # MODEL: its spec, data and optimizer
   mlp) echo "$examples/fashion_mlp.model -o sgd --lr 0.05 --batch 64" ;;
   cnn) echo "$examples/fashion_cnn.model -o adam --lr 0.001 --batch 48" ;;
   gpt) echo "$examples/gpt_tiny.model --data $tokens --val none -o adamw --lr 0.003 --clip 1 --batch 12" ;;
+  llama) echo "$examples/llama_tiny.model --data $tokens --val none -o adamw --lr 0.003 --clip 1 --batch 12" ;;
   esac
 }
 
@@ -137,5 +142,25 @@ if [ -z "$ONLY" ] || echo "gpt-np2-resume" | grep -qE "$ONLY"; then
     echo "FAIL: resumed at step 15: not the bits of the run straight through"; exit 1
   fi
 fi
+# --recompute blocks: the bits of the same run without it (the Llama's
+# counterparts are made here).
+run "llama-np1-zero0-fp16" 1 llama --precision fp16
+run "llama-np2-zero2-fp32" 2 llama --zero 2
+for c in "gpt-np1-zero0-fp32 1 gpt" "gpt-np2-zero1-fp16 2 gpt --zero 1 --precision fp16" \
+         "gpt-np3-zero2-fp32 3 gpt --zero 2" "gpt-np2-zero2-fp16 2 gpt --zero 2 --precision fp16" \
+         "gpt-pp2x2 4 gpt --pipeline 2" "llama-np1-zero0-fp16 1 llama --precision fp16" \
+         "llama-np2-zero2-fp32 2 llama --zero 2"; do
+  # shellcheck disable=SC2086
+  set -- $c
+  base=$1
+  shift
+  run "$base-recompute" "$@" --recompute blocks
+  if [ ! -f "$out/$base-recompute.safetensors" ] || [ ! -f "$out/$base.safetensors" ]; then continue; fi
+  if cmp -s "$out/$base-recompute.safetensors" "$out/$base.safetensors"; then
+    echo "$base --recompute blocks: the same bits as without"
+  else
+    echo "FAIL: $base --recompute blocks: not the bits of the same run without it"; exit 1
+  fi
+done
 (cd "$out" && sha256sum ./*.safetensors >SHA256SUMS)
 echo "$(ls "$out"/*.safetensors | wc -l) weight files in $out"

@@ -1172,6 +1172,16 @@ typedef enum clt_shard_by {
   CLT_SHARD_WEIGHTS = 2  /* in proportion to shard_weights, one per rank */
 } clt_shard_by;
 
+/* What a replica keeps of the forward for the backward
+ * (clt_train_options.recompute). */
+typedef enum clt_recompute {
+  CLT_RECOMPUTE_NONE = 0,  /* every layer's output and what its backward needs, from the forward */
+  CLT_RECOMPUTE_BLOCKS = 1 /* activation checkpointing: of each pass of a `block` of the spec only its input
+                            * (and output); the backward runs the pass's forward again before the pass's
+                            * backward, into buffers one pass long. The same gradients, bit for bit, for
+                            * about one more forward's time; a spec without a block is refused */
+} clt_recompute;
+
 typedef struct clt_train_options {
   int64_t batch;                  /* global batch per optimizer step (64) */
   int epochs;                     /* passes over the training set (10) */
@@ -1277,6 +1287,7 @@ typedef struct clt_train_options {
                                      ranks). CLT_SHARD_EQUAL (default) */
   const double *shard_weights;    /* CLT_SHARD_WEIGHTS: one per rank (>= 0, not all 0) */
   int shard_nweights;
+  clt_recompute recompute;        /* CLT_RECOMPUTE_NONE (default) or CLT_RECOMPUTE_BLOCKS (appended) */
 } clt_train_options;
 
 /* The defaults, as each field says. clt_trainer_create checks every field

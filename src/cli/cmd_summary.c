@@ -3,8 +3,9 @@
  * their output shapes and parameter counts, the memory one replica needs
  * for a batch (clt_model_replica_memory_ranks, the layout training
  * allocates, with ZeRO's shard of the optimizer state, and at stage 2 of
- * the gradients, over --ranks), the tensors weight decay applies to, and
- * with --devices, whether that fits each device.
+ * the gradients, over --ranks, and with --recompute blocks what
+ * recomputation saves), the tensors weight decay applies to, and with
+ * --devices, whether that fits each device.
  */
 #include "config.h"
 
@@ -40,6 +41,8 @@ static void help(FILE *to) {
           "      --ranks N         ranks of the job, one replica each (default 1)\n"
           "      --offload optimizer  as train's: no optimizer state on the device\n"
           "      --bucket-mb X     as train's: the buckets the shards are cut from (default %g)\n"
+          "      --recompute WHAT  as train's: blocks counts each block pass's input and one\n"
+          "                        pass's activations, and says what that saves (default none)\n"
           "  -d, --devices SPEC    compare the need with these devices (as train's --devices);\n"
           "                        exit 1 when it does not fit one of them\n"
           "  -w, --weights FILE    also show the inputs' normalisation saved with these weights\n"
@@ -75,8 +78,10 @@ static int print_normalization(const char *path, const clt_model *m) {
 }
 
 /* The replica's need, line by line. */
+/* The replica's need, line by line; without_rc: its activations without
+ * --recompute blocks (when it is on). */
 static void print_need(const clt_replica_memory *m, const clt_train_options *o, int nranks, int64_t shard,
-                       int64_t P) {
+                       int64_t P, uint64_t without_rc) {
   char b[32];
   const struct { const char *what; uint64_t bytes; } rows[] = {
       {"parameters", m->parameters},           {"gradients", m->gradients},
@@ -99,6 +104,12 @@ static void print_need(const clt_replica_memory *m, const clt_train_options *o, 
     printf("  %-22s %12s\n", rows[i].what, cli_bytes((double)rows[i].bytes, b, sizeof b));
   printf("  %-22s %12s", "total", cli_bytes((double)m->total, b, sizeof b));
   printf("  (largest buffer %s: %s)\n", cli_bytes((double)m->largest, b, sizeof b), m->largest_what);
+  if (o->recompute == CLT_RECOMPUTE_BLOCKS) {
+    char w[32], d[32];
+    printf("--recompute blocks: activations %s instead of %s, %s less (each block pass's input kept, one pass's "
+           "activations made again in the backward)\n", cli_bytes((double)m->activations, b, sizeof b),
+           cli_bytes((double)without_rc, w, sizeof w), cli_bytes((double)(without_rc - m->activations), d, sizeof d));
+  }
 }
 
 /* The options into o, *nranks and *devices: -1 to go on, else the exit
@@ -112,7 +123,8 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
                                        {"bucket-mb", required_argument, 0, 'm'},
                                        {"decay-all", no_argument, 0, 'A'},
                                        {"offload", required_argument, 0, 'O'},
-                                       {"weights", required_argument, 0, 'w'}, {0}};
+                                       {"weights", required_argument, 0, 'w'},
+                                       {"recompute", required_argument, 0, 'R'}, {0}};
   clt_optimizer_kind kind = CLT_OPT_SGD;
   char *end;
   int c;
@@ -147,7 +159,7 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
       break;
     case 'O':
       if (strcmp(optarg, "optimizer") && strcmp(optarg, "none")) {
-        fprintf(stderr, "cltrain summary: --offload must be optimizer or none, not '%s'\n", optarg);
+        fprintf(stderr, "cltrain: summary: --offload must be optimizer or none, not '%s'\n", optarg);
         return CLI_EXIT_USAGE;
       }
       o->offload = strcmp(optarg, "optimizer") == 0 ? CLT_OFFLOAD_OPTIMIZER : CLT_OFFLOAD_NONE;
@@ -176,6 +188,13 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
     case 'd': *devices = optarg; break;
     case 'A': o->decay_all = 1; break;
     case 'w': weights_path = optarg; break;
+    case 'R':
+      if (strcmp(optarg, "blocks") && strcmp(optarg, "none")) {
+        fprintf(stderr, "cltrain: summary: --recompute must be blocks or none, not '%s'\n", optarg);
+        return CLI_EXIT_USAGE;
+      }
+      o->recompute = strcmp(optarg, "blocks") == 0 ? CLT_RECOMPUTE_BLOCKS : CLT_RECOMPUTE_NONE;
+      break;
     case 'h': help(stdout); return CLI_EXIT_OK;
     default: return CLI_EXIT_USAGE;
     }
@@ -202,12 +221,16 @@ int cmd_summary(int argc, char **argv) {
   if ((done = parse_args(argc, argv, &o, &nranks, &devices)) >= 0) return done;
   clt_model *m;
   clt_devices *all = NULL, *sel = NULL;
-  clt_replica_memory need;
+  clt_replica_memory need, without_rc;
+  clt_train_options plain;
   int64_t shard = 0;
   char *text;
   int rc = clt_model_load(argv[optind], &m), ec = CLI_EXIT_OK;
   if (rc < 0) return cli_fail(rc, "summary");
-  if ((rc = clt_model_summary(m, &text)) < 0 || (rc = clt_model_replica_memory_ranks(m, &o, nranks, &need, &shard)) < 0) {
+  plain = o;
+  plain.recompute = CLT_RECOMPUTE_NONE;
+  if ((rc = clt_model_summary(m, &text)) < 0 || (rc = clt_model_replica_memory_ranks(m, &o, nranks, &need, &shard)) < 0 ||
+      (rc = clt_model_replica_memory_ranks(m, &plain, nranks, &without_rc, NULL)) < 0) {
     clt_model_destroy(m);
     return cli_fail(rc, "summary");
   }
@@ -218,7 +241,7 @@ int cmd_summary(int argc, char **argv) {
   else if (o.decay_all)
     printf("(--decay-all: %s's decoupled weight decay applies to every parameter)\n",
            clt_optimizer_name(o.optimizer.kind));
-  print_need(&need, &o, nranks, shard, clt_model_param_count(m));
+  print_need(&need, &o, nranks, shard, clt_model_param_count(m), without_rc.activations);
   if (weights_path) ec = print_normalization(weights_path, m);
   if (devices && (ec = cli_select_devices(devices, &all, &sel)) == CLI_EXIT_OK) {
     for (int i = 0; i < clt_devices_count(sel); i++) {

@@ -228,6 +228,10 @@ static void help_devices(FILE *to, const clt_train_options *d) {
           "      --stages A,B,...    layers per stage (blocks expanded; default: as even as whole\n"
           "                          residual blocks allow); auto: by each layer's measured time\n"
           "                          on each stage's device, the slowest stage as fast as it can be\n"
+          "      --recompute WHAT    blocks: keep only each block pass's input from the forward and\n"
+          "                          run the pass again in the backward (activation checkpointing:\n"
+          "                          less memory, one more forward; same results bit for bit);\n"
+          "                          none (default) keeps every layer's activations\n"
           "      --check-every N     compare parameter checksums of all replicas every N steps\n"
           "                          (default %lld; 0: never)\n"
           "      --eval-every N      also evaluate every N steps (default 0: after each epoch)\n"
@@ -347,7 +351,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
          O_CHECK, O_CKPT_EVERY, O_CKPT_DIR, O_KEEP, O_RESUME, O_VAL, O_DECAY_ALL, O_THREADS, O_ZERO, O_MAXMEM,
          O_TRACE, O_ALLREDUCE, O_PIPELINE, O_MICRO, O_PIPE_SCHED, O_STAGES, O_BETAS, O_EPS, O_TARGETS,
          O_VAL_TARGETS, O_CKPT_ONE_FILE, O_PROGRESS, O_OFFLOAD, O_SHARD_BY, O_SHARD_WEIGHTS, O_LABELS, O_TARGET,
-         O_FEATURES, O_VAL_LABELS };
+         O_FEATURES, O_VAL_LABELS, O_RECOMPUTE };
   static const struct option opts[] = {
       {"data", required_argument, 0, 'D'},        {"normalize", required_argument, 0, O_NORM},
       {"val", required_argument, 0, O_VAL},       {"epochs", required_argument, 0, 'e'},
@@ -383,6 +387,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       {"shard-weights", required_argument, 0, O_SHARD_WEIGHTS},
       {"labels", required_argument, 0, O_LABELS}, {"target", required_argument, 0, O_TARGET},
       {"features", required_argument, 0, O_FEATURES}, {"val-labels", required_argument, 0, O_VAL_LABELS},
+      {"recompute", required_argument, 0, O_RECOMPUTE},
       {"help", no_argument, 0, 'h'},              {0}};
   clt_train_options *o = &a->o;
   long long v;
@@ -524,6 +529,13 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       }
       break;
     case O_SHARD_WEIGHTS: if (parse_shard_weights(optarg, a)) return -1; break;
+    case O_RECOMPUTE:
+      if (strcmp(optarg, "blocks") && strcmp(optarg, "none")) {
+        fprintf(stderr, "cltrain: --recompute must be blocks or none, not '%s'\n", optarg);
+        return -1;
+      }
+      o->recompute = strcmp(optarg, "blocks") == 0 ? CLT_RECOMPUTE_BLOCKS : CLT_RECOMPUTE_NONE;
+      break;
     case O_KEEP: if (parse_long("--keep", optarg, 0, 1 << 30, &v)) return -1; o->checkpoint_keep = (int)v; break;
     case O_RESUME:
       if (!*optarg) {

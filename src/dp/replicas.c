@@ -65,7 +65,8 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
    * the host copies' alone (offload.c). */
   clt__replica_config cfg = {.max_batch = dp->room, .act_dtype = o->precision,
                              .state_per_param = dp->offload ? 0 : per, .state_params = dp->shard_params,
-                             .no_grad_arena = dp->pooled, .grads_at = grads_at};
+                             .no_grad_arena = dp->pooled, .grads_at = grads_at,
+                             .recompute = o->recompute};
   for (int i = 0; i < dp->nlocal; i++) {
     CLT_TRY(clt__replica_create_with(dp->ctx[i], dp->local->spec, &cfg, params, &dp->rep[i]));
     clt__replica_set_timeout(dp->rep[i], clt_comm_timeout(dp->job_comm));

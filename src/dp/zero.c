@@ -377,7 +377,7 @@ int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int
                              .state_per_param = o->offload == CLT_OFFLOAD_OPTIMIZER ? 0
                                                 : clt_optimizer_state_per_param(&o->optimizer),
                              .state_params = state,
-                             .no_grad_arena = pooled};
+                             .no_grad_arena = pooled, .recompute = o->recompute};
   clt__replica_memory(m->spec, &cfg, need);
   /* The f16 copies the wire sums (2 bytes a float), beside the f32 ones. */
   uint64_t more = pooled ? (uint64_t)(state + pool_floats) * (wire ? 6 : 4) : (wire ? (uint64_t)P * 2 : 0);

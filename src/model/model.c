@@ -85,6 +85,13 @@ double clt_model_huber_delta(const clt_model *m) {
 
 /* Each parameter tensor's range, a tied one's in its owner's place;
  * neighbours joined into one run. */
+int clt__model_check_recompute(const clt_model *m, int recompute) {
+  if (recompute != CLT_RECOMPUTE_BLOCKS || m->spec->nblocks > 0) return CLT_OK;
+  return clt__error(CLT_EINVAL, "--recompute blocks: %s has no block: recomputation keeps each pass of a `block "
+                    "repeat=N` ... `end` of the spec only by its input and runs it again in the backward; put the "
+                    "repeated layers in a block, or train without --recompute", m->spec->name);
+}
+
 int clt__model_grad_ranges(const clt_model *m, int layer, clt__param_range *out, int cap) {
   const clt_layer_spec *l = &m->spec->layers[layer];
   int n = 0;

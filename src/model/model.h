@@ -32,4 +32,8 @@ void clt__model_init_params(const clt_model_spec *spec, uint64_t seed, float *pa
  * biases, norms and embeddings; spec->param_count values into out. */
 void clt__model_decay_mask(const clt_model_spec *spec, uint8_t *out);
 
+/* --recompute blocks (recompute CLT_RECOMPUTE_BLOCKS) on m: CLT_EINVAL
+ * naming the spec when it has no block for it to keep the input of. */
+int clt__model_check_recompute(const clt_model *m, int recompute);
+
 #endif

@@ -32,14 +32,35 @@ static int make_flat(cl_mem buf, int64_t off, clt_dtype dt, int64_t count, clt_t
   return clt_tensor_view(buf, (size_t)off * clt_dtype_size(dt), dt, 1, &count, t);
 }
 
+/* --recompute blocks: whether layer i's output (with what it keeps for
+ * its backward) is not kept in the activation set but in the replica's
+ * block buffers, which hold one block pass at a time and are filled again
+ * in the backward (run.c). A layer of a block pass is, unless something
+ * outside the pass reads it: the pass's last layer (its output is the next
+ * layer's input: the next pass's block input), a layer whose output a
+ * residual outside the pass adds, and a layer that a kept view or identity
+ * dropout after it shows (their output is its storage). The input and the
+ * layers outside blocks are always kept. */
+static int transient(const clt_model_spec *spec, int recompute, int i) {
+  const clt_layer_spec *l = &spec->layers[i];
+  int L = spec->nlayers;
+  if (!recompute || i == 0 || l->block < 0) return 0;
+  for (int k = i;; k++) { /* k: i, then each view of it that follows */
+    if (k + 1 == L || spec->layers[k + 1].block != l->block || spec->layers[k].skip_outside) return 0;
+    if (!has(&spec->layers[k + 1], CLT_KIND_VIEW) && !has(&spec->layers[k + 1], CLT_KIND_TRAIN_ONLY)) return 1;
+  }
+}
+
 /* Where a replica's buffers go, for max_batch samples: the one layout that
  * clt__replica_create_with allocates and clt__replica_memory reports.
  * Offsets into slots (NULL: sizes only); sizes in elements of the
- * activation dtype (act, largest, gscratch, skip), f32 (aux) or bytes
- * (workspace, scratch). */
+ * activation dtype (act, block_act, largest, gscratch, skip), f32 (aux,
+ * block_aux) or bytes (workspace, scratch). */
 typedef struct replica_layout {
-  int64_t act;       /* the activation arena: every layer's output and what its backward keeps */
+  int64_t act;       /* an activation set's arena: every kept layer's output and what its backward keeps */
   int64_t aux;       /* f32 / i32 values kept for the backward */
+  int64_t block_act; /* --recompute blocks: the largest block pass's other layers, outputs and kept values */
+  int64_t block_aux; /*   and their f32 / i32 values */
   int64_t largest;   /* each of the two activation-gradient buffers */
   int64_t gscratch;  /* backward scratch of the layer that needs most */
   int64_t skip;      /* each skip-branch gradient slot */
@@ -48,29 +69,39 @@ typedef struct replica_layout {
   int first_trainable;
 } replica_layout;
 
-static void lay_out(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype, clt__layer_slot *slots,
-                    replica_layout *lo) {
-  clt__layer_slot dummy, prev = {0, 0, 0};
+static void lay_out(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype, int recompute,
+                    clt__layer_slot *slots, replica_layout *lo) {
+  clt__layer_slot dummy, prev = {0, 0, 0, 0, -1};
+  int64_t pass_act = 0, pass_aux = 0; /* the current block pass's, in the block buffers */
+  int last_t = -1;                    /* the last transient layer so far */
   memset(lo, 0, sizeof *lo);
   lo->first_trainable = spec->nlayers;
   for (int i = 0; i < spec->nlayers; i++) {
     const clt_layer_spec *l = &spec->layers[i];
     clt__layer_slot *sl = slots ? &slots[i] : &dummy;
     int64_t out_n = numel(&l->out_shape) * max_batch, in_n = numel(&l->in_shape) * max_batch;
+    int t = transient(spec, recompute, i);
+    if (t && (last_t < 0 || spec->layers[last_t].block != l->block)) pass_act = pass_aux = 0; /* a new pass */
+    if (t) last_t = i;
+    int64_t *act = t ? &pass_act : &lo->act, *aux = t ? &pass_aux : &lo->aux;
+    sl->transient = t;
+    sl->recompute_from = -1;
     if (i == 0 && is_tokens(spec)) { /* token ids stay f32, in input32 */
       sl->act_offset = 0;
     } else if (i > 0 && has(l, CLT_KIND_VIEW)) {
       sl->act_offset = prev.act_offset;
     } else {
-      sl->act_offset = lo->act;
-      lo->act += out_n;
+      sl->act_offset = *act;
+      *act += out_n;
     }
-    sl->saved_offset = lo->act;
-    lo->act += l->saved_act * max_batch;
+    sl->saved_offset = *act;
+    *act += l->saved_act * max_batch;
+    sl->aux_offset = *aux;
+    *aux += l->saved_f32 * max_batch;
+    if (pass_act > lo->block_act) lo->block_act = pass_act;
+    if (pass_aux > lo->block_aux) lo->block_aux = pass_aux;
     if (out_n > lo->largest) lo->largest = out_n;
     if (i > 0 && in_n > lo->largest) lo->largest = in_n;
-    sl->aux_offset = lo->aux;
-    lo->aux += l->saved_f32 * max_batch;
     if (l->grad_scratch * max_batch > lo->gscratch) lo->gscratch = l->grad_scratch * max_batch;
     if (l->skip >= 0 && out_n > lo->skip) lo->skip = out_n;
     if (l->nparams && i < lo->first_trainable) lo->first_trainable = i;
@@ -84,29 +115,45 @@ static void lay_out(const clt_model_spec *spec, int64_t max_batch, clt_dtype act
     }
     prev = *sl;
   }
+  /* Where the backward runs a pass again: at its last layer, from its
+   * first (a pass with a layer in the block buffers). */
+  for (int i = 1; slots && i < spec->nlayers; i++) {
+    const clt_layer_spec *l = &spec->layers[i];
+    if (!slots[i].transient) continue;
+    int first = i, last = i;
+    while (first > 1 && spec->layers[first - 1].block == l->block) first--;
+    while (last + 1 < spec->nlayers && spec->layers[last + 1].block == l->block) last++;
+    slots[last].recompute_from = first;
+    i = last;
+  }
 }
 
 /* Bytes of an activation set's three buffers. */
-static void set_sizes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype, size_t *act, size_t *aux,
-                      size_t *input32) {
+static void set_sizes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype, int recompute, size_t *act,
+                      size_t *aux, size_t *input32) {
   replica_layout lo;
-  lay_out(spec, max_batch, act_dtype, NULL, &lo);
+  lay_out(spec, max_batch, act_dtype, recompute, NULL, &lo);
   *act = (size_t)(lo.act ? lo.act : 1) * clt_dtype_size(act_dtype);
   *aux = (size_t)(lo.aux ? lo.aux : 1) * 4;
   /* The input batch arrives as f32 and is rounded on the device, unless it is token ids. */
   *input32 = act_dtype != CLT_F32 || is_tokens(spec) ? (size_t)(numel(&spec->layers[0].out_shape) * max_batch) * 4 : 0;
 }
 
-uint64_t clt__act_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype) {
+uint64_t clt__act_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype, int recompute) {
   size_t act, aux, in32;
-  set_sizes(spec, max_batch, act_dtype, &act, &aux, &in32);
+  set_sizes(spec, max_batch, act_dtype, recompute, &act, &aux, &in32);
   return (uint64_t)act + aux + in32;
+}
+
+/* The block buffers' bytes (--recompute blocks; none without it). */
+static uint64_t block_bytes(const replica_layout *lo, clt_dtype act_dtype) {
+  return (uint64_t)lo->block_act * clt_dtype_size(act_dtype) + (uint64_t)lo->block_aux * 4;
 }
 
 void clt__replica_memory(const clt_model_spec *spec, const clt__replica_config *cfg, clt_replica_memory *m) {
   replica_layout lo;
   int64_t max_batch = cfg->max_batch;
-  lay_out(spec, max_batch, cfg->act_dtype, NULL, &lo);
+  lay_out(spec, max_batch, cfg->act_dtype, cfg->recompute, NULL, &lo);
   uint64_t P = (uint64_t)spec->param_count, e = clt_dtype_size(cfg->act_dtype);
   uint64_t labels_n = (uint64_t)(max_batch * spec->labels_per_sample);
   memset(m, 0, sizeof *m);
@@ -114,7 +161,8 @@ void clt__replica_memory(const clt_model_spec *spec, const clt__replica_config *
   m->parameters = P * 4;
   m->gradients = cfg->no_grad_arena ? 0 : P * 4;
   m->optimizer_state = (uint64_t)cfg->state_params * 4 * (uint64_t)cfg->state_per_param;
-  m->activations = clt__act_set_bytes(spec, max_batch, cfg->act_dtype) + 2 * labels_n * 4 + 8;
+  m->activations = clt__act_set_bytes(spec, max_batch, cfg->act_dtype, cfg->recompute) + block_bytes(&lo, cfg->act_dtype) +
+                   2 * labels_n * 4 + 8;
   m->activation_grads = 2 * (uint64_t)lo.largest * e + (uint64_t)lo.gscratch * e +
                         (uint64_t)spec->skip_slots * (uint64_t)lo.skip * e;
   m->workspace = (uint64_t)lo.workspace + lo.scratch;
@@ -125,6 +173,7 @@ void clt__replica_memory(const clt_model_spec *spec, const clt__replica_config *
       {m->optimizer_state, "the optimizer state"},
       {(uint64_t)lo.act * e, "the activations"},
       {(uint64_t)lo.aux * 4, "the values layers keep for the backward"},
+      {(uint64_t)lo.block_act * e, "the activations of the block run again (--recompute blocks)"},
       {(uint64_t)lo.largest * e, "the largest layer's activation gradient"},
       {(uint64_t)lo.gscratch * e, "a layer's backward scratch"},
       {(uint64_t)lo.workspace, "conv2d's im2col workspace"},
@@ -180,11 +229,11 @@ int clt_replica_memory_check(const clt_replica_memory *need, const clt_device_in
 
 /* The three buffers of an activation set on ctx, and its output views. */
 static int set_create(clt_context *ctx, const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype,
-                      clt__act_set *set) {
+                      int recompute, clt__act_set *set) {
   int rc = CLT_OK;
   size_t act, aux, in32;
   memset(set, 0, sizeof *set);
-  set_sizes(spec, max_batch, act_dtype, &act, &aux, &in32);
+  set_sizes(spec, max_batch, act_dtype, recompute, &act, &aux, &in32);
   if (!(set->outs = clt__calloc((size_t)spec->nlayers, sizeof *set->outs))) return CLT_ENOMEM;
   CLT_TRY(clt_buffer_create(ctx, act, &set->act));
   if (in32) CLT_TRY(clt_buffer_create(ctx, in32, &set->input32));
@@ -194,7 +243,7 @@ fail:
 }
 
 int clt__act_set_create(const clt__replica *r, clt__act_set *set) {
-  int rc = set_create(r->ctx, r->spec, r->cfg.max_batch, r->cfg.act_dtype, set);
+  int rc = set_create(r->ctx, r->spec, r->cfg.max_batch, r->cfg.act_dtype, r->cfg.recompute, set);
   if (rc < 0) clt__act_set_destroy(set);
   return rc;
 }
@@ -235,7 +284,7 @@ int clt__replica_create_with(clt_context *ctx, const clt_model_spec *spec, const
 
   /* Lay out activations, what layers keep for their backward, and scratch. */
   replica_layout lo;
-  lay_out(spec, max_batch, act_dtype, r->slots, &lo);
+  lay_out(spec, max_batch, act_dtype, cfg->recompute, r->slots, &lo);
   r->first_trainable = lo.first_trainable;
   size_t pbytes = (size_t)spec->param_count * 4, esize = clt_dtype_size(act_dtype);
   int64_t labels_n = max_batch * spec->labels_per_sample;
@@ -250,7 +299,9 @@ int clt__replica_create_with(clt_context *ctx, const clt_model_spec *spec, const
   }
   if (cfg->state_per_param && cfg->state_params > 0)
     CLT_TRY(clt_buffer_create(ctx, (size_t)cfg->state_params * 4 * cfg->state_per_param, &r->state));
-  CLT_TRY(set_create(ctx, spec, max_batch, act_dtype, &r->own));
+  CLT_TRY(set_create(ctx, spec, max_batch, act_dtype, cfg->recompute, &r->own));
+  if (lo.block_act) CLT_TRY(clt_buffer_create(ctx, (size_t)lo.block_act * esize, &r->block_act));
+  if (lo.block_aux) CLT_TRY(clt_buffer_create(ctx, (size_t)lo.block_aux * 4, &r->block_aux));
   CLT_TRY(clt_buffer_create(ctx, (size_t)lo.largest * esize, &r->dbuf[0]));
   CLT_TRY(clt_buffer_create(ctx, (size_t)lo.largest * esize, &r->dbuf[1]));
   if (lo.gscratch) CLT_TRY(clt_buffer_create(ctx, (size_t)lo.gscratch * esize, &r->gscratch));
@@ -271,8 +322,8 @@ int clt__replica_create_with(clt_context *ctx, const clt_model_spec *spec, const
   char ab[32], pb[32];
   clt__log(CLT_LOG_INFO, "replica on %s: %s of parameters, %s of activations and their gradients (%s)", ctx->info.name,
            clt__fmt_bytes(pbytes, pb, sizeof pb),
-           clt__fmt_bytes((uint64_t)(lo.act + 2 * lo.largest + lo.gscratch + spec->skip_slots * lo.skip) * esize, ab,
-                          sizeof ab),
+           clt__fmt_bytes((uint64_t)(lo.act + lo.block_act + 2 * lo.largest + lo.gscratch + spec->skip_slots * lo.skip) *
+                              esize, ab, sizeof ab),
            clt_dtype_name(act_dtype));
   *out = r;
   return CLT_OK;
@@ -303,8 +354,8 @@ void clt__replica_destroy(clt__replica *r) {
   if (r->start_ev) clReleaseEvent(r->start_ev);
   if (r->end_ev) clReleaseEvent(r->end_ev);
   clt__act_set_destroy(&r->own);
-  cl_mem bufs[] = {r->params, r->grads,  r->state,  r->dbuf[0], r->dbuf[1], r->workspace,
-                   r->labels, r->losses, r->scalars, r->gscratch};
+  cl_mem bufs[] = {r->params, r->grads,  r->state,   r->dbuf[0],   r->dbuf[1],  r->workspace,
+                   r->labels, r->losses, r->scalars, r->gscratch, r->block_act, r->block_aux};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) clt_buffer_release(bufs[i]);
   for (int k = 0; r->skip && k < r->spec->skip_slots; k++) clt_buffer_release(r->skip[k]);
   free(r->skip);
@@ -323,7 +374,8 @@ void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out) {
   out->parameters = clt_buffer_size(r->params);
   out->gradients = clt_buffer_size(r->grads);
   out->optimizer_state = clt_buffer_size(r->state);
-  const cl_mem act[] = {r->own.act, r->own.input32, r->own.aux, r->labels, r->losses, r->scalars};
+  const cl_mem act[] = {r->own.act, r->own.input32, r->own.aux, r->block_act, r->block_aux, r->labels, r->losses,
+                        r->scalars};
   out->activations = sizes(act, sizeof act / sizeof act[0]);
   const cl_mem dact[] = {r->dbuf[0], r->dbuf[1], r->gscratch};
   out->activation_grads = sizes(dact, sizeof dact / sizeof dact[0]);

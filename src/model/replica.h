@@ -36,7 +36,9 @@ typedef struct clt__run_hooks {
    * run, at clt__replica_begin). */
   int (*run_begin)(void *user, const clt__pass *pass);
   /* (optional) Before layer i's forward: where ZeRO stage 3 would gather
-   * the layer's parameters. */
+   * the layer's parameters. Under --recompute blocks also in the backward,
+   * for each layer of a block pass run again (before the backward_begin of
+   * the pass's last layer, and in the same order as in the forward). */
   int (*forward_begin)(void *user, int layer, const clt__pass *pass);
   /* (optional) Before and after layer i's backward is enqueued. */
   int (*backward_begin)(void *user, int layer, const clt__pass *pass);
@@ -60,6 +62,10 @@ typedef struct clt__replica_config {
   int no_grad_arena;       /* no P-float gradient arena: the hooks' grad_view places every gradient */
   void *grads_at;          /* the arena over these host bytes (P floats, page-aligned, kept by the caller; a
                               context with shared_buffers), else a buffer of its own */
+  int recompute;           /* --recompute blocks (clt_recompute): an activation set keeps only what the
+                              backward cannot make again, each block pass's input (and output); the
+                              pass's other layers live in the replica's block buffers, one pass at a time,
+                              and the backward runs the pass's forward again there before its layers */
 } clt__replica_config;
 
 /* A batch's activations: every layer's output and what its backward
@@ -78,6 +84,9 @@ typedef struct clt__layer_slot {
   int64_t act_offset;   /* this layer's output in act */
   int64_t saved_offset; /* what it keeps for its backward, in act too */
   int64_t aux_offset;   /* f32 / i32 data kept for backward (argmax, mean/rstd, log-sum-exp) */
+  int transient;        /* --recompute blocks: the three are in the replica's block_act and block_aux, not the set's */
+  int recompute_from;   /* the last layer of a block pass with transient layers: the pass's first layer, whose
+                           transient layers the backward runs again before this one's; else -1 */
 } clt__layer_slot;
 
 struct clt__replica {
@@ -90,6 +99,7 @@ struct clt__replica {
   cl_mem gscratch;             /* backward scratch of the layer that needs most (attention) */
   cl_mem *skip;                /* spec->skip_slots: residuals' skip-branch gradients */
   cl_mem workspace;            /* conv2d im2col; NULL without conv layers */
+  cl_mem block_act, block_aux; /* --recompute blocks: one block pass's transient layers (every set's), or NULL */
   cl_mem labels;               /* (max_batch * labels_per_sample) i32, or a regression model's f32 targets */
   cl_mem losses;               /* the same count of per-label losses (regression: then the squared errors) */
   cl_mem scalars;              /* [0] loss sum (f32), [1] correct count (i32) or squared error (f32) */
@@ -148,7 +158,7 @@ void clt__replica_device_bytes(const clt__replica *r, clt__replica_bytes *out);
  * and the device bytes one takes. */
 int clt__act_set_create(const clt__replica *r, clt__act_set *set);
 void clt__act_set_destroy(clt__act_set *set);
-uint64_t clt__act_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype);
+uint64_t clt__act_set_bytes(const clt_model_spec *spec, int64_t max_batch, clt_dtype act_dtype, int recompute);
 
 /* Tensor views of the arenas (an empty view where there is none). */
 clt_tensor clt__replica_params(const clt__replica *r);

@@ -9,6 +9,14 @@
  * A whole run (clt__replica_run) is the pieces in order on the replica's
  * own activation set: begin, input, forward, loss, backward, end. A
  * pipeline stage calls the pieces itself on sets of its own (src/pp).
+ *
+ * --recompute blocks (activation checkpointing): the forward writes the
+ * layers of each block pass, but its input and output, into the replica's
+ * block buffers, which the next pass overwrites (model/replica.c says
+ * which layers); the backward, reaching a pass's last layer, runs the
+ * pass's forward again there from the input the set kept, then the pass's
+ * backward. The same kernels on the same inputs in the same order: the
+ * same bits as without (dropout's masks are keyed by the pass, not drawn).
  */
 #include "model/replica.h"
 
@@ -36,6 +44,12 @@ static int make_flat(cl_mem buf, int64_t off, clt_dtype dt, int64_t count, clt_t
   return clt_tensor_view(buf, (size_t)off * clt_dtype_size(dt), dt, 1, &count, t);
 }
 
+/* Where layer i's output and saved values are: set s's arena, or the
+ * block buffer (--recompute blocks). */
+static cl_mem act_of(const clt__replica *r, const clt__act_set *s, int i) {
+  return r->slots[i].transient ? r->block_act : s->act;
+}
+
 /* Layer i's places in the replica's buffers and set s for n samples. */
 static void layer_io(const clt__replica *r, const clt__act_set *s, int i, int64_t n, const clt__pass *pass,
                      clt__layer_io *io) {
@@ -49,9 +63,9 @@ static void layer_io(const clt__replica *r, const clt__act_set *s, int i, int64_
   io->params = r->params;
   io->grads = r->grads;
   if (r->hooks && r->hooks->grad_view) io->grad_view = r->hooks->grad_view, io->grad_user = r->hooks_user;
-  io->saved = s->act;
+  io->saved = act_of(r, s, i);
   io->saved_off = r->slots[i].saved_offset;
-  io->aux = s->aux;
+  io->aux = r->slots[i].transient ? r->block_aux : s->aux;
   io->aux_off = r->slots[i].aux_offset;
   io->gscratch = r->gscratch;
   io->workspace = r->workspace;
@@ -85,7 +99,7 @@ static int layer_forward(clt__replica *r, clt__act_set *s, int i, int64_t n, con
   CLT_TRY(HOOK(r, forward_begin, i, pass));
   layer_io(r, s, i, n, pass, &io);
   io.x = outs[i - 1];
-  CLT_TRY(make_view(s->act, r->slots[i].act_offset, dt, n, &l->out_shape, &io.y));
+  CLT_TRY(make_view(act_of(r, s, i), r->slots[i].act_offset, dt, n, &l->out_shape, &io.y));
   if (l->skip >= 0) io.skip = outs[l->skip];
   CLT_TRY(l->kind->forward(&io));
   outs[i] = io.y;
@@ -240,6 +254,19 @@ fail:
   return rc;
 }
 
+/* --recompute blocks, before the backward of a block pass's last layer i:
+ * the pass's transient layers run forward again into the block buffers
+ * (the pass's input and every layer it adds outside the pass were kept).
+ * Its time is the profile's share of layer i's backward. */
+static int recompute_pass(clt__replica *r, clt__act_set *s, int i, int64_t n, const clt__pass *pass) {
+  int rc = CLT_OK;
+  for (int j = r->slots[i].recompute_from; j < i; j++)
+    if (r->slots[j].transient) CLT_TRY(layer_forward(r, s, j, n, pass));
+fail:
+  return rc < 0 ? clt__error_prefix(rc, "running block pass %d again (--recompute blocks)", r->spec->layers[i].block)
+                : rc;
+}
+
 int clt__replica_backward(clt__replica *r, clt__act_set *s, int64_t n, const float *dy_host, int to_input,
                           const clt__pass *pass, clt_tensor *dx_out) {
   int rc = CLT_OK, cur = 0;
@@ -252,6 +279,7 @@ int clt__replica_backward(clt__replica *r, clt__act_set *s, int64_t n, const flo
   for (int i = L - 1; i >= lowest && i >= 1; i--) {
     const clt_layer_spec *l = &spec->layers[i];
     int need_dx = i > lowest || to_input, through = has(l, CLT_KIND_VIEW) || has(l, CLT_KIND_PASS_GRAD);
+    if (r->slots[i].recompute_from >= 0) CLT_TRY(recompute_pass(r, s, i, n, pass));
     CLT_TRY(HOOK(r, backward_begin, i, pass));
     CLT_TRY(layer_backward(r, s, i, n, &dy, &dx, r->dbuf[1 - cur], need_dx, pass));
     CLT_TRY(clt__replica_trace_mark(r, spec->nlayers + i));

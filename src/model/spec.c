@@ -65,6 +65,7 @@ typedef struct raw_line {
  * block pass (where the next residual's value comes from). */
 typedef struct item {
   int raw;       /* index into the raw lines, or -1 for a block start */
+  int pass;      /* the outermost block pass it is in (--recompute blocks' unit), or -1 */
 } item;
 
 typedef struct parser {
@@ -73,6 +74,7 @@ typedef struct parser {
   int nlines;
   item *items;
   int nitems, cap;
+  int npasses;   /* outermost block passes so far */
 } parser;
 
 static void line_ctx(const parser *p, int raw, clt__spec_line *lc) {
@@ -147,7 +149,7 @@ static int read_lines(parser *p, const char *text) {
   return CLT_OK;
 }
 
-static int push_item(parser *p, int raw) {
+static int push_item(parser *p, int raw, int pass) {
   if (p->nitems == MAX_LAYERS)
     return clt__error(CLT_EFORMAT, "%s: more than %d layers once blocks are repeated", p->name, MAX_LAYERS);
   if (p->nitems == p->cap) {
@@ -156,14 +158,18 @@ static int push_item(parser *p, int raw) {
     if (!grown) return clt__error(CLT_ENOMEM, "out of memory parsing %s", p->name);
     p->items = grown;
   }
-  p->items[p->nitems++].raw = raw;
+  p->items[p->nitems].raw = raw;
+  p->items[p->nitems++].pass = pass;
   return CLT_OK;
 }
 
 static int is_word(const raw_line *r, const char *w) { return r->ntok > 0 && strcmp(r->tok[0].text, w) == 0; }
 
-/* Expand raw lines [from, to) into items; blocks recursively. */
-static int expand(parser *p, int from, int to) {
+/* Expand raw lines [from, to) into items; blocks recursively. pass is the
+ * outermost block pass they are in (-1: none): a pass of a top-level block
+ * is the unit --recompute blocks keeps the input of (a nested block's
+ * passes are part of it). */
+static int expand(parser *p, int from, int to, int pass) {
   int rc = CLT_OK;
   for (int i = from; i < to; i++) {
     raw_line *r = &p->lines[i];
@@ -171,7 +177,7 @@ static int expand(parser *p, int from, int to) {
     line_ctx(p, i, &lc);
     if (is_word(r, "end")) return clt__line_error(&lc, r->tok[0].col, "'end' without a 'block' before it");
     if (!is_word(r, "block")) {
-      CLT_TRY(push_item(p, i));
+      CLT_TRY(push_item(p, i, pass));
       continue;
     }
     int repeat = 1, depth = 1, j;
@@ -189,8 +195,9 @@ static int expand(parser *p, int from, int to) {
         return clt__line_error(&in, in.tok[0].col, "the loss line goes after the last layer, not inside a block");
       }
     for (int k = 0; k < repeat; k++) {
-      CLT_TRY(push_item(p, -1));
-      CLT_TRY(expand(p, i + 1, j - 1));
+      int in = pass >= 0 ? pass : p->npasses++;
+      CLT_TRY(push_item(p, -1, in));
+      CLT_TRY(expand(p, i + 1, j - 1, in));
     }
     i = j - 1;
   }
@@ -209,6 +216,7 @@ static void layer_defaults(clt_layer_spec *l, int line) {
   l->slope = 0.01f;
   l->tie = -1;
   l->skip = -1;
+  l->block = -1;
 }
 
 /* name=NAME, what a later tie= refers to (the nearest layer before it of
@@ -502,7 +510,7 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
     goto fail;
   }
   CLT_TRY(read_lines(&p, text));
-  CLT_TRY(expand(&p, 0, p.nlines));
+  CLT_TRY(expand(&p, 0, p.nlines, -1));
   int cap = 0, mark = -1, loss_raw = -1;
   for (int i = 0; i < p.nitems; i++) {
     if (p.items[i].raw < 0) { /* a block pass starts: the next residual adds this */
@@ -521,7 +529,10 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
                            "last layer", spec->loss_line);
       goto fail;
     }
+    int added = spec->nlayers;
     CLT_TRY(add_layer(&p, p.items[i].raw, spec, mark, &cap));
+    for (; added < spec->nlayers; added++) spec->layers[added].block = p.items[i].pass; /* with its act= */
+    if (p.items[i].pass >= spec->nblocks) spec->nblocks = p.items[i].pass + 1;
     if (spec->layers[spec->nlayers - 1].kind == &clt__kind_residual) mark = spec->nlayers - 1;
   }
   if (spec->nlayers == 0) {
@@ -530,6 +541,10 @@ int clt__spec_parse(const char *text, const char *name, clt_model_spec **out) {
   }
   CLT_TRY(check_output(&p, spec, loss_raw));
   CLT_TRY(assign_skip_slots(spec));
+  for (int i = 0; i < spec->nlayers; i++) {
+    const clt_layer_spec *l = &spec->layers[i];
+    if (l->skip >= 0 && spec->layers[l->skip].block != l->block) spec->layers[l->skip].skip_outside = 1;
+  }
   default_gains(spec);
   *out = spec;
   spec = NULL;

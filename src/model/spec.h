@@ -113,6 +113,9 @@ typedef struct clt_layer_spec {
    * kept from forward to backward, f32 (or i32) values kept, and
    * activation-dtype scratch for the backward. */
   int64_t saved_act, saved_f32, grad_scratch;
+  int block;           /* the pass of a top-level `block` it is in (0, 1, ... in order; a nested block's
+                          layers are their outer pass's), or -1: --recompute blocks' unit */
+  int skip_outside;    /* a residual outside that pass (or outside blocks) adds this layer's output */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {
@@ -128,6 +131,7 @@ typedef struct clt_model_spec {
   float huber_delta;   /* huber's delta= (1) */
   int loss_line;       /* where the loss line is (0: none, the default) */
   int skip_slots;      /* pending skip-branch gradients at most at once in the backward */
+  int nblocks;         /* top-level block passes with a layer (the `block` of its layers: 0 .. nblocks - 1) */
   int layer_base;      /* a part of a model (a pipeline stage's spec, src/pp): its layer i is the whole
                           model's i + layer_base (what keys each dropout layer's masks); 0 for a whole model */
 } clt_model_spec;

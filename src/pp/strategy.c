@@ -71,7 +71,7 @@ static int plan(const clt__job *job, clt__strategy *s) {
   int64_t micro_batch = o->batch / pp->M;
   pp->room = (micro_batch + pp->D - 1) / pp->D;
   pp->nsets = clt__pp_activation_sets(pp);
-  uint64_t set_bytes = clt__act_set_bytes(pp->stage_model.spec, pp->room, o->precision);
+  uint64_t set_bytes = clt__act_set_bytes(pp->stage_model.spec, pp->room, o->precision, o->recompute);
   clt__dp_how how = {.local = &pp->stage_model, .comm = pp->stage_comm, .accumulate = pp->M, .room = pp->room,
                      .extra_activations = (uint64_t)(pp->nsets - 1) * set_bytes, .stage = pp->stage,
                      .take = take, .take_user = pp};

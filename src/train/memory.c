@@ -97,6 +97,7 @@ int clt__trainer_memory_records(clt_trainer *t, FILE *metrics) {
       json_object_set_new(o, "device", json_string(m->device));
       json_object_set_new(o, "batch", json_integer(m->batch));
       json_object_set_new(o, "zero", json_integer(m->zero));
+      if (t->opts.recompute) json_object_set_new(o, "recompute", json_string("blocks"));
       json_object_set_new(o, "params", json_integer(m->params));
       json_object_set_new(o, "shard_params", json_integer(m->shard_params));
       json_object_set_new(o, "counted", parts(m->counted));
@@ -122,6 +123,11 @@ int clt_model_replica_memory(const clt_model *m, const clt_train_options *o, clt
   if (o->precision != CLT_F32 && o->precision != CLT_F16)
     return clt__error(CLT_EINVAL, "clt_model_replica_memory: the precision must be fp32 or fp16, not %s",
                       clt_dtype_name(o->precision));
+  if ((unsigned)o->recompute > CLT_RECOMPUTE_BLOCKS)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory: clt_train_options.recompute is %d: give "
+                      "CLT_RECOMPUTE_NONE (0) or CLT_RECOMPUTE_BLOCKS (1)", (int)o->recompute);
+  int rc = clt__model_check_recompute(m, o->recompute);
+  if (rc < 0) return rc;
   /* one rank: every parameter's state and the whole gradient (with its f16 copy in fp16) */
   return clt__dp_need(m, o, 1, 0, o->batch / o->accumulate, o->precision == CLT_F16, out, NULL, NULL);
 }

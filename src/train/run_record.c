@@ -88,6 +88,7 @@ static json_t *options_json(const clt_train_options *o) {
   json_t *sw = json_array();
   for (int i = 0; o->shard_weights && i < o->shard_nweights; i++) json_array_append_new(sw, json_real(o->shard_weights[i]));
   json_object_set_new(j, "shard_weights", sw);
+  json_object_set_new(j, "recompute", json_string(o->recompute == CLT_RECOMPUTE_BLOCKS ? "blocks" : "none"));
 #undef STR
   return j;
 }

@@ -105,6 +105,7 @@ static const enum_field enums[] = {
     ENUM(checkpoint_one_file, 2, "0 or 1"),
     ENUM(offload, 2, "CLT_OFFLOAD_NONE (0) or CLT_OFFLOAD_OPTIMIZER (1)"),
     ENUM(shard_by, 3, "CLT_SHARD_EQUAL (0), CLT_SHARD_MEMORY (1) or CLT_SHARD_WEIGHTS (2)"),
+    ENUM(recompute, 2, "CLT_RECOMPUTE_NONE (0) or CLT_RECOMPUTE_BLOCKS (1)"),
 };
 #undef ENUM
 
@@ -309,6 +310,7 @@ int clt_trainer_create(const clt_model *m, const clt_devices *devs, clt_comm *co
   CLT_ARG(o);
   if (clt_devices_count(devs) < 1) return clt__error(CLT_ENODEV, "clt_trainer_create: no devices given");
   CLT_TRY(check_options(o, comm ? clt_comm_size(comm) : 1));
+  CLT_TRY(clt__model_check_recompute(m, o->recompute));
   if (!(t = clt__calloc(1, sizeof *t))) return CLT_ENOMEM;
   t->model = m;
   t->opts = *o;

@@ -1062,6 +1062,7 @@ static int check_options(void) {
   BAD(decay_all, 2, "decay_all");
   BAD(drop_last, -1, "drop_last");
   BAD(optimizer.nesterov, 3, "nesterov");
+  BAD(recompute, 2, "recompute");
 #undef BAD
   /* item 11: weights that are not there, with a count that is */
   o = opts;
