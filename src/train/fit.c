@@ -89,6 +89,7 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->grad_norm = st->grad_norm;
   ev->comm_s = comm_s;
   ev->comm_hidden = comm_s > 0 ? hidden_s / comm_s : NAN;
+  ev->comm_bytes = clt__dp_comm_bytes(t->s.dp);
   ev->nreplicas = clt__dp_replicas(t->s.dp);
   ev->shares = clt__dp_shares(t->s.dp);
   ev->throughput = clt__dp_throughput(t->s.dp);
@@ -169,6 +170,7 @@ static int emit(clt_trainer *t, const sinks *out, const clt_train_event *ev) {
     json_object_set_new(o, "grad_norm", num(ev->grad_norm));
     json_object_set_new(o, "comm_s", num(ev->comm_s));
     json_object_set_new(o, "comm_hidden", num(ev->comm_hidden));
+    json_object_set_new(o, "comm_bytes", num(ev->comm_bytes));
     json_t *sh = json_array(), *tp = json_array();
     for (int r = 0; r < ev->nreplicas; r++) {
       json_array_append_new(sh, json_integer(ev->shares[r]));
