@@ -1130,7 +1130,7 @@ typedef struct clt_train_options {
                                      into the rank's shard as it completes (with accumulate > 1 the
                                      whole local gradient is kept; clt_trainer_gradient is refused).
                                      3: the parameters too: a device keeps its shard's parameters and
-                                     a ring of two buffers of the largest layer's, each layer written
+                                     a ring for two neighbouring layers' parameters, each layer written
                                      into it before its forward and its backward from the whole
                                      parameters allgathered once a step into host memory.
                                      The same on every rank; on one rank a no-op */
@@ -1185,7 +1185,7 @@ CLT_API int clt_model_replica_memory(const clt_model *m, const clt_train_options
  * gradients for that shard plus the bucket buffers the backward writes
  * into (two, three with tied weights, each as long as the longest bucket
  * it holds); under o->zero 3 parameters for that shard too plus the
- * ring of two buffers as long as the largest layer's parameters; with
+ * ring that holds the two largest neighbouring layers' parameters; with
  * o->zero 0 or one rank, as
  * clt_model_replica_memory. *shard_params, when not NULL, receives the
  * parameters that state covers. */

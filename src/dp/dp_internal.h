@@ -23,15 +23,16 @@ typedef struct clt__gather_piece {
 } clt__gather_piece;
 
 /* ZeRO stage 3's units (zero_units.c): per layer the floats of its unit
- * (0: no parameters) and where its parameter k lies in it (at[i *
- * CLT_MAX_LAYER_PARAMS + k]); the largest unit, a slot of the ring. */
+ * (0: no parameters), where its parameter k lies in it (at[i *
+ * CLT_MAX_LAYER_PARAMS + k]) and the ring's end it goes to (end[i]: 0 low,
+ * 1 high, by turns in the order the layers run); the largest unit, and
+ * the ring's floats: the largest two neighbouring units side by side. */
 typedef struct clt__unit_layout {
   int nlayers;
   int64_t *floats, *at;
-  int64_t largest;
+  int *end;
+  int64_t largest, capacity;
 } clt__unit_layout;
-/* Slots of a replica's ring: the layer running and the next one. */
-#define CLT__RING_SLOTS 2
 typedef struct clt__dp_ring clt__dp_ring;
 
 /* Data parallelism's part of one replica (replica_buckets.c): the hooks'

@@ -1,7 +1,9 @@
 /*
  * zero.c: ZeRO stages 1 and 2 (issue 15): each rank keeps optimizer state
  * (stage 1), and the reduced gradient too (stage 2), only for its shard of
- * the parameter arena.
+ * the parameter arena. Stage 3 (issue 37) is stage 2 with the shard's
+ * parameters packed like its state and no arena on the device: the runs
+ * read each layer's parameters from a ring (zero_units.c).
  *
  * Shard. Bucket b of the gradients, [lo_b, hi_b), is reduce-scattered
  * instead of all-reduced: rank r ends with the all-reduce's own segment of

@@ -8,13 +8,12 @@
  *
  * Unit. A layer with parameters is a unit: the runner's hooks come per
  * layer (forward_begin, backward_begin), a layer is the smallest piece
- * whose kernels read its parameters together, and the ring then holds the
- * largest layer (GPT-2's token embedding, 38.6 M floats), not the largest
- * block (an attention and an MLP: 7 M floats each, but with the embedding
- * and the tied head still layers of their own, a block-sized unit would
- * not shrink the ring and would put more in flight). A tied parameter (the
- * head's weight, the embedding's) is copied into the unit of every layer
- * that reads it, so each unit is whole on its own.
+ * whose kernels read its parameters together, and what is in flight is
+ * then two neighbouring layers, not two blocks (an attention and an MLP,
+ * 7 M floats each in GPT-2 small; with the embedding and the tied head
+ * layers of their own either way, blocks would only put more in flight).
+ * A tied parameter (the head's weight, the embedding's) is copied into the
+ * unit of every layer that reads it, so each unit is whole on its own.
  *
  * Where the parameters come from. After each optimizer step every rank's
  * shard is allgathered on the host (zero_gather.c, once per step: Psi
@@ -24,15 +23,23 @@
  * parameters, gradient and Adam's two moments) plus the ring, and the
  * host the whole model once.
  *
- * Ring. CLT__RING_SLOTS slots, each as long as the largest unit. The
- * layer running holds one; the next layer in the run's order (the forward
- * up, the backward down) is written into the other as soon as the current
- * layer's kernels are enqueued: the prefetch. The writes go on the compute
- * queue, which is in order, so a slot is written again only after every
- * kernel that read its last unit: no event is needed, and the host,
- * enqueueing ahead of the device, has each unit's write queued before the
- * kernels of the layer before it finish. A run starts with an empty ring:
- * the parameters may have changed since the last one.
+ * Ring. One buffer, the units written at its two ends by turns: the
+ * layers with parameters in the order they run, the first at the low end,
+ * the second at the high end, the third at the low end again. A unit's
+ * neighbours (the layers with parameters before and after it) are then at
+ * the other end, and the buffer is as long as the two largest neighbours
+ * together (GPT-2: the token embedding and the position table, 39.4 M
+ * floats; two slots as long as the largest would take 77 M). The layer
+ * running holds one end; the next layer in the run's order (the forward
+ * up, the backward down) is written at the other as soon as the current
+ * layer's kernels are enqueued: the prefetch. The backward's first unit
+ * is the forward's last, still there, and its next is often there too.
+ * The writes go on the compute queue, which is in order, so a place is
+ * written again only after every kernel that read its last unit: no event
+ * is needed, and the host, enqueueing ahead of the device, has each unit's
+ * write queued before the kernels of the layer before it finish. A run
+ * starts with an empty ring: the parameters may have changed since the
+ * last one.
  */
 #include "dp/dp_internal.h"
 
@@ -47,17 +54,18 @@ struct clt__dp_ring {
   const clt_model_spec *spec;
   const float *host;        /* the whole parameters, arena order */
   clt_context *ctx;
-  cl_mem buf;               /* CLT__RING_SLOTS x u->largest floats */
-  int holder[CLT__RING_SLOTS]; /* the layer whose unit a slot holds, or -1 */
-  int cur;                  /* the slot of the layer whose forward or backward is being enqueued, or -1 */
-  int next;                 /* the slot the next write takes */
+  cl_mem buf;               /* u->capacity floats */
+  int holder[2];            /* the layer whose unit each end holds (0 low, 1 high), or -1 */
+  int cur;                  /* the layer whose forward or backward is being enqueued, or -1 */
   int64_t writes;           /* units written since the ring was made */
 };
+
+static int64_t round_up(int64_t n) { return (n + CLT__UNIT_ALIGN - 1) / CLT__UNIT_ALIGN * CLT__UNIT_ALIGN; }
 
 /* ---- the layout ---- */
 
 void clt__unit_layout_free(clt__unit_layout *u) {
-  free(u->floats), free(u->at);
+  free(u->floats), free(u->at), free(u->end);
   memset(u, 0, sizeof *u);
 }
 
@@ -66,10 +74,13 @@ int clt__unit_layout_make(const clt_model_spec *spec, clt__unit_layout *u) {
   u->nlayers = spec->nlayers;
   u->floats = clt__calloc((size_t)spec->nlayers, sizeof *u->floats);
   u->at = clt__calloc((size_t)spec->nlayers * CLT_MAX_LAYER_PARAMS, sizeof *u->at);
-  if (!u->floats || !u->at) {
+  u->end = clt__calloc((size_t)spec->nlayers, sizeof *u->end);
+  if (!u->floats || !u->at || !u->end) {
     clt__unit_layout_free(u);
     return CLT_ENOMEM;
   }
+  int64_t last = 0;
+  int turn = 0;
   for (int i = 0; i < spec->nlayers; i++) {
     const clt_layer_spec *l = &spec->layers[i];
     int64_t *at = u->at + (size_t)i * CLT_MAX_LAYER_PARAMS, end = l->param_count;
@@ -79,17 +90,26 @@ int clt__unit_layout_make(const clt_model_spec *spec, clt__unit_layout *u) {
       if (!l->param[k].tied) at[k] = l->param[k].offset - l->param_offset;
     for (int k = 0; k < l->nparams; k++)
       if (l->param[k].tied) {
-        end = (end + CLT__UNIT_ALIGN - 1) / CLT__UNIT_ALIGN * CLT__UNIT_ALIGN;
+        end = round_up(end);
         at[k] = end;
         end += l->param[k].count;
       }
     u->floats[i] = l->nparams ? end : 0;
+    if (!u->floats[i]) continue;
+    u->end[i] = turn, turn = 1 - turn;
     if (u->floats[i] > u->largest) u->largest = u->floats[i];
+    /* this unit and the one before it, side by side */
+    if (round_up(u->floats[i]) + last > u->capacity) u->capacity = round_up(u->floats[i]) + last;
+    last = round_up(u->floats[i]);
   }
   return CLT_OK;
 }
 
-uint64_t clt__unit_ring_bytes(const clt__unit_layout *u) { return (uint64_t)CLT__RING_SLOTS * u->largest * 4; }
+uint64_t clt__unit_ring_bytes(const clt__unit_layout *u) { return (uint64_t)u->capacity * 4; }
+
+/* Where layer i's unit starts in the ring: at the low end, or ending at
+ * the high one. */
+static int64_t unit_at(const clt__unit_layout *u, int i) { return u->end[i] ? u->capacity - round_up(u->floats[i]) : 0; }
 
 /* ---- a replica's ring ---- */
 
@@ -100,14 +120,14 @@ int clt__dp_ring_create(clt_context *ctx, const clt_model_spec *spec, const clt_
   *out = NULL;
   if (!g) return CLT_ENOMEM;
   g->u = u, g->spec = spec, g->host = host, g->ctx = ctx;
-  CLT_TRY(clt_buffer_create(ctx, (size_t)(u->largest > 0 ? u->largest : 1) * 4 * CLT__RING_SLOTS, &g->buf));
+  CLT_TRY(clt_buffer_create(ctx, (size_t)(u->capacity > 0 ? u->capacity : 1) * 4, &g->buf));
   clt__dp_ring_reset(g);
   *out = g;
   return CLT_OK;
 fail:
   clt__dp_ring_destroy(g);
-  return clt__error_prefix(rc, "making ZeRO stage 3's ring of %d unit buffers of %lld floats on %s", CLT__RING_SLOTS,
-                           (long long)u->largest, ctx->info.name);
+  return clt__error_prefix(rc, "making ZeRO stage 3's ring of %lld floats for the layers' parameters on %s",
+                           (long long)u->capacity, ctx->info.name);
 }
 
 void clt__dp_ring_destroy(clt__dp_ring *g) {
@@ -117,30 +137,22 @@ void clt__dp_ring_destroy(clt__dp_ring *g) {
 }
 
 void clt__dp_ring_reset(clt__dp_ring *g) {
-  for (int s = 0; s < CLT__RING_SLOTS; s++) g->holder[s] = -1;
-  g->cur = -1, g->next = 0;
+  g->holder[0] = g->holder[1] = -1;
+  g->cur = -1;
 }
 
 uint64_t clt__dp_ring_bytes(const clt__dp_ring *g) { return g ? clt_buffer_size(g->buf) : 0; }
 int64_t clt__dp_ring_writes(const clt__dp_ring *g) { return g ? g->writes : 0; }
 
-static int slot_of(const clt__dp_ring *g, int layer) {
-  for (int s = 0; s < CLT__RING_SLOTS; s++)
-    if (g->holder[s] == layer) return s;
-  return -1;
-}
-
-/* Layer i's unit into a free slot (not the current layer's), from the
- * host's whole parameters, on the compute queue. */
+/* Layer i's unit at its end of the ring, from the host's whole
+ * parameters, on the compute queue (behind every kernel enqueued so far,
+ * those that read what was there among them). */
 static int write_unit(clt__dp_ring *g, int i) {
   int rc = CLT_OK;
   const clt_layer_spec *l = &g->spec->layers[i];
   const int64_t *at = g->u->at + (size_t)i * CLT_MAX_LAYER_PARAMS;
-  int s = g->next;
-  if (s == g->cur) s = (s + 1) % CLT__RING_SLOTS;
-  g->next = (s + 1) % CLT__RING_SLOTS;
-  size_t base = (size_t)s * (size_t)g->u->largest * 4;
-  g->holder[s] = -1; /* until written */
+  size_t base = (size_t)unit_at(g->u, i) * 4;
+  g->holder[g->u->end[i]] = -1; /* until written */
   if (l->param_count > 0)
     CLT_CL_TRY(clEnqueueWriteBuffer(g->ctx->queue, g->buf, CL_FALSE, base, (size_t)l->param_count * 4,
                                     g->host + l->param_offset, 0, NULL, NULL));
@@ -148,7 +160,7 @@ static int write_unit(clt__dp_ring *g, int i) {
     if (l->param[k].tied)
       CLT_CL_TRY(clEnqueueWriteBuffer(g->ctx->queue, g->buf, CL_FALSE, base + (size_t)at[k] * 4,
                                       (size_t)l->param[k].count * 4, g->host + l->param[k].offset, 0, NULL, NULL));
-  g->holder[s] = i;
+  g->holder[g->u->end[i]] = i;
   g->writes++;
 fail:
   return rc;
@@ -156,32 +168,28 @@ fail:
 
 int clt__dp_ring_enter(clt__dp_ring *g, int layer, int dir) {
   int rc = CLT_OK, next = layer + dir;
-  if (layer < 0 || layer >= g->u->nlayers || g->u->floats[layer] == 0) return CLT_OK;
-  while (next >= 1 && next < g->u->nlayers && g->u->floats[next] == 0) next += dir;
-  int s = slot_of(g, layer);
-  if (s < 0) {
-    CLT_TRY(write_unit(g, layer));
-    s = slot_of(g, layer);
-  }
-  g->cur = s;
-  /* the prefetch: the next unit's write queued behind this layer's
-   * kernels (the caller enqueues them next; the write is not ordered
-   * before them by anything but the queue, which is all it needs) */
-  if (CLT__RING_SLOTS > 1 && next >= 1 && next < g->u->nlayers && g->u->floats[next] > 0 && slot_of(g, next) < 0)
+  const clt__unit_layout *u = g->u;
+  if (layer < 0 || layer >= u->nlayers || u->floats[layer] == 0) return CLT_OK;
+  while (next >= 1 && next < u->nlayers && u->floats[next] == 0) next += dir;
+  if (g->holder[u->end[layer]] != layer) CLT_TRY(write_unit(g, layer));
+  g->cur = layer;
+  /* the prefetch: the next unit at the other end, queued behind this
+   * layer's kernels' predecessors (the caller enqueues them next; the
+   * other end's last unit is the layer before this one, whose kernels are
+   * enqueued, and this one's place does not overlap the next one's) */
+  if (next >= 1 && next < u->nlayers && u->floats[next] > 0 && g->holder[u->end[next]] != next)
     CLT_TRY(write_unit(g, next));
 fail:
   return rc;
 }
 
 int clt__dp_ring_view(const clt__dp_ring *g, const clt_param_spec *p, clt_tensor *t) {
-  if (g->cur >= 0) {
-    int i = g->holder[g->cur];
+  int i = g->cur;
+  if (i >= 0 && g->holder[g->u->end[i]] == i) {
     const clt_layer_spec *l = &g->spec->layers[i];
     for (int k = 0; k < l->nparams; k++)
       if (&l->param[k] == p)
-        return clt_tensor_view(g->buf,
-                               ((size_t)g->cur * (size_t)g->u->largest +
-                                (size_t)g->u->at[(size_t)i * CLT_MAX_LAYER_PARAMS + k]) * 4,
+        return clt_tensor_view(g->buf, (size_t)(unit_at(g->u, i) + g->u->at[(size_t)i * CLT_MAX_LAYER_PARAMS + k]) * 4,
                                CLT_F32, p->ndim, p->shape, t);
   }
   return clt__error(CLT_EINTERNAL, "ZeRO stage 3: a parameter (elements %lld to %lld) read outside its layer's "
@@ -199,8 +207,8 @@ int clt__dp_units_attach(clt__dp *dp) {
     clt__dp_rep_set_ring(dp->drep[i], g);
   }
   clt__log(CLT_LOG_INFO, "rank %d: --zero 3: parameters, gradients and optimizer state for %lld of %lld parameters "
-           "on each device, and a ring of %d unit buffers of %lld floats (the largest layer's parameters)",
-           dp->rank, (long long)dp->shard_params, (long long)clt_model_param_count(dp->local), CLT__RING_SLOTS,
+           "on each device, and a ring of %lld floats for the layers' parameters (the largest layer %lld)", dp->rank,
+           (long long)dp->shard_params, (long long)clt_model_param_count(dp->local), (long long)dp->units.capacity,
            (long long)dp->units.largest);
 fail:
   return rc;

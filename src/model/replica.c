@@ -12,7 +12,9 @@
  * reaches the layer the branch started at. All of these hold f32, or f16
  * under mixed precision (computed in f32 all the same; cl/prelude.cl);
  * token ids, parameters, their gradients and optimizer state are f32.
- * One layout function (lay_out) places all of it; clt__replica_memory
+ * Under ZeRO stage 3 the parameter buffer holds a rank's shard only
+ * (cfg->param_floats) and the run's hooks say where each layer's
+ * parameters are (param_view). One layout function (lay_out) places all of it; clt__replica_memory
  * reports from it what clt__replica_create_with allocates, so a model that
  * cannot fit is refused (clt_replica_memory_check) before anything is
  * allocated.
