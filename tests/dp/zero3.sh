@@ -17,7 +17,7 @@
 #    under --allreduce ring);
 #  - `cltrain summary --zero 3 --ranks N` says what is sharded, and a
 #    --max-device-memory that --zero 2 exceeds is refused on every rank
-#    naming the cap, while --zero 3 trains under it;
+#    naming the cap and --zero 3, while --zero 3 trains under it;
 #  - a checkpoint saved at --zero 3 on 2 ranks resumes on 3 ranks at --zero
 #    3 with the weights of the uninterrupted run at 3 ranks ... from that
 #    checkpoint at --zero 0 (the same state, gathered and scattered).
@@ -119,6 +119,19 @@ EOF
   same "$tmp/h0" "$tmp/h3" "fp16: --zero 3 gives --zero 0's weights"
   same "$tmp/a0" "$tmp/a3" "--accumulate 2: --zero 3 gives --zero 0's weights"
 done
+
+# A model that fits no device at --zero 2 under a cap trains at --zero 3:
+# the refusal comes before anything is allocated, on every rank, naming the
+# cap and the stage that would fit.
+{ printf 'input tokens 16 vocab=256\nembedding 256 name=wte\nposembedding\nblock repeat=4\n  layernorm\n'
+  printf '  attention heads=4\n  residual\n  layernorm\n  linear 1024 init=normal act=gelu\n  linear 256 init=normal\n'
+  printf '  residual\nend\nlayernorm\nlinear 256 tie=wte bias=false\n'; } >"$tmp/wide.model"
+wide="train $tmp/wide.model --data $tmp/train.bin --batch 2 -o adamw --bucket-mb 0.25 --max-device-memory 34M
+  --max-steps 2 --quiet"
+mpi_expect 2 1 "a wide GPT at --zero 2 under --max-device-memory 34M is refused" -- $wide --zero 2
+has "$err" "--zero 3 on these 2 ranks would fit" "the refusal names --zero 3"
+has "$err" "--max-device-memory 34.0 MiB" "the refusal names the cap"
+mpi_expect 2 0 "the wide GPT at --zero 3 under the same cap trains" -- $wide --zero 3
 
 expect 0 "summary --zero 3 --ranks 4" -- summary "$tmp/gpt.model" -o adamw --zero 3 --ranks 4
 has "$out" "--zero 3 over 4 ranks: parameters, optimizer state and gradients" "the summary says what stage 3 shards"
