@@ -5,8 +5,11 @@
  * while the backward of earlier layers goes on; under mixed precision each
  * complete bucket rounded to an f16 copy for the wire; on a device whose
  * buffers are host memory, each bucket copied out to the exchange's
- * staging in the queue's own order; and ZeRO stage 2's pool of bucket
- * buffers (zero.c says why and how the slots are assigned).
+ * staging in the queue's own order; ZeRO stage 2's pool of bucket
+ * buffers (zero.c says why and how the slots are assigned); and under
+ * stage 3 the ring each layer's parameters are written into before its
+ * forward and backward (zero_units.c), the same hooks with forward_begin
+ * and param_view added.
  *
  * A recorded run (the step's last micro-batch) puts a marker on the queue
  * once the backward of a bucket's lowest layer is done: the exchange waits
