@@ -89,8 +89,8 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
       more.gradients += (uint64_t)dp->shard_params * (dp->wire ? 6 : 4) + (uint64_t)P * (dp->wire ? 2 : 0);
       more.total += (uint64_t)dp->shard_params * (dp->wire ? 6 : 4) + (uint64_t)P * (dp->wire ? 2 : 0);
       if ((sync_rc = clt__replica_memory_fits(&more, &dp->ctx[i]->info, o->max_device_memory)) < 0)
-        clt__error_prefix(sync_rc, "%s: under --zero 2 on a device whose GEMMs the calling thread runs",
-                          dp->local->spec->name);
+        clt__error_prefix(sync_rc, "%s: under --zero %d on a device whose GEMMs the calling thread runs",
+                          dp->local->spec->name, dp->zero);
     }
     if (clt_optimizer_needs_host(&o->optimizer, &dp->ctx[i]->info)) {
       clt__log(CLT_LOG_INFO, "%s rounds float divide and sqrt loosely: its %s step runs on the host so that every "
