@@ -27,6 +27,11 @@
 #    and fp16) and on the pipeline (2 stages x 2 replicas), and the tiny
 #    Llama at 1 rank (fp16) and 2 (--zero 2), each of which must also equal
 #    the same run without it.
+#  - --zero 3 (parameters sharded, each layer put on the device before its
+#    forward and backward) for the three models x {2, 3, 4 ranks} x {fp32,
+#    fp16}, with --zero 0 at 4 ranks beside it, PoCL + rusticl as two ranks,
+#    --accumulate 2 and the balancer's weights 3,1: each must also equal its
+#    --zero 0 run bit for bit (--pipeline refuses every ZeRO stage).
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 if [ "$1" = --compare ]; then
@@ -161,6 +166,32 @@ for c in "gpt-np1-zero0-fp32 1 gpt" "gpt-np2-zero1-fp16 2 gpt --zero 1 --precisi
   else
     echo "FAIL: $base --recompute blocks: not the bits of the same run without it"; exit 1
   fi
+done
+# --zero 3: the same bits as --zero 0 with the same options.
+for model in mlp cnn gpt; do
+  for np in 2 3 4; do
+    for p in fp32 fp16; do
+      [ $np = 4 ] && run "$model-np4-zero0-$p" 4 "$model" --zero 0 --precision "$p"
+      run "$model-np$np-zero3-$p" "$np" "$model" --zero 3 --precision "$p"
+    done
+  done
+done
+DEVICES= run "gpt-pocl-rusticl-ranks-zero0" 2 gpt --zero 0
+DEVICES= run "gpt-pocl-rusticl-ranks-zero3" 2 gpt --zero 3
+DEVICES= run "cnn-pocl-rusticl-ranks-zero0" 2 cnn --zero 0
+DEVICES= run "cnn-pocl-rusticl-ranks-zero3" 2 cnn --zero 3
+unset DEVICES
+run "gpt-np2-zero0-accumulate2" 2 gpt --zero 0 --accumulate 2
+run "gpt-np2-zero3-accumulate2" 2 gpt --zero 3 --accumulate 2
+run "cnn-np2-weights31-zero3-fp16" 2 cnn --balance 3,1 --precision fp16 --zero 3
+run "gpt-np2-zero3-fp32-recompute" 2 gpt --zero 3 --recompute blocks
+run "gpt-np2-zero3-fp32-offload" 2 gpt --zero 3 --offload optimizer
+for f in "$out"/*zero3*.safetensors; do
+  [ -f "$f" ] || continue
+  z0=$(echo "$f" | sed 's/-zero3/-zero0/; s/-weights31-zero0/-weights31/; s/-recompute//; s/-offload//')
+  [ -f "$z0" ] || continue
+  if cmp -s "$f" "$z0"; then echo "$(basename "$f"): the bits of --zero 0"
+  else echo "FAIL: $(basename "$f") differs from $(basename "$z0")"; exit 1; fi
 done
 (cd "$out" && sha256sum ./*.safetensors >SHA256SUMS)
 echo "$(ls "$out"/*.safetensors | wc -l) weight files in $out"

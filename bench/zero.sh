@@ -1,6 +1,7 @@
 #!/bin/sh
 # zero.sh: ZeRO stages 0, 1 and 2 (issue 15) on 2 and 4 ranks of this
-# machine, on a deep MLP of Fashion-MNIST (784-16-256x6-10, 348,442
+# machine, then stage 3 (issue 37) against stage 2 on the tiny GPT (at the
+# end); first on a deep MLP of Fashion-MNIST (784-16-256x6-10, 348,442
 # parameters, AdamW, buckets of 0.25 MiB: one 256 x 256 layer each):
 #
 #  1. memory per rank: what each replica holds on its device, measured from
@@ -17,7 +18,8 @@
 #     step logged), the median of REPS (3) interleaved runs of each; and the
 #     part of it not hidden behind the backward pass.
 #
-# Run from the build directory: sh ../bench/zero.sh [STEPS]. The machine
+# Run from the build directory: sh ../bench/zero.sh [STEPS]
+# (STAGE3_ONLY=1: the tiny GPT's part alone). The machine
 # may be shared: times are noise beside each other in one run, ratios are
 # what to read.
 set -e
@@ -82,9 +84,10 @@ print("%7.2f MiB measured (params %.2f, grads %.2f, state %.2f), formula %7.2f M
       " + bucket buffers %.2f" % (extra / 2**20) if extra else "", m / (f + extra), o / 2**20))' "$@"
 }
 
-echo "deep MLP (348,442 parameters), AdamW, $steps steps per run, PoCL, 1 thread per rank; $(date -u +%H:%M) UTC"
 reps=${REPS:-3}
+[ -n "$STAGE3_ONLY" ] || echo "deep MLP (348,442 parameters), AdamW, $steps steps per run, PoCL, 1 thread per rank; $(date -u +%H:%M) UTC"
 for n in 2 4; do
+  [ -n "$STAGE3_ONLY" ] && break
   # Interleaved repeats, the median of each: a loaded machine's noise moves
   # all three stages alike within a round.
   for r in $(seq "$reps"); do
@@ -100,4 +103,54 @@ for n in 2 4; do
     echo "$n ranks, --zero $z: memory $(memory "$tmp/z$z-n$n-r1.jsonl" "$tmp/z$z-n$n-r1.err" "$n" "$z")"
     echo "$n ranks, --zero $z: communication $(/usr/bin/python3 -c "print('%.2f' % (1000 * $c))") ms/step (median of $reps; each: $(tr '\n' ' ' <"$tmp/c$z")s) = $(ratio "$c" "$c0")x stage 0's; not hidden behind the backward $(/usr/bin/python3 -c "print('%.2f' % (1000 * $e))") ms/step = $(ratio "$e" "$e0")x"
   done
+done
+
+# Stage 3 (issue 37) against stage 2: time per step of the tiny GPT
+# (examples/gpt_tiny.model, AdamW, batch 12 of 128 bytes) at 2 ranks (the
+# machine's cores; 4 ranks oversubscribed, labelled so), the median step
+# (elapsed_s between step events, after the first 5) of each run, the
+# median of REPS interleaved runs of each stage; and the bytes the
+# communicator sent per step (comm_bytes), stage 3 against stage 0 under
+# --allreduce ring (every byte through MPI; stage 0's default on one node
+# sums in place in shared memory, which no ZeRO stage can). Target: at
+# most 1.3x stage 2's time, at most 1.5x stage 0's bytes.
+i=0
+while [ $i -lt 400 ]; do
+  printf 'a kernel %d on a device, a rank %d in a ring.\n' $i $((i * 7 % 13))
+  i=$((i + 1))
+done >"$tmp/text.txt"
+./cltrain tokenize "$tmp/text.txt" -o "$tmp/tokens.bin" >/dev/null
+gpt() { # NAME NP ZERO [ARGS]
+  name=$1 np=$2 z=$3
+  shift 3
+  $mpi -np "$np" ./cltrain train "$here/../examples/gpt_tiny.model" --data "$tmp/tokens.bin" --devices pocl \
+    --epochs 100 --max-steps "$steps" --batch 12 -o adamw --lr 0.003 --zero "$z" --log-every 1 --quiet \
+    --metrics "$tmp/$name.jsonl" "$@" >/dev/null 2>"$tmp/$name.err" || { cat "$tmp/$name.err"; exit 1; }
+}
+step_time() {
+  /usr/bin/python3 -c '
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+t = [x["elapsed_s"] for x in r if x["event"] == "step"]
+d = [b - a for a, b in zip(t, t[1:])][5:]
+print("%.6f" % statistics.median(d))' "$1"
+}
+sent() {
+  /usr/bin/python3 -c '
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+print("%.0f" % statistics.median(x["comm_bytes"] for x in r if x["event"] == "step" and x["step"] > 1))' "$1"
+}
+for n in 2 4; do
+  label="$n ranks"
+  [ $n -gt 2 ] && label="$n ranks (oversubscribed: 2 cores)"
+  for r in $(seq "$reps"); do
+    for z in 2 3; do gpt "g$z-n$n-r$r" "$n" "$z"; done
+  done
+  for z in 2 3; do for r in $(seq "$reps"); do step_time "$tmp/g$z-n$n-r$r.jsonl"; done >"$tmp/s$z"; done
+  s2=$(median "$tmp/s2") s3=$(median "$tmp/s3")
+  echo "tiny GPT, $label: --zero 2 $(/usr/bin/python3 -c "print('%.1f' % (1000 * $s2))") ms/step, --zero 3 $(/usr/bin/python3 -c "print('%.1f' % (1000 * $s3))") ms/step (medians of $reps; each: $(tr '\n' ' ' <"$tmp/s3")s) = $(ratio "$s3" "$s2")x stage 2's (target 1.3x)"
+  for z in 0 3; do gpt "b$z-n$n" "$n" "$z" --allreduce ring --max-steps 8; done
+  b0=$(sent "$tmp/b0-n$n.jsonl") b3=$(sent "$tmp/b3-n$n.jsonl")
+  echo "tiny GPT, $label: bytes sent per step per rank, --allreduce ring: --zero 0 $b0, --zero 3 $b3 = $(ratio "$b3" "$b0")x (target 1.5x)"
 done

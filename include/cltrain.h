@@ -1138,6 +1138,8 @@ typedef struct clt_train_event {
                                        flops_per_sample; 0: not measured yet); NULL: unknown */
   const double *peak_flops;         /*   its device's peak FLOP/s (clt_device_peak_flops; 0: unknown) */
   const double *mfu;                /*   flops / peak_flops, model FLOPs utilisation (NaN: unknown) */
+  double comm_bytes;                /* STEP: bytes this rank sent through the data-parallel communicator since
+                                       the last event (clt_comm_bytes_sent: gradients, ZeRO's allgathers) */
 } clt_train_event;
 
 typedef void (*clt_train_callback)(const clt_train_event *ev, void *user);
@@ -1252,6 +1254,10 @@ typedef struct clt_train_options {
                                      writes into a few reused bucket buffers, each reduce-scattered
                                      into the rank's shard as it completes (with accumulate > 1 the
                                      whole local gradient is kept; clt_trainer_gradient is refused).
+                                     3: the parameters too: a device keeps its shard's parameters and
+                                     a ring for two neighbouring layers' parameters, each layer written
+                                     into it before its forward and its backward from the whole
+                                     parameters allgathered once a step into host memory.
                                      The same on every rank; on one rank a no-op */
   /* pipeline parallelism (appended: the fields above keep their places) */
   int pipeline;                   /* stages P (0 or 1: none): the model's layers cut into P contiguous
@@ -1325,7 +1331,9 @@ CLT_API int clt_model_replica_memory(const clt_model *m, const clt_train_options
  * what clt_trainer_create allocates there; under o->zero 2 (accumulate 1)
  * gradients for that shard plus the bucket buffers the backward writes
  * into (two, three with tied weights, each as long as the longest bucket
- * it holds); with o->zero 0 or one rank, as
+ * it holds); under o->zero 3 parameters for that shard too plus the
+ * ring that holds the two largest neighbouring layers' parameters; with
+ * o->zero 0 or one rank, as
  * clt_model_replica_memory. *shard_params, when not NULL, receives the
  * parameters that state covers. */
 CLT_API int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *o, int nranks,

@@ -37,7 +37,8 @@ static void help(FILE *to) {
           "      --precision P     fp32 or fp16 (default fp32)\n"
           "      --zero S          as train's --zero: 1 counts the optimizer state of the\n"
           "                        largest rank's shard only, 2 its gradients too with the\n"
-          "                        backward's bucket buffers (default 0)\n"
+          "                        backward's bucket buffers, 3 its parameters too with the\n"
+          "                        ring of gathered layers (default 0)\n"
           "      --ranks N         ranks of the job, one replica each (default 1)\n"
           "      --offload optimizer  as train's: no optimizer state on the device\n"
           "      --bucket-mb X     as train's: the buckets the shards are cut from (default %g)\n"
@@ -89,7 +90,12 @@ static void print_need(const clt_replica_memory *m, const clt_train_options *o, 
       {"activation gradients", m->activation_grads}, {"workspace", m->workspace}};
   printf("memory of one replica for batches of %lld (%s, %s", (long long)m->batch,
          clt_optimizer_name(o->optimizer.kind), o->precision == CLT_F16 ? "fp16" : "fp32");
-  if (o->zero == 2 && nranks > 1 && o->accumulate == 1)
+  if (o->zero == 3 && nranks > 1)
+    printf(", --zero 3 over %d ranks: parameters, optimizer state and gradients for at most %lld of %lld "
+           "parameters, with the ring of gathered layers and %s", nranks, (long long)shard, (long long)P,
+           o->accumulate == 1 ? "the bucket buffers the backward writes into"
+                              : "whole gradients, since --accumulate sums the micro-batches locally first");
+  else if (o->zero == 2 && nranks > 1 && o->accumulate == 1)
     printf(", --zero 2 over %d ranks: optimizer state and gradients for at most %lld of %lld parameters, with the "
            "bucket buffers the backward writes into", nranks, (long long)shard, (long long)P);
   else if (o->zero && nranks > 1)
@@ -166,7 +172,7 @@ static int parse_args(int argc, char **argv, clt_train_options *o, int *nranks, 
       break;
     case 'z':
     case 'r': {
-      long long v = strtoll(optarg, &end, 10), lo = c == 'z' ? 0 : 1, hi = c == 'z' ? 2 : 1 << 20;
+      long long v = strtoll(optarg, &end, 10), lo = c == 'z' ? 0 : 1, hi = c == 'z' ? 3 : 1 << 20;
       if (end == optarg || *end || v < lo || v > hi) {
         fprintf(stderr, "cltrain: summary: %s must be a whole number from %lld to %lld, not '%s'\n",
                 c == 'z' ? "--zero" : "--ranks", lo, hi, optarg);

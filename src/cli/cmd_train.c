@@ -211,7 +211,9 @@ static void help_devices(FILE *to, const clt_train_options *d) {
           "                          state; 1 each keeps it for its shard of the parameters only;\n"
           "                          2 the reduced gradients too (the backward writes into a few\n"
           "                          bucket buffers; with --accumulate the whole local gradient\n"
-          "                          is kept); same results bit for bit (default 0; no-op on one rank)\n"
+          "                          is kept); 3 the parameters too (each layer's put on the device\n"
+          "                          just before its forward and backward); same results bit for\n"
+          "                          bit (default 0; no-op on one rank)\n"
           "      --shard-by memory   size each rank's ZeRO shard by the device memory it has free\n"
           "                          beside its unsharded buffers (default equal; --balance still\n"
           "                          sizes the batch's shares)\n"
@@ -489,7 +491,7 @@ static int parse_args(int argc, char **argv, train_args *a, int *help_asked) {
       }
       a->allreduce = optarg;
       break;
-    case O_ZERO: if (parse_long("--zero", optarg, 0, 2, &v)) return -1; o->zero = (int)v; break;
+    case O_ZERO: if (parse_long("--zero", optarg, 0, 3, &v)) return -1; o->zero = (int)v; break;
     case O_PIPELINE: if (parse_long("--pipeline", optarg, 1, 4096, &v)) return -1; o->pipeline = (int)v; break;
     case O_MICRO: if (parse_long("--micro-batches", optarg, 1, 1 << 20, &v)) return -1; o->micro_batches = (int)v; break;
     case O_PIPE_SCHED:

@@ -80,15 +80,28 @@ int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const u
   int rc = CLT_OK;
   clt_tensor pt = clt__replica_params(reps[0]);
   int64_t P = pt.shape[0];
-  float *p = clt__calloc((size_t)P, sizeof *p);
+  float *p = clt__calloc((size_t)(P ? P : 1), sizeof *p), *shard = NULL;
   uint32_t *mine = clt__calloc(dp->max_local, sizeof *mine);
   uint32_t *all = clt__calloc((size_t)dp->nranks * dp->max_local, sizeof *all);
   if (!p || !mine || !all) { rc = CLT_ENOMEM; goto fail; }
   int first = -1;
+  if (dp->zero == 3) P = clt_model_param_count(dp->local);
+  if (dp->zero == 3) {
+    float *whole = realloc(p, (size_t)(P ? P : 1) * sizeof *p);
+    if (whole) p = whole;
+    shard = clt__calloc((size_t)(dp->shard_params ? dp->shard_params : 1), sizeof *shard);
+    if (!whole || !shard) { rc = CLT_ENOMEM; goto fail; }
+  }
   for (int i = 0; i < dp->nlocal; i++) {
     if (skip && skip[i]) continue;
     pt = clt__replica_params(reps[i]);
-    CLT_TRY(clt_tensor_download(clt__replica_context(reps[i]), &pt, p, (size_t)P * sizeof *p));
+    if (dp->zero == 3) { /* its shard over the host's whole parameters (the same on every rank) */
+      memcpy(p, dp->z3_full, (size_t)P * sizeof *p);
+      CLT_TRY(clt_tensor_download(clt__replica_context(reps[i]), &pt, shard, (size_t)dp->shard_params * sizeof *p));
+      clt__dp_unshard_state(dp, shard, 1, P, p);
+    } else {
+      CLT_TRY(clt_tensor_download(clt__replica_context(reps[i]), &pt, p, (size_t)P * sizeof *p));
+    }
     mine[i] = (uint32_t)crc32(0, (const Bytef *)p, (uInt)(P * sizeof *p));
     if (first < 0) first = i;
   }
@@ -111,6 +124,6 @@ int clt__dp_check_replicas(const clt__dp *dp, clt__replica *const *reps, const u
       }
     }
 fail:
-  free(p), free(mine), free(all);
+  free(p), free(mine), free(all), free(shard);
   return rc;
 }

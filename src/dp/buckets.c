@@ -186,6 +186,7 @@ int clt__dp_buckets_attach(clt__dp *dp) {
     CLT_TRY(clt__dp_rep_create(dp->rep[i], &dp->buckets, dp->wire, &dp->drep[i]));
     if (dp->pooled) CLT_TRY(clt__dp_rep_set_pool(dp->drep[i], &dp->pool, dp->shard_params, dp->wire));
   }
+  CLT_TRY(clt__dp_units_attach(dp)); /* stage 3's rings */
   CLT_TRY(clt__dp_gather_attach(dp));
   CLT_TRY(prepare_staging(dp));
 fail:
@@ -383,6 +384,14 @@ void clt__dp_set_trace(clt__dp *dp, clt__trace *tr, int lane) {
   if (!dp) return;
   dp->trace = tr;
   dp->trace_lane = lane;
+}
+
+double clt__dp_comm_bytes(clt__dp *dp) {
+  uint64_t intra = 0, inter = 0;
+  clt_comm_bytes_sent(dp->comm, &intra, &inter);
+  double since = (double)(intra + inter - dp->sent_mark);
+  dp->sent_mark = intra + inter;
+  return since;
 }
 
 void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset) {

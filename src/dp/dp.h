@@ -166,6 +166,8 @@ int clt__dp_sits_out(const clt__dp *dp);
 /* Seconds spent in the exchange, and those while some backward still ran,
  * since the last reset; reset zeroes them. */
 void clt__dp_comm_time(clt__dp *dp, double *seconds, double *hidden, int reset);
+/* Bytes this rank sent through dp's communicator since the last call. */
+double clt__dp_comm_bytes(clt__dp *dp);
 
 /* ---- gradient buckets (buckets.c) ---- */
 

@@ -22,6 +22,19 @@ typedef struct clt__gather_piece {
   int64_t arena, packed, n;
 } clt__gather_piece;
 
+/* ZeRO stage 3's units (zero_units.c): per layer the floats of its unit
+ * (0: no parameters), where its parameter k lies in it (at[i *
+ * CLT_MAX_LAYER_PARAMS + k]) and the ring's end it goes to (end[i]: 0 low,
+ * 1 high, by turns in the order the layers run); the largest unit, and
+ * the ring's floats: the largest two neighbouring units side by side. */
+typedef struct clt__unit_layout {
+  int nlayers;
+  int64_t *floats, *at;
+  int *end;
+  int64_t largest, capacity;
+} clt__unit_layout;
+typedef struct clt__dp_ring clt__dp_ring;
+
 /* Data parallelism's part of one replica (replica_buckets.c): the hooks'
  * state. Per bucket of the layout b: the marker of its completion in the
  * last recorded run (ev), the copy of it out to the exchange's staging
@@ -46,6 +59,7 @@ typedef struct clt__dp_rep {
   int64_t *slot_at;
   cl_event *read;
   unsigned char *open;
+  clt__dp_ring *ring; /* ZeRO stage 3: where runs read the parameters (NULL: the arena) */
 } clt__dp_rep;
 
 /* A local replica's recent recorded runs (a ring of the newest). */
@@ -145,6 +159,7 @@ struct clt__dp {
   unsigned char *in_place;     /* the one replica's exchange bytes, summed where they are, or NULL */
   int arena;                   /* and every rank's lie in the node's shared memory, each summed from there */
   double comm_s, comm_hidden_s;
+  uint64_t sent_mark;          /* the communicator's bytes sent at the last step event */
 
   /* zero.c: ZeRO (0: off, and on one rank). Per bucket a reduce-scatter
    * plan of the gradients (instead of plans[]) and an allgather plan of the
@@ -173,6 +188,11 @@ struct clt__dp {
    * of every replica in host memory (host_state), stepped there. */
   double *shard_w;
   int offload;
+  /* zero_units.c: ZeRO stage 3 (zero == 3): the units; the whole
+   * parameters on the host in arena order (what the units are written
+   * from, the allgather's result) and this rank's shard read back. */
+  clt__unit_layout units;
+  float *z3_full, *z3_mine;
 };
 
 /* ---- shard_by.c: how large each rank's shard is ---- */
@@ -238,6 +258,44 @@ int clt__dp_rep_wait(clt__dp_rep *d, int b, double timeout_s);
 int clt__dp_rep_bucket_read(clt__dp_rep *d, int b);
 /* Device bytes of the wire copy, the pool and the shard's gradient. */
 uint64_t clt__dp_rep_bytes(const clt__dp_rep *d);
+
+/* ZeRO stage 3: runs on d's replica read the parameters from ring g
+ * (NULL: from the arena again); d owns g from then on. */
+void clt__dp_rep_set_ring(clt__dp_rep *d, clt__dp_ring *g);
+
+/* ---- zero_units.c ---- */
+
+/* Pure: the units of spec (one per layer with parameters; tied ones
+ * copied into each unit that reads them), and their release. */
+int clt__unit_layout_make(const clt_model_spec *spec, clt__unit_layout *u);
+void clt__unit_layout_free(clt__unit_layout *u);
+/* Device bytes of one replica's ring. */
+uint64_t clt__unit_ring_bytes(const clt__unit_layout *u);
+/* A ring on ctx whose units are written from host (the whole parameters,
+ * arena order; valid while runs are enqueued), and its release. */
+int clt__dp_ring_create(clt_context *ctx, const clt_model_spec *spec, const clt__unit_layout *u, const float *host,
+                        clt__dp_ring **out);
+void clt__dp_ring_destroy(clt__dp_ring *g);
+/* A run begins: nothing in the ring is current. */
+void clt__dp_ring_reset(clt__dp_ring *g);
+/* Layer `layer`'s forward (dir +1) or backward (dir -1) is about to be
+ * enqueued: its unit in a slot (written unless the slot holds it), and
+ * the next unit in that direction written into the other. */
+int clt__dp_ring_enter(clt__dp_ring *g, int layer, int dir);
+/* Parameter p of the layer entered last, in its slot. */
+int clt__dp_ring_view(const clt__dp_ring *g, const clt_param_spec *p, clt_tensor *t);
+uint64_t clt__dp_ring_bytes(const clt__dp_ring *g);
+/* Units written since the ring was made (the tests count gathers). */
+int64_t clt__dp_ring_writes(const clt__dp_ring *g);
+/* Stage 3 only: a ring on every replica, hung on its runs (from
+ * clt__dp_buckets_attach: dp->z3_full holds the parameters by then), and
+ * the release of the host copies and units (from clt__dp_free_replicas,
+ * after the replicas: the rings go with their clt__dp_rep). */
+int clt__dp_units_attach(clt__dp *dp);
+void clt__dp_units_free(clt__dp *dp);
+/* Stage 3: params (P floats, arena order) into this rank's shard, packed
+ * like the state (the inverse of what the allgather does). */
+void clt__dp_pack_shard(const clt__dp *dp, const float *params, float *shard);
 
 /* ---- buckets.c ---- */
 

@@ -38,6 +38,7 @@ int clt__dp_step_on_host(clt__dp *dp, int i, const clt__update *u) {
   int64_t P = clt_model_param_count(dp->local);
   const clt_optimizer_config *cfg = &dp->o->optimizer;
   const int per = clt_optimizer_state_per_param(cfg), pooled = dp->pooled;
+  const int packed = dp->zero == 3; /* stage 3: the device holds only the shard's parameters, packed */
   const clt__shard_range *s = dp->shard;
   clt_tensor p = clt__replica_params(dp->rep[i]), g = clt__dp_rep_grads(dp->drep[i]);
   CLT_TRY(clt_tensor_download(dp->ctx[i], &g, dp->host_grads, (size_t)(pooled ? dp->shard_params : P) * sizeof(float)));
@@ -50,7 +51,7 @@ int clt__dp_step_on_host(clt__dp *dp, int i, const clt__update *u) {
     /* Only the shard: the rest of the host copy is stale under ZeRO (the
      * allgather brings it to the device). */
     clt_tensor pk;
-    CLT_TRY(clt_tensor_view(p.buf, p.offset + lo * 4, CLT_F32, 1, &s[k].n, &pk));
+    CLT_TRY(clt_tensor_view(p.buf, p.offset + (packed ? (size_t)s[k].state_at : lo) * 4, CLT_F32, 1, &s[k].n, &pk));
     CLT_TRY(clt_tensor_upload_async(dp->ctx[i], &pk, dp->host_params[i] + lo, (size_t)s[k].n * sizeof(float)));
   }
 fail:

@@ -5,8 +5,11 @@
  * while the backward of earlier layers goes on; under mixed precision each
  * complete bucket rounded to an f16 copy for the wire; on a device whose
  * buffers are host memory, each bucket copied out to the exchange's
- * staging in the queue's own order; and ZeRO stage 2's pool of bucket
- * buffers (zero.c says why and how the slots are assigned).
+ * staging in the queue's own order; ZeRO stage 2's pool of bucket
+ * buffers (zero.c says why and how the slots are assigned); and under
+ * stage 3 the ring each layer's parameters are written into before its
+ * forward and backward (zero_units.c), the same hooks with forward_begin
+ * and param_view added.
  *
  * A recorded run (the step's last micro-batch) puts a marker on the queue
  * once the backward of a bucket's lowest layer is done: the exchange waits
@@ -131,6 +134,7 @@ static int run_begin(void *user, const clt__pass *pass) {
   clt__dp_rep *d = user;
   int rc = CLT_OK;
   cl_int e;
+  if (d->ring) clt__dp_ring_reset(d->ring); /* the parameters may have changed since the last run */
   if (d->pool && pass->train && !pass->record)
     return clt__error(CLT_EINTERNAL, "a training run on %s keeps no gradient outside a recorded run (ZeRO stage 2)",
                       d->ctx->info.name);
@@ -151,6 +155,7 @@ fail:
 static int backward_begin(void *user, int layer, const clt__pass *pass) {
   clt__dp_rep *d = user;
   int rc = CLT_OK;
+  if (d->ring) CLT_TRY(clt__dp_ring_enter(d->ring, layer, -1)); /* stage 3: its parameters, again */
   if (!pass->record || !d->pool) return CLT_OK;
   for (int b = 0; b < d->b->n; b++)
     if (!d->open[b] && d->b->opened_at[b] == layer) CLT_TRY(open_bucket(d, b));
@@ -193,10 +198,35 @@ static int grad_view(void *user, const clt_param_spec *p, clt_tensor *t) {
                     (long long)p->offset, (long long)(p->offset + p->count));
 }
 
+/* ZeRO stage 3: layer i's parameters into the ring before its forward,
+ * and where a run reads them. */
+static int forward_begin(void *user, int layer, const clt__pass *pass) {
+  clt__dp_rep *d = user;
+  (void)pass;
+  return d->ring ? clt__dp_ring_enter(d->ring, layer, +1) : CLT_OK;
+}
+
+static int param_view(void *user, const clt_param_spec *p, clt_tensor *t) {
+  return clt__dp_ring_view(((clt__dp_rep *)user)->ring, p, t);
+}
+
 static const clt__run_hooks bucket_hooks = {
     .run_begin = run_begin, .backward_end = backward_end, .run_end = run_end};
 static const clt__run_hooks pool_hooks = {.run_begin = run_begin, .backward_begin = backward_begin,
                                           .backward_end = backward_end, .run_end = run_end, .grad_view = grad_view};
+/* The same with stage 3's ring: the whole local gradient (--accumulate), or the pool. */
+static const clt__run_hooks ring_hooks = {.run_begin = run_begin, .forward_begin = forward_begin,
+                                          .backward_begin = backward_begin, .backward_end = backward_end,
+                                          .run_end = run_end, .param_view = param_view};
+static const clt__run_hooks ring_pool_hooks = {.run_begin = run_begin, .forward_begin = forward_begin,
+                                               .backward_begin = backward_begin, .backward_end = backward_end,
+                                               .run_end = run_end, .grad_view = grad_view, .param_view = param_view};
+
+void clt__dp_rep_set_ring(clt__dp_rep *d, clt__dp_ring *g) {
+  d->ring = g;
+  clt__replica_set_hooks(d->r, g ? (d->pool ? &ring_pool_hooks : &ring_hooks) : d->pool ? &pool_hooks : &bucket_hooks,
+                         d);
+}
 
 /* ---- making and freeing ---- */
 
@@ -239,6 +269,7 @@ void clt__dp_rep_destroy(clt__dp_rep *d) {
     if (d->copied && d->copied[b]) clReleaseEvent(d->copied[b]);
   }
   clt_buffer_release(d->wire);
+  clt__dp_ring_destroy(d->ring);
   free(d->ev), free(d->copied), free(d->copy_to), free(d->closed);
   free(d);
 }

@@ -67,8 +67,21 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
                              .state_per_param = dp->offload ? 0 : per, .state_params = dp->shard_params,
                              .no_grad_arena = dp->pooled, .grads_at = grads_at,
                              .recompute = o->recompute};
+  const float *upload = params;
+  if (dp->zero == 3) { /* the shard's parameters only, packed like the state; the whole model on the host */
+    cfg.param_floats = dp->shard_params > 0 ? dp->shard_params : 1;
+    if (!(dp->z3_full = clt__calloc((size_t)(P ? P : 1), sizeof(float))) ||
+        !(dp->z3_mine = clt__calloc((size_t)cfg.param_floats, sizeof(float)))) {
+      rc = CLT_ENOMEM;
+      goto fail;
+    }
+    memcpy(dp->z3_full, params, (size_t)P * sizeof(float));
+    clt__dp_pack_shard(dp, params, dp->z3_mine);
+    upload = dp->z3_mine;
+    CLT_TRY(clt__unit_layout_make(dp->local->spec, &dp->units));
+  }
   for (int i = 0; i < dp->nlocal; i++) {
-    CLT_TRY(clt__replica_create_with(dp->ctx[i], dp->local->spec, &cfg, params, &dp->rep[i]));
+    CLT_TRY(clt__replica_create_with(dp->ctx[i], dp->local->spec, &cfg, upload, &dp->rep[i]));
     clt__replica_set_timeout(dp->rep[i], clt_comm_timeout(dp->job_comm));
     if (dp->pooled && !clt__context_enqueues_ahead(dp->ctx[i]) && sync_rc == CLT_OK) {
       /* Its buckets cannot share buffers (replica_buckets.c): whole
@@ -80,8 +93,8 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
       more.gradients += (uint64_t)dp->shard_params * (dp->wire ? 6 : 4) + (uint64_t)P * (dp->wire ? 2 : 0);
       more.total += (uint64_t)dp->shard_params * (dp->wire ? 6 : 4) + (uint64_t)P * (dp->wire ? 2 : 0);
       if ((sync_rc = clt__replica_memory_fits(&more, &dp->ctx[i]->info, o->max_device_memory)) < 0)
-        clt__error_prefix(sync_rc, "%s: under --zero 2 on a device whose GEMMs the calling thread runs",
-                          dp->local->spec->name);
+        clt__error_prefix(sync_rc, "%s: under --zero %d on a device whose GEMMs the calling thread runs",
+                          dp->local->spec->name, dp->zero);
     }
     if (dp->offload && dp->ctx[i]->info.unified_memory) {
       clt__log(CLT_LOG_WARN, "--offload optimizer on %s, whose memory is the host's: accepted, and it saves "
@@ -111,12 +124,22 @@ int clt__dp_make_replicas(clt__dp *dp, const float *params) {
       goto fail;
     }
     clt__model_decay_mask(dp->local->spec, dp->decay_host);
-    for (int i = 0; i < dp->nlocal; i++) {
-      clt_tensor d;
-      CLT_TRY(clt_buffer_create(dp->ctx[i], (size_t)P, &dp->decay_dev[i]));
-      CLT_TRY(clt_tensor_view(dp->decay_dev[i], 0, CLT_U8, 1, &P, &d));
-      CLT_TRY(clt_tensor_upload(dp->ctx[i], &d, dp->decay_host, (size_t)P));
+    /* stage 3: the device's mask is the shard's, packed like its parameters */
+    int64_t n = dp->zero == 3 ? (dp->shard_params > 0 ? dp->shard_params : 1) : P;
+    uint8_t *mask = dp->decay_host;
+    if (dp->zero == 3) {
+      if (!(mask = clt__calloc((size_t)n, 1))) { rc = CLT_ENOMEM; goto fail; }
+      for (int k = 0; k < dp->nshard; k++)
+        memcpy(mask + dp->shard[k].state_at, dp->decay_host + dp->shard[k].lo, (size_t)dp->shard[k].n);
     }
+    for (int i = 0; i < dp->nlocal && rc == CLT_OK; i++) {
+      clt_tensor d;
+      if ((rc = clt_buffer_create(dp->ctx[i], (size_t)n, &dp->decay_dev[i])) == CLT_OK &&
+          (rc = clt_tensor_view(dp->decay_dev[i], 0, CLT_U8, 1, &n, &d)) == CLT_OK)
+        rc = clt_tensor_upload(dp->ctx[i], &d, mask, (size_t)n);
+    }
+    if (mask != dp->decay_host) free(mask);
+    if (rc < 0) goto fail;
   }
   CLT_TRY(clt__all_ok(dp->job_comm, sync_rc, "checking that the replicas fit their devices"));
 fail:
@@ -136,6 +159,7 @@ void clt__dp_free_replicas(clt__dp *dp) {
   free(dp->stale), free(dp->ran);
   free(dp->sit_params), free(dp->sit_state), free(dp->sit_grads);
   dp->drep = NULL, dp->rep = NULL;
+  clt__dp_units_free(dp); /* after the replicas: their last writes from the host's parameters are done */
   clt__comm_arena_release(dp->arena_comm); /* its buffers went with the replicas */
   dp->arena_comm = NULL;
 }
@@ -247,7 +271,9 @@ int clt__dp_get_state(void *self, float *params, float *state, int everywhere) {
   int rc = CLT_OK, per = state_per_param(dp);
   int64_t P = clt_model_param_count(dp->local);
   float *shard = NULL;
-  if (dp->rank == 0 || everywhere) {
+  if (dp->zero == 3 && (dp->rank == 0 || everywhere)) { /* every rank holds them gathered on the host */
+    memcpy(params, dp->z3_full, (size_t)P * sizeof(float));
+  } else if (dp->rank == 0 || everywhere) {
     clt_tensor p = clt__replica_params(dp->rep[0]);
     CLT_TRY(clt__dp_sync_replicas(dp, 0));
     CLT_TRY(clt_tensor_download(dp->ctx[0], &p, params, (size_t)P * sizeof(float)));
@@ -293,10 +319,18 @@ int clt__dp_set_state(void *self, const float *params, const float *state) {
     mine = shard_state;
   }
   dp->sitting = 0; /* every replica takes it all: none is stale */
+  const float *up = params;
+  int64_t up_n = P;
+  if (dp->zero == 3) { /* the host's whole copy (no unit write may still read it) and the shard's part */
+    for (int i = 0; i < dp->nlocal; i++) CLT_TRY(clt__replica_finish(dp->rep[i], "setting the parameters"));
+    memcpy(dp->z3_full, params, (size_t)P * sizeof *params);
+    clt__dp_pack_shard(dp, params, dp->z3_mine);
+    up = dp->z3_mine, up_n = dp->shard_params;
+  }
   for (int i = 0; i < dp->nlocal; i++) {
     dp->stale[i] = 0;
     clt_tensor p = clt__replica_params(dp->rep[i]), s = clt__replica_state(dp->rep[i]);
-    CLT_TRY(clt_tensor_upload(dp->ctx[i], &p, params, (size_t)P * sizeof *params));
+    if (up_n > 0) CLT_TRY(clt_tensor_upload(dp->ctx[i], &p, up, (size_t)up_n * sizeof *params));
     if (per && clt__dp_device_state(dp))
       CLT_TRY(clt_tensor_upload(dp->ctx[i], &s, mine, (size_t)(per * params_n) * sizeof *mine));
     if (dp->host_params[i]) {
@@ -340,6 +374,11 @@ int clt__dp_get_shard(void *self, int want_state, int *sharded, clt__state_shard
   clt_tensor p = clt__replica_params(dp->rep[0]);
   int64_t at = 0;
   for (int k = 0; k < out->n; k++) {
+    if (dp->zero == 3) { /* stage 3: the whole parameters are the host's (the device holds its shard packed) */
+      memcpy(out->params + at, dp->z3_full + out->range[k][0], (size_t)out->range[k][1] * sizeof(float));
+      at += out->range[k][1];
+      continue;
+    }
     clt_tensor v = p;
     v.dtype = CLT_F32, v.ndim = 1, v.shape[0] = out->range[k][1];
     v.offset = p.offset + (size_t)out->range[k][0] * sizeof(float);

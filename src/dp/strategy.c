@@ -28,7 +28,7 @@ static const char *higher_stage_fits(const clt__dp *dp, const clt_device_info *d
   if (o->max_device_memory && (!cap || o->max_device_memory < cap)) cap = o->max_device_memory;
   if (o->max_device_memory && (!one || o->max_device_memory < one)) one = o->max_device_memory;
   note[0] = 0;
-  for (int z = o->zero + 1; dp->nranks > 1 && z <= 2; z++) {
+  for (int z = o->zero + 1; dp->nranks > 1 && z <= 3; z++) {
     clt_train_options oz = *o;
     clt_replica_memory need;
     oz.zero = z;
@@ -217,9 +217,9 @@ fail:
 static int whole_replica(void *self, int grads, clt__replica **r) {
   clt__dp *dp = self;
   *r = NULL;
-  if (grads && dp->pooled)
-    return clt__error(CLT_EUNSUPPORTED, "under --zero 2 no replica keeps a whole gradient to give; use --zero 1 "
-                      "(or 0)");
+  if (grads && (dp->pooled || dp->zero == 3))
+    return clt__error(CLT_EUNSUPPORTED, "under --zero %d no replica keeps a whole gradient to give; use --zero 1 "
+                      "(or 0)", dp->zero);
   int rc = clt__dp_sync_replicas(dp, 0); /* replica 0 may have sat out steps */
   if (rc == CLT_OK) *r = dp->rep[0];
   return rc;
@@ -245,8 +245,9 @@ static void report(void *self, int i, clt__replica_report *out) {
   out->params = clt_model_param_count(dp->local);
   out->counted = dp->need;
   clt__replica_device_bytes(dp->rep[i], &out->measured);
-  uint64_t more = clt__dp_rep_bytes(dp->drep[i]);
+  uint64_t more = clt__dp_rep_bytes(dp->drep[i]), ring = clt__dp_ring_bytes(dp->drep[i]->ring);
   out->measured.gradients += more, out->measured.total += more;
+  out->measured.parameters += ring, out->measured.total += ring; /* stage 3's gathered units */
   clt__dp_staging_bytes(dp, i, &out->staging_counted, &out->staging_measured);
 }
 

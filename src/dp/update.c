@@ -97,16 +97,19 @@ static int step_replica(clt__dp *dp, int i, const clt__update *u) {
   clt__replica *r = dp->rep[i];
   clt_tensor p = clt__replica_params(r), g = clt__dp_rep_grads(dp->drep[i]), st = clt__replica_state(r);
   int pooled = dp->pooled; /* stage 2: the gradient is the shard's, packed like the state */
+  int packed = dp->zero == 3; /* stage 3: the parameters and the decay mask too */
   if (dp->host_params[i]) return clt__dp_step_on_host(dp, i, u); /* offload.c */
   {
     for (int k = 0; k < dp->nshard; k++) {
       clt_tensor pk, gk, sk, dk;
       int64_t sn = per * s[k].n;
-      CLT_TRY(clt_tensor_view(p.buf, p.offset + (size_t)s[k].lo * 4, CLT_F32, 1, &s[k].n, &pk));
+      CLT_TRY(clt_tensor_view(p.buf, p.offset + (size_t)(packed ? s[k].state_at : s[k].lo) * 4, CLT_F32, 1, &s[k].n,
+                              &pk));
       CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)(pooled ? s[k].state_at : s[k].lo) * 4, CLT_F32, 1, &s[k].n,
                               &gk));
       if (per) CLT_TRY(clt_tensor_view(st.buf, st.offset + (size_t)(s[k].state_at * per) * 4, CLT_F32, 1, &sn, &sk));
-      if (dp->decay_dev) CLT_TRY(clt_tensor_view(dp->decay_dev[i], (size_t)s[k].lo, CLT_U8, 1, &s[k].n, &dk));
+      if (dp->decay_dev)
+        CLT_TRY(clt_tensor_view(dp->decay_dev[i], (size_t)(packed ? s[k].state_at : s[k].lo), CLT_U8, 1, &s[k].n, &dk));
       CLT_TRY(clt_optimizer_step_masked(dp->ctx[i], cfg, u->step, u->lr, u->scale, &pk, &gk, per ? &sk : &st,
                                         dp->decay_dev ? &dk : NULL));
     }

@@ -1,7 +1,9 @@
 /*
  * zero.c: ZeRO stages 1 and 2 (issue 15): each rank keeps optimizer state
  * (stage 1), and the reduced gradient too (stage 2), only for its shard of
- * the parameter arena.
+ * the parameter arena. Stage 3 (issue 37) is stage 2 with the shard's
+ * parameters packed like its state and no arena on the device: the runs
+ * read each layer's parameters from a ring (zero_units.c).
  *
  * Shard. Bucket b of the gradients, [lo_b, hi_b), is reduce-scattered
  * instead of all-reduced: rank r ends with the all-reduce's own segment of
@@ -60,11 +62,11 @@ void clt__dp_zero_set(clt__dp *dp, int stage, int whole_local_grads) {
              "(every replica keeps all optimizer state and gradients)", stage);
     stage = 0;
   }
-  if (stage == 2 && whole_local_grads)
-    clt__log(CLT_LOG_INFO, "--zero 2 with --accumulate: each replica keeps its whole local gradient across the "
-             "micro-batches (the sum --zero 0 reduces, for the same bits), so gradients take stage 1's memory");
+  if (stage >= 2 && whole_local_grads)
+    clt__log(CLT_LOG_INFO, "--zero %d with --accumulate: each replica keeps its whole local gradient across the "
+             "micro-batches (the sum --zero 0 reduces, for the same bits), so gradients take stage 1's memory", stage);
   dp->zero = stage;
-  dp->pooled = stage == 2 && !whole_local_grads;
+  dp->pooled = stage >= 2 && !whole_local_grads;
 }
 
 /* ---- stage 2's pool of bucket buffers ---- */
@@ -284,11 +286,11 @@ int clt__dp_zero_plans(clt__dp *dp, int64_t P) {
   dp->shard_params = at;
   if (dp->pooled) {
     CLT_TRY(clt__grad_pool_make(b, &dp->pool));
-    clt__log(CLT_LOG_INFO, "rank %d: --zero 2: optimizer state and gradients for %lld of %lld parameters (%d "
+    clt__log(CLT_LOG_INFO, "rank %d: --zero %d: optimizer state and gradients for %lld of %lld parameters (%d "
              "ranges); the backward writes into %d bucket buffers of %lld floats in all (the longest %lld)",
-             dp->rank, (long long)at, (long long)P, n, dp->pool.nslots, (long long)dp->pool.floats,
+             dp->rank, dp->zero, (long long)at, (long long)P, n, dp->pool.nslots, (long long)dp->pool.floats,
              (long long)dp->pool.largest);
-    if (at + dp->pool.floats >= P && dp->rank == 0)
+    if (at + dp->pool.floats >= P && dp->rank == 0 && dp->zero == 2)
       clt__log(CLT_LOG_WARN, "--zero 2: the gradient shard and the bucket buffers hold %lld floats, the whole "
                "gradient %lld: the largest bucket (%lld floats) is too large a part of the model to gain from stage "
                "2; lower --bucket-mb (a bucket holds at least one layer), or use --zero 1",
@@ -356,7 +358,10 @@ int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int
                  clt_replica_memory *need, int64_t *shard_params, const double *shard_w) {
   int rc = CLT_OK;
   int64_t P = clt_model_param_count(m), state = P, pool_floats = 0;
-  int pooled = o->zero == 2 && nranks > 1 && o->accumulate == 1;
+  int pooled = o->zero >= 2 && nranks > 1 && o->accumulate == 1;
+  int sharded_params = o->zero == 3 && nranks > 1; /* stage 3: the shard's parameters and the units' ring */
+  clt__unit_layout units;
+  memset(&units, 0, sizeof units);
   clt__bucket_layout b;
   clt__grad_pool pool;
   memset(&b, 0, sizeof b), memset(&pool, 0, sizeof pool);
@@ -377,13 +382,21 @@ int clt__dp_need(const clt_model *m, const clt_train_options *o, int nranks, int
                              .state_per_param = o->offload == CLT_OFFLOAD_OPTIMIZER ? 0
                                                 : clt_optimizer_state_per_param(&o->optimizer),
                              .state_params = state,
-                             .no_grad_arena = pooled, .recompute = o->recompute};
+                             .no_grad_arena = pooled, .recompute = o->recompute,
+                             .param_floats = sharded_params ? (state ? state : 1) : 0};
   clt__replica_memory(m->spec, &cfg, need);
+  if (sharded_params) { /* the ring of gathered units beside the shard (zero_units.c) */
+    CLT_TRY(clt__unit_layout_make(m->spec, &units));
+    uint64_t ring = clt__unit_ring_bytes(&units);
+    need->parameters += ring, need->total += ring;
+    if (ring > need->largest) need->largest = ring, need->largest_what = "the ring of gathered units";
+  }
   /* The f16 copies the wire sums (2 bytes a float), beside the f32 ones. */
   uint64_t more = pooled ? (uint64_t)(state + pool_floats) * (wire ? 6 : 4) : (wire ? (uint64_t)P * 2 : 0);
   need->gradients += more, need->total += more;
   if (shard_params) *shard_params = state;
 fail:
+  clt__unit_layout_free(&units);
   clt__grad_pool_free(&pool);
   clt__bucket_layout_free(&b);
   return rc;

@@ -189,6 +189,44 @@ static float *piece_at(const clt__dp *dp, float *packed, int r, const clt__gathe
   return block + (g->packed - dp->pieces[(size_t)r * dp->buckets.n].packed);
 }
 
+/* Stage 3: this rank's whole shard from the first replica to the host,
+ * its ranges into the host's whole parameters (its parts of the buckets
+ * and what no bucket covers), its parts into its block, the allgather,
+ * and every other rank's parts from their blocks into the whole
+ * parameters: the units are written from there (zero_units.c). Nothing
+ * is written to the devices, so nothing reads a block after this returns. */
+static int gather_to_host(clt__dp *dp, float *packed, double timeout) {
+  int rc = CLT_OK, nb = dp->buckets.n;
+  cl_event ev = NULL;
+  clt_context *ctx0 = clt__replica_context(dp->rep[0]);
+  clt_tensor p0 = clt__replica_params(dp->rep[0]);
+  if (dp->shard_params > 0) {
+    CLT_CL_TRY(clEnqueueReadBuffer(clt_context_transfer_queue(ctx0), p0.buf, CL_FALSE, p0.offset,
+                                   (size_t)dp->shard_params * sizeof(float), dp->z3_mine, 0, NULL, &ev));
+    CLT_CL_TRY(clFlush(clt_context_transfer_queue(ctx0)));
+    CLT_TRY(clt__wait_event(ctx0, ev, timeout, "reading the shard's parameters"));
+  }
+  for (int k = 0; k < dp->nshard; k++)
+    memcpy(dp->z3_full + dp->shard[k].lo, dp->z3_mine + dp->shard[k].state_at,
+           (size_t)dp->shard[k].n * sizeof(float));
+  const clt__gather_piece *mine = dp->pieces + (size_t)dp->rank * nb;
+  for (int k = 0; k < nb; k++)
+    if (mine[k].n)
+      memcpy(piece_at(dp, packed, dp->rank, &mine[k], 1), dp->z3_full + mine[k].arena, (size_t)mine[k].n * 4);
+  if (packed)
+    CLT_TRY(clt_allgather_run(dp->gather, packed));
+  else
+    CLT_TRY(clt__allgather_run_filled(dp->gather));
+  for (int k = 0; k < dp->nranks * nb; k++) {
+    const clt__gather_piece *g = &dp->pieces[k];
+    if (g->n && k / nb != dp->rank)
+      memcpy(dp->z3_full + g->arena, piece_at(dp, packed, k / nb, g, 0), (size_t)g->n * sizeof(float));
+  }
+fail:
+  if (ev) clReleaseEvent(ev);
+  return rc;
+}
+
 int clt__dp_allgather_params(clt__dp *dp, int64_t step) {
   clt__replica *const *reps = dp->rep;
   int rc = CLT_OK, n = dp->nlocal;
@@ -218,6 +256,10 @@ int clt__dp_allgather_params(clt__dp *dp, int64_t step) {
   int64_t w1 = clt__trace_ns();
   clt__trace_span(dp->trace, dp->trace_lane, "wait", w0, w1, "the optimizer step");
   double t0 = clt__now();
+  if (dp->zero == 3) {
+    CLT_TRY(gather_to_host(dp, packed, timeout));
+    goto done;
+  }
   /* This rank's parts, from the first replica, into its block: of the
    * packed buffer, or of the window, where the others read it. */
   clt_context *ctx0 = clt__replica_context(reps[0]);
@@ -255,6 +297,7 @@ int clt__dp_allgather_params(clt__dp *dp, int64_t step) {
     }
     CLT_CL_TRY(clFlush(q));
   }
+done:;
   double dt = clt__now() - t0;
   dp->comm_s += dt;
   clt__trace_span(dp->trace, dp->trace_lane, "comm", w1, w1 + (int64_t)(dt * 1e9), "allgather %.0f KiB",

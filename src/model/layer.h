@@ -101,6 +101,9 @@ typedef struct clt__layer_io {
    * grads arena (a hook of the replica's: model/replica.h), or NULL. */
   int (*grad_view)(void *user, const clt_param_spec *p, clt_tensor *out);
   void *grad_user;
+  /* Where a parameter is read when not in its range of the params arena
+   * (the hook param_view), or NULL; its user is grad_user. */
+  int (*param_view)(void *user, const clt_param_spec *p, clt_tensor *out);
   cl_mem saved;       /* activation-dtype values kept for the backward, from element saved_off */
   int64_t saved_off;
   cl_mem aux;         /* f32 / i32 values kept for the backward, from element aux_off */

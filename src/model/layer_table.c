@@ -44,7 +44,10 @@ static int param_view(cl_mem arena, const clt_param_spec *p, clt_tensor *t) {
   return clt_tensor_view(arena, (size_t)p->offset * 4, CLT_F32, p->ndim, p->shape, t);
 }
 
-int clt__io_param(const clt__layer_io *io, int k, clt_tensor *t) { return param_view(io->params, &io->l->param[k], t); }
+int clt__io_param(const clt__layer_io *io, int k, clt_tensor *t) {
+  if (io->param_view) return io->param_view(io->grad_user, &io->l->param[k], t);
+  return param_view(io->params, &io->l->param[k], t);
+}
 int clt__io_grad(const clt__layer_io *io, int k, clt_tensor *t) {
   const clt_param_spec *p = &io->l->param[k];
   if (io->grad_view) return io->grad_view(io->grad_user, p, t);

@@ -12,7 +12,9 @@
  * reaches the layer the branch started at. All of these hold f32, or f16
  * under mixed precision (computed in f32 all the same; cl/prelude.cl);
  * token ids, parameters, their gradients and optimizer state are f32.
- * One layout function (lay_out) places all of it; clt__replica_memory
+ * Under ZeRO stage 3 the parameter buffer holds a rank's shard only
+ * (cfg->param_floats) and the run's hooks say where each layer's
+ * parameters are (param_view). One layout function (lay_out) places all of it; clt__replica_memory
  * reports from it what clt__replica_create_with allocates, so a model that
  * cannot fit is refused (clt_replica_memory_check) before anything is
  * allocated.
@@ -156,9 +158,10 @@ void clt__replica_memory(const clt_model_spec *spec, const clt__replica_config *
   lay_out(spec, max_batch, cfg->act_dtype, cfg->recompute, NULL, &lo);
   uint64_t P = (uint64_t)spec->param_count, e = clt_dtype_size(cfg->act_dtype);
   uint64_t labels_n = (uint64_t)(max_batch * spec->labels_per_sample);
+  uint64_t held = cfg->param_floats > 0 ? (uint64_t)cfg->param_floats : P; /* the parameter buffer's floats */
   memset(m, 0, sizeof *m);
   m->batch = max_batch;
-  m->parameters = P * 4;
+  m->parameters = held * 4;
   m->gradients = cfg->no_grad_arena ? 0 : P * 4;
   m->optimizer_state = (uint64_t)cfg->state_params * 4 * (uint64_t)cfg->state_per_param;
   m->activations = clt__act_set_bytes(spec, max_batch, cfg->act_dtype, cfg->recompute) + block_bytes(&lo, cfg->act_dtype) +
@@ -169,7 +172,7 @@ void clt__replica_memory(const clt_model_spec *spec, const clt__replica_config *
   m->total = m->parameters + m->gradients + m->optimizer_state + m->activations + m->activation_grads + m->workspace;
   /* The largest single buffer: each arena is one. */
   struct { uint64_t bytes; const char *what; } one[] = {
-      {P * 4, "the parameters"},
+      {held * 4, "the parameters"},
       {m->optimizer_state, "the optimizer state"},
       {(uint64_t)lo.act * e, "the activations"},
       {(uint64_t)lo.aux * 4, "the values layers keep for the backward"},
@@ -286,16 +289,17 @@ int clt__replica_create_with(clt_context *ctx, const clt_model_spec *spec, const
   replica_layout lo;
   lay_out(spec, max_batch, act_dtype, cfg->recompute, r->slots, &lo);
   r->first_trainable = lo.first_trainable;
-  size_t pbytes = (size_t)spec->param_count * 4, esize = clt_dtype_size(act_dtype);
+  size_t pbytes = (size_t)(cfg->param_floats > 0 ? cfg->param_floats : spec->param_count) * 4,
+         gbytes = (size_t)spec->param_count * 4, esize = clt_dtype_size(act_dtype);
   int64_t labels_n = max_batch * spec->labels_per_sample;
   /* (a piece without parameters still gets its buffers: --stages auto times
    * one, src/pp/cut.c) */
   CLT_TRY(clt_buffer_create(ctx, pbytes ? pbytes : 4, &r->params));
   if (cfg->grads_at && !cfg->no_grad_arena) { /* the caller's host bytes, zeroed as a new buffer's */
-    memset(cfg->grads_at, 0, pbytes ? pbytes : 4);
-    CLT_TRY(clt__shared_buffer_wrap(ctx, cfg->grads_at, pbytes ? pbytes : 4, &r->grads));
+    memset(cfg->grads_at, 0, gbytes ? gbytes : 4);
+    CLT_TRY(clt__shared_buffer_wrap(ctx, cfg->grads_at, gbytes ? gbytes : 4, &r->grads));
   } else if (!cfg->no_grad_arena) {
-    CLT_TRY(clt_buffer_create(ctx, pbytes ? pbytes : 4, &r->grads));
+    CLT_TRY(clt_buffer_create(ctx, gbytes ? gbytes : 4, &r->grads));
   }
   if (cfg->state_per_param && cfg->state_params > 0)
     CLT_TRY(clt_buffer_create(ctx, (size_t)cfg->state_params * 4 * cfg->state_per_param, &r->state));
@@ -318,7 +322,7 @@ int clt__replica_create_with(clt_context *ctx, const clt_model_spec *spec, const
   CLT_TRY(clt_buffer_create(ctx, 8, &r->scalars));
 
   clt_tensor p = clt__replica_params(r);
-  if (pbytes) CLT_TRY(clt_tensor_upload(ctx, &p, params, pbytes));
+  if (pbytes && params) CLT_TRY(clt_tensor_upload(ctx, &p, params, pbytes));
   char ab[32], pb[32];
   clt__log(CLT_LOG_INFO, "replica on %s: %s of parameters, %s of activations and their gradients (%s)", ctx->info.name,
            clt__fmt_bytes(pbytes, pb, sizeof pb),
@@ -390,7 +394,7 @@ clt_context *clt__replica_context(const clt__replica *r) { return r->ctx; }
 
 clt_tensor clt__replica_params(const clt__replica *r) {
   clt_tensor t;
-  make_flat(r->params, 0, CLT_F32, r->spec->param_count, &t);
+  make_flat(r->params, 0, CLT_F32, r->cfg.param_floats > 0 ? r->cfg.param_floats : r->spec->param_count, &t);
   return t;
 }
 

@@ -35,10 +35,11 @@ typedef struct clt__run_hooks {
   /* (optional) A run starts: before its first layer (and, in a piecewise
    * run, at clt__replica_begin). */
   int (*run_begin)(void *user, const clt__pass *pass);
-  /* (optional) Before layer i's forward: where ZeRO stage 3 would gather
-   * the layer's parameters. Under --recompute blocks also in the backward,
-   * for each layer of a block pass run again (before the backward_begin of
-   * the pass's last layer, and in the same order as in the forward). */
+  /* (optional) Before layer i's forward: where ZeRO stage 3 places the
+   * layer's gathered parameters (src/dp/zero_units.c). Under --recompute
+   * blocks also in the backward, for each layer of a block pass run again
+   * (before the backward_begin of the pass's last layer, and in the same
+   * order as in the forward). */
   int (*forward_begin)(void *user, int layer, const clt__pass *pass);
   /* (optional) Before and after layer i's backward is enqueued. */
   int (*backward_begin)(void *user, int layer, const clt__pass *pass);
@@ -49,6 +50,10 @@ typedef struct clt__run_hooks {
   /* (optional) Where the gradient of parameter p is written: a view of p's
    * shape. Without it, p's range of the gradient arena. */
   int (*grad_view)(void *user, const clt_param_spec *p, clt_tensor *out);
+  /* (optional) Where parameter p is read, in a run of the layer whose
+   * forward_begin or backward_begin came last: a view of p's shape.
+   * Without it, p's range of the parameter arena. */
+  int (*param_view)(void *user, const clt_param_spec *p, clt_tensor *out);
 } clt__run_hooks;
 
 /* ---- the buffers ---- */
@@ -66,6 +71,9 @@ typedef struct clt__replica_config {
                               backward cannot make again, each block pass's input (and output); the
                               pass's other layers live in the replica's block buffers, one pass at a time,
                               and the backward runs the pass's forward again there before its layers */
+  int64_t param_floats;    /* floats of the parameter buffer: 0, the P-float arena; else a part of the
+                              parameters laid out by the caller, and the hooks' param_view places every
+                              parameter a run reads */
 } clt__replica_config;
 
 /* A batch's activations: every layer's output and what its backward
@@ -93,7 +101,7 @@ struct clt__replica {
   clt_context *ctx;
   const clt_model_spec *spec;
   clt__replica_config cfg;
-  cl_mem params, grads, state; /* (P), (P) or none, (state_per_param * state_params) floats or none */
+  cl_mem params, grads, state; /* (P, or cfg.param_floats), (P) or none, (state_per_param * state_params) floats or none */
   clt__act_set own;            /* the replica's own activation set */
   cl_mem dbuf[2];              /* activation-gradient ping-pong, the largest layer output */
   cl_mem gscratch;             /* backward scratch of the layer that needs most (attention) */
@@ -130,7 +138,7 @@ struct clt__replica {
 };
 
 /* Make a replica of spec on ctx as cfg says, its parameters uploaded from
- * params (spec->param_count floats); gradients and optimizer state start
+ * params (spec->param_count floats, or cfg->param_floats); gradients and optimizer state start
  * at zero. */
 int clt__replica_create_with(clt_context *ctx, const clt_model_spec *spec, const clt__replica_config *cfg,
                              const float *params, clt__replica **out);

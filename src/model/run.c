@@ -63,6 +63,7 @@ static void layer_io(const clt__replica *r, const clt__act_set *s, int i, int64_
   io->params = r->params;
   io->grads = r->grads;
   if (r->hooks && r->hooks->grad_view) io->grad_view = r->hooks->grad_view, io->grad_user = r->hooks_user;
+  if (r->hooks && r->hooks->param_view) io->param_view = r->hooks->param_view, io->grad_user = r->hooks_user;
   io->saved = act_of(r, s, i);
   io->saved_off = r->slots[i].saved_offset;
   io->aux = r->slots[i].transient ? r->block_aux : s->aux;

@@ -125,6 +125,7 @@ static void step_event(clt_trainer *t, const clt__step_stats *st, int64_t epoch,
   ev->grad_norm = st->grad_norm;
   ev->comm_s = comm_s;
   ev->comm_hidden = comm_s > 0 ? hidden_s / comm_s : NAN;
+  ev->comm_bytes = clt__dp_comm_bytes(t->s.dp);
   ev->nreplicas = clt__dp_replicas(t->s.dp);
   ev->shares = clt__dp_shares(t->s.dp);
   ev->throughput = clt__dp_throughput(t->s.dp);

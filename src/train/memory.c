@@ -141,8 +141,8 @@ int clt_model_replica_memory_ranks(const clt_model *m, const clt_train_options *
   if (!o) clt_train_options_defaults(&d), o = &d;
   CLT_TRY(clt_model_replica_memory(m, o, out)); /* checks the options */
   if (nranks < 1) return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: %d ranks (at least 1)", nranks);
-  if (o->zero < 0 || o->zero > 2)
-    return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0, 1 or 2)", o->zero);
+  if (o->zero < 0 || o->zero > 3)
+    return clt__error(CLT_EINVAL, "clt_model_replica_memory_ranks: ZeRO stage %d (0, 1, 2 or 3)", o->zero);
   int64_t most = clt_model_param_count(m);
   if (o->zero > 0 && nranks > 1) /* the largest shard of any rank */
     CLT_TRY(clt__dp_need(m, o, nranks, -1, o->batch / o->accumulate, o->precision == CLT_F16, out, &most,

@@ -180,6 +180,7 @@ static void step_fields(json_t *o, const clt_train_event *ev, const char *test_a
   json_object_set_new(o, "grad_norm", num(ev->grad_norm));
   json_object_set_new(o, "comm_s", num(ev->comm_s));
   json_object_set_new(o, "comm_hidden", num(ev->comm_hidden));
+  json_object_set_new(o, "comm_bytes", num(ev->comm_bytes));
   json_object_set_new(o, "prefetch_wait_s", num(ev->prefetch_wait_s));
   json_t *sh = json_array(), *tp = json_array();
   for (int r = 0; r < ev->nreplicas; r++) {

@@ -245,9 +245,9 @@ static int check_options(const clt_train_options *o, int nranks) {
     return clt__error(CLT_EINVAL, "--gamma %g must be above 0 and at most 1: the step schedule multiplies the "
                       "rate by it (0 would stop training after the first decay)", o->schedule.gamma);
   if (!(o->clip >= 0)) return clt__error(CLT_EINVAL, "--clip must be 0 (off) or positive, not %g", o->clip);
-  if (o->zero > 2)
-    return clt__error(CLT_EINVAL, "--zero %d: the ZeRO stages are 0 (off), 1 (optimizer state sharded across ranks) "
-                      "and 2 (gradients too)", o->zero);
+  if (o->zero > 3)
+    return clt__error(CLT_EINVAL, "--zero %d: the ZeRO stages are 0 (off), 1 (optimizer state sharded across ranks), "
+                      "2 (gradients too) and 3 (parameters too)", o->zero);
   if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1e6)) return clt__error(CLT_EINVAL, "--bucket-mb must be from 0 to 1e6");
   if (o->balance == CLT_BALANCE_AUTO && o->balance_every < 1)
     return clt__error(CLT_EINVAL, "--balance auto needs a re-split interval of at least 1 step");

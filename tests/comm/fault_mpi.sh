@@ -6,7 +6,8 @@
 #     must name the lost rank — from a survivor's timeout error or from
 #     Open MPI tearing the job down, whichever comes first;
 #   - a rank stalled (SIGSTOP): Open MPI cannot see it, so the survivors'
-#     timeout must fire, name the stalled rank, and end the job.
+#     timeout must fire, name the stalled rank, and end the job (also
+#     under --zero 2 and --zero 3, killed and stalled).
 #   - one rank alone given a bad input (data of zero variance, a device
 #     spec that matches nothing there, an unwritable --save): the job must
 #     end within seconds, not after CLT_TIMEOUT (here 60 s), with that
@@ -44,6 +45,11 @@ fault 3 1 STOP $train
 # bucket and in the parameters' allgather, through a window of its own
 # (comm/shm_gather.c); a stalled peer is named there too.
 fault 3 1 STOP $train --zero 2
+# Under ZeRO stage 3 the same collectives, the parameters' allgather into
+# the host's whole copy each step (the layers are written from there): a
+# rank killed or stalled mid-run ends every rank, named.
+fault 2 1 KILL $train --zero 3
+fault 3 2 STOP $train --zero 3
 
 # ---- one rank's bad input ---------------------------------------------------
 # Rank ONE_RANK gets ONE_ARGS after the others' (later options win); the

@@ -1,5 +1,5 @@
 /*
- * test_zero.c: ZeRO stages 1 and 2 (--zero 1, 2) against --zero 0 on the
+ * test_zero.c: ZeRO stages 1, 2 and 3 (--zero 1, 2, 3) against --zero 0 on the
  * same ranks, run under mpirun on 1 to 4 ranks (tests/dp/zero.sh); rank r
  * trains on device r % D, so PoCL and rusticl alternate (a mixed-vendor
  * job). The model has 19682 parameters in three buckets (stage 2 reuses a
@@ -24,7 +24,7 @@
  *     rank naming it and --zero 1 trains; a wide MLP under a cap that
  *     stages 0 and 1 exceed (refused, naming --zero 2) trains at stage 2,
  *     whose report counts the shard's gradients and two bucket buffers;
- *   - --zero 3 is refused; under --zero 2 clt_trainer_gradient and a step
+ *   - --zero 4 is refused; under --zero 2 clt_trainer_gradient and a step
  *     of several runs are refused; ranks that ask for different stages
  *     are refused on every rank, naming the option; on one rank --zero 1
  *     and 2 are no-ops that say so.
@@ -93,14 +93,14 @@ static int64_t param_count(void) {
   return P;
 }
 
-/* --zero 1 and --zero 2 against --zero 0 with the same options on the
+/* --zero 1, 2 and 3 against --zero 0 with the same options on the
  * same ranks: the same parameters, bit for bit. */
 static void same_as_zero0(clt_train_options *o, const char *what) {
   int64_t P = param_count();
   float *a = malloc(P * 4), *b = malloc(P * 4);
   o->zero = 0;
   train(mine, comm, o, NULL, a);
-  for (int stage = 1; stage <= 2; stage++) {
+  for (int stage = 1; stage <= 3; stage++) {
     o->zero = stage;
     train(mine, comm, o, NULL, b);
     int64_t bad = -1;
@@ -464,9 +464,9 @@ START_TEST(refusals) {
   clt_model *m;
   clt_trainer *t = NULL;
   ck_assert_int_eq(clt_model_parse(mlp, "zero.model", &m), 0);
-  options(&o, 3);
+  options(&o, 4);
   int rc = clt_trainer_create(m, mine, comm, &o, &t);
-  ck_assert_msg(rc == CLT_EINVAL && strstr(clt_last_error(), "--zero 3") && strstr(clt_last_error(), "0 (off)"), "%s",
+  ck_assert_msg(rc == CLT_EINVAL && strstr(clt_last_error(), "--zero 4") && strstr(clt_last_error(), "0 (off)"), "%s",
                 clt_last_error());
   /* Under --zero 2 no replica holds the whole gradient (several ranks,
    * no accumulation): clt_trainer_gradient is refused, and so is a step

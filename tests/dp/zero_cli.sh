@@ -1,6 +1,6 @@
 #!/bin/sh
 # zero_cli.sh: `cltrain train --zero` refusals and the one-rank no-op, on a
-# small synthetic IDX set: --zero 3 is refused with a message and a non-zero
+# small synthetic IDX set: --zero 4 is refused with a message and a non-zero
 # exit; --zero 1 and 2 on one rank train and say they change nothing; on 2
 # ranks (when mpirun exists) ranks that ask for different stages are
 # refused, both naming --zero, --zero 1 and 2 train, and a balancer weight
@@ -45,7 +45,8 @@ expect() {
   fi
 }
 
-expect fail "--zero 3" "--zero must be a whole number from 0 to 2, not '3'" -- $CLTRAIN $train --zero 3
+expect fail "--zero 4" "--zero must be a whole number from 0 to 3, not '4'" -- $CLTRAIN $train --zero 4
+expect 0 "--zero 3 on one rank" "--zero 3 on one rank: there is nothing to shard" -- $CLTRAIN $train --zero 3
 expect 0 "--zero 1 on one rank" "on one rank: there is nothing to shard" -- $CLTRAIN $train --zero 1
 expect 0 "--zero 2 on one rank" "--zero 2 on one rank: there is nothing to shard" -- $CLTRAIN $train --zero 2
 
@@ -87,7 +88,7 @@ if echo "$w1" | grep -q "gradients  *1.0 MiB" && echo "$w2" | grep -q "gradients
 else
   echo "FAIL: summary of a deep MLP:"; echo "$w1" "$w2" | sed 's/^/  /'; fail=1
 fi
-expect fail "summary --zero 3" "--zero must be a whole number from 0 to 2, not '3'" -- $CLTRAIN summary "$tmp/m.model" --zero 3
+expect fail "summary --zero 4" "--zero must be a whole number from 0 to 3, not '4'" -- $CLTRAIN summary "$tmp/m.model" --zero 4
 expect 0 "summary --zero 1 on one rank" "" -- $CLTRAIN summary "$tmp/m.model" --zero 1
 grep -q "on one rank changes nothing" "$tmp/out" && echo "ok: summary says --zero 1 on one rank is a no-op" ||
   { echo "FAIL: summary --zero 1 on one rank:"; sed 's/^/  /' "$tmp/out"; fail=1; }
