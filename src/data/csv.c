@@ -149,7 +149,7 @@ int clt__csv_open(const char *path, const clt_data_options *o, clt_dataset **out
   int64_t *tcols = NULL, nt = 0, *fcols = NULL, nf = 0, rows = 0, cap = 0;
   clt_dataset *ds = NULL;
   memset(&sh, 0, sizeof sh);
-  CLT_TRY(clt__map_file(path, &map, &len));
+  CLT_TRY(clt__map_file(path, &map, &len, NULL));
   const char *end = (const char *)map + len;
   CLT_TRY(csv_head(path, map, end, &sh));
   const int64_t C = sh.cols;

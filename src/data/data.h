@@ -38,6 +38,8 @@ struct clt_dataset {
   int elem_big;       /* elem stored big-endian */
   void *map;          /* the file mapped (x points into it; munmap'd, not freed); NULL: x is malloc'd */
   size_t map_len;
+  int read_fd;        /* >= 0: a mapping larger than clt__map_resident_max(): the batches' rows are pread()
+                         from this file at offset x - map + row, not touched in the mapping (closed by destroy) */
   int64_t row_len;    /* elem: values per stored row (0: sample_size) */
   int64_t *cols;      /* elem: the stored columns that make a sample (sample_size); NULL: the first ones */
   float *targets;     /* regression: (count, labels_per_sample) float32, y NULL */
@@ -80,12 +82,18 @@ typedef struct clt__array {
   void *map;           /* data lies in this mapping of map_len bytes (munmap), or */
   size_t map_len;
   void *owned;         /* in this malloc'd buffer */
+  int fd1;             /* the mapped file's descriptor + 1, kept open for pread (0: none; closed by release) */
   uint64_t header;     /* a hash of what describes it, for the ranks' fingerprint */
 } clt__array;
 void clt__array_release(clt__array *a);
 /* The whole of a regular file mapped read-only (npy.c); an empty file is
- * CLT_EFORMAT, a missing one CLT_ENOTFOUND. */
-int clt__map_file(const char *path, void **map, size_t *len);
+ * CLT_EFORMAT, a missing one CLT_ENOTFOUND. fd1: NULL closes the file,
+ * else it receives its descriptor + 1 (for pread). */
+int clt__map_file(const char *path, void **map, size_t *len, int *fd1);
+/* The largest mapping whose rows the batches read in place (default 256
+ * MiB; CLT_DATA_MAP_MAX in MiB): the file pages they touch count in the
+ * resident set, so a larger file's rows are pread() instead. */
+size_t clt__map_resident_max(void);
 /* A NumPy .npy file, mapped (CLT_EFORMAT naming the file and the fault). */
 int clt__npy_open(const char *path, clt__array *out);
 /* Member `member` ("x": x.npy) of an .npz archive: mapped when stored,
@@ -114,8 +122,18 @@ int clt__feature_columns(const char *path, const char *features, char *const *na
 int clt__dataset_set_targets(clt_dataset *ds, const clt__elem *e, const void *src, int64_t k, int big,
                              int regression, int num_classes, const char *what);
 
-/* Sample k of a dataset with elem as float32, before any normalisation. */
-void clt__dataset_raw_row(const clt_dataset *ds, int64_t k, float *out);
+/* Sample k of a dataset with elem as float32, before any normalisation:
+ * pread() when ds->read_fd >= 0 (CLT_EIO naming the file on failure). */
+int clt__dataset_raw_row(const clt_dataset *ds, int64_t k, float *out);
+/* The same from the mapping, for passes over every sample in order
+ * (statistics), which call clt__dataset_scan_release on the rows behind
+ * them: a pread dataset's pages then leave the resident set in bulk. */
+void clt__dataset_scan_row(const clt_dataset *ds, int64_t k, float *out);
+/* Let the mapping's pages of rows [lo, hi) go (madvise MADV_DONTNEED;
+ * the page cache keeps them) when ds reads by pread; else nothing. */
+void clt__dataset_scan_release(const clt_dataset *ds, int64_t lo, int64_t hi);
+/* Rows of a scan between two releases: about 32 MiB of them. */
+int64_t clt__dataset_scan_chunk(const clt_dataset *ds);
 /* Samples and labels or targets, normalised (dataset.c); y is int32 labels
  * or float targets as the dataset holds. */
 int clt__dataset_get(const clt_dataset *ds, const int64_t *indices, int64_t n, float *x, void *y);

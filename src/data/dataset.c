@@ -7,11 +7,13 @@
  */
 #include "data/data.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 clt_dataset *clt__dataset_alloc(const char *path) {
   clt_dataset *ds = clt__calloc(1, sizeof *ds);
@@ -25,6 +27,7 @@ clt_dataset *clt__dataset_alloc(const char *path) {
   ds->mean = 0.0f;
   ds->std = 1.0f;
   ds->labels_per_sample = 1;
+  ds->read_fd = -1;
   return ds;
 }
 
@@ -34,6 +37,7 @@ void clt_dataset_destroy(clt_dataset *ds) {
     munmap(ds->map, ds->map_len);
   else
     free(ds->x);
+  if (ds->read_fd >= 0) close(ds->read_fd);
   free(ds->y);
   free(ds->targets);
   free(ds->shift);
@@ -138,14 +142,69 @@ void clt_dataset_get_normalization(const clt_dataset *ds, float *mean, float *st
   if (std) *std = ds ? ds->std : 1.0f;
 }
 
-/* Sample k of a users' source as float32, not normalised. */
-void clt__dataset_raw_row(const clt_dataset *ds, int64_t k, float *out) {
-  const int64_t F = ds->sample_size, size = ds->elem->size, row_len = ds->row_len ? ds->row_len : F;
-  const unsigned char *row = (const unsigned char *)ds->x + k * row_len * size;
+/* One stored row (row_len values) as float32 into out: the columns that
+ * make the sample, or all of them. */
+static void convert_row(const clt_dataset *ds, const unsigned char *row, float *out) {
+  const int64_t F = ds->sample_size, size = ds->elem->size;
   if (!ds->cols)
     clt__elem_convert(ds->elem, row, F, ds->elem_big, out);
   else
     for (int64_t j = 0; j < F; j++) clt__elem_convert(ds->elem, row + ds->cols[j] * size, 1, ds->elem_big, out + j);
+}
+
+static int64_t row_bytes(const clt_dataset *ds) {
+  return (ds->row_len ? ds->row_len : ds->sample_size) * ds->elem->size;
+}
+
+void clt__dataset_scan_row(const clt_dataset *ds, int64_t k, float *out) {
+  convert_row(ds, (const unsigned char *)ds->x + k * row_bytes(ds), out);
+}
+
+/* Sample k of a users' source as float32, not normalised. A large mapped
+ * file's row is pread() into a buffer: random rows touched in a mapping
+ * stay mapped (Linux maps up to 64 KiB around each fault), so a 1 GiB
+ * file would grow the resident set by 1 GiB; releasing them in bulk
+ * instead costs a page fault per row afterwards, slower than a read. */
+int clt__dataset_raw_row(const clt_dataset *ds, int64_t k, float *out) {
+  const int64_t rb = row_bytes(ds);
+  if (ds->read_fd < 0) {
+    convert_row(ds, (const unsigned char *)ds->x + k * rb, out);
+    return CLT_OK;
+  }
+  unsigned char stack[8192], *buf = rb <= (int64_t)sizeof stack ? stack : malloc((size_t)rb);
+  if (!buf) return CLT_ENOMEM;
+  off_t at = (off_t)((const unsigned char *)ds->x - (const unsigned char *)ds->map) + (off_t)(k * rb);
+  int64_t got = 0;
+  while (got < rb) {
+    ssize_t n = pread(ds->read_fd, buf + got, (size_t)(rb - got), at + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      if (buf != stack) free(buf);
+      return clt__error(CLT_EIO, "%s: reading sample %lld (byte %lld): %s", ds->path, (long long)k,
+                        (long long)(at + got), n < 0 ? strerror(e) : "the file was cut short while open");
+    }
+    got += n;
+  }
+  convert_row(ds, buf, out);
+  if (buf != stack) free(buf);
+  return CLT_OK;
+}
+
+int64_t clt__dataset_scan_chunk(const clt_dataset *ds) {
+  int64_t rb = ds->elem ? row_bytes(ds) : ds->sample_size * 4, n = (INT64_C(32) << 20) / (rb > 0 ? rb : 1);
+  return n > 0 ? n : 1;
+}
+
+void clt__dataset_scan_release(const clt_dataset *ds, int64_t lo, int64_t hi) {
+  if (ds->read_fd < 0 || !ds->map || hi <= lo) return;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), base = (uintptr_t)ds->map;
+  const int64_t rb = row_bytes(ds);
+  uintptr_t a = (uintptr_t)ds->x + (uintptr_t)(lo * rb), b = (uintptr_t)ds->x + (uintptr_t)(hi * rb);
+  a = a & ~(page - 1);                        /* whole pages: a row's neighbours fault back in if needed */
+  b = (b + page - 1) & ~(page - 1);
+  if (b > base + ds->map_len) b = (base + ds->map_len + page - 1) & ~(page - 1);
+  if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 /* Two passes in double (mean, then squared deviations): no cancellation. */
@@ -174,9 +233,12 @@ int clt_dataset_stats(const clt_dataset *ds, float *mean, float *std) {
   } else if (ds->elem) { /* a row at a time, as read */
     float *row = clt__calloc((size_t)ds->sample_size, sizeof *row);
     if (!row) return CLT_ENOMEM;
+    const int64_t chunk = clt__dataset_scan_chunk(ds);
     for (int pass = 0; pass < 2; pass++) {
+      int64_t behind = 0; /* rows before this are released */
       for (int64_t k = 0; k < ds->count; k++) {
-        clt__dataset_raw_row(ds, k, row);
+        clt__dataset_scan_row(ds, k, row);
+        if (k + 1 - behind >= chunk || k + 1 == ds->count) clt__dataset_scan_release(ds, behind, k + 1), behind = k + 1;
         for (int64_t j = 0; j < ds->sample_size; j++) {
           if (pass == 0) m += row[j];
           else var += (row[j] - m) * (row[j] - m);
@@ -210,7 +272,8 @@ static int decode_sample(const clt_dataset *ds, int64_t k, float *out) {
     const float *row = (const float *)ds->x + k * F;
     for (int64_t j = 0; j < F; j++) out[j] = (row[j] / ds->range - ds->mean) / ds->std;
   } else {
-    clt__dataset_raw_row(ds, k, out);
+    int rc = clt__dataset_raw_row(ds, k, out);
+    if (rc < 0) return rc;
     if (ds->mean != 0.0f || ds->std != 1.0f)
       for (int64_t j = 0; j < F; j++) out[j] = (out[j] - ds->mean) / ds->std;
   }

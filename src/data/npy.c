@@ -23,15 +23,25 @@
 
 void clt__array_release(clt__array *a) {
   if (a->map) munmap(a->map, a->map_len);
+  if (a->fd1) close(a->fd1 - 1);
   free(a->owned);
   memset(a, 0, sizeof *a);
 }
 
 /* The whole file mapped read-only (an empty file is CLT_EFORMAT). */
-int clt__map_file(const char *path, void **map, size_t *len) {
+size_t clt__map_resident_max(void) {
+  const char *e = getenv("CLT_DATA_MAP_MAX");
+  char *end;
+  unsigned long long mib = e && *e ? strtoull(e, &end, 10) : 256;
+  if (e && *e && *end) mib = 256; /* not a number: the default */
+  return mib > (SIZE_MAX >> 20) ? SIZE_MAX : (size_t)mib << 20;
+}
+
+int clt__map_file(const char *path, void **map, size_t *len, int *fd1) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   *map = NULL;
+  if (fd1) *fd1 = 0;
   if (fd < 0)
     return clt__error(errno == ENOENT ? CLT_ENOTFOUND : CLT_EIO, "%s: cannot open: %s", path, strerror(errno));
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -45,9 +55,10 @@ int clt__map_file(const char *path, void **map, size_t *len) {
   }
   void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   int e = errno;
-  close(fd);
+  if (m == MAP_FAILED || !fd1) close(fd);
   if (m == MAP_FAILED) return clt__error(CLT_EIO, "%s: cannot map the file: %s", path, strerror(e));
   *map = m, *len = (size_t)st.st_size;
+  if (fd1) *fd1 = fd + 1;
   return CLT_OK;
 }
 
@@ -153,7 +164,7 @@ static int parse_npy(const char *what, const unsigned char *p, size_t n, clt__ar
 
 int clt__npy_open(const char *path, clt__array *out) {
   memset(out, 0, sizeof *out);
-  int rc = clt__map_file(path, &out->map, &out->map_len);
+  int rc = clt__map_file(path, &out->map, &out->map_len, &out->fd1);
   if (rc < 0) return rc;
   if ((rc = parse_npy(path, out->map, out->map_len, out)) < 0) clt__array_release(out);
   return rc;
@@ -218,7 +229,7 @@ int clt__npz_open(const char *path, const char *member, clt__array *out) {
   zip_entry e = {0};
   char what[1024];
   memset(out, 0, sizeof *out);
-  CLT_TRY(clt__map_file(path, &out->map, &out->map_len));
+  CLT_TRY(clt__map_file(path, &out->map, &out->map_len, &out->fd1));
   const unsigned char *z = out->map;
   size_t n = out->map_len;
   CLT_TRY(zip_find(path, z, n, member, &e));

@@ -197,12 +197,14 @@ static int from_arrays(const char *path, clt__array *x, clt__array *lab, const c
    * values moved to its start (an inflated .npz member follows its header). */
   if (x->map) {
     ds->map = x->map, ds->map_len = x->map_len;
+    if (x->fd1 && x->map_len > clt__map_resident_max()) ds->read_fd = x->fd1 - 1, x->fd1 = 0;
   } else {
     size_t bytes = (size_t)x->elem->size;
     for (int i = 0; i < x->ndims; i++) bytes *= (size_t)x->shape[i];
     memmove(x->owned, x->data, bytes);
     ds->x = x->owned;
   }
+  if (x->fd1) close(x->fd1 - 1);
   memset(x, 0, sizeof *x);
   *out = ds;
   free(tcols), free(fcols), free(tv);
@@ -374,6 +376,7 @@ int clt_dataset_split(clt_dataset *ds, double fraction, clt_dataset **val) {
   v->count = nv;
   if (!(v->x = malloc((size_t)nv * row))) { rc = CLT_ENOMEM; goto fail; }
   memcpy(v->x, (const unsigned char *)ds->x + (size_t)nt * row, (size_t)nv * row);
+  clt__dataset_scan_release(ds, nt, ds->count);
   if (ds->cols) {
     if (!(v->cols = clt__calloc((size_t)ds->sample_size, sizeof *v->cols))) { rc = CLT_ENOMEM; goto fail; }
     memcpy(v->cols, ds->cols, (size_t)ds->sample_size * sizeof *v->cols);
@@ -409,9 +412,12 @@ int clt_dataset_feature_stats(const clt_dataset *ds, int64_t lo, int64_t hi, dou
   if (!row) return CLT_ENOMEM;
   for (int64_t j = 0; j < F; j++) mean[j] = m2[j] = 0, mn[j] = INFINITY, mx[j] = -INFINITY;
   /* Welford's update, one sample at a time: no cancellation, one pass. */
+  const int64_t chunk = clt__dataset_scan_chunk(ds);
+  int64_t behind = lo; /* rows before this are released */
   for (int64_t k = lo; k < hi; k++) {
+    if (k - behind >= chunk) clt__dataset_scan_release(ds, behind, k), behind = k;
     if (ds->elem)
-      clt__dataset_raw_row(ds, k, row);
+      clt__dataset_scan_row(ds, k, row);
     else if (ds->dtype == CLT_U8)
       for (int64_t j = 0; j < F; j++) row[j] = ((const unsigned char *)ds->x)[k * F + j] / ds->range;
     else
@@ -425,6 +431,7 @@ int clt_dataset_feature_stats(const clt_dataset *ds, int64_t lo, int64_t hi, dou
       if (v > mx[j]) mx[j] = v;
     }
   }
+  clt__dataset_scan_release(ds, behind, hi);
   free(row);
   return CLT_OK;
 }

@@ -4,7 +4,9 @@
  * deflated, CSV with a header, column selection and regression targets,
  * a cltrain raw file, the validation split, the per-feature statistics and
  * normalisation, and each parser's refusal of a broken file, naming the
- * file, the row and column or member, and the fault.
+ * file, the row and column or member, and the fault; a file larger than
+ * CLT_DATA_MAP_MAX read by pread() (the same values as mapped, and a file
+ * cut short while open refused as CLT_EIO, not a SIGBUS).
  */
 #include "config.h"
 
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "datautil.h"
 #include "npywrite.h"
@@ -297,6 +300,65 @@ START_TEST(prefetch_targets) {
 }
 END_TEST
 
+/* Every sample, the targets and the statistics of path, opened with the
+ * rows mapped (map_max NULL) or pread() (map_max "0": any file is larger). */
+static void read_all(const char *path, const clt_data_options *o, const char *map_max, float *x, float *t,
+                     double *fstats, float *ms) {
+  if (map_max) setenv("CLT_DATA_MAP_MAX", map_max, 1);
+  else unsetenv("CLT_DATA_MAP_MAX");
+  clt_dataset *ds;
+  du_ok(clt_dataset_open(path, o, &ds));
+  get_all(ds, x, t);
+  du_ok(clt_dataset_feature_stats(ds, 1, clt_dataset_count(ds), fstats));
+  du_ok(clt_dataset_stats(ds, ms, ms + 1));
+  clt_dataset_destroy(ds);
+  unsetenv("CLT_DATA_MAP_MAX");
+}
+
+START_TEST(pread_rows) {
+  enum { N = 9, C = 5 };
+  double v[N * C];
+  for (int i = 0; i < N * C; i++) v[i] = (double)i * 0.75 - 7.5;
+  const int64_t shape[2] = {N, C};
+  write_npy(du_join(p1, sizeof p1, tmp, "t.npy"), "<f8", shape, 2, v, sizeof v);
+  const int64_t yshape[1] = {N};
+  size_t lens[2], zl;
+  unsigned char *imgs[2] = {npy_image("<f8", shape, 2, v, sizeof v, &lens[0]),
+                            npy_image("<f8", yshape, 1, v, N * sizeof *v, &lens[1])};
+  const char *names[2] = {"x", "y"};
+  unsigned char *z = npz_image(2, names, imgs, lens, 0, &zl); /* stored: rows at an offset in the archive */
+  npy_write_file(du_join(p2, sizeof p2, tmp, "t.npz"), z, zl);
+  free(z), free(imgs[0]), free(imgs[1]);
+  /* columns 0, 3, 1 (not contiguous) as features, 4 the target; then all but the last */
+  const clt_data_options opts[2] = {{.regression = 1, .target = "4", .features = "0,3,1"}, {.regression = 1}};
+  const char *paths[2] = {p1, p2};
+  for (int k = 0; k < 2; k++)
+    for (int w = k; w < 2; w++) { /* an .npz's --target names a member: columns only for the .npy */
+      float xm[N * C], tm[N], xp[N * C], tp[N], msm[2], msp[2];
+      double fm[4 * C], fp[4 * C];
+      read_all(paths[k], &opts[w], NULL, xm, tm, fm, msm);
+      read_all(paths[k], &opts[w], "0", xp, tp, fp, msp);
+      int64_t F = k ? C : w ? C - 1 : 3;
+      ck_assert_msg(memcmp(xm, xp, (size_t)(N * F) * sizeof *xm) == 0, "%s: pread samples differ", paths[k]);
+      ck_assert_msg(memcmp(tm, tp, sizeof tm) == 0, "%s: pread targets differ", paths[k]);
+      ck_assert_msg(memcmp(fm, fp, (size_t)(4 * F) * sizeof *fm) == 0, "%s: pread feature stats differ", paths[k]);
+      ck_assert_msg(msm[0] == msp[0] && msm[1] == msp[1], "%s: pread stats differ", paths[k]);
+      ck_assert(xm[0] == (float)v[0] && xm[F] == (float)v[C] && tm[1] == (float)v[k ? 1 : 2 * C - 1]);
+    }
+  /* The file cut short under an open dataset: its rows are gone. */
+  setenv("CLT_DATA_MAP_MAX", "0", 1);
+  clt_data_options o = {.regression = 1};
+  clt_dataset *ds;
+  du_ok(clt_dataset_open(p1, &o, &ds));
+  unsetenv("CLT_DATA_MAP_MAX");
+  ck_assert_int_eq(truncate(p1, 200), 0);
+  int64_t idx[1] = {N - 1};
+  float x[C], t[1];
+  du_expect_error(clt_dataset_get_batch_targets(ds, idx, 1, x, t), CLT_EIO, "t.npy", "sample 8", "cut short");
+  clt_dataset_destroy(ds);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("sources");
   TCase *tc = tcase_create("formats");
@@ -307,6 +369,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, feature_norm);
   tcase_add_test(tc, bad_files);
   tcase_add_test(tc, prefetch_targets);
+  tcase_add_test(tc, pread_rows);
   suite_add_tcase(s, tc);
   return s;
 }
