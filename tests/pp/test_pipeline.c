@@ -296,8 +296,8 @@ START_TEST(refusals) {
 
   }
   options(&o, P, 4, CLT_PIPELINE_1F1B);
-  o.zero = 1;
-  refused(mlp, &o, "--zero 1 with --pipeline");
+  o.zero = 3;
+  refused(mlp, &o, "--zero 3 with --pipeline");
   options(&o, P, 4, CLT_PIPELINE_1F1B);
   o.precision = CLT_F16;
   refused(mlp, &o, "--precision fp16 with --pipeline");
