@@ -75,7 +75,7 @@ void clt__dp_destroy(clt__dp *dp);
 /* This rank's replicas (nlocal of them). */
 clt__replica *const *clt__dp_local_replicas(const clt__dp *dp);
 /* This rank's parts of the buckets on several ranks (at every stage: the
- * gradient norm's parts; under ZeRO, stages 1 and 2 in a pipeline stage,
+ * gradient norm's parts; under ZeRO, stages 1 to 3 in a pipeline stage,
  * whose replicas keep their whole gradient arena, the exchange leaves the
  * summed gradient there alone): part k is floats [*lo, *lo + *n) of the
  * arena. Returns how many parts; 0 on one rank. lo and n may be NULL. */

@@ -28,7 +28,7 @@ static const char *higher_stage_fits(const clt__dp *dp, const clt_device_info *d
   if (o->max_device_memory && (!cap || o->max_device_memory < cap)) cap = o->max_device_memory;
   if (o->max_device_memory && (!one || o->max_device_memory < one)) one = o->max_device_memory;
   note[0] = 0;
-  for (int z = o->zero + 1; dp->nranks > 1 && z <= (dp->stage >= 0 ? 2 : 3); z++) { /* a pipeline: 2 at most */
+  for (int z = o->zero + 1; dp->nranks > 1 && z <= 3; z++) {
     clt_train_options oz = *o;
     clt_replica_memory need;
     oz.zero = z;
