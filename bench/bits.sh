@@ -31,7 +31,10 @@
 #    forward and backward) for the three models x {2, 3, 4 ranks} x {fp32,
 #    fp16}, with --zero 0 at 4 ranks beside it, PoCL + rusticl as two ranks,
 #    --accumulate 2 and the balancer's weights 3,1: each must also equal its
-#    --zero 0 run bit for bit (--pipeline refuses every ZeRO stage).
+#    --zero 0 run bit for bit;
+#  - --zero 1, 2 and 3 inside the pipeline (2 stages x 2 replicas; the MLP
+#    and the GPT, 1F1B, and the GPT under GPipe at --zero 3), each equal to
+#    --zero 0 with the same pipeline.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 if [ "$1" = --compare ]; then
@@ -191,6 +194,21 @@ for f in "$out"/*zero3*.safetensors; do
   z0=$(echo "$f" | sed 's/-zero3/-zero0/; s/-weights31-zero0/-weights31/; s/-recompute//; s/-offload//')
   [ -f "$z0" ] || continue
   if cmp -s "$f" "$z0"; then echo "$(basename "$f"): the bits of --zero 0"
+  else echo "FAIL: $(basename "$f") differs from $(basename "$z0")"; exit 1; fi
+done
+# ZeRO inside the pipeline's stages (2 stages x 2 replicas): --zero 1, 2
+# and 3 the bits of --zero 0 with the same pipeline (1F1B; GPipe with 4
+# micro-batches for the GPT).
+for model in mlp gpt; do
+  for z in 1 2 3; do run "$model-pp2x2-zero$z" 4 "$model" --pipeline 2 --zero "$z"; done
+done
+run "gpt-pp2x2-gpipe" 4 gpt --pipeline 2 --schedule-pipeline gpipe --micro-batches 4
+run "gpt-pp2x2-gpipe-zero3" 4 gpt --pipeline 2 --schedule-pipeline gpipe --micro-batches 4 --zero 3
+for f in "$out"/*-pp2x2*-zero[123].safetensors; do
+  [ -f "$f" ] || continue
+  z0=$(echo "$f" | sed 's/-zero[123]\.safetensors$/.safetensors/')
+  [ -f "$z0" ] || continue
+  if cmp -s "$f" "$z0"; then echo "$(basename "$f"): the bits of --zero 0 with the same pipeline"
   else echo "FAIL: $(basename "$f") differs from $(basename "$z0")"; exit 1; fi
 done
 (cd "$out" && sha256sum ./*.safetensors >SHA256SUMS)

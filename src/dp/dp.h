@@ -74,6 +74,12 @@ int clt__dp_plan(const clt__job *job, const clt__dp_how *how, clt__dp **out);
 void clt__dp_destroy(clt__dp *dp);
 /* This rank's replicas (nlocal of them). */
 clt__replica *const *clt__dp_local_replicas(const clt__dp *dp);
+/* This rank's parts of the buckets on several ranks (at every stage: the
+ * gradient norm's parts; under ZeRO, stages 1 to 3 in a pipeline stage,
+ * whose replicas keep their whole gradient arena, the exchange leaves the
+ * summed gradient there alone): part k is floats [*lo, *lo + *n) of the
+ * arena. Returns how many parts; 0 on one rank. lo and n may be NULL. */
+int clt__dp_summed_part(const clt__dp *dp, int k, int64_t *lo, int64_t *n);
 
 /* ---- the job (dp.c) ---- */
 

@@ -52,6 +52,9 @@ static int check_memory(clt__dp *dp, const clt__job *job, const clt__dp_how *how
   int rc = CLT_OK, bad = -1;
   const clt_train_options *o = dp->o;
   clt_replica_memory *need = &dp->need;
+  clt_train_options kept = *o; /* a pipeline stage's replicas keep their whole local gradient (zero.c) */
+  if (how->stage >= 0 && kept.accumulate < 2) kept.accumulate = 2;
+  o = &kept;
   CLT_TRY(clt__dp_need(dp->local, o, dp->nranks, dp->rank, dp->room, dp->nreplicas > 1 && o->precision == CLT_F16,
                        need, state_params, dp->shard_w)); /* this rank's own shard */
   need->activations += how->extra_activations, need->total += how->extra_activations;
@@ -96,7 +99,7 @@ int clt__dp_plan(const clt__job *job, const clt__dp_how *how, clt__dp **out) {
 
   /* Buckets and their plans first: under ZeRO they say which shard of the
    * optimizer state this rank's replicas keep. */
-  clt__dp_zero_set(dp, o->zero, o->accumulate > 1);
+  clt__dp_zero_set(dp, o->zero, how->accumulate > 1 || how->stage >= 0); /* a stage's micro-batches accumulate */
   CLT_TRY(clt__dp_buckets_create(dp, how->local, o->bucket_mb, o->precision));
   if (dp->shard_params != state_params) {
     rc = clt__error(CLT_EINTERNAL, "rank %d: the ZeRO shard holds %lld parameters, the memory check counted %lld",
@@ -115,6 +118,15 @@ fail:
 }
 
 clt__replica *const *clt__dp_local_replicas(const clt__dp *dp) { return dp->rep; }
+
+int clt__dp_summed_part(const clt__dp *dp, int k, int64_t *lo, int64_t *n) {
+  int parts = dp->part ? dp->buckets.n : 0;
+  if (k >= 0 && k < parts) {
+    if (lo) *lo = dp->part[k].lo;
+    if (n) *n = dp->part[k].n;
+  }
+  return parts;
+}
 
 /* ---- the strategy's functions ---- */
 

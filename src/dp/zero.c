@@ -63,8 +63,8 @@ void clt__dp_zero_set(clt__dp *dp, int stage, int whole_local_grads) {
     stage = 0;
   }
   if (stage >= 2 && whole_local_grads)
-    clt__log(CLT_LOG_INFO, "--zero %d with --accumulate: each replica keeps its whole local gradient across the "
-             "micro-batches (the sum --zero 0 reduces, for the same bits), so gradients take stage 1's memory", stage);
+    clt__log(CLT_LOG_INFO, "--zero %d with --accumulate (or in a pipeline's stages): each replica keeps its whole "
+             "local gradient across the micro-batches (the sum --zero 0 reduces, for the same bits), so gradients take stage 1's memory", stage);
   dp->zero = stage;
   dp->pooled = stage >= 2 && !whole_local_grads;
 }

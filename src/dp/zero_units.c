@@ -60,6 +60,10 @@ struct clt__dp_ring {
   int64_t writes;           /* units written since the ring was made */
 };
 
+/* A parameter not in its layer's own range of the arena: written into
+ * its unit apart, after the layer's own. */
+static int aside(const clt_param_spec *p) { return p->tied || p->stage_copy; }
+
 static int64_t round_up(int64_t n) { return (n + CLT__UNIT_ALIGN - 1) / CLT__UNIT_ALIGN * CLT__UNIT_ALIGN; }
 
 /* ---- the layout ---- */
@@ -85,11 +89,12 @@ int clt__unit_layout_make(const clt_model_spec *spec, clt__unit_layout *u) {
     const clt_layer_spec *l = &spec->layers[i];
     int64_t *at = u->at + (size_t)i * CLT_MAX_LAYER_PARAMS, end = l->param_count;
     /* its own parameters where the arena has them, relative to its first;
-     * tied ones after them */
+     * tied ones (and a pipeline stage's copies of weights tied across
+     * stages, at the stage arena's end) after them */
     for (int k = 0; k < l->nparams; k++)
-      if (!l->param[k].tied) at[k] = l->param[k].offset - l->param_offset;
+      if (!aside(&l->param[k])) at[k] = l->param[k].offset - l->param_offset;
     for (int k = 0; k < l->nparams; k++)
-      if (l->param[k].tied) {
+      if (aside(&l->param[k])) {
         end = round_up(end);
         at[k] = end;
         end += l->param[k].count;
@@ -157,7 +162,7 @@ static int write_unit(clt__dp_ring *g, int i) {
     CLT_CL_TRY(clEnqueueWriteBuffer(g->ctx->queue, g->buf, CL_FALSE, base, (size_t)l->param_count * 4,
                                     g->host + l->param_offset, 0, NULL, NULL));
   for (int k = 0; k < l->nparams; k++)
-    if (l->param[k].tied)
+    if (aside(&l->param[k]))
       CLT_CL_TRY(clEnqueueWriteBuffer(g->ctx->queue, g->buf, CL_FALSE, base + (size_t)at[k] * 4,
                                       (size_t)l->param[k].count * 4, g->host + l->param[k].offset, 0, NULL, NULL));
   g->holder[g->u->end[i]] = i;

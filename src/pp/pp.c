@@ -45,8 +45,54 @@ static int note_ties(clt__pp *pp, const clt_model_spec *whole, const clt_model_s
   return CLT_OK;
 }
 
+/* A tied weight's floats [at, at + n) of the arena g under ZeRO: each rank
+ * of the stage holds the summed gradient in its parts of the buckets alone
+ * (clt__dp_summed_part), so the whole of it is put together from every
+ * replica of the stage (write 0, into v: collective over the stage), or
+ * this rank's parts written back from v (write 1). */
+static int tie_parts(clt__pp *pp, clt_context *ctx, clt_tensor g, int64_t at, int64_t n, float *v, int write) {
+  int rc = CLT_OK, D = clt_comm_size(pp->stage_comm), parts = clt__dp_summed_part(pp->dp, -1, NULL, NULL);
+  float *all = NULL;
+  unsigned char *held = NULL, *all_held = NULL;
+  if (!write) {
+    all = clt__calloc((size_t)(D * n) + 1, sizeof *all);
+    held = clt__calloc((size_t)n + 1, 1), all_held = clt__calloc((size_t)(D * n) + 1, 1);
+    if (!all || !held || !all_held) { rc = CLT_ENOMEM; goto fail; }
+  }
+  for (int k = 0; k < parts; k++) {
+    int64_t lo, len;
+    clt__dp_summed_part(pp->dp, k, &lo, &len);
+    int64_t a = lo > at ? lo : at, b = lo + len < at + n ? lo + len : at + n, cnt = b - a;
+    if (cnt <= 0) continue;
+    clt_tensor t;
+    CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)a * 4, CLT_F32, 1, &cnt, &t));
+    if (write) {
+      CLT_TRY(clt_tensor_upload(ctx, &t, v + (a - at), (size_t)cnt * sizeof *v));
+    } else {
+      CLT_TRY(clt_tensor_download(ctx, &t, v + (a - at), (size_t)cnt * sizeof *v));
+      memset(held + (a - at), 1, (size_t)cnt);
+    }
+  }
+  if (write) goto fail;
+  CLT_TRY(clt_allgather(pp->stage_comm, v, (size_t)n * sizeof *v, all));
+  CLT_TRY(clt_allgather(pp->stage_comm, held, (size_t)n, all_held));
+  for (int64_t i = 0; i < n; i++) {
+    int d = 0;
+    while (d < D && !all_held[(size_t)d * (size_t)n + (size_t)i]) d++;
+    if (d == D) {
+      rc = clt__error(CLT_EINTERNAL, "a tied weight's float %lld is in no rank's part of the buckets (--zero %d)",
+                      (long long)(at + i), pp->o->zero);
+      goto fail;
+    }
+    v[i] = all[(size_t)d * (size_t)n + (size_t)i];
+  }
+fail:
+  free(all), free(held), free(all_held);
+  return rc;
+}
+
 int clt__pp_sum_tied(clt__pp *pp, clt__replica *r, int64_t step) {
-  int rc = CLT_OK;
+  int rc = CLT_OK, zero = pp->o->zero > 0 && clt__dp_summed_part(pp->dp, -1, NULL, NULL) > 0;
   float *mine = NULL, *theirs = NULL;
   clt_context *ctx = clt__replica_context(r);
   clt_tensor g = clt__replica_grads(r);
@@ -63,7 +109,8 @@ int clt__pp_sum_tied(clt__pp *pp, clt__replica *r, int64_t step) {
     mine = clt__calloc((size_t)n, sizeof *mine), theirs = clt__calloc((size_t)n, sizeof *theirs);
     if (!mine || !theirs) { rc = CLT_ENOMEM; goto fail; }
     CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)at * 4, CLT_F32, 1, &n, &v));
-    CLT_TRY(clt_tensor_download(ctx, &v, mine, (size_t)n * sizeof *mine));
+    if (zero) CLT_TRY(tie_parts(pp, ctx, g, at, n, mine, 0));
+    else CLT_TRY(clt_tensor_download(ctx, &v, mine, (size_t)n * sizeof *mine));
     CLT_TRY(clt__p2p_irecv(pp->pipe_comm, theirs, (size_t)n * sizeof *theirs, peer, CLT__PP_TAG_TIE, (uint64_t)step,
                            &recv));
     CLT_TRY(clt__p2p_isend(pp->pipe_comm, mine, (size_t)n * sizeof *mine, peer, CLT__PP_TAG_TIE, (uint64_t)step, &send));
@@ -75,7 +122,8 @@ int clt__pp_sum_tied(clt__pp *pp, clt__replica *r, int64_t step) {
     }
     /* owner's + copy's, in that order on both stages: the same bits */
     for (int64_t i = 0; i < n; i++) mine[i] = owner ? mine[i] + theirs[i] : theirs[i] + mine[i];
-    CLT_TRY(clt_tensor_upload(ctx, &v, mine, (size_t)n * sizeof *mine));
+    if (zero) CLT_TRY(tie_parts(pp, ctx, g, at, n, mine, 1));
+    else CLT_TRY(clt_tensor_upload(ctx, &v, mine, (size_t)n * sizeof *mine));
   }
 fail:
   free(mine), free(theirs);

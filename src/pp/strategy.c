@@ -157,26 +157,40 @@ static int losses(void *self, const clt__slice *slices, int last, double *sums) 
   return CLT_OK;
 }
 
-/* Each stage's part, once (from its first replica), added over the stages
- * in rank order by the trainer; a tied weight's copy is counted at its
- * owner. */
+/* Each stage's part (with D > 1 replicas each one's parts of the buckets,
+ * as data parallelism sums them: the same bits at every ZeRO stage; with
+ * one, the whole arena), added over the ranks in rank order by the
+ * trainer; a tied weight's copy is counted at its owner. */
 static int grad_sumsq(void *self, double *ss) {
   clt__pp *pp = self;
-  int rc = CLT_OK;
+  int rc = CLT_OK, parts = clt__dp_summed_part(pp->dp, -1, NULL, NULL);
   clt_context *ctx = clt__replica_context(pp->r);
   clt_tensor g = clt__replica_grads(pp->r);
   float sum = 0;
-  CLT_TRY(clt_sumsq(ctx, &g, &sum));
+  double zsum = 0;
+  if (parts) CLT_TRY(clt__dp_strategy.grad_sumsq(pp->dp, &zsum));
+  else CLT_TRY(clt_sumsq(ctx, &g, &sum));
   int64_t at[8], count[8];
   int ncopies = clt__pp_copies(pp, at, count, 8);
   for (int k = 0; k < ncopies && k < 8; k++) {
-    clt_tensor c;
-    float cs = 0;
-    CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)at[k] * 4, CLT_F32, 1, &count[k], &c));
-    CLT_TRY(clt_sumsq(ctx, &c, &cs));
-    sum -= cs;
+    for (int j = 0; j < (parts ? parts : 1); j++) { /* the copy, or its pieces in this rank's parts */
+      int64_t lo = at[k], n = count[k];
+      if (parts) {
+        int64_t plo, pn;
+        clt__dp_summed_part(pp->dp, j, &plo, &pn);
+        lo = plo > at[k] ? plo : at[k];
+        n = (plo + pn < at[k] + count[k] ? plo + pn : at[k] + count[k]) - lo;
+        if (n <= 0) continue;
+      }
+      clt_tensor c;
+      float cs = 0;
+      CLT_TRY(clt_tensor_view(g.buf, g.offset + (size_t)lo * 4, CLT_F32, 1, &n, &c));
+      CLT_TRY(clt_sumsq(ctx, &c, &cs));
+      if (parts) zsum -= cs;
+      else sum -= cs;
+    }
   }
-  *ss = pp->d == 0 ? sum : 0.0;
+  *ss = parts ? zsum : pp->d == 0 ? sum : 0.0;
 fail:
   return rc;
 }
@@ -189,14 +203,16 @@ static int after_update(void *self, int64_t steps_done, int *changed) {
   return clt__dp_strategy.after_update(((clt__pp *)self)->dp, steps_done, changed);
 }
 
-/* A stage's replicas are bitwise the same; each stage's first sends. */
+/* A stage's replicas are bitwise the same (under ZeRO each gathers the
+ * stage's state from their shards: collective over the stage); each
+ * stage's first sends. */
 static int get_state(void *self, float *params, float *state, int everywhere) {
   clt__pp *pp = self;
   int rc = CLT_OK, per = state ? clt_optimizer_state_per_param(&pp->o->optimizer) : 0;
   int64_t P = clt_model_param_count(pp->whole), Ps = clt_model_param_count(&pp->stage_model);
   float *buf = clt__calloc((size_t)(Ps * (1 + per)) + 1, sizeof *buf);
   if (!buf) return CLT_ENOMEM;
-  rc = clt__dp_strategy.get_state(pp->dp, buf, per ? buf + Ps : NULL, 1); /* local: no ZeRO under a pipeline */
+  rc = clt__dp_strategy.get_state(pp->dp, buf, per ? buf + Ps : NULL, 1); /* ZeRO: gathered over the stage */
   CLT_TRY(clt__all_ok(pp->comm, rc, "reading a pipeline stage's parameters"));
   CLT_TRY(clt__pp_gather(pp, pp->whole->spec, buf, buf + Ps, per, params, state));
   if (everywhere && clt_comm_size(pp->comm) > 1) CLT_TRY(clt_bcast(pp->comm, params, (size_t)P * sizeof *params, 0));

@@ -174,9 +174,10 @@ static int check_pipeline(const clt_train_options *o, int nranks) {
     return clt__error(CLT_EINVAL, "--pipeline %d streams %d micro-batches per step unless --micro-batches says, and "
                       "the batch size %lld does not divide by %d: give a batch that does, or --micro-batches M "
                       "dividing it", P, M, (long long)o->batch, M);
-  if (o->zero)
-    return clt__error(CLT_EINVAL, "--zero %d with --pipeline %d is not supported: a stage's replicas keep "
-                      "all of its optimizer state", o->zero, o->pipeline);
+  if (o->shard_by != CLT_SHARD_EQUAL)
+    return clt__error(CLT_EINVAL, "%s with --pipeline %d is not supported: a stage's replicas take equal ZeRO shards; "
+                      "leave one of them out", o->shard_by == CLT_SHARD_MEMORY ? "--shard-by memory" : "--shard-weights",
+                      o->pipeline);
   if (o->balance != CLT_BALANCE_EQUAL)
     return clt__error(CLT_EINVAL, "--balance %s with --pipeline %d is not supported: every stage must split "
                       "each micro-batch alike; use --balance equal", o->balance == CLT_BALANCE_AUTO ? "auto" : "weights",

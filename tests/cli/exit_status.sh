@@ -66,7 +66,7 @@ status 3 "generate on a device that is not there" -- generate "$tmp/g.model" --w
 status 3 "train on a device that is not there" -- train "$model" --data "$tmp" -e 1 -q -d 99
 
 # ---- 2: what the command line asks for, refused ------------------------------
-status 2 "--pipeline 2 --zero 1" -- train "$model" --data "$tmp" -e 1 -b 16 -d 0 -q --pipeline 2 --zero 1
+status 2 "--pipeline 2 --shard-by memory" -- train "$model" --data "$tmp" -e 1 -b 16 -d 0 -q --pipeline 2 --zero 2 --shard-by memory
 status 2 "--pipeline 2 --balance auto" -- train "$model" --data "$tmp" -e 1 -b 16 -d 0 -q --pipeline 2 --balance auto
 status 2 "--pipeline 2 --balance 1" -- train "$model" --data "$tmp" -e 1 -b 16 -d 0 -q --pipeline 2 --balance 1
 status 2 "--pipeline 2 --precision fp16" -- train "$model" --data "$tmp" -e 1 -b 16 -d 0 -q --pipeline 2 --precision fp16

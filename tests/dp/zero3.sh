@@ -145,7 +145,7 @@ has "$out" "--zero 3 over 4 ranks: parameters, optimizer state and gradients" "t
 mpi_expect 2 0 "--zero 3 on 2 ranks with a checkpoint" -- $gpt --zero 3 --max-steps 2 --checkpoint-every 2 \
   --checkpoint-dir "$tmp/k"
 for z in 0 3; do
-  rm -rf "$tmp/k$z" && mkdir "$tmp/k$z" && cp "$tmp"/k/ckpt-0000000002.* "$tmp/k$z/" # the index and its shards
+  rm -rf "$tmp/k$z" && mkdir "$tmp/k$z" && cp "$tmp"/k/ckpt-0000000002.* "$tmp/k$z/"
   mpi_expect 3 0 "resumed on 3 ranks at --zero $z" -- $gpt --zero $z --checkpoint-every 4 --checkpoint-dir "$tmp/k$z" \
     --resume latest --save "$tmp/r$z"
 done

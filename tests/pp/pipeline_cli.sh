@@ -61,7 +61,7 @@ bad 2 "can be cut into at most 1 stage" "$tmp/one.model" --pipeline 2
 bad 2 "--stages 2,x: 'x' is not a layer count" "$tmp/m.model" --pipeline 2 --stages 2,x
 bad 2 "--stages 2,2 adds up to 4 layers, but" "$tmp/m.model" --pipeline 2 --stages 2,2
 bad 2 "--micro-batches 5 must divide the batch size 12" "$tmp/m.model" --pipeline 2 --micro-batches 5
-bad 2 "--zero 1 with --pipeline 2 is not supported" "$tmp/m.model" --pipeline 2 --zero 1
+bad 2 "--shard-by memory with --pipeline 2 is not supported" "$tmp/m.model" --pipeline 2 --zero 2 --shard-by memory
 bad 2 "--precision fp16 with --pipeline 2 is not supported" "$tmp/m.model" --pipeline 2 --precision fp16
 
 # good NP ARGS...: trains and prints the split.

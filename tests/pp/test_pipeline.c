@@ -296,8 +296,9 @@ START_TEST(refusals) {
 
   }
   options(&o, P, 4, CLT_PIPELINE_1F1B);
-  o.zero = 1;
-  refused(mlp, &o, "--zero 1 with --pipeline");
+  o.zero = 2;
+  o.shard_by = CLT_SHARD_MEMORY;
+  refused(mlp, &o, "--shard-by memory with --pipeline");
   options(&o, P, 4, CLT_PIPELINE_1F1B);
   o.precision = CLT_F16;
   refused(mlp, &o, "--precision fp16 with --pipeline");
