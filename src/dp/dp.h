@@ -1,5 +1,5 @@
 /*
- * dp.h: data parallelism with ZeRO stages 0 to 2, as the layers above it
+ * dp.h: data parallelism with ZeRO stages 0 to 3, as the layers above it
  * see it: a strategy (strategy/strategy.h) that the trainer holds, and
  * that a pipeline (src/pp) runs inside each stage. One clt__dp knows the
  * job's replicas (how many on each rank, and their global numbering),
@@ -25,8 +25,11 @@
  *                      mixed precision);
  *   replica_buckets.c  what that hangs on each replica's runs (its hooks,
  *                      ZeRO stage 2's pool of bucket buffers);
- *   zero.c             ZeRO stages 1 and 2: the shards, their plans, the
+ *   zero.c             ZeRO stages 1 to 3: the shards, their plans, the
  *                      pool's slots, the memory a replica needs;
+ *   zero_units.c       ZeRO stage 3: each layer's parameters put on the
+ *                      device (a ring of units) before its forward and
+ *                      backward, from the host's whole copy;
  *   zero_gather.c      the parameters' allgather after a sharded step,
  *                      and the state's gather for checkpoints;
  *   shard_by.c         how large each rank's shard is (--shard-by memory,
