@@ -70,11 +70,14 @@ int clt_device_peak_flops(const clt_device_info *info, double *flops, const char
       return CLT_OK;
     }
   }
-  /* An estimate: a fused multiply-add (2 FLOPs) on every float lane of
-   * every compute unit each cycle; a CPU unit (a core) with AVX2's 8
-   * lanes, a GPU's with 64 (AMD's CU; NVIDIA's SM has 128, Intel's EU 8 to
-   * 16: a measured rate is better, hence the cache). */
-  double lanes = info->type == CLT_DEVICE_CPU ? 8.0 : 64.0;
+  /* An estimate, meant as an upper bound (a peak no run should pass): a
+   * fused multiply-add (2 FLOPs) on every float lane of every compute unit
+   * each cycle; a CPU unit (a core) with two AVX-512 FMA ports, 32 lanes
+   * (the reported clock is often the base clock, below what cores run
+   * at: with AVX2's 8 lanes a 2-core PoCL device showed an MFU of 135%),
+   * a GPU's with 64 (AMD's CU; NVIDIA's SM has 128, Intel's EU 8 to 16: a
+   * measured rate is better, hence the cache). */
+  double lanes = info->type == CLT_DEVICE_CPU ? 32.0 : 64.0;
   *flops = (double)info->compute_units * info->clock_mhz * 1e6 * 2.0 * lanes;
   if (source) *source = "properties";
   return CLT_OK;
