@@ -24,23 +24,11 @@ out=$tmp/out err=$tmp/err
 "$CLTRAIN" devices >/dev/null 2>&1
 if [ $? -eq 3 ]; then echo "SKIP: no OpenCL device"; exit 77; fi
 
-. "$srcdir/tests/lib/cli_lib.sh" # mkidx, expect, same, has
+. "$srcdir/tests/lib/cli_lib.sh" # mkidx, expect, refuse, same, has
 mkidx "$tmp" train 96
 printf 'input 1 4 4\nflatten\nlinear 32\nrelu\nlinear 32\nrelu\nlinear 10\n' >"$tmp/m.model"
 train="train $tmp/m.model --data $tmp --normalize scale -e 1 -b 12 -q --max-steps 4 -o adamw --bucket-mb 0.001"
 
-# refuse WHAT TEXT -- ARGS: cltrain exits non-zero with TEXT in stderr.
-refuse() {
-  what=$1 text=$2
-  shift 3
-  "$CLTRAIN" "$@" >"$out" 2>"$err"
-  rc=$?
-  if [ $rc -ne 0 ] && grep -q -- "$text" "$err"; then
-    echo "ok: $what: $(grep -m1 -- "$text" "$err")"
-  else
-    echo "FAIL: $what: exit $rc, no '$text' in:"; sed 's/^/  /' "$err"; fail=1
-  fi
-}
 refuse "--offload with plain SGD" "--offload optimizer with --optimizer sgd (no --momentum): that optimizer keeps no state" -- \
   $train -d 0 -o sgd --momentum 0 --offload optimizer
 refuse "--offload with --pipeline" "--offload optimizer with --pipeline 2 is not supported" -- \

@@ -26,6 +26,36 @@ expect() {
   echo "ok: $what"
 }
 
+# mpi_expect NP CODE DESCRIPTION -- ARGS: run cltrain on NP ranks
+# (tests/lib/mpi_run.sh; the caller sets srcdir) and check its exit code.
+mpi_expect() {
+  np=$1 want=$2 what=$3
+  shift 4
+  sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" "$@" >"$out" 2>"$err"
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: $what: 'cltrain $*' on $np ranks exited $got, expected $want"
+    sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
+    fail=1
+    return 1
+  fi
+  echo "ok: $what"
+}
+
+# refuse DESCRIPTION TEXT -- ARGS: cltrain exits non-zero with TEXT (a grep
+# pattern) in its stderr.
+refuse() {
+  what=$1 text=$2
+  shift 3
+  "$CLTRAIN" "$@" >"$out" 2>"$err"
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q -- "$text" "$err"; then
+    echo "ok: $what: $(grep -m1 -- "$text" "$err")"
+  else
+    echo "FAIL: $what: exit $rc, no '$text' in:"; sed 's/^/  /' "$err"; fail=1
+  fi
+}
+
 # has FILE PATTERN DESCRIPTION: FILE holds PATTERN (a grep pattern).
 has() {
   if ! grep -q -- "$2" "$1"; then

@@ -26,19 +26,6 @@ trap 'rm -rf "$tmp"' EXIT
 out=$tmp/out err=$tmp/err
 fail=0
 . "$srcdir/tests/lib/cli_lib.sh"
-mpi_expect() { # NP CODE DESCRIPTION -- ARGS
-  np=$1 want=$2 what=$3
-  shift 4
-  sh "$srcdir/tests/lib/mpi_run.sh" "$np" "$CLTRAIN" "$@" >"$out" 2>"$err"
-  got=$?
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL: $what: 'cltrain $*' on $np ranks exited $got, expected $want"
-    sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
-    fail=1
-    return 1
-  fi
-  echo "ok: $what"
-}
 
 "$CLTRAIN" devices >/dev/null 2>&1
 [ $? -eq 3 ] && { echo "SKIP: no OpenCL device"; exit 77; }
