@@ -24,10 +24,11 @@ static int input_parse(clt__spec_line *lc, clt_layer_spec *l) {
     CLT_TRY(clt__opt_int(lc, "vocab", 2, 1 << 24, &s->vocab));
     if (!s->vocab)
       return clt__line_error(lc, clt__line_col(lc), "input tokens needs the vocabulary size (vocab=50257)");
-  } else { /* input 784, or input 1 28 28 */
+  } else { /* input 784, input 2 100, input 1 28 28, input 1 16 16 16 */
     int n = clt__count_positionals(lc);
-    if (n != 1 && n != 3)
-      return clt__line_error(lc, clt__line_col(lc), "input needs 1 number (features) or 3 (channels height width), "
+    if (n < 1 || n > CLT_SHAPE_MAX_DIMS)
+      return clt__line_error(lc, clt__line_col(lc), "input needs 1 number (features), 2 (channels length), "
+                             "3 (channels height width) or 4 (channels depth height width), "
                              "or tokens T vocab=V, got %d", n);
     s->ndim = n;
     for (int i = 0; i < n; i++) CLT_TRY(clt__need_int(lc, i, "an input dimension", "input 784", 1, MAX_DIM, &s->dims[i]));

@@ -41,12 +41,12 @@ int64_t clt__shape_rows(const clt_shape *s) { return s->ndim == 2 ? s->dims[0] :
 const char *clt__shape_str(const clt_shape *s, char *buf, size_t len) {
   if (s->vocab)
     snprintf(buf, len, "(%d tokens)", s->dims[0]);
-  else if (s->ndim == 1)
-    snprintf(buf, len, "(%d)", s->dims[0]);
-  else if (s->ndim == 2)
-    snprintf(buf, len, "(%d, %d)", s->dims[0], s->dims[1]);
-  else
-    snprintf(buf, len, "(%d, %d, %d)", s->dims[0], s->dims[1], s->dims[2]);
+  else {
+    size_t used = 0;
+    for (int i = 0; i < s->ndim && used < len; i++)
+      used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? ", " : "(", s->dims[i]);
+    if (used < len) snprintf(buf + used, len - used, ")");
+  }
   return buf;
 }
 

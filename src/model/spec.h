@@ -22,12 +22,15 @@
 
 struct clt__layer_kind;
 
-/* A sample's shape: (features), (T, C) for sequences, (C, H, W) for
- * images; an input of token ids is (T) with vocab > 0 (ids below vocab,
- * carried as exact floats). */
+/* A sample's shape: (features), (T, C) for sequences, (C, L) for signals,
+ * (C, H, W) for images, (C, D, H, W) for volumes (channels first, as
+ * PyTorch lays them out: a convolution reads dims[0] as its channels, a
+ * linear layer the last dimension as its features); an input of token ids
+ * is (T) with vocab > 0 (ids below vocab, carried as exact floats). */
+#define CLT_SHAPE_MAX_DIMS 4
 typedef struct clt_shape {
-  int ndim; /* 1 to 3 */
-  int dims[3];
+  int ndim; /* 1 to CLT_SHAPE_MAX_DIMS */
+  int dims[CLT_SHAPE_MAX_DIMS];
   int vocab;
 } clt_shape;
 

@@ -195,7 +195,7 @@ static const struct {
     {"input 784\ndropout 1.5\nlinear 10\n", "t.model:2:9:", "not '1.5'"},
     {"input 784\ndropout\nlinear 10\n", "t.model:2:8:", "needs a drop probability"},
     {"input 784\nlayernorm eps=0\nlinear 10\n", "t.model:2:15:", "above 0"},
-    {"input 28 28\nflatten\nlinear 10\n", "t.model:1:1:", "1 number (features) or 3"},
+    {"input 1 2 28 28 3\nflatten\nlinear 10\n", "t.model:1:1:", "1 number (features), 2 (channels length)"},
     {"input 0\nlinear 10\n", "t.model:1:7:", "from 1 to"},
     {"linear 10\n", "t.model:1:1:", "first layer must be 'input'"},
     {"input 784\nlinear 10\ninput 3\n", "t.model:3:1:", "input may only be the first layer"},
