@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
   if (s.rank == 0)
     printf("insitu_unet: %d x %d grid on %d rank(s), %d windows of %d x %d a rank, forecast %d steps ahead, %lld "
            "parameters\n",
-           nx, ny, s.size, maxn, S, S, K, (long long)clt_model_param_count(model));
+           nx, ny, s.size, maxn, W, W, K, (long long)clt_model_param_count(model));
 
   /* Warm up the field, then time the solver alone. */
   int step = 0;

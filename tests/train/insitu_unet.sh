@@ -1,0 +1,48 @@
+#!/bin/sh
+# insitu_unet.sh: examples/insitu_unet (C) and examples/insitu_unet_f (its
+# Fortran twin through the cltrain module) on 2 ranks with a small grid and
+# training budget: the U-Net trained in situ through the step API must
+# forecast fresh states of the simulation at least 3 times better than
+# persistence (RMSE of the current field as the forecast, over the RMSE of
+# the surrogate's), and each must print the solver's step time alone and
+# with training (printed, never compared: tests do not assert on time).
+# The Fortran half is skipped where the example is not built (no Fortran
+# compiler or no MPI Fortran module); without an MPI launcher the whole.
+srcdir=${srcdir:-.}
+ARGS=${INSITU_UNET_ARGS:---nx 40 --ny 40 --cycles 300 --eval 20}
+out=insitu_unet.out
+trap 'rm -f "$out"' EXIT
+status=0
+ran=0
+for prog in ./examples/insitu_unet ./examples/insitu_unet_f; do
+  if [ ! -x "$prog" ]; then
+    echo "SKIP: $prog is not built (the Fortran one needs a Fortran compiler and MPI's Fortran module)"
+    continue
+  fi
+  echo "== $prog $ARGS on 2 ranks"
+  # shellcheck disable=SC2086
+  sh "$srcdir/tests/lib/mpi_run.sh" 2 "$prog" $ARGS >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  [ $rc -eq 77 ] && exit 77
+  if [ $rc -ne 0 ]; then echo "FAIL: $prog exited $rc"; status=1; continue; fi
+  ran=1
+  ratio=$(sed -n 's/^surrogate forecast rmse on fresh states:.* ratio *\([0-9.]*\).*/\1/p' "$out")
+  if [ -z "$ratio" ]; then
+    echo "FAIL: $prog printed no forecast rmse line"
+    status=1
+  elif awk -v r="$ratio" 'BEGIN { exit !(r >= 3) }'; then
+    echo "ok: $prog's surrogate beats persistence by ${ratio}x"
+  else
+    echo "FAIL: $prog's surrogate beats persistence by ${ratio}x only (3x wanted)"
+    status=1
+  fi
+  if grep -q '^solver: *[0-9.]* ms a step alone, *[0-9.]* ms a step with training every [0-9]* steps' "$out"; then
+    echo "ok: $prog printed the solver's step time alone and with training"
+  else
+    echo "FAIL: $prog printed no step times (solver: ... ms a step alone, ... ms a step with training ...)"
+    status=1
+  fi
+done
+[ $ran -eq 1 ] || [ $status -ne 0 ] || exit 77
+exit $status
