@@ -122,13 +122,17 @@ static void add_blob(strip *s, unsigned *seed) {
 }
 
 /* Windows inside the strip (its own rows): inputs x (n, 1, W, W) of `from`
- * and targets y (n, 1, S, S), the inner S x S of `to` less that of `from`,
- * times DSCALE. Returns n. */
+ * less the window's mean (the change does not depend on the field's level:
+ * the surrogate need not learn that) and targets y (n, 1, S, S), the inner
+ * S x S of `to` less that of `from`, times DSCALE. Returns n. */
 static int windows(const strip *s, float *from, float *to, float *x, float *y) {
   int n = 0;
   for (int r = 0; r + W <= s->rows; r += STRIDE)
     for (int c = 0; c + W <= s->nx; c += STRIDE, n++) {
-      for (int i = 0; i < W; i++) memcpy(x + ((size_t)n * W + i) * W, at(s, from, r + i, c), W * sizeof *x);
+      float *xn = x + (size_t)n * W * W, mean = 0;
+      for (int i = 0; i < W; i++) memcpy(xn + i * W, at(s, from, r + i, c), W * sizeof *x);
+      for (int i = 0; i < W * W; i++) mean += xn[i] / (W * W);
+      for (int i = 0; i < W * W; i++) xn[i] -= mean;
       for (int i = 0; i < S; i++)
         for (int j = 0; j < S; j++)
           y[((size_t)n * S + i) * S + j] = (*at(s, to, r + K + i, c + K + j) - *at(s, from, r + K + i, c + K + j)) * DSCALE;
@@ -214,7 +218,7 @@ int main(int argc, char **argv) {
   clt_train_options o;
   clt_train_options_defaults(&o);
   clt_optimizer_defaults(CLT_OPT_ADAM, &o.optimizer);
-  o.schedule.lr = 3e-3f;
+  o.schedule.lr = 1e-2f;
   o.batch = maxn; /* the most any replica runs at once */
   if (clt_trainer_create(model, mine, comm, &o, &tr) < 0) return fail("trainer");
   if (s.rank == 0)

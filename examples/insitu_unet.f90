@@ -107,7 +107,7 @@ program insitu_unet
   call try(clt_devices_select(alldevs, one, mine), 'devices')
   call try(clt_model_parse(spec, 'unet', model), 'model')
   call clt_options_default(opts, CLT_OPT_ADAM)
-  opts%lr = 3e-3
+  opts%lr = 1e-2
   opts%batch = maxn ! the most any replica runs at once
   call try(clt_trainer_create(model, mine, comm, opts, trainer), 'trainer')
   if (rank == 0) print '(a, i0, a, i0, a, i0, a, i0, a, i0, a, i0, a, i0, a, i0, a)', 'insitu_unet_f: ', nx, ' x ', ny, &
@@ -249,9 +249,9 @@ contains
     t = iand(iand(s, 4294967295_c_int64_t) * 1103515245_c_int64_t + 12345_c_int64_t, 4294967295_c_int64_t)
   end function next
 
-  ! Windows inside the strip (its own rows): x(:, m) the W x W of snap,
-  ! y(:, m) the inner S x S of u less that of snap, times DSCALE. Returns
-  ! their count.
+  ! Windows inside the strip (its own rows): x(:, m) the W x W of snap less
+  ! its mean (the change does not depend on the field's level), y(:, m) the
+  ! inner S x S of u less that of snap, times DSCALE. Returns their count.
   function windows() result(m)
     integer :: m, r, j, i
     m = 0
@@ -261,6 +261,7 @@ contains
           do i = 0, W - 1
              x(i * W + 1:i * W + W, m) = snap(j:j + W - 1, r + i)
           end do
+          x(:, m) = x(:, m) - sum(x(:, m)) / (W * W)
           do i = 0, S - 1
              y(i * S + 1:i * S + S, m) = (u(j + K:j + K + S - 1, r + K + i) - snap(j + K:j + K + S - 1, r + K + i)) * DSCALE
           end do
