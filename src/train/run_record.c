@@ -65,16 +65,9 @@ static json_t *record(clt_trainer *t, const replica_line *all, const int64_t *co
 
 int clt__trainer_run_record(clt_trainer *t, FILE *metrics) {
   int rc = CLT_OK;
-  int64_t most = t->nlocal, *counts = NULL;
-  replica_line *all = NULL, *mine = NULL;
-  if (!(counts = clt__calloc((size_t)t->nranks, sizeof *counts))) return CLT_ENOMEM;
-  counts[0] = t->nlocal;
-  if (t->nranks > 1) CLT_TRY(clt_allgather(t->comm, &most, sizeof most, counts));
-  for (int r = 0; r < t->nranks; r++)
-    if (counts[r] > most) most = counts[r];
-  all = clt__calloc((size_t)(t->nranks * most), sizeof *all);
-  mine = clt__calloc((size_t)most, sizeof *mine);
-  if (!all || !mine) { rc = CLT_ENOMEM; goto fail; }
+  int64_t most, *counts = NULL;
+  replica_line *all = NULL, *mine = clt__calloc((size_t)t->nlocal + 1, sizeof *mine);
+  if (!mine) return CLT_ENOMEM;
   char host[64] = "";
   gethostname(host, sizeof host - 1);
   for (int i = 0; i < t->nlocal; i++) {
@@ -87,10 +80,7 @@ int clt__trainer_run_record(clt_trainer *t, FILE *metrics) {
     clt__strlcpy(mine[i].device, t->ctx[i]->info.name, sizeof mine[i].device);
     clt__strlcpy(mine[i].host, host, sizeof mine[i].host);
   }
-  if (t->nranks > 1)
-    CLT_TRY(clt_allgather(t->comm, mine, (size_t)most * sizeof *mine, all));
-  else
-    memcpy(all, mine, (size_t)most * sizeof *mine);
+  CLT_TRY(clt__trainer_gather_replicas(t, mine, sizeof *mine, (void **)&all, &counts, &most));
   if (t->rank == 0) {
     /* The peaks of rank 0's data-parallel group (its pipeline stage's), by replica. */
     int R = clt__dp_replicas(t->s.dp);

@@ -197,6 +197,32 @@ int clt__trainer_sum(clt_trainer *t, double *vals, int n) { return clt__sum_rank
 
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) { return clt__all_ok(t->comm, rc, what); }
 
+int clt__trainer_gather_replicas(clt_trainer *t, const void *mine, size_t size, void **all, int64_t **counts,
+                                 int64_t *most) {
+  int rc = CLT_OK;
+  unsigned char *padded = NULL;
+  *all = NULL, *most = t->nlocal;
+  if (!(*counts = clt__calloc((size_t)t->nranks, sizeof **counts))) return CLT_ENOMEM;
+  (*counts)[0] = t->nlocal;
+  if (t->nranks > 1) CLT_TRY(clt_allgather(t->comm, most, sizeof *most, *counts));
+  for (int r = 0; r < t->nranks; r++)
+    if ((*counts)[r] > *most) *most = (*counts)[r];
+  *all = clt__calloc((size_t)(t->nranks * *most) + 1, size);
+  padded = clt__calloc((size_t)*most + 1, size);
+  if (!*all || !padded) { rc = CLT_ENOMEM; goto fail; }
+  memcpy(padded, mine, (size_t)t->nlocal * size);
+  if (t->nranks > 1)
+    CLT_TRY(clt_allgather(t->comm, padded, (size_t)*most * size, *all));
+  else
+    memcpy(*all, padded, (size_t)*most * size);
+  free(padded);
+  return CLT_OK;
+fail:
+  free(padded), free(*all), free(*counts);
+  *all = NULL, *counts = NULL;
+  return rc;
+}
+
 int clt__trainer_args_ok(clt_trainer *t, int rc, const char *what) {
   char own[1024] = "";
   if (rc < 0) clt__strlcpy(own, clt_last_error(), sizeof own);

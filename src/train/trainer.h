@@ -176,6 +176,11 @@ void clt__scaler_unscale(clt_trainer *t, float *scale, float *ss, int64_t labels
 
 /* ---- small collectives over the trainer's ranks ---- */
 
+/* Every rank's t->nlocal records of size bytes each (mine) on every rank:
+ * *all (freed by the caller, as *counts) holds nranks x *most slots, rank
+ * r's (*counts)[r] records first in its slots. */
+int clt__trainer_gather_replicas(clt_trainer *t, const void *mine, size_t size, void **all, int64_t **counts,
+                                 int64_t *most);
 /* Sum small per-rank values over all ranks in rank order (the same bits
  * everywhere). */
 int clt__trainer_sum(clt_trainer *t, double *vals, int n);
