@@ -10,7 +10,8 @@
  * Kinds live in kinds_dense.c (linear, layernorm, activations, dropout,
  * residual, flatten, input), kinds_image.c (conv2d and pooling),
  * kinds_seq.c (embeddings), kinds_attention.c (attention) and
- * kinds_llama.c (rmsnorm, swiglu).
+ * kinds_llama.c (rmsnorm, swiglu), kinds_volume.c (conv1d, conv3d, 1-D and
+ * 3-D pooling).
  */
 #ifndef CLT_MODEL_LAYER_H
 #define CLT_MODEL_LAYER_H
@@ -186,5 +187,12 @@ extern const clt__layer_kind clt__kind_input, clt__kind_linear, clt__kind_layern
     clt__kind_residual, clt__kind_conv2d, clt__kind_maxpool, clt__kind_avgpool, clt__kind_globalavgpool,
     clt__kind_embedding, clt__kind_posembedding, clt__kind_attention, clt__kind_silu, clt__kind_rmsnorm,
     clt__kind_swiglu;
+/* kinds_volume.c */
+extern const clt__layer_kind clt__kind_conv1d, clt__kind_conv3d, clt__kind_maxpool1d, clt__kind_avgpool1d,
+    clt__kind_maxpool3d, clt__kind_avgpool3d;
+/* A convolution layer (conv1d, conv3d, or conv2d with dilation=) through
+ * src/nn/conv_nd.c, its geometry from l's options and in_shape. */
+int clt__convnd_layer_forward(const clt__layer_io *io);
+int clt__convnd_layer_backward(const clt__layer_io *io);
 
 #endif

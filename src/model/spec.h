@@ -55,7 +55,7 @@ typedef enum clt_param_init {
 typedef struct clt_param_spec {
   char name[24];       /* "weight", "bias", "qkv.weight": the safetensors name after "<layer>." */
   int ndim;
-  int64_t shape[4];
+  int64_t shape[5];    /* up to 5 dimensions: conv3d's (out, in, k, k, k) */
   int64_t count;
   int64_t offset;      /* floats from the start of the parameter arena */
   clt_param_init init;
@@ -119,6 +119,7 @@ typedef struct clt_layer_spec {
   int block;           /* the pass of a top-level `block` it is in (0, 1, ... in order; a nested block's
                           layers are their outer pass's), or -1: --recompute blocks' unit */
   int skip_outside;    /* a residual outside that pass (or outside blocks) adds this layer's output */
+  int dilation;        /* conv1d, conv2d, conv3d: spacing of the kernel's taps (1: none) */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {

@@ -1,0 +1,76 @@
+// conv_nd.cl: vol2col and col2vol, the data movement around the GEMMs of
+// 1-D, 3-D and dilated 2-D convolutions (src/nn/conv_nd.c).
+//
+// Every geometry is seen as 3-D: x (B, Cin, D, H, W) with D = H = 1 for a
+// 1-D convolution and D = 1 for a 2-D one, the kernel (KD, KH, KW) with
+// stride (sd, sh, sw), zero padding (pd, ph, pw) and dilation (dd, dh, dw).
+// A chunk of B samples is convolved with one GEMM: the weights (Cout, K),
+// K = Cin*KD*KH*KW, times col (K, B*P), P = OD*OH*OW, whose column b*P + p
+// holds the input patch under output p of sample b (zeros in the padding).
+// The reorders between the GEMM's (Cout, B*P) and the tensors' (B, Cout, P)
+// are conv.cl's cbp_to_bcp and bcp_to_cbp.
+//
+// One work-item per element written, gathers instead of scatters (no
+// atomics, the same bits every run), exact 3-D ranges (no id tests), id 0
+// the contiguous index and the divisions on id 2 only (see cl/conv.cl).
+
+#define ND_GEOM                                                                                                 \
+  const uint B, const uint Cin, const uint D, const uint H, const uint W, const uint KD, const uint KH,            \
+      const uint KW, const uint OD, const uint OH, const uint OW, const int sd, const int sh, const int sw,     \
+      const int pd, const int ph, const int pw, const int dd, const int dh, const int dw
+
+// col[k, b*P + p] = x[b, ci, od*sd - pd + kd*dd, oh*sh - ph + kh*dh,
+// ow*sw - pw + kw*dw] (0 outside), k = ((ci*KD + kd)*KH + kh)*KW + kw,
+// p = (od*OH + oh)*OW + ow. Range (OW, OH, K*B*OD): item (ow, oh,
+// (k*B + b)*OD + od), whose column index is id 2 * OH*OW + oh*OW + ow.
+__kernel void vol2col(__global const act_t *x, const ulong xoff, __global float *col, const ulong coff, ND_GEOM) {
+  const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
+  const uint kb = z / OD, od = z - kb * OD;
+  const uint k = kb / B, b = kb - k * B;
+  const uint KHW = KH * KW;
+  const uint ci = k / (KD * KHW), r = k - ci * (KD * KHW);
+  const uint kd = r / KHW, r2 = r - kd * KHW;
+  const uint kh = r2 / KW, kw = r2 - kh * KW;
+  const int id = (int)(od * sd) - pd + (int)kd * dd;
+  const int ih = (int)(oh * sh) - ph + (int)kh * dh;
+  const int iw = (int)(ow * sw) - pw + (int)kw * dw;
+  float v = 0.0f;
+  if (id >= 0 && id < (int)D && ih >= 0 && ih < (int)H && iw >= 0 && iw < (int)W)
+    v = ALOAD(x, xoff + (((ulong)(b * Cin + ci) * D + id) * H + ih) * W + iw);
+  col[coff + ((ulong)z * OH + oh) * OW + ow] = v;
+}
+
+// The output index o along one axis whose window tap k lands on input i,
+// or -1: i + pad - k*dil = o*stride with 0 <= o < outs.
+int tap_out(int i, int pad, int k, int dil, int stride, int outs) {
+  const int t = i + pad - k * dil;
+  if (t < 0 || t % stride) return -1;
+  const int o = t / stride;
+  return o < outs ? o : -1;
+}
+
+// The adjoint of vol2col: dx[b, ci, id, ih, iw] = the sum of col[k, b*P + p]
+// over the taps (kd, kh, kw) that put output p on the input, in k order.
+// Range (W, H, B*Cin*D): item (iw, ih, (b*Cin + ci)*D + id).
+__kernel void col2vol(__global const float *col, const ulong coff, __global act_t *dx, const ulong dxoff, ND_GEOM) {
+  const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
+  const uint bc = z / D, id = z - bc * D;
+  const uint b = bc / Cin, ci = bc - b * Cin;
+  const ulong P = (ulong)OD * OH * OW, BP = (ulong)B * P;
+  __global const float *cb = col + coff + (ulong)ci * KD * KH * KW * BP + (ulong)b * P;
+  float acc = 0.0f;
+  for (uint kd = 0; kd < KD; kd++) {
+    const int od = tap_out((int)id, pd, (int)kd, dd, sd, (int)OD);
+    if (od < 0) continue;
+    for (uint kh = 0; kh < KH; kh++) {
+      const int oh = tap_out((int)ih, ph, (int)kh, dh, sh, (int)OH);
+      if (oh < 0) continue;
+      for (uint kw = 0; kw < KW; kw++) {
+        const int ow = tap_out((int)iw, pw, (int)kw, dw, sw, (int)OW);
+        if (ow < 0) continue;
+        acc += cb[((kd * KH + kh) * KW + kw) * BP + ((ulong)od * OH + oh) * OW + ow];
+      }
+    }
+  }
+  ASTORE(dx, dxoff + ((ulong)z * H + ih) * W + iw, acc);
+}
