@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch peer of bench/nn_bench's conv3d lines: torch.nn.Conv3d forward
 and backward (input gradient too) on the same shapes, 3x3x3 kernels,
-padding 1, as milliseconds per call (the median of --iters), one JSON line
+padding 1: [median wall ms, CPU ms] per call over --iters, one JSON line
 per op. OpenBLAS gets the same thread count as torch (bench/peer_env.py).
 
   /usr/bin/python3 bench/conv3d_torch.py --threads 1 --batch 8
@@ -22,14 +22,18 @@ import torch  # noqa: E402
 
 
 def median_ms(fn, iters):
+    """The median wall time of a call, and the process's CPU time per call
+    (nn_bench prints both: on a shared machine the CPU time is the steadier)."""
     fn()
     ts = []
+    c0 = time.process_time()
     for _ in range(iters):
         t = time.perf_counter()
         fn()
         ts.append((time.perf_counter() - t) * 1e3)
+    cpu = (time.process_time() - c0) * 1e3 / iters
     ts.sort()
-    return ts[len(ts) // 2]
+    return round(ts[len(ts) // 2], 3), round(cpu, 3)
 
 
 def main():
@@ -54,7 +58,7 @@ def main():
             torch.autograd.grad(y, [x, conv.weight, conv.bias], dy, retain_graph=True)
 
         print(json.dumps({"op": "conv3d %d-%d %d^3" % (cin, cout, s), "batch": a.batch, "threads": a.threads,
-                          "forward_ms": round(fwd, 3), "backward_ms": round(median_ms(bwd, a.iters), 3),
+                          "forward_ms": fwd, "backward_ms": median_ms(bwd, a.iters),
                           "mkldnn": torch.backends.mkldnn.is_available(), "blas": blas}))
 
 

@@ -74,3 +74,64 @@ __kernel void col2vol(__global const float *col, const ulong coff, __global act_
   }
   ASTORE(dx, dxoff + ((ulong)z * H + ih) * W + iw, acc);
 }
+
+// ---- vol2col and col2vol a row at a time (PoCL) ----------------------------
+// PoCL runs a work-group as a loop over its items, and an item per element
+// paid the loop and the index arithmetic for every float it moved: the
+// kernels above took 3/4 of a 3x3x3 convolution's time (bench/nn_bench
+// --only conv3d). With the width axis's geometry known at compile time
+// (-DND_W, -DND_OW, -DND_KW, -DND_SW, -DND_PW, -DND_DW from the host) an
+// item moves whole rows in unrolled straight-line code whose column tests
+// the compiler decides, as conv.cl's im2col_rows. The same values and, for
+// col2vol, the same order of sums: the same bits.
+#ifdef ND_OW
+// col as vol2col, the KW*OW values of output row (od, oh) for tap row
+// q = (ci*KD + kd)*KH + kh of sample b. Range (OH, (q*B + b)*OD + od).
+__kernel void vol2col_rows(__global const act_t *x, const ulong xoff, __global float *col, const ulong coff,
+                           ND_GEOM) {
+  const uint oh = get_global_id(0), z = get_global_id(1);
+  const uint qb = z / OD, od = z - qb * OD;
+  const uint q = qb / B, b = qb - q * B;
+  const uint cd = q / KH, kh = q - cd * KH;
+  const uint ci = cd / KD, kd = cd - ci * KD;
+  const int id = (int)(od * sd) - pd + (int)kd * dd, ih = (int)(oh * sh) - ph + (int)kh * dh;
+  const int inside = id >= 0 && id < (int)D && ih >= 0 && ih < (int)H;
+  const ulong src = xoff + (((ulong)(b * Cin + ci) * D + (inside ? id : 0)) * H + (inside ? ih : 0)) * ND_W;
+  const ulong P = (ulong)OD * OH * ND_OW, BP = (ulong)B * P;
+  __global float *dst = col + coff + ((ulong)q * ND_KW * B + b) * P + ((ulong)od * OH + oh) * ND_OW;
+  _Pragma("unroll") for (int kw = 0; kw < ND_KW; kw++)
+    _Pragma("unroll") for (int ow = 0; ow < ND_OW; ow++) {
+      const int iw = ow * ND_SW - ND_PW + kw * ND_DW;
+      float v = 0.0f;
+      if (iw >= 0 && iw < ND_W) v = ALOAD(x, src + iw); // decided at compile time
+      dst[kw * BP + ow] = inside ? v : 0.0f;
+    }
+}
+
+// dx as col2vol, the W values of input row (id, ih) of (b, ci), summed over
+// (kd, kh, kw) in that order. Range (H, (b*Cin + ci)*D + id).
+__kernel void col2vol_rows(__global const float *col, const ulong coff, __global act_t *dx, const ulong dxoff,
+                           ND_GEOM) {
+  const uint ih = get_global_id(0), z = get_global_id(1);
+  const uint bc = z / D, id = z - bc * D;
+  const uint b = bc / Cin, ci = bc - b * Cin;
+  const ulong P = (ulong)OD * OH * ND_OW, BP = (ulong)B * P;
+  __global const float *cb = col + coff + (ulong)ci * KD * KH * ND_KW * BP + (ulong)b * P;
+  float acc[ND_W];
+  _Pragma("unroll") for (int iw = 0; iw < ND_W; iw++) acc[iw] = 0.0f;
+  for (uint kd = 0; kd < KD; kd++) {
+    const int od = tap_out((int)id, pd, (int)kd, dd, sd, (int)OD);
+    for (uint kh = 0; kh < KH; kh++) {
+      const int oh = tap_out((int)ih, ph, (int)kh, dh, sh, (int)OH);
+      if (od < 0 || oh < 0) continue;
+      __global const float *row = cb + (ulong)((kd * KH + kh) * ND_KW) * BP + ((ulong)od * OH + oh) * ND_OW;
+      _Pragma("unroll") for (int kw = 0; kw < ND_KW; kw++)
+        _Pragma("unroll") for (int iw = 0; iw < ND_W; iw++) {
+          const int tw = iw + ND_PW - kw * ND_DW; // = ow * SW; decided at compile time
+          if (tw >= 0 && tw % ND_SW == 0 && tw / ND_SW < ND_OW) acc[iw] += row[(ulong)kw * BP + tw / ND_SW];
+        }
+    }
+  }
+  _Pragma("unroll") for (int iw = 0; iw < ND_W; iw++) ASTORE(dx, dxoff + ((ulong)z * H + ih) * ND_W + iw, acc[iw]);
+}
+#endif

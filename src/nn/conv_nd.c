@@ -15,7 +15,8 @@
  *             col = w^T T  (reusing col's space)  dx = col2vol(col)
  * The workspace (col then T) is the caller's; a smaller one only means
  * more chunks. On a CPU device chunks are kept small enough for col to
- * stay in the cache, as conv.c does.
+ * stay in the cache, as conv.c does, and on PoCL vol2col and col2vol move
+ * whole rows with the width axis compiled in (by_rows).
  */
 #include "nn/common.h"
 
@@ -128,13 +129,29 @@ static void fit_chunk_to_cache(const clt_context *ctx, nd_geom *g) {
 static cl_ulong ws_col(const nd_geom *g) { return clt__nn_off(&g->ws); }
 static cl_ulong ws_t(const nd_geom *g) { return clt__nn_off(&g->ws) + (cl_ulong)(g->K * g->chunk * g->P); }
 
+/* Whether vol2col and col2vol move rows (vol2col_rows, col2vol_rows): on
+ * PoCL, whose work-items run as loops, for rows narrow enough to unroll. */
+#define ND_ROWS_MAX_W 64
+static int by_rows(const clt_context *ctx, const nd_geom *g) {
+  return clt__items_run_as_loops(ctx) && g->in[2] <= ND_ROWS_MAX_W && g->out[2] <= ND_ROWS_MAX_W;
+}
+
 /* Run vol2col or col2vol on samples [n0, n0 + B): act is x or dx. */
 static int move(clt_context *ctx, const nd_geom *g, const char *name, const clt_tensor *act, int64_t n0, int64_t B) {
   int rc = CLT_OK;
   cl_kernel k;
-  int to_col = name[0] == 'v';
+  int to_col = name[0] == 'v', rows = by_rows(ctx, g);
   cl_ulong aoff = clt__nn_off(act) + (cl_ulong)(n0 * g->Cin * g->in[0] * g->in[1] * g->in[2]), coff = ws_col(g);
-  CLT_TRY(clt_context_kernel(ctx, "conv_nd", name, g->half ? "-DCLT_HALF" : "", &k));
+  if (rows) { /* the width axis compiled in */
+    char opts[192], kname[32];
+    snprintf(opts, sizeof opts, "-DND_W=%lld -DND_OW=%lld -DND_KW=%lld -DND_SW=%d -DND_PW=%d -DND_DW=%d%s",
+             (long long)g->in[2], (long long)g->out[2], (long long)g->k[2], g->s[2], g->p[2], g->d[2],
+             g->half ? " -DCLT_HALF" : "");
+    snprintf(kname, sizeof kname, "%s_rows", name);
+    CLT_TRY(clt_context_kernel(ctx, "conv_nd", kname, opts, &k));
+  } else {
+    CLT_TRY(clt_context_kernel(ctx, "conv_nd", name, g->half ? "-DCLT_HALF" : "", &k));
+  }
   cl_mem from = to_col ? act->buf : g->ws.buf, to = to_col ? g->ws.buf : act->buf;
   cl_ulong from_off = to_col ? aoff : coff, to_off = to_col ? coff : aoff;
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(from), NN_VAL(from_off), NN_VAL(to), NN_VAL(to_off)));
@@ -145,7 +162,11 @@ static int move(clt_context *ctx, const nd_geom *g, const char *name, const clt_
   for (int i = 0; i < 3; i++) s[i] = g->s[i], s[3 + i] = g->p[i], s[6 + i] = g->d[i];
   CLT_TRY(clt__nn_args_array(k, 4, u, sizeof u[0], 11));
   CLT_TRY(clt__nn_args_array(k, 15, s, sizeof s[0], 9));
-  if (to_col)
+  if (rows && to_col) /* item (oh, (q*B + b)*OD + od), q a row of taps (ci, kd, kh) */
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->out[1], (size_t)(g->K / g->k[2] * B * g->out[0]), 1));
+  else if (rows) /* item (ih, (b*Cin + ci)*D + id) */
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->in[1], (size_t)(B * g->Cin * g->in[0]), 1));
+  else if (to_col)
     CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->out[2], (size_t)g->out[1], (size_t)(g->K * B * g->out[0])));
   else
     CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)g->in[2], (size_t)g->in[1], (size_t)(B * g->Cin * g->in[0])));
