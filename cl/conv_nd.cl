@@ -99,12 +99,18 @@ __kernel void vol2col_rows(__global const act_t *x, const ulong xoff, __global f
   const ulong src = xoff + (((ulong)(b * Cin + ci) * D + (inside ? id : 0)) * H + (inside ? ih : 0)) * ND_W;
   const ulong P = (ulong)OD * OH * ND_OW, BP = (ulong)B * P;
   __global float *dst = col + coff + ((ulong)q * ND_KW * B + b) * P + ((ulong)od * OH + oh) * ND_OW;
+  // Rows in the padding are zeros; the others copy, with the columns in
+  // the padding decided at compile time: straight copies the compiler
+  // turns into vector moves (a select per element kept them scalar).
+  if (!inside) {
+    _Pragma("unroll") for (int kw = 0; kw < ND_KW; kw++)
+      _Pragma("unroll") for (int ow = 0; ow < ND_OW; ow++) dst[kw * BP + ow] = 0.0f;
+    return;
+  }
   _Pragma("unroll") for (int kw = 0; kw < ND_KW; kw++)
     _Pragma("unroll") for (int ow = 0; ow < ND_OW; ow++) {
       const int iw = ow * ND_SW - ND_PW + kw * ND_DW;
-      float v = 0.0f;
-      if (iw >= 0 && iw < ND_W) v = ALOAD(x, src + iw); // decided at compile time
-      dst[kw * BP + ow] = inside ? v : 0.0f;
+      dst[kw * BP + ow] = iw >= 0 && iw < ND_W ? ALOAD(x, src + iw) : 0.0f; // decided at compile time
     }
 }
 
