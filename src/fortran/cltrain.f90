@@ -70,6 +70,8 @@ module cltrain
   integer(c_int), parameter, public :: CLT_RECOMPUTE_NONE = 0, CLT_RECOMPUTE_BLOCKS = 1
   integer(c_int), parameter, public :: CLT_EVENT_STEP = 0, CLT_EVENT_EPOCH = 1, CLT_EVENT_PROGRESS = 2
   integer(c_int), parameter, public :: CLT_OUTPUT_FILE = 0, CLT_OUTPUT_APPEND = 1, CLT_OUTPUT_DIR = 2
+  integer(c_int), parameter, public :: CLT_LOSS_CROSSENTROPY = 0, CLT_LOSS_MSE = 1, CLT_LOSS_L1 = 2, CLT_LOSS_HUBER = 3
+  integer(c_int), parameter, public :: CLT_NORMALIZE_NONE = 0, CLT_NORMALIZE_STANDARD = 1, CLT_NORMALIZE_MINMAX = 2
   integer(c_int), parameter, public :: CLT_LOG_NONE = 0, CLT_LOG_ERROR = 1, CLT_LOG_WARN = 2, CLT_LOG_INFO = 3, &
        CLT_LOG_DEBUG = 4, CLT_LOG_TRACE = 5
 
@@ -231,6 +233,10 @@ module cltrain
   public :: clt_dataset_open, clt_dataset_open_raw, clt_dataset_write_raw, clt_dataset_split
   public :: clt_dataset_num_classes, clt_dataset_targets_per_sample, clt_dataset_labels_per_sample
   public :: clt_dataset_get_batch_targets
+  public :: clt_model_layer_count, clt_model_vocab, clt_model_loss, clt_model_text, clt_model_summary
+  public :: clt_comm_set_timeout, clt_comm_timeout, clt_checkpoint_path, clt_trainer_set_normalization
+  public :: clt_dataset_normalize_features, clt_dataset_feature_normalization, clt_dataset_label_count
+  public :: clt_dataset_sample_shape, clt_dataset_open_idx_files
 
   ! The message of a check made here (an array's shape), which the library's
   ! per-thread last error cannot hold; empty when the last failure was the
@@ -697,6 +703,95 @@ module cltrain
        real(c_float), intent(inout) :: x(*), targets(*)
        integer(c_int) :: rc
      end function c_dataset_get_batch_targets
+     ! more of models, communicators, normalisation and datasets
+     subroutine c_free(p) bind(C, name="free")
+       import :: c_ptr
+       type(c_ptr), value :: p
+     end subroutine c_free
+     function c_model_layer_count(m) bind(C, name="clt_model_layer_count") result(n)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: m
+       integer(c_int) :: n
+     end function c_model_layer_count
+     function c_model_vocab(m) bind(C, name="clt_model_vocab") result(n)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: m
+       integer(c_int) :: n
+     end function c_model_vocab
+     function c_model_loss(m) bind(C, name="clt_model_loss") result(n)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: m
+       integer(c_int) :: n
+     end function c_model_loss
+     function c_model_text(m) bind(C, name="clt_model_text") result(p)
+       import :: c_ptr
+       type(c_ptr), value :: m
+       type(c_ptr) :: p
+     end function c_model_text
+     function c_model_summary(m, out) bind(C, name="clt_model_summary") result(rc)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: m
+       type(c_ptr), intent(out) :: out
+       integer(c_int) :: rc
+     end function c_model_summary
+     function c_comm_set_timeout(comm, seconds) bind(C, name="clt_comm_set_timeout") result(rc)
+       import :: c_ptr, c_int, c_double
+       type(c_ptr), value :: comm
+       real(c_double), value :: seconds
+       integer(c_int) :: rc
+     end function c_comm_set_timeout
+     function c_comm_timeout(comm) bind(C, name="clt_comm_timeout") result(s)
+       import :: c_ptr, c_double
+       type(c_ptr), value :: comm
+       real(c_double) :: s
+     end function c_comm_timeout
+     function c_checkpoint_path(dir, step, out, size) bind(C, name="clt_checkpoint_path") result(rc)
+       import :: c_int, c_char, c_int64_t, c_size_t
+       character(kind=c_char), intent(in) :: dir(*)
+       integer(c_int64_t), value :: step
+       character(kind=c_char), intent(inout) :: out(*)
+       integer(c_size_t), value :: size
+       integer(c_int) :: rc
+     end function c_checkpoint_path
+     function c_trainer_set_normalization(t, kind, shift, scale) bind(C, name="clt_trainer_set_normalization") &
+          result(rc)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: t, shift, scale
+       integer(c_int), value :: kind
+       integer(c_int) :: rc
+     end function c_trainer_set_normalization
+     function c_dataset_normalize_features(ds, kind, shift, scale) bind(C, name="clt_dataset_normalize_features") &
+          result(rc)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: ds, shift, scale
+       integer(c_int), value :: kind
+       integer(c_int) :: rc
+     end function c_dataset_normalize_features
+     function c_dataset_feature_normalization(ds, shift, scale) bind(C, name="clt_dataset_feature_normalization") &
+          result(kind)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: ds, shift, scale
+       integer(c_int) :: kind
+     end function c_dataset_feature_normalization
+     function c_dataset_label_count(ds) bind(C, name="clt_dataset_label_count") result(n)
+       import :: c_ptr, c_int64_t
+       type(c_ptr), value :: ds
+       integer(c_int64_t) :: n
+     end function c_dataset_label_count
+     function c_dataset_sample_shape(ds, dims) bind(C, name="clt_dataset_sample_shape") result(n)
+       import :: c_ptr, c_int, c_int64_t
+       type(c_ptr), value :: ds
+       integer(c_int64_t), intent(inout) :: dims(*)
+       integer(c_int) :: n
+     end function c_dataset_sample_shape
+     function c_dataset_open_idx_files(images, labels, num_classes, out) bind(C, name="clt_dataset_open_idx_files") &
+          result(rc)
+       import :: c_ptr, c_int, c_char
+       character(kind=c_char), intent(in) :: images(*), labels(*)
+       integer(c_int), value :: num_classes
+       type(c_ptr), intent(out) :: out
+       integer(c_int) :: rc
+     end function c_dataset_open_idx_files
   end interface
 
 contains
@@ -1855,5 +1950,185 @@ contains
     end if
     rc = c_dataset_get_batch_targets(ds%p, indices, n, x, targets)
   end function clt_dataset_get_batch_targets
+
+  ! ---- more of models, communicators, normalisation and datasets -------------
+
+  ! Layers, the input line included.
+  function clt_model_layer_count(m) result(n)
+    type(clt_model_t), intent(in) :: m
+    integer :: n
+    n = c_model_layer_count(m%p)
+  end function clt_model_layer_count
+
+  ! A language model's vocabulary; 0 for a model of features or images.
+  function clt_model_vocab(m) result(n)
+    type(clt_model_t), intent(in) :: m
+    integer :: n
+    n = c_model_vocab(m%p)
+  end function clt_model_vocab
+
+  ! CLT_LOSS_CROSSENTROPY, _MSE, _L1 or _HUBER (the spec's loss line); -1
+  ! for a model never made.
+  function clt_model_loss(m) result(k)
+    type(clt_model_t), intent(in) :: m
+    integer :: k
+    k = c_model_loss(m%p)
+  end function clt_model_loss
+
+  ! The spec as written.
+  function clt_model_text(m) result(s)
+    type(clt_model_t), intent(in) :: m
+    character(len=:), allocatable :: s
+    s = f_str(c_model_text(m%p))
+  end function clt_model_text
+
+  ! A table of layers, output shapes and parameter counts.
+  function clt_model_summary(m, text) result(rc)
+    type(clt_model_t), intent(in) :: m
+    character(len=:), allocatable, intent(out) :: text
+    integer(c_int) :: rc
+    type(c_ptr) :: p
+    call begin()
+    p = c_null_ptr
+    rc = c_model_summary(m%p, p)
+    text = f_str(p)
+    call c_free(p)
+  end function clt_model_summary
+
+  ! Seconds without progress before a collective's wait fails
+  ! (CLT_ETIMEDOUT); CLT_TIMEOUT's by default.
+  function clt_comm_set_timeout(comm, seconds) result(rc)
+    type(clt_comm_t), intent(in) :: comm
+    real(c_double), intent(in) :: seconds
+    integer(c_int) :: rc
+    call begin()
+    rc = c_comm_set_timeout(comm%p, seconds)
+  end function clt_comm_set_timeout
+
+  function clt_comm_timeout(comm) result(s)
+    type(clt_comm_t), intent(in) :: comm
+    real(c_double) :: s
+    s = c_comm_timeout(comm%p)
+  end function clt_comm_timeout
+
+  ! The file fit writes at `step` in dir ("dir/ckpt-0000000100.safetensors").
+  function clt_checkpoint_path(dir, step, path) result(rc)
+    character(len=*), intent(in) :: dir
+    integer(c_int64_t), intent(in) :: step
+    character(len=:), allocatable, intent(out) :: path
+    integer(c_int) :: rc
+    character(kind=c_char) :: buf(4096)
+    integer :: i
+    call begin()
+    buf = c_null_char
+    rc = c_checkpoint_path(c_str(dir), step, buf, size(buf, kind=c_size_t))
+    path = ''
+    do i = 1, size(buf)
+       if (buf(i) == c_null_char) exit
+       path = path // buf(i)
+    end do
+  end function clt_checkpoint_path
+
+  ! The per-feature normalisation of the model's inputs (kind
+  ! CLT_NORMALIZE_*, shift and scale of input_size values each; kind
+  ! CLT_NORMALIZE_NONE without them clears it): the step API's x are then
+  ! raw features, and the weights files and checkpoints carry it.
+  function clt_trainer_set_normalization(t, kind, shift, scale) result(rc)
+    type(clt_trainer_t), intent(in) :: t
+    integer(c_int), intent(in) :: kind
+    real(c_float), intent(in), optional, contiguous, target :: shift(:), scale(:)
+    integer(c_int) :: rc
+    type(c_ptr) :: sh, sc
+    call begin()
+    rc = norm_args('clt_trainer_set_normalization', t%input_size, shift, scale, sh, sc)
+    if (rc == CLT_OK) rc = c_trainer_set_normalization(t%p, kind, sh, sc)
+  end function clt_trainer_set_normalization
+
+  ! The same for a dataset (sample_size values each), applied as batches
+  ! are taken.
+  function clt_dataset_normalize_features(ds, kind, shift, scale) result(rc)
+    type(clt_dataset_t), intent(in) :: ds
+    integer(c_int), intent(in) :: kind
+    real(c_float), intent(in), optional, contiguous, target :: shift(:), scale(:)
+    integer(c_int) :: rc
+    type(c_ptr) :: sh, sc
+    call begin()
+    rc = norm_args('clt_dataset_normalize_features', c_dataset_sample_size(ds%p), shift, scale, sh, sc)
+    if (rc == CLT_OK) rc = c_dataset_normalize_features(ds%p, kind, sh, sc)
+  end function clt_dataset_normalize_features
+
+  ! shift and scale both given, n values each, or neither.
+  function norm_args(fn, n, shift, scale, sh, sc) result(rc)
+    character(len=*), intent(in) :: fn
+    integer(c_int64_t), intent(in) :: n
+    real(c_float), intent(in), optional, contiguous, target :: shift(:), scale(:)
+    type(c_ptr), intent(out) :: sh, sc
+    integer(c_int) :: rc
+    rc = CLT_OK
+    sh = c_null_ptr
+    sc = c_null_ptr
+    if (present(shift) .neqv. present(scale)) then
+       rc = fail(CLT_EINVAL, fn // ': give shift and scale together, or neither')
+       return
+    end if
+    if (.not. present(shift)) return
+    if (size(shift, kind=c_int64_t) /= n .or. size(scale, kind=c_int64_t) /= n) then
+       rc = fail(CLT_EINVAL, fn // ': shift has ' // itoa(size(shift, kind=c_int64_t)) // ' values and scale ' // &
+            itoa(size(scale, kind=c_int64_t)) // ', and a sample ' // itoa(n) // ': one per value of a sample')
+       return
+    end if
+    if (n > 0) then
+       sh = c_loc(shift)
+       sc = c_loc(scale)
+    end if
+  end function norm_args
+
+  ! The dataset's per-feature normalisation: its kind, and with shift and
+  ! scale (sample_size values each), the values.
+  function clt_dataset_feature_normalization(ds, shift, scale) result(kind)
+    type(clt_dataset_t), intent(in) :: ds
+    real(c_float), intent(inout), optional, contiguous, target :: shift(:), scale(:)
+    integer(c_int) :: kind
+    type(c_ptr) :: sh, sc
+    sh = c_null_ptr
+    sc = c_null_ptr
+    if (present(shift) .and. present(scale)) then
+       if (size(shift, kind=c_int64_t) >= c_dataset_sample_size(ds%p) .and. &
+            size(scale, kind=c_int64_t) >= c_dataset_sample_size(ds%p)) then
+          sh = c_loc(shift)
+          sc = c_loc(scale)
+       end if
+    end if
+    kind = c_dataset_feature_normalization(ds%p, sh, sc)
+  end function clt_dataset_feature_normalization
+
+  ! The labels that count over the whole dataset (what a mean loss over it
+  ! divides by).
+  function clt_dataset_label_count(ds) result(n)
+    type(clt_dataset_t), intent(in) :: ds
+    integer(c_int64_t) :: n
+    n = c_dataset_label_count(ds%p)
+  end function clt_dataset_label_count
+
+  ! A sample's dimensions in C order, slowest first ((28, 28) for MNIST),
+  ! into dims (up to 8); returns how many there are.
+  function clt_dataset_sample_shape(ds, dims) result(n)
+    type(clt_dataset_t), intent(in) :: ds
+    integer(c_int64_t), intent(out) :: dims(8)
+    integer :: n
+    dims = 0
+    n = c_dataset_sample_shape(ds%p, dims)
+  end function clt_dataset_sample_shape
+
+  ! Explicit IDX image and label files (plain or gzip); num_classes 0: the
+  ! largest label + 1.
+  function clt_dataset_open_idx_files(images, labels, num_classes, ds) result(rc)
+    character(len=*), intent(in) :: images, labels
+    integer, intent(in) :: num_classes
+    type(clt_dataset_t), intent(out) :: ds
+    integer(c_int) :: rc
+    call begin()
+    rc = c_dataset_open_idx_files(c_str(images), c_str(labels), int(num_classes, c_int), ds%p)
+  end function clt_dataset_open_idx_files
 
 end module cltrain

@@ -236,6 +236,16 @@ program test_fortran
   call require(rc == CLT_OK, 'model')
   call check(clt_model_input_size(model) == nfeat .and. clt_model_num_classes(model) == nclass .and. &
        clt_model_param_count(model) == 4 * 16 + 16 + 16 * 3 + 3, 'the model''s sizes')
+  call check(clt_model_layer_count(model) == 4 .and. clt_model_vocab(model) == 0 .and. &
+       clt_model_loss(model) == CLT_LOSS_CROSSENTROPY .and. clt_model_loss(nomodel) == -1 .and. &
+       index(clt_model_text(model), 'linear 16') > 0, 'the model''s layers, vocabulary, loss and text')
+  rc = clt_model_summary(model, msg)
+  call check(rc == CLT_OK .and. index(msg, 'linear') > 0 .and. index(msg, 'total parameters: 131') > 0, &
+       'the model''s summary: ' // msg)
+  call check(clt_comm_set_timeout(comm, 45d0) == CLT_OK .and. abs(clt_comm_timeout(comm) - 45) < 1e-9, &
+       'the communicator''s timeout')
+  rc = clt_checkpoint_path('ckdir', 100_c_int64_t, msg)
+  call check(rc == CLT_OK .and. msg == 'ckdir/ckpt-0000000100.safetensors', 'fit''s checkpoint path: ' // msg)
 
   call clt_options_default(opts)
   opts%batch = nlocal * nranks
@@ -372,6 +382,7 @@ program test_fortran
      if (i == 1) first_loss = res%loss
      last_loss = res%loss
   end do
+  call check(clt_model_loss(regmodel) == CLT_LOSS_MSE, 'a regression model''s loss')
   call check(last_loss < 0.5 * first_loss .and. ieee_is_finite(res%rmse) .and. res%rmse > 0, &
        'the regression loss falls by half in 30 steps, with its RMSE')
   call check(abs(res%rmse - sqrt(res%loss)) < 1e-6 * max(1.0_c_double, res%rmse), 'MSE''s RMSE is its root')
@@ -644,6 +655,9 @@ contains
     real(c_double) :: l, a
     integer :: u, ios, lines
     logical :: there
+    integer(c_int64_t) :: dims(8)
+    integer :: nd
+    real(c_float) :: shift(nfeat), scale(nfeat)
     call cluster_data(xt, yt, 0)
     call cluster_data(xv, yv, 1)
     write (trainf, '(a, i0, a)') 'test_fortran_train_r', rank, '.raw'
@@ -659,6 +673,19 @@ contains
     call check(clt_dataset_count(train) == ntrain .and. clt_dataset_num_classes(test) == nclass .and. &
          clt_dataset_sample_size(test) == nfeat .and. clt_dataset_targets_per_sample(test) == 0, &
          'the datasets'' sizes')
+    nd = clt_dataset_sample_shape(test, dims)
+    call check(nd == 2 .and. all(dims(1:2) == 2) .and. clt_dataset_label_count(train) == ntrain, &
+         'a sample''s shape as written, and the labels that count')
+    shift = 0
+    scale = 1
+    call check(clt_dataset_feature_normalization(test) == CLT_NORMALIZE_NONE, 'no normalisation to begin with')
+    rc = clt_dataset_normalize_features(test, CLT_NORMALIZE_STANDARD, shift, scale)
+    call check(rc == CLT_OK .and. clt_dataset_feature_normalization(test, shift, scale) == CLT_NORMALIZE_STANDARD &
+         .and. all(scale == 1), 'a dataset''s per-feature normalisation, set and read back')
+    rc = clt_dataset_normalize_features(test, CLT_NORMALIZE_STANDARD, shift(1:3), scale)
+    call check(rc == CLT_EINVAL .and. index(clt_error_message(), 'shift has 3 values') > 0, &
+         'a shift of the wrong size: ' // clt_error_message())
+    call require(clt_dataset_normalize_features(test, CLT_NORMALIZE_NONE) == CLT_OK, 'normalisation removed')
     if (rank == 0) call execute_command_line('rm -rf test_fortran_ckpts test_fortran_metrics.jsonl')
 
     call clt_options_default(o)
@@ -706,6 +733,12 @@ contains
     rc = clt_trainer_resume_latest(ft, 'test_fortran_ckpts', loaded)
     call check(rc == CLT_OK .and. index(loaded, 'ckpt-0000000036') > 0, &
          'fit''s checkpoints: the latest resumes: ' // loaded // ' ' // clt_error_message())
+    rc = clt_trainer_set_normalization(ft, CLT_NORMALIZE_STANDARD, shift, scale(1:2))
+    call check(rc == CLT_EINVAL .and. index(clt_error_message(), 'scale 2') > 0, &
+         'a trainer''s normalisation of the wrong size: ' // clt_error_message())
+    scale = 2
+    call check(clt_trainer_set_normalization(ft, CLT_NORMALIZE_STANDARD, shift, scale) == CLT_OK .and. &
+         clt_trainer_set_normalization(ft, CLT_NORMALIZE_NONE) == CLT_OK, 'a trainer''s normalisation, set and cleared')
     rc = clt_trainer_resume_latest(ft, 'test_fortran_no_such_dir')
     call check(rc == CLT_ENOTFOUND, 'no checkpoint directory: CLT_ENOTFOUND')
     call clt_trainer_destroy(ft)
