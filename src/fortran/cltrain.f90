@@ -1,7 +1,12 @@
 ! cltrain.f90: the Fortran 2008 module of libcltrain (use cltrain), over the
 ! public C API through ISO_C_BINDING: devices, communicators (from a Fortran
-! MPI handle), models, a trainer driven one step at a time on the program's
-! own arrays, prediction, weights and checkpoints.
+! MPI handle), models, training options (every field of clt_train_options,
+! clt_options_t), a trainer driven one step at a time on the program's own
+! arrays (labels or float targets) or by fit over datasets with evaluate,
+! events to a Fortran callback, prediction, gradients, weights,
+! checkpoints, traces and datasets (IDX, raw, CSV, NumPy, HDF5). What the
+! module leaves to C: OpenCL and MPI interop, collectives, tokenizers,
+! Hugging Face import and export, samplers and prefetchers (libcltrain(3)).
 !
 ! Conventions, as in cltrain.h:
 !   - Every function that can fail is an integer(c_int) function returning
