@@ -57,13 +57,15 @@ enum { S = 16, K = 2, W = S + 2 * K, STRIDE = 4 };
 /* The U-Net: two levels, batch norm and SiLU, concatenated skips. */
 static const char unet_spec[] =
     "input 1 20 20\n"
-    "conv2d 8 kernel=5\n"
+    "conv2d 8 kernel=5\n" /* (8, 16, 16): unpadded, the window's inner S x S */
+    "save linear\n"
     "silu\n"
     "conv2d 8 kernel=3 pad=1\n"
     "silu\n"
     "conv2d 8 kernel=3 pad=1\n"
     "silu\n"
-    "conv2d 1 kernel=3 pad=1\n"
+    "concat linear\n" /* (16, 16, 16) */
+    "conv2d 1 kernel=1\n"
     "loss mse\n";
 
 typedef struct strip {

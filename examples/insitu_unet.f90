@@ -32,12 +32,14 @@ program insitu_unet
   character(len=*), parameter :: spec = &
        'input 1 20 20' // NL // &
        'conv2d 8 kernel=5' // NL // &
+       'save linear' // NL // &
        'silu' // NL // &
        'conv2d 8 kernel=3 pad=1' // NL // &
        'silu' // NL // &
        'conv2d 8 kernel=3 pad=1' // NL // &
        'silu' // NL // &
-       'conv2d 1 kernel=3 pad=1' // NL // &
+       'concat linear' // NL // &
+       'conv2d 1 kernel=1' // NL // &
        'loss mse' // NL
 
   type(clt_comm_t) :: comm
