@@ -13,7 +13,8 @@ static const clt__layer_kind *const kinds[] = {
     &clt__kind_gelu,      &clt__kind_tanh,          &clt__kind_sigmoid,       &clt__kind_dropout,
     &clt__kind_flatten,   &clt__kind_layernorm,     &clt__kind_residual,      &clt__kind_embedding,
     &clt__kind_posembedding, &clt__kind_attention, &clt__kind_silu,         &clt__kind_rmsnorm,
-    &clt__kind_swiglu,
+    &clt__kind_swiglu,    &clt__kind_upsample,      &clt__kind_convtranspose1d, &clt__kind_convtranspose2d,
+    &clt__kind_convtranspose3d,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

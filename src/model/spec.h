@@ -55,7 +55,7 @@ typedef enum clt_param_init {
 typedef struct clt_param_spec {
   char name[24];       /* "weight", "bias", "qkv.weight": the safetensors name after "<layer>." */
   int ndim;
-  int64_t shape[4];
+  int64_t shape[5];    /* up to (out, in, kd, kh, kw) */
   int64_t count;
   int64_t offset;      /* floats from the start of the parameter arena */
   clt_param_init init;
@@ -119,6 +119,9 @@ typedef struct clt_layer_spec {
   int block;           /* the pass of a top-level `block` it is in (0, 1, ... in order; a nested block's
                           layers are their outer pass's), or -1: --recompute blocks' unit */
   int skip_outside;    /* a residual outside that pass (or outside blocks) adds this layer's output */
+  int output_pad;      /* convtranspose*: output_pad= (0 to stride - 1) */
+  int scale;           /* upsample: scale= */
+  int upsample_linear; /* upsample: mode=linear (0: nearest) */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {
