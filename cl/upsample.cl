@@ -87,22 +87,33 @@ __kernel void upsample_backward(__global const act_t *dy, const ulong dyoff, __g
       for (uint c = 0; c < UP_SW; c++) acc += ALOAD(dy, row + c);
     }
 #else
-  // linear: an output o reads cells floor(src) and the one after, src =
-  // (o + 0.5) / S - 0.5, so outputs beyond [(i - 1) S, (i + 2) S) never
-  // read cell i. Each axis's weights first (zero where o does not read i).
-  float wd[3 * UP_SD], wh[3 * UP_SH], ww[3 * UP_SW];
-  const int d_lo = max((int)id - 1, 0) * UP_SD, d_hi = min((int)id + 2, (int)D) * UP_SD;
-  const int h_lo = max((int)ih - 1, 0) * UP_SH, h_hi = min((int)ih + 2, (int)H) * UP_SH;
-  const int w_lo = max((int)iw - 1, 0) * UP_SW, w_hi = min((int)iw + 2, (int)W) * UP_SW;
-  for (int o = d_lo; o < d_hi; o++) wd[o - d_lo] = lin_weight(o, (int)id, UP_SD, (int)D);
-  for (int o = h_lo; o < h_hi; o++) wh[o - h_lo] = lin_weight(o, (int)ih, UP_SH, (int)H);
-  for (int o = w_lo; o < w_hi; o++) ww[o - w_lo] = lin_weight(o, (int)iw, UP_SW, (int)W);
+  // linear: output o reads cell floor(src) and the one after, src = (o +
+  // 0.5) / S - 0.5, so cell i is read by the 2S outputs from S (i - 1) +
+  // S / 2 (as the one after) to S (i + 1) + S / 2 (as the first), fewer
+  // at the edges, where src is clamped to the first and last cells. Each
+  // axis's weights first.
+  // An axis of factor 1 (one the input lacks) is read by its own output only.
+#define READERS(i, S, O, lo, hi)                                                                                       \
+  const int lo = S == 1 ? (int)(i) : max((int)(i) * S - S + S / 2, 0);                                                \
+  const int hi = S == 1 ? (int)(i) + 1 : min(((int)(i) + 1) * S + S / 2, (int)(O))
+  float wd[2 * UP_SD], wh[2 * UP_SH], ww[2 * UP_SW];
+  READERS(id, UP_SD, OD, d_lo, d_hi);
+  READERS(ih, UP_SH, OH, h_lo, h_hi);
+  READERS(iw, UP_SW, OW, w_lo, w_hi);
+  // Away from the edges the weights depend on o - S i alone: those of
+  // cell 1 of 3, which the compiler folds into constants.
+#define WEIGHTS(wt, i, S, n, lo, hi)                                                                                   \
+  if ((int)(i) > 0 && (int)(i) < (int)(n) - 1 && S > 1)                                                              \
+    for (int r = 0; r < 2 * S; r++) wt[r] = lin_weight(S / 2 + r, 1, S, 3);                                            \
+  else                                                                                                                 \
+    for (int o = lo; o < hi; o++) wt[o - lo] = lin_weight(o, (int)(i), S, (int)(n))
+  WEIGHTS(wd, id, UP_SD, D, d_lo, d_hi);
+  WEIGHTS(wh, ih, UP_SH, H, h_lo, h_hi);
+  WEIGHTS(ww, iw, UP_SW, W, w_lo, w_hi);
   for (int od = d_lo; od < d_hi; od++) {
     const float a = wd[od - d_lo];
-    if (a == 0.0f) continue;
     for (int oh = h_lo; oh < h_hi; oh++) {
       const float b = a * wh[oh - h_lo];
-      if (b == 0.0f) continue;
       const ulong row = plane + ((ulong)od * OH + oh) * OW;
       float s = 0.0f;
       for (int ow = w_lo; ow < w_hi; ow++) s += ww[ow - w_lo] * ALOAD(dy, row + ow);
