@@ -50,6 +50,16 @@ __kernel void ct_col2im(__global const float *col, const ulong coff, __global ac
   const ulong BP = (ulong)B * CT_P;
   const ulong base = coff + (ulong)b * CT_P;
   float acc = has_bias ? bias[boff + co] : 0.0f;
+#if CT_KD == CT_SD && CT_KH == CT_SH && CT_KW == CT_SW && CT_PD == 0 && CT_PH == 0 && CT_PW == 0
+  // Kernel = stride, no padding (a U-Net's kernel=2 stride=2): the
+  // windows tile the output, so each output cell has exactly one source
+  // (none in the output padding): no loop, no branch.
+  const uint id = od / CT_SD, ih = oh / CT_SH, iw = ow / CT_SW;
+  const uint r = ((co * CT_KD + od - id * CT_SD) * CT_KH + oh - ih * CT_SH) * CT_KW + ow - iw * CT_SW;
+  const int inside = id < CT_D && ih < CT_H && iw < CT_W;
+  const float v = col[base + r * BP + (inside ? (id * CT_H + ih) * CT_W + iw : 0)];
+  acc += inside ? v : 0.0f;
+#else
   for (int kd = 0; kd < CT_KD; kd++) {
     const int td = (int)od + CT_PD - kd;
     if (td < 0 || td % CT_SD) continue;
@@ -70,6 +80,7 @@ __kernel void ct_col2im(__global const float *col, const ulong coff, __global ac
       }
     }
   }
+#endif
   ASTORE(y, yoff + ((ulong)z * CT_OH + oh) * CT_OW + ow, acc);
 }
 

@@ -3,12 +3,13 @@
  * device (PoCL and rusticl): upsample (nearest and linear, 1D, 2D and 3D,
  * factors 2 and 3) and the transposed convolutions (1D, 2D, 3D; stride 2,
  * padding, output padding, kernel 2 stride 2 as U-Nets use it, chunked
- * workspaces). As test_conv_pool.c: forward against the plain-C reference
- * (double, src/ref/ref_nn.c), backward against the reference backward AND
- * central finite differences of f = sum(y * dy) through the reference
- * forward; accumulating gradients start from random values, outputs from
- * NaN, and guard elements catch stray writes. Sizes are odd, batch 1
- * included.
+ * workspaces; kernel = stride without padding runs a loop-free col2im,
+ * the others the general one). As test_conv_pool.c: forward against the
+ * plain-C reference (double, src/ref/ref_nn.c), backward against the
+ * reference backward AND central finite differences of f = sum(y * dy)
+ * through the reference forward; accumulating gradients start from random
+ * values, outputs from NaN, and guard elements catch stray writes. Sizes
+ * are odd, batch 1 included.
  *
  * Both ops are linear in their inputs (and the transposed convolution in
  * its weights), so central differences are exact up to double rounding.
@@ -132,6 +133,7 @@ static const ct_case ct_cases[] = {
     {2, 3, 4, 1, {7}, 3, 1, 0, 0, 1, 2},          /* 1D, stride 1 */
     {1, 2, 3, 1, {5}, 4, 2, 1, 1, 1, 1},          /* 1D, stride 2, padding, output padding, batch 1 */
     {2, 4, 3, 2, {4, 5}, 2, 2, 0, 0, 1, 2},       /* 2D kernel 2 stride 2: a U-Net's up step */
+    {1, 2, 3, 2, {3, 4}, 2, 2, 0, 1, 1, 1},       /* the same with output padding: a last row and column of bias */
     {3, 3, 2, 2, {5, 3}, 3, 2, 1, 1, 0, 1},       /* stride 2, padding 1, output padding 1, no bias, chunks of 1 */
     {1, 2, 5, 2, {3, 4}, 3, 3, 2, 2, 1, 1},       /* stride 3, padding 2, output padding 2 */
     {3, 5, 2, 2, {3, 3}, 1, 1, 0, 0, 1, 2},       /* 1x1: a channel mix; chunks (2, 1) */
