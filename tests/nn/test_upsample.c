@@ -237,6 +237,87 @@ START_TEST(convtranspose_matches_reference_and_finite_differences) {
 }
 END_TEST
 
+/* ---- mixed precision ----------------------------------------------------- */
+
+/* An f16 copy of the f32 tensor t (a buffer of its own), and t replaced by
+ * its values rounded to half, so both paths start from the same numbers. */
+static clt_tensor to_half(clt_context *ctx, clt_tensor *t, cl_mem *keep) {
+  clt_tensor h;
+  ck_assert_int_eq(clt_buffer_create(ctx, clt_tensor_numel(t) * 2, keep), 0);
+  ck_assert_int_eq(clt_tensor_view(*keep, 0, CLT_F16, t->ndim, t->shape, &h), 0);
+  ck_assert_msg(clt_convert(ctx, t, &h) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_convert(ctx, &h, t) == 0, "%s", clt_last_error());
+  return h;
+}
+
+/* f16 activations (mixed precision): the kernels read and write half and
+ * compute in float, so each f16 output is the f32 path's on the same
+ * (rounded) inputs, rounded to half: within half's 2^-11 relative
+ * rounding (1e-3 of the largest value here, whose values are ~1). */
+static void half_matches(clt_context *ctx, const clt_tensor *h, const clt_tensor *f, const char *what) {
+  size_t n = clt_tensor_numel(f);
+  cl_mem buf;
+  clt_tensor back;
+  ck_assert_int_eq(clt_buffer_create(ctx, n * 4, &buf), 0);
+  ck_assert_int_eq(clt_tensor_view(buf, 0, CLT_F32, f->ndim, f->shape, &back), 0);
+  ck_assert_int_eq(clt_convert(ctx, h, &back), 0);
+  float *a = malloc(n * 4), *b = malloc(n * 4);
+  nu_get(ctx, &back, a), nu_get(ctx, f, b);
+  double big = 0, worst = 0;
+  for (size_t i = 0; i < n; i++) big = fmax(big, fabs(b[i]));
+  for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+  ck_assert_msg(worst <= 1e-3 * big, "%s on %s: f16 differs from f32 by %g (largest %g)", what, tu_name(ctx), worst,
+                big);
+  free(a), free(b);
+  clt_buffer_release(buf);
+}
+
+START_TEST(half_activations_match_f32) {
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_context *ctx = tu_ctx[d];
+    cl_mem keep[8];
+    float *hx = nu_random(2 * 3 * 5 * 6, 1), *hdy = nu_random(2 * 3 * 10 * 12, 2), *hw = nu_random(3 * 4 * 4, 3);
+    float *hcdy = nu_random(2 * 4 * 10 * 12, 4);
+    clt_tensor x = nu_f32(ctx, hx, NU_SHAPE(2, 3, 5, 6)), dy = nu_f32(ctx, hdy, NU_SHAPE(2, 3, 10, 12));
+    clt_tensor y = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 10, 12)), dx = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 5, 6));
+    clt_tensor hx16 = to_half(ctx, &x, &keep[0]), hdy16 = to_half(ctx, &dy, &keep[1]);
+    clt_tensor y16 = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 10, 12)), dx16 = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 5, 6));
+    y16 = to_half(ctx, &y16, &keep[2]), dx16 = to_half(ctx, &dx16, &keep[3]);
+    ck_assert_int_eq(clt_nn_upsample_forward(ctx, CLT_NN_UPSAMPLE_LINEAR, 2, &x, &y), 0);
+    ck_assert_msg(clt_nn_upsample_forward(ctx, CLT_NN_UPSAMPLE_LINEAR, 2, &hx16, &y16) == 0, "%s", clt_last_error());
+    ck_assert_int_eq(clt_nn_upsample_backward(ctx, CLT_NN_UPSAMPLE_LINEAR, 2, &dy, &dx), 0);
+    ck_assert_int_eq(clt_nn_upsample_backward(ctx, CLT_NN_UPSAMPLE_LINEAR, 2, &hdy16, &dx16), 0);
+    half_matches(ctx, &y16, &y, "upsample forward");
+    half_matches(ctx, &dx16, &dx, "upsample backward");
+
+    /* convtranspose2d 3 -> 4, kernel 2 stride 2: (2, 3, 5, 6) to (2, 4, 10, 12) */
+    clt_nn_convt_cfg cfg = {{2, 2, 2}, {0, 0, 0}, {0, 0, 0}};
+    clt_tensor w = nu_f32(ctx, hw, NU_SHAPE(3, 4, 2, 2)), dw = nu_f32(ctx, NULL, NU_SHAPE(3, 4, 2, 2));
+    clt_tensor cdy = nu_f32(ctx, hcdy, NU_SHAPE(2, 4, 10, 12)), cy = nu_f32(ctx, NULL, NU_SHAPE(2, 4, 10, 12));
+    clt_tensor cy16 = nu_f32(ctx, NULL, NU_SHAPE(2, 4, 10, 12)), cdy16 = to_half(ctx, &cdy, &keep[4]);
+    cy16 = to_half(ctx, &cy16, &keep[5]);
+    clt_tensor dx16b = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 5, 6));
+    dx16b = to_half(ctx, &dx16b, &keep[6]);
+    size_t wsb = clt_nn_convtranspose_workspace_bytes(2, 3, 4, 4, 30);
+    clt_tensor ws = nu_f32(ctx, NULL, NU_SHAPE((int64_t)(wsb / 4)));
+    ck_assert_int_eq(clt_fill(ctx, &dw, 0), 0);
+    ck_assert_int_eq(clt_nn_convtranspose_forward(ctx, &cfg, &x, &w, NULL, &cy, &ws), 0);
+    ck_assert_msg(clt_nn_convtranspose_forward(ctx, &cfg, &hx16, &w, NULL, &cy16, &ws) == 0, "%s", clt_last_error());
+    half_matches(ctx, &cy16, &cy, "convtranspose forward");
+    ck_assert_int_eq(clt_nn_convtranspose_backward(ctx, &cfg, &x, &w, &cdy, &dx, &dw, NULL, &ws), 0);
+    ck_assert_msg(clt_nn_convtranspose_backward(ctx, &cfg, &hx16, &w, &cdy16, &dx16b, &dw, NULL, &ws) == 0, "%s",
+                  clt_last_error());
+    half_matches(ctx, &dx16b, &dx, "convtranspose backward");
+    NU_EXPECT(clt_nn_convtranspose_forward(ctx, &cfg, &hx16, &w, NULL, &cy, &ws), CLT_ESHAPE, "convtranspose forward",
+              "x (2, 3, 5, 6) f16", "y (2, 4, 10, 12) f32");
+    nu_check_guards(ctx, "half");
+    nu_free_all();
+    for (int i = 0; i < 7; i++) clt_buffer_release(keep[i]);
+    free(hx), free(hdy), free(hw), free(hcdy);
+  }
+}
+END_TEST
+
 /* ---- bad calls ------------------------------------------------------------- */
 
 START_TEST(bad_shapes_are_named) {
@@ -272,6 +353,7 @@ int main(void) {
   Suite *s = suite_create("nn_upsample");
   NU_ADD_CASE(s, "upsample", upsample_matches_reference_and_finite_differences, upsample_known_values);
   NU_ADD_CASE(s, "convtranspose", convtranspose_matches_reference_and_finite_differences);
+  NU_ADD_CASE(s, "half", half_activations_match_f32);
   NU_ADD_CASE(s, "errors", bad_shapes_are_named);
   rc = tu_run(s);
   tu_teardown();
