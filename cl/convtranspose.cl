@@ -96,9 +96,14 @@ __kernel void ct_im2col(__global const act_t *dy, const ulong dyoff, __global fl
   const uint co = r / (CT_KW * CT_KH * CT_KD);
   const int od = (int)(id * CT_SD) - CT_PD + (int)kd, oh = (int)(ih * CT_SH) - CT_PH + (int)kh,
             ow = (int)(iw * CT_SW) - CT_PW + (int)kw;
+#if CT_KD == CT_SD && CT_KH == CT_SH && CT_KW == CT_SW && CT_PD == 0 && CT_PH == 0 && CT_PW == 0
+  // kernel = stride, no padding: every window lies inside the output
+  const float v = ALOAD(dy, dyoff + ((((ulong)b * CT_C + co) * CT_OD + od) * CT_OH + oh) * CT_OW + ow);
+#else
   float v = 0.0f;
   if (od >= 0 && od < CT_OD && oh >= 0 && oh < CT_OH && ow >= 0 && ow < CT_OW)
     v = ALOAD(dy, dyoff + ((((ulong)b * CT_C + co) * CT_OD + od) * CT_OH + oh) * CT_OW + ow);
+#endif
   col[coff + ((ulong)z * CT_H + ih) * CT_W + iw] = v;
 }
 
