@@ -58,10 +58,22 @@ enum { S = 16, K = 2, W = S + 2 * K, STRIDE = 4 };
 static const char unet_spec[] =
     "input 1 20 20\n"
     "conv2d 8 kernel=5\n" /* (8, 16, 16): unpadded, the window's inner S x S */
-    "save linear\n"
+    "save linear\n" /* before batch norm, which takes away the scale */
     "silu\n"
-    "conv2d 8 kernel=3 pad=1\n"
+    "save level1\n"
+    "maxpool2d 2\n" /* (8, 8, 8) */
+    "conv2d 16 kernel=3 pad=1\n"
     "silu\n"
+    "save level2\n"
+    "maxpool2d 2\n" /* (16, 4, 4) */
+    "conv2d 32 kernel=3 pad=1\n"
+    "silu\n"
+    "convtranspose2d 16 kernel=2 stride=2\n" /* (16, 8, 8) */
+    "concat level2\n" /* (32, 8, 8) */
+    "conv2d 16 kernel=3 pad=1\n"
+    "silu\n"
+    "upsample scale=2 mode=linear\n" /* (16, 16, 16) */
+    "concat level1\n" /* (24, 16, 16) */
     "conv2d 8 kernel=3 pad=1\n"
     "silu\n"
     "concat linear\n" /* (16, 16, 16) */

@@ -34,8 +34,20 @@ program insitu_unet
        'conv2d 8 kernel=5' // NL // &
        'save linear' // NL // &
        'silu' // NL // &
-       'conv2d 8 kernel=3 pad=1' // NL // &
+       'save level1' // NL // &
+       'maxpool2d 2' // NL // &
+       'conv2d 16 kernel=3 pad=1' // NL // &
        'silu' // NL // &
+       'save level2' // NL // &
+       'maxpool2d 2' // NL // &
+       'conv2d 32 kernel=3 pad=1' // NL // &
+       'silu' // NL // &
+       'convtranspose2d 16 kernel=2 stride=2' // NL // &
+       'concat level2' // NL // &
+       'conv2d 16 kernel=3 pad=1' // NL // &
+       'silu' // NL // &
+       'upsample scale=2 mode=linear' // NL // &
+       'concat level1' // NL // &
        'conv2d 8 kernel=3 pad=1' // NL // &
        'silu' // NL // &
        'concat linear' // NL // &
