@@ -7,7 +7,7 @@
 # the surrogate's), and each must print the solver's step time alone and
 # with training (printed, never compared: tests do not assert on time).
 # The Fortran half is skipped where the example is not built (no Fortran
-# compiler or no MPI Fortran module); without an MPI launcher the whole.
+# compiler or no MPI Fortran module); the whole without an MPI launcher.
 srcdir=${srcdir:-.}
 ARGS=${INSITU_UNET_ARGS:---nx 40 --ny 40 --cycles 300 --eval 20}
 out=insitu_unet.out
@@ -16,8 +16,10 @@ status=0
 ran=0
 for prog in ./examples/insitu_unet ./examples/insitu_unet_f; do
   if [ ! -x "$prog" ]; then
-    echo "SKIP: $prog is not built (the Fortran one needs a Fortran compiler and MPI's Fortran module)"
-    continue
+    case $prog in
+      *_f) echo "SKIP: $prog is not built (no Fortran compiler or no MPI Fortran module)"; continue ;;
+      *) echo "FAIL: $prog is not built"; status=1; continue ;;
+    esac
   fi
   echo "== $prog $ARGS on 2 ranks"
   # shellcheck disable=SC2086
