@@ -174,8 +174,8 @@ int clt_model_summary(const clt_model *m, char **out) {
     used += snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss %s\n",
                      (long long)s->labels_per_sample, clt_loss_name((clt_loss_kind)s->loss));
   snprintf(buf + used, cap - used, "weight decay (decoupled, as AdamW's): %lld of the %lld parameters, the tensors "
-           "in the weight decay column (the matrices of linear, conv2d, attention and swiglu layers; not biases, "
-           "norms or embeddings, nor an output tied to an embedding)\n", (long long)decay, (long long)s->param_count);
+           "in the weight decay column (the matrices of linear, conv1d, conv2d, conv3d, attention and swiglu layers; "
+           "not biases, norms or embeddings, nor an output tied to an embedding)\n", (long long)decay, (long long)s->param_count);
   *out = buf;
   return CLT_OK;
 }

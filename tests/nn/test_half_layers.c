@@ -2,7 +2,8 @@
  * test_half_layers.c: mixed precision in the layers of src/nn/ that store
  * activations as f16 (cl/prelude.cl: stored half, computed float): the
  * activations, bias add and gradient, dropout, layernorm, the attention
- * core, softmax cross-entropy and max / average / global-average pooling,
+ * core, softmax cross-entropy and max / average / global-average pooling
+ * (and 1-D and 3-D max / average pooling),
  * forward and
  * backward, and flatten, on every device (PoCL and rusticl).
  *
@@ -530,6 +531,50 @@ START_TEST(pooling_in_f16_is_the_f32_result_rounded) {
 }
 END_TEST
 
+/* 1-D and 3-D max and average pooling (src/nn/pool_nd.c): overlapping
+ * windows, so the backward sums several windows' gradients. */
+static void poolnd_case(clt_context *ctx, int dims) {
+  int64_t xs[5] = {2, 3}, ys[5] = {2, 3};
+  clt_nn_poolnd_cfg cfg = {.dims = dims};
+  for (int i = 0; i < dims; i++) {
+    cfg.kernel[i] = 3, cfg.stride[i] = 2;
+    xs[2 + i] = dims == 1 ? 15 : 5 + i, ys[2 + i] = clt_nn_out_size(xs[2 + i], 3, 2, 0);
+  }
+  size_t nx = numel_of(2 + dims, xs), ny = numel_of(2 + dims, ys);
+  char what[80];
+  snprintf(what, sizeof what, "pool%dd 3 stride 2 on %s", dims, tu_name(ctx));
+  float *xv = hf_keep(nu_distinct(nx, (unsigned)nx));
+  hf_pair x = hf_pair_of(ctx, xv, 2 + dims, xs), y = hf_out(ctx, 2 + dims, ys);
+  hf_pair dy = hf_pair_of(ctx, hf_random(ny, (unsigned)ny, 1.0f, 0.0f), 2 + dims, ys), dx = hf_out(ctx, 2 + dims, xs);
+  clt_tensor a32 = nu_tensor(ctx, CLT_I32, NULL, 2 + dims, ys), a16 = nu_tensor(ctx, CLT_I32, NULL, 2 + dims, ys);
+  ck_assert_msg(clt_nn_maxpoolnd_forward(ctx, &cfg, &x.f32, &y.f32, &a32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_maxpoolnd_forward(ctx, &cfg, &x.f16, &y.f16, &a16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &y.f16), hf_get32(ctx, &y.f32), ny, what, "max y");
+  int32_t *i32 = hf_keep(malloc(ny * 4)), *i16 = hf_keep(malloc(ny * 4));
+  nu_get(ctx, &a32, i32);
+  nu_get(ctx, &a16, i16);
+  for (size_t i = 0; i < ny; i++) ck_assert_msg(i16[i] == i32[i], "%s: argmax[%zu] %d, want %d", what, i, i16[i], i32[i]);
+  ck_assert_msg(clt_nn_maxpoolnd_backward(ctx, &cfg, &a32, &dy.f32, &dx.f32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_maxpoolnd_backward(ctx, &cfg, &a16, &dy.f16, &dx.f16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &dx.f16), hf_get32(ctx, &dx.f32), nx, what, "max dx");
+  ck_assert_msg(clt_nn_avgpoolnd_forward(ctx, &cfg, &x.f32, &y.f32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_avgpoolnd_forward(ctx, &cfg, &x.f16, &y.f16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &y.f16), hf_get32(ctx, &y.f32), ny, what, "avg y");
+  ck_assert_msg(clt_nn_avgpoolnd_backward(ctx, &cfg, &dy.f32, &dx.f32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_avgpoolnd_backward(ctx, &cfg, &dy.f16, &dx.f16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &dx.f16), hf_get32(ctx, &dx.f32), nx, what, "avg dx");
+  hf_check_guards(ctx, what);
+  hf_free_all();
+}
+
+START_TEST(poolnd_in_f16_is_the_f32_result_rounded) {
+  for (int d = 0; d < tu_ndev; d++) {
+    poolnd_case(tu_ctx[d], 1);
+    poolnd_case(tu_ctx[d], 3);
+  }
+}
+END_TEST
+
 /* ---- overflow --------------------------------------------------------------- */
 
 static uint16_t half_bits(float f) {
@@ -676,7 +721,7 @@ int main(void) {
   NU_ADD_CASE(s, "layernorm", layernorm_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "attention", attention_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "softmax_xent", softmax_xent_in_f16_is_the_f32_result_rounded);
-  NU_ADD_CASE(s, "pool", pooling_in_f16_is_the_f32_result_rounded);
+  NU_ADD_CASE(s, "pool", pooling_in_f16_is_the_f32_result_rounded, poolnd_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "flatten", flatten_keeps_f16);
   NU_ADD_CASE(s, "overflow", values_beyond_half_range_are_stored_as_inf);
   NU_ADD_CASE(s, "errors", mixed_f16_and_f32_activations_are_refused);
