@@ -7,10 +7,10 @@
  * header name or 0-based number; default the last) become the labels or
  * targets, the other columns (or those of `features`) the samples.
  *
- * Numbers: see fast_number below. A line is read in one pass (fields
- * parsed where they lie, no copy, no allocation); a line that pass does
- * not take whole goes field by field through parse_number, which also
- * names the faulty field.
+ * Numbers: see fast_number and fast_float below. A line is read in one
+ * pass (fields parsed where they lie, no copy, no allocation); a line
+ * that pass does not take whole goes field by field through parse_number,
+ * which also names the faulty field.
  */
 #include "data/data.h"
 
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* Numbers are read as strtod reads them, then rounded to float32 (as
  * NumPy's loadtxt does for float32 tables), by a decimal parser of our own
@@ -130,24 +131,108 @@ static const char *next_field(const char **p, const char *e, char sep) {
   return f;
 }
 
+/* 10^k, k < 64, each the double nearest (exact up to 10^22). */
+static const double pow10_wide[64] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22, 1e23, 1e24, 1e25, 1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32, 1e33, 1e34, 1e35, 1e36, 1e37, 1e38, 1e39, 1e40, 1e41, 1e42, 1e43, 1e44, 1e45, 1e46, 1e47, 1e48, 1e49, 1e50, 1e51, 1e52, 1e53, 1e54, 1e55, 1e56, 1e57, 1e58, 1e59, 1e60, 1e61, 1e62, 1e63};
+
+/* The float32 nearest strtod's double of the number at s, in the common
+ * form, without strtod: the end of it and *out, or NULL (strtod's turn).
+ * Two ways. Clinger's, exact: m <= 2^53 and |k| <= 22. And for longer
+ * significands (NumPy's savetxt writes 19 digits, "%.18e") or other powers:
+ * a = m * 10^k in doubles is within 3 roundings (3 * 2^-53 relative, under
+ * 7 units of a's last place) of the value x, and strtod's double within
+ * half a unit; rounding to float32 changes only at the midpoints between
+ * two floats, so when a lies more than 64 units from every midpoint (and
+ * in the range of normal floats) a, strtod's double and x all round to the
+ * same float32. The midpoints are the doubles whose low 29 mantissa bits
+ * are 1 followed by 28 zeros; about one field in 2^22 is that close and
+ * goes to strtod. No bound checks: the caller ends the text with a '\n',
+ * which stops every scan here. */
+static inline const char *fast_float(const char *s, float *out) {
+  int neg = 0;
+  if (*s == '-' || *s == '+') neg = *s++ == '-';
+  const char *d0 = s;
+  uint64_t m = 0;
+  while ((unsigned)(*s - '0') < 10) m = m * 10 + (uint64_t)(*s++ - '0');
+  int n = (int)(s - d0), frac = 0;
+  if (*s == '.') {
+    const char *f0 = ++s;
+    while ((unsigned)(*s - '0') < 10) m = m * 10 + (uint64_t)(*s++ - '0');
+    frac = (int)(s - f0);
+    n += frac;
+  }
+  if (n == 0 || n > 19) return NULL; /* 19 digits: m < 10^19 < 2^64 */
+  int ex = 0;
+  if ((*s | 0x20) == 'e') {
+    int eneg = 0;
+    s++;
+    if (*s == '-' || *s == '+') eneg = *s++ == '-';
+    const char *e0 = s;
+    for (; (unsigned)(*s - '0') < 10; s++)
+      if (ex < 100000) ex = ex * 10 + (*s - '0');
+    if (s == e0) return NULL;
+    if (eneg) ex = -ex;
+  }
+  ex -= frac;
+  float f;
+  if (m == 0) {
+    f = 0.0f;
+  } else if (m <= (UINT64_C(1) << 53) && ex >= -22 && ex <= 22) {
+    f = (float)(ex < 0 ? (double)m / pow10_table[-ex] : (double)m * pow10_table[ex]);
+  } else if (ex > -64 && ex < 64) {
+    const double a = ex < 0 ? (double)m / pow10_wide[-ex] : (double)m * pow10_wide[ex];
+    uint64_t bits;
+    memcpy(&bits, &a, sizeof bits);
+    const int biased = (int)(bits >> 52); /* a > 0 */
+    const int64_t from_mid = (int64_t)(bits & ((UINT64_C(1) << 29) - 1)) - (INT64_C(1) << 28);
+    if (biased < 1023 - 126 || biased > 1023 + 126 || (from_mid > -64 && from_mid < 64)) return NULL;
+    f = (float)a;
+  } else {
+    return NULL;
+  }
+  *out = neg ? -f : f;
+  return s;
+}
+
 /* Line [p, e) into row in one pass: 1 when it is C fields, each a number
- * in fast_number's form; 0 otherwise (the line then goes field by field
- * through parse_number, which reads the other forms and names a fault). */
+ * in fast_float's form; 0 otherwise (the line then goes field by field
+ * through parse_number, which reads the other forms and names a fault).
+ * *e must be the line's '\n'. */
 static int fast_row(const char *p, const char *e, char sep, int64_t C, float *row) {
-  if (e > p && e[-1] == '\r') e--;
   for (int64_t j = 0;; j++) {
-    while (p < e && *p == ' ') p++;
-    double v;
-    const char *s = fast_number(p, e, &v);
+    while (*p == ' ') p++;
+    const char *s = fast_float(p, &row[j]);
     if (!s) return 0;
-    row[j] = (float)v; /* |v| < 2^53 * 1e22: finite as a float32 */
     if (j + 1 == C) {
-      while (s < e && *s == ' ') s++;
+      while (*s == ' ') s++;
+      if (*s == '\r') s++;
       return s == e;
     }
-    if (s >= e || *s != sep) return 0;
+    if (*s != sep) return 0;
     p = s + 1;
   }
+}
+
+/* A buffer the parse fills whole, its pages made at once: first touches
+ * of fresh memory, a page fault each 4 KiB, cost a third of the parse
+ * (huge pages where the system grants them on request, and one populating
+ * call; both are advice, ignored where the kernel lacks them). The same
+ * for the file's mapping, read through once. */
+static void populate(void *p, size_t n, int write) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+  if (b <= a) return;
+#ifdef MADV_HUGEPAGE
+  if (write) madvise((void *)a, b - a, MADV_HUGEPAGE);
+#endif
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+  madvise((void *)a, b - a, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+#endif
+}
+
+static void *alloc_filled(size_t n) {
+  void *p = malloc(n);
+  if (p) populate(p, n, 1);
+  return p;
 }
 
 static void free_names(char **names, int64_t n) {
@@ -199,6 +284,7 @@ int clt__csv_open(const char *path, const clt_data_options *o, clt_dataset **out
   clt_dataset *ds = NULL;
   memset(&sh, 0, sizeof sh);
   CLT_TRY(clt__map_file(path, &map, &len, NULL));
+  populate(map, len, 0);
   const char *end = (const char *)map + len;
   CLT_TRY(csv_head(path, map, end, &sh));
   const int64_t C = sh.cols;
@@ -219,8 +305,8 @@ int clt__csv_open(const char *path, const clt_data_options *o, clt_dataset **out
    * in buffers sized by the first line's length (doubled when short). */
   const int64_t first_len = line_end(sh.body, end) - sh.body + 1;
   cap = (int64_t)(end - sh.body) / (first_len > 0 ? first_len : 1) + 1024;
-  if (!(row = malloc((size_t)C * sizeof *row)) || !(x = malloc((size_t)(cap * nf) * sizeof *x)) ||
-      !(t = malloc((size_t)(cap * nt) * sizeof *t))) {
+  if (!(row = malloc((size_t)C * sizeof *row)) || !(x = alloc_filled((size_t)(cap * nf) * sizeof *x)) ||
+      !(t = alloc_filled((size_t)(cap * nt) * sizeof *t))) {
     rc = CLT_ENOMEM;
     goto fail;
   }
@@ -240,7 +326,7 @@ int clt__csv_open(const char *path, const clt_data_options *o, clt_dataset **out
       if (!gx || !gt) { rc = CLT_ENOMEM; goto fail; }
       cap = grow;
     }
-    if (!fast_row(p, e, sh.sep, C, row)) {
+    if (e == end || !fast_row(p, e, sh.sep, C, row)) { /* e == end: no '\n' ends the last line */
       int64_t j = 0;
       const char *q = p;
       while (q <= e && (sh.sep != ' ' || q < e)) {

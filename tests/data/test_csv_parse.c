@@ -6,7 +6,8 @@
  * float32 midpoint (where rounding twice gives the other float), 17 and
  * 19 digits, subnormals of both types, powers of
  * ten past 10^22, -0, long exponents, hex — each in a comma-, tab- and
- * space-separated file; and the fields that are not finite as float32
+ * space-separated file; NumPy's savetxt format (%.18e) of doubles and
+ * of float32 midpoints; and the fields that are not finite as float32
  * (inf, nan, 1e39) refused naming the line and the column.
  */
 #include "config.h"
@@ -90,7 +91,7 @@ static void check_fields(char **fields, int n, char sep) {
 }
 
 START_TEST(as_strtod) {
-  enum { RANDOM = 20000 };
+  enum { RANDOM = 20000, SAVETXT = 4000 };
   const int ne = (int)(sizeof edges / sizeof edges[0]);
   char **fields = malloc((size_t)(RANDOM + ne + 1) * sizeof *fields);
   int n = 0;
@@ -99,6 +100,23 @@ START_TEST(as_strtod) {
     char buf[64];
     random_field(buf, sizeof buf);
     if (isfinite((float)strtod(buf, NULL))) fields[n++] = strdup(buf);
+  }
+  /* NumPy's savetxt ("%.18e", 19 digits) of doubles of every size, and of
+   * the midpoints between two float32 and their neighbours, where reading
+   * the digits in doubles is not enough to round to float32 */
+  fields = realloc(fields, (size_t)(n + 3 * SAVETXT + 1) * sizeof *fields);
+  for (int i = 0; i < SAVETXT; i++) {
+    char buf[64];
+    double d = ldexp((double)(next() >> 11), (int)(next() % 200) - 153) * (next() % 2 ? 1 : -1);
+    if (!isfinite((float)d) || d == 0) d = 1.5;
+    snprintf(buf, sizeof buf, "%.18e", d);
+    fields[n++] = strdup(buf);
+    float f = (float)d, g = nextafterf(f, INFINITY);
+    double mid = ((double)f + (double)g) / 2;
+    snprintf(buf, sizeof buf, "%.18e", mid);
+    fields[n++] = strdup(buf);
+    snprintf(buf, sizeof buf, "%.16e", nextafter(mid, (next() % 2) ? INFINITY : -INFINITY));
+    fields[n++] = strdup(buf);
   }
   if (n % 2) fields[n++] = strdup("1");
   check_fields(fields, n, ',');
