@@ -311,7 +311,9 @@ static int decode_sample(const clt_dataset *ds, int64_t k, float *out) {
  * between (up to RUN_MAX bytes a call): an evaluation's or an unshuffled
  * epoch's batches become a few large reads; the values, and so the bits of
  * training, are those of the row-by-row reading. */
-enum { RUN_GAP = 16 << 10, RUN_MAX = 1 << 20 };
+/* RUN_MAX stays below malloc's mmap threshold (128 KiB): the buffer is
+ * reused, not faulted in anew each batch. */
+enum { RUN_GAP = 16 << 10, RUN_MAX = 64 << 10 };
 
 typedef struct row_at {
   int64_t row, pos; /* the row, and its position in the batch */
