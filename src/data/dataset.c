@@ -37,7 +37,12 @@ void clt_dataset_destroy(clt_dataset *ds) {
     munmap(ds->map, ds->map_len);
   else
     free(ds->x);
-  if (ds->read_fd >= 0) close(ds->read_fd);
+  if (ds->read_fd >= 0) {
+    /* what this process read of the file: under MPI, each rank its own share of the batches */
+    clt__log(CLT_LOG_INFO, "%s: read %lld rows for batches, %lld bytes by pread", ds->path,
+             (long long)ds->rows_read, (long long)ds->bytes_read);
+    close(ds->read_fd);
+  }
   free(ds->y);
   free(ds->targets);
   free(ds->shift);
@@ -188,6 +193,8 @@ int clt__dataset_raw_row(const clt_dataset *ds, int64_t k, float *out) {
   }
   convert_row(ds, buf, out);
   if (buf != stack) free(buf);
+  __atomic_fetch_add((int64_t *)&ds->rows_read, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add((int64_t *)&ds->bytes_read, rb, __ATOMIC_RELAXED);
   return CLT_OK;
 }
 
@@ -335,6 +342,7 @@ static int pread_all(const clt_dataset *ds, int64_t k, unsigned char *buf, int64
                         (long long)(at + got), r < 0 ? strerror(errno) : "the file was cut short while open");
     got += r;
   }
+  __atomic_fetch_add((int64_t *)&ds->bytes_read, n, __ATOMIC_RELAXED); /* not const: allocated as ours */
   return CLT_OK;
 }
 
@@ -360,6 +368,7 @@ static int read_batch_runs(const clt_dataset *ds, const int64_t *indices, int64_
   }
   free(order), free(buf);
   if (rc < 0) return rc;
+  __atomic_fetch_add((int64_t *)&ds->rows_read, n, __ATOMIC_RELAXED);
   for (int64_t i = 0; i < n; i++) /* in the batch's order: the first bad sample is named, as row by row */
     if ((rc = finish_sample(ds, indices[i], x + i * F)) < 0) return rc;
   return CLT_OK;
