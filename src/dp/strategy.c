@@ -108,6 +108,7 @@ int clt__dp_plan(const clt__job *job, const clt__dp_how *how, clt__dp **out) {
   }
   CLT_TRY(clt__dp_make_replicas(dp, params));
   CLT_TRY(clt__dp_buckets_attach(dp));
+  CLT_TRY(clt__dp_check_batch_stats(dp, job, how));
   free(params);
   *out = dp;
   return CLT_OK;
@@ -167,8 +168,10 @@ fail:
 static int forward_backward(void *self, int64_t step, int k, const clt__slice *s, const clt__pass *base,
                             int last) {
   clt__dp *dp = self;
-  int rc = CLT_OK;
+  int rc = CLT_OK, sync = base->train && clt__spec_has_sync_stats(dp->local->spec);
   (void)step, (void)k;
+  if (sync) CLT_TRY(clt__dp_check_step_batch(dp));
+  clt__dp_stats_on(dp, 1); /* batchnorm: statistics over every rank's samples */
   for (int i = 0; i < dp->nlocal; i++) {
     if (!clt__dp_active(dp, i) && !(dp->sitting && s[i].n > 0)) continue; /* its slices are empty */
     if (dp->sitting && !dp->ran[i]) {
@@ -181,10 +184,11 @@ static int forward_backward(void *self, int64_t step, int k, const clt__slice *s
     pass.step = s[i].dropout_step, pass.global_first = s[i].global_first, pass.targets = s[i].targets;
     if (s[i].n > 0)
       CLT_TRY(clt__replica_run(dp->rep[i], s[i].x, s[i].y, s[i].n, &pass));
-    else if (pass.record)
+    else if (pass.record || sync) /* with batchnorm its zeros go into the statistics' sums */
       CLT_TRY(clt__replica_run_empty(dp->rep[i], &pass));
   }
 fail:
+  clt__dp_stats_on(dp, 0);
   return rc;
 }
 

@@ -65,6 +65,8 @@ typedef struct clt_param_spec {
   int stage_copy;      /* a part of a model (a pipeline stage's spec, src/pp) holds its own copy of a weight
                           tied to a layer outside it: the owner is at whole_offset of the whole arena */
   int64_t whole_offset;
+  int buffer;          /* a buffer, not a trainable parameter (batchnorm's running statistics): written by the
+                          forward, its gradient always 0 and no decay, so every optimizer leaves it as it is */
 } clt_param_spec;
 
 /* Rotary position embeddings of an attention layer (rope_theta= and
@@ -119,6 +121,7 @@ typedef struct clt_layer_spec {
   int block;           /* the pass of a top-level `block` it is in (0, 1, ... in order; a nested block's
                           layers are their outer pass's), or -1: --recompute blocks' unit */
   int skip_outside;    /* a residual outside that pass (or outside blocks) adds this layer's output */
+  float momentum;      /* batchnorm: the running statistics' momentum */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {
