@@ -7,8 +7,11 @@
 #    within 1e-5 (relative, per tensor element: float rounding of the sums'
 #    different order) of 1 rank on the same global batch, the running
 #    statistics included, and they moved from their start (0 and 1);
+#  - at --zero 1 and 2 the same bits as at --zero 0;
 #  - a last batch of 1 sample on 2 ranks: rank 1 runs none, and still adds
 #    its zeros to the statistics' sums (else rank 0 would wait for it);
+#  - 2 replicas on one rank (-d 0,1: PoCL and rusticl), run side by side
+#    (src/dp/batch_stats.c), within 1e-5 of 1, also with one of them empty;
 #  - eval uses the running statistics: the same loss whatever its batch
 #    (batch statistics would make a batch of 1 sample degenerate);
 #  - a checkpoint resume is bit-exact, running statistics included;
@@ -74,6 +77,10 @@ PY
 expect 0 "1 rank, 3 steps" -- train "$tmp/m.model" $train -d 0 --max-steps 3 --save "$tmp/w1.safetensors"
 mpi_expect 2 0 "2 ranks, 3 steps" -- train "$tmp/m.model" $train --max-steps 3 --save "$tmp/w2.safetensors" &&
   close "$tmp/w2.safetensors" "$tmp/w1.safetensors" 1e-5 "2 ranks within 1e-5 of 1 rank (running statistics too)"
+for z in 1 2; do # ZeRO's allgather brings the owners' running statistics: the same as everyone's
+  mpi_expect 2 0 "2 ranks, --zero $z" -- train "$tmp/m.model" $train --max-steps 3 --zero $z \
+    --save "$tmp/wz.safetensors" && same "$tmp/w2.safetensors" "$tmp/wz.safetensors" "--zero $z: --zero 0's weights"
+done
 for t in 1 5; do # the batchnorm layers' names: counted after the input
   moved "$tmp/w1.safetensors" "$t.running_mean" 0
   moved "$tmp/w1.safetensors" "$t.running_var" 1
@@ -84,6 +91,19 @@ expect 0 "1 rank, a last batch of 1" -- train "$tmp/conv.model" $train -d 0 -e 1
 mpi_expect 2 0 "2 ranks, a last batch of 1 (rank 1 at 0 samples)" -- \
   train "$tmp/conv.model" $train -e 1 --save "$tmp/c2.safetensors" &&
   close "$tmp/c2.safetensors" "$tmp/c1.safetensors" 1e-5 "2 ranks with an empty replica within 1e-5 of 1 rank"
+
+# Two replicas on one rank (PoCL and rusticl, where both exist) run side by
+# side and meet at each sum: the same, and with one of them empty.
+if "$CLTRAIN" devices -d 0,1 >/dev/null 2>&1; then
+  expect 0 "2 replicas on 1 rank, 3 steps" -- train "$tmp/m.model" $train -d 0,1 --max-steps 3 \
+    --save "$tmp/wr.safetensors" &&
+    close "$tmp/wr.safetensors" "$tmp/w1.safetensors" 1e-5 "2 replicas on 1 rank within 1e-5 of 1 replica"
+  expect 0 "2 replicas on 1 rank, a last batch of 1" -- train "$tmp/conv.model" $train -d 0,1 -e 1 \
+    --save "$tmp/cr.safetensors" &&
+    close "$tmp/cr.safetensors" "$tmp/c1.safetensors" 1e-5 "2 replicas, one empty, within 1e-5 of 1 replica"
+else
+  echo "skip: one device only: no 2 replicas on one rank"
+fi
 
 # Eval: the running statistics, whatever the batch.
 expect 0 "eval, batch 20" -- eval "$tmp/m.model" --weights "$tmp/w1.safetensors" --data "$tmp" -d 0 -b 20
