@@ -121,6 +121,11 @@ mkdir "$tmp/b" && cp "$tmp"/a/ckpt-0000000001.* "$tmp/b/"
 expect 0 "resumed at step 1" -- train "$tmp/m.model" $train -d 0 --max-steps 3 $ck "$tmp/b" --resume latest \
   --save "$tmp/wb.safetensors" && same_data "$tmp/wa.safetensors" "$tmp/wb.safetensors" "resumed: the same bits"
 
+# The summary counts the running statistics apart, as PyTorch's buffers.
+expect 0 "summary" -- summary "$tmp/m.model"
+has "$out" "buffers: 32 of the 1014 (batchnorm's running statistics" "summary: the running statistics are buffers"
+has "$out" "3  *batchnorm 4  *(4, 4, 4)  *16" "summary: batchnorm's line"
+
 # Refusals, before the first step, naming the layer.
 refuse "a batch of one value per channel" "m.model:7: batchnorm on a batch of 1 sample of 1 value per channel" -- \
   train "$tmp/m.model" $train -d 0 -b 1 --max-steps 1
