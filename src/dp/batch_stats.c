@@ -189,6 +189,10 @@ static int refuse(const clt__dp *dp, const clt__dp_how *how, const clt_layer_spe
   else if (o->recompute) why = "--recompute blocks: a block run again would update the running statistics twice";
   else if (o->balance == CLT_BALANCE_AUTO)
     why = "--balance auto: a rank at 0 samples sits out and would miss the statistics' sums";
+  for (int k = 0; !why && o->balance == CLT_BALANCE_WEIGHTS && o->balance_weights && k < o->balance_nweights; k++)
+    if (o->balance_weights[k] == 0)
+      why = "--balance weights with a weight of 0: a rank whose replicas all sit out keeps the model on the host, "
+            "where the running statistics are not updated";
   for (int i = 0; !why && i < dp->nlocal; i++)
     if (dp->host_params && dp->host_params[i])
       why = "a device that rounds divide and sqrt loosely, whose optimizer step runs on the host";

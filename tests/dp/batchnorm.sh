@@ -18,7 +18,7 @@
 #  - refused, naming file:line: a micro-batch of one sample of one value
 #    per channel (at the first step: eval may take batches of one), and
 #    before the first step --pipeline, --zero 3, --offload optimizer,
-#    --recompute blocks, --balance auto.
+#    --recompute blocks, --balance auto, --balance weights with a 0.
 # Exits 77 without an OpenCL device.
 CLTRAIN=${CLTRAIN:-./cltrain}
 srcdir=${srcdir:-.}
@@ -136,6 +136,9 @@ done
 printf 'input 1 4 4\nblock repeat=2\nconv2d 1 kernel=3 pad=1\nbatchnorm\nend\nflatten\nlinear 10\n' >"$tmp/block.model"
 refuse "with --recompute blocks" "block.model:4: batchnorm (statistics over the global batch) does not go with --recompute" -- \
   train "$tmp/block.model" $train -d 0 --max-steps 1 --recompute blocks
+mpi_expect 2 1 "--balance weights with a 0 refused" -- train "$tmp/m.model" $train --max-steps 1 --balance 1,0
+has "$err" "m.model:3: batchnorm (statistics over the global batch) does not go with --balance weights with a weight of 0" \
+  "--balance 1,0: the reason"
 mpi_expect 2 1 "--pipeline 2 refused" -- train "$tmp/m.model" $train --max-steps 1 --pipeline 2
 has "$err" "batchnorm (statistics over the global batch) does not go with --pipeline" "--pipeline: the reason"
 exit $fail
