@@ -178,9 +178,8 @@ int clt__dp_check_step_batch(const clt__dp *dp) {
 /* What batchnorm's global statistics cannot go with yet, each naming the
  * option: the running statistics are written by the forward into the
  * parameters, which ZeRO stage 3 and a host optimizer step overwrite. */
-static int refuse(const clt__dp *dp, const clt__dp_how *how, const clt_layer_spec *l) {
+static int refuse(const clt__dp *dp, const clt__dp_how *how, const char *name, const clt_layer_spec *l) {
   const clt_train_options *o = dp->o;
-  const char *name = how->local->spec->name;
   const char *why = NULL;
   if (how->stage >= 0) why = "--pipeline: a stage's micro-batches would need their statistics summed stage by stage";
   else if (o->zero == 3) why = "--zero 3: the running statistics live in the parameters, which stage 3 gathers anew";
@@ -202,9 +201,11 @@ static int refuse(const clt__dp *dp, const clt__dp_how *how, const clt_layer_spe
 }
 
 int clt__dp_check_batch_stats(const clt__dp *dp, const clt__job *job, const clt__dp_how *how) {
-  const clt_model_spec *spec = how->local->spec;
+  /* the whole model's layers: a pipeline stage's part may hold none, and
+   * every rank must reach the same collective */
+  const clt_model_spec *spec = job->model->spec;
   int first = clt__spec_has_sync_stats(spec), rc = CLT_OK;
   if (!first) return CLT_OK;
-  rc = refuse(dp, how, &spec->layers[first]);
+  rc = refuse(dp, how, spec->name, &spec->layers[first]);
   return clt__all_ok(job->comm, rc, "checking batchnorm's options");
 }
