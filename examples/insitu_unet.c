@@ -59,22 +59,27 @@ static const char unet_spec[] =
     "input 1 20 20\n"
     "conv2d 8 kernel=5\n" /* (8, 16, 16): unpadded, the window's inner S x S */
     "save linear\n" /* before batch norm, which takes away the scale */
+    "batchnorm\n"
     "silu\n"
     "save level1\n"
     "maxpool2d 2\n" /* (8, 8, 8) */
     "conv2d 16 kernel=3 pad=1\n"
+    "batchnorm\n"
     "silu\n"
     "save level2\n"
     "maxpool2d 2\n" /* (16, 4, 4) */
     "conv2d 32 kernel=3 pad=1\n"
+    "batchnorm\n"
     "silu\n"
     "convtranspose2d 16 kernel=2 stride=2\n" /* (16, 8, 8) */
     "concat level2\n" /* (32, 8, 8) */
     "conv2d 16 kernel=3 pad=1\n"
+    "batchnorm\n"
     "silu\n"
     "upsample scale=2 mode=linear\n" /* (16, 16, 16) */
     "concat level1\n" /* (24, 16, 16) */
     "conv2d 8 kernel=3 pad=1\n"
+    "batchnorm\n"
     "silu\n"
     "concat linear\n" /* (16, 16, 16) */
     "conv2d 1 kernel=1\n"
@@ -225,10 +230,14 @@ int main(int argc, char **argv) {
             W, W, W, W, S, S);
     return 2;
   }
-  if (clt_devices_discover(&all) < 0) return fail("devices");
+  /* One device per rank, by its place on its node, among those CLT_DEVICES
+   * names (all when unset): CLT_DEVICES=pocl, gpu, nvidia, ... */
+  clt_devices *usable;
+  if (clt_devices_discover(&all) < 0 || clt_devices_select(all, NULL, &usable) < 0) return fail("devices");
   char one[16];
-  snprintf(one, sizeof one, "%d", clt_comm_default_device(comm, all));
-  if (clt_devices_select(all, one, &mine) < 0) return fail("devices");
+  snprintf(one, sizeof one, "%d", clt_comm_default_device(comm, usable));
+  if (clt_devices_select(usable, one, &mine) < 0) return fail("devices");
+  clt_devices_destroy(usable);
   clt_train_options o;
   clt_train_options_defaults(&o);
   clt_optimizer_defaults(CLT_OPT_ADAM, &o.optimizer);

@@ -33,29 +33,34 @@ program insitu_unet
        'input 1 20 20' // NL // &
        'conv2d 8 kernel=5' // NL // &
        'save linear' // NL // &
+       'batchnorm' // NL // &
        'silu' // NL // &
        'save level1' // NL // &
        'maxpool2d 2' // NL // &
        'conv2d 16 kernel=3 pad=1' // NL // &
+       'batchnorm' // NL // &
        'silu' // NL // &
        'save level2' // NL // &
        'maxpool2d 2' // NL // &
        'conv2d 32 kernel=3 pad=1' // NL // &
+       'batchnorm' // NL // &
        'silu' // NL // &
        'convtranspose2d 16 kernel=2 stride=2' // NL // &
        'concat level2' // NL // &
        'conv2d 16 kernel=3 pad=1' // NL // &
+       'batchnorm' // NL // &
        'silu' // NL // &
        'upsample scale=2 mode=linear' // NL // &
        'concat level1' // NL // &
        'conv2d 8 kernel=3 pad=1' // NL // &
+       'batchnorm' // NL // &
        'silu' // NL // &
        'concat linear' // NL // &
        'conv2d 1 kernel=1' // NL // &
        'loss mse' // NL
 
   type(clt_comm_t) :: comm
-  type(clt_devices_t) :: alldevs, mine
+  type(clt_devices_t) :: alldevs, usable, mine
   type(clt_model_t) :: model
   type(clt_trainer_t) :: trainer
   type(clt_options_t) :: opts
@@ -110,15 +115,18 @@ program insitu_unet
   maxn = ((rows - W) / STRIDE + 1) * ((nx - W) / STRIDE + 1)
   allocate (x(W * W, maxn), y(S * S, maxn), pred(S * S, maxn))
 
-  ! The communicator (a library without MPI trains this process alone),
-  ! one device per rank, the U-Net, Adam.
+  ! The communicator (a library without MPI trains this process alone); one
+  ! device per rank, by its place on its node, among those CLT_DEVICES names
+  ! (all when unset: the empty spec); the U-Net, Adam.
   call try(clt_comm_create(MPI_COMM_WORLD, comm), 'communicator', CLT_EUNSUPPORTED)
   if (.not. c_associated(comm%p)) call try(clt_comm_create_local(comm), 'communicator')
   call try(clt_devices_discover(alldevs), 'devices')
-  d = clt_comm_default_device(comm, alldevs)
+  call try(clt_devices_select(alldevs, '', usable), 'devices')
+  d = clt_comm_default_device(comm, usable)
   if (d < 0) call try(d, 'devices')
   write (one, '(i0)') d
-  call try(clt_devices_select(alldevs, one, mine), 'devices')
+  call try(clt_devices_select(usable, one, mine), 'devices')
+  call clt_devices_destroy(usable)
   call try(clt_model_parse(spec, 'unet', model), 'model')
   call clt_options_default(opts, CLT_OPT_ADAM)
   opts%lr = 1e-2

@@ -6,10 +6,18 @@
 # persistence (RMSE of the current field as the forecast, over the RMSE of
 # the surrogate's), and each must print the solver's step time alone and
 # with training (printed, never compared: tests do not assert on time).
+# Then the example specs examples/unet2d.model, unet3d.model and
+# conv1d.model must parse (cltrain summary).
 # The Fortran half is skipped where the example is not built (no Fortran
 # compiler or no MPI Fortran module); the whole without an MPI launcher.
 srcdir=${srcdir:-.}
 ARGS=${INSITU_UNET_ARGS:---nx 40 --ny 40 --cycles 300 --eval 20}
+# Batch norm refuses rusticl's llvmpipe (loose divide and sqrt), which make
+# check enables beside PoCL: every rank takes a PoCL device where there is one.
+if [ -z "${CLT_DEVICES:-}" ] && "${CLTRAIN:-./cltrain}" devices 2>/dev/null | grep -qi pocl; then
+  CLT_DEVICES=pocl
+  export CLT_DEVICES
+fi
 out=insitu_unet.out
 trap 'rm -f "$out"' EXIT
 status=0
@@ -43,6 +51,16 @@ for prog in ./examples/insitu_unet ./examples/insitu_unet_f; do
     echo "ok: $prog printed the solver's step time alone and with training"
   else
     echo "FAIL: $prog printed no step times (solver: ... ms a step alone, ... ms a step with training ...)"
+    status=1
+  fi
+done
+# The example specs of surrogates (issue 40's layers) parse and build.
+for spec in unet2d unet3d conv1d; do
+  if "${CLTRAIN:-./cltrain}" summary "$srcdir/examples/$spec.model" >"$out" 2>&1; then
+    echo "ok: examples/$spec.model: $(grep '^total parameters' "$out")"
+  else
+    cat "$out"
+    echo "FAIL: cltrain summary examples/$spec.model"
     status=1
   fi
 done
