@@ -25,7 +25,8 @@
  *   cc insitu_unet.c $(pkg-config --cflags --libs cltrain-mpi) -lm -o insitu_unet
  *   mpirun -np 2 ./insitu_unet [--cycles N] [--eval N] [--nx N] [--ny N] [--model FILE]
  *
- * (with cltrain's flags instead of cltrain-mpi's it runs on one process).
+ * (with cltrain's flags instead of cltrain-mpi's it runs on one process;
+ * CLT_DEVICES=pocl, gpu, ... names the devices the ranks take theirs from).
  * --model reads another surrogate from a spec file: input 1 W W, one S x S
  * output, loss mse.
  */
