@@ -82,7 +82,7 @@ static const char unet_spec[] =
     "conv2d 8 kernel=3 pad=1\n"
     "batchnorm\n"
     "silu\n"
-    "concat linear\n" /* (16, 16, 16) */
+    "concat linear\n" /* (16, 16, 16): the change is linear in the field */
     "conv2d 1 kernel=1\n"
     "loss mse\n";
 
