@@ -29,7 +29,12 @@ IGNORED = {"name", "init", "std"}
 
 
 class Residual(nn.Module):
-    """x + the value at the start of the block pass or the last residual."""
+    """x + the value at the start of the block pass or the last residual;
+    residual NAME: x + the value of save NAME."""
+
+    def __init__(self, name=None):
+        super().__init__()
+        self.tag = name
 
 
 class Save(nn.Module):
@@ -71,7 +76,7 @@ class SpecModule(nn.Sequential):
                 continue
             layer = self[step]
             if isinstance(layer, Residual):
-                x = x + skip
+                x = x + (saved[layer.tag] if layer.tag else skip)
                 skip = x
             elif isinstance(layer, Save):
                 saved[layer.tag] = x
@@ -184,14 +189,17 @@ def _layer(kind, nums, opts, shape, saved, where):
         return nn.GroupNorm(int(nums[0] if nums else opts["groups"]), shape[0], eps=float(opts.get("eps", 1e-5)))
     if kind == "upsample":
         mode = opts.get("mode", "nearest")
-        if mode == "linear":
+        if mode in ("linear", "bilinear", "trilinear"):
             mode = {2: "linear", 3: "bilinear", 4: "trilinear"}[len(shape)]
         scale = _number(opts.get("scale", nums[0] if nums else "2"), where)
         return nn.Upsample(scale_factor=scale, mode=mode, **({} if mode == "nearest" else {"align_corners": False}))
     if kind == "residual":
-        return Residual()
+        name = nums[0] if nums else None
+        if name is not None and name not in saved:
+            raise ValueError("%s: residual %s: no save %s before it" % (where, name, name))
+        return Residual(name)
     if kind in ("save", "concat"):
-        name = opts.get("name", nums[0] if nums else None)
+        name = nums[0] if nums else opts.get("name")
         if name is None:
             raise ValueError("%s: %s needs a name" % (where, kind))
         if kind == "concat" and name not in saved:
@@ -234,8 +242,8 @@ def from_spec(text, name="spec"):
         if shape is None:
             raise ValueError("%s: the first line must be input" % where)
         act = opts.pop("act", None)
-        for o in IGNORED:
-            opts.pop(o, None)
+        for o in IGNORED - ({"name"} if kind == "save" else set()):
+            opts.pop(o, None)  # save name=NAME is save NAME
         mods = [_layer(kind, nums, opts, shape, saved, where)]
         if act:
             mods.append(_activation(act, {}))
