@@ -14,7 +14,8 @@ with torch.optim.SGD (same lr and momentum, no dampening) on the same
 batches. Every tensor of the state_dict (weights, biases and batch norm's
 running statistics) must end within TOL of torch's, on 1 rank and on 2
 ranks (each passing half of every batch: batch norm's statistics are the
-global batch's, so 2 ranks must equal torch on the whole batch). Prints,
+global batch's, so 2 ranks must equal torch on the whole batch), and on
+1 rank with a replica on each device (PoCL and rusticl where both are). Prints,
 per model and rank count, the largest difference and where it is.
 
   surrogate_check.py --steps-prog tests/train/surrogate_steps [--mpi-run "sh tests/lib/mpi_run.sh"]
@@ -177,7 +178,19 @@ def main():
             check(moved > 1000 * TOL, "%s: the %d steps move the weights (torch's by up to %.3g)" % (name, STEPS, moved))
             check(worst <= TOL, "%s, 1 rank: every tensor within %g of torch's after %d SGD steps (largest "
                   "difference %.3g, %s)" % (name, TOL, STEPS, worst, where))
-            report.append((name, 1, worst, where))
+            report.append((name, "1 rank", worst, where))
+            # every device of this process, one replica each (PoCL and rusticl where both are)
+            final_r = os.path.join(work, name + "_r.safetensors")
+            p = run([a.steps_prog, "--devices", "all", "--final", final_r] + common)
+            check(p.returncode == 0, "%s: surrogate_steps on every device (exit %d)" % (name, p.returncode))
+            replicas = json.loads(p.stdout)["replicas"] if p.returncode == 0 else 0
+            if replicas > 1:
+                worst, where, _ = compare(final_r, state, init_w)
+                check(worst <= TOL, "%s, 1 rank, %d replicas (PoCL and rusticl): every tensor within %g of torch's "
+                      "on the whole batch (largest difference %.3g, %s)" % (name, replicas, TOL, worst, where))
+                report.append((name, "%d replicas" % replicas, worst, where))
+            elif p.returncode == 0:
+                print("skip: %s on several replicas (one device here)" % name)
             if not a.mpi_run:
                 continue
             final2 = os.path.join(work, name + "_2.safetensors")
@@ -191,10 +204,10 @@ def main():
             worst, where, _ = compare(final2, state, init_w)
             check(worst <= TOL, "%s, 2 ranks (half of each batch each): every tensor within %g of torch's on the "
                   "whole batch (largest difference %.3g, %s)" % (name, TOL, worst, where))
-            report.append((name, 2, worst, where))
+            report.append((name, "2 ranks", worst, where))
     print("largest differences (|cltrain - torch| / max(1, |torch|), over every element):")
-    for name, ranks, worst, where in report:
-        print("  %-8s %d rank(s): %.3g (%s)" % (name, ranks, worst, where))
+    for name, how, worst, where in report:
+        print("  %-8s %-11s %.3g (%s)" % (name, how, worst, where))
     return 1 if failed else 0
 
 

@@ -4,7 +4,8 @@
 # initial weights on the same batches end within 1e-5 of each other, on 1
 # rank and on 2 (tests/train/surrogate_check.py; cltrain's side is
 # tests/train/surrogate_steps, PyTorch's the spec translated by
-# tests/train/spec_torch.py). Exits 77 (skipped) when no Python here
+# tests/train/spec_torch.py), and with a replica on each device of one rank
+# (PoCL and rusticl). Exits 77 (skipped) when no Python here
 # imports torch, numpy and safetensors, or without a device; the 2-rank
 # half is skipped without an MPI launcher.
 CLTRAIN=${CLTRAIN:-./cltrain}

@@ -60,7 +60,8 @@ static void usage(FILE *f) {
              "      --seed N        the initialisation (42)\n"
              "      --steps N       steps, wrapping round the file's batches (default: one pass)\n"
              "      --init FILE     the weights before the first step\n"
-             "      --final FILE    the weights after the last step\n");
+             "      --final FILE    the weights after the last step\n"
+             "      --devices SPEC  one replica on each device SPEC selects (default: the first of CLT_DEVICES)\n");
 }
 
 int main(int argc, char **argv) {
@@ -74,7 +75,7 @@ int main(int argc, char **argv) {
   o.check_every = 0;
   o.log_every = 0;
   long long steps = 0;
-  const char *init = NULL, *final = NULL;
+  const char *init = NULL, *final = NULL, *devices = NULL;
   static const struct option opts[] = {{"batch", required_argument, NULL, 'b'},
                                        {"lr", required_argument, NULL, 'l'},
                                        {"momentum", required_argument, NULL, 'm'},
@@ -82,6 +83,7 @@ int main(int argc, char **argv) {
                                        {"steps", required_argument, NULL, 'n'},
                                        {"init", required_argument, NULL, 'i'},
                                        {"final", required_argument, NULL, 'f'},
+                                       {"devices", required_argument, NULL, 'd'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "b:h", opts, NULL)) != -1;) {
@@ -93,6 +95,7 @@ int main(int argc, char **argv) {
     case 'n': steps = atoll(optarg); break;
     case 'i': init = optarg; break;
     case 'f': final = optarg; break;
+    case 'd': devices = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -137,7 +140,9 @@ int main(int argc, char **argv) {
   if (steps == 0) steps = K;
   if ((rc = clt_devices_discover(&all)) < 0) { ec = fail(rank, rc, "devices"); goto out; }
   if (clt_devices_count(all) == 0) { ec = fail(rank, CLT_ENODEV, "no OpenCL device"); goto out; }
-  {
+  if (devices) {
+    if ((rc = clt_devices_select(all, devices, &one)) < 0) { ec = fail(rank, rc, "devices"); goto out; }
+  } else {
     clt_devices *sel = NULL;
     char first[16];
     if ((rc = clt_devices_select(all, devspec && *devspec ? devspec : "0", &sel)) < 0) {
@@ -177,10 +182,11 @@ int main(int argc, char **argv) {
   free(idx);
   if (final && (rc = clt_trainer_save_weights(t, final)) < 0) { ec = fail(rank, rc, final); goto out; }
   if (rank == 0) {
-    double timed = 0;
+    double timed = 0, rate = 0;
     for (long long k = 1; k < steps; k++) timed += secs[k];
-    printf("{\"ranks\": %d, \"batch\": %lld, \"steps\": %lld, \"samples_per_s\": %.6g, \"losses\": [", nranks,
-           (long long)o.batch, steps, steps > 1 && timed > 0 ? (double)(steps - 1) * (double)o.batch / timed : 0.0);
+    if (steps > 1 && timed > 0) rate = (double)(steps - 1) * (double)o.batch / timed;
+    printf("{\"ranks\": %d, \"replicas\": %d, \"batch\": %lld, \"steps\": %lld, \"samples_per_s\": %.6g, "
+           "\"losses\": [", nranks, clt_devices_count(one), (long long)o.batch, steps, rate);
     for (long long k = 0; k < steps; k++) printf("%s%.9g", k ? ", " : "", losses[k]);
     printf("], \"step_s\": [");
     for (long long k = 0; k < steps; k++) printf("%s%.6g", k ? ", " : "", secs[k]);
