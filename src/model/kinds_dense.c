@@ -281,4 +281,4 @@ static int residual_forward(const clt__layer_io *io) { return clt_nn_residual_fo
 static int residual_backward(const clt__layer_io *io) { return clt__copy(io->ctx, &io->dy, &io->skip); }
 
 const clt__layer_kind clt__kind_residual = {
-    .name = "residual", .flags = CLT_KIND_PASS_GRAD, .forward = residual_forward, .backward = residual_backward};
+    .name = "residual", .flags = CLT_KIND_PASS_GRAD, .parse = clt__residual_parse, .forward = residual_forward, .backward = residual_backward};

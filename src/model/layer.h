@@ -10,7 +10,8 @@
  * Kinds live in kinds_dense.c (linear, layernorm, activations, dropout,
  * residual, flatten, input), kinds_image.c (conv2d and pooling),
  * kinds_seq.c (embeddings), kinds_attention.c (attention) and
- * kinds_llama.c (rmsnorm, swiglu).
+ * kinds_llama.c (rmsnorm, swiglu), kinds_skip.c (save, concat) and
+ * kinds_groupnorm.c (groupnorm).
  */
 #ifndef CLT_MODEL_LAYER_H
 #define CLT_MODEL_LAYER_H
@@ -185,6 +186,8 @@ extern const clt__layer_kind clt__kind_input, clt__kind_linear, clt__kind_layern
     clt__kind_leakyrelu, clt__kind_gelu, clt__kind_tanh, clt__kind_sigmoid, clt__kind_dropout, clt__kind_flatten,
     clt__kind_residual, clt__kind_conv2d, clt__kind_maxpool, clt__kind_avgpool, clt__kind_globalavgpool,
     clt__kind_embedding, clt__kind_posembedding, clt__kind_attention, clt__kind_silu, clt__kind_rmsnorm,
-    clt__kind_swiglu;
+    clt__kind_swiglu, clt__kind_save, clt__kind_concat, clt__kind_groupnorm;
+/* residual's parse: an optional NAME of a saved value (kinds_skip.c). */
+int clt__residual_parse(clt__spec_line *lc, clt_layer_spec *l);
 
 #endif

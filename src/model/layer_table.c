@@ -13,7 +13,7 @@ static const clt__layer_kind *const kinds[] = {
     &clt__kind_gelu,      &clt__kind_tanh,          &clt__kind_sigmoid,       &clt__kind_dropout,
     &clt__kind_flatten,   &clt__kind_layernorm,     &clt__kind_residual,      &clt__kind_embedding,
     &clt__kind_posembedding, &clt__kind_attention, &clt__kind_silu,         &clt__kind_rmsnorm,
-    &clt__kind_swiglu,
+    &clt__kind_swiglu, &clt__kind_save, &clt__kind_concat, &clt__kind_groupnorm,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

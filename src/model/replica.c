@@ -105,7 +105,7 @@ static void lay_out(const clt_model_spec *spec, int64_t max_batch, clt_dtype act
     if (out_n > lo->largest) lo->largest = out_n;
     if (i > 0 && in_n > lo->largest) lo->largest = in_n;
     if (l->grad_scratch * max_batch > lo->gscratch) lo->gscratch = l->grad_scratch * max_batch;
-    if (l->skip >= 0 && out_n > lo->skip) lo->skip = out_n;
+    if (l->skip >= 0 && numel(&l->skip_shape) * max_batch > lo->skip) lo->skip = numel(&l->skip_shape) * max_batch;
     if (l->nparams && i < lo->first_trainable) lo->first_trainable = i;
     if (l->kind->workspace_bytes) {
       size_t b = l->kind->workspace_bytes(l, max_batch);

@@ -78,9 +78,10 @@ static int layer_failed(const clt__replica *r, int i, const char *what, int rc) 
   return clt__error_prefix(rc, "%s:%d: %s %s", r->spec->name, l->line, clt__layer_kind_name(l), what);
 }
 
-/* Skip slot k seen like the output of layer i (its residual's shape). */
-static int skip_view(const clt__replica *r, int k, int64_t n, const clt_shape *s, clt_tensor *t) {
-  return make_view(r->skip[k], 0, r->cfg.act_dtype, n, s, t);
+/* The skip slot of layer l (a residual or concat) seen like the output of
+ * the layer it reads, whose gradient it adds to. */
+static int skip_view(const clt__replica *r, const clt_layer_spec *l, int64_t n, clt_tensor *t) {
+  return make_view(r->skip[l->skip_slot], 0, r->cfg.act_dtype, n, &l->skip_shape, t);
 }
 
 /* Forward through layer i: outs[i - 1] is its input, outs[i] gets its output view. */
@@ -131,7 +132,7 @@ static int layer_backward(clt__replica *r, const clt__act_set *s, int i, int64_t
   io.y = s->outs[i];
   io.dy = *dy;
   io.dx = *dx;
-  if (l->skip >= 0) CLT_TRY(skip_view(r, l->skip_slot, n, &l->out_shape, &io.skip));
+  if (l->skip >= 0) CLT_TRY(skip_view(r, l, n, &io.skip));
   CLT_TRY(l->kind->backward(&io));
   return CLT_OK;
 fail:
@@ -139,7 +140,7 @@ fail:
 }
 
 /* After the backward of layer i: add the skip-branch gradients of the
- * residuals whose branch starts at layer i - 1 (dy is the gradient at its
+ * residuals and concats whose branch starts at layer i - 1 (dy is the gradient at its
  * output). */
 static int add_skip_gradients(clt__replica *r, int i, int64_t n, const clt_tensor *dy) {
   int rc = CLT_OK;
@@ -148,7 +149,7 @@ static int add_skip_gradients(clt__replica *r, int i, int64_t n, const clt_tenso
     const clt_layer_spec *l = &s->layers[j];
     if (l->skip != i - 1) continue;
     clt_tensor g, d;
-    CLT_TRY(skip_view(r, l->skip_slot, n, &l->out_shape, &g));
+    CLT_TRY(skip_view(r, l, n, &g));
     CLT_TRY(clt__reshape(dy, g.ndim, g.shape, &d));
     CLT_TRY(clt_nn_accumulate(r->ctx, &g, &d));
   }

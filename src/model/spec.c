@@ -3,7 +3,8 @@
  * positional numbers, then name=value options; '#' starts a comment.
  * `block repeat=N` ... `end` repeats the lines between them, `residual`
  * adds the value at the start of the block pass or at the last residual,
- * `tie=NAME` shares a named layer's weight, and `act=NAME` on a linear or
+ * `save NAME` names a value that a later `concat NAME` or `residual NAME`
+ * reads (resolve_saved), `tie=NAME` shares a named layer's weight, and `act=NAME` on a linear or
  * conv2d line is that activation as the next layer; a last line `loss
  * KIND` chooses the loss (cross-entropy by default). Each line's output shape is
  * worked out from the one before through the layer table (model/layer.h),
@@ -59,6 +60,8 @@ typedef struct raw_line {
   clt__token tok[CLT_SPEC_MAX_TOKENS];
   char *words;   /* the tokens' storage */
   char src[256]; /* the line as written */
+  int rep_block, rep_end; /* the innermost block repeated more than once around it: its `block` and `end`
+                             lines (raw indices), or -1 */
 } raw_line;
 
 /* The expanded program: layer lines in order, and the start of every
@@ -131,6 +134,7 @@ static int read_lines(parser *p, const char *text) {
     memset(r, 0, sizeof *r);
     r->line = lineno;
     r->words = words;
+    r->rep_block = r->rep_end = -1;
     clt__strlcpy(r->src, words, sizeof r->src);
     for (char *c = r->src; *c; c++)
       if (*c == '\t' || *c == '\r') *c = ' '; /* keep the caret under its column */
@@ -194,6 +198,8 @@ static int expand(parser *p, int from, int to, int pass) {
         line_ctx(p, k, &in);
         return clt__line_error(&in, in.tok[0].col, "the loss line goes after the last layer, not inside a block");
       }
+    for (int k = i + 1; repeat > 1 && k < j - 1; k++) /* inner blocks, expanded later, overwrite it */
+      p->lines[k].rep_block = i, p->lines[k].rep_end = j - 1;
     for (int k = 0; k < repeat; k++) {
       int in = pass >= 0 ? pass : p->npasses++;
       CLT_TRY(push_item(p, -1, in));
@@ -314,6 +320,38 @@ static int add_activation(clt__spec_line *lc, clt_model_spec *spec, const char *
   return CLT_OK;
 }
 
+/* concat NAME, residual NAME: the nearest `save NAME` before it (l->skip),
+ * written on an earlier line, and not inside a repeated block that the
+ * line is outside (which pass's value would it be?). */
+static int resolve_saved(const parser *p, int raw, clt__spec_line *lc, const clt_model_spec *spec, clt_layer_spec *l) {
+  const char *nm = l->skip_name, *kw = lc->tok[0].text;
+  int j = spec->nlayers - 1;
+  while (j >= 0 && !(spec->layers[j].kind == &clt__kind_save && strcmp(spec->layers[j].skip_name, nm) == 0)) j--;
+  int rs = -1; /* the save's raw line */
+  for (int k = 0; j >= 0 && k < p->nlines && rs < 0; k++)
+    if (p->lines[k].line == spec->layers[j].line) rs = k;
+  if (j < 0 || rs > raw) {
+    for (int k = raw + 1; k < p->nlines; k++)
+      if (is_word(&p->lines[k], "save") && p->lines[k].ntok > 1 && strcmp(p->lines[k].tok[1].text, nm) == 0)
+        return clt__line_error(lc, l->skip_col, "%s %s: '%s' is saved later, at line %d; a value is saved before "
+                               "the line that reads it", kw, nm, nm, p->lines[k].line);
+    char known[200] = "";
+    size_t used = 0;
+    for (int k = 0; k < spec->nlayers && used < sizeof known; k++)
+      if (spec->layers[k].kind == &clt__kind_save && !strstr(known, spec->layers[k].skip_name))
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", spec->layers[k].skip_name);
+    return clt__line_error(lc, l->skip_col, "%s %s: no line 'save %s' before this one (saved so far: %s)", kw, nm, nm,
+                           used ? known : "none");
+  }
+  const raw_line *sr = &p->lines[rs];
+  if (sr->rep_block >= 0 && !(raw > sr->rep_block && raw < sr->rep_end))
+    return clt__line_error(lc, l->skip_col, "%s %s: 'save %s' (line %d) is inside the block at line %d, which "
+                           "repeats, and this line is outside it: which pass's value is meant? Read it inside the "
+                           "block, or save it outside", kw, nm, nm, sr->line, p->lines[sr->rep_block].line);
+  l->skip = j;
+  return CLT_OK;
+}
+
 /* One layer line: parse, connect, infer, place. */
 static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *cap) {
   int rc = CLT_OK;
@@ -343,17 +381,25 @@ static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *ca
                            "input 1 28 28, or input tokens 1024 vocab=50257), not '%s'", kw);
   if (!first && is_input) return clt__line_error(&lc, lc.tok[0].col, "input may only be the first layer");
   if (!first) l->in_shape = spec->layers[spec->nlayers - 1].out_shape;
-  if (l->kind == &clt__kind_residual) {
+  if (l->skip_name[0] && l->kind != &clt__kind_save) CLT_TRY(resolve_saved(p, raw, &lc, spec, l));
+  else if (l->kind == &clt__kind_residual) {
     if (mark < 0)
       return clt__line_error(&lc, lc.tok[0].col, "residual adds the value at the start of a block or at the last "
-                             "residual, and there is none before it: put it in a 'block'");
-    char a[64], b[64];
-    const clt_shape *s = &spec->layers[mark].out_shape;
-    if (s->ndim != l->in_shape.ndim || clt__shape_numel(s) != clt__shape_numel(&l->in_shape) || s->vocab)
-      return clt__line_error(&lc, lc.tok[0].col, "residual adds %s (line %d's output) to %s: the shapes differ",
-                             clt__shape_str(s, a, sizeof a), spec->layers[mark].line,
-                             clt__shape_str(&l->in_shape, b, sizeof b));
+                             "residual, and there is none before it: put it in a 'block' (or name a value: "
+                             "save NAME ... residual NAME)");
     l->skip = mark;
+  }
+  if (l->skip >= 0) {
+    l->skip_shape = spec->layers[l->skip].out_shape;
+    l->skip_line = spec->layers[l->skip].line;
+  }
+  if (l->kind == &clt__kind_residual) {
+    char a[64], b[64];
+    const clt_shape *s = &l->skip_shape;
+    if (s->ndim != l->in_shape.ndim || clt__shape_numel(s) != clt__shape_numel(&l->in_shape) || s->vocab)
+      return clt__line_error(&lc, l->skip_name[0] ? l->skip_col : lc.tok[0].col, "residual adds %s (line %d's "
+                             "output) to %s: the shapes differ", clt__shape_str(s, a, sizeof a), l->skip_line,
+                             clt__shape_str(&l->in_shape, b, sizeof b));
   }
   if (l->in_shape.vocab && !first && l->kind != &clt__kind_embedding)
     return clt__line_error(&lc, lc.tok[0].col, "%s cannot take token ids; put 'embedding WIDTH' right after the input",

@@ -9,7 +9,8 @@
  * between them (expanded here, so every copy is a layer of its own and
  * messages still name the line written); `residual` adds the value at the
  * start of the current block pass, or at the last residual, whichever is
- * later; `tie=NAME` makes a linear layer use the weight of the layer named
+ * later, `save NAME` names the value at its line and `concat NAME` or
+ * `residual NAME` reads it back later (U-Net skips); `tie=NAME` makes a linear layer use the weight of the layer named
  * NAME (the output projection tied to the token embedding). A last line
  * `loss mse|l1|huber [delta=D]|crossentropy` says what training minimises
  * (model/spec.c); without one, cross-entropy on class labels.
@@ -118,7 +119,15 @@ typedef struct clt_layer_spec {
   int64_t saved_act, saved_f32, grad_scratch;
   int block;           /* the pass of a top-level `block` it is in (0, 1, ... in order; a nested block's
                           layers are their outer pass's), or -1: --recompute blocks' unit */
-  int skip_outside;    /* a residual outside that pass (or outside blocks) adds this layer's output */
+  int skip_outside;    /* a residual or concat outside that pass (or outside blocks) reads this layer's output */
+  /* save NAME: the name it gives its input; concat NAME and residual NAME:
+   * the saved value they read (layer skip, a save), written at column
+   * skip_col ("" when none; model/kinds_skip.c). */
+  char skip_name[32];
+  int skip_col;
+  clt_shape skip_shape; /* residual, concat: layer skip's output shape (what infer checks against) */
+  int skip_line;        /* and the line it is written at */
+  int groups;           /* groupnorm: G groups of channels */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {

@@ -329,4 +329,23 @@ int clt_nn_accumulate(clt_context *ctx, const clt_tensor *dy, const clt_tensor *
  * is the same view of dy. */
 int clt_nn_flatten(const clt_tensor *x, clt_tensor *out);
 
+/* ---- concat along the first dimension after the batch (src/nn/concat.c) -- */
+/* y (N, A + B, ...) = [a (N, A, ...) | b (N, B, ...)] per sample, all act
+ * of one dtype (a flat sample's features alike). */
+int clt_nn_concat_forward(clt_context *ctx, const clt_tensor *a, const clt_tensor *b, const clt_tensor *y);
+/* da = dy's first part, db = its second (overwritten); either may be NULL
+ * (not wanted: its size is dy's less the other's). */
+int clt_nn_concat_backward(clt_context *ctx, const clt_tensor *dy, const clt_tensor *da, const clt_tensor *db);
+
+/* ---- groupnorm (src/nn/groupnorm.c) ---------------------------------------- */
+/* torch.nn.GroupNorm(G, C): x (N, C, S...) with C % G == 0 seen as N * G
+ * rows of (C / G) * S values; y like x = (x - mean) rstd w[c] + b[c]; w, b
+ * (C) f32; mean, rstd (N * G) f32 saved (biased variance, as PyTorch). */
+int clt_nn_groupnorm_forward(clt_context *ctx, int groups, float eps, const clt_tensor *x, const clt_tensor *w,
+                             const clt_tensor *b, const clt_tensor *y, const clt_tensor *mean, const clt_tensor *rstd);
+/* dx like x (overwritten; NULL: not wanted); dw, db (C) accumulated. */
+int clt_nn_groupnorm_backward(clt_context *ctx, int groups, const clt_tensor *x, const clt_tensor *w,
+                              const clt_tensor *mean, const clt_tensor *rstd, const clt_tensor *dy,
+                              const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db);
+
 #endif /* CLT_NN_H */

@@ -32,9 +32,10 @@ int clt__spec_cut_ok(const clt_model_spec *s, int c, char *why, size_t len) {
   for (int j = c; j < s->nlayers; j++) {
     const clt_layer_spec *l = &s->layers[j];
     if (l->skip >= 0 && l->skip < c - 1) {
-      snprintf(why, len, "a stage boundary before %s:%d (%s) cuts the residual branch from line %d to the "
-               "residual at line %d: stages hold whole residual blocks", s->name, s->layers[c].line,
-               clt__layer_kind_name(&s->layers[c]), s->layers[l->skip].line, l->line);
+      snprintf(why, len, "a stage boundary before %s:%d (%s) cuts the %s branch from line %d to the "
+               "%s at line %d: stages hold whole residual blocks and everything between a save and what reads it",
+               s->name, s->layers[c].line, clt__layer_kind_name(&s->layers[c]),
+               l->skip_name[0] ? "skip" : "residual", s->layers[l->skip].line, clt__layer_kind_name(l), l->line);
       return 0;
     }
   }

@@ -327,3 +327,50 @@ void ref_regression_loss(int kind, double delta, int M, const double *y, const d
     if (dy) dy[i] = g;
   }
 }
+
+/* torch.nn.GroupNorm(G, C) on x (N, C, S): rows of (C / G) * S values. */
+void ref_groupnorm_forward(int N, int C, int S, int G, double eps, const double *x, const double *w, const double *b,
+                           double *y, double *mean, double *rstd) {
+  int cg = C / G, D = cg * S;
+  for (int m = 0; m < N * G; m++) {
+    const double *r = x + (long)m * D;
+    double mu = 0, var = 0;
+    for (int d = 0; d < D; d++) mu += r[d];
+    mu /= D;
+    for (int d = 0; d < D; d++) var += (r[d] - mu) * (r[d] - mu);
+    var /= D;
+    double s = 1 / sqrt(var + eps);
+    for (int d = 0; d < D; d++) {
+      int c = (m % G) * cg + d / S;
+      y[(long)m * D + d] = (r[d] - mu) * s * w[c] + b[c];
+    }
+    if (mean) mean[m] = mu;
+    if (rstd) rstd[m] = s;
+  }
+}
+
+void ref_groupnorm_backward(int N, int C, int S, int G, const double *x, const double *w, const double *mean,
+                            const double *rstd, const double *dy, double *dx, double *dw, double *db) {
+  int cg = C / G, D = cg * S;
+  memset(dw, 0, (size_t)C * sizeof *dw);
+  memset(db, 0, (size_t)C * sizeof *db);
+  for (int m = 0; m < N * G; m++) {
+    const double *r = x + (long)m * D, *g = dy + (long)m * D;
+    double mg = 0, mgx = 0;
+    for (int d = 0; d < D; d++) {
+      int c = (m % G) * cg + d / S;
+      double xhat = (r[d] - mean[m]) * rstd[m];
+      mg += w[c] * g[d];
+      mgx += w[c] * g[d] * xhat;
+      dw[c] += g[d] * xhat;
+      db[c] += g[d];
+    }
+    mg /= D;
+    mgx /= D;
+    for (int d = 0; d < D; d++) {
+      int c = (m % G) * cg + d / S;
+      double xhat = (r[d] - mean[m]) * rstd[m];
+      dx[(long)m * D + d] = rstd[m] * (w[c] * g[d] - mg - xhat * mgx);
+    }
+  }
+}

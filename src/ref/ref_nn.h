@@ -79,4 +79,11 @@ void ref_softmax_xent(int N, int C, const double *logits, const int32_t *labels,
 void ref_regression_loss(int kind, double delta, int M, const double *y, const double *t, double *losses,
                          double *loss, double *sq_error, double *dy);
 
+/* groupnorm (torch.nn.GroupNorm(G, C)) on x (N, C, S): w, b (C); mean,
+ * rstd (N * G) or NULL; dw, db (C) overwritten. */
+void ref_groupnorm_forward(int N, int C, int S, int G, double eps, const double *x, const double *w, const double *b,
+                           double *y, double *mean, double *rstd);
+void ref_groupnorm_backward(int N, int C, int S, int G, const double *x, const double *w, const double *mean,
+                            const double *rstd, const double *dy, double *dx, double *dw, double *db);
+
 #endif

@@ -69,23 +69,10 @@ static json_t *parts(const uint64_t *v) {
 
 int clt__trainer_memory_records(clt_trainer *t, FILE *metrics) {
   int rc = CLT_OK;
-  int64_t most = t->nlocal, *counts = NULL;
-  clt__memory_record *all = NULL, *mine = NULL;
+  int64_t most, *counts = NULL;
+  clt__memory_record *all = NULL;
   if (!t->memory) return CLT_OK;
-  /* Every rank's records to rank 0, as many slots each as the rank with most. */
-  if (!(counts = clt__calloc((size_t)t->nranks, sizeof *counts))) return CLT_ENOMEM;
-  counts[0] = t->nlocal;
-  if (t->nranks > 1) CLT_TRY(clt_allgather(t->comm, &most, sizeof most, counts));
-  for (int r = 0; r < t->nranks; r++)
-    if (counts[r] > most) most = counts[r];
-  all = clt__calloc((size_t)(t->nranks * most), sizeof *all);
-  mine = clt__calloc((size_t)most, sizeof *mine);
-  if (!all || !mine) { rc = CLT_ENOMEM; goto fail; }
-  memcpy(mine, t->memory, (size_t)t->nlocal * sizeof *mine);
-  if (t->nranks > 1)
-    CLT_TRY(clt_allgather(t->comm, mine, (size_t)most * sizeof *mine, all));
-  else
-    memcpy(all, mine, (size_t)most * sizeof *mine);
+  CLT_TRY(clt__trainer_gather_replicas(t, t->memory, sizeof *all, (void **)&all, &counts, &most));
   for (int r = 0; metrics && t->rank == 0 && r < t->nranks; r++)
     for (int64_t i = 0; i < counts[r]; i++) {
       const clt__memory_record *m = &all[r * most + i];
@@ -105,7 +92,7 @@ int clt__trainer_memory_records(clt_trainer *t, FILE *metrics) {
       CLT_TRY(clt__trainer_metrics_write(t, metrics, o));
     }
 fail:
-  free(counts), free(all), free(mine);
+  free(counts), free(all);
   return rc;
 }
 

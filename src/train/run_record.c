@@ -24,75 +24,6 @@ typedef struct replica_line {
   char device[128], host[64];
 } replica_line;
 
-static const char *const balance_names[] = {"equal", "weights", "auto"};
-static const char *const pipeline_names[] = {"1f1b", "gpipe"};
-
-/* Every field of the options (callback and its user left out). */
-static json_t *options_json(const clt_train_options *o) {
-  json_t *j = json_object(), *opt = json_object(), *sch = json_object(), *w = json_array();
-  const char *s;
-#define STR(x) ((s = (x)) ? json_string(s) : json_null())
-  json_object_set_new(j, "batch", json_integer(o->batch));
-  json_object_set_new(j, "epochs", json_integer(o->epochs));
-  json_object_set_new(j, "max_steps", json_integer(o->max_steps));
-  json_object_set_new(j, "accumulate", json_integer(o->accumulate));
-  json_object_set_new(opt, "kind", json_string(clt_optimizer_name(o->optimizer.kind)));
-  json_object_set_new(opt, "momentum", json_real(o->optimizer.momentum));
-  json_object_set_new(opt, "nesterov", json_integer(o->optimizer.nesterov));
-  json_object_set_new(opt, "weight_decay", json_real(o->optimizer.weight_decay));
-  json_object_set_new(opt, "beta1", json_real(o->optimizer.beta1));
-  json_object_set_new(opt, "beta2", json_real(o->optimizer.beta2));
-  json_object_set_new(opt, "eps", json_real(o->optimizer.eps));
-  json_object_set_new(j, "optimizer", opt);
-  json_object_set_new(sch, "kind", json_string(clt_schedule_name(o->schedule.kind)));
-  json_object_set_new(sch, "lr", json_real(o->schedule.lr));
-  json_object_set_new(sch, "warmup_steps", json_integer(o->schedule.warmup_steps));
-  json_object_set_new(sch, "total_steps", json_integer(o->schedule.total_steps));
-  json_object_set_new(sch, "step_size", json_integer(o->schedule.step_size));
-  json_object_set_new(sch, "gamma", json_real(o->schedule.gamma));
-  json_object_set_new(sch, "min_lr", json_real(o->schedule.min_lr));
-  json_object_set_new(j, "schedule", sch);
-  json_object_set_new(j, "clip", json_real(o->clip));
-  json_object_set_new(j, "decay_all", json_integer(o->decay_all));
-  json_object_set_new(j, "seed", json_integer((json_int_t)o->seed));
-  json_object_set_new(j, "eval_every", json_integer(o->eval_every));
-  json_object_set_new(j, "log_every", json_integer(o->log_every));
-  json_object_set_new(j, "metrics_path", STR(o->metrics_path));
-  json_object_set_new(j, "tensorboard_dir", STR(o->tensorboard_dir));
-  json_object_set_new(j, "drop_last", json_integer(o->drop_last));
-  json_object_set_new(j, "bucket_mb", json_real(o->bucket_mb));
-  json_object_set_new(j, "balance", json_string(balance_names[o->balance]));
-  for (int i = 0; o->balance_weights && i < o->balance_nweights; i++)
-    json_array_append_new(w, json_real(o->balance_weights[i]));
-  json_object_set_new(j, "balance_weights", w);
-  json_object_set_new(j, "balance_every", json_integer(o->balance_every));
-  json_object_set_new(j, "balance_min_share", json_integer(o->balance_min_share));
-  json_object_set_new(j, "check_every", json_integer(o->check_every));
-  json_object_set_new(j, "checkpoint_dir", STR(o->checkpoint_dir));
-  json_object_set_new(j, "checkpoint_every", json_integer(o->checkpoint_every));
-  json_object_set_new(j, "checkpoint_keep", json_integer(o->checkpoint_keep));
-  json_object_set_new(j, "precision", json_string(clt_dtype_name(o->precision)));
-  json_object_set_new(j, "loss_scale", json_real(o->loss_scale));
-  json_object_set_new(j, "loss_scale_window", json_integer(o->loss_scale_window));
-  json_object_set_new(j, "max_skips", json_integer(o->max_skips));
-  json_object_set_new(j, "max_device_memory", json_integer((json_int_t)o->max_device_memory));
-  json_object_set_new(j, "zero", json_integer(o->zero));
-  json_object_set_new(j, "pipeline", json_integer(o->pipeline));
-  json_object_set_new(j, "micro_batches", json_integer(o->micro_batches));
-  json_object_set_new(j, "pipeline_schedule", json_string(pipeline_names[o->pipeline_schedule]));
-  json_object_set_new(j, "stages", STR(o->stages));
-  json_object_set_new(j, "checkpoint_one_file", json_integer(o->checkpoint_one_file));
-  json_object_set_new(j, "progress_s", json_real(o->progress_s));
-  json_object_set_new(j, "offload", json_integer(o->offload));
-  json_object_set_new(j, "shard_by", json_integer(o->shard_by));
-  json_t *sw = json_array();
-  for (int i = 0; o->shard_weights && i < o->shard_nweights; i++) json_array_append_new(sw, json_real(o->shard_weights[i]));
-  json_object_set_new(j, "shard_weights", sw);
-  json_object_set_new(j, "recompute", json_string(o->recompute == CLT_RECOMPUTE_BLOCKS ? "blocks" : "none"));
-#undef STR
-  return j;
-}
-
 /* Rank 0: the record itself, from every replica's line. */
 static json_t *record(clt_trainer *t, const replica_line *all, const int64_t *counts, int64_t most) {
   json_t *o = json_object(), *devs = json_array(), *hosts = json_array();
@@ -123,7 +54,7 @@ static json_t *record(clt_trainer *t, const replica_line *all, const int64_t *co
     }
   json_object_set_new(o, "devices", devs);
   json_object_set_new(o, "hosts", hosts);
-  json_object_set_new(o, "options", options_json(&t->opts));
+  json_object_set_new(o, "options", clt__options_json(&t->opts));
   if (t->opts.run_json) { /* checked by clt_trainer_create */
     json_t *extra = json_loads(t->opts.run_json, 0, NULL);
     if (json_is_object(extra)) json_object_update_missing(o, extra);
@@ -134,16 +65,9 @@ static json_t *record(clt_trainer *t, const replica_line *all, const int64_t *co
 
 int clt__trainer_run_record(clt_trainer *t, FILE *metrics) {
   int rc = CLT_OK;
-  int64_t most = t->nlocal, *counts = NULL;
-  replica_line *all = NULL, *mine = NULL;
-  if (!(counts = clt__calloc((size_t)t->nranks, sizeof *counts))) return CLT_ENOMEM;
-  counts[0] = t->nlocal;
-  if (t->nranks > 1) CLT_TRY(clt_allgather(t->comm, &most, sizeof most, counts));
-  for (int r = 0; r < t->nranks; r++)
-    if (counts[r] > most) most = counts[r];
-  all = clt__calloc((size_t)(t->nranks * most), sizeof *all);
-  mine = clt__calloc((size_t)most, sizeof *mine);
-  if (!all || !mine) { rc = CLT_ENOMEM; goto fail; }
+  int64_t most, *counts = NULL;
+  replica_line *all = NULL, *mine = clt__calloc((size_t)t->nlocal + 1, sizeof *mine);
+  if (!mine) return CLT_ENOMEM;
   char host[64] = "";
   gethostname(host, sizeof host - 1);
   for (int i = 0; i < t->nlocal; i++) {
@@ -156,10 +80,7 @@ int clt__trainer_run_record(clt_trainer *t, FILE *metrics) {
     clt__strlcpy(mine[i].device, t->ctx[i]->info.name, sizeof mine[i].device);
     clt__strlcpy(mine[i].host, host, sizeof mine[i].host);
   }
-  if (t->nranks > 1)
-    CLT_TRY(clt_allgather(t->comm, mine, (size_t)most * sizeof *mine, all));
-  else
-    memcpy(all, mine, (size_t)most * sizeof *mine);
+  CLT_TRY(clt__trainer_gather_replicas(t, mine, sizeof *mine, (void **)&all, &counts, &most));
   if (t->rank == 0) {
     /* The peaks of rank 0's data-parallel group (its pipeline stage's), by replica. */
     int R = clt__dp_replicas(t->s.dp);

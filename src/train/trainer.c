@@ -52,91 +52,10 @@ void clt_train_options_defaults(clt_train_options *o) {
   o->max_skips = 20;
 }
 
-/* The options' counts, a row each: the field (its offset and width in
- * clt_train_options), the tool's flag for it, and the least it may be. A
- * value below is CLT_EINVAL naming both and the value: a negative count
- * (max_steps = -3) would otherwise pass as "no limit" or worse. */
-typedef struct {
-  const char *field, *flag;
-  size_t offset, size;
-  int64_t min;
-} count_field;
-#define COUNT(f, flag, min) {#f, flag, offsetof(clt_train_options, f), sizeof(((clt_train_options *)0)->f), min}
-static const count_field counts[] = {
-    COUNT(batch, "--batch", 1),
-    COUNT(epochs, "--epochs", 1),
-    COUNT(max_steps, "--max-steps", 0),
-    COUNT(accumulate, "--accumulate", 1),
-    COUNT(schedule.warmup_steps, "--warmup", 0),
-    COUNT(schedule.total_steps, NULL, 0),
-    COUNT(schedule.step_size, "--step-size", 0),
-    COUNT(eval_every, "--eval-every", 0),
-    COUNT(log_every, "--log-every", 0),
-    COUNT(balance_nweights, NULL, 0),
-    COUNT(balance_every, "--balance-every", 0),
-    COUNT(balance_min_share, "--balance-min-share", 0),
-    COUNT(check_every, "--check-every", 0),
-    COUNT(checkpoint_every, "--checkpoint-every", 0),
-    COUNT(checkpoint_keep, "--keep", 0),
-    COUNT(loss_scale_window, NULL, 0),
-    COUNT(max_skips, NULL, 0),
-    COUNT(zero, "--zero", 0),
-    COUNT(pipeline, "--pipeline", 0),
-    COUNT(micro_batches, "--micro-batches", 0),
-    COUNT(shard_nweights, NULL, 0),
-};
-#undef COUNT
-
-/* The options' kinds: the field, its values' names in order (values 0 ..
- * n - 1), the C names for the message. */
-typedef struct {
-  const char *field;
-  size_t offset;
-  const char *names;
-  int n;
-} enum_field;
-#define ENUM(f, n, names) {#f, offsetof(clt_train_options, f), names, n}
-static const enum_field enums[] = {
-    ENUM(schedule.kind, 3, "CLT_SCHED_CONSTANT (0), CLT_SCHED_STEP (1) or CLT_SCHED_COSINE (2)"),
-    ENUM(balance, 3, "CLT_BALANCE_EQUAL (0), CLT_BALANCE_WEIGHTS (1) or CLT_BALANCE_AUTO (2)"),
-    ENUM(pipeline_schedule, 2, "CLT_PIPELINE_1F1B (0) or CLT_PIPELINE_GPIPE (1)"),
-    ENUM(decay_all, 2, "0 or 1"),
-    ENUM(drop_last, 2, "0 or 1"),
-    ENUM(checkpoint_one_file, 2, "0 or 1"),
-    ENUM(offload, 2, "CLT_OFFLOAD_NONE (0) or CLT_OFFLOAD_OPTIMIZER (1)"),
-    ENUM(shard_by, 3, "CLT_SHARD_EQUAL (0), CLT_SHARD_MEMORY (1) or CLT_SHARD_WEIGHTS (2)"),
-    ENUM(recompute, 2, "CLT_RECOMPUTE_NONE (0) or CLT_RECOMPUTE_BLOCKS (1)"),
-};
-#undef ENUM
-
-static int64_t field_value(const clt_train_options *o, size_t offset, size_t size) {
-  const char *at = (const char *)o + offset;
-  if (size == sizeof(int64_t)) {
-    int64_t v;
-    memcpy(&v, at, sizeof v);
-    return v;
-  }
-  int v; /* the enums and the int fields */
-  memcpy(&v, at, sizeof v);
-  return v;
-}
-
+/* The fields one at a time (options_table.c), then what ties them. */
 static int check_fields(const clt_train_options *o) {
-  for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
-    int64_t v = field_value(o, counts[i].offset, counts[i].size);
-    if (v < counts[i].min && counts[i].flag)
-      return clt__error(CLT_EINVAL, "clt_train_options.%s (%s %lld) must be %lld or more", counts[i].field,
-                        counts[i].flag, (long long)v, (long long)counts[i].min);
-    if (v < counts[i].min)
-      return clt__error(CLT_EINVAL, "clt_train_options.%s is %lld: it must be %lld or more", counts[i].field,
-                        (long long)v, (long long)counts[i].min);
-  }
-  for (size_t i = 0; i < sizeof enums / sizeof *enums; i++) {
-    int64_t v = field_value(o, enums[i].offset, sizeof(int));
-    if (v < 0 || v >= enums[i].n)
-      return clt__error(CLT_EINVAL, "clt_train_options.%s is %lld: give %s", enums[i].field, (long long)v,
-                        enums[i].names);
-  }
+  int rc = clt__options_check_fields(o);
+  if (rc < 0) return rc;
   if (o->balance == CLT_BALANCE_WEIGHTS && !o->balance_weights)
     return clt__error(CLT_EINVAL, "clt_train_options.balance_weights is NULL with balance CLT_BALANCE_WEIGHTS "
                       "(balance_nweights %d): give one weight per replica of all ranks", o->balance_nweights);
@@ -277,6 +196,32 @@ static int check_options(const clt_train_options *o, int nranks) {
 int clt__trainer_sum(clt_trainer *t, double *vals, int n) { return clt__sum_ranks(t->comm, vals, n); }
 
 int clt__trainer_all_ok(clt_trainer *t, int rc, const char *what) { return clt__all_ok(t->comm, rc, what); }
+
+int clt__trainer_gather_replicas(clt_trainer *t, const void *mine, size_t size, void **all, int64_t **counts,
+                                 int64_t *most) {
+  int rc = CLT_OK;
+  unsigned char *padded = NULL;
+  *all = NULL, *most = t->nlocal;
+  if (!(*counts = clt__calloc((size_t)t->nranks, sizeof **counts))) return CLT_ENOMEM;
+  (*counts)[0] = t->nlocal;
+  if (t->nranks > 1) CLT_TRY(clt_allgather(t->comm, most, sizeof *most, *counts));
+  for (int r = 0; r < t->nranks; r++)
+    if ((*counts)[r] > *most) *most = (*counts)[r];
+  *all = clt__calloc((size_t)(t->nranks * *most) + 1, size);
+  padded = clt__calloc((size_t)*most + 1, size);
+  if (!*all || !padded) { rc = CLT_ENOMEM; goto fail; }
+  memcpy(padded, mine, (size_t)t->nlocal * size);
+  if (t->nranks > 1)
+    CLT_TRY(clt_allgather(t->comm, padded, (size_t)*most * size, *all));
+  else
+    memcpy(*all, padded, (size_t)*most * size);
+  free(padded);
+  return CLT_OK;
+fail:
+  free(padded), free(*all), free(*counts);
+  *all = NULL, *counts = NULL;
+  return rc;
+}
 
 int clt__trainer_args_ok(clt_trainer *t, int rc, const char *what) {
   char own[1024] = "";

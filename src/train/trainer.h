@@ -125,6 +125,11 @@ void clt__shortest_number(double v, char *buf, size_t len);
  * which keeps the peaks (peak_flops) and writes the run record to metrics
  * (when not NULL). */
 int clt__trainer_run_record(clt_trainer *t, FILE *metrics);
+/* Every option's field, from the one table of them (options_table.c):
+ * each checked on its own (a count's least value, an enumeration's range;
+ * CLT_EINVAL naming the field and its flag), and all as a JSON object. */
+int clt__options_check_fields(const clt_train_options *o);
+struct json_t *clt__options_json(const clt_train_options *o);
 /* A training step's FLOPs per sample of what this rank's replicas hold. */
 double clt__trainer_flops_per_sample(const clt_trainer *t);
 
@@ -171,6 +176,11 @@ void clt__scaler_unscale(clt_trainer *t, float *scale, float *ss, int64_t labels
 
 /* ---- small collectives over the trainer's ranks ---- */
 
+/* Every rank's t->nlocal records of size bytes each (mine) on every rank:
+ * *all (freed by the caller, as *counts) holds nranks x *most slots, rank
+ * r's (*counts)[r] records first in its slots. */
+int clt__trainer_gather_replicas(clt_trainer *t, const void *mine, size_t size, void **all, int64_t **counts,
+                                 int64_t *most);
 /* Sum small per-rank values over all ranks in rank order (the same bits
  * everywhere). */
 int clt__trainer_sum(clt_trainer *t, double *vals, int n);

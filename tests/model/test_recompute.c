@@ -5,7 +5,8 @@
  * Llama (RMSNorm, grouped-query attention with rotary positions, SwiGLU),
  * a residual MLP whose blocks end in dropout (active: the masks must come
  * out the same when the pass runs again) with a residual after the block
- * that adds a layer inside it, and nested blocks; a forward-only run's
+ * that adds a layer inside it, nested blocks, and a U-Net's save/concat
+ * skips into, inside and out of block passes; a forward-only run's
  * output is the same bits too. The activations it counts drop by what the
  * formula says: every block pass's layers but its last are held once, for
  * the largest pass, instead of once a pass; the replica measures what was
@@ -80,6 +81,30 @@ static const char *nested_spec = "input 10\n"
                                  "end\n"
                                  "linear 5 init=he\n";
 
+/* U-Net skips across block passes: e1 saved outside the blocks and read in
+ * the second pass, e2 saved and read inside the first (both run again),
+ * e3 saved in the second and read after it (its storage, the concat's
+ * output, kept). */
+static const char *unet_spec = "input 2 6 6\n"
+                               "conv2d 4 kernel=3 pad=1 act=tanh\n"
+                               "save e1\n"
+                               "block\n"
+                               "  conv2d 4 kernel=3 pad=1 act=tanh\n"
+                               "  save e2\n"
+                               "  groupnorm 2\n"
+                               "  conv2d 4 kernel=3 pad=1 act=tanh\n"
+                               "  concat e2\n"
+                               "end\n"
+                               "block\n"
+                               "  conv2d 4 kernel=3 pad=1 act=tanh\n"
+                               "  concat e1\n"
+                               "  save e3\n"
+                               "  conv2d 4 kernel=1\n"
+                               "end\n"
+                               "concat e3\n"
+                               "flatten\n"
+                               "linear 5 init=he\n";
+
 static const char *cnn_spec = "input 1 12 12\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool 2\nflatten\nlinear 16\nrelu\n"
                               "dropout 0.25\nlinear 10\n";
 
@@ -124,10 +149,10 @@ static void run_once(clt_context *ctx, const clt_model_spec *s, clt_dtype dt, in
 static void run_free(run_out *o) { free(o->grad), free(o->logits); }
 
 START_TEST(gradients_are_the_same_bits) {
-  const char *specs[] = {gpt_spec, llama_spec, dropout_spec, nested_spec};
-  const char *names[] = {"GPT", "Llama", "blocks ending in dropout", "nested blocks"};
-  for (int k = 0; k < 4; k++)
-    for (int d = 0; d < (k < 2 ? tu_ndev : 1); d++) /* the kinds of the last two: on the first device */
+  const char *specs[] = {gpt_spec, llama_spec, dropout_spec, nested_spec, unet_spec};
+  const char *names[] = {"GPT", "Llama", "blocks ending in dropout", "nested blocks", "U-Net skips"};
+  for (int k = 0; k < 5; k++)
+    for (int d = 0; d < (k == 2 || k == 3 ? 1 : tu_ndev); d++) /* the kinds of those two: on the first device */
       for (int h = 0; h < 2; h++) {
         clt_dtype dt = h ? CLT_F16 : CLT_F32;
         clt_model_spec *s;

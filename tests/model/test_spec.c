@@ -11,6 +11,9 @@
 #include <check.h>
 #include <cltrain.h>
 
+#include "model/layer.h"
+#include "model/model.h"
+
 #ifndef SRCDIR
 #define SRCDIR "."
 #endif
@@ -247,7 +250,90 @@ static const struct {
     {"input 8\nlinear 3\nloss l1 reduction=sum\n", "t.model:3:9:", "unknown option 'reduction' for loss"},
     {"input 8\nblock repeat=2\nlinear 8\nloss mse\nend\n", "t.model:4:1:", "not inside a block"},
     {"input 8\nrelu\nloss mse\n", "t.model:2:", "has no parameters"},
+    /* save, concat, residual NAME, groupnorm */
+    {"input 2 8 8\nconv2d 4 kernel=3 pad=1\nsave a\nmaxpool 2\nconcat a\nflatten\nlinear 2\n", "t.model:5:8:",
+     "concat a: the value saved at line 3 is (4, 8, 8) but this layer's input is (4, 4, 4); all but the first"},
+    {"input 2 4 4\nsave a\nflatten\nconcat a\nlinear 2\n", "t.model:4:8:",
+     "the value saved at line 2 is (2, 4, 4) but this layer's input is (32)"},
+    {"input 8\nsave a\nconcat b\nlinear 2\n", "t.model:3:8:", "concat b: no line 'save b' before this one (saved so "
+     "far: a)"},
+    {"input 8\nconcat a\nsave a\nlinear 2\n", "t.model:2:8:", "concat a: 'a' is saved later, at line 3"},
+    {"input 8\nblock repeat=2\nconcat a\nsave a\nend\nlinear 2\n", "t.model:3:8:", "'a' is saved later, at line 4"},
+    {"input 8\nblock repeat=2\nlinear 8\nsave a\nend\nconcat a\nlinear 2\n", "t.model:6:8:",
+     "concat a: 'save a' (line 4) is inside the block at line 2, which repeats, and this line is outside it"},
+    {"input 8\nblock repeat=2\nblock\nsave a\nend\nlinear 8\nconcat a\nend\nconcat a\nlinear 2\n", "t.model:9:8:",
+     "inside the block at line 2, which repeats"},
+    {"input 8\nconcat\nlinear 2\n", "t.model:2:1:", "concat needs a name (concat enc1, after a line save enc1)"},
+    {"input 8\nsave a\nconcat name=a\nlinear 2\n", "t.model:3:1:", "name= would name this layer itself"},
+    {"input 8\nsave\nlinear 2\n", "t.model:2:1:", "save needs a name (save enc1)"},
+    {"input 8\nsave a b\nlinear 2\n", "t.model:2:8:", "unexpected 'b'"},
+    {"input 8\nsave a_name_of_thirty_two_characters_\nlinear 2\n", "t.model:2:6:", "a name is 1 to 31"},
+    {"input 8\nsave a\nlinear 4\nresidual a\nlinear 2\n", "t.model:4:10:", "residual adds (8) (line 2's output) to (4)"},
+    {"input 8\nlinear 4\nresidual z\nlinear 2\n", "t.model:3:10:", "residual z: no line 'save z' before this one"},
+    {"input tokens 4 vocab=9\nsave a\nembedding 4\nlinear 9\n", "t.model:2:1:", "save cannot take token ids"},
+    {"input 6 4 4\ngroupnorm 4\nflatten\nlinear 2\n", "t.model:2:11:", "groupnorm 4: 4 groups do not divide the 6 "
+     "channels of (6, 4, 4)"},
+    {"input 6 4 4\ngroupnorm\nflatten\nlinear 2\n", "t.model:2:", "the number of groups"},
+    {"input 6 4 4\ngroupnorm 0\nflatten\nlinear 2\n", "t.model:2:11:", "from 1 to"},
+    {"input 6 4 4\ngroupnorm 2 eps=0\nflatten\nlinear 2\n", "t.model:2:17:", "above 0"},
 };
+
+/* A U-Net's skips: nested saves read back in reverse, the channels added
+ * up; a save inside a repeated block read in the same pass; save name=;
+ * residual NAME; groupnorm's parameters, PyTorch's. */
+START_TEST(skips_and_groupnorm_parse) {
+  clt_model *m;
+  const char *unet = "input 3 8 8\n"
+                     "conv2d 4 kernel=3 pad=1 act=relu\n"
+                     "save e1\n"
+                     "maxpool 2\n"
+                     "conv2d 8 kernel=3 pad=1\n"
+                     "save name=e2\n"
+                     "conv2d 8 kernel=3 pad=1\n"
+                     "concat e2\n"            /* (16, 4, 4) */
+                     "groupnorm 4 eps=1e-6\n"
+                     "conv2d 4 kernel=3 pad=3\n" /* back to 8 x 8 */
+                     "concat e1\n"            /* (8, 8, 8) */
+                     "block repeat=2\n"
+                     "  save x\n"
+                     "  conv2d 8 kernel=1\n"
+                     "  residual x\n"
+                     "  concat x\n"
+                     "  conv2d 8 kernel=1\n"
+                     "end\n"
+                     "flatten\n"
+                     "linear 2\n";
+  ck_assert_msg(clt_model_parse(unet, "u.model", &m) == 0, "%s", clt_last_error());
+  char *summary;
+  clt_model_summary(m, &summary);
+  ck_assert_ptr_nonnull(strstr(summary, "(16, 4, 4)"));
+  ck_assert_ptr_nonnull(strstr(summary, "concat e1"));
+  ck_assert_ptr_nonnull(strstr(summary, "groupnorm 4"));
+  free(summary);
+  const clt_model_spec *s = m->spec;
+  int concats = 0;
+  for (int i = 0; i < s->nlayers; i++) {
+    const clt_layer_spec *l = &s->layers[i];
+    if (strcmp(clt__layer_kind_name(l), "concat") == 0) {
+      ck_assert_int_ge(l->skip, 0);
+      ck_assert_str_eq(clt__layer_kind_name(&s->layers[l->skip]), "save");
+      ck_assert_str_eq(s->layers[l->skip].skip_name, l->skip_name);
+      if (i >= 15) ck_assert_int_eq(l->skip, i - 3); /* the block's concat reads its own pass's save */
+      concats++;
+    }
+    if (strcmp(clt__layer_kind_name(l), "groupnorm") == 0) {
+      ck_assert_int_eq(l->nparams, 2);
+      ck_assert_str_eq(l->param[0].name, "weight");
+      ck_assert_str_eq(l->param[1].name, "bias");
+      ck_assert_int_eq(l->param[0].count, 16);
+      ck_assert(fabs(l->eps - 1e-6) < 1e-12);
+    }
+  }
+  ck_assert_int_eq(concats, 4);
+  ck_assert_int_eq(s->skip_slots, 2); /* x twice in a pass; e1 and e2 */
+  clt_model_destroy(m);
+}
+END_TEST
 
 START_TEST(mistakes_are_located) {
   clt_model *m = (clt_model *)1;
@@ -284,6 +370,7 @@ int main(void) {
   tcase_add_test(tc, options_comments_and_shapes);
   tcase_add_test(tc, gpt_models_parse);
   tcase_add_test(tc, loss_lines_parse);
+  tcase_add_test(tc, skips_and_groupnorm_parse);
   tcase_add_loop_test(tc, mistakes_are_located, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, file_errors);
   suite_add_tcase(s, tc);
