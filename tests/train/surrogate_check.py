@@ -54,17 +54,20 @@ MODELS = {
     "unet2d": """# 2D U-Net surrogate: a (2, 16, 16) field to a (2, 16, 16) field
 input 2 16 16
 conv2d 8 kernel=3 pad=1
+groupnorm 2
 silu
-block
-  conv2d 8 kernel=3 pad=1
-  silu
-  conv2d 8 kernel=3 pad=1
-  residual
-end
+save s1
+conv2d 8 kernel=3 pad=1
+silu
+concat s1
 maxpool 2
 conv2d 16 kernel=3 pad=1
+groupnorm 4
+save s2
 silu
-conv2d 2 kernel=1
+conv2d 16 kernel=3 pad=1
+residual s2
+conv2d 4 kernel=1
 flatten
 linear 512
 loss mse
