@@ -125,6 +125,30 @@ static conv_op make_conv(int64_t N, int64_t Cin, int64_t H, int64_t Cout, int ne
   return c;
 }
 
+/* conv3d (src/nn/conv_nd.c): x (N, C, S, S, S), 3x3x3 'same'; peer:
+ * bench/conv3d_torch.py with the same shapes. */
+typedef struct conv3d_op {
+  clt_nn_convnd_cfg cfg;
+  clt_tensor x, w, b, y, dy, dx, dw, db, ws;
+} conv3d_op;
+static int conv3d_fwd(void *p) {
+  conv3d_op *c = p;
+  return clt_nn_convnd_forward(ctx, &c->cfg, &c->x, &c->w, &c->b, &c->y, &c->ws);
+}
+static int conv3d_bwd(void *p) {
+  conv3d_op *c = p;
+  return clt_nn_convnd_backward(ctx, &c->cfg, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db, &c->ws);
+}
+#define T5(a, b, c, d, e) make(5, (const int64_t[]){a, b, c, d, e}, CLT_F32)
+static conv3d_op make_conv3d(int64_t N, int64_t Cin, int64_t S, int64_t Cout) {
+  conv3d_op c = {{3, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, T5(N, Cin, S, S, S), T5(Cout, Cin, 3, 3, 3), T1(Cout),
+                 T5(N, Cout, S, S, S), T5(N, Cout, S, S, S), T5(N, Cin, S, S, S), T5(Cout, Cin, 3, 3, 3), T1(Cout),
+                 {0}};
+  int64_t ws = (int64_t)(clt_nn_convnd_workspace_bytes(N, Cin, Cout, 27, S * S * S) / 4);
+  c.ws = make(1, &ws, CLT_F32);
+  return c;
+}
+
 typedef struct act_op {
   clt_tensor x, y, dy, dx;
 } act_op;
@@ -399,6 +423,14 @@ int main(int argc, char **argv) {
   bench_gemm(0, 0, 64, 4 * 196, 288);
   bench_gemm(0, 1, 64, 288, 4 * 196);
   bench_gemm(1, 0, 288, 4 * 196, 64);
+  printf("conv3d (batch %d)\n", (int)N);
+  conv3d_op v1 = make_conv3d(N, 8, 16, 16), v2 = make_conv3d(N, 16, 8, 32);
+  total_ms = total_cpu_ms = 0;
+  bench("conv3d 8-16 16^3 forward", conv3d_fwd, &v1);
+  bench("conv3d 8-16 16^3 backward", conv3d_bwd, &v1);
+  bench("conv3d 16-32 8^3 forward", conv3d_fwd, &v2);
+  bench("conv3d 16-32 8^3 backward", conv3d_bwd, &v2);
+  printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
   printf("MLP\n");
   lin_op m1 = make_lin(N, 784, 256, 0), m2 = make_lin(N, 256, 128, 1), m3 = make_lin(N, 128, 10, 1);
   act_op r1 = {T2(N, 256), T2(N, 256), T2(N, 256), T2(N, 256)}, r2 = {T2(N, 128), T2(N, 128), T2(N, 128), T2(N, 128)};

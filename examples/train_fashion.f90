@@ -3,7 +3,13 @@
 ! a cltrain communicator from MPI_COMM_WORLD's Fortran handle, a model
 ! spec, and clt_trainer_step on batches it takes from the Fashion-MNIST
 ! files (through the library's IDX reader), each rank its own share of
-! every global batch; then the test accuracy of its predictions.
+! every global batch; then the test accuracy of its predictions, and the
+! loss and accuracy on the whole test set from clt_trainer_evaluate (every
+! rank's replica taking its part). The options are clt_options_t's
+! components, every field of the C library's clt_train_options
+! (opts%zero, opts%precision, opts%metrics_path, opts%callback, ...; see
+! libcltrain(3)); clt_trainer_fit runs the library's own loop over
+! datasets instead of this one.
 !
 !   gfortran train_fashion.f90 $(pkg-config --cflags --libs cltrain-fortran) -o train_fashion_f
 !   mpirun -np 2 ./train_fashion_f fashion_mlp.model [DATA_DIR [STEPS]]
@@ -26,6 +32,7 @@ program train_fashion
   integer(c_int32_t), allocatable :: y(:)
   integer(c_int64_t), allocatable :: idx(:)
   real(c_float) :: mean, std
+  real(c_double) :: test_loss, test_accuracy
   integer(c_int64_t) :: count, share, first, step, steps, j, correct, total
   integer :: ierr, provided, rank, nranks, d
   character(len=16) :: one
@@ -65,6 +72,7 @@ program train_fashion
   call clt_options_default(opts)
   opts%batch = global_batch ! the global batch: every rank's share together
   opts%lr = 0.02
+  opts%clip = 5 ! global-norm gradient clipping
   call try(clt_trainer_create(model, mine, comm, opts, trainer), 'trainer')
 
   ! This rank's share of each global batch: the ranks split it in turn.
@@ -97,6 +105,10 @@ program train_fashion
      if (maxloc(logits(:, j), 1) - 1 == y(j)) correct = correct + 1
   end do
   if (rank == 0) print '(a, i0, a, f6.4)', 'test accuracy on ', total, ' samples: ', real(correct) / real(total)
+  ! The whole test set, split across the ranks (collective).
+  call try(clt_trainer_evaluate(trainer, test, test_loss, test_accuracy), 'evaluate')
+  if (rank == 0) print '(a, i0, a, f7.4, a, f6.4)', 'evaluate on all ', clt_dataset_count(test), &
+       ' test samples: loss ', test_loss, ', accuracy ', test_accuracy
 
   call clt_trainer_destroy(trainer)
   call clt_dataset_destroy(train)

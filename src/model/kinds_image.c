@@ -25,11 +25,17 @@ static int window_infer(clt__spec_line *lc, clt_layer_spec *l, int pad) {
   int rc = need_image(lc, l);
   if (rc < 0) return rc;
   const clt_shape *in = &l->in_shape;
-  int h = (in->dims[1] + 2 * pad - l->kernel) / l->stride + 1;
-  int w = (in->dims[2] + 2 * pad - l->kernel) / l->stride + 1;
-  if (in->dims[1] + 2 * pad < l->kernel || in->dims[2] + 2 * pad < l->kernel || h < 1 || w < 1)
+  int span = (l->kernel - 1) * (l->dilation > 1 ? l->dilation : 1) + 1; /* conv2d's dilation= spreads the taps */
+  int h = (in->dims[1] + 2 * pad - span) / l->stride + 1;
+  int w = (in->dims[2] + 2 * pad - span) / l->stride + 1;
+  if (in->dims[1] + 2 * pad < span || in->dims[2] + 2 * pad < span || h < 1 || w < 1) {
+    if (span > l->kernel)
+      return clt__line_error(lc, clt__line_col(lc), "%s window %d with dilation %d spans %d, more than its input %s "
+                             "(padding %d)", lc->tok[0].text, l->kernel, l->dilation, span,
+                             clt__shape_str(in, s, sizeof s), pad);
     return clt__line_error(lc, clt__line_col(lc), "%s window %d is larger than its input %s (padding %d)",
                            lc->tok[0].text, l->kernel, clt__shape_str(in, s, sizeof s), pad);
+  }
   l->out_shape.dims[1] = h;
   l->out_shape.dims[2] = w;
   return CLT_OK;
@@ -40,10 +46,11 @@ static int window_infer(clt__spec_line *lc, clt_layer_spec *l, int pad) {
 static int conv_parse(clt__spec_line *lc, clt_layer_spec *l) {
   int rc = CLT_OK;
   CLT_TRY(clt__need_int(lc, 0, "the number of output channels", "conv2d 32 kernel=3", 1, MAX_DIM, &l->out));
-  l->kernel = 3, l->stride = 1, l->pad = 0;
+  l->kernel = 3, l->stride = 1, l->pad = 0, l->dilation = 1;
   CLT_TRY(clt__opt_int(lc, "kernel", 1, 64, &l->kernel));
   CLT_TRY(clt__opt_int(lc, "stride", 1, 64, &l->stride));
   CLT_TRY(clt__opt_int(lc, "pad", 0, 64, &l->pad));
+  CLT_TRY(clt__opt_int(lc, "dilation", 1, 64, &l->dilation));
   CLT_TRY(clt__opt_bool(lc, "bias", &l->bias));
   CLT_TRY(clt__opt_init(lc, l));
 fail:
@@ -82,7 +89,10 @@ static int workspace_view(const clt__layer_io *io, clt_tensor *t) {
   return clt_tensor_view(io->workspace, 0, CLT_F32, 1, &n, t);
 }
 
+/* A dilated conv2d runs through src/nn/conv_nd.c (kinds_volume.c); the
+ * undilated one keeps conv.c's tuned paths. */
 static int conv_forward(const clt__layer_io *io) {
+  if (io->l->dilation > 1) return clt__convnd_layer_forward(io);
   int rc = CLT_OK;
   clt_nn_conv2d_cfg c = conv_cfg(io->l);
   clt_tensor w, b, ws;
@@ -95,6 +105,7 @@ fail:
 }
 
 static int conv_backward(const clt__layer_io *io) {
+  if (io->l->dilation > 1) return clt__convnd_layer_backward(io);
   int rc = CLT_OK;
   clt_nn_conv2d_cfg c = conv_cfg(io->l);
   clt_tensor w, dw, db, ws;
@@ -109,7 +120,10 @@ fail:
 }
 
 static void describe_conv(const clt_layer_spec *l, char *buf, size_t len) {
-  snprintf(buf, len, "conv2d %d k%d s%d p%d%s", l->out, l->kernel, l->stride, l->pad, l->bias ? "" : " no-bias");
+  snprintf(buf, len, "conv2d %d k%d s%d p%d d%d%s", l->out, l->kernel, l->stride, l->pad, l->dilation,
+           l->bias ? "" : " no-bias");
+  if (l->dilation <= 1) /* as before dilation= */
+    snprintf(buf, len, "conv2d %d k%d s%d p%d%s", l->out, l->kernel, l->stride, l->pad, l->bias ? "" : " no-bias");
 }
 
 /* Each output value: cin * k * k multiply-adds. */

@@ -10,8 +10,9 @@
  * Kinds live in kinds_dense.c (linear, layernorm, activations, dropout,
  * residual, flatten, input), kinds_image.c (conv2d and pooling),
  * kinds_seq.c (embeddings), kinds_attention.c (attention) and
- * kinds_llama.c (rmsnorm, swiglu), kinds_skip.c (save, concat) and
- * kinds_groupnorm.c (groupnorm).
+ * kinds_llama.c (rmsnorm, swiglu), kinds_skip.c (save, concat),
+ * kinds_groupnorm.c (groupnorm) and kinds_volume.c (conv1d, conv3d, 1-D
+ * and 3-D pooling).
  */
 #ifndef CLT_MODEL_LAYER_H
 #define CLT_MODEL_LAYER_H
@@ -189,5 +190,12 @@ extern const clt__layer_kind clt__kind_input, clt__kind_linear, clt__kind_layern
     clt__kind_swiglu, clt__kind_save, clt__kind_concat, clt__kind_groupnorm;
 /* residual's parse: an optional NAME of a saved value (kinds_skip.c). */
 int clt__residual_parse(clt__spec_line *lc, clt_layer_spec *l);
+/* kinds_volume.c */
+extern const clt__layer_kind clt__kind_conv1d, clt__kind_conv3d, clt__kind_maxpool1d, clt__kind_avgpool1d,
+    clt__kind_maxpool3d, clt__kind_avgpool3d;
+/* A convolution layer (conv1d, conv3d, or conv2d with dilation=) through
+ * src/nn/conv_nd.c, its geometry from l's options and in_shape. */
+int clt__convnd_layer_forward(const clt__layer_io *io);
+int clt__convnd_layer_backward(const clt__layer_io *io);
 
 #endif

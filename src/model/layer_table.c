@@ -14,6 +14,8 @@ static const clt__layer_kind *const kinds[] = {
     &clt__kind_flatten,   &clt__kind_layernorm,     &clt__kind_residual,      &clt__kind_embedding,
     &clt__kind_posembedding, &clt__kind_attention, &clt__kind_silu,         &clt__kind_rmsnorm,
     &clt__kind_swiglu, &clt__kind_save, &clt__kind_concat, &clt__kind_groupnorm,
+    &clt__kind_conv1d,    &clt__kind_conv3d,        &clt__kind_maxpool1d,     &clt__kind_avgpool1d,
+    &clt__kind_maxpool3d, &clt__kind_avgpool3d,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -371,7 +371,9 @@ static int add_layer(parser *p, int raw, clt_model_spec *spec, int mark, int *ca
   const char *tie = NULL, *act = NULL;
   int tie_col = 0, act_col = 0;
   if (l->kind == &clt__kind_linear) CLT_TRY(clt__opt_word(&lc, "tie", &tie, &tie_col));
-  if (l->kind == &clt__kind_linear || l->kind == &clt__kind_conv2d) CLT_TRY(clt__opt_word(&lc, "act", &act, &act_col));
+  if (l->kind == &clt__kind_linear || l->kind == &clt__kind_conv2d || l->kind == &clt__kind_conv1d ||
+      l->kind == &clt__kind_conv3d)
+    CLT_TRY(clt__opt_word(&lc, "act", &act, &act_col));
   if (l->kind->parse) CLT_TRY(l->kind->parse(&lc, l));
   CLT_TRY(check_all_used(&lc));
 

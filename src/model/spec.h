@@ -56,7 +56,7 @@ typedef enum clt_param_init {
 typedef struct clt_param_spec {
   char name[24];       /* "weight", "bias", "qkv.weight": the safetensors name after "<layer>." */
   int ndim;
-  int64_t shape[4];
+  int64_t shape[5];    /* up to 5 dimensions: conv3d's (out, in, k, k, k) */
   int64_t count;
   int64_t offset;      /* floats from the start of the parameter arena */
   clt_param_init init;
@@ -128,6 +128,7 @@ typedef struct clt_layer_spec {
   clt_shape skip_shape; /* residual, concat: layer skip's output shape (what infer checks against) */
   int skip_line;        /* and the line it is written at */
   int groups;           /* groupnorm: G groups of channels */
+  int dilation;        /* conv1d, conv2d, conv3d: spacing of the kernel's taps (1: none) */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {

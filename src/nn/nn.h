@@ -347,5 +347,50 @@ int clt_nn_groupnorm_forward(clt_context *ctx, int groups, float eps, const clt_
 int clt_nn_groupnorm_backward(clt_context *ctx, int groups, const clt_tensor *x, const clt_tensor *w,
                               const clt_tensor *mean, const clt_tensor *rstd, const clt_tensor *dy,
                               const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db);
+/* ---- 1-D, 3-D and dilated convolutions, 1-D and 3-D pooling (conv_nd.c, pool_nd.c) ----
+ * Tensors are (N, C, spatial...) with 1 to 3 spatial axes, in PyTorch's
+ * order (L; H, W; D, H, W); the per-axis options are in that order too. */
+#define CLT_NN_MAX_SPATIAL 3
+
+typedef struct clt_nn_convnd_cfg {
+  int dims;                             /* spatial axes: 1, 2 or 3 */
+  int stride[CLT_NN_MAX_SPATIAL];       /* >= 1 */
+  int pad[CLT_NN_MAX_SPATIAL];          /* >= 0, zeros on both sides */
+  int dilation[CLT_NN_MAX_SPATIAL];     /* >= 1 (0 is taken as 1) */
+} clt_nn_convnd_cfg;
+
+/* Output size along one axis of a dilated window: (in + 2 pad - dil (k - 1)
+ * - 1) / stride + 1, or 0 when the dilated window does not fit. */
+int64_t clt_nn_out_size_dilated(int64_t in, int64_t k, int stride, int pad, int dilation);
+/* Workspace for `samples` samples per GEMM: samples * (cin * kernel_elems +
+ * cout) * out_elems floats (kernel_elems, out_elems: products over the
+ * spatial axes); one sample's share is enough, more makes fewer GEMMs. */
+size_t clt_nn_convnd_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kernel_elems,
+                                     int64_t out_elems);
+/* x (N, Cin, S...), w (Cout, Cin, K...), b (Cout) or NULL, y (N, Cout, O...). */
+int clt_nn_convnd_forward(clt_context *ctx, const clt_nn_convnd_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
+                          const clt_tensor *b, const clt_tensor *y, const clt_tensor *workspace);
+/* dx overwritten (or NULL to skip), dw and db (or NULL) accumulated. */
+int clt_nn_convnd_backward(clt_context *ctx, const clt_nn_convnd_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
+                           const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db,
+                           const clt_tensor *workspace);
+
+typedef struct clt_nn_poolnd_cfg {
+  int dims;                         /* spatial axes: 1, 2 or 3 */
+  int kernel[CLT_NN_MAX_SPATIAL];   /* >= 1 */
+  int stride[CLT_NN_MAX_SPATIAL];   /* >= 1; no padding */
+} clt_nn_poolnd_cfg;
+
+/* Max pooling: x (N, C, S...), y and argmax (i32) (N, C, O...); argmax is
+ * the index of each window's maximum in its input volume ((id*H + ih)*W +
+ * iw), the first on ties, a NaN winning. */
+int clt_nn_maxpoolnd_forward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, const clt_tensor *x, const clt_tensor *y,
+                             const clt_tensor *argmax);
+int clt_nn_maxpoolnd_backward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, const clt_tensor *argmax,
+                              const clt_tensor *dy, const clt_tensor *dx);
+/* Average pooling (the mean of each window); dx overwritten. */
+int clt_nn_avgpoolnd_forward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, const clt_tensor *x, const clt_tensor *y);
+int clt_nn_avgpoolnd_backward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, const clt_tensor *dy,
+                              const clt_tensor *dx);
 
 #endif /* CLT_NN_H */

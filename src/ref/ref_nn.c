@@ -374,3 +374,106 @@ void ref_groupnorm_backward(int N, int C, int S, int G, const double *x, const d
     }
   }
 }
+
+/* ---- N-d window ops (ref_vol) ---- */
+
+int ref_vol_init(ref_vol *g) {
+  int ok = 1;
+  for (int a = 0; a < 3; a++) {
+    int span = (g->k[a] - 1) * g->d[a] + 1;
+    g->out[a] = g->in[a] + 2 * g->p[a] < span ? 0 : (g->in[a] + 2 * g->p[a] - span) / g->s[a] + 1;
+    ok = ok && g->out[a] > 0;
+  }
+  return ok;
+}
+
+/* Index of x[n, c] at the tap (kd, kh, kw) of output (od, oh, ow), or -1 in the padding. */
+static long vol_idx(const ref_vol *g, int n, int c, const int *o, const int *k) {
+  long i = (long)n * g->C + c;
+  for (int a = 0; a < 3; a++) {
+    int at = o[a] * g->s[a] - g->p[a] + k[a] * g->d[a];
+    if (at < 0 || at >= g->in[a]) return -1;
+    i = i * g->in[a] + at;
+  }
+  return i;
+}
+
+/* Visit every (n, co, output, ci, tap) of the convolution: f gets the output
+ * index, the input index (or -1) and the weight index. */
+#define VOL_LOOP(g, BODY)                                                                                      \
+  for (int n = 0; n < (g)->N; n++)                                                                             \
+    for (int co = 0; co < (g)->Cout; co++)                                                                     \
+      for (int o0 = 0; o0 < (g)->out[0]; o0++)                                                                 \
+        for (int o1 = 0; o1 < (g)->out[1]; o1++)                                                               \
+          for (int o2 = 0; o2 < (g)->out[2]; o2++) {                                                           \
+            const int o[3] = {o0, o1, o2};                                                                     \
+            long yi = ((((long)n * (g)->Cout + co) * (g)->out[0] + o0) * (g)->out[1] + o1) * (g)->out[2] + o2; \
+            for (int ci = 0; ci < (g)->C; ci++)                                                                \
+              for (int k0 = 0; k0 < (g)->k[0]; k0++)                                                           \
+                for (int k1 = 0; k1 < (g)->k[1]; k1++)                                                         \
+                  for (int k2 = 0; k2 < (g)->k[2]; k2++) {                                                     \
+                    const int kk[3] = {k0, k1, k2};                                                            \
+                    long xi = vol_idx((g), n, ci, o, kk);                                                      \
+                    long wi = ((((long)co * (g)->C + ci) * (g)->k[0] + k0) * (g)->k[1] + k1) * (g)->k[2] + k2; \
+                    if (xi >= 0) { BODY }                                                                      \
+                  }                                                                                            \
+          }
+
+void ref_convnd_forward(const ref_vol *g, const double *x, const double *w, const double *b, double *y) {
+  long ny = (long)g->N * g->Cout * g->out[0] * g->out[1] * g->out[2], P = (long)g->out[0] * g->out[1] * g->out[2];
+  for (long i = 0; i < ny; i++) y[i] = b ? b[(i / P) % g->Cout] : 0.0;
+  VOL_LOOP(g, y[yi] += x[xi] * w[wi];)
+}
+
+void ref_convnd_backward(const ref_vol *g, const double *x, const double *w, const double *dy, double *dx, double *dw,
+                         double *db) {
+  long nx = (long)g->N * g->C * g->in[0] * g->in[1] * g->in[2];
+  long nw = (long)g->Cout * g->C * g->k[0] * g->k[1] * g->k[2], P = (long)g->out[0] * g->out[1] * g->out[2];
+  if (dx) memset(dx, 0, (size_t)nx * sizeof *dx);
+  memset(dw, 0, (size_t)nw * sizeof *dw);
+  if (db) {
+    memset(db, 0, (size_t)g->Cout * sizeof *db);
+    for (long i = 0; i < (long)g->N * g->Cout * P; i++) db[(i / P) % g->Cout] += dy[i];
+  }
+  VOL_LOOP(g, dw[wi] += dy[yi] * x[xi]; if (dx) dx[xi] += dy[yi] * w[wi];)
+}
+
+/* Visit each pooling window (plane, output) in order, then its taps. */
+#define POOL_LOOP(g, START, TAP, END)                                                                          \
+  for (long plane = 0; plane < (long)(g)->N * (g)->C; plane++)                                                \
+    for (int o0 = 0; o0 < (g)->out[0]; o0++)                                                                   \
+      for (int o1 = 0; o1 < (g)->out[1]; o1++)                                                                 \
+        for (int o2 = 0; o2 < (g)->out[2]; o2++) {                                                             \
+          long yi = ((plane * (g)->out[0] + o0) * (g)->out[1] + o1) * (g)->out[2] + o2;                        \
+          START for (int k0 = 0; k0 < (g)->k[0]; k0++) for (int k1 = 0; k1 < (g)->k[1]; k1++)                  \
+              for (int k2 = 0; k2 < (g)->k[2]; k2++) {                                                         \
+            int at = ((o0 * (g)->s[0] + k0) * (g)->in[1] + o1 * (g)->s[1] + k1) * (g)->in[2] + o2 * (g)->s[2] + k2; \
+            long xi = plane * (g)->in[0] * (g)->in[1] * (g)->in[2] + at;                                       \
+            TAP                                                                                                \
+          }                                                                                                    \
+          END                                                                                                  \
+        }
+
+void ref_maxpoolnd_forward(const ref_vol *g, const double *x, double *y, int32_t *argmax) {
+  POOL_LOOP(g, double best = 0; int besti = -1;,
+            if (besti < 0 || x[xi] > best || (x[xi] != x[xi] && best == best)) { best = x[xi]; besti = at; },
+            y[yi] = best; argmax[yi] = besti;)
+}
+
+void ref_maxpoolnd_backward(const ref_vol *g, const int32_t *argmax, const double *dy, double *dx) {
+  long nx = (long)g->N * g->C * g->in[0] * g->in[1] * g->in[2];
+  memset(dx, 0, (size_t)nx * sizeof *dx);
+  POOL_LOOP(g, , if (at == argmax[yi]) dx[xi] += dy[yi];, )
+}
+
+void ref_avgpoolnd_forward(const ref_vol *g, const double *x, double *y) {
+  double n = (double)g->k[0] * g->k[1] * g->k[2];
+  POOL_LOOP(g, double acc = 0;, acc += x[xi];, y[yi] = acc / n;)
+}
+
+void ref_avgpoolnd_backward(const ref_vol *g, const double *dy, double *dx) {
+  long nx = (long)g->N * g->C * g->in[0] * g->in[1] * g->in[2];
+  double n = (double)g->k[0] * g->k[1] * g->k[2];
+  memset(dx, 0, (size_t)nx * sizeof *dx);
+  POOL_LOOP(g, , dx[xi] += dy[yi] / n;, )
+}

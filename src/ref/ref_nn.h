@@ -85,5 +85,23 @@ void ref_groupnorm_forward(int N, int C, int S, int G, double eps, const double 
                            double *y, double *mean, double *rstd);
 void ref_groupnorm_backward(int N, int C, int S, int G, const double *x, const double *w, const double *mean,
                             const double *rstd, const double *dy, double *dx, double *dw, double *db);
+/* N-d window ops (conv1d/2d/3d with dilation, 1-D/3-D pooling), every
+ * geometry seen as 3-D (D, H, W) with leading axes of 1: x (N, C, D, H, W),
+ * w (Cout, C, KD, KH, KW). Pooling uses k and s only (no padding). */
+typedef struct ref_vol {
+  int N, C, Cout;
+  int in[3], k[3], s[3], p[3], d[3]; /* d: dilation, >= 1 */
+  int out[3];                        /* filled by ref_vol_init */
+} ref_vol;
+/* Work out out[]; 0 when a (dilated) window does not fit. */
+int ref_vol_init(ref_vol *g);
+void ref_convnd_forward(const ref_vol *g, const double *x, const double *w, const double *b, double *y);
+void ref_convnd_backward(const ref_vol *g, const double *x, const double *w, const double *dy, double *dx, double *dw,
+                         double *db);
+/* argmax: (id*H + ih)*W + iw of each window's maximum (first on ties). */
+void ref_maxpoolnd_forward(const ref_vol *g, const double *x, double *y, int32_t *argmax);
+void ref_maxpoolnd_backward(const ref_vol *g, const int32_t *argmax, const double *dy, double *dx);
+void ref_avgpoolnd_forward(const ref_vol *g, const double *x, double *y);
+void ref_avgpoolnd_backward(const ref_vol *g, const double *dy, double *dx);
 
 #endif

@@ -12,6 +12,9 @@
  *                     float64, target the last column (built with HDF5)
  *   sim.csv           the same values as sim.h5, for checks without h5py
  *   blobs.raw         the classification set as a cltrain raw file
+ *   vol.npy, vol_y.npy, sig.npy, sig_y.npy
+ *                     regression on (2, 4, 6, 6) volumes and (3, 16)
+ *                     signals, float32 (tests/cli/convnd_cli.sh)
  *
  * A fixed generator (SplitMix64), so the files are the same everywhere.
  * Usage: make_data DIR [N]
@@ -115,5 +118,29 @@ int main(int argc, char **argv) {
   if (clt_dataset_write_raw((path(p, sizeof p, dir, "blobs.raw"), p), N, 1, rd, C, x, y32) < 0)
     return fprintf(stderr, "%s\n", clt_last_error()), 99;
   free(ix), free(iy), free(x), free(y), free(y32);
+  /* volumes and signals for tests/cli/convnd_cli.sh: vol.npy (N, 2*4*6*6),
+   * the samples of `input 2 4 6 6`, vol_y.npy (N, 1) a smooth function of
+   * them; sig.npy (N, 3*16) for `input 3 16`, sig_y.npy (N, 2) */
+  enum { VOL = 2 * 4 * 6 * 6, SIG = 3 * 16 };
+  float *v = calloc((size_t)(N * VOL), sizeof *v), *vy = calloc((size_t)N, sizeof *vy);
+  float *sg = calloc((size_t)(N * SIG), sizeof *sg), *sy = calloc((size_t)(N * 2), sizeof *sy);
+  if (!v || !vy || !sg || !sy) return perror("calloc"), 99;
+  for (int64_t i = 0; i < N; i++) {
+    double a = normal(), b = normal();
+    for (int j = 0; j < VOL; j++) v[i * VOL + j] = (float)(a * sin(0.3 * j) + b * cos(0.11 * j) + 0.2 * normal());
+    vy[i] = (float)(a - 0.5 * b);
+    for (int j = 0; j < SIG; j++) sg[i * SIG + j] = (float)(a * sin(0.5 * j + b) + 0.1 * normal());
+    sy[2 * i] = (float)a, sy[2 * i + 1] = (float)(0.3 * b);
+  }
+  const int64_t vs[2] = {N, VOL}, vys[2] = {N, 1}, ss[2] = {N, SIG}, sys[2] = {N, 2};
+  const struct { const char *name; const int64_t *shape; const float *data; size_t n; } outs[4] = {
+      {"vol.npy", vs, v, (size_t)(N * VOL)}, {"vol_y.npy", vys, vy, (size_t)N},
+      {"sig.npy", ss, sg, (size_t)(N * SIG)}, {"sig_y.npy", sys, sy, (size_t)(N * 2)}};
+  for (int k = 0; k < 4; k++) {
+    unsigned char *img = npy_image("<f4", outs[k].shape, 2, outs[k].data, outs[k].n * 4, &lx);
+    npy_write_file((path(p, sizeof p, dir, outs[k].name), p), img, lx);
+    free(img);
+  }
+  free(v), free(vy), free(sg), free(sy);
   return 0;
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # fortran_example.sh: examples/train_fashion.f90, the Fortran program that
 # drives clt_trainer_step on Fashion-MNIST batches itself, for a few steps
-# on 1 and 2 ranks: it must run to its test accuracy, and learn (the loss
+# on 1 and 2 ranks: it must run to its test accuracy and clt_trainer_evaluate's
+# loss and accuracy on the whole test set, and learn (the loss
 # of its last step printed below the first). Skipped (77) without the
 # example (no Fortran, or no MPI Fortran module), without an OpenCL device,
 # or without dataset-fashion-mnist.
@@ -38,6 +39,7 @@ for np in 1 2; do
   first=`sed -n 's/^step *1: loss *\([0-9.]*\).*/\1/p' "$out"`
   last=`sed -n 's/^step *50: loss *\([0-9.]*\).*/\1/p' "$out"`
   grep -q '^test accuracy on ' "$out" || { echo "FAIL: no test accuracy on $np rank(s)"; status=1; }
+  grep -q '^evaluate on all 10000 test samples: loss ' "$out" || { echo "FAIL: no clt_trainer_evaluate on $np rank(s)"; status=1; }
   if [ -z "$first" ] || [ -z "$last" ] || ! awk "BEGIN { exit !($last < $first) }"; then
     echo "FAIL: the loss did not fall on $np rank(s) (step 1: '$first', step 50: '$last')"
     status=1

@@ -67,6 +67,48 @@ START_TEST(options_comments_and_shapes) {
 }
 END_TEST
 
+/* conv1d and conv3d: output shapes with stride, padding and dilation, their
+ * weights as PyTorch's (out, in, k...), act=, the 1-D and 3-D pools, and
+ * conv2d's dilation=. */
+START_TEST(volume_layers_parse) {
+  clt_model *m;
+  const char *text = "input 2 6 8 10\n"
+                     "conv3d 4 kernel=3 pad=1 act=relu\n"            /* (4, 6, 8, 10) */
+                     "conv3d 5 kernel=3 stride=2 dilation=2 pad=2\n" /* (8 + 4 - 5) / 2 + 1 = 4: (5, 3, 4, 5) */
+                     "maxpool3d 2 stride=1\n"                        /* (5, 2, 3, 4) */
+                     "avgpool3d 2\n"                                 /* (5, 1, 1, 2) */
+                     "flatten\nlinear 3\nloss mse\n";
+  ck_assert_msg(clt_model_parse(text, "v.model", &m) == 0, "%s", clt_last_error());
+  char *summary;
+  clt_model_summary(m, &summary);
+  ck_assert_ptr_nonnull(strstr(summary, "(4, 6, 8, 10)"));
+  ck_assert_ptr_nonnull(strstr(summary, "conv3d 5 k3 s2 p2 d2"));
+  ck_assert_ptr_nonnull(strstr(summary, "(5, 3, 4, 5)"));
+  ck_assert_ptr_nonnull(strstr(summary, "(5, 2, 3, 4)"));
+  ck_assert_ptr_nonnull(strstr(summary, "(5, 1, 1, 2)"));
+  free(summary);
+  ck_assert_int_eq(clt_model_param_count(m), (4 * 2 * 27 + 4) + (5 * 4 * 27 + 5) + (10 * 3 + 3));
+  clt_model_destroy(m);
+  text = "input 3 20\nconv1d 8 kernel=5 pad=4 dilation=2 bias=false\n" /* (20 + 8 - 9) + 1 = 20 */
+         "maxpool1d 2\nconv1d 4 kernel=3 stride=2\navgpool1d 2 stride=1\nflatten\nlinear 2\nloss mse\n";
+  ck_assert_msg(clt_model_parse(text, "v.model", &m) == 0, "%s", clt_last_error());
+  clt_model_summary(m, &summary);
+  ck_assert_ptr_nonnull(strstr(summary, "(8, 20)"));
+  ck_assert_ptr_nonnull(strstr(summary, "(8, 10)"));
+  ck_assert_ptr_nonnull(strstr(summary, "(4, 4)")); /* (10 - 3) / 2 + 1 */
+  ck_assert_ptr_nonnull(strstr(summary, "(4, 3)"));
+  free(summary);
+  ck_assert_int_eq(clt_model_param_count(m), 8 * 3 * 5 + (4 * 8 * 3 + 4) + (2 * 12 + 2));
+  clt_model_destroy(m);
+  text = "input 1 9 9\nconv2d 2 kernel=3 dilation=4\nflatten\nlinear 2\nloss mse\n"; /* 9 - 9 + 1 = 1 */
+  ck_assert_msg(clt_model_parse(text, "v.model", &m) == 0, "%s", clt_last_error());
+  clt_model_summary(m, &summary);
+  ck_assert_ptr_nonnull(strstr(summary, "(2, 1, 1)"));
+  free(summary);
+  clt_model_destroy(m);
+}
+END_TEST
+
 /* Transformers: blocks repeat their lines, residuals connect, the output
  * projection shares the embedding's weight (counted once). */
 START_TEST(gpt_models_parse) {
@@ -276,6 +318,27 @@ static const struct {
     {"input 6 4 4\ngroupnorm\nflatten\nlinear 2\n", "t.model:2:", "the number of groups"},
     {"input 6 4 4\ngroupnorm 0\nflatten\nlinear 2\n", "t.model:2:11:", "from 1 to"},
     {"input 6 4 4\ngroupnorm 2 eps=0\nflatten\nlinear 2\n", "t.model:2:17:", "above 0"},
+    /* conv1d, conv3d, dilation, 1-D and 3-D pooling */
+    {"input 2 4 8 8\nconv3d 4 kernel=5\nloss mse\n", "t.model:2:1:",
+     "conv3d kernel 5 is larger than its input (2, 4, 8, 8) padded by 0 on each side"},
+    {"input 2 4 8 8\nconv3d 4 kernel=3 dilation=2\nloss mse\n", "t.model:2:1:",
+     "conv3d kernel 3 with dilation 2 spans 5, more than its input (2, 4, 8, 8)"},
+    {"input 784\nconv1d 4 kernel=3\nloss mse\n", "t.model:2:1:",
+     "conv1d needs a (channels, length) input but the previous layer gives (784) (a flat input"},
+    {"input 1 28 28\nconv3d 4\nloss mse\n", "t.model:2:1:",
+     "conv3d needs a (channels, depth, height, width) input but the previous layer gives (1, 28, 28)"},
+    {"input 2 16\nconv3d 4\nloss mse\n", "t.model:2:1:", "conv3d needs a (channels, depth, height, width)"},
+    {"input 2 4 8 8\nconv1d 4\nloss mse\n", "t.model:2:1:", "conv1d needs a (channels, length) input"},
+    {"input 2 16\nconv1d 4 dilation=0\nloss mse\n", "t.model:2:19:", "from 1 to 64"},
+    {"input 2 16\nconv1d 4 dilatoin=2\nloss mse\n", "t.model:2:10:", "unknown option 'dilatoin' for conv1d"},
+    {"input 2 16\nconv1d\nloss mse\n", "t.model:2:7:", "conv1d needs the number of output channels"},
+    {"input 1 9 9\nconv2d 4 kernel=3 dilation=5\nloss mse\n", "t.model:2:1:",
+     "conv2d window 3 with dilation 5 spans 11, more than its input (1, 9, 9)"},
+    {"input 2 16\nmaxpool3d 2\nloss mse\n", "t.model:2:1:", "maxpool3d needs a (channels, depth, height, width)"},
+    {"input 2 3 3 3\navgpool3d 4\nloss mse\n", "t.model:2:1:", "avgpool3d kernel 4 is larger than its input"},
+    {"input 2 5\nmaxpool1d 6\nloss mse\n", "t.model:2:1:", "maxpool1d kernel 6 is larger than its input (2, 5)"},
+    {"input 2 4 4 4\nmaxpool1d 2\nloss mse\n", "t.model:2:1:", "maxpool1d needs a (channels, length) input"},
+    {"input 2 4 4 4\nconv3d 4 act=softmax\nloss mse\n", "t.model:2:14:", "act=softmax is not an activation"},
 };
 
 /* A U-Net's skips: nested saves read back in reverse, the channels added
@@ -373,6 +436,7 @@ int main(void) {
   tcase_add_test(tc, skips_and_groupnorm_parse);
   tcase_add_loop_test(tc, mistakes_are_located, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, file_errors);
+  tcase_add_test(tc, volume_layers_parse);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

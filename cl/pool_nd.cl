@@ -1,0 +1,97 @@
+// pool_nd.cl: max and average pooling over 1-D and 3-D windows (and 2-D
+// ones seen the same way), no padding, (N, C, spatial...) seen as planes of
+// (D, H, W) with D = H = 1 for 1-D (src/nn/pool_nd.c). Computed in float,
+// stored as act_t (cl/prelude.cl); the argmax indices are int. One
+// work-item per element written; the backward gathers over the windows
+// that cover an input, so there are no atomics and the same bits every run.
+// Exact 3-D ranges, id 0 the contiguous index (see cl/conv.cl).
+
+#define PND_ARGS                                                                                               \
+  const uint D, const uint H, const uint W, const uint OD, const uint OH, const uint OW, const int KD,          \
+      const int KH, const int KW, const int sd, const int sh, const int sw
+
+// The outputs [*lo, *hi) along one axis whose window (k at stride s, no
+// padding) covers input i.
+void pnd_covering(int i, int k, int s, int outs, int *lo, int *hi) {
+  const int t = i - k + 1; // first o with o*s + k - 1 >= i
+  *lo = t <= 0 ? 0 : (t + s - 1) / s;
+  *hi = min(i / s + 1, outs);
+}
+
+// y = each window's maximum, argmax its index (id*H + ih)*W + iw in the
+// plane; the first wins ties, a NaN wins over numbers. Range (OW, OH,
+// NC*OD): item (ow, oh, plane*OD + od).
+__kernel void maxpoolnd_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
+                                __global int *argmax, const ulong aoff, PND_ARGS) {
+  const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
+  const uint plane = z / OD, od = z - plane * OD;
+  const ulong in = xoff + (ulong)plane * D * H * W;
+  float best = 0.0f;
+  int besti = -1;
+  for (int kd = 0; kd < KD; kd++)
+    for (int kh = 0; kh < KH; kh++)
+      for (int kw = 0; kw < KW; kw++) {
+        const int at = (((int)od * sd + kd) * (int)H + (int)oh * sh + kh) * (int)W + (int)ow * sw + kw;
+        const float v = ALOAD(x, in + at);
+        const int take = (besti < 0) | (v > best) | ((v != v) & (best == best));
+        best = take ? v : best;
+        besti = take ? at : besti;
+      }
+  const ulong o = ((ulong)z * OH + oh) * OW + ow;
+  ASTORE(y, yoff + o, best);
+  argmax[aoff + o] = besti;
+}
+
+// dx = the sum of dy over the windows whose argmax is this input, in
+// window order. Range (W, H, NC*D): item (iw, ih, plane*D + id).
+__kernel void maxpoolnd_backward(__global const int *argmax, const ulong aoff, __global const act_t *dy,
+                                 const ulong dyoff, __global act_t *dx, const ulong dxoff, PND_ARGS) {
+  const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
+  const uint plane = z / D, id = z - plane * D;
+  int d0, d1, h0, h1, w0, w1;
+  pnd_covering((int)id, KD, sd, (int)OD, &d0, &d1);
+  pnd_covering((int)ih, KH, sh, (int)OH, &h0, &h1);
+  pnd_covering((int)iw, KW, sw, (int)OW, &w0, &w1);
+  const int me = ((int)id * (int)H + (int)ih) * (int)W + (int)iw;
+  const ulong out = (ulong)plane * OD * OH * OW;
+  float acc = 0.0f;
+  for (int od = d0; od < d1; od++)
+    for (int oh = h0; oh < h1; oh++)
+      for (int ow = w0; ow < w1; ow++) {
+        const ulong o = out + ((ulong)od * OH + oh) * OW + ow;
+        if (argmax[aoff + o] == me) acc += ALOAD(dy, dyoff + o);
+      }
+  ASTORE(dx, dxoff + ((ulong)z * H + ih) * W + iw, acc);
+}
+
+// y = each window's mean, summed in window order. Range as maxpoolnd_forward.
+__kernel void avgpoolnd_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
+                                PND_ARGS) {
+  const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
+  const uint plane = z / OD, od = z - plane * OD;
+  const ulong in = xoff + (ulong)plane * D * H * W;
+  float acc = 0.0f;
+  for (int kd = 0; kd < KD; kd++)
+    for (int kh = 0; kh < KH; kh++)
+      for (int kw = 0; kw < KW; kw++)
+        acc += ALOAD(x, in + (((int)od * sd + kd) * (int)H + (int)oh * sh + kh) * (int)W + (int)ow * sw + kw);
+  ASTORE(y, yoff + ((ulong)z * OH + oh) * OW + ow, acc / (float)(KD * KH * KW));
+}
+
+// dx = the sum over the covering windows of dy, / the window's size.
+// Range as maxpoolnd_backward.
+__kernel void avgpoolnd_backward(__global const act_t *dy, const ulong dyoff, __global act_t *dx, const ulong dxoff,
+                                 PND_ARGS) {
+  const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
+  const uint plane = z / D, id = z - plane * D;
+  int d0, d1, h0, h1, w0, w1;
+  pnd_covering((int)id, KD, sd, (int)OD, &d0, &d1);
+  pnd_covering((int)ih, KH, sh, (int)OH, &h0, &h1);
+  pnd_covering((int)iw, KW, sw, (int)OW, &w0, &w1);
+  const ulong out = dyoff + (ulong)plane * OD * OH * OW;
+  float acc = 0.0f;
+  for (int od = d0; od < d1; od++)
+    for (int oh = h0; oh < h1; oh++)
+      for (int ow = w0; ow < w1; ow++) acc += ALOAD(dy, out + ((ulong)od * OH + oh) * OW + ow);
+  ASTORE(dx, dxoff + ((ulong)z * H + ih) * W + iw, acc / (float)(KD * KH * KW));
+}
