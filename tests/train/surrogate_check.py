@@ -72,6 +72,42 @@ flatten
 linear 512
 loss mse
 """,
+    "conv3d": """# 3D conv net: a (1, 8, 8, 8) volume to a (1, 8, 8, 8) volume
+input 1 8 8 8
+conv3d 4 kernel=3 pad=1
+groupnorm 2
+silu
+save s1
+conv3d 4 kernel=3 pad=2 dilation=2
+silu
+concat s1
+maxpool3d 2
+conv3d 8 kernel=3 pad=1
+silu
+avgpool3d 2 stride=1
+conv3d 2 kernel=1
+flatten
+linear 512
+loss mse
+""",
+    "conv1d": """# 1D conv net: 2 probes' time series of 32 steps to the next 32
+input 2 32
+conv1d 8 kernel=5 pad=2
+groupnorm 2
+silu
+save s1
+conv1d 8 kernel=3 pad=2 dilation=2
+silu
+concat s1
+avgpool1d 2
+conv1d 16 kernel=3 pad=1
+silu
+maxpool1d 2 stride=1
+conv1d 8 kernel=3 stride=2 pad=1
+flatten
+linear 64
+loss mse
+""",
 }
 
 
