@@ -11,8 +11,8 @@
  * residual, flatten, input), kinds_image.c (conv2d and pooling),
  * kinds_seq.c (embeddings), kinds_attention.c (attention) and
  * kinds_llama.c (rmsnorm, swiglu), kinds_skip.c (save, concat),
- * kinds_groupnorm.c (groupnorm) and kinds_volume.c (conv1d, conv3d, 1-D
- * and 3-D pooling).
+ * kinds_groupnorm.c (groupnorm), kinds_volume.c (conv1d, conv3d, 1-D
+ * and 3-D pooling) and kinds_upconv.c (upsample, convtranspose1d/2d/3d).
  */
 #ifndef CLT_MODEL_LAYER_H
 #define CLT_MODEL_LAYER_H
@@ -197,5 +197,7 @@ extern const clt__layer_kind clt__kind_conv1d, clt__kind_conv3d, clt__kind_maxpo
  * src/nn/conv_nd.c, its geometry from l's options and in_shape. */
 int clt__convnd_layer_forward(const clt__layer_io *io);
 int clt__convnd_layer_backward(const clt__layer_io *io);
+extern const clt__layer_kind clt__kind_upsample, clt__kind_convtranspose1d, clt__kind_convtranspose2d,
+    clt__kind_convtranspose3d;
 
 #endif

@@ -129,6 +129,9 @@ typedef struct clt_layer_spec {
   int skip_line;        /* and the line it is written at */
   int groups;           /* groupnorm: G groups of channels */
   int dilation;        /* conv1d, conv2d, conv3d: spacing of the kernel's taps (1: none) */
+  int output_pad;      /* convtranspose*: output_pad= (0 to stride - 1) */
+  int scale;           /* upsample: scale= */
+  int upsample_linear; /* upsample: mode=linear (0: nearest) */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {

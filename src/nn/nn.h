@@ -392,5 +392,48 @@ int clt_nn_maxpoolnd_backward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, co
 int clt_nn_avgpoolnd_forward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, const clt_tensor *x, const clt_tensor *y);
 int clt_nn_avgpoolnd_backward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, const clt_tensor *dy,
                               const clt_tensor *dx);
+/* ---- upsample (src/nn/upsample.c) -------------------------------------------- */
+
+/* torch.nn.Upsample(scale_factor=S, align_corners=False): nearest, or
+ * linear / bilinear / trilinear by the number of spatial axes. */
+typedef enum clt_nn_upsample_mode { CLT_NN_UPSAMPLE_NEAREST = 0, CLT_NN_UPSAMPLE_LINEAR = 1 } clt_nn_upsample_mode;
+
+/* x (N, C, L), (N, C, H, W) or (N, C, D, H, W) act; y act of the same rank
+ * with every spatial axis `scale` (1 to 64) times x's. */
+int clt_nn_upsample_forward(clt_context *ctx, clt_nn_upsample_mode mode, int scale, const clt_tensor *x,
+                            const clt_tensor *y);
+/* dx like x (overwritten) from dy like y: each input cell gathers the
+ * outputs that read it (no atomics; the same bits on every run). */
+int clt_nn_upsample_backward(clt_context *ctx, clt_nn_upsample_mode mode, int scale, const clt_tensor *dy,
+                             const clt_tensor *dx);
+
+/* ---- transposed convolution (src/nn/convtranspose.c) ------------------------ */
+
+/* Per spatial axis, outermost first (only the tensors' axes are read):
+ * stride >= 1, zero padding >= 0 taken off both sides of the output, and
+ * output padding from 0 to stride - 1 added at its end (PyTorch's). */
+typedef struct clt_nn_convt_cfg {
+  int stride[3], pad[3], output_pad[3];
+} clt_nn_convt_cfg;
+
+/* Output size along one axis: (in - 1) stride - 2 pad + k + output_pad, or
+ * 0 when that leaves nothing. */
+int64_t clt_nn_convt_out_size(int64_t in, int64_t k, int stride, int pad, int output_pad);
+/* Bytes of workspace for `samples` samples per GEMM: samples * (cout *
+ * kernel_cells + cin) * in_cells floats; any workspace that holds one
+ * sample's share works (then more chunks). */
+size_t clt_nn_convtranspose_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kernel_cells,
+                                            int64_t in_cells);
+/* x (N, Cin, spatial...) act with 1 to 3 spatial axes, w (Cin, Cout,
+ * kernel...) f32 as torch.nn.ConvTranspose*d's weight, b (Cout) or NULL,
+ * y (N, Cout, out...) act, workspace any f32 view. */
+int clt_nn_convtranspose_forward(clt_context *ctx, const clt_nn_convt_cfg *cfg, const clt_tensor *x,
+                                 const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
+                                 const clt_tensor *workspace);
+/* dy like y. dx like x overwritten, or NULL to skip; dw like w and db
+ * (Cout, or NULL) accumulated. */
+int clt_nn_convtranspose_backward(clt_context *ctx, const clt_nn_convt_cfg *cfg, const clt_tensor *x,
+                                  const clt_tensor *w, const clt_tensor *dy, const clt_tensor *dx,
+                                  const clt_tensor *dw, const clt_tensor *db, const clt_tensor *workspace);
 
 #endif /* CLT_NN_H */

@@ -477,3 +477,117 @@ void ref_avgpoolnd_backward(const ref_vol *g, const double *dy, double *dx) {
   memset(dx, 0, (size_t)nx * sizeof *dx);
   POOL_LOOP(g, , dx[xi] += dy[yi] / n;, )
 }
+
+/* Linear mode's source of output o along an axis of n cells, factor S:
+ * cells i0, i1 with weights 1 - l1, l1 (PyTorch's align_corners=False). */
+static void up_source(int o, int S, int n, int *i0, int *i1, double *l1) {
+  double src = (o + 0.5) / S - 0.5;
+  if (src < 0) src = 0;
+  *i0 = (int)src;
+  *i1 = *i0 + (*i0 < n - 1 ? 1 : 0);
+  *l1 = src - *i0;
+}
+
+/* The input cells output (od, oh, ow) reads and their weights (up to 8). */
+static int up_taps(int linear, const int in[3], const int scale[3], const int o[3], long at[8], double wt[8]) {
+  int i0[3], i1[3];
+  double l1[3];
+  for (int a = 0; a < 3; a++) {
+    if (linear) up_source(o[a], scale[a], in[a], &i0[a], &i1[a], &l1[a]);
+    else i0[a] = i1[a] = o[a] / scale[a], l1[a] = 0;
+  }
+  int n = 0;
+  for (int c = 0; c < 8; c++) {
+    int id = c & 4 ? i1[0] : i0[0], ih = c & 2 ? i1[1] : i0[1], iw = c & 1 ? i1[2] : i0[2];
+    double w = (c & 4 ? l1[0] : 1 - l1[0]) * (c & 2 ? l1[1] : 1 - l1[1]) * (c & 1 ? l1[2] : 1 - l1[2]);
+    at[n] = ((long)id * in[1] + ih) * in[2] + iw;
+    wt[n++] = w;
+  }
+  return n;
+}
+
+void ref_upsample_forward(int linear, int NC, const int in[3], const int scale[3], const double *x, double *y) {
+  int out[3] = {in[0] * scale[0], in[1] * scale[1], in[2] * scale[2]};
+  long nin = (long)in[0] * in[1] * in[2], nout = (long)out[0] * out[1] * out[2];
+  for (int p = 0; p < NC; p++)
+    for (int od = 0; od < out[0]; od++)
+      for (int oh = 0; oh < out[1]; oh++)
+        for (int ow = 0; ow < out[2]; ow++) {
+          long at[8];
+          double wt[8], acc = 0;
+          int n = up_taps(linear, in, scale, (int[]){od, oh, ow}, at, wt);
+          for (int t = 0; t < n; t++) acc += wt[t] * x[p * nin + at[t]];
+          y[p * nout + ((long)od * out[1] + oh) * out[2] + ow] = acc;
+        }
+}
+
+void ref_upsample_backward(int linear, int NC, const int in[3], const int scale[3], const double *dy, double *dx) {
+  int out[3] = {in[0] * scale[0], in[1] * scale[1], in[2] * scale[2]};
+  long nin = (long)in[0] * in[1] * in[2], nout = (long)out[0] * out[1] * out[2];
+  memset(dx, 0, (size_t)(NC * nin) * sizeof *dx);
+  for (int p = 0; p < NC; p++)
+    for (int od = 0; od < out[0]; od++)
+      for (int oh = 0; oh < out[1]; oh++)
+        for (int ow = 0; ow < out[2]; ow++) {
+          long at[8];
+          double wt[8];
+          int n = up_taps(linear, in, scale, (int[]){od, oh, ow}, at, wt);
+          for (int t = 0; t < n; t++) dx[p * nin + at[t]] += wt[t] * dy[p * nout + ((long)od * out[1] + oh) * out[2] + ow];
+        }
+}
+
+int ref_convt_init(ref_convt *g) {
+  for (int a = 0; a < 3; a++) {
+    g->out[a] = (g->in[a] - 1) * g->s[a] - 2 * g->p[a] + g->k[a] + g->op[a];
+    if (g->out[a] < 1) return 0;
+  }
+  return 1;
+}
+
+/* Calls f for every (n, ci, input cell, co, kernel cell) that lands inside
+ * the output, with the flat indices of x, w and y. */
+#define CONVT_LOOP(g, BODY)                                                                                            \
+  for (int n = 0; n < (g)->N; n++)                                                                                     \
+    for (int ci = 0; ci < (g)->Cin; ci++)                                                                              \
+      for (int id = 0; id < (g)->in[0]; id++)                                                                          \
+        for (int ih = 0; ih < (g)->in[1]; ih++)                                                                        \
+          for (int iw = 0; iw < (g)->in[2]; iw++)                                                                      \
+            for (int co = 0; co < (g)->Cout; co++)                                                                     \
+              for (int kd = 0; kd < (g)->k[0]; kd++)                                                                   \
+                for (int kh = 0; kh < (g)->k[1]; kh++)                                                                 \
+                  for (int kw = 0; kw < (g)->k[2]; kw++) {                                                             \
+                    int od = id * (g)->s[0] - (g)->p[0] + kd, oh = ih * (g)->s[1] - (g)->p[1] + kh,                   \
+                        ow = iw * (g)->s[2] - (g)->p[2] + kw;                                                          \
+                    if (od < 0 || od >= (g)->out[0] || oh < 0 || oh >= (g)->out[1] || ow < 0 || ow >= (g)->out[2])   \
+                      continue;                                                                                        \
+                    long xi = ((((long)n * (g)->Cin + ci) * (g)->in[0] + id) * (g)->in[1] + ih) * (g)->in[2] + iw;    \
+                    long wi = ((((long)ci * (g)->Cout + co) * (g)->k[0] + kd) * (g)->k[1] + kh) * (g)->k[2] + kw;     \
+                    long yi = ((((long)n * (g)->Cout + co) * (g)->out[0] + od) * (g)->out[1] + oh) * (g)->out[2] + ow; \
+                    BODY;                                                                                              \
+                  }
+
+void ref_convtranspose_forward(const ref_convt *g, const double *x, const double *w, const double *b, double *y) {
+  long ocells = (long)g->out[0] * g->out[1] * g->out[2];
+  for (int n = 0; n < g->N; n++)
+    for (int co = 0; co < g->Cout; co++)
+      for (long o = 0; o < ocells; o++) y[((long)n * g->Cout + co) * ocells + o] = b ? b[co] : 0.0;
+  CONVT_LOOP(g, y[yi] += x[xi] * w[wi])
+}
+
+void ref_convtranspose_backward(const ref_convt *g, const double *x, const double *w, const double *dy, double *dx,
+                                double *dw, double *db) {
+  long icells = (long)g->in[0] * g->in[1] * g->in[2], ocells = (long)g->out[0] * g->out[1] * g->out[2];
+  long kcells = (long)g->k[0] * g->k[1] * g->k[2];
+  if (dx) memset(dx, 0, (size_t)(g->N * g->Cin * icells) * sizeof *dx);
+  memset(dw, 0, (size_t)(g->Cin * g->Cout * kcells) * sizeof *dw);
+  if (db) {
+    memset(db, 0, (size_t)g->Cout * sizeof *db);
+    for (int n = 0; n < g->N; n++)
+      for (int co = 0; co < g->Cout; co++)
+        for (long o = 0; o < ocells; o++) db[co] += dy[((long)n * g->Cout + co) * ocells + o];
+  }
+  CONVT_LOOP(g, {
+    dw[wi] += x[xi] * dy[yi];
+    if (dx) dx[xi] += w[wi] * dy[yi];
+  })
+}

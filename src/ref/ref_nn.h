@@ -103,5 +103,28 @@ void ref_maxpoolnd_forward(const ref_vol *g, const double *x, double *y, int32_t
 void ref_maxpoolnd_backward(const ref_vol *g, const int32_t *argmax, const double *dy, double *dx);
 void ref_avgpoolnd_forward(const ref_vol *g, const double *x, double *y);
 void ref_avgpoolnd_backward(const ref_vol *g, const double *dy, double *dx);
+/* upsample by a whole factor S along the spatial axes (D, H, W) of
+ * planes (NC) (1s for the axes a tensor lacks, and S_axis 1 there):
+ * x (NC, D, H, W), y (NC, S D, S H, S W); nearest, or linear with
+ * align_corners=False (torch.nn.Upsample). The backward scatters each
+ * output's gradient onto the cells it read (the kernel gathers). */
+void ref_upsample_forward(int linear, int NC, const int in[3], const int scale[3], const double *x, double *y);
+void ref_upsample_backward(int linear, int NC, const int in[3], const int scale[3], const double *dy, double *dx);
+
+/* A transposed convolution's geometry on (D, H, W) axes (1 for kernel,
+ * stride and size, 0 for paddings, on the axes a tensor lacks). */
+typedef struct ref_convt {
+  int N, Cin, Cout;
+  int in[3], k[3], s[3], p[3], op[3];
+  int out[3]; /* filled by ref_convt_init: (in - 1) s - 2 p + k + op */
+} ref_convt;
+/* Work out out; 0 when an axis has no output. */
+int ref_convt_init(ref_convt *g);
+/* x (N, Cin, in), w (Cin, Cout, k), b (Cout) or NULL, y (N, Cout, out):
+ * every input cell i sends x w[k] to output cell i s - p + k. */
+void ref_convtranspose_forward(const ref_convt *g, const double *x, const double *w, const double *b, double *y);
+/* dx (or NULL), dw, db (or NULL) overwritten. */
+void ref_convtranspose_backward(const ref_convt *g, const double *x, const double *w, const double *dy, double *dx,
+                                double *dw, double *db);
 
 #endif

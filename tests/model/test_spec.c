@@ -339,7 +339,96 @@ static const struct {
     {"input 2 5\nmaxpool1d 6\nloss mse\n", "t.model:2:1:", "maxpool1d kernel 6 is larger than its input (2, 5)"},
     {"input 2 4 4 4\nmaxpool1d 2\nloss mse\n", "t.model:2:1:", "maxpool1d needs a (channels, length) input"},
     {"input 2 4 4 4\nconv3d 4 act=softmax\nloss mse\n", "t.model:2:14:", "act=softmax is not an activation"},
+    /* upsample and the transposed convolutions */
+    {"input 4 8 8\nupsample scale=0\n", "t.model:2:16:", "scale must be from 1 to 64, not 0"},
+    {"input 4 8 8\nupsample\n", "t.model:2:1:", "upsample needs scale=S"},
+    {"input 4 8 8\nupsample scale=2 mode=cubic\n", "t.model:2:23:", "mode must be nearest or linear, not 'cubic'"},
+    {"input 64\nupsample scale=2\nlinear 2\n", "t.model:2:1:", "upsample needs a (channels, length), "
+     "(channels, height, width) or (channels, depth, height, width) input but the previous layer gives (64)"},
+    {"input 4 8 8\nconvtranspose2d 4 kernel=2 stride=2 output_pad=2\n", "t.model:2:48:",
+     "output_pad=2 must be smaller than stride=2"},
+    {"input 4 8 8\nconvtranspose2d 4 kernel=3 output_pad=1\n", "t.model:2:39:",
+     "output_pad=1 must be smaller than stride=1"},
+    {"input 4 8 8\nconvtranspose2d 4\n", "t.model:2:1:", "convtranspose2d needs kernel=K"},
+    {"input 4 8 8\nconvtranspose2d kernel=2\n", "t.model:2:25:", "needs the number of output channels"},
+    {"input 4 8 8\nconvtranspose2d 4 kernel=2 strde=2\n", "t.model:2:28:", "unknown option 'strde'"},
+    {"input 64\nconvtranspose1d 4 kernel=2\nlinear 2\n", "t.model:2:1:",
+     "convtranspose1d needs a (channels, length) input but the previous layer gives (64)"},
+    {"input 4 8\nconvtranspose2d 4 kernel=2\n", "t.model:2:1:",
+     "convtranspose2d needs a (channels, height, width) input but the previous layer gives (4, 8)"},
+    {"input 4 8 8\nconvtranspose3d 4 kernel=2\n", "t.model:2:1:",
+     "convtranspose3d needs a (channels, depth, height, width) input"},
+    {"input 4 3 3\nconvtranspose2d 4 kernel=1 pad=2\n", "t.model:2:1:",
+     "kernel=1 stride=1 pad=2 leaves no output of its input (4, 3, 3)"},
 };
+
+/* upsample and convtranspose1d/2d/3d: the shapes they give, their
+ * parameters (weight (in, out, k...) as PyTorch's), their descriptions
+ * and the transposed convolutions' forward FLOPs. */
+START_TEST(upsample_and_convtranspose_parse) {
+  clt_model *m;
+  const char *text = "input 4 9 10\n"
+                     "convtranspose2d 6 kernel=2 stride=2\n"
+                     "relu\n"
+                     "upsample scale=3 mode=linear\n"
+                     "convtranspose2d 2 kernel=3 stride=2 pad=1 output_pad=1 bias=false\n"
+                     "upsample scale=2\n"
+                     "globalavgpool\n"
+                     "linear 3\n";
+  ck_assert_msg(clt_model_parse(text, "t.model", &m) == 0, "%s", clt_last_error());
+  char *summary;
+  ck_assert_int_eq(clt_model_summary(m, &summary), 0);
+  /* (9 - 1) 2 + 2 = 18; (54 - 1) 2 - 2 + 3 + 1 = 108 */
+  const char *want[] = {"(6, 18, 20)", "(6, 54, 60)", "(2, 108, 120)", "(2, 216, 240)",
+                        "convtranspose2d 6 k2 s2 p0", "convtranspose2d 2 k3 s2 p1 op1 no-bias", "upsample x3 linear",
+                        "upsample x2 nearest"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    ck_assert_msg(strstr(summary, want[i]) != NULL, "summary lacks '%s':\n%s", want[i], summary);
+  free(summary);
+  ck_assert_int_eq(clt_model_param_count(m), (4 * 6 * 4 + 6) + 6 * 2 * 9 + (2 * 3 + 3));
+  clt_model_destroy(m);
+
+  clt_model_spec *spec;
+  const char *vol = "input 2 3 4 5\n"
+                    "convtranspose3d 3 kernel=2 stride=2\n"
+                    "upsample scale=2 mode=trilinear\n"
+                    "convtranspose1d 2 kernel=4\n"; /* refused: a volume */
+  ck_assert_int_eq(clt__spec_parse(vol, "t.model", &spec), CLT_EFORMAT);
+  ck_assert_ptr_nonnull(strstr(clt_last_error(), "t.model:4:1:"));
+  vol = "input 2 3 4 5\n"
+        "convtranspose3d 3 kernel=2 stride=2\n"
+        "upsample scale=2 mode=trilinear\n"
+        "flatten\n"
+        "linear 2\n";
+  ck_assert_msg(clt__spec_parse(vol, "t.model", &spec) == 0, "%s", clt_last_error());
+  const clt_layer_spec *ct = &spec->layers[1], *up = &spec->layers[2];
+  ck_assert_int_eq(ct->param[0].ndim, 5);
+  int64_t wshape[5] = {2, 3, 2, 2, 2};
+  for (int d = 0; d < 5; d++) ck_assert_int_eq(ct->param[0].shape[d], wshape[d]);
+  ck_assert_str_eq(ct->param[0].name, "weight");
+  ck_assert_str_eq(ct->param[1].name, "bias");
+  ck_assert_int_eq(up->out_shape.ndim, 4);
+  int oshape[4] = {3, 12, 16, 20};
+  for (int d = 0; d < 4; d++) ck_assert_int_eq(up->out_shape.dims[d], oshape[d]);
+  /* every input cell (3*4*5 of them) times Cin 2, Cout 3, 8 kernel cells, 2 flops a multiply-add */
+  ck_assert(fabs(clt__spec_flops(spec, 1, 2) - 2.0 * 2 * 3 * 8 * 60) < 1e-9);
+  ck_assert(fabs(clt__spec_flops(spec, 2, 3)) < 1e-9);
+  clt__spec_destroy(spec);
+
+  vol = "input 3 5\n"
+        "convtranspose1d 4 kernel=4 stride=2 pad=1\n"
+        "upsample scale=2 mode=linear\n"
+        "flatten\n"
+        "linear 2\n";
+  ck_assert_msg(clt__spec_parse(vol, "t.model", &spec) == 0, "%s", clt_last_error());
+  ck_assert_int_eq(spec->layers[1].out_shape.dims[1], 10); /* (5 - 1) 2 - 2 + 4 */
+  ck_assert_int_eq(spec->layers[2].out_shape.dims[1], 20);
+  ck_assert_int_eq(spec->layers[1].param[0].shape[0], 3);
+  ck_assert_int_eq(spec->layers[1].param[0].shape[1], 4);
+  clt__spec_destroy(spec);
+}
+END_TEST
+
 
 /* A U-Net's skips: nested saves read back in reverse, the channels added
  * up; a save inside a repeated block read in the same pass; save name=;
@@ -436,6 +525,7 @@ int main(void) {
   tcase_add_test(tc, skips_and_groupnorm_parse);
   tcase_add_loop_test(tc, mistakes_are_located, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, file_errors);
+  tcase_add_test(tc, upsample_and_convtranspose_parse);
   tcase_add_test(tc, volume_layers_parse);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
