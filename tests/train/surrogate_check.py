@@ -57,19 +57,26 @@ conv2d 8 kernel=3 pad=1
 groupnorm 2
 silu
 save s1
-conv2d 8 kernel=3 pad=1
-silu
-concat s1
 maxpool 2
 conv2d 16 kernel=3 pad=1
 groupnorm 4
+silu
 save s2
+avgpool 2
+conv2d 16 kernel=3 pad=1
+silu
+upsample scale=2 mode=bilinear
+concat s2
+conv2d 16 kernel=3 pad=1
+save s3
 silu
 conv2d 16 kernel=3 pad=1
-residual s2
-conv2d 4 kernel=1
-flatten
-linear 512
+residual s3
+convtranspose2d 8 kernel=2 stride=2
+concat s1
+conv2d 8 kernel=3 pad=1
+silu
+conv2d 2 kernel=1
 loss mse
 """,
     "conv3d": """# 3D conv net: a (1, 8, 8, 8) volume to a (1, 8, 8, 8) volume
@@ -78,16 +85,16 @@ conv3d 4 kernel=3 pad=1
 groupnorm 2
 silu
 save s1
-conv3d 4 kernel=3 pad=2 dilation=2
-silu
-concat s1
 maxpool3d 2
-conv3d 8 kernel=3 pad=1
+conv3d 8 kernel=3 pad=2 dilation=2
 silu
 avgpool3d 2 stride=1
-conv3d 2 kernel=1
-flatten
-linear 512
+convtranspose3d 4 kernel=2
+upsample scale=2
+concat s1
+conv3d 4 kernel=3 pad=1
+silu
+conv3d 1 kernel=1
 loss mse
 """,
     "conv1d": """# 1D conv net: 2 probes' time series of 32 steps to the next 32
@@ -96,16 +103,16 @@ conv1d 8 kernel=5 pad=2
 groupnorm 2
 silu
 save s1
-conv1d 8 kernel=3 pad=2 dilation=2
-silu
-concat s1
 avgpool1d 2
+conv1d 16 kernel=3 pad=2 dilation=2
+silu
+maxpool1d 2
 conv1d 16 kernel=3 pad=1
 silu
-maxpool1d 2 stride=1
-conv1d 8 kernel=3 stride=2 pad=1
-flatten
-linear 64
+upsample scale=2 mode=linear
+convtranspose1d 8 kernel=3 stride=2 pad=1 output_pad=1
+concat s1
+conv1d 2 kernel=1
 loss mse
 """,
 }
@@ -138,7 +145,7 @@ def dataset(spec, name, shape, work):
     teacher, _ = spec_torch.from_spec(spec, name)
     with torch.no_grad():
         y = teacher.eval()(torch.from_numpy(x)).double().numpy()
-    y = (y / y.std()).astype(np.float32)  # unit variance: a first loss near 1 whatever the teacher's scale
+    y = ((y - y.mean()) / y.std()).astype(np.float32)  # a first loss near 1 whatever the teacher's scale
     xp, yp = os.path.join(work, name + "_x.npy"), os.path.join(work, name + "_y.npy")
     np.save(xp, x)
     np.save(yp, y)
