@@ -7,8 +7,17 @@
 // Exact 3-D ranges, id 0 the contiguous index (see cl/conv.cl).
 
 #define PND_ARGS                                                                                               \
-  const uint D, const uint H, const uint W, const uint OD, const uint OH, const uint OW, const int KD,          \
-      const int KH, const int KW, const int sd, const int sh, const int sw
+  const uint D, const uint H, const uint W, const uint OD, const uint OH, const uint OW, const int kd_arg,      \
+      const int kh_arg, const int kw_arg, const int sd, const int sh, const int sw
+
+// The host builds this file with the window as constants (-DPND_KD=...,
+// -DPND_KH, -DPND_KW), so the window loops unroll: PoCL runs the loops of
+// a work-item's body as loops inside its work-item loop (see cl/pool.cl).
+#ifdef PND_KD
+#define WINDOW3 const int KD = PND_KD, KH = PND_KH, KW = PND_KW
+#else
+#define WINDOW3 const int KD = kd_arg, KH = kh_arg, KW = kw_arg
+#endif
 
 // The outputs [*lo, *hi) along one axis whose window (k at stride s, no
 // padding) covers input i.
@@ -23,14 +32,15 @@ void pnd_covering(int i, int k, int s, int outs, int *lo, int *hi) {
 // NC*OD): item (ow, oh, plane*OD + od).
 __kernel void maxpoolnd_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                                 __global int *argmax, const ulong aoff, PND_ARGS) {
+  WINDOW3;
   const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
   const uint plane = z / OD, od = z - plane * OD;
   const ulong in = xoff + (ulong)plane * D * H * W;
   float best = 0.0f;
   int besti = -1;
-  for (int kd = 0; kd < KD; kd++)
-    for (int kh = 0; kh < KH; kh++)
-      for (int kw = 0; kw < KW; kw++) {
+  _Pragma("unroll") for (int kd = 0; kd < KD; kd++)
+    _Pragma("unroll") for (int kh = 0; kh < KH; kh++)
+      _Pragma("unroll") for (int kw = 0; kw < KW; kw++) {
         const int at = (((int)od * sd + kd) * (int)H + (int)oh * sh + kh) * (int)W + (int)ow * sw + kw;
         const float v = ALOAD(x, in + at);
         const int take = (besti < 0) | (v > best) | ((v != v) & (best == best));
@@ -46,6 +56,7 @@ __kernel void maxpoolnd_forward(__global const act_t *x, const ulong xoff, __glo
 // window order. Range (W, H, NC*D): item (iw, ih, plane*D + id).
 __kernel void maxpoolnd_backward(__global const int *argmax, const ulong aoff, __global const act_t *dy,
                                  const ulong dyoff, __global act_t *dx, const ulong dxoff, PND_ARGS) {
+  WINDOW3;
   const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
   const uint plane = z / D, id = z - plane * D;
   int d0, d1, h0, h1, w0, w1;
@@ -67,13 +78,14 @@ __kernel void maxpoolnd_backward(__global const int *argmax, const ulong aoff, _
 // y = each window's mean, summed in window order. Range as maxpoolnd_forward.
 __kernel void avgpoolnd_forward(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff,
                                 PND_ARGS) {
+  WINDOW3;
   const uint ow = get_global_id(0), oh = get_global_id(1), z = get_global_id(2);
   const uint plane = z / OD, od = z - plane * OD;
   const ulong in = xoff + (ulong)plane * D * H * W;
   float acc = 0.0f;
-  for (int kd = 0; kd < KD; kd++)
-    for (int kh = 0; kh < KH; kh++)
-      for (int kw = 0; kw < KW; kw++)
+  _Pragma("unroll") for (int kd = 0; kd < KD; kd++)
+    _Pragma("unroll") for (int kh = 0; kh < KH; kh++)
+      _Pragma("unroll") for (int kw = 0; kw < KW; kw++)
         acc += ALOAD(x, in + (((int)od * sd + kd) * (int)H + (int)oh * sh + kh) * (int)W + (int)ow * sw + kw);
   ASTORE(y, yoff + ((ulong)z * OH + oh) * OW + ow, acc / (float)(KD * KH * KW));
 }
@@ -82,6 +94,7 @@ __kernel void avgpoolnd_forward(__global const act_t *x, const ulong xoff, __glo
 // Range as maxpoolnd_backward.
 __kernel void avgpoolnd_backward(__global const act_t *dy, const ulong dyoff, __global act_t *dx, const ulong dxoff,
                                  PND_ARGS) {
+  WINDOW3;
   const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
   const uint plane = z / D, id = z - plane * D;
   int d0, d1, h0, h1, w0, w1;
@@ -94,4 +107,35 @@ __kernel void avgpoolnd_backward(__global const act_t *dy, const ulong dyoff, __
     for (int oh = h0; oh < h1; oh++)
       for (int ow = w0; ow < w1; ow++) acc += ALOAD(dy, out + ((ulong)od * OH + oh) * OW + ow);
   ASTORE(dx, dxoff + ((ulong)z * H + ih) * W + iw, acc / (float)(KD * KH * KW));
+}
+
+// The backward of windows that do not overlap (stride >= window on every
+// axis, as maxpool3d 2 and avgpool1d 2): an input lies in at most one
+// window, o = i / stride along each axis, so an item reads one dy and
+// needs no loop. The same values as the gathers above. Range as theirs.
+__kernel void maxpoolnd_backward_disjoint(__global const int *argmax, const ulong aoff, __global const act_t *dy,
+                                          const ulong dyoff, __global act_t *dx, const ulong dxoff, PND_ARGS) {
+  WINDOW3;
+  const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
+  const uint plane = z / D, id = z - plane * D;
+  const uint od = id / sd, oh = ih / sh, ow = iw / sw;
+  const int hit = od < OD && oh < OH && ow < OW && (int)(id - od * sd) < KD && (int)(ih - oh * sh) < KH &&
+                  (int)(iw - ow * sw) < KW;
+  const ulong o = (((ulong)plane * OD + (hit ? od : 0)) * OH + (hit ? oh : 0)) * OW + (hit ? ow : 0);
+  const int me = ((int)id * (int)H + (int)ih) * (int)W + (int)iw;
+  const float g = ALOAD(dy, dyoff + o);
+  ASTORE(dx, dxoff + ((ulong)z * H + ih) * W + iw, hit && argmax[aoff + o] == me ? g : 0.0f);
+}
+
+__kernel void avgpoolnd_backward_disjoint(__global const act_t *dy, const ulong dyoff, __global act_t *dx,
+                                          const ulong dxoff, PND_ARGS) {
+  WINDOW3;
+  const uint iw = get_global_id(0), ih = get_global_id(1), z = get_global_id(2);
+  const uint plane = z / D, id = z - plane * D;
+  const uint od = id / sd, oh = ih / sh, ow = iw / sw;
+  const int hit = od < OD && oh < OH && ow < OW && (int)(id - od * sd) < KD && (int)(ih - oh * sh) < KH &&
+                  (int)(iw - ow * sw) < KW;
+  const ulong o = (((ulong)plane * OD + (hit ? od : 0)) * OH + (hit ? oh : 0)) * OW + (hit ? ow : 0);
+  const float g = ALOAD(dy, dyoff + o);
+  ASTORE(dx, dxoff + ((ulong)z * H + ih) * W + iw, hit ? g / (float)(KD * KH * KW) : 0.0f);
 }

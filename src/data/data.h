@@ -45,6 +45,8 @@ struct clt_dataset {
   float *targets;     /* regression: (count, labels_per_sample) float32, y NULL */
   float *shift, *scale; /* per-feature normalisation, (sample_size) each: (x - shift) / scale; NULL: none */
   int norm_kind;      /* clt_normalize_kind of shift/scale */
+  int64_t rows_read;  /* read_fd: the rows batches asked for, and the bytes pread() gave (atomic: the */
+  int64_t bytes_read; /* prefetch thread and the caller may both read), logged by destroy at info level */
 };
 
 /* An empty dataset owning a copy of path (NULL and CLT_ENOMEM on failure). */

@@ -1,8 +1,10 @@
 /*
  * hdf5.c: an HDF5 dataset ("file.h5:/group/dataset") as clt__array, when
- * cltrain is built with HDF5 (configure --with-hdf5). The dataset is read
- * whole into memory in its stored type (integers and floats of 1 to 8
- * bytes, as NumPy's); its first dimension is the samples. HDF5's own error
+ * cltrain is built with HDF5 (configure --with-hdf5). A dataset stored
+ * contiguously and unfiltered is mapped from the file like an .npy (each
+ * rank then reads only the rows of its batches); a chunked or compressed
+ * one is read whole into memory in its stored type (integers and floats
+ * of 1 to 8 bytes, as NumPy's). Its first dimension is the samples. HDF5's own error
  * stack is silenced: every fault comes back as one message naming the
  * file, the dataset and what is wrong.
  */
@@ -12,9 +14,50 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #if HAVE_HDF5
 #include <hdf5.h>
+
+/* A dataset stored contiguously, unfiltered, in a standard integer or
+ * IEEE float type (what h5py and H5Dcreate write by default) lies in the
+ * file as an .npy's values do: map the file, and the batches touch (or,
+ * past CLT_DATA_MAP_MAX, pread) only the rows they take, so a rank reads
+ * only its slices and a large dataset stays out of the resident set.
+ * 1: mapped; 0: not so stored (read whole through HDF5); < 0: an error. */
+static int map_contiguous(const char *path, const char *name, hid_t ds, hid_t type, char kind,
+                          uint64_t bytes, clt__array *out) {
+  hid_t dcpl = H5Dget_create_plist(ds);
+  if (dcpl < 0) return 0;
+  const int contiguous = H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0;
+  H5Pclose(dcpl);
+  const haddr_t at = contiguous ? H5Dget_offset(ds) : HADDR_UNDEF;
+  const H5T_order_t order = H5Tget_order(type);
+  int standard = order == H5T_ORDER_LE || order == H5T_ORDER_BE;
+  if (kind == 'f')
+    standard &= H5Tequal(type, H5T_IEEE_F32LE) > 0 || H5Tequal(type, H5T_IEEE_F32BE) > 0 ||
+                H5Tequal(type, H5T_IEEE_F64LE) > 0 || H5Tequal(type, H5T_IEEE_F64BE) > 0;
+  else
+    standard &= H5Tget_precision(type) == 8 * H5Tget_size(type) && H5Tget_offset(type) == 0;
+  if (at == HADDR_UNDEF || !standard) return 0;
+  void *map;
+  size_t len;
+  int fd1;
+  int rc = clt__map_file(path, &map, &len, &fd1);
+  if (rc < 0) return rc;
+  if ((uint64_t)at > len || bytes > len - (uint64_t)at) {
+    munmap(map, len);
+    close(fd1 - 1);
+    return clt__error(CLT_EFORMAT, "%s:%s: its values would lie at bytes %llu to %llu, past the file's end (%zu "
+                      "bytes): the file is cut short", path, name, (unsigned long long)at,
+                      (unsigned long long)(at + bytes), len);
+  }
+  out->map = map, out->map_len = len, out->fd1 = fd1;
+  out->data = (unsigned char *)map + at;
+  out->big = order == H5T_ORDER_BE;
+  return 1;
+}
 
 int clt__h5_open(const char *path, const char *name, clt__array *out) {
   int rc = CLT_OK;
@@ -61,6 +104,14 @@ int clt__h5_open(const char *path, const char *name, clt__array *out) {
     }
     total *= dims[i];
   }
+  char head[512];
+  int hn = snprintf(head, sizeof head, "%s %c%zu", name, kind, size);
+  out->header = clt__hash(clt__hash(CLT__HASH_START, head, (size_t)hn), dims, (size_t)nd * sizeof dims[0]);
+  /* Stored whole in one place, as is: mapped like an .npy. */
+  if ((rc = map_contiguous(path, name, ds, type, kind, total * size, out)) != 0) {
+    if (rc == 1) rc = CLT_OK;
+    goto fail; /* the way out, mapped or not */
+  }
   /* Read as the same type in the host's order: HDF5 converts the byte order. */
   hid_t mem = kind == 'f' ? (size == 2 ? H5I_INVALID_HID : size == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE)
                           : H5Tget_native_type(type, H5T_DIR_ASCEND);
@@ -79,9 +130,6 @@ int clt__h5_open(const char *path, const char *name, clt__array *out) {
   }
   out->data = out->owned;
   out->big = clt__host_is_big_endian();
-  char head[512];
-  int hn = snprintf(head, sizeof head, "%s %c%zu", name, kind, size);
-  out->header = clt__hash(clt__hash(CLT__HASH_START, head, (size_t)hn), dims, (size_t)nd * sizeof dims[0]);
 fail:
   if (type >= 0) H5Tclose(type);
   if (space >= 0) H5Sclose(space);

@@ -60,6 +60,10 @@ typedef struct clt__dp_rep {
   cl_event *read;
   unsigned char *open;
   clt__dp_ring *ring; /* ZeRO stage 3: where runs read the parameters (NULL: the arena) */
+  clt_comm *stats_comm; /* batchnorm's statistics are summed over these ranks (batch_stats.c) ... */
+  int stats_on;         /* ... in the runs of a step (not those of clt_trainer_forward or _gradient) */
+  struct clt__stats_meet *meet; /* ... first over this rank's replicas, run side by side, or NULL */
+  int index;            /* this replica's among the rank's */
 } clt__dp_rep;
 
 /* A local replica's recent recorded runs (a ring of the newest). */
@@ -218,6 +222,18 @@ int clt__dp_device_state(const clt__dp *dp);
 /* Buckets b on r (their markers; with `wire`, the f16 copy of its arena),
  * hung on r's runs. */
 int clt__dp_rep_create(clt__replica *r, const clt__bucket_layout *b, int wire, clt__dp_rep **out);
+
+/* batch_stats.c: batchnorm's statistics over every rank (the replicas'
+ * sum_stats hook), on in a step's runs (clt__dp_stats_on); what they
+ * cannot go with, refused on every rank before the first step. */
+int clt__dp_sum_stats(void *user, int layer, double *sums, int count);
+void clt__dp_stats_on(clt__dp *dp, int on);
+int clt__dp_check_batch_stats(const clt__dp *dp, const clt__job *job, const clt__dp_how *how);
+int clt__dp_check_step_batch(const clt__dp *dp);
+/* run(dp, i, arg) for each local replica i, each in a thread of its own,
+ * their statistics' sums met here (the main thread makes the MPI calls);
+ * the first failure, after every run has ended. */
+int clt__dp_run_together(clt__dp *dp, int (*run)(clt__dp *dp, int i, void *arg), void *arg);
 void clt__dp_rep_destroy(clt__dp_rep *d);
 /* ZeRO stage 2: the pool's slots p and the shard's gradient of
  * shard_floats (with wire, f16 copies of both); the hooks then place every

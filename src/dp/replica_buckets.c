@@ -211,16 +211,18 @@ static int param_view(void *user, const clt_param_spec *p, clt_tensor *t) {
 }
 
 static const clt__run_hooks bucket_hooks = {
-    .run_begin = run_begin, .backward_end = backward_end, .run_end = run_end};
+    .run_begin = run_begin, .backward_end = backward_end, .run_end = run_end, .sum_stats = clt__dp_sum_stats};
 static const clt__run_hooks pool_hooks = {.run_begin = run_begin, .backward_begin = backward_begin,
-                                          .backward_end = backward_end, .run_end = run_end, .grad_view = grad_view};
+                                          .backward_end = backward_end, .run_end = run_end, .grad_view = grad_view, .sum_stats = clt__dp_sum_stats};
 /* The same with stage 3's ring: the whole local gradient (--accumulate), or the pool. */
 static const clt__run_hooks ring_hooks = {.run_begin = run_begin, .forward_begin = forward_begin,
                                           .backward_begin = backward_begin, .backward_end = backward_end,
-                                          .run_end = run_end, .param_view = param_view};
+                                          .run_end = run_end, .param_view = param_view,
+                                          .sum_stats = clt__dp_sum_stats};
 static const clt__run_hooks ring_pool_hooks = {.run_begin = run_begin, .forward_begin = forward_begin,
                                                .backward_begin = backward_begin, .backward_end = backward_end,
-                                               .run_end = run_end, .grad_view = grad_view, .param_view = param_view};
+                                               .run_end = run_end, .grad_view = grad_view, .param_view = param_view,
+                                               .sum_stats = clt__dp_sum_stats};
 
 void clt__dp_rep_set_ring(clt__dp_rep *d, clt__dp_ring *g) {
   d->ring = g;

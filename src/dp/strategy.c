@@ -108,6 +108,7 @@ int clt__dp_plan(const clt__job *job, const clt__dp_how *how, clt__dp **out) {
   }
   CLT_TRY(clt__dp_make_replicas(dp, params));
   CLT_TRY(clt__dp_buckets_attach(dp));
+  CLT_TRY(clt__dp_check_batch_stats(dp, job, how));
   free(params);
   *out = dp;
   return CLT_OK;
@@ -159,32 +160,60 @@ fail:
   return rc;
 }
 
+/* Replica i's run of its slice of a micro-batch (forward_backward). A
+ * replica that sits the step out runs nothing, but with batchnorm in
+ * training (sync) adds its zeros to the statistics' sums as one of no
+ * samples does (its parameters are brought up to date before it runs). */
+static int run_replica(clt__dp *dp, int i, const clt__slice *s, const clt__pass *base, int last, int sync) {
+  int rc = CLT_OK, runs = clt__dp_active(dp, i) || (dp->sitting && s[i].n > 0);
+  if (!runs && !sync) return CLT_OK; /* its slices are empty */
+  if (runs && dp->sitting && !dp->ran[i]) {
+    CLT_TRY(clt__dp_sync_replicas(dp, 0));
+    CLT_TRY(clt__replica_zero_grads(dp->rep[i]));
+    dp->ran[i] = 1;
+  }
+  clt__pass pass = *base;
+  pass.record = last && !dp->sitting && runs;
+  pass.step = s[i].dropout_step, pass.global_first = s[i].global_first, pass.targets = s[i].targets;
+  if (runs && s[i].n > 0)
+    CLT_TRY(clt__replica_run(dp->rep[i], s[i].x, s[i].y, s[i].n, &pass));
+  else if (pass.record || sync) /* with batchnorm its zeros go into the statistics' sums */
+    CLT_TRY(clt__replica_run_empty(dp->rep[i], &pass));
+fail:
+  return rc;
+}
+
+typedef struct fb_args {
+  const clt__slice *s;
+  const clt__pass *base;
+  int last, sync;
+} fb_args;
+
+static int run_replica_of(clt__dp *dp, int i, void *arg) {
+  const fb_args *a = arg;
+  return run_replica(dp, i, a->s, a->base, a->last, a->sync);
+}
+
 /* Enqueue forward, loss and backward of every replica's slice. A recorded
  * run (the step's last micro-batch) marks its buckets for the exchange; a
  * replica with nothing in it (a partial batch, a rank with few samples)
  * records the markers alone. A rank that sits out runs its own samples of
- * clt_trainer_step unrecorded (its sum goes through the host). */
+ * clt_trainer_step unrecorded (its sum goes through the host). With
+ * batchnorm in training the replicas of this rank run side by side, one
+ * thread each, meeting at each of its sums (batch_stats.c). */
 static int forward_backward(void *self, int64_t step, int k, const clt__slice *s, const clt__pass *base,
                             int last) {
   clt__dp *dp = self;
-  int rc = CLT_OK;
+  int rc = CLT_OK, sync = base->train && clt__spec_has_sync_stats(dp->local->spec);
+  fb_args a = {s, base, last, sync};
   (void)step, (void)k;
-  for (int i = 0; i < dp->nlocal; i++) {
-    if (!clt__dp_active(dp, i) && !(dp->sitting && s[i].n > 0)) continue; /* its slices are empty */
-    if (dp->sitting && !dp->ran[i]) {
-      CLT_TRY(clt__dp_sync_replicas(dp, 0));
-      CLT_TRY(clt__replica_zero_grads(dp->rep[i]));
-      dp->ran[i] = 1;
-    }
-    clt__pass pass = *base;
-    pass.record = last && !dp->sitting;
-    pass.step = s[i].dropout_step, pass.global_first = s[i].global_first, pass.targets = s[i].targets;
-    if (s[i].n > 0)
-      CLT_TRY(clt__replica_run(dp->rep[i], s[i].x, s[i].y, s[i].n, &pass));
-    else if (pass.record)
-      CLT_TRY(clt__replica_run_empty(dp->rep[i], &pass));
-  }
+  if (sync) CLT_TRY(clt__dp_check_step_batch(dp));
+  clt__dp_stats_on(dp, 1); /* batchnorm: statistics over every rank's samples */
+  if (sync && dp->nlocal > 1) CLT_TRY(clt__dp_run_together(dp, run_replica_of, &a));
+  else
+    for (int i = 0; i < dp->nlocal; i++) CLT_TRY(run_replica_of(dp, i, &a));
 fail:
+  clt__dp_stats_on(dp, 0);
   return rc;
 }
 

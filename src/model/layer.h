@@ -12,7 +12,8 @@
  * kinds_seq.c (embeddings), kinds_attention.c (attention) and
  * kinds_llama.c (rmsnorm, swiglu), kinds_skip.c (save, concat),
  * kinds_groupnorm.c (groupnorm), kinds_volume.c (conv1d, conv3d, 1-D
- * and 3-D pooling) and kinds_upconv.c (upsample, convtranspose1d/2d/3d).
+ * and 3-D pooling), kinds_upconv.c (upsample, convtranspose1d/2d/3d) and
+ * kinds_batchnorm.c (batchnorm).
  */
 #ifndef CLT_MODEL_LAYER_H
 #define CLT_MODEL_LAYER_H
@@ -113,6 +114,10 @@ typedef struct clt__layer_io {
   cl_mem gscratch;    /* activation-dtype backward scratch, from element 0 */
   cl_mem workspace;   /* conv2d's im2col workspace */
   const clt__pass *pass;
+  /* Sum count doubles over every replica of every rank, in place (a hook
+   * of the replica's, model/replica.h), or NULL: the replica's own sums
+   * are the whole batch's. Its user is grad_user. */
+  int (*sum_stats)(void *user, int layer, double *sums, int count);
 } clt__layer_io;
 
 /* View of parameter k of the layer in the parameter or gradient arena. */
@@ -139,8 +144,10 @@ enum {
   CLT_KIND_INPUT = 4,      /* the first line */
   CLT_KIND_PASS_GRAD = 8,  /* the input gradient is dy itself: backward gets dx = dy and only adds elsewhere */
   CLT_KIND_ACTIVATION = 16, /* elementwise, no parameters: what `act=NAME` on a linear or conv2d line may name */
-  CLT_KIND_KEEPS_GAIN = 32  /* leaves the gain of the activation after it as it is (flatten, dropout, pooling):
+  CLT_KIND_KEEPS_GAIN = 32, /* leaves the gain of the activation after it as it is (flatten, dropout, pooling):
                                init=auto looks past it (spec.c) */
+  CLT_KIND_SYNC_STATS = 64  /* in training its forward and backward sum statistics over every replica (io's
+                               sum_stats, batchnorm): a replica of no samples still runs it with n = 0 */
 };
 
 typedef struct clt__layer_kind {
@@ -182,6 +189,13 @@ const char *clt__layer_kind_list(char *buf, size_t len);
  * kind's flops() added (MFU: train/fit.c). */
 double clt__spec_flops(const clt_model_spec *spec, int first, int last);
 
+/* Layers whose statistics are the global batch's (batchnorm): the first
+ * one's index, or 0 when none; and CLT_EINVAL naming the first whose
+ * channels would get fewer than two values from a micro-batch of `batch`
+ * samples (all replicas together). */
+int clt__spec_has_sync_stats(const clt_model_spec *spec);
+int clt__spec_check_batch_stats(const clt_model_spec *spec, int64_t batch);
+
 /* The kinds, for the table (layer_table.c) and the parser's special cases. */
 extern const clt__layer_kind clt__kind_input, clt__kind_linear, clt__kind_layernorm, clt__kind_relu,
     clt__kind_leakyrelu, clt__kind_gelu, clt__kind_tanh, clt__kind_sigmoid, clt__kind_dropout, clt__kind_flatten,
@@ -198,6 +212,6 @@ extern const clt__layer_kind clt__kind_conv1d, clt__kind_conv3d, clt__kind_maxpo
 int clt__convnd_layer_forward(const clt__layer_io *io);
 int clt__convnd_layer_backward(const clt__layer_io *io);
 extern const clt__layer_kind clt__kind_upsample, clt__kind_convtranspose1d, clt__kind_convtranspose2d,
-    clt__kind_convtranspose3d;
+    clt__kind_convtranspose3d, clt__kind_batchnorm;
 
 #endif

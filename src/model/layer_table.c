@@ -17,7 +17,7 @@ static const clt__layer_kind *const kinds[] = {
     &clt__kind_conv1d,    &clt__kind_conv3d,        &clt__kind_maxpool1d,     &clt__kind_avgpool1d,
     &clt__kind_maxpool3d, &clt__kind_avgpool3d,
     &clt__kind_upsample,      &clt__kind_convtranspose1d, &clt__kind_convtranspose2d,
-    &clt__kind_convtranspose3d,
+    &clt__kind_convtranspose3d, &clt__kind_batchnorm,
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

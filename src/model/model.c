@@ -173,9 +173,17 @@ int clt_model_summary(const clt_model *m, char **out) {
   else
     used += snprintf(buf + used, cap - used, "regression, %lld targets per sample, loss %s\n",
                      (long long)s->labels_per_sample, clt_loss_name((clt_loss_kind)s->loss));
+  int64_t buffers = 0;
+  for (int i = 0; i < s->nlayers; i++)
+    for (int k = 0; k < s->layers[i].nparams; k++)
+      if (s->layers[i].param[k].buffer && !s->layers[i].param[k].tied) buffers += s->layers[i].param[k].count;
+  if (buffers)
+    used += snprintf(buf + used, cap - used, "buffers: %lld of the %lld (batchnorm's running statistics, written by "
+                     "the forward, not trained): %lld trainable, as PyTorch counts them\n", (long long)buffers,
+                     (long long)s->param_count, (long long)(s->param_count - buffers));
   snprintf(buf + used, cap - used, "weight decay (decoupled, as AdamW's): %lld of the %lld parameters, the tensors "
-           "in the weight decay column (the matrices of linear, conv2d, attention and swiglu layers; not biases, "
-           "norms or embeddings, nor an output tied to an embedding)\n", (long long)decay, (long long)s->param_count);
+           "in the weight decay column (the matrices of linear, conv1d, conv2d, conv3d, attention and swiglu layers; "
+           "not biases, norms or embeddings, nor an output tied to an embedding)\n", (long long)decay, (long long)s->param_count);
   *out = buf;
   return CLT_OK;
 }

@@ -54,6 +54,13 @@ typedef struct clt__run_hooks {
    * forward_begin or backward_begin came last: a view of p's shape.
    * Without it, p's range of the parameter arena. */
   int (*param_view)(void *user, const clt_param_spec *p, clt_tensor *out);
+  /* (optional) Sum count doubles over every replica of every rank, in
+   * place: a layer's statistics over the global batch (batchnorm in
+   * training, in its forward and its backward). Every replica calls it
+   * for the same layers in the same order, one of no samples with zeros
+   * (clt__replica_run_empty). Without it the replica's own sums are the
+   * batch's (one device). */
+  int (*sum_stats)(void *user, int layer, double *sums, int count);
 } clt__run_hooks;
 
 /* ---- the buffers ---- */
@@ -184,8 +191,10 @@ clt_context *clt__replica_context(const clt__replica *r);
  * loss. Only enqueues work: clt__replica_read_loss waits for it. x and y
  * must stay valid until then. */
 int clt__replica_run(clt__replica *r, const float *x, const int32_t *y, int64_t n, const clt__pass *pass);
-/* A recorded run of no samples: the hooks' run_begin and run_end and the
- * run's markers (a replica can get none of a partial last batch). */
+/* A run of no samples (a replica can get none of a partial last batch):
+ * the hooks' run_begin and run_end, the run's markers when recorded, and
+ * in training the global-batch sums of the layers that make them
+ * (CLT_KIND_SYNC_STATS), with zeros. */
 int clt__replica_run_empty(clt__replica *r, const clt__pass *pass);
 
 /* A run in pieces, on an activation set of the caller's (a pipeline

@@ -64,6 +64,7 @@ static void layer_io(const clt__replica *r, const clt__act_set *s, int i, int64_
   io->grads = r->grads;
   if (r->hooks && r->hooks->grad_view) io->grad_view = r->hooks->grad_view, io->grad_user = r->hooks_user;
   if (r->hooks && r->hooks->param_view) io->param_view = r->hooks->param_view, io->grad_user = r->hooks_user;
+  if (r->hooks && r->hooks->sum_stats) io->sum_stats = r->hooks->sum_stats, io->grad_user = r->hooks_user;
   io->saved = act_of(r, s, i);
   io->saved_off = r->slots[i].saved_offset;
   io->aux = r->slots[i].transient ? r->block_aux : s->aux;
@@ -355,14 +356,38 @@ fail:
   return rc;
 }
 
+/* A run of no samples in training still takes part in the sums over the
+ * global batch of the layers that make them (batchnorm): each one's
+ * forward, then each one's backward in reverse, with n = 0 (the kind adds
+ * zeros and keeps its running statistics in step with the others'). */
+static int empty_sync_layers(clt__replica *r, const clt__pass *pass) {
+  int rc = CLT_OK, L = r->spec->nlayers;
+  clt__layer_io io;
+  if (!pass->train) return CLT_OK;
+  for (int i = 1; i < L; i++) {
+    if (!has(&r->spec->layers[i], CLT_KIND_SYNC_STATS)) continue;
+    layer_io(r, &r->own, i, 0, pass, &io);
+    if ((rc = r->spec->layers[i].kind->forward(&io)) < 0) return layer_failed(r, i, "forward (of no samples)", rc);
+  }
+  for (int i = L - 1; i >= 1; i--) {
+    if (!has(&r->spec->layers[i], CLT_KIND_SYNC_STATS)) continue;
+    layer_io(r, &r->own, i, 0, pass, &io);
+    if ((rc = r->spec->layers[i].kind->backward(&io)) < 0) return layer_failed(r, i, "backward (of no samples)", rc);
+  }
+  return CLT_OK;
+}
+
 int clt__replica_run_empty(clt__replica *r, const clt__pass *pass) {
   int rc = CLT_OK;
-  r->run_start_ns = 0;
-  atomic_store(&r->run_end_ns, 0);
-  CLT_TRY(clt__replica_marker(r, &r->start_ev));
+  if (pass->record) {
+    r->run_start_ns = 0;
+    atomic_store(&r->run_end_ns, 0);
+    CLT_TRY(clt__replica_marker(r, &r->start_ev));
+  }
   CLT_TRY(HOOK(r, run_begin, pass));
+  CLT_TRY(empty_sync_layers(r, pass));
   CLT_TRY(HOOK(r, run_end, pass));
-  CLT_TRY(clt__replica_marker(r, &r->end_ev));
+  if (pass->record) CLT_TRY(clt__replica_marker(r, &r->end_ev));
 fail:
   return rc;
 }

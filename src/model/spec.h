@@ -66,6 +66,8 @@ typedef struct clt_param_spec {
   int stage_copy;      /* a part of a model (a pipeline stage's spec, src/pp) holds its own copy of a weight
                           tied to a layer outside it: the owner is at whole_offset of the whole arena */
   int64_t whole_offset;
+  int buffer;          /* a buffer, not a trainable parameter (batchnorm's running statistics): written by the
+                          forward, its gradient always 0 and no decay, so every optimizer leaves it as it is */
 } clt_param_spec;
 
 /* Rotary position embeddings of an attention layer (rope_theta= and
@@ -132,6 +134,7 @@ typedef struct clt_layer_spec {
   int output_pad;      /* convtranspose*: output_pad= (0 to stride - 1) */
   int scale;           /* upsample: scale= */
   int upsample_linear; /* upsample: mode=linear (0: nearest) */
+  float momentum;      /* batchnorm: the running statistics' momentum */
 } clt_layer_spec;
 
 typedef struct clt_model_spec {

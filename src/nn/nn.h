@@ -435,5 +435,25 @@ int clt_nn_convtranspose_forward(clt_context *ctx, const clt_nn_convt_cfg *cfg, 
 int clt_nn_convtranspose_backward(clt_context *ctx, const clt_nn_convt_cfg *cfg, const clt_tensor *x,
                                   const clt_tensor *w, const clt_tensor *dy, const clt_tensor *dx,
                                   const clt_tensor *dw, const clt_tensor *db, const clt_tensor *workspace);
+/* ---- batchnorm over the channels of x (N, C, S) (nn/batchnorm.c) -------- */
+
+/* part (C, 2): per channel c the mean of its N*S values and the sum of their
+ * squared deviations from it (what a replica gives towards the global
+ * batch's statistics). */
+int clt_nn_batchnorm_stats(clt_context *ctx, const clt_tensor *x, const clt_tensor *part);
+/* y = (x - mean) / sqrt(var + eps) * w + b per channel; mean, var, w, b (C). */
+int clt_nn_batchnorm_forward(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
+                             const clt_tensor *var, const clt_tensor *w, const clt_tensor *b, const clt_tensor *y);
+/* Per channel the sums over x's values of dy and dy * xhat (xhat = (x -
+ * mean) / sqrt(var + eps)): accumulated into db and dw (C), and written to
+ * part (C, 2) as (sum dy, sum dy * xhat). */
+int clt_nn_batchnorm_backward_sums(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
+                                   const clt_tensor *var, const clt_tensor *dy, const clt_tensor *dw,
+                                   const clt_tensor *db, const clt_tensor *part);
+/* dx = w / sqrt(var + eps) * (dy - gdy - xhat * gdyx), gdy and gdyx (C) the
+ * means of dy and dy * xhat over the global batch (overwritten). */
+int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
+                                    const clt_tensor *var, const clt_tensor *w, const clt_tensor *gdy,
+                                    const clt_tensor *gdyx, const clt_tensor *dy, const clt_tensor *dx);
 
 #endif /* CLT_NN_H */

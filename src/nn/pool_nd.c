@@ -59,6 +59,12 @@ static int check_pnd(const char *op, const clt_nn_poolnd_cfg *cfg, const char *x
   return CLT_OK;
 }
 
+/* Windows that cannot overlap (stride >= window on every axis): the
+ * backward reads one window per input, no loop (the _disjoint kernels). */
+static int disjoint(const pnd_geom *g) {
+  return g->s[0] >= g->k[0] && g->s[1] >= g->k[1] && g->s[2] >= g->k[2];
+}
+
 /* Run a pool_nd.cl kernel: the (buffer, offset) pairs of ts, then the
  * geometry, over the elements of the tensor it writes (the input side
  * when backward). act picks the storage variant. */
@@ -66,7 +72,10 @@ static int run_pnd(clt_context *ctx, const char *op, const char *kernel, const c
                    const clt_tensor *act, const pnd_geom *g, int backward) {
   int rc = CLT_OK;
   cl_kernel k;
-  CLT_TRY(clt_context_kernel(ctx, "pool_nd", kernel, clt__nn_act_opt(act), &k));
+  char opts[160]; /* the window as constants, so its loops unroll (cl/pool_nd.cl) */
+  snprintf(opts, sizeof opts, "-DPND_KD=%d -DPND_KH=%d -DPND_KW=%d %s", g->k[0], g->k[1], g->k[2],
+           clt__nn_act_opt(act));
+  CLT_TRY(clt_context_kernel(ctx, "pool_nd", kernel, opts, &k));
   for (int i = 0; i < nts; i++) {
     cl_ulong off = clt__nn_off(ts[i]);
     clt__nn_arg a[2] = {NN_VAL(ts[i]->buf), NN_VAL(off)};
@@ -106,7 +115,7 @@ int clt_nn_maxpoolnd_backward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, co
   if (!argmax) return clt__error(CLT_EINVAL, "%s: argmax is NULL", op);
   if ((rc = check_pnd(op, cfg, "dx", dx, argmax, "dy", dy, &g)) < 0) return rc;
   const clt_tensor *ts[] = {argmax, dy, dx};
-  return run_pnd(ctx, op, "maxpoolnd_backward", ts, 3, dy, &g, 1);
+  return run_pnd(ctx, op, disjoint(&g) ? "maxpoolnd_backward_disjoint" : "maxpoolnd_backward", ts, 3, dy, &g, 1);
 }
 
 int clt_nn_avgpoolnd_forward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, const clt_tensor *x, const clt_tensor *y) {
@@ -125,5 +134,5 @@ int clt_nn_avgpoolnd_backward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, co
   int rc = check_pnd(op, cfg, "dx", dx, NULL, "dy", dy, &g);
   if (rc < 0) return rc;
   const clt_tensor *ts[] = {dy, dx};
-  return run_pnd(ctx, op, "avgpoolnd_backward", ts, 2, dy, &g, 1);
+  return run_pnd(ctx, op, disjoint(&g) ? "avgpoolnd_backward_disjoint" : "avgpoolnd_backward", ts, 2, dy, &g, 1);
 }

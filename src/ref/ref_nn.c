@@ -591,3 +591,57 @@ void ref_convtranspose_backward(const ref_convt *g, const double *x, const doubl
     if (dx) dx[xi] += w[wi] * dy[yi];
   })
 }
+/* ---- batchnorm ---- */
+
+void ref_batchnorm_forward(int N, int C, int S, double eps, const double *x, const double *w, const double *b,
+                           double *y, double *mean, double *var) {
+  double M = (double)N * S;
+  for (int c = 0; c < C; c++) {
+    double s = 0, s2 = 0;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) s += x[((size_t)n * C + c) * S + k];
+    double mu = s / M;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        double d = x[((size_t)n * C + c) * S + k] - mu;
+        s2 += d * d;
+      }
+    double v = s2 / M, r = 1.0 / sqrt(v + eps);
+    if (mean) mean[c] = mu;
+    if (var) var[c] = v;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        size_t i = ((size_t)n * C + c) * S + k;
+        y[i] = (x[i] - mu) * r * w[c] + b[c];
+      }
+  }
+}
+
+void ref_batchnorm_backward(int N, int C, int S, double eps, const double *x, const double *w, const double *dy,
+                            double *dx, double *dw, double *db) {
+  double M = (double)N * S;
+  for (int c = 0; c < C; c++) {
+    double s = 0, s2 = 0, sd = 0, sdx = 0;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) s += x[((size_t)n * C + c) * S + k];
+    double mu = s / M;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        double d = x[((size_t)n * C + c) * S + k] - mu;
+        s2 += d * d;
+      }
+    double r = 1.0 / sqrt(s2 / M + eps);
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        size_t i = ((size_t)n * C + c) * S + k;
+        sd += dy[i];
+        sdx += dy[i] * (x[i] - mu) * r;
+      }
+    dw[c] = sdx, db[c] = sd;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < S; k++) {
+        size_t i = ((size_t)n * C + c) * S + k;
+        dx[i] = w[c] * r * (dy[i] - sd / M - (x[i] - mu) * r * sdx / M);
+      }
+  }
+}

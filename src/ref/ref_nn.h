@@ -126,5 +126,14 @@ void ref_convtranspose_forward(const ref_convt *g, const double *x, const double
 /* dx (or NULL), dw, db (or NULL) overwritten. */
 void ref_convtranspose_backward(const ref_convt *g, const double *x, const double *w, const double *dy, double *dx,
                                 double *dw, double *db);
+/* batchnorm in training over the channels of x (N, C, S): each channel's
+ * batch mean and biased variance over its N*S values (mean, var (C)), y =
+ * (x - mean) / sqrt(var + eps) * w + b; the backward of the same through
+ * the batch statistics (PyTorch's BatchNorm, training): dx, and dw, db (C)
+ * overwritten. */
+void ref_batchnorm_forward(int N, int C, int S, double eps, const double *x, const double *w, const double *b,
+                           double *y, double *mean, double *var);
+void ref_batchnorm_backward(int N, int C, int S, double eps, const double *x, const double *w, const double *dy,
+                            double *dx, double *dw, double *db);
 
 #endif

@@ -2,7 +2,8 @@
 # convnd_cli.sh: conv1d, conv3d (with dilation), 1-D and 3-D pooling train
 # from the command line, and alike however they are spread: a small 3-D
 # net on (2, 4, 6, 6) volumes and a 1-D net on (3, 16) signals (regression,
-# loss mse, on .npy files tests/data/make_data generates) train 8 SGD steps
+# loss mse, on .npy files tests/data/make_data generates), and a 2-D net
+# with a dilated conv2d on the signals seen as (3, 4, 4) images, train 8 SGD steps
 # on one rank and on 2 ranks (tests/lib/mpi_run.sh) from the same seed, and
 # end with the same weights within 1e-5 (tests/train/weights_close): the 2
 # ranks add the same float32 gradients in another order. Exits 77 without
@@ -47,8 +48,20 @@ linear 2
 loss mse
 SPEC
 
+# the signals seen as (3, 4, 4) images, through a dilated conv2d (conv_nd.c's path)
+cat >"$tmp/img.model" <<'SPEC'
+input 3 4 4
+conv2d 4 kernel=2 pad=1 dilation=2 act=relu
+conv2d 3 kernel=3 pad=1
+flatten
+linear 2
+loss mse
+SPEC
+cp "$tmp/sig.npy" "$tmp/img.npy"
+cp "$tmp/sig_y.npy" "$tmp/img_y.npy"
+
 common="--val none -b 16 --max-steps 8 --lr 0.05 --seed 7 -q"
-for net in vol sig; do
+for net in vol sig img; do
   expect 0 "$net: 8 steps on one device" -- train "$tmp/$net.model" --data "$tmp/$net.npy" \
     --labels "$tmp/${net}_y.npy" -d 0 $common -s "$tmp/$net.1.safetensors"
   sh "$srcdir/tests/lib/mpi_run.sh" 2 "$CLTRAIN" train "$tmp/$net.model" --data "$tmp/$net.npy" \

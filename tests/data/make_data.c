@@ -10,6 +10,7 @@
  *                     deflated)
  *   sim.h5            regression as table.csv, dataset /fields/u of (N, F+1)
  *                     float64, target the last column (built with HDF5)
+ *   simz.h5           the same, chunked and deflated
  *   sim.csv           the same values as sim.h5, for checks without h5py
  *   blobs.raw         the classification set as a cltrain raw file
  *   vol.npy, vol_y.npy, sig.npy, sig_y.npy
@@ -88,6 +89,19 @@ int main(int argc, char **argv) {
   if (file < 0 || ds < 0 || H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, tab) < 0)
     return fprintf(stderr, "%s: HDF5 write failed\n", p), 99;
   H5Dclose(ds), H5Sclose(space), H5Gclose(grp), H5Fclose(file);
+  /* the same chunked and deflated: HDF5 reads it (whole), not a mapping */
+  path(p, sizeof p, dir, "simz.h5");
+  file = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  grp = H5Gcreate2(file, "/fields", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  space = H5Screate_simple(2, dims, NULL);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  hsize_t chunk[2] = {(hsize_t)(N < 64 ? N : 64), F + 1};
+  H5Pset_chunk(dcpl, 2, chunk);
+  H5Pset_deflate(dcpl, 4);
+  ds = H5Dcreate2(file, "/fields/u", H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  if (file < 0 || ds < 0 || H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, tab) < 0)
+    return fprintf(stderr, "%s: HDF5 write failed\n", p), 99;
+  H5Pclose(dcpl), H5Dclose(ds), H5Sclose(space), H5Gclose(grp), H5Fclose(file);
 #endif
   free(tab);
   /* classification: C blobs */

@@ -359,6 +359,49 @@ START_TEST(pread_rows) {
 }
 END_TEST
 
+/* A pread dataset's batches are read in runs of neighbouring rows (file
+ * order, one call a run): shuffled, in order, reversed and with repeated
+ * rows, far apart (past the 16 KiB a run spans) and near, the samples are
+ * those of the mapping bit for bit, and a non-finite sample is named as
+ * the first of the batch's order, as row by row. */
+START_TEST(pread_batches) {
+  enum { N = 3000, C = 17, B = 700 };
+  float *v = malloc((size_t)N * C * sizeof *v);
+  for (int i = 0; i < N * C; i++) v[i] = (float)((i * 7919) % 1000) * 0.01f - 3.0f;
+  v[5 * C + 2] = NAN, v[2500 * C] = INFINITY;
+  const int64_t shape[2] = {N, C};
+  write_npy(du_join(p1, sizeof p1, tmp, "b.npy"), "<f4", shape, 2, v, (size_t)N * C * sizeof *v);
+  free(v);
+  clt_data_options o = {.regression = 1};
+  clt_dataset *mapped, *read;
+  du_ok(clt_dataset_open(p1, &o, &mapped));
+  setenv("CLT_DATA_MAP_MAX", "0", 1);
+  du_ok(clt_dataset_open(p1, &o, &read));
+  unsetenv("CLT_DATA_MAP_MAX");
+  int64_t idx[B];
+  float *xm = malloc((size_t)B * C * sizeof *xm), *xp = malloc((size_t)B * C * sizeof *xp), tm[B], tp[B];
+  uint64_t r = 12345;
+  for (int kind = 0; kind < 4; kind++) {
+    for (int i = 0; i < B; i++) {
+      r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+      int64_t k = kind == 0 ? (int64_t)(r % N) : kind == 1 ? 6 + i * 3 : kind == 2 ? N - 1 - i : (int64_t)(r % 40) * 70;
+      if (k == 5 || k == 2500) k++;
+      idx[i] = k;
+    }
+    du_ok(clt_dataset_get_batch_targets(mapped, idx, B, xm, tm));
+    du_ok(clt_dataset_get_batch_targets(read, idx, B, xp, tp));
+    ck_assert_msg(memcmp(xm, xp, (size_t)B * (C - 1) * sizeof *xm) == 0, "batch kind %d: pread samples differ", kind);
+    ck_assert_msg(memcmp(tm, tp, sizeof tm) == 0, "batch kind %d: pread targets differ", kind);
+  }
+  const int64_t bad[4] = {9, 2500, 1, 5};
+  du_expect_error(clt_dataset_get_batch_targets(mapped, bad, 4, xm, tm), CLT_ENONFINITE, "sample 2500 value 0");
+  du_expect_error(clt_dataset_get_batch_targets(read, bad, 4, xp, tp), CLT_ENONFINITE, "sample 2500 value 0");
+  free(xm), free(xp);
+  clt_dataset_destroy(mapped);
+  clt_dataset_destroy(read);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("sources");
   TCase *tc = tcase_create("formats");
@@ -370,6 +413,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, bad_files);
   tcase_add_test(tc, prefetch_targets);
   tcase_add_test(tc, pread_rows);
+  tcase_add_test(tc, pread_batches);
   suite_add_tcase(s, tc);
   return s;
 }

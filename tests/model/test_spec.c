@@ -283,6 +283,12 @@ static const struct {
     {"input 8\nlinear 3\nloss mse\nloss l1\n", "t.model:4:1:", "a second loss line (the first is line 3)"},
     {"loss mse\ninput 8\nlinear 3\n", "t.model:1:1:", "no layers before it"},
     {"input 8\nloss mse\nlinear 3\n", "t.model:3:1:", "a layer after the loss line (line 2)"},
+    /* batchnorm */
+    {"input 2 4 4\nbatchnorm eps=0\nflatten\nlinear 2\n", "t.model:2:15:", "above 0"},
+    {"input 2 4 4\nbatchnorm momentum=1.5\nflatten\nlinear 2\n", "t.model:2:20:", "1.5"},
+    {"input 8\nbatchnorm 3\nlinear 2\n", "t.model:2:11:", "unexpected '3'"},
+    {"input 8\nbatchnorm mom=0.1\nlinear 2\n", "t.model:2:11:", "unknown option 'mom' for batchnorm"},
+    {"input tokens 8 vocab=11\nbatchnorm\nlinear 11\n", "t.model:2:1:", "batchnorm cannot take token ids"},
     {"input 8\nlinear 1\nloss crossentropy\n", "t.model:3:6:", "loss crossentropy needs at least 2 classes"},
     {"input 8\nlinear 1\n", "t.model:2:", "for regression add a line 'loss mse'"},
     {"input 8\nlinear 3\nloss mse delta=2\n", "t.model:3:10:", "delta= is an option of loss huber, not of mse"},

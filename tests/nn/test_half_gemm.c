@@ -1,5 +1,5 @@
 /*
- * test_half_gemm.c: linear and conv2d with activations stored as f16
+ * test_half_gemm.c: linear, conv2d, conv1d and conv3d with activations stored as f16
  * (mixed precision), on every device.
  *
  * f16 storage means: the same f32 arithmetic on the stored (half) values,
@@ -131,6 +131,12 @@ START_TEST(linear_f16_is_f32_rounded_once) {
 }
 END_TEST
 
+static int64_t numel_nd(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
 /* ---- conv2d ------------------------------------------------------------------ */
 
 typedef struct conv_case {
@@ -208,6 +214,70 @@ START_TEST(conv2d_f16_is_f32_rounded_once) {
 }
 END_TEST
 
+/* ---- conv1d, conv3d (src/nn/conv_nd.c) --------------------------------------- */
+
+/* A dilated conv1d (stride 2, padding) and a conv3d with padding, chunked:
+ * y and dx the f32 path's rounded once, dw and db the same bits. */
+static void convnd_case_run(clt_context *ctx, int dims) {
+  char what[120];
+  snprintf(what, sizeof what, "conv%dd on %s", dims, tu_name(ctx));
+  int N = 3, Cin = 2, Cout = 3, K = 3;
+  int64_t xs[5] = {N, Cin}, ys[5] = {N, Cout}, wsh[5] = {Cout, Cin}, P = 1, KE = 1;
+  clt_nn_convnd_cfg cfg = {.dims = dims};
+  for (int i = 0; i < dims; i++) {
+    int in = dims == 1 ? 17 : 5 + i, s = dims == 1 ? 2 : 1, p = 1, d = dims == 1 ? 2 : 1;
+    cfg.stride[i] = s, cfg.pad[i] = p, cfg.dilation[i] = d;
+    xs[2 + i] = in, wsh[2 + i] = K, ys[2 + i] = clt_nn_out_size_dilated(in, K, s, p, d);
+    P *= ys[2 + i], KE *= K;
+  }
+  size_t nx = (size_t)(numel_nd(2 + dims, xs)), ny = (size_t)(N * Cout * P), nw = (size_t)(Cout * Cin * KE);
+  float *x = nu_random(nx, 31), *w = nu_random(nw, 32), *b = nu_random(Cout, 33), *dy = nu_random(ny, 34);
+  clt_tensor x32 = make(ctx, CLT_F32, 2 + dims, xs), x16 = make(ctx, CLT_F16, 2 + dims, xs);
+  clt_tensor y32 = make(ctx, CLT_F32, 2 + dims, ys), y16 = make(ctx, CLT_F16, 2 + dims, ys);
+  clt_tensor yw = make(ctx, CLT_F32, 2 + dims, ys);
+  clt_tensor dy32 = make(ctx, CLT_F32, 2 + dims, ys), dy16 = make(ctx, CLT_F16, 2 + dims, ys);
+  clt_tensor dx32 = make(ctx, CLT_F32, 2 + dims, xs), dx16 = make(ctx, CLT_F16, 2 + dims, xs);
+  clt_tensor dxw = make(ctx, CLT_F32, 2 + dims, xs);
+  clt_tensor tw = make(ctx, CLT_F32, 2 + dims, wsh), tb = make(ctx, CLT_F32, 1, (int64_t[]){Cout});
+  clt_tensor dwa = make(ctx, CLT_F32, 2 + dims, wsh), dwb = make(ctx, CLT_F32, 2 + dims, wsh);
+  clt_tensor dba = make(ctx, CLT_F32, 1, (int64_t[]){Cout}), dbb = make(ctx, CLT_F32, 1, (int64_t[]){Cout});
+  int64_t wsn = (int64_t)(clt_nn_convnd_workspace_bytes(2, Cin, Cout, KE, P) / 4); /* chunks (2, 1) */
+  clt_tensor tws = make(ctx, CLT_F32, 1, &wsn);
+  ck_assert_int_eq(clt_tensor_upload(ctx, &tw, w, nw * 4), 0);
+  ck_assert_int_eq(clt_tensor_upload(ctx, &tb, b, (size_t)Cout * 4), 0);
+  halves(ctx, x, &x32, &x16);
+  halves(ctx, dy, &dy32, &dy16);
+  ck_assert_msg(clt_nn_convnd_forward(ctx, &cfg, &x16, &tw, &tb, &y16, &tws) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_convnd_forward(ctx, &cfg, &x32, &tw, &tb, &y32, &tws) == 0, "%s", clt_last_error());
+  float *gy = read_back(ctx, &y16, &yw), *wy = rounded(ctx, &y32, &y16);
+  same_bits(gy, wy, ny, what, "y");
+  ck_assert_int_eq(clt_fill(ctx, &dwa, 0.5f), 0);
+  ck_assert_int_eq(clt_fill(ctx, &dwb, 0.5f), 0);
+  ck_assert_int_eq(clt_fill(ctx, &dba, 0.25f), 0);
+  ck_assert_int_eq(clt_fill(ctx, &dbb, 0.25f), 0);
+  ck_assert_msg(clt_nn_convnd_backward(ctx, &cfg, &x16, &tw, &dy16, &dx16, &dwa, &dba, &tws) == 0, "%s",
+                clt_last_error());
+  ck_assert_msg(clt_nn_convnd_backward(ctx, &cfg, &x32, &tw, &dy32, &dx32, &dwb, &dbb, &tws) == 0, "%s",
+                clt_last_error());
+  float *gdw = read_back(ctx, &dwa, NULL), *wdw = read_back(ctx, &dwb, NULL);
+  float *gdb = read_back(ctx, &dba, NULL), *wdb = read_back(ctx, &dbb, NULL);
+  float *gdx = read_back(ctx, &dx16, &dxw), *wdx = rounded(ctx, &dx32, &dx16);
+  same_bits(gdw, wdw, nw, what, "dw");
+  same_bits(gdb, wdb, (size_t)Cout, what, "db");
+  same_bits(gdx, wdx, nx, what, "dx");
+  free(gy), free(wy), free(gdw), free(wdw), free(gdb), free(wdb), free(gdx), free(wdx);
+  release_all();
+  free(x), free(w), free(b), free(dy);
+}
+
+START_TEST(convnd_f16_is_f32_rounded_once) {
+  for (int d = 0; d < tu_ndev; d++) {
+    convnd_case_run(tu_ctx[d], 1);
+    convnd_case_run(tu_ctx[d], 3);
+  }
+}
+END_TEST
+
 /* ---- conversion -------------------------------------------------------------- */
 
 START_TEST(convert_rounds_to_nearest_even_and_overflows_to_inf) {
@@ -248,6 +318,7 @@ int main(void) {
   tcase_add_test(tc, convert_rounds_to_nearest_even_and_overflows_to_inf);
   tcase_add_test(tc, linear_f16_is_f32_rounded_once);
   tcase_add_test(tc, conv2d_f16_is_f32_rounded_once);
+  tcase_add_test(tc, convnd_f16_is_f32_rounded_once);
   suite_add_tcase(s, tc);
   rc = tu_run(s);
   tu_teardown();

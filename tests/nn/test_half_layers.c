@@ -2,8 +2,8 @@
  * test_half_layers.c: mixed precision in the layers of src/nn/ that store
  * activations as f16 (cl/prelude.cl: stored half, computed float): the
  * activations, bias add and gradient, dropout, layernorm, the attention
- * core, softmax cross-entropy and max / average / global-average pooling,
- * forward and
+ * core, softmax cross-entropy and max / average / global-average pooling
+ * (and 1-D and 3-D max / average pooling), batchnorm, forward and
  * backward, and flatten, on every device (PoCL and rusticl).
  *
  * Method: random f32 inputs are rounded to half on the device (clt_convert
@@ -530,6 +530,50 @@ START_TEST(pooling_in_f16_is_the_f32_result_rounded) {
 }
 END_TEST
 
+/* 1-D and 3-D max and average pooling (src/nn/pool_nd.c): overlapping
+ * windows, so the backward sums several windows' gradients. */
+static void poolnd_case(clt_context *ctx, int dims) {
+  int64_t xs[5] = {2, 3}, ys[5] = {2, 3};
+  clt_nn_poolnd_cfg cfg = {.dims = dims};
+  for (int i = 0; i < dims; i++) {
+    cfg.kernel[i] = 3, cfg.stride[i] = 2;
+    xs[2 + i] = dims == 1 ? 15 : 5 + i, ys[2 + i] = clt_nn_out_size(xs[2 + i], 3, 2, 0);
+  }
+  size_t nx = numel_of(2 + dims, xs), ny = numel_of(2 + dims, ys);
+  char what[80];
+  snprintf(what, sizeof what, "pool%dd 3 stride 2 on %s", dims, tu_name(ctx));
+  float *xv = hf_keep(nu_distinct(nx, (unsigned)nx));
+  hf_pair x = hf_pair_of(ctx, xv, 2 + dims, xs), y = hf_out(ctx, 2 + dims, ys);
+  hf_pair dy = hf_pair_of(ctx, hf_random(ny, (unsigned)ny, 1.0f, 0.0f), 2 + dims, ys), dx = hf_out(ctx, 2 + dims, xs);
+  clt_tensor a32 = nu_tensor(ctx, CLT_I32, NULL, 2 + dims, ys), a16 = nu_tensor(ctx, CLT_I32, NULL, 2 + dims, ys);
+  ck_assert_msg(clt_nn_maxpoolnd_forward(ctx, &cfg, &x.f32, &y.f32, &a32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_maxpoolnd_forward(ctx, &cfg, &x.f16, &y.f16, &a16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &y.f16), hf_get32(ctx, &y.f32), ny, what, "max y");
+  int32_t *i32 = hf_keep(malloc(ny * 4)), *i16 = hf_keep(malloc(ny * 4));
+  nu_get(ctx, &a32, i32);
+  nu_get(ctx, &a16, i16);
+  for (size_t i = 0; i < ny; i++) ck_assert_msg(i16[i] == i32[i], "%s: argmax[%zu] %d, want %d", what, i, i16[i], i32[i]);
+  ck_assert_msg(clt_nn_maxpoolnd_backward(ctx, &cfg, &a32, &dy.f32, &dx.f32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_maxpoolnd_backward(ctx, &cfg, &a16, &dy.f16, &dx.f16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &dx.f16), hf_get32(ctx, &dx.f32), nx, what, "max dx");
+  ck_assert_msg(clt_nn_avgpoolnd_forward(ctx, &cfg, &x.f32, &y.f32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_avgpoolnd_forward(ctx, &cfg, &x.f16, &y.f16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &y.f16), hf_get32(ctx, &y.f32), ny, what, "avg y");
+  ck_assert_msg(clt_nn_avgpoolnd_backward(ctx, &cfg, &dy.f32, &dx.f32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_avgpoolnd_backward(ctx, &cfg, &dy.f16, &dx.f16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &dx.f16), hf_get32(ctx, &dx.f32), nx, what, "avg dx");
+  hf_check_guards(ctx, what);
+  hf_free_all();
+}
+
+START_TEST(poolnd_in_f16_is_the_f32_result_rounded) {
+  for (int d = 0; d < tu_ndev; d++) {
+    poolnd_case(tu_ctx[d], 1);
+    poolnd_case(tu_ctx[d], 3);
+  }
+}
+END_TEST
+
 /* ---- overflow --------------------------------------------------------------- */
 
 static uint16_t half_bits(float f) {
@@ -666,6 +710,66 @@ START_TEST(mixed_f16_and_f32_activations_are_refused) {
 }
 END_TEST
 
+/* ---- batchnorm ---------------------------------------------------------------- */
+
+/* Statistics, normalisation, the backward's sums and its input gradient of
+ * x (N, C, S) in f16 against f32 from the same (half) values: y and dx
+ * the f32 results rounded, the f32 sums (part, dw, db) close. Both paths
+ * normalise with the f32 path's statistics, as the layer hands one set of
+ * global statistics to every replica. */
+static void batchnorm_case(clt_context *ctx, int N, int C, int S) {
+  size_t n = (size_t)N * C * S;
+  char what[200];
+  snprintf(what, sizeof what, "batchnorm N=%d C=%d S=%d on %s", N, C, S, tu_name(ctx));
+  unsigned seed = (unsigned)(N * 1000 + C * 10 + S);
+  hf_pair x = hf_pair_of(ctx, hf_random(n, seed, 2.0f, 0.75f), NU_SHAPE(N, C, S)), y = hf_out(ctx, NU_SHAPE(N, C, S));
+  clt_tensor part32 = nu_f32(ctx, NULL, NU_SHAPE(C, 2)), part16 = nu_f32(ctx, NULL, NU_SHAPE(C, 2));
+  ck_assert_msg(clt_nn_batchnorm_stats(ctx, &x.f32, &part32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_batchnorm_stats(ctx, &x.f16, &part16) == 0, "%s", clt_last_error());
+  float *p32 = hf_get32(ctx, &part32);
+  hf_expect_close(hf_get32(ctx, &part16), p32, (size_t)C * 2, NU_SUM_TOL(N * S), what, "partial statistics");
+  float *mean = hf_floats((size_t)C), *var = hf_floats((size_t)C);
+  for (int c = 0; c < C; c++) mean[c] = p32[2 * c], var[c] = p32[2 * c + 1] / (float)(N * S);
+  clt_tensor tm = nu_f32(ctx, mean, NU_SHAPE(C)), tv = nu_f32(ctx, var, NU_SHAPE(C));
+  clt_tensor w = nu_f32(ctx, hf_random((size_t)C, seed + 1, 1.0f, 1.0f), NU_SHAPE(C));
+  clt_tensor b = nu_f32(ctx, hf_random((size_t)C, seed + 2, 0.5f, 0.0f), NU_SHAPE(C));
+  ck_assert_msg(clt_nn_batchnorm_forward(ctx, 1e-5f, &x.f32, &tm, &tv, &w, &b, &y.f32) == 0, "%s", clt_last_error());
+  ck_assert_msg(clt_nn_batchnorm_forward(ctx, 1e-5f, &x.f16, &tm, &tv, &w, &b, &y.f16) == 0, "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &y.f16), hf_get32(ctx, &y.f32), n, what, "y");
+
+  hf_pair dy = hf_pair_of(ctx, hf_random(n, seed + 3, 1.0f, 0.0f), NU_SHAPE(N, C, S)), dx = hf_out(ctx, NU_SHAPE(N, C, S));
+  const float *dw0 = hf_random((size_t)C, seed + 4, 1.0f, 0.0f), *db0 = hf_random((size_t)C, seed + 5, 1.0f, 0.0f);
+  clt_tensor dw32 = nu_f32(ctx, dw0, NU_SHAPE(C)), db32 = nu_f32(ctx, db0, NU_SHAPE(C));
+  clt_tensor dw16 = nu_f32(ctx, dw0, NU_SHAPE(C)), db16 = nu_f32(ctx, db0, NU_SHAPE(C));
+  clt_tensor s32 = nu_f32(ctx, NULL, NU_SHAPE(C, 2)), s16 = nu_f32(ctx, NULL, NU_SHAPE(C, 2));
+  ck_assert_msg(clt_nn_batchnorm_backward_sums(ctx, 1e-5f, &x.f32, &tm, &tv, &dy.f32, &dw32, &db32, &s32) == 0, "%s",
+                clt_last_error());
+  ck_assert_msg(clt_nn_batchnorm_backward_sums(ctx, 1e-5f, &x.f16, &tm, &tv, &dy.f16, &dw16, &db16, &s16) == 0, "%s",
+                clt_last_error());
+  float *g32 = hf_get32(ctx, &s32);
+  hf_expect_close(hf_get32(ctx, &s16), g32, (size_t)C * 2, NU_SUM_TOL(N * S), what, "backward sums");
+  hf_expect_close(hf_get32(ctx, &dw16), hf_get32(ctx, &dw32), (size_t)C, NU_SUM_TOL(N * S), what, "dweight");
+  hf_expect_close(hf_get32(ctx, &db16), hf_get32(ctx, &db32), (size_t)C, NU_SUM_TOL(N * S), what, "dbias");
+  float *gdy = hf_floats((size_t)C), *gdyx = hf_floats((size_t)C);
+  for (int c = 0; c < C; c++) gdy[c] = g32[2 * c] / (float)(N * S), gdyx[c] = g32[2 * c + 1] / (float)(N * S);
+  clt_tensor tg = nu_f32(ctx, gdy, NU_SHAPE(C)), tgx = nu_f32(ctx, gdyx, NU_SHAPE(C));
+  ck_assert_msg(clt_nn_batchnorm_backward_input(ctx, 1e-5f, &x.f32, &tm, &tv, &w, &tg, &tgx, &dy.f32, &dx.f32) == 0,
+                "%s", clt_last_error());
+  ck_assert_msg(clt_nn_batchnorm_backward_input(ctx, 1e-5f, &x.f16, &tm, &tv, &w, &tg, &tgx, &dy.f16, &dx.f16) == 0,
+                "%s", clt_last_error());
+  hf_expect_rounded(hf_get16(ctx, &dx.f16), hf_get32(ctx, &dx.f32), n, what, "dx");
+  hf_check_guards(ctx, what);
+  hf_free_all();
+}
+
+START_TEST(batchnorm_in_f16_is_the_f32_result_rounded) {
+  for (int d = 0; d < tu_ndev; d++) {
+    batchnorm_case(tu_ctx[d], 3, 4, 25);
+    batchnorm_case(tu_ctx[d], 7, 5, 1); /* flat features */
+  }
+}
+END_TEST
+
 int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
@@ -676,10 +780,11 @@ int main(void) {
   NU_ADD_CASE(s, "layernorm", layernorm_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "attention", attention_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "softmax_xent", softmax_xent_in_f16_is_the_f32_result_rounded);
-  NU_ADD_CASE(s, "pool", pooling_in_f16_is_the_f32_result_rounded);
+  NU_ADD_CASE(s, "pool", pooling_in_f16_is_the_f32_result_rounded, poolnd_in_f16_is_the_f32_result_rounded);
   NU_ADD_CASE(s, "flatten", flatten_keeps_f16);
   NU_ADD_CASE(s, "overflow", values_beyond_half_range_are_stored_as_inf);
   NU_ADD_CASE(s, "errors", mixed_f16_and_f32_activations_are_refused);
+  NU_ADD_CASE(s, "batchnorm", batchnorm_in_f16_is_the_f32_result_rounded);
   rc = tu_run(s);
   tu_teardown();
   return rc;

@@ -1,0 +1,133 @@
+/*
+ * batchnorm.c: batch normalisation's kernels (cl/batchnorm.cl) over x seen
+ * as (N, C, S): per-channel partial statistics of a replica's samples, the
+ * normalisation with given statistics (the global batch's in training, the
+ * running ones in eval), and the backward's partial sums and input
+ * gradient. Adding the partial sums over replicas is the caller's
+ * (model/kinds_batchnorm.c); these only enqueue. x, y, dy and dx are f32,
+ * or f16 under mixed precision (all alike); everything else is f32.
+ */
+#include "nn/common.h"
+
+#include <stdio.h>
+
+/* x (N, C, S) and the per-channel f32 vectors (C) of a call. */
+static int check_bn(const char *op, const clt_tensor *x, const clt_tensor *const *vec, const char *const *names,
+                    int nvec, int64_t *N, int64_t *C, int64_t *S) {
+  int rc;
+  if ((rc = clt__nn_check_act(op, "x", x, 3, "(N, C, S)")) < 0) return rc;
+  *N = x->shape[0], *C = x->shape[1], *S = x->shape[2];
+  for (int k = 0; k < nvec; k++) {
+    if ((rc = clt__nn_check(op, names[k], vec[k], CLT_F32, 0, "(C)")) < 0) return rc;
+    if (clt_tensor_numel(vec[k]) != *C) {
+      clt__nn_named ts[] = {{"x", x}, {names[k], vec[k]}};
+      return clt__nn_shape_error(op, ts, 2, "%s must have one element per channel of x, %lld", names[k],
+                                 (long long)*C);
+    }
+  }
+  if (*N * *S > 0xffffffffLL) return clt__error(CLT_ESHAPE, "%s: %lld values per channel is beyond 32-bit counts",
+                                                 op, (long long)(*N * *S));
+  return CLT_OK;
+}
+
+static int check_part(const char *op, const clt_tensor *part, int64_t C) {
+  int rc = clt__nn_check(op, "part", part, CLT_F32, 0, "(C, 2)");
+  if (rc < 0) return rc;
+  if (clt_tensor_numel(part) != 2 * C)
+    return clt__error(CLT_ESHAPE, "%s: part must hold 2 floats per channel, %lld, not %lld", op, (long long)(2 * C),
+                      (long long)clt_tensor_numel(part));
+  return CLT_OK;
+}
+
+int clt_nn_batchnorm_stats(clt_context *ctx, const clt_tensor *x, const clt_tensor *part) {
+  static const char op[] = "batchnorm statistics";
+  int64_t N, C, S;
+  int rc = check_bn(op, x, NULL, NULL, 0, &N, &C, &S);
+  if (rc < 0 || (rc = check_part(op, part, C)) < 0) return rc;
+  if (N * S == 0) return clt__error(CLT_ESHAPE, "%s: x has no values", op);
+  cl_kernel k;
+  cl_ulong xoff = clt__nn_off(x), poff = clt__nn_off(part);
+  cl_uint n = (cl_uint)N, c = (cl_uint)C, s = (cl_uint)S;
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_stats", clt__nn_act_opt(x), &k));
+  size_t wgs = clt__nn_row_wgs(ctx, k, N * S, 256);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(n), NN_VAL(c), NN_VAL(s), NN_VAL(part->buf),
+                      NN_VAL(poff), NN_LOCAL(wgs * sizeof(float))));
+  CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)C, wgs));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
+
+int clt_nn_batchnorm_forward(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
+                             const clt_tensor *var, const clt_tensor *w, const clt_tensor *b, const clt_tensor *y) {
+  static const char op[] = "batchnorm forward";
+  int64_t N, C, S;
+  const clt_tensor *vec[] = {mean, var, w, b};
+  static const char *const names[] = {"mean", "var", "weight", "bias"};
+  int rc = check_bn(op, x, vec, names, 4, &N, &C, &S);
+  if (rc < 0 || (rc = clt__nn_check_like(op, "y", y, "x", x)) < 0) return rc;
+  if (!(eps > 0.0f)) return clt__error(CLT_EINVAL, "%s: eps %g must be positive", op, (double)eps);
+  if (N * S == 0) return CLT_OK;
+  cl_kernel k;
+  cl_ulong xoff = clt__nn_off(x), moff = clt__nn_off(mean), voff = clt__nn_off(var), woff = clt__nn_off(w);
+  cl_ulong boff = clt__nn_off(b), yoff = clt__nn_off(y);
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_forward", clt__nn_act_opt(x), &k));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(var->buf),
+                      NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(b->buf), NN_VAL(boff), NN_VAL(y->buf),
+                      NN_VAL(yoff), NN_VAL(eps)));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
+
+int clt_nn_batchnorm_backward_sums(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
+                                   const clt_tensor *var, const clt_tensor *dy, const clt_tensor *dw,
+                                   const clt_tensor *db, const clt_tensor *part) {
+  static const char op[] = "batchnorm backward sums";
+  int64_t N, C, S;
+  const clt_tensor *vec[] = {mean, var, dw, db};
+  static const char *const names[] = {"mean", "var", "dweight", "dbias"};
+  int rc = check_bn(op, x, vec, names, 4, &N, &C, &S);
+  if (rc < 0 || (rc = clt__nn_check_like(op, "dy", dy, "x", x)) < 0 || (rc = check_part(op, part, C)) < 0) return rc;
+  if (N * S == 0) return clt__error(CLT_ESHAPE, "%s: x has no values", op);
+  cl_kernel k;
+  cl_ulong xoff = clt__nn_off(x), dyoff = clt__nn_off(dy), moff = clt__nn_off(mean), voff = clt__nn_off(var);
+  cl_ulong dwoff = clt__nn_off(dw), dboff = clt__nn_off(db), poff = clt__nn_off(part);
+  cl_uint n = (cl_uint)N, c = (cl_uint)C, s = (cl_uint)S;
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_backward_sums", clt__nn_act_opt(x), &k));
+  size_t wgs = clt__nn_row_wgs(ctx, k, N * S, 256);
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(mean->buf),
+                      NN_VAL(moff), NN_VAL(var->buf), NN_VAL(voff), NN_VAL(dw->buf), NN_VAL(dwoff), NN_VAL(db->buf),
+                      NN_VAL(dboff), NN_VAL(n), NN_VAL(c), NN_VAL(s), NN_VAL(eps), NN_VAL(part->buf), NN_VAL(poff),
+                      NN_LOCAL(wgs * sizeof(float))));
+  CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)C, wgs));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
+
+int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
+                                    const clt_tensor *var, const clt_tensor *w, const clt_tensor *gdy,
+                                    const clt_tensor *gdyx, const clt_tensor *dy, const clt_tensor *dx) {
+  static const char op[] = "batchnorm backward";
+  int64_t N, C, S;
+  const clt_tensor *vec[] = {mean, var, w, gdy, gdyx};
+  static const char *const names[] = {"mean", "var", "weight", "mean_dy", "mean_dy_xhat"};
+  int rc = check_bn(op, x, vec, names, 5, &N, &C, &S);
+  if (rc < 0 || (rc = clt__nn_check_like(op, "dy", dy, "x", x)) < 0 ||
+      (rc = clt__nn_check_like(op, "dx", dx, "x", x)) < 0)
+    return rc;
+  if (N * S == 0) return CLT_OK;
+  cl_kernel k;
+  cl_ulong xoff = clt__nn_off(x), dyoff = clt__nn_off(dy), moff = clt__nn_off(mean), voff = clt__nn_off(var);
+  cl_ulong woff = clt__nn_off(w), goff = clt__nn_off(gdy), gxoff = clt__nn_off(gdyx), dxoff = clt__nn_off(dx);
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_backward_input", clt__nn_act_opt(x), &k));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(mean->buf),
+                      NN_VAL(moff), NN_VAL(var->buf), NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(gdy->buf),
+                      NN_VAL(goff), NN_VAL(gdyx->buf), NN_VAL(gxoff), NN_VAL(dx->buf), NN_VAL(dxoff), NN_VAL(eps)));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
