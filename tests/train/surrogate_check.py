@@ -54,7 +54,7 @@ MODELS = {
     "unet2d": """# 2D U-Net surrogate: a (2, 16, 16) field to a (2, 16, 16) field
 input 2 16 16
 conv2d 8 kernel=3 pad=1
-groupnorm 2
+batchnorm
 silu
 save s1
 maxpool 2
@@ -64,6 +64,7 @@ silu
 save s2
 avgpool 2
 conv2d 16 kernel=3 pad=1
+batchnorm eps=1e-3 momentum=0.2
 silu
 upsample scale=2 mode=bilinear
 concat s2
@@ -75,6 +76,7 @@ residual s3
 convtranspose2d 8 kernel=2 stride=2
 concat s1
 conv2d 8 kernel=3 pad=1
+batchnorm
 silu
 conv2d 2 kernel=1
 loss mse
@@ -82,14 +84,16 @@ loss mse
     "conv3d": """# 3D conv net: a (1, 8, 8, 8) volume to a (1, 8, 8, 8) volume
 input 1 8 8 8
 conv3d 4 kernel=3 pad=1
-groupnorm 2
+batchnorm
 silu
 save s1
 maxpool3d 2
 conv3d 8 kernel=3 pad=2 dilation=2
+groupnorm 2
 silu
 avgpool3d 2 stride=1
 convtranspose3d 4 kernel=2
+batchnorm
 upsample scale=2
 concat s1
 conv3d 4 kernel=3 pad=1
@@ -100,14 +104,16 @@ loss mse
     "conv1d": """# 1D conv net: 2 probes' time series of 32 steps to the next 32
 input 2 32
 conv1d 8 kernel=5 pad=2
-groupnorm 2
+batchnorm
 silu
 save s1
 avgpool1d 2
 conv1d 16 kernel=3 pad=2 dilation=2
+groupnorm 4
 silu
 maxpool1d 2
 conv1d 16 kernel=3 pad=1
+batchnorm
 silu
 upsample scale=2 mode=linear
 convtranspose1d 8 kernel=3 stride=2 pad=1 output_pad=1
