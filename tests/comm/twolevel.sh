@@ -5,6 +5,8 @@
 # (--mca btl tcp,self), and on 4 ranks a rank that never joins; then with
 # Rabenseifner's all-reduce between nodes, up to 16 ranks (a rank that
 # never joins, on 5 nodes of 1).
+# A long sweep: make check-long runs it (CLT_LONG=1); make check skips it.
+[ "${CLT_LONG:-0}" = 1 ] || { echo "SKIP: a long sweep (make check-long runs it)"; exit 77; }
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-30}
 export CLT_TIMEOUT

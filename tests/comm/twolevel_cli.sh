@@ -7,6 +7,8 @@
 # CLT_NODE_SIZE and CLT_COMM_MODEL values end every rank at once with a
 # message naming the value. Exits 77 without MPI.
 CLTRAIN=${CLTRAIN:-./cltrain}
+# A long sweep: make check-long runs it (CLT_LONG=1); make check skips it.
+[ "${CLT_LONG:-0}" = 1 ] || { echo "SKIP: a long sweep (make check-long runs it)"; exit 77; }
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=20
 CLT_TEST_LIMIT=60

@@ -6,6 +6,8 @@
 # replica on every rank has the same bits after every step. Then the same on
 # 3 ranks in nodes of 1 with Rabenseifner's between them
 # (CLT_ALLREDUCE=twolevel-rabenseifner: its fold of 3 into 2).
+# A long sweep: make check-long runs it (CLT_LONG=1); make check skips it.
+[ "${CLT_LONG:-0}" = 1 ] || { echo "SKIP: a long sweep (make check-long runs it)"; exit 77; }
 srcdir=${srcdir:-.}
 CLT_TIMEOUT=${CLT_TIMEOUT:-60}
 CLT_TEST_LIMIT=${CLT_TEST_LIMIT:-300}
