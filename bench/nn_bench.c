@@ -7,7 +7,11 @@
  * batch 16). Where the trainer's CLT_PROFILE=1 says which layer is
  * slow, this says which call inside it, without the trainer around it.
  *
- *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt] [--only SUBSTRING]
+ *   bench/nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt | --unet] [--only SUBSTRING]
+ *
+ * --unet: the convolutions of the U-Net benchmarks (bench/unet.sh) at
+ * batch 8 unless --batch says otherwise; their PyTorch peer is
+ * bench/conv3d_torch.py --unet.
  *
  * --only runs the ops whose names contain SUBSTRING ("attention", "sgemm").
  *
@@ -117,6 +121,15 @@ static int conv_bwd(void *p) {
   return clt_nn_conv2d_backward(ctx, &c->cfg, &c->x, &c->w, &c->dy, c->need_dx ? &c->dx : NULL, &c->dw, &c->db,
                                 &c->ws);
 }
+/* A k x k 'same' convolution (k odd). */
+static conv_op make_conv_k(int64_t N, int64_t Cin, int64_t H, int64_t Cout, int k, int need_dx) {
+  int p = k / 2;
+  conv_op c = {{1, 1, p, p, CLT_NN_CONV_AUTO}, T4(N, Cin, H, H), T4(Cout, Cin, k, k), T1(Cout), T4(N, Cout, H, H),
+               T4(N, Cout, H, H), T4(N, Cin, H, H), T4(Cout, Cin, k, k), T1(Cout), {0}, need_dx};
+  int64_t ws = (int64_t)(clt_nn_conv2d_workspace_bytes(N, Cin, Cout, k, k, H, H) / 4);
+  c.ws = make(1, &ws, CLT_F32);
+  return c;
+}
 static conv_op make_conv(int64_t N, int64_t Cin, int64_t H, int64_t Cout, int need_dx) {
   conv_op c = {{1, 1, 1, 1, CLT_NN_CONV_AUTO}, T4(N, Cin, H, H), T4(Cout, Cin, 3, 3), T1(Cout), T4(N, Cout, H, H), T4(N, Cout, H, H),
                T4(N, Cin, H, H), T4(Cout, Cin, 3, 3), T1(Cout), {0}, need_dx};
@@ -130,6 +143,7 @@ static conv_op make_conv(int64_t N, int64_t Cin, int64_t H, int64_t Cout, int ne
 typedef struct conv3d_op {
   clt_nn_convnd_cfg cfg;
   clt_tensor x, w, b, y, dy, dx, dw, db, ws;
+  int need_dx;
 } conv3d_op;
 static int conv3d_fwd(void *p) {
   conv3d_op *c = p;
@@ -137,13 +151,24 @@ static int conv3d_fwd(void *p) {
 }
 static int conv3d_bwd(void *p) {
   conv3d_op *c = p;
-  return clt_nn_convnd_backward(ctx, &c->cfg, &c->x, &c->w, &c->dy, &c->dx, &c->dw, &c->db, &c->ws);
+  return clt_nn_convnd_backward(ctx, &c->cfg, &c->x, &c->w, &c->dy, c->need_dx ? &c->dx : NULL, &c->dw, &c->db,
+                                &c->ws);
 }
 #define T5(a, b, c, d, e) make(5, (const int64_t[]){a, b, c, d, e}, CLT_F32)
+/* A k x k x k 'same' convolution (k odd). */
+static conv3d_op make_conv3d_k(int64_t N, int64_t Cin, int64_t S, int64_t Cout, int k, int need_dx) {
+  int p = k / 2;
+  conv3d_op c = {{3, {1, 1, 1}, {p, p, p}, {1, 1, 1}}, T5(N, Cin, S, S, S), T5(Cout, Cin, k, k, k), T1(Cout),
+                 T5(N, Cout, S, S, S), T5(N, Cout, S, S, S), T5(N, Cin, S, S, S), T5(Cout, Cin, k, k, k), T1(Cout),
+                 {0}, need_dx};
+  int64_t ws = (int64_t)(clt_nn_convnd_workspace_bytes(N, Cin, Cout, k * k * k, S * S * S) / 4);
+  c.ws = make(1, &ws, CLT_F32);
+  return c;
+}
 static conv3d_op make_conv3d(int64_t N, int64_t Cin, int64_t S, int64_t Cout) {
   conv3d_op c = {{3, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, T5(N, Cin, S, S, S), T5(Cout, Cin, 3, 3, 3), T1(Cout),
                  T5(N, Cout, S, S, S), T5(N, Cout, S, S, S), T5(N, Cin, S, S, S), T5(Cout, Cin, 3, 3, 3), T1(Cout),
-                 {0}};
+                 {0}, 1};
   int64_t ws = (int64_t)(clt_nn_convnd_workspace_bytes(N, Cin, Cout, 27, S * S * S) / 4);
   c.ws = make(1, &ws, CLT_F32);
   return c;
@@ -344,32 +369,73 @@ static void bench_gpt(int64_t B) {
   }
 }
 
+/* The convolutions of bench/unet2d.model and bench/unet3d.model (issue
+ * 40's speed targets), each 'same', the first without dx; peer:
+ * bench/conv3d_torch.py --unet. */
+static const int unet_convs[][6] = {
+    /* dims, Cin, Cout, size, kernel, dx */
+    {2, 2, 16, 64, 3, 0},  {2, 16, 16, 64, 3, 1}, {2, 16, 32, 32, 3, 1}, {2, 32, 32, 32, 3, 1},
+    {2, 32, 64, 16, 3, 1}, {2, 64, 64, 16, 3, 1}, {2, 64, 32, 32, 3, 1}, {2, 32, 16, 64, 3, 1},
+    {2, 16, 2, 64, 1, 1},  {3, 1, 8, 16, 3, 0},   {3, 8, 16, 8, 3, 1},   {3, 16, 16, 8, 3, 1},
+    {3, 24, 8, 16, 3, 1},  {3, 8, 1, 16, 1, 1}};
+
+static void bench_unet(int64_t N) {
+  printf("U-Net convolutions (bench/unet2d.model, unet3d.model)\n");
+  total_ms = total_cpu_ms = 0;
+  for (size_t i = 0; i < sizeof unet_convs / sizeof unet_convs[0]; i++) {
+    const int *u = unet_convs[i];
+    char name[2][64];
+    for (int b = 0; b < 2; b++)
+      snprintf(name[b], sizeof name[b], "conv%dd %d-%d %d^%d k%d %s", u[0], u[1], u[2], u[3], u[0], u[4],
+               b ? (u[5] ? "backward" : "backward (no dx)") : "forward");
+    if (u[0] == 2) {
+      conv_op c = make_conv_k(N, u[1], u[3], u[2], u[4], u[5]);
+      bench(name[0], conv_fwd, &c);
+      bench(name[1], conv_bwd, &c);
+    } else {
+      conv3d_op c = make_conv3d_k(N, u[1], u[3], u[2], u[4], u[5]);
+      bench(name[0], conv3d_fwd, &c);
+      bench(name[1], conv3d_bwd, &c);
+    }
+  }
+  printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);
+  printf("SGEMMs of one sample of the two slowest (32-16 64^2, 24-8 16^3)\n");
+  bench_gemm(0, 0, 16, 4096, 288);
+  bench_gemm(0, 1, 16, 288, 4096);
+  bench_gemm(1, 0, 288, 4096, 16);
+  bench_gemm(0, 0, 8, 4096, 648);
+  bench_gemm(0, 1, 8, 648, 4096);
+  bench_gemm(1, 0, 648, 4096, 8);
+}
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {{"devices", required_argument, 0, 'd'},
                                        {"iters", required_argument, 0, 'i'},
                                        {"batch", required_argument, 0, 'b'},
                                        {"gpt", no_argument, 0, 'g'},
+                                       {"unet", no_argument, 0, 'u'},
                                        {"only", required_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0}};
   const char *spec = "pocl";
   int64_t N = 0;
-  int c, gpt = 0;
-  while ((c = getopt_long(argc, argv, "d:i:b:go:h", opts, NULL)) != -1) {
+  int c, gpt = 0, unet = 0;
+  while ((c = getopt_long(argc, argv, "d:i:b:guo:h", opts, NULL)) != -1) {
     switch (c) {
     case 'd': spec = optarg; break;
     case 'i': iters = atoi(optarg); break;
     case 'b': N = atoll(optarg); break;
     case 'g': gpt = 1; break;
+    case 'u': unet = 1; break;
     case 'o': only = optarg; break;
     default:
       fprintf(c == 'h' ? stdout : stderr,
-              "usage: nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt] [--only SUBSTRING]\n");
+              "usage: nn_bench [--devices SPEC] [--iters N] [--batch B] [--gpt | --unet] [--only SUBSTRING]\n");
       return c == 'h' ? 0 : 2;
     }
   }
   if (iters < 1) iters = 1;
-  if (N < 1) N = gpt ? 16 : 64;
+  if (N < 1) N = gpt ? 16 : unet ? 8 : 64;
   clt_devices *all = NULL, *sel = NULL;
   if (clt_devices_discover(&all) < 0 || clt_devices_select(all, spec, &sel) < 0 || clt_devices_count(sel) < 1) {
     fprintf(stderr, "nn_bench: no device for '%s': %s\n", spec, clt_last_error());
@@ -383,6 +449,10 @@ int main(int argc, char **argv) {
 
   if (gpt) {
     bench_gpt(N);
+    goto done;
+  }
+  if (unet) {
+    bench_unet(N);
     goto done;
   }
   printf("CNN\n");
