@@ -20,6 +20,7 @@ static const struct {
     {"CLT_HOST_BLAS", "CPU devices' GEMMs on CLBlast", "on the host BLAS"},
     {"CLT_HOST_BLAS_NATIVE", "host GEMMs on the calling thread", "as native kernels where the device runs them"},
     {"CLT_CPU_GEMM", "no GEMM on cltrain's own tiles", "every CPU device's on them"},
+    {"CLT_CONV_IMPLICIT", "convolutions through im2col and a GEMM", "stride-1 ones as implicit GEMMs where the CPU tiles run"},
     {"CLT_BLAS_TUNED", "CLBlast's own parameters", "src/core/blas.c's tuned ones"},
 };
 

@@ -107,4 +107,26 @@ int clt__nn_bias_add(clt_context *ctx, const clt_tensor *y, const clt_tensor *b,
  * fixed order. */
 int clt__nn_bias_grad(clt_context *ctx, const clt_tensor *dy, const clt_tensor *db, int64_t N, int64_t C, int64_t P);
 
+/* A convolution's geometry seen as 3-D (leading axes of 1 below 3-D): x
+ * (N, Cin, in...), w (Cout, Cin, k...), y (N, Cout, out...), stride s,
+ * padding p, dilation d; activations stored as f16 when half. */
+typedef struct clt__conv3 {
+  int64_t N, Cin, Cout;
+  int64_t in[3], k[3], out[3];
+  int s[3], p[3], d[3];
+  int half;
+} clt__conv3;
+
+/* src/nn/conv_cpu.c, the implicit-GEMM convolutions of CPU devices:
+ * _takes says whether it runs this geometry on ctx; _forward and _backward
+ * (tensors already checked, as conv.c and conv_nd.c do) return 1 when they
+ * ran the call, 0 when the workspace is too small for them (nothing done),
+ * or a negative CLT_E* code. */
+int clt__conv_cpu_takes(clt_context *ctx, const clt__conv3 *g);
+int clt__conv_cpu_forward(clt_context *ctx, const clt__conv3 *g, const clt_tensor *x, const clt_tensor *w,
+                          const clt_tensor *b, const clt_tensor *y, const clt_tensor *ws);
+int clt__conv_cpu_backward(clt_context *ctx, const clt__conv3 *g, const clt_tensor *x, const clt_tensor *w,
+                           const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db,
+                           const clt_tensor *ws);
+
 #endif

@@ -10,7 +10,8 @@
  *             col = im2col(x)                     dw += T col^T
  *             col = w^T T  (reusing col's space)  dx = col2im(col)
  * Layers with few inputs per output (K <= CONV_DIRECT_MAX_K) are convolved
- * directly instead, forward and, when no dx is wanted, backward.
+ * directly instead, forward and, when no dx is wanted, backward; the other
+ * stride-1 ones on PoCL as implicit GEMMs (src/nn/conv_cpu.c).
  * One large GEMM per chunk instead of B small ones: GEMM libraries reach
  * their speed on large shapes, and CLBlast's batched GEMM would need a
  * weight copy per sample. The workspace (col and T) is the caller's, sized
@@ -419,6 +420,13 @@ fail:
   return rc;
 }
 
+/* The geometry as src/nn/conv_cpu.c sees it. */
+static clt__conv3 conv3_of(const geom *g) {
+  clt__conv3 c = {g->N, g->Cin, g->Cout, {1, g->H, g->W}, {1, g->KH, g->KW}, {1, g->OH, g->OW},
+                  {1, g->sh, g->sw}, {0, g->ph, g->pw}, {1, 1, 1}, g->half};
+  return c;
+}
+
 int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const clt_tensor *x,
                           const clt_tensor *w, const clt_tensor *b, const clt_tensor *y,
                           const clt_tensor *workspace) {
@@ -437,6 +445,10 @@ int clt_nn_conv2d_forward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const 
     CLT_TRY(direct_forward(ctx, &g, &src, w, b, y, n0, B));
   }
   if (dc > 0) return CLT_OK;
+  clt__conv3 c3 = conv3_of(&g);
+  if (cfg->algo == CLT_NN_CONV_AUTO && clt__conv_cpu_takes(ctx, &c3) &&
+      (rc = clt__conv_cpu_forward(ctx, &c3, x, w, b, y, workspace)) != 0)
+    return rc < 0 ? clt__error_prefix(rc, "%s on %s", op, ctx->info.name) : CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K);
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
     int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
@@ -470,6 +482,10 @@ int clt_nn_conv2d_backward(clt_context *ctx, const clt_nn_conv2d_cfg *cfg, const
     CLT_TRY(direct_backward_weights(ctx, &g, &src, dy, dw, db, n0, B));
   }
   if (dc > 0) return CLT_OK;
+  clt__conv3 c3 = conv3_of(&g);
+  if (cfg->algo == CLT_NN_CONV_AUTO && clt__conv_cpu_takes(ctx, &c3) &&
+      (rc = clt__conv_cpu_backward(ctx, &c3, x, w, dy, dx, dw, db, workspace)) != 0)
+    return rc < 0 ? clt__error_prefix(rc, "%s on %s", op, ctx->info.name) : CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K), mdw = clt__nn_mat(dw, g.K);
   if (db) CLT_TRY(clt__nn_bias_grad(ctx, dy, db, g.N, g.Cout, g.P));
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {

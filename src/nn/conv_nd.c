@@ -16,7 +16,8 @@
  * The workspace (col then T) is the caller's; a smaller one only means
  * more chunks. On a CPU device chunks are kept small enough for col to
  * stay in the cache, as conv.c does, and on PoCL vol2col and col2vol move
- * whole rows with the width axis compiled in (by_rows).
+ * whole rows with the width axis compiled in (by_rows). Stride-1
+ * convolutions on PoCL run as implicit GEMMs instead (src/nn/conv_cpu.c).
  */
 #include "nn/common.h"
 
@@ -199,6 +200,14 @@ fail:
   return rc;
 }
 
+/* The geometry as src/nn/conv_cpu.c sees it. */
+static clt__conv3 conv3_of(const nd_geom *g) {
+  clt__conv3 c = {g->N, g->Cin, g->Cout, {0}, {0}, {0}, {0}, {0}, {0}, g->half};
+  for (int a = 0; a < 3; a++)
+    c.in[a] = g->in[a], c.k[a] = g->k[a], c.out[a] = g->out[a], c.s[a] = g->s[a], c.p[a] = g->p[a], c.d[a] = g->d[a];
+  return c;
+}
+
 int clt_nn_convnd_forward(clt_context *ctx, const clt_nn_convnd_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
                           const clt_tensor *b, const clt_tensor *y, const clt_tensor *workspace) {
   static const char op[] = "convnd forward";
@@ -206,6 +215,9 @@ int clt_nn_convnd_forward(clt_context *ctx, const clt_nn_convnd_cfg *cfg, const 
   int rc = check_nd(op, cfg, x, w, b, "b", y, "y", workspace, &g);
   if (rc < 0) return rc;
   fit_chunk_to_cache(ctx, &g);
+  clt__conv3 c3 = conv3_of(&g);
+  if (clt__conv_cpu_takes(ctx, &c3) && (rc = clt__conv_cpu_forward(ctx, &c3, x, w, b, y, workspace)) != 0)
+    return rc < 0 ? clt__error_prefix(rc, "%s on %s", op, ctx->info.name) : CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K);
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
     int64_t B = g.N - n0 < g.chunk ? g.N - n0 : g.chunk, BP = B * g.P;
@@ -231,6 +243,10 @@ int clt_nn_convnd_backward(clt_context *ctx, const clt_nn_convnd_cfg *cfg, const
   fit_chunk_to_cache(ctx, &g);
   if ((rc = clt__nn_check_like(op, "dw", dw, "w", w)) < 0) return rc;
   if (dx && (rc = clt__nn_check_like(op, "dx", dx, "x", x)) < 0) return rc;
+  clt__conv3 c3 = conv3_of(&g);
+  if (clt__conv_cpu_takes(ctx, &c3) &&
+      (rc = clt__conv_cpu_backward(ctx, &c3, x, w, dy, dx, dw, db, workspace)) != 0)
+    return rc < 0 ? clt__error_prefix(rc, "%s on %s", op, ctx->info.name) : CLT_OK;
   clt_matrix mw = clt__nn_mat(w, g.K), mdw = clt__nn_mat(dw, g.K);
   if (db) CLT_TRY(clt__nn_bias_grad(ctx, dy, db, g.N, g.Cout, g.P));
   for (int64_t n0 = 0; n0 < g.N; n0 += g.chunk) {
