@@ -384,18 +384,21 @@ static void bench_unet(int64_t N) {
   total_ms = total_cpu_ms = 0;
   for (size_t i = 0; i < sizeof unet_convs / sizeof unet_convs[0]; i++) {
     const int *u = unet_convs[i];
-    char name[2][64];
-    for (int b = 0; b < 2; b++)
+    char name[3][64];
+    for (int b = 0; b < 3; b++)
       snprintf(name[b], sizeof name[b], "conv%dd %d-%d %d^%d k%d %s", u[0], u[1], u[2], u[3], u[0], u[4],
-               b ? (u[5] ? "backward" : "backward (no dx)") : "forward");
+               b == 0 ? "forward" : b == 1 && u[5] ? "backward" : "backward (no dx)");
+    /* with dx, the weight gradient alone too (the rest is dx's) */
     if (u[0] == 2) {
       conv_op c = make_conv_k(N, u[1], u[3], u[2], u[4], u[5]);
       bench(name[0], conv_fwd, &c);
       bench(name[1], conv_bwd, &c);
+      if (c.need_dx) c.need_dx = 0, bench(name[2], conv_bwd, &c);
     } else {
       conv3d_op c = make_conv3d_k(N, u[1], u[3], u[2], u[4], u[5]);
       bench(name[0], conv3d_fwd, &c);
       bench(name[1], conv3d_bwd, &c);
+      if (c.need_dx) c.need_dx = 0, bench(name[2], conv3d_bwd, &c);
     }
   }
   printf("  %-34s %9.3f %9s %9.3f\n", "sums", total_ms, "", total_cpu_ms);

@@ -142,6 +142,7 @@ struct clt__replica {
    * (forward, backward), reported when the replica is destroyed. */
   double *prof_fwd, *prof_bwd, prof_loss, prof_t0;
   int64_t prof_runs;
+  int prof_warm; /* the first training run (kernel builds) left out of the profile */
 };
 
 /* Make a replica of spec on ctx as cfg says, its parameters uploaded from

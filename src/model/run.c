@@ -307,6 +307,11 @@ static int check_batch(const clt__replica *r, int64_t n) {
 
 int clt__replica_begin(clt__replica *r, const clt__pass *pass) {
   int rc = CLT_OK;
+  if (r->prof_fwd && pass->train && r->prof_runs == 1 && !r->prof_warm) { /* the first run built the kernels */
+    memset(r->prof_fwd, 0, (size_t)r->spec->nlayers * sizeof *r->prof_fwd);
+    memset(r->prof_bwd, 0, (size_t)r->spec->nlayers * sizeof *r->prof_bwd);
+    r->prof_loss = 0, r->prof_runs = 0, r->prof_warm = 1;
+  }
   r->prof_t0 = clt__now();
   if (pass->record) {
     r->run_start_ns = (int64_t)(clt__now() * 1e9);
