@@ -98,7 +98,13 @@ static int run_pass(clt_context *ctx, const clt__conv3 *g, const pass *ps, cl_me
                     const clt_tensor *w, const clt_tensor *b, const clt_tensor *out, int64_t n0, int64_t B) {
   int rc = CLT_OK;
   cl_kernel k;
-  int r = ps->rows < 8 ? (int)ps->rows : 8, v = 24 / r > 6 ? 6 : 24 / r;
+  /* Tiles of 24 accumulators: 8 rows by 3 float16s, as gemm_cpu's; with
+   * float8s (rows 8 wide) 4 by 6, which took a 16-16 conv3d over 8^3 at
+   * batch 8 from 1.05 to 0.73 ms (nn_bench --unet, one thread). Fewer
+   * rows: more vectors, up to 6. */
+  int r = ps->vw == 16 ? 8 : 4, v;
+  if (r > ps->rows) r = (int)ps->rows;
+  v = 24 / r > 6 ? 6 : 24 / r;
   int64_t P = ps->out[0] * ps->out[1] * ps->out[2];
   cl_uint nvec = (cl_uint)(B * P / ps->vw);
   cl_ulong woff = clt__nn_off(w), boff = b ? clt__nn_off(b) : 0, ooff = clt__nn_off(out) + (cl_ulong)(n0 * ps->rows * P);
