@@ -7,7 +7,8 @@
  * not a multiple of 4 wide, other devices, CLT_CONV_IMPLICIT=0.
  *
  *   forward   xp = x padded by p                y = conv(xp, w) + b
- *   backward  xp = x padded by p                dw += sums of dy * xp's taps
+ *   backward  xp = x padded by p                dw += sums of dy * xp's taps,
+ *                                               a sample at a time
  *             db += sums of dy
  *             dyp = dy padded by (k - 1)*d - p  dx = conv(dyp, w's taps
  *                                                reversed, channels swapped)
@@ -157,17 +158,24 @@ int clt__conv_cpu_backward(clt_context *ctx, const clt__conv3 *g, const clt_tens
   if (fchunk < 1 || bchunk < 1) return 0;
   if (db) CLT_TRY(clt__nn_bias_grad(ctx, dy, db, g->N, g->Cout, g->out[0] * g->out[1] * g->out[2]));
   int r = g->Cout < 8 ? (int)g->Cout : 8;
+  int64_t nw = g->Cout * g->Cin * g->k[0] * g->k[1] * g->k[2], P = g->out[0] * g->out[1] * g->out[2];
+  cl_mem part; /* each sample's weight gradient, then their sum into dw */
+  CLT_TRY(clt__context_scratch(ctx, (size_t)(fchunk * nw) * sizeof(float), &part));
   for (int64_t n0 = 0; n0 < g->N; n0 += fchunk) {
-    int64_t B = g->N - n0 < fchunk ? g->N - n0 : fchunk, P = g->out[0] * g->out[1] * g->out[2];
+    int64_t B = g->N - n0 < fchunk ? g->N - n0 : fchunk;
     cl_mem xp;
     cl_ulong xpoff, dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * P), dwoff = clt__nn_off(dw);
     cl_uint ub = (cl_uint)B;
     cl_kernel k;
     CLT_TRY(pad(ctx, g, &fw, x, g->in, g->p, ws, n0, B, &xp, &xpoff));
     CLT_TRY(pass_kernel(ctx, g, &fw, "conv_cpu_weight_grad", r, 1, &k));
-    CLT_TRY(NN_SET_ARGS(k, NN_VAL(xp), NN_VAL(xpoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dw->buf), NN_VAL(dwoff),
-                        NN_VAL(ub)));
-    CLT_TRY(launch(ctx, k, (size_t)((g->Cout + r - 1) / r), (size_t)(g->Cin * g->k[0] * g->k[1])));
+    CLT_TRY(NN_SET_ARGS(k, NN_VAL(xp), NN_VAL(xpoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(part)));
+    size_t global[3] = {(size_t)((g->Cout + r - 1) / r), (size_t)(g->Cin * g->k[0] * g->k[1]), (size_t)B};
+    size_t local[3] = {1, 1, 1};
+    CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 3, NULL, global, local, 0, NULL, NULL));
+    CLT_TRY(pass_kernel(ctx, g, &fw, "conv_cpu_weight_grad_sum", r, 1, &k));
+    CLT_TRY(NN_SET_ARGS(k, NN_VAL(part), NN_VAL(ub), NN_VAL(dw->buf), NN_VAL(dwoff)));
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)nw, 1, 1));
   }
   for (int64_t n0 = 0; dx && n0 < g->N; n0 += bchunk) {
     int64_t B = g->N - n0 < bchunk ? g->N - n0 : bchunk;
