@@ -52,9 +52,11 @@ static int pass_kernel(clt_context *ctx, const clt__conv3 *g, const pass *ps, co
   return clt_context_kernel(ctx, "conv_cpu", name, opts, k);
 }
 
-static int launch(clt_context *ctx, cl_kernel k, size_t gx, size_t gy) {
+/* gx x gy x gz work-groups of one item (PoCL pays little for a group; see
+ * blas_cpu.c), the kernels' ranges rounded up to whole tiles. */
+static int launch(clt_context *ctx, cl_kernel k, size_t gx, size_t gy, size_t gz) {
   int rc = CLT_OK;
-  size_t global[3] = {gx, gy, 1}, local[3] = {1, 1, 1}; /* PoCL pays little for a group; see blas_cpu.c */
+  size_t global[3] = {gx, gy, gz}, local[3] = {1, 1, 1};
   CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 3, NULL, global, local, 0, NULL, NULL));
 fail:
   return rc;
@@ -114,7 +116,7 @@ static int run_pass(clt_context *ctx, const clt__conv3 *g, const pass *ps, cl_me
   CLT_TRY(pass_kernel(ctx, g, ps, "conv_cpu_forward", r, v, &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(xp), NN_VAL(xpoff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(bbuf), NN_VAL(boff),
                       NN_VAL(has_bias), NN_VAL(out->buf), NN_VAL(ooff), NN_VAL(nvec)));
-  CLT_TRY(launch(ctx, k, (size_t)((ps->rows + r - 1) / r), (size_t)((nvec + (cl_uint)v - 1) / (cl_uint)v)));
+  CLT_TRY(launch(ctx, k, (size_t)((ps->rows + r - 1) / r), (size_t)((nvec + (cl_uint)v - 1) / (cl_uint)v), 1));
 fail:
   return rc;
 }
@@ -170,9 +172,7 @@ int clt__conv_cpu_backward(clt_context *ctx, const clt__conv3 *g, const clt_tens
     CLT_TRY(pad(ctx, g, &fw, x, g->in, g->p, ws, n0, B, &xp, &xpoff));
     CLT_TRY(pass_kernel(ctx, g, &fw, "conv_cpu_weight_grad", r, 1, &k));
     CLT_TRY(NN_SET_ARGS(k, NN_VAL(xp), NN_VAL(xpoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(part)));
-    size_t global[3] = {(size_t)((g->Cout + r - 1) / r), (size_t)(g->Cin * g->k[0] * g->k[1]), (size_t)B};
-    size_t local[3] = {1, 1, 1};
-    CLT_CL_TRY(clEnqueueNDRangeKernel(ctx->queue, k, 3, NULL, global, local, 0, NULL, NULL));
+    CLT_TRY(launch(ctx, k, (size_t)((g->Cout + r - 1) / r), (size_t)(g->Cin * g->k[0] * g->k[1]), (size_t)B));
     CLT_TRY(pass_kernel(ctx, g, &fw, "conv_cpu_weight_grad_sum", r, 1, &k));
     CLT_TRY(NN_SET_ARGS(k, NN_VAL(part), NN_VAL(ub), NN_VAL(dw->buf), NN_VAL(dwoff)));
     CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)nw, 1, 1));
