@@ -154,7 +154,7 @@ static inline float lanes_sum(vec v) {
 
 // The weight gradient of one sample b: part[b, co, ci, kd, kh, kw] = the
 // sum over positions p of dy[b, co, p] * xp[b, ci, tap (kd, kh, kw) under
-// p]; conv_cpu_weight_grad_sum adds the samples' in order to dw.
+// p]; conv_cpu_sum_samples adds the samples' in order to dw.
 // Work-item: CC_R output channels from co0 by the CC_KW taps of one tap
 // row (ci, kd, kh) of sample b; rows past ROWS computed on the last and
 // not stored. Range (ceil(ROWS / R), CIN*KD*KH, B). A work-item a sample,
@@ -205,12 +205,25 @@ __kernel void conv_cpu_weight_grad(__global const float *xp, const ulong xpoff, 
   }
 }
 
-// dw[i] += the sum over samples b of part[b, i], in b's order. Range
-// (ROWS*CIN*KK).
-__kernel void conv_cpu_weight_grad_sum(__global const float *part, const uint B, __global float *dw, const ulong dwoff) {
+// The bias gradient of one sample b: part[b, co] = the sum of dy[b, co, p]
+// over positions p, in CC_VW lanes added in a fixed tree. Range (ROWS, B).
+// (bias.c's kernel walks a channel one float at a time on PoCL, where its
+// work-group is one item.)
+__kernel void conv_cpu_bias_grad(__global const act_t *dy, const ulong dyoff, __global float *part) {
+  const uint co = get_global_id(0), b = get_global_id(1);
+  __global const act_t *d = dy + dyoff + ((ulong)b * CC_ROWS + co) * CC_P;
+  vec acc = (vec)(0.0f);
+  for (uint p = 0; p < CC_P; p += CC_VW) acc += VLOADA(d + p);
+  part[(ulong)b * CC_ROWS + co] = lanes_sum(acc);
+}
+
+// out[i] += the sum over samples b of part[b*n + i], in b's order (the
+// weight and bias gradients of conv_cpu_weight_grad and _bias_grad).
+// Range (n).
+__kernel void conv_cpu_sum_samples(__global const float *part, const uint B, const uint n, __global float *out,
+                                   const ulong outoff) {
   const uint i = get_global_id(0);
-  const ulong n = (ulong)CC_ROWS * CC_CIN * CC_KK;
   float s = part[i];
-  for (uint b = 1; b < B; b++) s += part[b * n + i];
-  dw[dwoff + i] += s;
+  for (uint b = 1; b < B; b++) s += part[(ulong)b * n + i];
+  out[outoff + i] += s;
 }

@@ -9,7 +9,7 @@
  *   forward   xp = x padded by p                y = conv(xp, w) + b
  *   backward  xp = x padded by p                dw += sums of dy * xp's taps,
  *                                               a sample at a time
- *             db += sums of dy
+ *             db += sums of dy, a sample at a time
  *             dyp = dy padded by (k - 1)*d - p  dx = conv(dyp, w's taps
  *                                                reversed, channels swapped)
  * The padded copies are the workspace's (clt_nn_conv2d_workspace_bytes and
@@ -146,6 +146,20 @@ fail:
   return rc;
 }
 
+/* out (n floats) += the sum over samples [0, B) of part[b*n ..], in order. */
+static int sum_samples(clt_context *ctx, const clt__conv3 *g, const pass *ps, cl_mem part, int64_t B, int64_t n,
+                       const clt_tensor *out) {
+  int rc = CLT_OK;
+  cl_kernel k;
+  cl_uint ub = (cl_uint)B, un = (cl_uint)n;
+  cl_ulong ooff = clt__nn_off(out);
+  CLT_TRY(pass_kernel(ctx, g, ps, "conv_cpu_sum_samples", 1, 1, &k));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(part), NN_VAL(ub), NN_VAL(un), NN_VAL(out->buf), NN_VAL(ooff)));
+  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)n, 1, 1));
+fail:
+  return rc;
+}
+
 int clt__conv_cpu_backward(clt_context *ctx, const clt__conv3 *g, const clt_tensor *x, const clt_tensor *w,
                            const clt_tensor *dy, const clt_tensor *dx, const clt_tensor *dw, const clt_tensor *db,
                            const clt_tensor *ws) {
@@ -158,24 +172,25 @@ int clt__conv_cpu_backward(clt_context *ctx, const clt__conv3 *g, const clt_tens
   }
   int64_t fchunk = chunk_of(g, &fw, ws), bchunk = dx ? chunk_of(g, &bw, ws) : g->N;
   if (fchunk < 1 || bchunk < 1) return 0;
-  if (db) CLT_TRY(clt__nn_bias_grad(ctx, dy, db, g->N, g->Cout, g->out[0] * g->out[1] * g->out[2]));
   int r = g->Cout < 8 ? (int)g->Cout : 8;
   int64_t nw = g->Cout * g->Cin * g->k[0] * g->k[1] * g->k[2], P = g->out[0] * g->out[1] * g->out[2];
-  cl_mem part; /* each sample's weight gradient, then their sum into dw */
+  cl_mem part; /* each sample's weight gradient, then bias gradient, each summed over the samples in order */
   CLT_TRY(clt__context_scratch(ctx, (size_t)(fchunk * nw) * sizeof(float), &part));
   for (int64_t n0 = 0; n0 < g->N; n0 += fchunk) {
     int64_t B = g->N - n0 < fchunk ? g->N - n0 : fchunk;
     cl_mem xp;
-    cl_ulong xpoff, dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * P), dwoff = clt__nn_off(dw);
-    cl_uint ub = (cl_uint)B;
+    cl_ulong xpoff, dyoff = clt__nn_off(dy) + (cl_ulong)(n0 * g->Cout * P);
     cl_kernel k;
     CLT_TRY(pad(ctx, g, &fw, x, g->in, g->p, ws, n0, B, &xp, &xpoff));
     CLT_TRY(pass_kernel(ctx, g, &fw, "conv_cpu_weight_grad", r, 1, &k));
     CLT_TRY(NN_SET_ARGS(k, NN_VAL(xp), NN_VAL(xpoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(part)));
     CLT_TRY(launch(ctx, k, (size_t)((g->Cout + r - 1) / r), (size_t)(g->Cin * g->k[0] * g->k[1]), (size_t)B));
-    CLT_TRY(pass_kernel(ctx, g, &fw, "conv_cpu_weight_grad_sum", r, 1, &k));
-    CLT_TRY(NN_SET_ARGS(k, NN_VAL(part), NN_VAL(ub), NN_VAL(dw->buf), NN_VAL(dwoff)));
-    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)nw, 1, 1));
+    CLT_TRY(sum_samples(ctx, g, &fw, part, B, nw, dw));
+    if (!db) continue;
+    CLT_TRY(pass_kernel(ctx, g, &fw, "conv_cpu_bias_grad", r, 1, &k));
+    CLT_TRY(NN_SET_ARGS(k, NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(part)));
+    CLT_TRY(launch(ctx, k, (size_t)g->Cout, (size_t)B, 1)); /* the queue is in order: dw's sums have read part */
+    CLT_TRY(sum_samples(ctx, g, &fw, part, B, g->Cout, db));
   }
   for (int64_t n0 = 0; dx && n0 < g->N; n0 += bchunk) {
     int64_t B = g->N - n0 < bchunk ? g->N - n0 : bchunk;
