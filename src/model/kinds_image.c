@@ -79,6 +79,11 @@ static size_t conv_workspace(const clt_layer_spec *l, int64_t n) {
   return bytes;
 }
 
+static size_t conv_scratch(const clt_layer_spec *l, int64_t n, clt_dtype dt) {
+  (void)dt;
+  return clt_nn_conv_scratch_bytes(n, l->in_shape.dims[0], l->out, (int64_t)l->kernel * l->kernel);
+}
+
 static clt_nn_conv2d_cfg conv_cfg(const clt_layer_spec *l) {
   clt_nn_conv2d_cfg c = {.stride_h = l->stride, .stride_w = l->stride, .pad_h = l->pad, .pad_w = l->pad};
   return c;
@@ -136,6 +141,7 @@ const clt__layer_kind clt__kind_conv2d = {.name = "conv2d",
                                           .alias = "conv",
                                           .parse = conv_parse,
                                           .infer = conv_infer,
+                                          .scratch_bytes = conv_scratch,
                                           .workspace_bytes = conv_workspace,
                                           .forward = conv_forward,
                                           .backward = conv_backward,

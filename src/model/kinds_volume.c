@@ -108,6 +108,11 @@ static size_t convnd_workspace(const clt_layer_spec *l, int64_t n) {
   return bytes;
 }
 
+static size_t convnd_scratch(const clt_layer_spec *l, int64_t n, clt_dtype dt) {
+  (void)dt;
+  return clt_nn_conv_scratch_bytes(n, l->in_shape.dims[0], l->out, kernel_elems(l, l->in_shape.ndim - 1));
+}
+
 static clt_nn_convnd_cfg clt__convnd_cfg(const clt_layer_spec *l) {
   clt_nn_convnd_cfg c = {.dims = l->in_shape.ndim - 1};
   for (int a = 0; a < CLT_NN_MAX_SPATIAL; a++) c.stride[a] = l->stride, c.pad[a] = l->pad, c.dilation[a] = l->dilation;
@@ -159,6 +164,7 @@ static double convnd_flops(const clt_layer_spec *l) {
 const clt__layer_kind clt__kind_conv1d = {.name = "conv1d",
                                           .parse = convnd_parse,
                                           .infer = conv1d_infer,
+                                          .scratch_bytes = convnd_scratch,
                                           .workspace_bytes = convnd_workspace,
                                           .forward = clt__convnd_layer_forward,
                                           .backward = clt__convnd_layer_backward,
@@ -168,6 +174,7 @@ const clt__layer_kind clt__kind_conv1d = {.name = "conv1d",
 const clt__layer_kind clt__kind_conv3d = {.name = "conv3d",
                                           .parse = convnd_parse,
                                           .infer = conv3d_infer,
+                                          .scratch_bytes = convnd_scratch,
                                           .workspace_bytes = convnd_workspace,
                                           .forward = clt__convnd_layer_forward,
                                           .backward = clt__convnd_layer_backward,

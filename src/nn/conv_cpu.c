@@ -21,6 +21,23 @@
 
 #include <stdio.h>
 
+/* Floats of per-sample weight gradients one backward pass keeps (16 MB):
+ * a layer of 256 x 256 3x3 kernels takes 7 samples a pass. */
+#define PART_FLOATS ((int64_t)1 << 22)
+
+/* Samples a weight-gradient pass takes: as many as part holds, at least 1. */
+static int64_t part_samples(int64_t samples, int64_t nw) {
+  int64_t s = PART_FLOATS / nw;
+  if (s < 1) s = 1;
+  return s < samples ? s : samples;
+}
+
+size_t clt_nn_conv_scratch_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kernel_elems) {
+  int64_t nw = cin * cout * kernel_elems;
+  if (samples < 1 || nw < 1) return 0;
+  return (size_t)(part_samples(samples, nw) * nw) * sizeof(float);
+}
+
 /* The vector width of a row of `w` outputs: 16, 8 or 4 that divides it, or 0. */
 static int vec_width(int64_t w) { return w % 16 == 0 ? 16 : w % 8 == 0 ? 8 : w % 4 == 0 ? 4 : 0; }
 
@@ -170,10 +187,11 @@ int clt__conv_cpu_backward(clt_context *ctx, const clt__conv3 *g, const clt_tens
     q[a] = (int)((g->k[a] - 1) * g->d[a]) - g->p[a];
     bw.pad_in[a] = g->out[a] + 2 * q[a], bw.out[a] = g->in[a];
   }
+  int64_t nw = g->Cout * g->Cin * g->k[0] * g->k[1] * g->k[2], P = g->out[0] * g->out[1] * g->out[2];
   int64_t fchunk = chunk_of(g, &fw, ws), bchunk = dx ? chunk_of(g, &bw, ws) : g->N;
   if (fchunk < 1 || bchunk < 1) return 0;
+  fchunk = part_samples(fchunk, nw);
   int r = g->Cout < 8 ? (int)g->Cout : 8;
-  int64_t nw = g->Cout * g->Cin * g->k[0] * g->k[1] * g->k[2], P = g->out[0] * g->out[1] * g->out[2];
   cl_mem part; /* each sample's weight gradient, then bias gradient, each summed over the samples in order */
   CLT_TRY(clt__context_scratch(ctx, (size_t)(fchunk * nw) * sizeof(float), &part));
   for (int64_t n0 = 0; n0 < g->N; n0 += fchunk) {

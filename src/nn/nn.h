@@ -367,6 +367,10 @@ int64_t clt_nn_out_size_dilated(int64_t in, int64_t k, int stride, int pad, int 
  * spatial axes); one sample's share is enough, more makes fewer GEMMs. */
 size_t clt_nn_convnd_workspace_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kernel_elems,
                                      int64_t out_elems);
+/* The context's scratch a convolution's backward may take for `samples`
+ * samples (the CPU devices' implicit GEMMs keep each sample's weight
+ * gradient there, at most 16 MB of them a pass); conv1d/2d/3d alike. */
+size_t clt_nn_conv_scratch_bytes(int64_t samples, int64_t cin, int64_t cout, int64_t kernel_elems);
 /* x (N, Cin, S...), w (Cout, Cin, K...), b (Cout) or NULL, y (N, Cout, O...). */
 int clt_nn_convnd_forward(clt_context *ctx, const clt_nn_convnd_cfg *cfg, const clt_tensor *x, const clt_tensor *w,
                           const clt_tensor *b, const clt_tensor *y, const clt_tensor *workspace);
