@@ -49,9 +49,9 @@ int clt_nn_batchnorm_stats(clt_context *ctx, const clt_tensor *x, const clt_tens
   cl_ulong xoff = clt__nn_off(x), poff = clt__nn_off(part);
   cl_uint n = (cl_uint)N, c = (cl_uint)C, s = (cl_uint)S;
   CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_stats", clt__nn_act_opt(x), &k));
-  size_t wgs = clt__nn_row_wgs(ctx, k, N * S, 256);
+  size_t wgs = clt__nn_row_wgs(ctx, k, N, 256); /* an item per row at most */
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(n), NN_VAL(c), NN_VAL(s), NN_VAL(part->buf),
-                      NN_VAL(poff), NN_LOCAL(wgs * sizeof(float))));
+                      NN_VAL(poff), NN_LOCAL(3 * wgs * sizeof(float))));
   CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)C, wgs));
   return CLT_OK;
 fail:
@@ -96,7 +96,7 @@ int clt_nn_batchnorm_backward_sums(clt_context *ctx, float eps, const clt_tensor
   cl_ulong dwoff = clt__nn_off(dw), dboff = clt__nn_off(db), poff = clt__nn_off(part);
   cl_uint n = (cl_uint)N, c = (cl_uint)C, s = (cl_uint)S;
   CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_backward_sums", clt__nn_act_opt(x), &k));
-  size_t wgs = clt__nn_row_wgs(ctx, k, N * S, 256);
+  size_t wgs = clt__nn_row_wgs(ctx, k, N, 256); /* an item per row at most */
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(mean->buf),
                       NN_VAL(moff), NN_VAL(var->buf), NN_VAL(voff), NN_VAL(dw->buf), NN_VAL(dwoff), NN_VAL(db->buf),
                       NN_VAL(dboff), NN_VAL(n), NN_VAL(c), NN_VAL(s), NN_VAL(eps), NN_VAL(part->buf), NN_VAL(poff),
