@@ -158,3 +158,39 @@ __kernel void batchnorm_backward_input(__global const act_t *x, const ulong xoff
   const float xhat = (ALOAD(x, xoff + i) - mean[moff + c]) * r;
   ASTORE(dx, dxoff + i, w[woff + c] * r * (ALOAD(dy, dyoff + i) - gdy[goff + c] - xhat * gdyx[gxoff + c]));
 }
+
+// One device's batch, without a trip to the host (src/model/kinds_batchnorm.c
+// when no other replica's sums are added): from part (C, 2) over M values
+// a channel, stats = (mean (C), biased variance (C), unbiased (C)).
+__kernel void batchnorm_finish_stats(__global const float *part, const ulong poff, const uint C, const float M,
+                                     __global float *stats, const ulong soff) {
+  const uint c = get_global_id(0);
+  const float m2 = part[poff + 2 * c + 1];
+  stats[soff + c] = part[poff + 2 * c];
+  stats[soff + C + c] = m2 / M;
+  stats[soff + 2 * C + c] = m2 / (M - 1.0f);
+}
+
+// g = the means of dy and dy * xhat from the backward's sums part (C, 2)
+// over M values a channel: g[c], g[C + c].
+__kernel void batchnorm_means(__global const float *part, const ulong poff, const uint C, const float M,
+                              __global float *g, const ulong goff) {
+  const uint c = get_global_id(0);
+  g[goff + c] = part[poff + 2 * c] / M;
+  g[goff + C + c] = part[poff + 2 * c + 1] / M;
+}
+
+// The running statistics moved towards the batch's. Unfused multiplies and
+// adds (each correctly rounded on every device): the same bits as the
+// host's float arithmetic, on every replica alike.
+#pragma OPENCL FP_CONTRACT OFF
+__kernel void batchnorm_running(__global const float *mean, const ulong moff, __global const float *uvar,
+                                const ulong uoff, const float m, __global float *rmean, const ulong rmoff,
+                                __global float *rvar, const ulong rvoff) {
+  const uint c = get_global_id(0);
+  const float keep = 1.0f - m;
+  const float a = keep * rmean[rmoff + c], b = m * mean[moff + c];
+  rmean[rmoff + c] = a + b;
+  const float u = keep * rvar[rvoff + c], v = m * uvar[uoff + c];
+  rvar[rvoff + c] = u + v;
+}

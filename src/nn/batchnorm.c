@@ -131,3 +131,61 @@ int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tenso
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
 }
+
+/* A kernel over the C channels of part (C, 2) into out (k C) (the
+ * statistics or the backward's means), count values a channel. */
+static int per_channel(clt_context *ctx, const char *op, const char *kernel, double count, const clt_tensor *part,
+                       int k, const clt_tensor *out) {
+  int rc = clt__nn_check(op, "part", part, CLT_F32, 0, "(C, 2)");
+  if (rc < 0 || (rc = clt__nn_check(op, "out", out, CLT_F32, 0, "(k C)")) < 0) return rc;
+  int64_t C = clt_tensor_numel(part) / 2;
+  if (clt_tensor_numel(part) % 2 || clt_tensor_numel(out) != k * C)
+    return clt__error(CLT_ESHAPE, "%s: part holds %lld floats and out %lld: they must be 2 C and %d C", op,
+                      (long long)clt_tensor_numel(part), (long long)clt_tensor_numel(out), k);
+  if (!(count >= 2)) return clt__error(CLT_EINVAL, "%s: %g values a channel: more than one needed", op, count);
+  if (C == 0) return CLT_OK;
+  cl_kernel kn;
+  cl_ulong poff = clt__nn_off(part), ooff = clt__nn_off(out);
+  cl_uint c = (cl_uint)C;
+  float m = (float)count;
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", kernel, "", &kn));
+  CLT_TRY(NN_SET_ARGS(kn, NN_VAL(part->buf), NN_VAL(poff), NN_VAL(c), NN_VAL(m), NN_VAL(out->buf), NN_VAL(ooff)));
+  CLT_TRY(clt__launch_exact_1d(ctx, kn, (size_t)C));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
+
+int clt_nn_batchnorm_finish_stats(clt_context *ctx, double count, const clt_tensor *part, const clt_tensor *stats) {
+  return per_channel(ctx, "batchnorm statistics", "batchnorm_finish_stats", count, part, 3, stats);
+}
+
+int clt_nn_batchnorm_means(clt_context *ctx, double count, const clt_tensor *part, const clt_tensor *g) {
+  return per_channel(ctx, "batchnorm backward means", "batchnorm_means", count, part, 2, g);
+}
+
+int clt_nn_batchnorm_running(clt_context *ctx, float momentum, const clt_tensor *mean, const clt_tensor *uvar,
+                             const clt_tensor *rmean, const clt_tensor *rvar) {
+  static const char op[] = "batchnorm running statistics";
+  static const char *const names[] = {"mean", "uvar", "running_mean", "running_var"};
+  const clt_tensor *t[] = {mean, uvar, rmean, rvar};
+  int rc;
+  for (int i = 0; i < 4; i++) {
+    if ((rc = clt__nn_check(op, names[i], t[i], CLT_F32, 0, "(C)")) < 0) return rc;
+    if (clt_tensor_numel(t[i]) != clt_tensor_numel(mean))
+      return clt__error(CLT_ESHAPE, "%s: %s holds %lld floats, mean %lld: one per channel each", op, names[i],
+                        (long long)clt_tensor_numel(t[i]), (long long)clt_tensor_numel(mean));
+  }
+  if (!(momentum >= 0.0f && momentum <= 1.0f))
+    return clt__error(CLT_EINVAL, "%s: momentum %g must be in [0, 1]", op, (double)momentum);
+  if (clt_tensor_numel(mean) == 0) return CLT_OK;
+  cl_kernel k;
+  cl_ulong moff = clt__nn_off(mean), uoff = clt__nn_off(uvar), rmoff = clt__nn_off(rmean), rvoff = clt__nn_off(rvar);
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_running", "", &k));
+  CLT_TRY(NN_SET_ARGS(k, NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(uvar->buf), NN_VAL(uoff), NN_VAL(momentum),
+                      NN_VAL(rmean->buf), NN_VAL(rmoff), NN_VAL(rvar->buf), NN_VAL(rvoff)));
+  CLT_TRY(clt__launch_exact_1d(ctx, k, (size_t)clt_tensor_numel(mean)));
+  return CLT_OK;
+fail:
+  return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
+}
