@@ -25,9 +25,10 @@ float bn_group_sum(__local float *scratch, float v) {
 }
 
 // A channel's values are N rows of S contiguous ones (row n at (n C + c) S).
-// A work-group per channel; its items take rows lid, lid + wgs, ... and
-// walk each row 8 wide (aload8): PoCL runs the group as a loop over its
-// items (one item on a CPU, clt__nn_row_wgs), and an item that stepped
+// On a CPU device (src/nn/batchnorm.c chooses) a work-group per channel whose
+// items take rows lid, lid + wgs, ... and walk each row 8 wide (aload8):
+// PoCL runs the group as a loop over its items (one item on a CPU,
+// clt__nn_row_wgs), and an item that stepped
 // through the channel one value at a time, with a division and a modulo
 // per value to find it, took 4 ms over (8, 16, 64x64) where PyTorch's
 // whole forward takes 1.
@@ -92,6 +93,30 @@ __kernel void batchnorm_stats(__global const act_t *x, const ulong xoff, const u
   }
 }
 
+// The same where a work-group's items run side by side (GPUs): the group's
+// items stride through the channel's values together, neighbours reading
+// neighbours, and the group adds them up.
+#define BN_AT(base, c, j) ((base) + ((ulong)((j) / S) * C + (c)) * S + (j) % S)
+
+__kernel void batchnorm_stats_strided(__global const act_t *x, const ulong xoff, const uint N, const uint C,
+                                      const uint S, __global float *part, const ulong poff,
+                                      __local float *scratch) {
+  const uint c = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0), count = N * S;
+  float s = 0.0f;
+  for (uint j = lid; j < count; j += wgs) s += ALOAD(x, BN_AT(xoff, c, j));
+  const float mu = bn_group_sum(scratch, s) / (float)count;
+  float s2 = 0.0f;
+  for (uint j = lid; j < count; j += wgs) {
+    const float d = ALOAD(x, BN_AT(xoff, c, j)) - mu;
+    s2 += d * d;
+  }
+  const float m2 = bn_group_sum(scratch, s2);
+  if (lid == 0) {
+    part[poff + 2 * c] = mu;
+    part[poff + 2 * c + 1] = m2;
+  }
+}
+
 // y = (x - mean) / sqrt(var + eps) * w + b, one item per element: ids (s, c, n).
 __kernel void batchnorm_forward(__global const act_t *x, const ulong xoff, __global const float *mean,
                                 const ulong moff, __global const float *var, const ulong voff,
@@ -133,6 +158,31 @@ __kernel void batchnorm_backward_sums(__global const act_t *x, const ulong xoff,
       b1 += g * (ALOAD(x, xb + j) - mu);
     }
     sd += a1, sdx += b1 * r;
+  }
+  const float a = bn_group_sum(scratch, sd), bsum = bn_group_sum(scratch, sdx);
+  if (lid == 0) {
+    db[dboff + c] += a;
+    dw[dwoff + c] += bsum;
+    part[poff + 2 * c] = a;
+    part[poff + 2 * c + 1] = bsum;
+  }
+}
+
+// batchnorm_backward_sums where items run side by side (as
+// batchnorm_stats_strided).
+__kernel void batchnorm_backward_sums_strided(__global const act_t *x, const ulong xoff, __global const act_t *dy,
+                                              const ulong dyoff, __global const float *mean, const ulong moff,
+                                              __global const float *var, const ulong voff, __global float *dw,
+                                              const ulong dwoff, __global float *db, const ulong dboff,
+                                              const uint N, const uint C, const uint S, const float eps,
+                                              __global float *part, const ulong poff, __local float *scratch) {
+  const uint c = get_group_id(0), lid = get_local_id(0), wgs = get_local_size(0), count = N * S;
+  const float mu = mean[moff + c], r = 1.0f / sqrt(var[voff + c] + eps);
+  float sd = 0.0f, sdx = 0.0f;
+  for (uint j = lid; j < count; j += wgs) {
+    const float g = ALOAD(dy, BN_AT(dyoff, c, j));
+    sd += g;
+    sdx += g * ((ALOAD(x, BN_AT(xoff, c, j)) - mu) * r);
   }
   const float a = bn_group_sum(scratch, sd), bsum = bn_group_sum(scratch, sdx);
   if (lid == 0) {

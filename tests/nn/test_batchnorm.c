@@ -1,6 +1,7 @@
 /*
  * test_batchnorm.c: batchnorm's kernels (src/nn/batchnorm.c) on every
- * device (PoCL and rusticl): the per-channel partial statistics, the
+ * device (PoCL and rusticl), the partial sums both by rows (CPUs) and
+ * strided (GPUs, forced): the per-channel partial statistics, the
  * normalisation, the backward's partial sums (accumulated into dw, db) and
  * the input gradient, against the plain-C reference (double) and the
  * input, weight and bias gradients against central finite differences of
@@ -142,8 +143,12 @@ static void bn_run(clt_context *ctx, const bn_case *c) {
 }
 
 START_TEST(batchnorm_matches_reference_and_finite_differences) {
-  for (int d = 0; d < tu_ndev; d++)
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bn_run(tu_ctx[d], &cases[i]);
+  for (int strided = 0; strided < 2; strided++) { /* the CPUs' kernels, then the GPUs' */
+    clt__nn_batchnorm_strided(strided);
+    for (int d = 0; d < tu_ndev; d++)
+      for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bn_run(tu_ctx[d], &cases[i]);
+  }
+  clt__nn_batchnorm_strided(0);
 }
 END_TEST
 
