@@ -129,6 +129,22 @@ __kernel void batchnorm_forward(__global const act_t *x, const ulong xoff, __glo
   ASTORE(y, yoff + i, (ALOAD(x, xoff + i) - mean[moff + c]) * r * w[woff + c] + b[boff + c]);
 }
 
+// The same a row (n, c) of S values an item, 8 wide, on CPU devices (the
+// host chooses, as for the partial sums): the channel's factors once a
+// row, and no item per value. Ids (c, n); the same arithmetic per value.
+__kernel void batchnorm_forward_rows(__global const act_t *x, const ulong xoff, __global const float *mean,
+                                     const ulong moff, __global const float *var, const ulong voff,
+                                     __global const float *w, const ulong woff, __global const float *b,
+                                     const ulong boff, __global act_t *y, const ulong yoff, const float eps,
+                                     const uint S) {
+  const uint c = get_global_id(0), n = get_global_id(1), C = get_global_size(0);
+  const ulong row = ((ulong)n * C + c) * S;
+  const float r = 1.0f / sqrt(var[voff + c] + eps), m = mean[moff + c], wc = w[woff + c], bc = b[boff + c];
+  uint j = 0;
+  for (; j + 8 <= S; j += 8) astore8(y, yoff + row + j, (aload8(x, xoff + row + j) - m) * r * wc + bc);
+  for (; j < S; j++) ASTORE(y, yoff + row + j, (ALOAD(x, xoff + row + j) - m) * r * wc + bc);
+}
+
 // Channel c's sums of dy and of dy * xhat (xhat = (x - mean) / sqrt(var +
 // eps)) over this replica's N*S values: added to db[c] and dw[c] (the
 // parameter gradients are the replica's own, summed by the exchange), and
@@ -243,4 +259,26 @@ __kernel void batchnorm_running(__global const float *mean, const ulong moff, __
   rmean[rmoff + c] = a + b;
   const float u = keep * rvar[rvoff + c], v = m * uvar[uoff + c];
   rvar[rvoff + c] = u + v;
+}
+
+// batchnorm_backward_input a row (n, c) an item, 8 wide, on CPU devices.
+__kernel void batchnorm_backward_input_rows(__global const act_t *x, const ulong xoff, __global const act_t *dy,
+                                            const ulong dyoff, __global const float *mean, const ulong moff,
+                                            __global const float *var, const ulong voff, __global const float *w,
+                                            const ulong woff, __global const float *gdy, const ulong goff,
+                                            __global const float *gdyx, const ulong gxoff, __global act_t *dx,
+                                            const ulong dxoff, const float eps, const uint S) {
+  const uint c = get_global_id(0), n = get_global_id(1), C = get_global_size(0);
+  const ulong row = ((ulong)n * C + c) * S;
+  const float r = 1.0f / sqrt(var[voff + c] + eps), m = mean[moff + c], k = w[woff + c] * r;
+  const float g = gdy[goff + c], gx = gdyx[gxoff + c];
+  uint j = 0;
+  for (; j + 8 <= S; j += 8) {
+    const float8 xhat = (aload8(x, xoff + row + j) - m) * r;
+    astore8(dx, dxoff + row + j, k * (aload8(dy, dyoff + row + j) - g - xhat * gx));
+  }
+  for (; j < S; j++) {
+    const float xhat = (ALOAD(x, xoff + row + j) - m) * r;
+    ASTORE(dx, dxoff + row + j, k * (ALOAD(dy, dyoff + row + j) - g - xhat * gx));
+  }
 }

@@ -30,11 +30,12 @@ static int check_bn(const char *op, const clt_tensor *x, const clt_tensor *const
   return CLT_OK;
 }
 
-/* The partial sums' kernels (cl/batchnorm.cl): on a CPU device an item
- * walks whole rows (PoCL runs a group's items as a loop; llvmpipe's lanes
- * too gain: 2.0 against 5.5 ms for (8, 16, 64x64)), elsewhere a group's
- * items stride through a channel side by side. Tests force the latter
- * (clt__nn_batchnorm_strided) to check it on the devices they have. */
+/* The kernels (cl/batchnorm.cl): on a CPU device an item walks whole rows
+ * (PoCL runs a group's items as a loop; llvmpipe's lanes too gain: 2.0
+ * against 5.5 ms for (8, 16, 64x64)'s statistics), elsewhere a group's
+ * items stride through a channel side by side, and the elementwise ones
+ * take an item per value. Tests force the latter
+ * (clt__nn_batchnorm_strided) to check them on the devices they have. */
 static int strided_forced;
 void clt__nn_batchnorm_strided(int on) { strided_forced = on; }
 static int by_rows(const clt_context *ctx) { return !strided_forced && ctx->info.type == CLT_DEVICE_CPU; }
@@ -82,11 +83,19 @@ int clt_nn_batchnorm_forward(clt_context *ctx, float eps, const clt_tensor *x, c
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x), moff = clt__nn_off(mean), voff = clt__nn_off(var), woff = clt__nn_off(w);
   cl_ulong boff = clt__nn_off(b), yoff = clt__nn_off(y);
-  CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_forward", clt__nn_act_opt(x), &k));
+  int rows = by_rows(ctx);
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", rows ? "batchnorm_forward_rows" : "batchnorm_forward",
+                             clt__nn_act_opt(x), &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(var->buf),
                       NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(b->buf), NN_VAL(boff), NN_VAL(y->buf),
                       NN_VAL(yoff), NN_VAL(eps)));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
+  if (rows) {
+    cl_uint s = (cl_uint)S;
+    NN_ARG(k, 13, s);
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)C, (size_t)N, 1));
+  } else {
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
+  }
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
@@ -135,11 +144,19 @@ int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tenso
   cl_kernel k;
   cl_ulong xoff = clt__nn_off(x), dyoff = clt__nn_off(dy), moff = clt__nn_off(mean), voff = clt__nn_off(var);
   cl_ulong woff = clt__nn_off(w), goff = clt__nn_off(gdy), gxoff = clt__nn_off(gdyx), dxoff = clt__nn_off(dx);
-  CLT_TRY(clt_context_kernel(ctx, "batchnorm", "batchnorm_backward_input", clt__nn_act_opt(x), &k));
+  int rows = by_rows(ctx);
+  CLT_TRY(clt_context_kernel(ctx, "batchnorm", rows ? "batchnorm_backward_input_rows" : "batchnorm_backward_input",
+                             clt__nn_act_opt(x), &k));
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(mean->buf),
                       NN_VAL(moff), NN_VAL(var->buf), NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(gdy->buf),
                       NN_VAL(goff), NN_VAL(gdyx->buf), NN_VAL(gxoff), NN_VAL(dx->buf), NN_VAL(dxoff), NN_VAL(eps)));
-  CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
+  if (rows) {
+    cl_uint s = (cl_uint)S;
+    NN_ARG(k, 17, s);
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)C, (size_t)N, 1));
+  } else {
+    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
+  }
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);

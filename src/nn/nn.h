@@ -455,8 +455,8 @@ int clt_nn_batchnorm_backward_sums(clt_context *ctx, float eps, const clt_tensor
 int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
                                     const clt_tensor *var, const clt_tensor *w, const clt_tensor *gdy,
                                     const clt_tensor *gdyx, const clt_tensor *dy, const clt_tensor *dx);
-/* Tests only: 1 makes the partial sums' kernels those of devices whose
- * items run side by side (GPUs) on every device, 0 chooses by device. */
+/* Tests only: 1 makes batchnorm's kernels those of devices whose items run
+ * side by side (GPUs) on every device, 0 chooses by device. */
 void clt__nn_batchnorm_strided(int on);
 /* The statistics of one device's batch without a trip to the host: from
  * part (C, 2) of clt_nn_batchnorm_stats over count values a channel,

@@ -1,7 +1,8 @@
 /*
  * test_batchnorm.c: batchnorm's kernels (src/nn/batchnorm.c) on every
- * device (PoCL and rusticl), the partial sums both by rows (CPUs) and
- * strided (GPUs, forced): the per-channel partial statistics, the
+ * device (PoCL and rusticl), both the CPUs' kernels (rows an item) and
+ * the GPUs' (forced: strided sums, an item per value): the per-channel
+ * partial statistics, the
  * normalisation, the backward's partial sums (accumulated into dw, db) and
  * the input gradient, against the plain-C reference (double) and the
  * input, weight and bias gradients against central finite differences of
