@@ -131,14 +131,15 @@ __kernel void batchnorm_forward(__global const act_t *x, const ulong xoff, __glo
 
 // The same a row (n, c) of S values an item, 8 wide, on CPU devices (the
 // host chooses, as for the partial sums): the channel's factors once a
-// row, and no item per value. Ids (c, n); the same arithmetic per value.
+// row, and no item per value. Id n C + c, a work-group each (PoCL's
+// threads share the rows); the same arithmetic per value.
 __kernel void batchnorm_forward_rows(__global const act_t *x, const ulong xoff, __global const float *mean,
                                      const ulong moff, __global const float *var, const ulong voff,
                                      __global const float *w, const ulong woff, __global const float *b,
                                      const ulong boff, __global act_t *y, const ulong yoff, const float eps,
-                                     const uint S) {
-  const uint c = get_global_id(0), n = get_global_id(1), C = get_global_size(0);
-  const ulong row = ((ulong)n * C + c) * S;
+                                     const uint C, const uint S) {
+  const uint nc = get_global_id(0), c = nc % C;
+  const ulong row = (ulong)nc * S;
   const float r = 1.0f / sqrt(var[voff + c] + eps), m = mean[moff + c], wc = w[woff + c], bc = b[boff + c];
   uint j = 0;
   for (; j + 8 <= S; j += 8) astore8(y, yoff + row + j, (aload8(x, xoff + row + j) - m) * r * wc + bc);
@@ -267,9 +268,9 @@ __kernel void batchnorm_backward_input_rows(__global const act_t *x, const ulong
                                             __global const float *var, const ulong voff, __global const float *w,
                                             const ulong woff, __global const float *gdy, const ulong goff,
                                             __global const float *gdyx, const ulong gxoff, __global act_t *dx,
-                                            const ulong dxoff, const float eps, const uint S) {
-  const uint c = get_global_id(0), n = get_global_id(1), C = get_global_size(0);
-  const ulong row = ((ulong)n * C + c) * S;
+                                            const ulong dxoff, const float eps, const uint C, const uint S) {
+  const uint nc = get_global_id(0), c = nc % C;
+  const ulong row = (ulong)nc * S;
   const float r = 1.0f / sqrt(var[voff + c] + eps), m = mean[moff + c], k = w[woff + c] * r;
   const float g = gdy[goff + c], gx = gdyx[gxoff + c];
   uint j = 0;

@@ -90,9 +90,10 @@ int clt_nn_batchnorm_forward(clt_context *ctx, float eps, const clt_tensor *x, c
                       NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(b->buf), NN_VAL(boff), NN_VAL(y->buf),
                       NN_VAL(yoff), NN_VAL(eps)));
   if (rows) {
-    cl_uint s = (cl_uint)S;
-    NN_ARG(k, 13, s);
-    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)C, (size_t)N, 1));
+    cl_uint c = (cl_uint)C, s = (cl_uint)S;
+    NN_ARG(k, 13, c);
+    NN_ARG(k, 14, s);
+    CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)(N * C), 1));
   } else {
     CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
   }
@@ -151,9 +152,10 @@ int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tenso
                       NN_VAL(moff), NN_VAL(var->buf), NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(gdy->buf),
                       NN_VAL(goff), NN_VAL(gdyx->buf), NN_VAL(gxoff), NN_VAL(dx->buf), NN_VAL(dxoff), NN_VAL(eps)));
   if (rows) {
-    cl_uint s = (cl_uint)S;
-    NN_ARG(k, 17, s);
-    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)C, (size_t)N, 1));
+    cl_uint c = (cl_uint)C, s = (cl_uint)S;
+    NN_ARG(k, 17, c);
+    NN_ARG(k, 18, s);
+    CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)(N * C), 1));
   } else {
     CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
   }
