@@ -44,6 +44,8 @@ OPS = [
     ("2d maxpool 2 (8, 32, 32x32)", torch.nn.MaxPool2d(2), (8, 32, 32, 32)),
     ("2d concat (8, 32 + 32, 32x32)", Cat(torch.randn(8, 32, 32, 32, requires_grad=True)), (8, 32, 32, 32)),
     ("2d concat (8, 16 + 16, 64x64)", Cat(torch.randn(8, 16, 64, 64, requires_grad=True)), (8, 16, 64, 64)),
+    ("2d convtranspose2d 64->32 k2 s2 (8, 16x16)", torch.nn.ConvTranspose2d(64, 32, 2, stride=2), (8, 64, 16, 16)),
+    ("2d convtranspose2d 32->16 k2 s2 (8, 32x32)", torch.nn.ConvTranspose2d(32, 16, 2, stride=2), (8, 32, 32, 32)),
     ("3d batchnorm (8, 8, 16^3)", torch.nn.BatchNorm3d(8).train(), (8, 8, 16, 16, 16)),
     ("3d batchnorm (8, 16, 8^3)", torch.nn.BatchNorm3d(16).train(), (8, 16, 8, 8, 8)),
     ("3d maxpool3d 2 (8, 8, 16^3)", torch.nn.MaxPool3d(2), (8, 8, 16, 16, 16)),
