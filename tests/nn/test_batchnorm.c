@@ -114,8 +114,8 @@ static void bn_run(clt_context *ctx, const bn_case *c) {
     ck_assert_msg(fabs(part2[2 * k + 1] - rdw[k]) <= tol * (1 + fabs(rdw[k])), "%s: part sum dy*xhat [%d]", what, k);
   }
   if (M >= 2) { /* the statistics and the means finished on the device */
-    float *st = malloc(C * 12), *mn = malloc(C * 8);
-    double *uvar = malloc(C * 8), *want_g = malloc(C * 16);
+    float *st = malloc((size_t)C * 12), *mn = malloc((size_t)C * 8);
+    double *uvar = malloc((size_t)C * 8), *want_g = malloc((size_t)C * 16);
     nu_get(ctx, &tstats, st), nu_get(ctx, &tmeans, mn);
     for (int k = 0; k < C; k++) uvar[k] = rvar[k] * M / (M - 1), want_g[k] = rdb[k] / M, want_g[C + k] = rdw[k] / M;
     ck_assert_msg((e = nu_err(st, rmean, C)) <= tol * (1 + fabs(c->shift)), "%s: finished mean error %g" NU_AT, what,
