@@ -141,13 +141,9 @@ struct clt__replica {
    * backward (L + i); NULL where it did not run. */
   cl_event *trace_ev;
   /* CLT_PROFILE=1: wait after every layer and add up seconds per layer
-   * (forward, backward), reported when the replica is destroyed; the
-   * first run with a backward is left out once a second one begins (it
-   * builds the kernels: 20 to 50 ms each, which 20 runs spread at 1 to 2
-   * ms on each layer that first uses a kernel). */
+   * (forward, backward), reported when the replica is destroyed. */
   double *prof_fwd, *prof_bwd, prof_loss, prof_t0;
   int64_t prof_runs;
-  int prof_warm; /* the first run has been left out */
 };
 
 /* Make a replica of spec on ctx as cfg says, its parameters uploaded from

@@ -307,10 +307,6 @@ static int check_batch(const clt__replica *r, int64_t n) {
 
 int clt__replica_begin(clt__replica *r, const clt__pass *pass) {
   int rc = CLT_OK;
-  if (r->prof_fwd && !r->prof_warm && r->prof_runs == 1) { /* leave the first run (the kernels' builds) out */
-    for (int i = 0; i < r->spec->nlayers; i++) r->prof_fwd[i] = r->prof_bwd[i] = 0;
-    r->prof_loss = 0, r->prof_runs = 0, r->prof_warm = 1;
-  }
   r->prof_t0 = clt__now();
   if (pass->record) {
     r->run_start_ns = (int64_t)(clt__now() * 1e9);

@@ -123,8 +123,8 @@ void clt__replica_report_profile(const clt__replica *r) {
   double total = r->prof_loss;
   for (int i = 0; i < s->nlayers; i++) total += r->prof_fwd[i] + r->prof_bwd[i];
   if (r->prof_runs == 0 || total <= 0) return;
-  clt__log(CLT_LOG_WARN, "profile of %lld runs%s on %s (ms per run; forward, backward, share of the total):",
-           (long long)r->prof_runs, r->prof_warm ? " after the first" : "", r->ctx->info.name);
+  clt__log(CLT_LOG_WARN, "profile of %lld runs on %s (ms per run; forward, backward, share of the total):",
+           (long long)r->prof_runs, r->ctx->info.name);
   for (int i = 1; i < s->nlayers; i++) {
     const clt_layer_spec *l = &s->layers[i];
     double f = r->prof_fwd[i] / r->prof_runs * 1e3, b = r->prof_bwd[i] / r->prof_runs * 1e3;
