@@ -87,19 +87,21 @@ __kernel void act_backward(__global const act_t *s, const ulong soff, __global c
   ASTORE(dx, dxoff + i, ALOAD(dy, dyoff + i) * act_derivative(ACT_OF(act), ALOAD(s, soff + i), alpha));
 }
 
-#if defined(ACT) && ACT == ACT_GELU
-// GELU 16 elements a work-item, as one float16, for PoCL (the host's choice
-// where 16 divides n): its item loop over the scalar kernels above is
-// vectorized 8 wide, and a float16 in a function's arguments lets LLVM use
-// 512-bit registers where the CPU has them. The same formulas, elementwise.
-float16 gelu_load16(__global const act_t *p, const ulong i) {
+#if defined(ACT) && (ACT == ACT_GELU || ACT == ACT_SILU)
+// GELU and SiLU 16 elements a work-item, as one float16, for PoCL (the
+// host's choice where 16 divides n): its item loop over the scalar kernels
+// above is vectorized 8 wide, and a float16 in a function's arguments lets
+// LLVM use 512-bit registers where the CPU has them (GELU over 2048 x 512:
+// forward 1.35 -> 0.83 ms; SiLU over 8 x 16 x 64 x 64: forward 0.50 ->
+// 0.25, backward 0.69 -> 0.30). The same formulas, elementwise.
+float16 act_load16(__global const act_t *p, const ulong i) {
 #ifdef CLT_HALF
   return (float16)(aload8(p, i), aload8(p, i + 8));
 #else
   return vload16(0, p + i);
 #endif
 }
-void gelu_store16(__global act_t *p, const ulong i, const float16 v) {
+void act_store16(__global act_t *p, const ulong i, const float16 v) {
 #ifdef CLT_HALF
   astore8(p, i, v.lo);
   astore8(p, i + 8, v.hi);
@@ -107,20 +109,38 @@ void gelu_store16(__global act_t *p, const ulong i, const float16 v) {
   vstore16(v, 0, p + i);
 #endif
 }
+#endif
+
+#if defined(ACT) && ACT == ACT_GELU
 float16 gelu_exp16(const float16 x) { return exp(-2.0f * GELU_C * (x + GELU_A * x * x * x)); }
 
 __kernel void gelu_forward16(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff) {
   const ulong i = get_global_id(0) * 16;
-  const float16 v = gelu_load16(x, xoff + i);
-  gelu_store16(y, yoff + i, v / (1.0f + gelu_exp16(v)));
+  const float16 v = act_load16(x, xoff + i);
+  act_store16(y, yoff + i, v / (1.0f + gelu_exp16(v)));
 }
 
 __kernel void gelu_backward16(__global const act_t *s, const ulong soff, __global const act_t *dy, const ulong dyoff,
                               __global act_t *dx, const ulong dxoff) {
   const ulong i = get_global_id(0) * 16;
-  const float16 v = gelu_load16(s, soff + i), x2 = v * v;
+  const float16 v = act_load16(s, soff + i), x2 = v * v;
   const float16 g = 1.0f / (1.0f + exp(-2.0f * GELU_C * (v + GELU_A * x2 * v)));
   const float16 d = g + 2.0f * v * g * (1.0f - g) * GELU_C * (1.0f + 3.0f * GELU_A * x2);
-  gelu_store16(dx, dxoff + i, gelu_load16(dy, dyoff + i) * d);
+  act_store16(dx, dxoff + i, act_load16(dy, dyoff + i) * d);
+}
+#endif
+
+#if defined(ACT) && ACT == ACT_SILU
+__kernel void silu_forward16(__global const act_t *x, const ulong xoff, __global act_t *y, const ulong yoff) {
+  const ulong i = get_global_id(0) * 16;
+  const float16 v = act_load16(x, xoff + i);
+  act_store16(y, yoff + i, v / (1.0f + exp(-v)));
+}
+
+__kernel void silu_backward16(__global const act_t *s, const ulong soff, __global const act_t *dy, const ulong dyoff,
+                              __global act_t *dx, const ulong dxoff) {
+  const ulong i = get_global_id(0) * 16;
+  const float16 v = act_load16(s, soff + i), g = 1.0f / (1.0f + exp(-v));
+  act_store16(dx, dxoff + i, act_load16(dy, dyoff + i) * (g * (1.0f + v * (1.0f - g))));
 }
 #endif

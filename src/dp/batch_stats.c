@@ -57,6 +57,8 @@ static int meet_sum(clt__stats_meet *m, int i, double *sums, int count) {
 int clt__dp_sum_stats(void *user, int layer, double *sums, int count) {
   clt__dp_rep *d = user;
   (void)layer;
+  if (!sums) /* the question: are there others' sums to add? */
+    return d->stats_on && (d->meet || (d->stats_comm && clt_comm_size(d->stats_comm) > 1));
   if (!d->stats_on) return CLT_OK;
   if (d->meet) return meet_sum(d->meet, d->index, sums, count);
   if (!d->stats_comm || clt_comm_size(d->stats_comm) < 2) return CLT_OK;

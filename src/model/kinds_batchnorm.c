@@ -23,7 +23,8 @@
  * writes, so weights files and checkpoints carry them.
  *
  * Per replica kept (aux, f32): mean, var (C each) of the last forward, the
- * global means of dy and dy * xhat (C each), and the partial sums (2C).
+ * global means of dy and dy * xhat (C each; in the forward, the unbiased
+ * variance for the running one), and the partial sums (2C).
  */
 #include "model/layer.h"
 
@@ -92,22 +93,30 @@ static int check_count(const clt__layer_io *io, double M) {
                     "%.0f (samples x %lld positions); train with a batch of at least 2 samples", M, (long long)S);
 }
 
-/* Training: the global batch's mean and biased variance into kept 0 and
- * 1, the running statistics moved towards them (the unbiased variance, as
- * PyTorch), then the normalisation. */
-static int bn_forward_train(const clt__layer_io *io) {
+/* 1 when the hook adds this replica's sums to other replicas' or ranks'
+ * (they go through the host), 0 when they are the batch's alone: then
+ * they stay on the device, and a step's 8 batchnorm layers save 16 to 24
+ * host round trips (each a wait for the queue: PoCL's worker thread wakes,
+ * runs the transfer and signals back). */
+static int stats_shared(const clt__layer_io *io) {
+  return io->sum_stats && io->sum_stats(io->grad_user, io->index, NULL, 0) != 0;
+}
+
+/* The global batch's mean, biased and unbiased variances into kept 0, 1
+ * and 2 (2: the backward's means' room, free until then) from the
+ * replicas' sums, computed on the host in double so that every replica
+ * has the same bits. */
+static int bn_shared_stats(const clt__layer_io *io, const clt_tensor *x, const clt_tensor *part,
+                           const clt_tensor *stats) {
   int rc = CLT_OK;
   int64_t C, S;
   bn_dims(io->l, &C, &S);
   double *sums = calloc((size_t)(1 + 2 * C), sizeof *sums);
-  float *h = calloc((size_t)(4 * C), sizeof *h); /* partial sums (2C); then mean, var, running mean, running var */
-  clt_tensor x, part, stats, rmean, rvar, w, b, mean, var;
+  float *h = calloc((size_t)(3 * C), sizeof *h); /* partial sums (2C); then mean, var, unbiased var */
   if (!sums || !h) { rc = CLT_ENOMEM; goto fail; }
-  CLT_TRY(kept(io, 4, 2 * C, &part));
   if (io->n > 0) {
-    CLT_TRY(as_ncs(io, &io->x, &x));
-    CLT_TRY(clt_nn_batchnorm_stats(io->ctx, &x, &part));
-    CLT_TRY(clt_tensor_download(io->ctx, &part, h, (size_t)(2 * C) * 4));
+    CLT_TRY(clt_nn_batchnorm_stats(io->ctx, x, part));
+    CLT_TRY(clt_tensor_download(io->ctx, part, h, (size_t)(2 * C) * 4));
     double cnt = (double)io->n * (double)S;
     sums[0] = cnt;
     for (int64_t c = 0; c < C; c++) {
@@ -118,33 +127,49 @@ static int bn_forward_train(const clt__layer_io *io) {
   CLT_TRY(sum_over_replicas(io, sums, (int)(1 + 2 * C)));
   double M = sums[0];
   CLT_TRY(check_count(io, M));
-  CLT_TRY(clt__io_param(io, P_MEAN, &rmean));
-  CLT_TRY(clt__io_param(io, P_VAR, &rvar));
-  CLT_TRY(clt_tensor_download(io->ctx, &rmean, h + 2 * C, (size_t)C * 4));
-  CLT_TRY(clt_tensor_download(io->ctx, &rvar, h + 3 * C, (size_t)C * 4));
-  const float m = io->l->momentum;
   for (int64_t c = 0; c < C; c++) {
     double mu = sums[1 + c] / M, v = sums[1 + C + c] / M - mu * mu;
     if (v < 0) v = 0;
-    h[c] = (float)mu, h[C + c] = (float)v;
-    h[2 * C + c] = (1.0f - m) * h[2 * C + c] + m * (float)mu;
-    h[3 * C + c] = (1.0f - m) * h[3 * C + c] + m * (float)(v * M / (M - 1));
+    h[c] = (float)mu, h[C + c] = (float)v, h[2 * C + c] = (float)(v * M / (M - 1));
   }
-  CLT_TRY(kept(io, 0, 2 * C, &stats));
-  CLT_TRY(clt_tensor_upload(io->ctx, &stats, h, (size_t)(2 * C) * 4));
-  CLT_TRY(clt_tensor_upload(io->ctx, &rmean, h + 2 * C, (size_t)C * 4));
-  CLT_TRY(clt_tensor_upload(io->ctx, &rvar, h + 3 * C, (size_t)C * 4));
+  CLT_TRY(clt_tensor_upload(io->ctx, stats, h, (size_t)(3 * C) * 4));
+fail:
+  free(sums), free(h);
+  return rc;
+}
+
+/* Training: the global batch's mean and biased variance into kept 0 and
+ * 1, the running statistics moved towards them (the unbiased variance, as
+ * PyTorch), then the normalisation. */
+static int bn_forward_train(const clt__layer_io *io) {
+  int rc = CLT_OK;
+  int64_t C, S;
+  bn_dims(io->l, &C, &S);
+  clt_tensor x, part, stats, rmean, rvar, w, b, mean, var, uvar;
+  CLT_TRY(kept(io, 4, 2 * C, &part));
+  CLT_TRY(kept(io, 0, 3 * C, &stats));
+  if (io->n > 0) CLT_TRY(as_ncs(io, &io->x, &x));
+  if (io->n > 0 && !stats_shared(io)) {
+    CLT_TRY(check_count(io, (double)io->n * (double)S));
+    CLT_TRY(clt_nn_batchnorm_stats(io->ctx, &x, &part));
+    CLT_TRY(clt_nn_batchnorm_finish_stats(io->ctx, (double)io->n * (double)S, &part, &stats));
+  } else {
+    CLT_TRY(bn_shared_stats(io, &x, &part, &stats));
+  }
+  CLT_TRY(clt__io_param(io, P_MEAN, &rmean));
+  CLT_TRY(clt__io_param(io, P_VAR, &rvar));
+  CLT_TRY(kept(io, 0, C, &mean));
+  CLT_TRY(kept(io, 1, C, &var));
+  CLT_TRY(kept(io, 2, C, &uvar));
+  CLT_TRY(clt_nn_batchnorm_running(io->ctx, io->l->momentum, &mean, &uvar, &rmean, &rvar));
   if (io->n > 0) {
     clt_tensor y;
     CLT_TRY(clt__io_param(io, P_WEIGHT, &w));
     CLT_TRY(clt__io_param(io, P_BIAS, &b));
-    CLT_TRY(kept(io, 0, C, &mean));
-    CLT_TRY(kept(io, 1, C, &var));
     CLT_TRY(as_ncs(io, &io->y, &y));
     CLT_TRY(clt_nn_batchnorm_forward(io->ctx, io->l->eps, &x, &mean, &var, &w, &b, &y));
   }
 fail:
-  free(sums), free(h);
   return rc;
 }
 
@@ -164,34 +189,53 @@ fail:
   return rc;
 }
 
-/* The parameter gradients are the replica's own (the exchange sums them);
- * the input gradient needs the global batch's means of dy and dy * xhat. */
-static int bn_backward(const clt__layer_io *io) {
+/* The global batch's means of dy and dy * xhat into g (kept 2, 3) from
+ * the replicas' sums, through the host. */
+static int bn_shared_means(const clt__layer_io *io, const clt_tensor *part, const clt_tensor *g) {
   int rc = CLT_OK;
   int64_t C, S;
   bn_dims(io->l, &C, &S);
   double *sums = calloc((size_t)(1 + 2 * C), sizeof *sums);
   float *h = calloc((size_t)(2 * C), sizeof *h);
-  clt_tensor x, dy, dx, part, mean, var, w, dw, db, gdy, gdyx, g;
   if (!sums || !h) { rc = CLT_ENOMEM; goto fail; }
-  CLT_TRY(kept(io, 4, 2 * C, &part));
-  CLT_TRY(kept(io, 0, C, &mean));
-  CLT_TRY(kept(io, 1, C, &var));
   if (io->n > 0) {
-    CLT_TRY(as_ncs(io, &io->x, &x));
-    CLT_TRY(as_ncs(io, &io->dy, &dy));
-    CLT_TRY(clt__io_grad(io, P_WEIGHT, &dw));
-    CLT_TRY(clt__io_grad(io, P_BIAS, &db));
-    CLT_TRY(clt_nn_batchnorm_backward_sums(io->ctx, io->l->eps, &x, &mean, &var, &dy, &dw, &db, &part));
-    CLT_TRY(clt_tensor_download(io->ctx, &part, h, (size_t)(2 * C) * 4));
+    CLT_TRY(clt_tensor_download(io->ctx, part, h, (size_t)(2 * C) * 4));
     sums[0] = (double)io->n * (double)S;
     for (int64_t c = 0; c < C; c++) sums[1 + c] = h[2 * c], sums[1 + C + c] = h[2 * c + 1];
   }
   CLT_TRY(sum_over_replicas(io, sums, (int)(1 + 2 * C)));
   CLT_TRY(check_count(io, sums[0]));
   for (int64_t c = 0; c < 2 * C; c++) h[c] = (float)(sums[1 + c] / sums[0]);
+  CLT_TRY(clt_tensor_upload(io->ctx, g, h, (size_t)(2 * C) * 4));
+fail:
+  free(sums), free(h);
+  return rc;
+}
+
+/* The parameter gradients are the replica's own (the exchange sums them);
+ * the input gradient needs the global batch's means of dy and dy * xhat. */
+static int bn_backward(const clt__layer_io *io) {
+  int rc = CLT_OK;
+  int64_t C, S;
+  bn_dims(io->l, &C, &S);
+  clt_tensor x, dy, dx, part, mean, var, w, dw, db, gdy, gdyx, g;
+  CLT_TRY(kept(io, 4, 2 * C, &part));
+  CLT_TRY(kept(io, 0, C, &mean));
+  CLT_TRY(kept(io, 1, C, &var));
   CLT_TRY(kept(io, 2, 2 * C, &g));
-  CLT_TRY(clt_tensor_upload(io->ctx, &g, h, (size_t)(2 * C) * 4));
+  if (io->n > 0) {
+    CLT_TRY(as_ncs(io, &io->x, &x));
+    CLT_TRY(as_ncs(io, &io->dy, &dy));
+    CLT_TRY(clt__io_grad(io, P_WEIGHT, &dw));
+    CLT_TRY(clt__io_grad(io, P_BIAS, &db));
+    CLT_TRY(clt_nn_batchnorm_backward_sums(io->ctx, io->l->eps, &x, &mean, &var, &dy, &dw, &db, &part));
+  }
+  if (io->n > 0 && !stats_shared(io)) {
+    CLT_TRY(check_count(io, (double)io->n * (double)S));
+    CLT_TRY(clt_nn_batchnorm_means(io->ctx, (double)io->n * (double)S, &part, &g));
+  } else {
+    CLT_TRY(bn_shared_means(io, &part, &g));
+  }
   if (io->n > 0 && io->dx.buf) {
     CLT_TRY(kept(io, 2, C, &gdy));
     CLT_TRY(kept(io, 3, C, &gdyx));
@@ -200,7 +244,6 @@ static int bn_backward(const clt__layer_io *io) {
     CLT_TRY(clt_nn_batchnorm_backward_input(io->ctx, io->l->eps, &x, &mean, &var, &w, &gdy, &gdyx, &dy, &dx));
   }
 fail:
-  free(sums), free(h);
   return rc;
 }
 

@@ -116,7 +116,8 @@ typedef struct clt__layer_io {
   const clt__pass *pass;
   /* Sum count doubles over every replica of every rank, in place (a hook
    * of the replica's, model/replica.h), or NULL: the replica's own sums
-   * are the whole batch's. Its user is grad_user. */
+   * are the whole batch's. Its user is grad_user. With sums NULL: 1 when it
+   * would add others' sums, 0 when it would not (model/replica.h). */
   int (*sum_stats)(void *user, int layer, double *sums, int count);
 } clt__layer_io;
 

@@ -59,7 +59,9 @@ typedef struct clt__run_hooks {
    * training, in its forward and its backward). Every replica calls it
    * for the same layers in the same order, one of no samples with zeros
    * (clt__replica_run_empty). Without it the replica's own sums are the
-   * batch's (one device). */
+   * batch's (one device). Called with sums NULL it sums nothing and says
+   * whether it would: 1 when it adds other replicas' or ranks' sums, 0 when
+   * the replica's own are the batch's (which then stay on the device). */
   int (*sum_stats)(void *user, int layer, double *sums, int count);
 } clt__run_hooks;
 

@@ -42,9 +42,15 @@ static int check_pair(const char *op, const char *an, const clt_tensor *a, const
   return CLT_OK;
 }
 
-/* GELU 16 elements a work-item (cl/activation.cl) on PoCL where 16 divides n. */
-static int gelu16(const clt_context *ctx, clt_nn_act act, cl_ulong n) {
-  return act == CLT_NN_GELU && n % 16 == 0 && clt__items_run_as_loops(ctx);
+/* The activations with kernels 16 elements a work-item (cl/activation.cl),
+ * used on PoCL where 16 divides n: forward and backward kernel names, by
+ * clt_nn_act (NULL: none). */
+static const char *const wide16[][2] = {[CLT_NN_GELU] = {"gelu_forward16", "gelu_backward16"},
+                                        [CLT_NN_SILU] = {"silu_forward16", "silu_backward16"}};
+
+static const char *act16(const clt_context *ctx, clt_nn_act act, cl_ulong n, int backward) {
+  if ((size_t)act >= sizeof wide16 / sizeof wide16[0] || n % 16 != 0 || !clt__items_run_as_loops(ctx)) return NULL;
+  return wide16[act][backward];
 }
 
 int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_tensor *x, const clt_tensor *y) {
@@ -57,8 +63,9 @@ int clt_nn_act_forward(clt_context *ctx, clt_nn_act act, float alpha, const clt_
   cl_int a = (cl_int)act;
   char opts[48]; /* one program per activation (see cl/activation.cl) and storage type */
   snprintf(opts, sizeof opts, "-DACT=%d %s", (int)act, clt__nn_act_opt(x));
-  if (gelu16(ctx, act, n)) {
-    CLT_TRY(clt_context_kernel(ctx, "activation", "gelu_forward16", opts, &k));
+  const char *k16 = act16(ctx, act, n, 0);
+  if (k16) {
+    CLT_TRY(clt_context_kernel(ctx, "activation", k16, opts, &k));
     CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(y->buf), NN_VAL(yoff)));
     CLT_TRY(clt__launch_exact_1d(ctx, k, n / 16));
     return CLT_OK;
@@ -94,8 +101,9 @@ int clt_nn_act_backward(clt_context *ctx, clt_nn_act act, float alpha, const clt
   cl_int a = (cl_int)act;
   char opts[48];
   snprintf(opts, sizeof opts, "-DACT=%d %s", (int)act, clt__nn_act_opt(dy));
-  if (gelu16(ctx, act, n)) {
-    CLT_TRY(clt_context_kernel(ctx, "activation", "gelu_backward16", opts, &k));
+  const char *k16 = act16(ctx, act, n, 1);
+  if (k16) {
+    CLT_TRY(clt_context_kernel(ctx, "activation", k16, opts, &k));
     CLT_TRY(NN_SET_ARGS(k, NN_VAL(s->buf), NN_VAL(soff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(dx->buf),
                         NN_VAL(dxoff)));
     CLT_TRY(clt__launch_exact_1d(ctx, k, n / 16));

@@ -459,5 +459,21 @@ int clt_nn_batchnorm_backward_sums(clt_context *ctx, float eps, const clt_tensor
 int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tensor *x, const clt_tensor *mean,
                                     const clt_tensor *var, const clt_tensor *w, const clt_tensor *gdy,
                                     const clt_tensor *gdyx, const clt_tensor *dy, const clt_tensor *dx);
+/* Tests only: 1 makes batchnorm's kernels those of devices whose items run
+ * side by side (GPUs) on every device, 0 chooses by device. */
+void clt__nn_batchnorm_strided(int on);
+/* The statistics of one device's batch without a trip to the host: from
+ * part (C, 2) of clt_nn_batchnorm_stats over count values a channel,
+ * stats (3C) = the means, the biased variances and the unbiased ones. */
+int clt_nn_batchnorm_finish_stats(clt_context *ctx, double count, const clt_tensor *part, const clt_tensor *stats);
+/* The running statistics (C) moved towards the batch's: rmean = (1 - m)
+ * rmean + m mean, rvar = (1 - m) rvar + m uvar, in float multiplies and
+ * adds, never fused: the host's bits on every device. */
+int clt_nn_batchnorm_running(clt_context *ctx, float momentum, const clt_tensor *mean, const clt_tensor *uvar,
+                             const clt_tensor *rmean, const clt_tensor *rvar);
+/* g (2C) = part (C, 2) of clt_nn_batchnorm_backward_sums over count values
+ * a channel as means: g[c] = part[2c] / count (of dy), g[C + c] = part[2c +
+ * 1] / count (of dy * xhat); one device's batch, without a trip to the host. */
+int clt_nn_batchnorm_means(clt_context *ctx, double count, const clt_tensor *part, const clt_tensor *g);
 
 #endif /* CLT_NN_H */

@@ -65,6 +65,15 @@ static int disjoint(const pnd_geom *g) {
   return g->s[0] >= g->k[0] && g->s[1] >= g->k[1] && g->s[2] >= g->k[2];
 }
 
+/* Windows that tile the input exactly (stride = window, every axis a whole
+ * number of them): the max backward writes each window's inputs from the
+ * window (maxpoolnd_backward_tiles), no input left out. */
+static int tiles(const pnd_geom *g) {
+  for (int a = 0; a < 3; a++)
+    if (g->s[a] != g->k[a] || g->in[a] != g->out[a] * g->s[a]) return 0;
+  return 1;
+}
+
 /* Run a pool_nd.cl kernel: the (buffer, offset) pairs of ts, then the
  * geometry, over the elements of the tensor it writes (the input side
  * when backward). act picks the storage variant. */
@@ -72,9 +81,9 @@ static int run_pnd(clt_context *ctx, const char *op, const char *kernel, const c
                    const clt_tensor *act, const pnd_geom *g, int backward) {
   int rc = CLT_OK;
   cl_kernel k;
-  char opts[160]; /* the window as constants, so its loops unroll (cl/pool_nd.cl) */
-  snprintf(opts, sizeof opts, "-DPND_KD=%d -DPND_KH=%d -DPND_KW=%d %s", g->k[0], g->k[1], g->k[2],
-           clt__nn_act_opt(act));
+  char opts[200]; /* the window and strides as constants: loops unroll, divisions shift (cl/pool_nd.cl) */
+  snprintf(opts, sizeof opts, "-DPND_KD=%d -DPND_KH=%d -DPND_KW=%d -DPND_SD=%d -DPND_SH=%d -DPND_SW=%d %s", g->k[0],
+           g->k[1], g->k[2], g->s[0], g->s[1], g->s[2], clt__nn_act_opt(act));
   CLT_TRY(clt_context_kernel(ctx, "pool_nd", kernel, opts, &k));
   for (int i = 0; i < nts; i++) {
     cl_ulong off = clt__nn_off(ts[i]);
@@ -115,6 +124,7 @@ int clt_nn_maxpoolnd_backward(clt_context *ctx, const clt_nn_poolnd_cfg *cfg, co
   if (!argmax) return clt__error(CLT_EINVAL, "%s: argmax is NULL", op);
   if ((rc = check_pnd(op, cfg, "dx", dx, argmax, "dy", dy, &g)) < 0) return rc;
   const clt_tensor *ts[] = {argmax, dy, dx};
+  if (tiles(&g)) return run_pnd(ctx, op, "maxpoolnd_backward_tiles", ts, 3, dy, &g, 0); /* over the windows */
   return run_pnd(ctx, op, disjoint(&g) ? "maxpoolnd_backward_disjoint" : "maxpoolnd_backward", ts, 3, dy, &g, 1);
 }
 

@@ -73,6 +73,9 @@ int clt_nn_upsample_forward(clt_context *ctx, clt_nn_upsample_mode mode, int sca
   spatial(x, dhw);
   int ns = x->ndim - 2;
   int64_t OD = dhw[0] * (ns >= 3 ? s : 1), OH = dhw[1] * (ns >= 2 ? s : 1), OW = dhw[2] * s;
+  if (mode == CLT_NN_UPSAMPLE_LINEAR && scale == 2 && clt__items_run_as_loops(ctx)) /* an item per input cell */
+    return run(ctx, op, mode, scale, "upsample_forward_by2", x, y, x, dhw[2], dhw[1],
+               x->shape[0] * x->shape[1] * dhw[0]);
   return run(ctx, op, mode, scale, "upsample_forward", x, y, x, OW, OH, x->shape[0] * x->shape[1] * OD);
 }
 

@@ -1,6 +1,8 @@
 /*
  * test_batchnorm.c: batchnorm's kernels (src/nn/batchnorm.c) on every
- * device (PoCL and rusticl): the per-channel partial statistics, the
+ * device (PoCL and rusticl), both the CPUs' kernels (rows an item) and
+ * the GPUs' (forced: strided sums, an item per value): the per-channel
+ * partial statistics, the
  * normalisation, the backward's partial sums (accumulated into dw, db) and
  * the input gradient, against the plain-C reference (double) and the
  * input, weight and bias gradients against central finite differences of
@@ -9,7 +11,11 @@
  * statistics and global means the reference computes, as the layer feeds
  * them the sums over replicas. Shapes: images (N, C, H*W), a flat (N, F)
  * (S = 1), batch 1 with positions, one channel, a mean far from 0 (the
- * two-pass variance must keep it), more values than a work-group.
+ * two-pass variance must keep it), more values than a work-group. The
+ * statistics finished on the device (one device's batch: the mean, the
+ * biased and the unbiased variances, and the backward's means) against the
+ * same reference; the running statistics' update against the host's
+ * unfused float arithmetic, bit for bit.
  *
  * Tolerances: NU_SUM_TOL of the values each channel's sums add (N*S);
  * the finite differences of a function that is smooth in x (the variance
@@ -34,6 +40,7 @@ static const bn_case cases[] = {
     {3, 1, 7, 0},   /* one channel */
     {2, 2, 300, 0}, /* 600 values a channel: more than a work-group */
     {5, 3, 4, 50},  /* |mean| / std ~ 100 */
+    {37, 2, 9, 50}, /* many rows merged (unequal counts per item on rusticl), far from 0 */
 };
 
 typedef struct bn_state {
@@ -78,6 +85,11 @@ static void bn_run(clt_context *ctx, const bn_case *c) {
                 clt_last_error());
   ck_assert_msg(clt_nn_batchnorm_backward_input(ctx, eps, &tx, &tm, &tv, &tw, &tgdy, &tgdyx, &tdy, &tdx) == 0, "%s",
                 clt_last_error());
+  clt_tensor tstats = nu_f32(ctx, NULL, NU_SHAPE(3 * C)), tmeans = nu_f32(ctx, NULL, NU_SHAPE(2 * C));
+  if (M >= 2) {
+    ck_assert_msg(clt_nn_batchnorm_finish_stats(ctx, M, &tpart, &tstats) == 0, "%s", clt_last_error());
+    ck_assert_msg(clt_nn_batchnorm_means(ctx, M, &tpart2, &tmeans) == 0, "%s", clt_last_error());
+  }
   float *part = malloc(C * 8), *part2 = malloc(C * 8), *y = malloc(nx * 4), *gdx = malloc(nx * 4);
   float *gdw = malloc(C * 4), *gdb = malloc(C * 4), *got_mean = malloc(C * 4), *got_var = malloc(C * 4);
   nu_get(ctx, &tpart, part), nu_get(ctx, &tpart2, part2), nu_get(ctx, &ty, y), nu_get(ctx, &tdx, gdx);
@@ -101,6 +113,19 @@ static void bn_run(clt_context *ctx, const bn_case *c) {
     ck_assert_msg(fabs(part2[2 * k] - rdb[k]) <= tol * (1 + fabs(rdb[k])), "%s: part sum dy [%d]", what, k);
     ck_assert_msg(fabs(part2[2 * k + 1] - rdw[k]) <= tol * (1 + fabs(rdw[k])), "%s: part sum dy*xhat [%d]", what, k);
   }
+  if (M >= 2) { /* the statistics and the means finished on the device */
+    float *st = malloc((size_t)C * 12), *mn = malloc((size_t)C * 8);
+    double *uvar = malloc((size_t)C * 8), *want_g = malloc((size_t)C * 16);
+    nu_get(ctx, &tstats, st), nu_get(ctx, &tmeans, mn);
+    for (int k = 0; k < C; k++) uvar[k] = rvar[k] * M / (M - 1), want_g[k] = rdb[k] / M, want_g[C + k] = rdw[k] / M;
+    ck_assert_msg((e = nu_err(st, rmean, C)) <= tol * (1 + fabs(c->shift)), "%s: finished mean error %g" NU_AT, what,
+                  e, NU_AT_ARGS);
+    ck_assert_msg((e = nu_err(st + C, rvar, C)) <= tol, "%s: finished variance error %g" NU_AT, what, e, NU_AT_ARGS);
+    ck_assert_msg((e = nu_err(st + 2 * C, uvar, C)) <= tol, "%s: unbiased variance error %g" NU_AT, what, e,
+                  NU_AT_ARGS);
+    ck_assert_msg((e = nu_err(mn, want_g, 2 * C)) <= tol, "%s: backward means error %g" NU_AT, what, e, NU_AT_ARGS);
+    free(st), free(mn), free(uvar), free(want_g);
+  }
   /* finite differences of sum(y * dy) through the training forward */
   bn_state st = {N, C, S, eps, rx, rw, rb, rdy, malloc(nx * 8)};
   float *g_w = nu_added(gdw, dw0, C), *g_b = nu_added(gdb, db0, C);
@@ -119,8 +144,12 @@ static void bn_run(clt_context *ctx, const bn_case *c) {
 }
 
 START_TEST(batchnorm_matches_reference_and_finite_differences) {
-  for (int d = 0; d < tu_ndev; d++)
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bn_run(tu_ctx[d], &cases[i]);
+  for (int strided = 0; strided < 2; strided++) { /* the CPUs' kernels, then the GPUs' */
+    clt__nn_batchnorm_strided(strided);
+    for (int d = 0; d < tu_ndev; d++)
+      for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bn_run(tu_ctx[d], &cases[i]);
+  }
+  clt__nn_batchnorm_strided(0);
 }
 END_TEST
 
@@ -157,6 +186,37 @@ START_TEST(halves_combine_to_the_whole_batch) {
 }
 END_TEST
 
+/* The running statistics moved on the device: the bits of the host's
+ * float arithmetic (what the replicas of a rank, on different vendors,
+ * must all hold), which a fused multiply-add would miss on most of these
+ * values. */
+START_TEST(running_statistics_have_the_hosts_bits) {
+  enum { C = 1000 };
+  const float m = 0.1f;
+  float *mean = nu_random(C, 5), *uvar = nu_random(C, 6), *rm = nu_random(C, 7), *rv = nu_random(C, 8);
+  float want_m[C], want_v[C], got_m[C], got_v[C];
+  for (int k = 0; k < C; k++) {
+    uvar[k] = 1 + uvar[k], rv[k] = 1 + rv[k];
+    volatile float a = (1.0f - m) * rm[k], b = m * mean[k], u = (1.0f - m) * rv[k], v = m * uvar[k];
+    want_m[k] = a + b, want_v[k] = u + v;
+  }
+  for (int d = 0; d < tu_ndev; d++) {
+    clt_context *ctx = tu_ctx[d];
+    clt_tensor tm = nu_f32(ctx, mean, NU_SHAPE(C)), tu = nu_f32(ctx, uvar, NU_SHAPE(C));
+    clt_tensor trm = nu_f32(ctx, rm, NU_SHAPE(C)), trv = nu_f32(ctx, rv, NU_SHAPE(C));
+    ck_assert_msg(clt_nn_batchnorm_running(ctx, m, &tm, &tu, &trm, &trv) == 0, "%s", clt_last_error());
+    nu_get(ctx, &trm, got_m), nu_get(ctx, &trv, got_v);
+    nu_check_guards(ctx, "batchnorm running");
+    for (int k = 0; k < C; k++)
+      ck_assert_msg(!memcmp(&got_m[k], &want_m[k], 4) && !memcmp(&got_v[k], &want_v[k], 4),
+                    "running statistics [%d] on %s: %.9g, %.9g; the host's %.9g, %.9g", k, tu_name(ctx),
+                    (double)got_m[k], (double)got_v[k], (double)want_m[k], (double)want_v[k]);
+    nu_free_all();
+  }
+  free(mean), free(uvar), free(rm), free(rv);
+}
+END_TEST
+
 START_TEST(bad_shapes_are_named) {
   clt_context *ctx = tu_ctx[0];
   clt_tensor x = nu_f32(ctx, NULL, NU_SHAPE(2, 3, 4)), c3 = nu_f32(ctx, NULL, NU_SHAPE(3));
@@ -171,6 +231,15 @@ START_TEST(bad_shapes_are_named) {
   NU_EXPECT(clt_nn_batchnorm_stats(ctx, &x, &c3), CLT_ESHAPE, "batchnorm statistics", "2 floats per channel, 6");
   NU_EXPECT(clt_nn_batchnorm_backward_input(ctx, 1e-5f, &x, &c3, &c3, &c3, &c3, &c4, &x, &x), CLT_ESHAPE,
             "batchnorm backward", "mean_dy_xhat must have one element per channel");
+  clt_tensor c9 = nu_f32(ctx, NULL, NU_SHAPE(9)), c6 = nu_f32(ctx, NULL, NU_SHAPE(6));
+  NU_EXPECT(clt_nn_batchnorm_finish_stats(ctx, 8, &p3, &c6), CLT_ESHAPE, "batchnorm statistics", "3 C");
+  NU_EXPECT(clt_nn_batchnorm_finish_stats(ctx, 1, &p3, &c9), CLT_EINVAL, "batchnorm statistics",
+            "1 values a channel: more than one needed");
+  NU_EXPECT(clt_nn_batchnorm_means(ctx, 8, &p3, &c9), CLT_ESHAPE, "batchnorm backward means", "2 C");
+  NU_EXPECT(clt_nn_batchnorm_running(ctx, 0.1f, &c3, &c3, &c3, &c4), CLT_ESHAPE, "batchnorm running statistics",
+            "running_var holds 4 floats");
+  NU_EXPECT(clt_nn_batchnorm_running(ctx, 1.5f, &c3, &c3, &c3, &c3), CLT_EINVAL, "batchnorm running statistics",
+            "momentum 1.5");
   nu_free_all();
 }
 END_TEST
@@ -179,7 +248,8 @@ int main(void) {
   int rc = tu_setup();
   if (rc) return rc;
   Suite *s = suite_create("nn_batchnorm");
-  NU_ADD_CASE(s, "batchnorm", batchnorm_matches_reference_and_finite_differences, halves_combine_to_the_whole_batch);
+  NU_ADD_CASE(s, "batchnorm", batchnorm_matches_reference_and_finite_differences, halves_combine_to_the_whole_batch,
+              running_statistics_have_the_hosts_bits);
   NU_ADD_CASE(s, "errors", bad_shapes_are_named);
   rc = tu_run(s);
   tu_teardown();

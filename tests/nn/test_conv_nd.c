@@ -180,6 +180,7 @@ static const pnd_case pnd_cases[] = {
     {1, 1, 2, {11}, 3, 2},        /* batch 1, overlapping windows, odd length */
     {1, 2, 1, {7}, 2, 3},         /* stride > kernel: gaps */
     {3, 2, 2, {4, 6, 5}, 2, 2},   /* maxpool3d 2, odd W: the last column dropped */
+    {3, 2, 3, {4, 6, 8}, 2, 2},   /* maxpool3d 2 tiling the input: an item a window writes its inputs */
     {3, 1, 2, {5, 5, 5}, 3, 2},   /* batch 1, overlapping 3-D windows */
     {3, 2, 1, {3, 3, 3}, 3, 3},   /* window as large as the input */
 };

@@ -184,7 +184,7 @@ static void act_case(clt_context *ctx, clt_nn_act act, size_t n) {
 }
 
 START_TEST(activations_match_reference_and_finite_differences) {
-  static const size_t sizes[] = {1, 37, 1000, 1024}; /* 16 divides 1024: PoCL's GELU takes 16 an item */
+  static const size_t sizes[] = {1, 37, 1000, 1024}; /* 16 divides 1024: PoCL's GELU and SiLU take 16 an item */
   for (int d = 0; d < tu_ndev; d++)
     for (int a = CLT_NN_RELU; a <= CLT_NN_SILU; a++)
       for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) act_case(tu_ctx[d], (clt_nn_act)a, sizes[i]);

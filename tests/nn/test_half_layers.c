@@ -240,7 +240,7 @@ START_TEST(activations_in_f16_are_the_f32_results_rounded) {
   for (int d = 0; d < tu_ndev; d++)
     for (int a = CLT_NN_RELU; a <= CLT_NN_SILU; a++) {
       act_case(tu_ctx[d], (clt_nn_act)a, 0.1f, 8, 125);
-      act_case(tu_ctx[d], (clt_nn_act)a, 0.1f, 8, 128); /* PoCL's GELU 16 an item */
+      act_case(tu_ctx[d], (clt_nn_act)a, 0.1f, 8, 128); /* PoCL's GELU and SiLU 16 an item */
     }
 }
 END_TEST

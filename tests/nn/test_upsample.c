@@ -39,7 +39,9 @@ static const up_case up_cases[] = {
     {1, 3, 2, {4, 5}, 3, 1},     /* bilinear, factor 3, batch 1 */
     {1, 2, 2, {1, 6}, 2, 1},     /* a plane one row high: its last cell is its first */
     {2, 2, 3, {3, 4, 5}, 2, 0},  /* 3D nearest */
-    {1, 2, 3, {3, 2, 5}, 2, 1},  /* trilinear */
+    {1, 2, 3, {3, 2, 5}, 2, 1},  /* trilinear (x2 linear: on PoCL an item per input cell) */
+    {2, 2, 1, {6}, 2, 1},        /* 1D linear x2 */
+    {1, 1, 3, {1, 4, 3}, 2, 1},  /* trilinear, one cell deep */
     {2, 1, 3, {2, 3, 3}, 3, 1},  /* trilinear, factor 3 */
 };
 
