@@ -66,13 +66,13 @@ __kernel void conv_cpu_pad(__global const act_t *x, const ulong xoff, __global f
 }
 
 // Where vector g (of all B*P/VW) of the output starts: in the padded input
-// of its sample (channel 0), and in y (channel 0).
+// of its sample (channel 0), and in y (B, ROWS, P) (channel 0).
 static inline void vec_at(const uint g, ulong *in, ulong *out) {
   const uint b = g / (CC_P / CC_VW), r = g - b * (CC_P / CC_VW);
   const uint row = r / CC_VPR, ow = (r - row * CC_VPR) * CC_VW;
   const uint od = row / CC_OH, oh = row - od * CC_OH;
   *in = (ulong)b * CC_CIN * CC_PVOL + ((ulong)od * CC_PH + oh) * CC_PW + ow;
-  *out = (ulong)b * CC_P + ((ulong)od * CC_OH + oh) * CC_OW + ow; // times Cout by the caller's b
+  *out = (ulong)b * CC_ROWS * CC_P + ((ulong)od * CC_OH + oh) * CC_OW + ow;
 }
 
 // The weight of output row `row`, input channel c, tap t (in k order).
@@ -131,9 +131,7 @@ __kernel void conv_cpu_forward(__global const float *xp, const ulong xpoff, __gl
 #pragma unroll
     for (int v = 0; v < CC_V; v++) {
       if (g0 + v >= nvec) break;
-      const ulong b = out[v] / CC_P; // the sample: y is (B, ROWS, P)
-      __global act_t *yp = y + yoff + (b * CC_ROWS + co0 + r) * CC_P + (out[v] - b * CC_P);
-      VSTOREA(has_bias ? acc[r][v] + bs : acc[r][v], yp);
+      VSTOREA(has_bias ? acc[r][v] + bs : acc[r][v], y + yoff + out[v] + (ulong)(co0 + r) * CC_P);
     }
   }
 }
