@@ -40,6 +40,19 @@ static int strided_forced;
 void clt__nn_batchnorm_strided(int on) { strided_forced = on; }
 static int by_rows(const clt_context *ctx) { return !strided_forced && ctx->info.type == CLT_DEVICE_CPU; }
 
+/* Launch an element-wise kernel over x (N, C, S): with rows, a work-group
+ * per row of S (its C and S set at argument `arg`), else an item per value. */
+static int launch_elementwise(clt_context *ctx, cl_kernel k, int rows, cl_uint arg, int64_t N, int64_t C, int64_t S) {
+  int rc = CLT_OK;
+  if (!rows) return clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N);
+  cl_uint c = (cl_uint)C, s = (cl_uint)S;
+  NN_ARG(k, arg, c);
+  NN_ARG(k, arg + 1, s);
+  CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)(N * C), 1));
+fail:
+  return rc;
+}
+
 static int check_part(const char *op, const clt_tensor *part, int64_t C) {
   int rc = clt__nn_check(op, "part", part, CLT_F32, 0, "(C, 2)");
   if (rc < 0) return rc;
@@ -89,14 +102,7 @@ int clt_nn_batchnorm_forward(clt_context *ctx, float eps, const clt_tensor *x, c
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(mean->buf), NN_VAL(moff), NN_VAL(var->buf),
                       NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(b->buf), NN_VAL(boff), NN_VAL(y->buf),
                       NN_VAL(yoff), NN_VAL(eps)));
-  if (rows) {
-    cl_uint c = (cl_uint)C, s = (cl_uint)S;
-    NN_ARG(k, 13, c);
-    NN_ARG(k, 14, s);
-    CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)(N * C), 1));
-  } else {
-    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
-  }
+  CLT_TRY(launch_elementwise(ctx, k, rows, 13, N, C, S));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
@@ -151,14 +157,7 @@ int clt_nn_batchnorm_backward_input(clt_context *ctx, float eps, const clt_tenso
   CLT_TRY(NN_SET_ARGS(k, NN_VAL(x->buf), NN_VAL(xoff), NN_VAL(dy->buf), NN_VAL(dyoff), NN_VAL(mean->buf),
                       NN_VAL(moff), NN_VAL(var->buf), NN_VAL(voff), NN_VAL(w->buf), NN_VAL(woff), NN_VAL(gdy->buf),
                       NN_VAL(goff), NN_VAL(gdyx->buf), NN_VAL(gxoff), NN_VAL(dx->buf), NN_VAL(dxoff), NN_VAL(eps)));
-  if (rows) {
-    cl_uint c = (cl_uint)C, s = (cl_uint)S;
-    NN_ARG(k, 17, c);
-    NN_ARG(k, 18, s);
-    CLT_TRY(clt__nn_launch_groups(ctx, k, (size_t)(N * C), 1));
-  } else {
-    CLT_TRY(clt__nn_launch_3d(ctx, k, (size_t)S, (size_t)C, (size_t)N));
-  }
+  CLT_TRY(launch_elementwise(ctx, k, rows, 17, N, C, S));
   return CLT_OK;
 fail:
   return clt__error_prefix(rc, "%s on %s", op, ctx->info.name);
